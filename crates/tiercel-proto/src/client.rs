@@ -1,0 +1,342 @@
+//! The client side of one call: sending its fragments, waiting, probing, and receiving its result.
+//!
+//! A [`ClientCall`] is reused for every call a client slot makes, so the common case allocates nothing.
+//! Drive it in this order: [`ClientCall::start`], then send everything [`ClientCall::poll_transmit`]
+//! yields; feed each packet of this slot to [`ClientCall::handle_packet`] and call
+//! [`ClientCall::handle_timeout`] when [`ClientCall::poll_timeout`] passes, sending again what
+//! `poll_transmit` yields after each; stop when [`ClientCall::outcome`] is `Some`.
+
+use std::time::Instant;
+
+use crate::fragment::{fragment_count, AckInfo, Blast, Inserted, Reassembly};
+use crate::timing::Timing;
+use crate::wire::{flags, Kind, Packet, Status};
+
+/// A packet the client must send for the current call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transmit {
+    /// Fragment `index` of the call message; `please_ack` marks a retransmission.
+    CallFragment {
+        /// Fragment index.
+        index: u16,
+        /// Ask the server to acknowledge.
+        please_ack: bool,
+    },
+    /// A probe: is the call still running?
+    Probe,
+    /// An acknowledgement of result fragments; `resend` asks for the missing ones.
+    Ack {
+        /// What has arrived.
+        ack: AckInfo,
+        /// Ask for the fragments the ack does not cover.
+        resend: bool,
+    },
+}
+
+/// Why a call failed in the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Nothing was heard from the server for `Timing::dead_after`. `acknowledged` says whether the
+    /// server had confirmed receiving the call (then it certainly started it).
+    Unreachable {
+        /// The server acknowledged the whole call before going silent.
+        acknowledged: bool,
+    },
+    /// The caller's deadline passed.
+    DeadlineExceeded,
+    /// The server refused the call with this status in a `Reject` packet.
+    Rejected(Status),
+    /// The call message is larger than the protocol allows.
+    TooLarge,
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A result arrived with this status. When the result was one packet its payload is in that
+    /// packet; otherwise take it with [`ClientCall::take_message`].
+    Result {
+        /// Result status.
+        status: Status,
+        /// Whether the result came in several fragments.
+        reassembled: bool,
+    },
+    /// The call failed.
+    Failed(Failure),
+}
+
+/// What [`ClientCall::handle_packet`] made of a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// Not for the current call (stale sequence number, duplicate) or malformed; dropped.
+    Ignored,
+    /// Accepted; the call goes on.
+    Progress,
+    /// The call is over: see [`ClientCall::outcome`].
+    Complete,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Sending,
+    Waiting,
+    Receiving,
+    Done,
+}
+
+/// The protocol state of the call a client slot has in progress.
+#[derive(Debug)]
+pub struct ClientCall {
+    timing: Timing,
+    frag_payload: usize,
+    seq: u32,
+    phase: Phase,
+    blast: Blast,
+    reassembly: Option<Reassembly>,
+    transmits: Vec<Transmit>,
+    next_transmit: usize,
+    rto: core::time::Duration,
+    timer: Option<Instant>,
+    deadline: Option<Instant>,
+    last_heard: Instant,
+    acknowledged: bool,
+    outcome: Option<Outcome>,
+    retransmissions: u64,
+}
+
+impl ClientCall {
+    /// A call machine for a binding whose packets carry at most `frag_payload` payload bytes.
+    pub fn new(timing: Timing, frag_payload: usize, now: Instant) -> ClientCall {
+        ClientCall {
+            timing,
+            frag_payload: frag_payload.max(1),
+            seq: 0,
+            phase: Phase::Idle,
+            blast: Blast::new(1, 1),
+            reassembly: None,
+            transmits: Vec::with_capacity(2 * crate::fragment::MAX_WINDOW as usize),
+            next_transmit: 0,
+            rto: timing.retransmit_initial,
+            timer: None,
+            deadline: None,
+            last_heard: now,
+            acknowledged: false,
+            outcome: None,
+            retransmissions: 0,
+        }
+    }
+
+    /// Begins call `seq` whose message is `message_len` bytes. The first window of fragments is queued.
+    pub fn start(&mut self, seq: u32, message_len: usize, now: Instant, deadline: Option<Instant>) {
+        self.seq = seq;
+        self.transmits.clear();
+        self.next_transmit = 0;
+        self.reassembly = None;
+        self.acknowledged = false;
+        self.deadline = deadline;
+        self.last_heard = now;
+        self.rto = self.timing.retransmit_initial;
+        self.timer = Some(now + self.rto);
+        let count = match fragment_count(message_len, self.frag_payload) {
+            Some(c) if message_len <= self.timing.max_message => c,
+            _ => {
+                self.finish(Outcome::Failed(Failure::TooLarge));
+                return;
+            }
+        };
+        self.outcome = None;
+        self.phase = Phase::Sending;
+        self.blast = Blast::new(count, self.timing.window);
+        self.queue_new();
+    }
+
+    fn queue_new(&mut self) {
+        for index in self.blast.take_new() {
+            self.transmits.push(Transmit::CallFragment { index, please_ack: false });
+        }
+    }
+
+    fn finish(&mut self, outcome: Outcome) {
+        self.phase = Phase::Done;
+        self.timer = None;
+        self.outcome = Some(outcome);
+    }
+
+    /// Sequence number of the current call.
+    pub fn seq(&self) -> u32 {
+        self.seq
+    }
+
+    /// How the call ended, once it has.
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.outcome
+    }
+
+    /// Whether the server has confirmed holding the whole call message.
+    pub fn acknowledged(&self) -> bool {
+        self.acknowledged
+    }
+
+    /// Packets retransmitted (call fragments, probes, result requests) over this machine's life.
+    pub fn retransmissions(&self) -> u64 {
+        self.retransmissions
+    }
+
+    /// The next packet to send, if any.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        let t = self.transmits.get(self.next_transmit).copied();
+        if t.is_some() {
+            self.next_transmit += 1;
+        } else if self.next_transmit != 0 {
+            self.transmits.clear();
+            self.next_transmit = 0;
+        }
+        t
+    }
+
+    /// When [`ClientCall::handle_timeout`] must next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.timer, self.deadline) {
+            (Some(t), Some(d)) => Some(t.min(d)),
+            (t, d) => t.or(d).filter(|_| self.phase != Phase::Done),
+        }
+    }
+
+    fn backoff(&mut self, now: Instant) {
+        self.rto = (self.rto * 2).min(self.timing.retransmit_max);
+        self.timer = Some(now + self.rto);
+    }
+
+    /// Advances timers: retransmits, probes, or fails the call.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Done || self.phase == Phase::Idle {
+            return;
+        }
+        if self.deadline.is_some_and(|d| now >= d) {
+            self.finish(Outcome::Failed(Failure::DeadlineExceeded));
+            return;
+        }
+        if now.saturating_duration_since(self.last_heard) >= self.timing.dead_after {
+            self.finish(Outcome::Failed(Failure::Unreachable { acknowledged: self.acknowledged }));
+            return;
+        }
+        if self.timer.is_none_or(|t| now < t) {
+            return;
+        }
+        match self.phase {
+            Phase::Sending => {
+                let first = self.transmits.len();
+                let unacked: Vec<u16> = self.blast.unacked().take(crate::fragment::MAX_WINDOW as usize).collect();
+                for index in unacked {
+                    self.transmits.push(Transmit::CallFragment { index, please_ack: false });
+                }
+                if let Some(Transmit::CallFragment { please_ack, .. }) = self.transmits.last_mut() {
+                    *please_ack = true;
+                }
+                self.retransmissions += (self.transmits.len() - first) as u64;
+            }
+            Phase::Waiting => {
+                self.transmits.push(Transmit::Probe);
+                self.retransmissions += 1;
+            }
+            Phase::Receiving => {
+                let ack = self.reassembly.as_mut().map(|r| r.take_ack()).unwrap_or_default();
+                self.transmits.push(Transmit::Ack { ack, resend: true });
+                self.retransmissions += 1;
+            }
+            Phase::Idle | Phase::Done => {}
+        }
+        self.backoff(now);
+    }
+
+    /// Handles a checked packet addressed to this client slot. The caller has already matched its
+    /// binding, token and incarnation.
+    pub fn handle_packet(&mut self, packet: &Packet<&[u8]>, now: Instant) -> Handled {
+        if self.phase == Phase::Done || self.phase == Phase::Idle || packet.seq() != self.seq {
+            return Handled::Ignored;
+        }
+        match packet.kind() {
+            Kind::Result => self.on_result(packet, now),
+            Kind::Ack => {
+                let Some(ack) = AckInfo::parse(packet.payload()) else { return Handled::Ignored };
+                self.last_heard = now;
+                if self.phase == Phase::Sending && self.blast.on_ack(ack) {
+                    self.rto = self.timing.retransmit_initial;
+                    if self.blast.is_acked() {
+                        self.server_has_call(now);
+                    } else {
+                        self.queue_new();
+                        self.timer = Some(now + self.rto);
+                    }
+                }
+                Handled::Progress
+            }
+            Kind::ProbeReply => {
+                self.last_heard = now;
+                if self.phase == Phase::Sending || self.phase == Phase::Waiting {
+                    self.server_has_call(now);
+                }
+                Handled::Progress
+            }
+            Kind::Reject => {
+                self.finish(Outcome::Failed(Failure::Rejected(packet.status())));
+                Handled::Complete
+            }
+            _ => Handled::Ignored,
+        }
+    }
+
+    fn server_has_call(&mut self, now: Instant) {
+        self.acknowledged = true;
+        self.phase = Phase::Waiting;
+        self.rto = self.timing.retransmit_initial;
+        self.timer = Some(now + self.timing.probe_interval);
+    }
+
+    fn on_result(&mut self, packet: &Packet<&[u8]>, now: Instant) -> Handled {
+        self.last_heard = now;
+        let count = packet.frag_count();
+        if count == 1 {
+            self.finish(Outcome::Result { status: packet.status(), reassembled: false });
+            return Handled::Complete;
+        }
+        self.acknowledged = true;
+        if self.reassembly.is_none() {
+            match Reassembly::new(packet.message_len(), count, self.frag_payload, self.timing.max_message) {
+                Ok(r) => self.reassembly = Some(r),
+                Err(_) => return Handled::Ignored,
+            }
+        }
+        self.phase = Phase::Receiving;
+        let Some(r) = self.reassembly.as_mut() else { return Handled::Ignored };
+        match r.insert(packet.frag_index(), count, packet.message_len(), packet.payload()) {
+            Err(_) | Ok(Inserted::Duplicate) => Handled::Ignored,
+            Ok(Inserted::New) => {
+                self.rto = self.timing.retransmit_initial;
+                self.timer = Some(now + self.rto);
+                if r.since_ack() >= (self.timing.window / 2).max(1) || packet.flags() & flags::PLEASE_ACK != 0 {
+                    let ack = r.take_ack();
+                    self.transmits.push(Transmit::Ack { ack, resend: false });
+                }
+                Handled::Progress
+            }
+            Ok(Inserted::Complete) => {
+                let ack = r.take_ack();
+                self.transmits.push(Transmit::Ack { ack, resend: false });
+                self.finish(Outcome::Result { status: packet.status(), reassembled: true });
+                Handled::Complete
+            }
+        }
+    }
+
+    /// The reassembled result of a multi-packet result, once complete.
+    pub fn take_message(&mut self) -> Option<Vec<u8>> {
+        self.reassembly.take().filter(|r| r.is_complete()).map(Reassembly::into_message)
+    }
+
+    /// The reassembled result of a multi-packet result, borrowed.
+    pub fn message(&self) -> Option<&[u8]> {
+        self.reassembly.as_ref().filter(|r| r.is_complete()).map(|r| r.message())
+    }
+}

@@ -1,0 +1,299 @@
+//! Multi-packet messages: fragment arithmetic, the windowed blast sender, and reassembly with hard limits.
+//!
+//! A message larger than one packet is cut into fragments of the binding's fragment size (every fragment
+//! but the last is full). The sender blasts a window of fragments; the receiver acknowledges with a
+//! cumulative prefix plus a 64-bit mask of what it holds beyond the prefix, so the sender retransmits only
+//! what is missing (selective retransmission).
+
+use core::ops::Range;
+
+/// Largest window of fragments in flight: the ack mask covers 64 fragments past the prefix.
+pub const MAX_WINDOW: u16 = 64;
+/// Encoded size of an [`AckInfo`] payload.
+pub const ACK_PAYLOAD_LEN: usize = 12;
+
+/// Number of fragments a message of `message_len` bytes needs, or `None` if more than `u16::MAX`.
+pub fn fragment_count(message_len: usize, frag_payload: usize) -> Option<u16> {
+    let n = message_len.div_ceil(frag_payload.max(1)).max(1);
+    u16::try_from(n).ok()
+}
+
+/// Byte range of fragment `index` within a message.
+pub fn fragment_range(index: u16, message_len: usize, frag_payload: usize) -> Range<usize> {
+    let start = (index as usize * frag_payload).min(message_len);
+    start..(start + frag_payload).min(message_len)
+}
+
+/// What a receiver holds: fragments `0..prefix`, and fragment `prefix + 1 + i` for each bit `i` of `mask`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AckInfo {
+    /// Every fragment below this index has arrived.
+    pub prefix: u16,
+    /// Bit `i` set: fragment `prefix + 1 + i` has arrived.
+    pub mask: u64,
+}
+
+impl AckInfo {
+    /// Encodes into an ack payload.
+    pub fn to_bytes(self) -> [u8; ACK_PAYLOAD_LEN] {
+        let mut b = [0u8; ACK_PAYLOAD_LEN];
+        b[0..4].copy_from_slice(&u32::from(self.prefix).to_le_bytes());
+        b[4..12].copy_from_slice(&self.mask.to_le_bytes());
+        b
+    }
+    /// Decodes an ack payload.
+    pub fn parse(b: &[u8]) -> Option<AckInfo> {
+        if b.len() != ACK_PAYLOAD_LEN {
+            return None;
+        }
+        let prefix = u32::from_le_bytes(b[0..4].try_into().ok()?);
+        let mask = u64::from_le_bytes(b[4..12].try_into().ok()?);
+        Some(AckInfo { prefix: u16::try_from(prefix).ok()?, mask })
+    }
+    /// Whether fragment `index` is covered.
+    pub fn has(&self, index: u16) -> bool {
+        if index < self.prefix {
+            return true;
+        }
+        let off = index - self.prefix;
+        off >= 1 && off <= 64 && self.mask & (1u64 << (off - 1)) != 0
+    }
+}
+
+/// The sending side of a multi-packet message: which fragments to send next.
+#[derive(Debug, Clone)]
+pub struct Blast {
+    count: u16,
+    window: u16,
+    acked: AckInfo,
+    sent_upto: u16,
+}
+
+impl Blast {
+    /// A blast of `count` fragments with at most `window` beyond the acknowledged prefix in flight.
+    pub fn new(count: u16, window: u16) -> Blast {
+        Blast { count, window: window.clamp(1, MAX_WINDOW), acked: AckInfo::default(), sent_upto: 0 }
+    }
+    /// Number of fragments.
+    pub fn count(&self) -> u16 {
+        self.count
+    }
+    /// Whether the receiver has acknowledged every fragment.
+    pub fn is_acked(&self) -> bool {
+        self.acked.prefix >= self.count
+    }
+    /// Fragments never sent that the window now allows; marks them sent.
+    pub fn take_new(&mut self) -> Range<u16> {
+        let limit = self.count.min(self.acked.prefix.saturating_add(self.window));
+        let r = self.sent_upto..limit.max(self.sent_upto);
+        self.sent_upto = r.end;
+        r
+    }
+    /// Records an acknowledgement; stale ones (smaller prefix) are ignored. Returns whether it advanced.
+    pub fn on_ack(&mut self, ack: AckInfo) -> bool {
+        let prefix = ack.prefix.min(self.count);
+        if prefix < self.acked.prefix {
+            return false;
+        }
+        let advanced = prefix > self.acked.prefix || ack.mask & !self.acked.mask != 0;
+        self.acked = AckInfo { prefix, mask: ack.mask };
+        self.sent_upto = self.sent_upto.max(prefix);
+        advanced
+    }
+    /// Fragments already sent but not acknowledged, in order: what a retransmission resends.
+    pub fn unacked(&self) -> impl Iterator<Item = u16> + '_ {
+        (self.acked.prefix..self.sent_upto).filter(move |&i| !self.acked.has(i))
+    }
+}
+
+/// Why a fragment was refused by [`Reassembly::insert`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReassemblyError {
+    /// The message is larger than the configured limit.
+    #[error("message of {len} bytes exceeds the limit of {limit}")]
+    TooLarge {
+        /// Claimed message length.
+        len: u32,
+        /// The limit.
+        limit: usize,
+    },
+    /// Fragment count, message length or fragment length disagree with each other or with earlier fragments.
+    #[error("fragment does not fit the message")]
+    Inconsistent,
+}
+
+/// Result of inserting a fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    /// A fragment not seen before; the message is still incomplete.
+    New,
+    /// A fragment already held.
+    Duplicate,
+    /// The last missing fragment: the message is whole.
+    Complete,
+}
+
+/// Reassembles one message into a single contiguous buffer.
+#[derive(Debug)]
+pub struct Reassembly {
+    buf: Vec<u8>,
+    have: Vec<u64>,
+    count: u16,
+    received: u16,
+    frag_payload: usize,
+    since_ack: u16,
+}
+
+impl Reassembly {
+    /// Starts reassembling a message described by a fragment header. Checks the length against `limit`
+    /// and against the fragment count before allocating anything.
+    pub fn new(message_len: u32, count: u16, frag_payload: usize, limit: usize) -> Result<Reassembly, ReassemblyError> {
+        if message_len as usize > limit {
+            return Err(ReassemblyError::TooLarge { len: message_len, limit });
+        }
+        if frag_payload == 0 || fragment_count(message_len as usize, frag_payload) != Some(count) {
+            return Err(ReassemblyError::Inconsistent);
+        }
+        Ok(Reassembly {
+            buf: vec![0; message_len as usize],
+            have: vec![0; (count as usize).div_ceil(64)],
+            count,
+            received: 0,
+            frag_payload,
+            since_ack: 0,
+        })
+    }
+
+    /// Bytes the buffer holds (for memory accounting).
+    pub fn message_len(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn has(&self, i: u16) -> bool {
+        self.have[i as usize / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Copies one fragment into place.
+    pub fn insert(&mut self, index: u16, count: u16, message_len: u32, payload: &[u8]) -> Result<Inserted, ReassemblyError> {
+        if count != self.count || message_len as usize != self.buf.len() || index >= count {
+            return Err(ReassemblyError::Inconsistent);
+        }
+        let range = fragment_range(index, self.buf.len(), self.frag_payload);
+        if payload.len() != range.len() {
+            return Err(ReassemblyError::Inconsistent);
+        }
+        if self.has(index) {
+            return Ok(Inserted::Duplicate);
+        }
+        self.buf[range].copy_from_slice(payload);
+        self.have[index as usize / 64] |= 1 << (index % 64);
+        self.received += 1;
+        self.since_ack += 1;
+        Ok(if self.received == self.count { Inserted::Complete } else { Inserted::New })
+    }
+
+    /// Whether every fragment has arrived.
+    pub fn is_complete(&self) -> bool {
+        self.received == self.count
+    }
+
+    /// Fragments received since the last call to [`Reassembly::take_ack`].
+    pub fn since_ack(&self) -> u16 {
+        self.since_ack
+    }
+
+    /// What has arrived, as an acknowledgement; resets the count behind [`Reassembly::since_ack`].
+    pub fn take_ack(&mut self) -> AckInfo {
+        self.since_ack = 0;
+        self.ack()
+    }
+
+    /// What has arrived, as an acknowledgement.
+    pub fn ack(&self) -> AckInfo {
+        let mut prefix = 0u16;
+        while prefix < self.count && self.has(prefix) {
+            prefix += 1;
+        }
+        let mut mask = 0u64;
+        for i in 0..64u16 {
+            let idx = prefix as u32 + 1 + i as u32;
+            if idx >= self.count as u32 {
+                break;
+            }
+            if self.has(idx as u16) {
+                mask |= 1 << i;
+            }
+        }
+        AckInfo { prefix, mask }
+    }
+
+    /// The reassembled message (complete or not).
+    pub fn message(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Gives up the buffer.
+    pub fn into_message(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_ranges_cover_the_message() {
+        assert_eq!(fragment_count(0, 100), Some(1));
+        assert_eq!(fragment_count(100, 100), Some(1));
+        assert_eq!(fragment_count(101, 100), Some(2));
+        assert_eq!(fragment_count(100 * 70_000, 100), None);
+        assert_eq!(fragment_range(1, 250, 100), 100..200);
+        assert_eq!(fragment_range(2, 250, 100), 200..250);
+    }
+
+    #[test]
+    fn reassembly_out_of_order_with_duplicates() {
+        let msg: Vec<u8> = (0..250u32).map(|i| i as u8).collect();
+        let mut r = Reassembly::new(250, 3, 100, 1000).unwrap();
+        assert_eq!(r.insert(2, 3, 250, &msg[200..]).unwrap(), Inserted::New);
+        assert_eq!(r.ack(), AckInfo { prefix: 0, mask: 0b10 });
+        assert_eq!(r.insert(2, 3, 250, &msg[200..]).unwrap(), Inserted::Duplicate);
+        assert_eq!(r.insert(0, 3, 250, &msg[..100]).unwrap(), Inserted::New);
+        assert_eq!(r.insert(1, 3, 250, &msg[100..200]).unwrap(), Inserted::Complete);
+        assert_eq!(r.message(), &msg[..]);
+        assert_eq!(r.ack().prefix, 3);
+    }
+
+    #[test]
+    fn reassembly_refuses_lies_before_allocating() {
+        assert!(matches!(Reassembly::new(u32::MAX, 65535, 1400, 1 << 24), Err(ReassemblyError::TooLarge { .. })));
+        assert_eq!(Reassembly::new(250, 9, 100, 1000).unwrap_err(), ReassemblyError::Inconsistent);
+        let mut r = Reassembly::new(250, 3, 100, 1000).unwrap();
+        assert_eq!(r.insert(0, 3, 250, &[0; 99]), Err(ReassemblyError::Inconsistent));
+        assert_eq!(r.insert(0, 4, 250, &[0; 100]), Err(ReassemblyError::Inconsistent));
+        assert_eq!(r.insert(0, 3, 251, &[0; 100]), Err(ReassemblyError::Inconsistent));
+    }
+
+    #[test]
+    fn blast_sends_window_then_only_what_is_missing() {
+        let mut b = Blast::new(10, 4);
+        assert_eq!(b.take_new(), 0..4);
+        assert_eq!(b.take_new(), 4..4);
+        assert!(b.on_ack(AckInfo { prefix: 1, mask: 0b1 })); // holds 0 and 2
+        assert_eq!(b.unacked().collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(b.take_new(), 4..5);
+        assert!(!b.on_ack(AckInfo { prefix: 0, mask: 0 }), "stale ack ignored");
+        b.on_ack(AckInfo { prefix: 10, mask: 0 });
+        assert!(b.is_acked());
+    }
+
+    #[test]
+    fn ack_payload_round_trips() {
+        let a = AckInfo { prefix: 77, mask: 0xf0f0 };
+        assert_eq!(AckInfo::parse(&a.to_bytes()), Some(a));
+        assert_eq!(AckInfo::parse(&[0; 3]), None);
+        assert!(a.has(76) && !a.has(77) && a.has(82) && !a.has(78));
+    }
+}

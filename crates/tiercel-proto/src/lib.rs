@@ -1,0 +1,33 @@
+//! The tiercel packet-exchange protocol, without I/O.
+//!
+//! This crate holds the whole protocol of tiercel's network transport and nothing else: no sockets,
+//! no threads, no clock (time comes in as an argument), no `unsafe`. The transport in the `tiercel`
+//! crate drives it over UDP; the tests drive it over a simulated network on virtual time.
+//!
+//! ```text
+//!  client slot                                    server slot
+//!  ClientCall::start ── Call fragments ─────────► Slot::on_call ─► Execute / ExecuteMessage
+//!       │  (retransmit with PLEASE_ACK)  ◄─ Ack ── (duplicate of a running call)
+//!       │  Probe ──────────────────────────────► Slot::on_probe ─► ProbeReply / Ack / result
+//!  handle_packet ◄─────────── Result fragments ── Slot::complete (saved until acknowledged)
+//!       └─ Ack (multi-packet results only) ────► Slot::on_result_ack
+//!  next call on the slot ────────────────────────► implicitly acknowledges the previous result
+//! ```
+//!
+//! * [`wire`]: the fixed header, as a zero-copy view and as a value.
+//! * [`fragment`]: fragment arithmetic, the windowed blast sender, reassembly with hard limits.
+//! * [`client`]: the state machine of one call on a client slot.
+//! * [`server`]: duplicate suppression and the saved result of one server slot.
+//! * [`control`]: payloads of bind and reject packets.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod control;
+pub mod fragment;
+pub mod server;
+pub mod timing;
+pub mod wire;
+
+pub use timing::Timing;

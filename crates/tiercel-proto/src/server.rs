@@ -1,0 +1,279 @@
+//! The server side of one client slot: duplicate suppression, reassembly of calls, the saved result.
+//!
+//! A client slot makes one call at a time with increasing sequence numbers, so the server keeps, per
+//! slot, the last sequence number and what became of it. A call packet with a newer number starts a
+//! call (and implicitly acknowledges the previous result); one with the same number is a duplicate
+//! and is answered from the saved state, never run again; an older one is dropped. That is what
+//! makes a call run at most once.
+
+use std::time::Instant;
+
+use crate::fragment::{fragment_count, AckInfo, Blast, Inserted, Reassembly, ReassemblyError};
+use crate::timing::{seq_after, Timing};
+use crate::wire::{flags, Packet};
+
+/// What the server must do with a call packet.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CallAction {
+    /// A new single-packet call: run it with the packet's payload as the arguments, then call
+    /// [`Slot::complete`].
+    Execute,
+    /// The last fragment of a multi-packet call arrived: run it with this message, then call
+    /// [`Slot::complete`].
+    ExecuteMessage(Vec<u8>),
+    /// Send this acknowledgement of call fragments.
+    Ack(AckInfo),
+    /// A duplicate of a finished call: resend the saved result with [`Slot::resend_result`].
+    ResendResult,
+    /// Answer a new call with this refusal status as its result, without running anything, then
+    /// call [`Slot::complete`]. Used for a call too large to accept.
+    Refuse(crate::wire::Status),
+    /// Nothing to do.
+    Drop(DropReason),
+}
+
+/// Why a packet was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// Sequence number older than the slot's current call.
+    Stale,
+    /// A duplicate of a fragment already held, or of a call that is running and asked for no ack.
+    Duplicate,
+    /// The slot is still running an earlier call; the client will retransmit.
+    SlotBusy,
+    /// A fragment that contradicts the message it belongs to.
+    Malformed,
+    /// Nothing to answer (for example the result was already acknowledged).
+    Nothing,
+}
+
+/// What the server must do with a probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeAction {
+    /// The call is running: send a probe reply.
+    Alive,
+    /// Send this acknowledgement (the call is incomplete, or unknown when the prefix is 0).
+    Ack(AckInfo),
+    /// The call has finished: resend the saved result with [`Slot::resend_result`].
+    ResendResult,
+    /// Ignore it.
+    Drop,
+}
+
+#[derive(Debug)]
+enum State {
+    Idle,
+    Receiving(Reassembly),
+    Running,
+    Done(Blast),
+    Acknowledged,
+}
+
+/// Protocol state of one client slot of a binding.
+#[derive(Debug)]
+pub struct Slot {
+    seq: Option<u32>,
+    state: State,
+    last_activity: Option<Instant>,
+    released: usize,
+}
+
+impl Default for Slot {
+    fn default() -> Slot {
+        Slot::new()
+    }
+}
+
+impl Slot {
+    /// A slot that has seen no call.
+    pub const fn new() -> Slot {
+        Slot { seq: None, state: State::Idle, last_activity: None, released: 0 }
+    }
+
+    /// Sequence number of the slot's latest call.
+    pub fn seq(&self) -> Option<u32> {
+        self.seq
+    }
+
+    /// When the slot last heard from its client.
+    pub fn last_activity(&self) -> Option<Instant> {
+        self.last_activity
+    }
+
+    /// Whether a call is running on the slot.
+    pub fn is_running(&self) -> bool {
+        matches!(self.state, State::Running)
+    }
+
+    /// Whether the slot holds a saved result its client has not yet acknowledged.
+    pub fn holds_result(&self) -> bool {
+        matches!(self.state, State::Done(_))
+    }
+
+    /// Bytes held by a call being reassembled.
+    pub fn reassembly_bytes(&self) -> usize {
+        match &self.state {
+            State::Receiving(r) => r.message_len(),
+            _ => 0,
+        }
+    }
+
+    /// Bytes of reassembly buffers dropped since the last call (a call abandoned by its client for a
+    /// newer one); the caller returns them to its memory budget.
+    pub fn take_released(&mut self) -> usize {
+        core::mem::take(&mut self.released)
+    }
+
+    /// Handles a checked `Call` packet for this slot. `frag_payload` is the binding's fragment size;
+    /// `reserve` is asked before a multi-packet call allocates its reassembly buffer and may refuse.
+    pub fn on_call(
+        &mut self,
+        packet: &Packet<&[u8]>,
+        now: Instant,
+        frag_payload: usize,
+        timing: &Timing,
+        reserve: impl FnOnce(usize) -> bool,
+    ) -> CallAction {
+        self.last_activity = Some(now);
+        let seq = packet.seq();
+        let please_ack = packet.flags() & flags::PLEASE_ACK != 0;
+        let is_new = self.seq.is_none_or(|s| seq_after(seq, s));
+        if is_new {
+            if matches!(self.state, State::Running) {
+                return CallAction::Drop(DropReason::SlotBusy);
+            }
+            if let State::Receiving(abandoned) = &self.state {
+                self.released += abandoned.message_len();
+                self.state = State::Idle;
+            }
+            let count = packet.frag_count();
+            if count == 1 {
+                self.seq = Some(seq);
+                self.state = State::Running;
+                return CallAction::Execute;
+            }
+            let len = packet.message_len() as usize;
+            if fragment_count(len, frag_payload) != Some(count) {
+                return CallAction::Drop(DropReason::Malformed);
+            }
+            if len > timing.max_message || !reserve(len) {
+                self.seq = Some(seq);
+                self.state = State::Running;
+                return CallAction::Refuse(crate::wire::Status::TooLarge);
+            }
+            match Reassembly::new(packet.message_len(), count, frag_payload, timing.max_message) {
+                Ok(r) => {
+                    self.seq = Some(seq);
+                    self.state = State::Receiving(r);
+                }
+                Err(ReassemblyError::TooLarge { .. }) => {
+                    self.seq = Some(seq);
+                    self.state = State::Running;
+                    return CallAction::Refuse(crate::wire::Status::TooLarge);
+                }
+                Err(_) => return CallAction::Drop(DropReason::Malformed),
+            }
+        } else if Some(seq) != self.seq {
+            return CallAction::Drop(DropReason::Stale);
+        }
+        match &mut self.state {
+            State::Receiving(r) => {
+                match r.insert(packet.frag_index(), packet.frag_count(), packet.message_len(), packet.payload()) {
+                    Err(_) => CallAction::Drop(DropReason::Malformed),
+                    Ok(Inserted::Complete) => {
+                        let State::Receiving(r) = core::mem::replace(&mut self.state, State::Running) else {
+                            unreachable!("matched Receiving above")
+                        };
+                        CallAction::ExecuteMessage(r.into_message())
+                    }
+                    Ok(inserted) => {
+                        if please_ack || r.since_ack() >= (timing.window / 2).max(1) {
+                            CallAction::Ack(r.take_ack())
+                        } else if inserted == Inserted::Duplicate {
+                            CallAction::Drop(DropReason::Duplicate)
+                        } else {
+                            CallAction::Drop(DropReason::Nothing)
+                        }
+                    }
+                }
+            }
+            State::Running if please_ack => {
+                CallAction::Ack(AckInfo { prefix: packet.frag_count(), mask: 0 })
+            }
+            State::Running => CallAction::Drop(DropReason::Duplicate),
+            State::Done(_) => CallAction::ResendResult,
+            State::Acknowledged | State::Idle => CallAction::Drop(DropReason::Nothing),
+        }
+    }
+
+    /// Records that call `seq` finished with a result message of `result_len` bytes, saved by the
+    /// caller until acknowledged. Calls `send` with each fragment index to transmit now.
+    pub fn complete(&mut self, seq: u32, result_len: usize, frag_payload: usize, timing: &Timing, mut send: impl FnMut(u16)) {
+        if self.seq != Some(seq) || !matches!(self.state, State::Running) {
+            return;
+        }
+        let count = fragment_count(result_len, frag_payload).unwrap_or(u16::MAX);
+        let mut blast = Blast::new(count, timing.window);
+        for i in blast.take_new() {
+            send(i);
+        }
+        self.state = State::Done(blast);
+    }
+
+    /// Calls `send` with each saved-result fragment the client has not acknowledged, and with any
+    /// the window now allows.
+    pub fn resend_result(&mut self, mut send: impl FnMut(u16)) {
+        if let State::Done(blast) = &mut self.state {
+            if blast.count() == 1 {
+                send(0);
+                return;
+            }
+            for i in blast.unacked() {
+                send(i);
+            }
+            for i in blast.take_new() {
+                send(i);
+            }
+        }
+    }
+
+    /// Handles the client's acknowledgement of result fragments. Calls `send` with each fragment to
+    /// transmit. Returns true when the whole result is acknowledged and its buffer may be released.
+    pub fn on_result_ack(&mut self, packet: &Packet<&[u8]>, now: Instant, mut send: impl FnMut(u16)) -> bool {
+        self.last_activity = Some(now);
+        if self.seq != Some(packet.seq()) {
+            return false;
+        }
+        let Some(ack) = AckInfo::parse(packet.payload()) else { return false };
+        let State::Done(blast) = &mut self.state else { return false };
+        blast.on_ack(ack);
+        if blast.is_acked() {
+            self.state = State::Acknowledged;
+            return true;
+        }
+        if packet.flags() & flags::RESEND != 0 {
+            for i in blast.unacked() {
+                send(i);
+            }
+        }
+        for i in blast.take_new() {
+            send(i);
+        }
+        false
+    }
+
+    /// Handles a probe for call `seq`.
+    pub fn on_probe(&mut self, seq: u32, now: Instant) -> ProbeAction {
+        self.last_activity = Some(now);
+        match self.seq {
+            Some(s) if s == seq => match &self.state {
+                State::Running => ProbeAction::Alive,
+                State::Receiving(r) => ProbeAction::Ack(r.ack()),
+                State::Done(_) => ProbeAction::ResendResult,
+                State::Acknowledged | State::Idle => ProbeAction::Drop,
+            },
+            Some(s) if !seq_after(seq, s) => ProbeAction::Drop,
+            _ => ProbeAction::Ack(AckInfo::default()),
+        }
+    }
+}
