@@ -56,7 +56,7 @@ impl AckInfo {
             return true;
         }
         let off = index - self.prefix;
-        off >= 1 && off <= 64 && self.mask & (1u64 << (off - 1)) != 0
+        (1..=64).contains(&off) && self.mask & (1u64 << (off - 1)) != 0
     }
 }
 
@@ -175,7 +175,13 @@ impl Reassembly {
     }
 
     /// Copies one fragment into place.
-    pub fn insert(&mut self, index: u16, count: u16, message_len: u32, payload: &[u8]) -> Result<Inserted, ReassemblyError> {
+    pub fn insert(
+        &mut self,
+        index: u16,
+        count: u16,
+        message_len: u32,
+        payload: &[u8],
+    ) -> Result<Inserted, ReassemblyError> {
         if count != self.count || message_len as usize != self.buf.len() || index >= count {
             return Err(ReassemblyError::Inconsistent);
         }

@@ -197,9 +197,7 @@ impl Slot {
                     }
                 }
             }
-            State::Running if please_ack => {
-                CallAction::Ack(AckInfo { prefix: packet.frag_count(), mask: 0 })
-            }
+            State::Running if please_ack => CallAction::Ack(AckInfo { prefix: packet.frag_count(), mask: 0 }),
             State::Running => CallAction::Drop(DropReason::Duplicate),
             State::Done(_) => CallAction::ResendResult,
             State::Acknowledged | State::Idle => CallAction::Drop(DropReason::Nothing),
@@ -208,7 +206,14 @@ impl Slot {
 
     /// Records that call `seq` finished with a result message of `result_len` bytes, saved by the
     /// caller until acknowledged. Calls `send` with each fragment index to transmit now.
-    pub fn complete(&mut self, seq: u32, result_len: usize, frag_payload: usize, timing: &Timing, mut send: impl FnMut(u16)) {
+    pub fn complete(
+        &mut self,
+        seq: u32,
+        result_len: usize,
+        frag_payload: usize,
+        timing: &Timing,
+        mut send: impl FnMut(u16),
+    ) {
         if self.seq != Some(seq) || !matches!(self.state, State::Running) {
             return;
         }

@@ -289,7 +289,8 @@ impl Scenario {
             let outcome = c.call.outcome().expect("complete has an outcome");
             let r = match outcome {
                 Outcome::Result { status: Status::Ok, reassembled } => {
-                    let got = if reassembled { c.call.take_message().expect("reassembled") } else { p.payload().to_vec() };
+                    let got =
+                        if reassembled { c.call.take_message().expect("reassembled") } else { p.payload().to_vec() };
                     assert_eq!(got, c.expected, "wrong result for call {} of slot {k}", c.seq);
                     Ok(())
                 }

@@ -1,0 +1,464 @@
+//! `#[tiercel::interface]`: parse a trait into a model, then generate the client and server stubs.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{parse2, FnArg, Ident, ItemTrait, Pat, ReturnType, TraitItem, Type, Visibility};
+
+/// How an argument travels.
+enum ArgKind {
+    /// Any `Wire` type, on the call.
+    Value,
+    /// `In<T>`: `T` on the call.
+    In,
+    /// `Out<&mut [u8]>`: its length on the call, its bytes on the result.
+    Out,
+    /// `InOut<&mut [u8]>`: its bytes on the call and back on the result.
+    InOut,
+}
+
+struct Arg {
+    name: Ident,
+    ty: Type,
+    kind: ArgKind,
+}
+
+struct Method {
+    name: Ident,
+    attrs: Vec<syn::Attribute>,
+    args: Vec<Arg>,
+    ret: Option<Type>,
+}
+
+struct Interface {
+    vis: Visibility,
+    name: Ident,
+    version: u32,
+    methods: Vec<Method>,
+}
+
+/// Collects errors so that every misuse in a trait is reported at once.
+#[derive(Default)]
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, span: Span, msg: impl std::fmt::Display) {
+        let e = syn::Error::new(span, msg);
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+}
+
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let version = parse_version(attr)?;
+    let item: ItemTrait = parse2(item)?;
+    let model = parse_trait(&item, version)?;
+    let client = generate_client(&model);
+    let server = generate_server(&model);
+    Ok(quote! {
+        #item
+        #client
+        #server
+    })
+}
+
+fn parse_version(attr: TokenStream) -> syn::Result<u32> {
+    if attr.is_empty() {
+        return Ok(1);
+    }
+    let mut version = 1;
+    let parser = syn::meta::parser(|meta| {
+        if meta.path.is_ident("version") {
+            let lit: syn::LitInt = meta.value()?.parse()?;
+            version = lit.base10_parse()?;
+            Ok(())
+        } else {
+            Err(meta.error("unknown interface option; expected `version = N`"))
+        }
+    });
+    syn::parse::Parser::parse2(parser, attr)?;
+    Ok(version)
+}
+
+fn parse_trait(item: &ItemTrait, version: u32) -> syn::Result<Interface> {
+    let mut errors = Errors::default();
+    if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
+        errors.push(item.generics.span(), "an RPC interface cannot be generic");
+    }
+    if let Some(unsafety) = &item.unsafety {
+        errors.push(unsafety.span(), "an RPC interface cannot be an unsafe trait");
+    }
+    let mut methods = Vec::new();
+    for ti in &item.items {
+        let TraitItem::Fn(f) = ti else {
+            errors.push(ti.span(), "an RPC interface may contain only methods");
+            continue;
+        };
+        let sig = &f.sig;
+        if !sig.generics.params.is_empty() {
+            errors.push(sig.generics.span(), "a remote procedure cannot be generic");
+        }
+        if let Some(a) = &sig.asyncness {
+            errors.push(a.span(), "a remote procedure cannot be async; the client stub is synchronous");
+        }
+        if let Some(u) = &sig.unsafety {
+            errors.push(u.span(), "a remote procedure cannot be unsafe");
+        }
+        if let Some(v) = &sig.variadic {
+            errors.push(v.span(), "a remote procedure cannot be variadic");
+        }
+        let mut args = Vec::new();
+        let mut has_receiver = false;
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(r) => {
+                    has_receiver = true;
+                    if r.reference.is_none() || r.mutability.is_some() || r.colon_token.is_some() {
+                        errors.push(
+                            r.span(),
+                            "a remote procedure takes `&self`: the server runs calls concurrently on a shared implementation",
+                        );
+                    }
+                }
+                FnArg::Typed(pt) => {
+                    let Pat::Ident(pi) = &*pt.pat else {
+                        errors.push(pt.pat.span(), "remote procedure arguments must be plain names");
+                        continue;
+                    };
+                    match classify(&pt.ty) {
+                        Ok(kind) => args.push(Arg { name: pi.ident.clone(), ty: (*pt.ty).clone(), kind }),
+                        Err((span, msg)) => errors.push(span, msg),
+                    }
+                }
+            }
+        }
+        if !has_receiver {
+            errors.push(sig.ident.span(), "a remote procedure takes `&self`");
+        }
+        let ret = match &sig.output {
+            ReturnType::Default => None,
+            ReturnType::Type(_, ty) => {
+                if let Some(span) = find_reference(ty) {
+                    errors.push(
+                        span,
+                        "a remote procedure returns owned values; use `Vec<u8>` or `String`, or an `Out` buffer",
+                    );
+                }
+                if let Some(span) = unsupported(ty) {
+                    errors.push(span, "this type cannot travel in a remote procedure call");
+                }
+                Some((**ty).clone())
+            }
+        };
+        methods.push(Method { name: sig.ident.clone(), attrs: f.attrs.clone(), args, ret });
+    }
+    if methods.len() > u16::MAX as usize {
+        errors.push(item.ident.span(), "an interface has at most 65535 procedures");
+    }
+    match errors.0 {
+        Some(e) => Err(e),
+        None => Ok(Interface { vis: item.vis.clone(), name: item.ident.clone(), version, methods }),
+    }
+}
+
+fn last_segment(ty: &Type) -> Option<(&Ident, Option<&Type>)> {
+    let Type::Path(p) = ty else { return None };
+    if p.qself.is_some() {
+        return None;
+    }
+    let seg = p.path.segments.last()?;
+    let inner = match &seg.arguments {
+        syn::PathArguments::AngleBracketed(a) if a.args.len() == 1 => match a.args.first() {
+            Some(syn::GenericArgument::Type(t)) => Some(t),
+            _ => None,
+        },
+        _ => None,
+    };
+    Some((&seg.ident, inner))
+}
+
+fn is_mut_byte_slice(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(r) if r.mutability.is_some() => match &*r.elem {
+            Type::Slice(s) => matches!(&*s.elem, Type::Path(p) if p.path.is_ident("u8")),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Sorts an argument type into how it travels, or explains why it cannot.
+fn classify(ty: &Type) -> Result<ArgKind, (Span, &'static str)> {
+    if let Some((ident, inner)) = last_segment(ty) {
+        let wrapper = ident.to_string();
+        match (wrapper.as_str(), inner) {
+            ("Out", Some(t)) if is_mut_byte_slice(t) => return Ok(ArgKind::Out),
+            ("InOut", Some(t)) if is_mut_byte_slice(t) => return Ok(ArgKind::InOut),
+            ("Out", _) | ("InOut", _) => return Err((ty.span(), "`Out` and `InOut` buffers must be `&mut [u8]`")),
+            ("In", Some(t)) => {
+                check_value(t)?;
+                return Ok(ArgKind::In);
+            }
+            _ => {}
+        }
+    }
+    check_value(ty)?;
+    Ok(ArgKind::Value)
+}
+
+fn check_value(ty: &Type) -> Result<(), (Span, &'static str)> {
+    if let Type::Reference(r) = ty {
+        if r.mutability.is_some() {
+            return Err((
+                ty.span(),
+                "a remote procedure cannot take `&mut`; use `Out<&mut [u8]>` or `InOut<&mut [u8]>`",
+            ));
+        }
+        let ok = match &*r.elem {
+            Type::Slice(s) => matches!(&*s.elem, Type::Path(p) if p.path.is_ident("u8")),
+            Type::Path(p) => p.path.is_ident("str"),
+            _ => false,
+        };
+        if !ok {
+            return Err((
+                ty.span(),
+                "only `&[u8]` and `&str` can be borrowed from the call; pass other types by value",
+            ));
+        }
+        return Ok(());
+    }
+    if let Some(span) = unsupported(ty) {
+        return Err((span, "this type cannot travel in a remote procedure call"));
+    }
+    Ok(())
+}
+
+/// Types that never implement `Wire`: trait objects, `impl Trait`, function pointers, raw pointers.
+fn unsupported(ty: &Type) -> Option<Span> {
+    match ty {
+        Type::ImplTrait(_)
+        | Type::TraitObject(_)
+        | Type::BareFn(_)
+        | Type::Ptr(_)
+        | Type::Never(_)
+        | Type::Infer(_) => Some(ty.span()),
+        Type::Tuple(t) => t.elems.iter().find_map(unsupported),
+        Type::Array(a) => unsupported(&a.elem),
+        Type::Paren(p) => unsupported(&p.elem),
+        _ => None,
+    }
+}
+
+fn find_reference(ty: &Type) -> Option<Span> {
+    match ty {
+        Type::Reference(_) => Some(ty.span()),
+        Type::Tuple(t) => t.elems.iter().find_map(find_reference),
+        Type::Array(a) => find_reference(&a.elem),
+        Type::Paren(p) => find_reference(&p.elem),
+        Type::Path(p) => p.path.segments.iter().find_map(|s| match &s.arguments {
+            syn::PathArguments::AngleBracketed(a) => a.args.iter().find_map(|g| match g {
+                syn::GenericArgument::Type(t) => find_reference(t),
+                syn::GenericArgument::Lifetime(l) => Some(l.span()),
+                _ => None,
+            }),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+fn info_tokens(m: &Interface) -> TokenStream {
+    let name = m.name.to_string();
+    let version = m.version;
+    let procs = m.methods.iter().map(|x| x.name.to_string());
+    quote! {
+        &::tiercel::InterfaceInfo {
+            name: #name,
+            id: ::tiercel::__private::interface_id(#name),
+            version: #version,
+            procedures: &[#(#procs),*],
+        }
+    }
+}
+
+fn generate_client(m: &Interface) -> TokenStream {
+    let vis = &m.vis;
+    let client = format_ident!("{}Client", m.name);
+    let info = info_tokens(m);
+    let doc = format!("Client stub of the `{}` interface: one method per remote procedure.", m.name);
+    let methods = m.methods.iter().enumerate().map(|(index, method)| {
+        let index = index as u16;
+        let name = &method.name;
+        let attrs = method.attrs.iter().filter(|a| a.path().is_ident("doc"));
+        let params = method.args.iter().map(|a| {
+            let (n, t) = (&a.name, &a.ty);
+            quote!(#n: #t)
+        });
+        let encode = method.args.iter().map(|a| {
+            let n = &a.name;
+            match a.kind {
+                ArgKind::Value => quote!(::tiercel::Wire::encode(&#n, &mut __w);),
+                ArgKind::In => quote!(::tiercel::Wire::encode(&#n.0, &mut __w);),
+                ArgKind::Out => quote!(__w.put_len(#n.0.len());),
+                ArgKind::InOut => quote! {
+                    __w.put_len(#n.0.len());
+                    __w.put_borrowed(&*#n.0);
+                },
+            }
+        });
+        let read_back = method.args.iter().filter(|a| matches!(a.kind, ArgKind::Out | ArgKind::InOut)).map(|a| {
+            let n = &a.name;
+            quote!(__r.read_into(#n.0).map_err(::tiercel::Reply::bad_result)?;)
+        });
+        let ret_ty = method.ret.clone().unwrap_or_else(|| syn::parse_quote!(()));
+        let span = method.name.span();
+        quote_spanned! {span=>
+            #(#attrs)*
+            pub fn #name(&self, #(#params),*) -> ::core::result::Result<#ret_ty, ::tiercel::Error> {
+                let mut __call = self.binding.call(#index)?;
+                {
+                    let mut __w = __call.writer();
+                    #(#encode)*
+                    let _ = &mut __w;
+                }
+                let __reply = __call.invoke()?;
+                let mut __r = __reply.reader();
+                #(#read_back)*
+                let __ret: #ret_ty = __r.decode().map_err(::tiercel::Reply::bad_result)?;
+                __r.finish().map_err(::tiercel::Reply::bad_result)?;
+                ::core::result::Result::Ok(__ret)
+            }
+        }
+    });
+    quote! {
+        #[doc = #doc]
+        #[derive(Debug, Clone)]
+        #vis struct #client {
+            binding: ::tiercel::Binding,
+        }
+
+        impl #client {
+            /// The binding this stub calls through.
+            pub fn binding(&self) -> &::tiercel::Binding {
+                &self.binding
+            }
+
+            /// A clone whose calls fail with `Error::DeadlineExceeded` after `deadline`.
+            pub fn with_deadline(&self, deadline: ::core::time::Duration) -> Self {
+                Self { binding: self.binding.with_deadline(deadline) }
+            }
+
+            #(#methods)*
+        }
+
+        impl ::tiercel::Import for #client {
+            const INFO: &'static ::tiercel::InterfaceInfo = #info;
+            fn from_binding(binding: ::tiercel::Binding) -> Self {
+                Self { binding }
+            }
+        }
+    }
+}
+
+fn generate_server(m: &Interface) -> TokenStream {
+    let vis = &m.vis;
+    let trait_name = &m.name;
+    let client = format_ident!("{}Client", m.name);
+    let server = format_ident!("{}Server", m.name);
+    let doc = format!("Server stub of the `{}` interface: dispatches calls to an implementation.", m.name);
+    let arms = m.methods.iter().enumerate().map(|(index, method)| {
+        let index = index as u16;
+        let name = &method.name;
+        let decode = method.args.iter().map(|a| {
+            let (n, t) = (&a.name, &a.ty);
+            match a.kind {
+                ArgKind::Value => quote!(let #n: #t = __r.decode()?;),
+                ArgKind::In => quote!(let #n = ::tiercel::In(__r.decode()?);),
+                ArgKind::Out => {
+                    let len = format_ident!("__len_{}", n);
+                    quote!(let #len = ::tiercel::__private::out_len(&mut __r, __results.limit())?;)
+                }
+                ArgKind::InOut => {
+                    let bytes = format_ident!("__in_{}", n);
+                    quote!(let #bytes: &[u8] = __r.decode()?;)
+                }
+            }
+        });
+        let buffers: Vec<&Arg> =
+            method.args.iter().filter(|a| matches!(a.kind, ArgKind::Out | ArgKind::InOut)).collect();
+        let lens = buffers.iter().map(|a| match a.kind {
+            ArgKind::Out => {
+                let len = format_ident!("__len_{}", a.name);
+                quote!(#len)
+            }
+            _ => {
+                let bytes = format_ident!("__in_{}", a.name);
+                quote!(#bytes.len())
+            }
+        });
+        let regions: Vec<Ident> = buffers.iter().map(|a| format_ident!("__region_{}", a.name)).collect();
+        let fill = buffers.iter().filter(|a| matches!(a.kind, ArgKind::InOut)).map(|a| {
+            let region = format_ident!("__region_{}", a.name);
+            let bytes = format_ident!("__in_{}", a.name);
+            quote!(#region.copy_from_slice(#bytes);)
+        });
+        let call_args = method.args.iter().map(|a| {
+            let n = &a.name;
+            let region = format_ident!("__region_{}", n);
+            match a.kind {
+                ArgKind::Value | ArgKind::In => quote!(#n),
+                ArgKind::Out => quote!(::tiercel::Out(#region)),
+                ArgKind::InOut => quote!(::tiercel::InOut(#region)),
+            }
+        });
+        quote! {
+            #index => {
+                let mut __r = ::tiercel::Reader::new(__args);
+                #(#decode)*
+                __r.finish()?;
+                let [#(#regions),*] = __results.regions([#(#lens),*])?;
+                #(#fill)*
+                let __ret = self.0.#name(#(#call_args),*);
+                __results.encode(&__ret);
+                ::core::result::Result::Ok(())
+            }
+        }
+    });
+    quote! {
+        #[doc = #doc]
+        #vis struct #server<T>(T);
+
+        impl<T: #trait_name + Send + Sync + 'static> #server<T> {
+            /// Wraps an implementation for export.
+            pub fn new(implementation: T) -> Self {
+                Self(implementation)
+            }
+
+            /// The wrapped implementation.
+            pub fn implementation(&self) -> &T {
+                &self.0
+            }
+        }
+
+        impl<T: #trait_name + Send + Sync + 'static> ::tiercel::Export for #server<T> {
+            fn info(&self) -> &'static ::tiercel::InterfaceInfo {
+                <#client as ::tiercel::Import>::INFO
+            }
+
+            #[allow(unused_mut, unused_variables, clippy::let_unit_value, clippy::unit_arg)]
+            fn dispatch(
+                &self,
+                __procedure: u16,
+                __args: &[u8],
+                __results: &mut ::tiercel::Results<'_>,
+            ) -> ::core::result::Result<(), ::tiercel::DispatchError> {
+                match __procedure {
+                    #(#arms)*
+                    _ => ::core::result::Result::Err(::tiercel::DispatchError::UnknownProcedure),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! Procedural macros of tiercel: `#[tiercel::interface]` and `#[derive(tiercel::Wire)]`.
+//!
+//! Each macro parses its input into a small typed model (collecting span-tagged errors, so a misuse
+//! points at the offending tokens), then generates straight-line code from the model: no interpreter,
+//! no table of field descriptors, just one encode or decode call per argument.
+
+#![forbid(unsafe_code)]
+
+mod derive;
+mod interface;
+
+use proc_macro::TokenStream;
+
+/// Turns a trait into an RPC interface.
+///
+/// Generates, beside the trait itself:
+/// * `<Trait>Client`: one method per procedure, taking the same arguments and returning
+///   `Result<R, tiercel::Error>`;
+/// * `<Trait>Server<T>`: wraps an implementation of the trait and dispatches calls to it by
+///   procedure number (the declaration order).
+///
+/// `#[tiercel::interface(version = 2)]` sets the interface version (1 by default); a client and a
+/// server must agree on it.
+#[proc_macro_attribute]
+pub fn interface(attr: TokenStream, item: TokenStream) -> TokenStream {
+    interface::expand(attr.into(), item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// Derives `tiercel::Wire` for a struct or enum: fields in declaration order, enums as a `u32`
+/// variant index followed by the variant's fields.
+#[proc_macro_derive(Wire)]
+pub fn derive_wire(input: TokenStream) -> TokenStream {
+    derive::expand(input.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+}

@@ -1,0 +1,338 @@
+//! A calling thread's endpoint on a binding: its client slot, socket, buffers and prebuilt header.
+//!
+//! The fast path of a call is all here: [`Endpoint::run`] writes the changing header fields into the
+//! template, sends header, scratch and borrowed argument slices with one `sendmsg`, then waits on the
+//! endpoint's own socket (spinning, then blocking), so the result arrives at this thread with no
+//! dispatcher and no handoff. Nothing on this path allocates once the endpoint exists.
+
+use std::cell::RefCell;
+use std::io::{ErrorKind, IoSlice};
+use std::net::UdpSocket;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
+use tiercel_proto::fragment::{fragment_count, fragment_range};
+use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
+use tiercel_sys::udp::{self, Received};
+
+use super::BindingInner;
+use crate::spin::SpinBudget;
+use crate::wire::{Segments, MAX_SEGMENTS};
+use crate::{Binding, Error};
+
+thread_local! {
+    // Boxed so that taking an endpoint out for a call and putting it back moves a pointer, not the
+    // endpoint.
+    #[allow(clippy::vec_box)]
+    static ENDPOINTS: RefCell<Vec<Box<Endpoint>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Takes this thread's endpoint for `binding`, creating it on the thread's first call.
+pub(super) fn take(binding: &Binding) -> Result<Box<Endpoint>, Error> {
+    let uid = binding.inner.uid;
+    let cached = ENDPOINTS
+        .try_with(|c| {
+            let mut c = c.borrow_mut();
+            c.iter().position(|e| e.uid == uid).map(|i| c.swap_remove(i))
+        })
+        .ok()
+        .flatten();
+    match cached {
+        Some(ep) => Ok(ep),
+        None => Endpoint::new(&binding.inner).map(Box::new),
+    }
+}
+
+/// Returns an endpoint to this thread's cache, dropping those of bindings that no longer exist.
+pub(super) fn give_back(ep: Box<Endpoint>) {
+    let _ = ENDPOINTS.try_with(move |c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= 8 {
+            c.retain(|e| e.binding.strong_count() > 0);
+        }
+        c.push(ep);
+    });
+}
+
+pub(crate) struct Endpoint {
+    uid: u64,
+    binding: Weak<BindingInner>,
+    socket: UdpSocket,
+    slot: u32,
+    seq: u32,
+    frag_payload: usize,
+    template: [u8; HEADER_LEN],
+    scratch: Vec<u8>,
+    rx: Vec<u8>,
+    result_len: usize,
+    big_call: Vec<u8>,
+    big_result: Option<Vec<u8>>,
+    call: ClientCall,
+    spin: SpinBudget,
+}
+
+impl Endpoint {
+    fn new(inner: &Arc<BindingInner>) -> Result<Endpoint, Error> {
+        let (slot, seq) = {
+            let mut free = inner.free_slots.lock().unwrap_or_else(|p| p.into_inner());
+            match free.0.pop() {
+                Some(s) => s,
+                None if free.1 < inner.slots => {
+                    free.1 += 1;
+                    (free.1 - 1, 0)
+                }
+                None => return Err(Error::NoFreeSlot(inner.slots)),
+            }
+        };
+        let socket = match udp::connect(inner.server) {
+            Ok(s) => s,
+            Err(e) => {
+                inner.free_slots.lock().unwrap_or_else(|p| p.into_inner()).0.push((slot, seq));
+                return Err(e.into());
+            }
+        };
+        let header = Header {
+            binding: inner.id,
+            slot,
+            incarnation: inner.incarnation,
+            token: inner.token,
+            ..Header::new(Kind::Call)
+        };
+        let frag_payload = inner.max_datagram - HEADER_LEN;
+        Ok(Endpoint {
+            uid: inner.uid,
+            binding: Arc::downgrade(inner),
+            socket,
+            slot,
+            seq,
+            frag_payload,
+            template: header.to_bytes(),
+            scratch: Vec::with_capacity(frag_payload),
+            rx: vec![0; inner.max_datagram],
+            result_len: 0,
+            big_call: Vec::new(),
+            big_result: None,
+            call: ClientCall::new(inner.config.timing, frag_payload, Instant::now()),
+            spin: SpinBudget::new(inner.config.spin),
+        })
+    }
+
+    pub(super) fn begin(&mut self) {
+        self.scratch.clear();
+        self.big_result = None;
+        self.result_len = 0;
+    }
+
+    pub(super) fn scratch_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.scratch
+    }
+
+    /// The marshaled results of the last call.
+    pub(super) fn result(&self) -> &[u8] {
+        match &self.big_result {
+            Some(v) => v,
+            None => self.rx.get(HEADER_LEN..self.result_len).unwrap_or(&[]),
+        }
+    }
+
+    /// Makes the call: send, wait, and leave the results where [`Endpoint::result`] finds them.
+    pub(super) fn run(&mut self, binding: &Binding, procedure: u16, segs: &Segments<'_>) -> Result<(), Error> {
+        let inner = &*binding.inner;
+        let len = segs.message_len(&self.scratch);
+        self.seq = self.seq.wrapping_add(1);
+        let start = Instant::now();
+        self.call.start(self.seq, len, start, binding.deadline.map(|d| start + d));
+        if let Some(Outcome::Failed(Failure::TooLarge)) = self.call.outcome() {
+            return Err(Error::TooLarge(format!(
+                "call of {len} bytes exceeds the limit of {} bytes",
+                inner.config.timing.max_message
+            )));
+        }
+        let mut p = Packet::new_unchecked(&mut self.template[..]);
+        p.set_seq(self.seq);
+        p.set_procedure(procedure);
+        if len > self.frag_payload {
+            self.big_call.clear();
+            segs.flatten_into(&self.scratch, &mut self.big_call);
+        }
+        self.flush(inner, segs, len)?;
+        self.wait(inner, segs, len, start)?;
+        self.spin.observe(start.elapsed());
+        self.finish(inner, procedure)
+    }
+
+    /// Sends every packet the protocol asks for.
+    fn flush(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize) -> Result<(), Error> {
+        while let Some(t) = self.call.poll_transmit() {
+            let sent = match t {
+                Transmit::CallFragment { index, please_ack } => {
+                    let flag = if please_ack { flags::PLEASE_ACK } else { 0 };
+                    if please_ack {
+                        inner.stats.retransmissions.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if len <= self.frag_payload {
+                        let mut p = Packet::new_unchecked(&mut self.template[..]);
+                        p.set_fragment(0, 1);
+                        p.set_lengths(len as u32, len as u32);
+                        p.set_flags(flag);
+                        let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
+                        io[0] = IoSlice::new(&self.template);
+                        let n = segs.io_slices(&self.scratch, &mut io[1..]);
+                        udp::send_gather(&self.socket, &io[..n + 1])
+                    } else {
+                        let count = fragment_count(len, self.frag_payload).unwrap_or(u16::MAX);
+                        let range = fragment_range(index, len, self.frag_payload);
+                        let mut hdr = self.template;
+                        let mut p = Packet::new_unchecked(&mut hdr[..]);
+                        p.set_fragment(index, count);
+                        p.set_lengths(range.len() as u32, len as u32);
+                        p.set_flags(flag);
+                        udp::send_gather(&self.socket, &[IoSlice::new(&hdr), IoSlice::new(&self.big_call[range])])
+                    }
+                }
+                Transmit::Probe => {
+                    inner.stats.retransmissions.fetch_add(1, Ordering::Relaxed);
+                    self.send_control(Kind::Probe, 0, &[])
+                }
+                Transmit::Ack { ack, resend } => {
+                    let flag = if resend { flags::RESEND } else { 0 };
+                    if resend {
+                        inner.stats.retransmissions.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.send_control(Kind::Ack, flag, &ack.to_bytes())
+                }
+            };
+            match sent {
+                Ok(_) => {}
+                // A full socket buffer or an ICMP error from an earlier packet: the packet is as good
+                // as lost, and the protocol's timers recover.
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::ConnectionRefused) => {}
+                Err(e) if e.raw_os_error() == Some(105) => {} // ENOBUFS
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn send_control(&self, kind: Kind, flag: u8, payload: &[u8]) -> std::io::Result<usize> {
+        let mut hdr = self.template;
+        let mut p = Packet::new_unchecked(&mut hdr[..]);
+        p.set_kind(kind);
+        p.set_flags(flag);
+        p.set_fragment(0, 1);
+        p.set_lengths(payload.len() as u32, payload.len() as u32);
+        udp::send_gather(&self.socket, &[IoSlice::new(&hdr), IoSlice::new(payload)])
+    }
+
+    /// Spins, then blocks, until the call completes or fails.
+    fn wait(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize, start: Instant) -> Result<(), Error> {
+        let spin_until = start + self.spin.budget();
+        loop {
+            match udp::recv_nowait(&self.socket, &mut self.rx)? {
+                Received::Datagram(n) => {
+                    if self.on_datagram(inner, n) {
+                        self.flush(inner, segs, len)?;
+                        return Ok(());
+                    }
+                    self.flush(inner, segs, len)?;
+                    continue;
+                }
+                Received::Truncated(_) => {
+                    inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                Received::Nothing => {}
+            }
+            let now = Instant::now();
+            if self.call.poll_timeout().is_some_and(|t| now >= t) {
+                self.call.handle_timeout(now);
+                if self.call.outcome().is_some() {
+                    return Ok(());
+                }
+                self.flush(inner, segs, len)?;
+                continue;
+            }
+            if now < spin_until {
+                core::hint::spin_loop();
+                continue;
+            }
+            let timeout = self.call.poll_timeout().map(|t| t.saturating_duration_since(now));
+            udp::wait_readable(&self.socket, timeout)?;
+        }
+    }
+
+    /// Handles one received datagram; true when the call is over.
+    fn on_datagram(&mut self, inner: &BindingInner, n: usize) -> bool {
+        let Ok(p) = Packet::new_checked(&self.rx[..n]) else {
+            inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return false;
+        };
+        let ours = p.binding() == inner.id
+            && p.slot() == self.slot
+            && p.token() == inner.token
+            && (p.kind() == Kind::Reject || p.incarnation() == inner.incarnation);
+        if !ours {
+            inner.stats.stale.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        match self.call.handle_packet(&p, Instant::now()) {
+            Handled::Complete => {
+                self.result_len = n;
+                true
+            }
+            Handled::Progress => false,
+            Handled::Ignored => {
+                inner.stats.stale.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Turns the call's outcome into the result location or an error.
+    fn finish(&mut self, inner: &BindingInner, procedure: u16) -> Result<(), Error> {
+        let server = inner.server;
+        match self.call.outcome() {
+            Some(Outcome::Result { status, reassembled }) => {
+                if reassembled {
+                    self.big_result = self.call.take_message();
+                }
+                if status == Status::Ok {
+                    return Ok(());
+                }
+                let message = String::from_utf8_lossy(self.result()).into_owned();
+                self.big_result = None;
+                self.result_len = 0;
+                Err(status_error(status, procedure, message))
+            }
+            Some(Outcome::Failed(f)) => Err(match f {
+                Failure::Unreachable { acknowledged } => Error::Unreachable { server, acknowledged },
+                Failure::DeadlineExceeded => Error::DeadlineExceeded,
+                Failure::Rejected(status) => status_error(status, procedure, String::new()),
+                Failure::TooLarge => Error::TooLarge("call exceeds the message limit".into()),
+            }),
+            None => Err(Error::Io(std::io::Error::other("call ended without an outcome"))),
+        }
+    }
+}
+
+fn status_error(status: Status, procedure: u16, message: String) -> Error {
+    match status {
+        Status::UnknownProcedure => Error::UnknownProcedure(procedure),
+        Status::BadArguments => Error::BadArguments(message),
+        Status::Panicked => Error::Panicked(message),
+        Status::UnknownBinding | Status::BadSlot => Error::UnknownBinding,
+        Status::WrongIncarnation => Error::ServerRestarted,
+        Status::TooLarge => Error::TooLarge(message),
+        Status::Busy | Status::UnknownInterface | Status::VersionMismatch | Status::Ok => Error::Busy,
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if let Some(inner) = self.binding.upgrade() {
+            inner.free_slots.lock().unwrap_or_else(|p| p.into_inner()).0.push((self.slot, self.seq));
+        }
+    }
+}

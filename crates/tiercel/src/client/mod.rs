@@ -1,0 +1,235 @@
+//! The client: importing an interface (binding), and the per-thread endpoints calls go through.
+
+mod call;
+mod endpoint;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tiercel_proto::control::{parse_bind_reject, BindReply, BindRequest};
+use tiercel_proto::wire::{Header, Kind, Packet, Status, HEADER_LEN};
+use tiercel_sys::udp;
+
+pub use call::{Call, Reply};
+
+use crate::address::{ToAddress, Transport};
+use crate::config::ClientConfig;
+use crate::interface::{Import, InterfaceInfo};
+use crate::Error;
+
+/// A client of one server: imports interfaces from it.
+#[derive(Debug, Clone)]
+pub struct Client {
+    server: SocketAddr,
+    transport: Transport,
+    config: ClientConfig,
+}
+
+impl Client {
+    /// A client of the server at `addr` (a `SocketAddr`, `"host:port"` or `"udp://host:port"`). No
+    /// packet is sent until [`Client::import`].
+    pub fn connect(addr: impl ToAddress) -> Result<Client, Error> {
+        let (transport, server) = addr.to_address()?;
+        Ok(Client { server, transport, config: ClientConfig::default() })
+    }
+
+    /// Replaces the configuration used by later imports.
+    pub fn with_config(mut self, config: ClientConfig) -> Client {
+        self.config = config;
+        self
+    }
+
+    /// The server's address.
+    pub fn server(&self) -> SocketAddr {
+        self.server
+    }
+
+    /// Binds to interface `T` on the server: one round trip that checks the interface and its version
+    /// and returns the generated client stub.
+    pub fn import<T: Import>(&self) -> Result<T, Error> {
+        Binding::bind(self.server, self.transport, T::INFO, self.config.clone()).map(T::from_binding)
+    }
+}
+
+/// Counters of a binding's slow path, summed over its threads.
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    /// Packets retransmitted: call fragments, probes, result requests.
+    pub retransmissions: AtomicU64,
+    /// Packets that failed header validation, or arrived truncated.
+    pub malformed: AtomicU64,
+    /// Valid packets not for the current call (late duplicates, old results).
+    pub stale: AtomicU64,
+}
+
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) struct BindingInner {
+    uid: u64,
+    server: SocketAddr,
+    id: u32,
+    token: u128,
+    incarnation: u64,
+    max_datagram: usize,
+    slots: u32,
+    /// Returned client slots with the next sequence number each must use.
+    free_slots: Mutex<(Vec<(u32, u32)>, u32)>,
+    config: ClientConfig,
+    info: &'static InterfaceInfo,
+    stats: ClientStats,
+}
+
+/// A binding to an interface exported by a server: what a generated client stub holds.
+///
+/// Cloning is cheap and clones share the binding. Each thread that calls through a binding gets its
+/// own client slot, socket and buffers on its first call, and keeps them for later calls.
+#[derive(Clone)]
+pub struct Binding {
+    inner: Arc<BindingInner>,
+    deadline: Option<Duration>,
+}
+
+impl core::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Binding")
+            .field("interface", &self.inner.info.name)
+            .field("server", &self.inner.server)
+            .field("id", &self.inner.id)
+            .field("incarnation", &self.inner.incarnation)
+            .finish()
+    }
+}
+
+impl Binding {
+    fn bind(
+        server: SocketAddr,
+        _transport: Transport,
+        info: &'static InterfaceInfo,
+        config: ClientConfig,
+    ) -> Result<Binding, Error> {
+        let socket = udp::connect(server)?;
+        let mtu_payload = udp::path_mtu(&socket).map(|m| m as usize - if server.is_ipv4() { 28 } else { 48 });
+        let max_datagram = config.max_datagram.min(mtu_payload.unwrap_or(1472)).max(HEADER_LEN + 64);
+        let nonce = u64::from_le_bytes(random_bytes()?[..8].try_into().unwrap_or_default());
+        let request =
+            BindRequest { interface: info.id, version: info.version, max_datagram: max_datagram as u32, nonce };
+        let mut header = Header::new(Kind::Bind);
+        header.payload_len = tiercel_proto::control::BIND_REQUEST_LEN as u32;
+        header.message_len = header.payload_len;
+        let (hb, pb) = (header.to_bytes(), request.to_bytes());
+        let mut rx = vec![0u8; max_datagram];
+        let start = Instant::now();
+        let mut rto = config.timing.retransmit_initial;
+        loop {
+            if start.elapsed() >= config.timing.dead_after {
+                return Err(Error::Unreachable { server, acknowledged: false });
+            }
+            match udp::send_gather(&socket, &[std::io::IoSlice::new(&hb), std::io::IoSlice::new(&pb)]) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(111) => {} // ECONNREFUSED from an earlier ICMP error
+                Err(e) => return Err(e.into()),
+            }
+            let until = Instant::now() + rto;
+            while let Some(left) = until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+                if !udp::wait_readable(&socket, Some(left))? {
+                    break;
+                }
+                let udp::Received::Datagram(n) = udp::recv_nowait(&socket, &mut rx)? else { continue };
+                let Ok(p) = Packet::new_checked(&rx[..n]) else { continue };
+                match p.kind() {
+                    Kind::BindReply => {
+                        let Some(reply) = BindReply::parse(p.payload()) else { continue };
+                        if reply.nonce != nonce {
+                            continue;
+                        }
+                        let max_datagram = (reply.max_datagram as usize).min(max_datagram);
+                        if max_datagram <= HEADER_LEN || reply.slots == 0 {
+                            continue;
+                        }
+                        return Ok(Binding {
+                            inner: Arc::new(BindingInner {
+                                uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+                                server,
+                                id: p.binding(),
+                                token: p.token(),
+                                incarnation: p.incarnation(),
+                                max_datagram,
+                                slots: reply.slots,
+                                free_slots: Mutex::new((Vec::new(), 0)),
+                                config: config.clone(),
+                                info,
+                                stats: ClientStats::default(),
+                            }),
+                            deadline: config.deadline,
+                        });
+                    }
+                    Kind::Reject => {
+                        let Some((echo, exported)) = parse_bind_reject(p.payload()) else { continue };
+                        if echo != nonce {
+                            continue;
+                        }
+                        return Err(match p.status() {
+                            Status::UnknownInterface => Error::UnknownInterface { name: info.name },
+                            Status::VersionMismatch => {
+                                Error::VersionMismatch { name: info.name, client: info.version, server: exported }
+                            }
+                            _ => Error::Busy,
+                        });
+                    }
+                    _ => continue,
+                }
+            }
+            rto = (rto * 2).min(config.timing.retransmit_max);
+        }
+    }
+
+    /// A clone of this binding whose calls fail with [`Error::DeadlineExceeded`] after `deadline`.
+    pub fn with_deadline(&self, deadline: Duration) -> Binding {
+        Binding { inner: self.inner.clone(), deadline: Some(deadline) }
+    }
+
+    /// The server's address.
+    pub fn server(&self) -> SocketAddr {
+        self.inner.server
+    }
+
+    /// The transport chosen at bind time.
+    pub fn transport(&self) -> Transport {
+        Transport::Udp
+    }
+
+    /// The server incarnation (boot id) the binding was made with.
+    pub fn incarnation(&self) -> u64 {
+        self.inner.incarnation
+    }
+
+    /// The interface bound to.
+    pub fn interface(&self) -> &'static InterfaceInfo {
+        self.inner.info
+    }
+
+    /// Largest datagram sent on this binding; larger messages go as several packets.
+    pub fn max_datagram(&self) -> usize {
+        self.inner.max_datagram
+    }
+
+    /// Slow-path counters.
+    pub fn stats(&self) -> &ClientStats {
+        &self.inner.stats
+    }
+
+    /// Starts a call of procedure `procedure`: marshal the arguments into [`Call::writer`], then
+    /// [`Call::invoke`]. Used by generated stubs.
+    #[doc(hidden)]
+    pub fn call(&self, procedure: u16) -> Result<Call<'_>, Error> {
+        Call::new(self, procedure)
+    }
+}
+
+pub(crate) fn random_bytes() -> Result<[u8; 16], Error> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+    Ok(b)
+}

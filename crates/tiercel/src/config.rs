@@ -1,0 +1,93 @@
+//! Configuration of clients and servers, with defaults suited to a low-latency LAN or loopback.
+
+use std::time::Duration;
+
+pub use tiercel_proto::Timing;
+
+/// How a thread waits for a packet: spin on a non-blocking receive, then block in `poll`.
+///
+/// On a virtual machine a blocked thread can take ~90 µs to wake while a spinning one answers in a
+/// fraction of a microsecond, so spinning for about the expected wait wins whenever the wait is short
+/// (Thekkath & Levy §3.1.2). Spinning burns the core it runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spin {
+    /// Block at once.
+    Never,
+    /// Spin this long, then block.
+    Fixed(Duration),
+    /// Spin about twice the recent round-trip time (a moving average), at most `max`; block at once
+    /// while round trips take longer than `max`.
+    Adaptive {
+        /// Longest spin.
+        max: Duration,
+    },
+}
+
+impl Default for Spin {
+    fn default() -> Spin {
+        Spin::Adaptive { max: Duration::from_micros(200) }
+    }
+}
+
+/// Client settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// How a calling thread waits for its result.
+    pub spin: Spin,
+    /// Protocol timers and limits; `timing.dead_after` bounds how long a call to a dead server waits.
+    pub timing: Timing,
+    /// Largest datagram to send or accept; the path MTU found at bind time may lower it.
+    pub max_datagram: usize,
+    /// Deadline applied to every call, unless a binding sets its own.
+    pub deadline: Option<Duration>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig { spin: Spin::default(), timing: Timing::default(), max_datagram: MAX_UDP_PAYLOAD, deadline: None }
+    }
+}
+
+/// Largest payload of a UDP datagram over IPv4.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// Server settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Worker threads receiving and running calls. Each runs procedures inline; while one runs a long
+    /// procedure the others keep receiving, so probes and other clients are still answered.
+    pub workers: usize,
+    /// How long an idle worker spins for the next packet before blocking. Only `spinners` workers spin
+    /// at once, so that idle workers do not take every core.
+    pub spin: Duration,
+    /// Most workers spinning at the same time.
+    pub spinners: usize,
+    /// CPUs to pin worker `i` to (`cpus[i % cpus.len()]`); empty leaves placement to the kernel.
+    pub cpus: Vec<usize>,
+    /// Client slots per binding: the most threads of one client that can call at once.
+    pub slots_per_binding: u32,
+    /// Most bindings held at once.
+    pub max_bindings: usize,
+    /// Largest datagram to send or accept.
+    pub max_datagram: usize,
+    /// Protocol limits (message size, window).
+    pub timing: Timing,
+    /// Bytes one binding may hold in multi-packet calls being reassembled and results being sent.
+    pub binding_memory: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            workers: 2,
+            spin: Duration::from_millis(1),
+            spinners: 1,
+            cpus: Vec::new(),
+            slots_per_binding: 64,
+            max_bindings: 4096,
+            max_datagram: MAX_UDP_PAYLOAD,
+            timing: Timing::default(),
+            binding_memory: 64 << 20,
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! The errors a call, an import or a server start can end with.
+
+use std::io;
+use std::net::SocketAddr;
+
+use crate::wire::DecodeError;
+
+/// Whether the remote procedure ran, as far as the caller can know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Execution {
+    /// The procedure certainly did not run: retrying is safe.
+    NeverRan,
+    /// The procedure may have run once (never twice): retry only if it is idempotent.
+    MayHaveRun,
+    /// The procedure ran and failed.
+    Ran,
+}
+
+/// Why a call, an import or a server start failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Nothing was heard from the server for the configured `dead_after` time: it is dead, restarting
+    /// or unreachable. `acknowledged` says whether it had confirmed receiving the call.
+    #[error("server {server} did not answer (call acknowledged: {acknowledged}); it may be dead or unreachable")]
+    Unreachable {
+        /// The server's address.
+        server: SocketAddr,
+        /// Whether the server had acknowledged the call (it then certainly started it).
+        acknowledged: bool,
+    },
+    /// The call's deadline passed before its result arrived.
+    #[error("deadline exceeded")]
+    DeadlineExceeded,
+    /// The server restarted (a new incarnation) since the binding was made; calls from before the
+    /// restart are never run by the new incarnation. Import again to go on.
+    #[error("server restarted since the binding was made; import again")]
+    ServerRestarted,
+    /// The server does not know this binding (it expired or was never granted). Import again.
+    #[error("server does not know this binding; import again")]
+    UnknownBinding,
+    /// The server does not export this interface.
+    #[error("server does not export interface {name}")]
+    UnknownInterface {
+        /// Interface name.
+        name: &'static str,
+    },
+    /// The server exports the interface in another version.
+    #[error("interface {name}: client has version {client}, server exports version {server}")]
+    VersionMismatch {
+        /// Interface name.
+        name: &'static str,
+        /// Version the client was generated from.
+        client: u32,
+        /// Version the server exports.
+        server: u32,
+    },
+    /// The server's interface has no such procedure.
+    #[error("server has no procedure {0}")]
+    UnknownProcedure(u16),
+    /// The server could not decode the arguments.
+    #[error("server could not decode the arguments: {0}")]
+    BadArguments(String),
+    /// The procedure panicked; the server caught it and goes on serving.
+    #[error("remote procedure panicked: {0}")]
+    Panicked(String),
+    /// The call or its result exceeds the size limit (by default 16 MiB) or the server's memory budget.
+    #[error("message too large: {0}")]
+    TooLarge(String),
+    /// The result did not decode: client and server disagree about the interface.
+    #[error("could not decode the result: {0}")]
+    BadResult(DecodeError),
+    /// Every client slot of the binding is in use by another thread.
+    #[error("all {0} client slots of the binding are busy")]
+    NoFreeSlot(u32),
+    /// The server has no room for another binding.
+    #[error("server is busy: no room for another binding")]
+    Busy,
+    /// An address that does not parse or resolve.
+    #[error("bad address {0:?}: {1}")]
+    Address(String, String),
+    /// A local socket or thread error.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl Error {
+    /// Whether the procedure ran: never, maybe (at most once), or it ran and failed.
+    pub fn execution(&self) -> Execution {
+        match self {
+            Error::Unreachable { .. }
+            | Error::DeadlineExceeded
+            | Error::ServerRestarted
+            | Error::UnknownBinding
+            | Error::Io(_) => Execution::MayHaveRun,
+            Error::UnknownInterface { .. }
+            | Error::VersionMismatch { .. }
+            | Error::UnknownProcedure(_)
+            | Error::BadArguments(_)
+            | Error::TooLarge(_)
+            | Error::NoFreeSlot(_)
+            | Error::Busy
+            | Error::Address(..) => Execution::NeverRan,
+            Error::Panicked(_) | Error::BadResult(_) => Execution::Ran,
+        }
+    }
+}

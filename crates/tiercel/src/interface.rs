@@ -1,0 +1,137 @@
+//! What `#[tiercel::interface]` generates code against: interface descriptions, the server-side
+//! dispatch trait and the client-side import trait.
+
+use crate::wire::{DecodeError, Wire, Writer};
+
+/// Describes an interface: its name, stable id, version and procedures (numbered in declaration order).
+#[derive(Debug)]
+pub struct InterfaceInfo {
+    /// The trait's name.
+    pub name: &'static str,
+    /// A stable id computed from the name ([`interface_id`]).
+    pub id: u64,
+    /// The interface version (`#[tiercel::interface(version = N)]`, 1 by default).
+    pub version: u32,
+    /// Procedure names; a procedure's number is its index.
+    pub procedures: &'static [&'static str],
+}
+
+/// The stable id of an interface named `name`: 64-bit FNV-1a of the name.
+pub const fn interface_id(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        hash ^= bytes[i] as u64;
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    hash
+}
+
+/// Why a server stub could not run a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DispatchError {
+    /// No procedure has this number.
+    UnknownProcedure,
+    /// The arguments did not decode.
+    BadArguments(DecodeError),
+}
+
+impl From<DecodeError> for DispatchError {
+    fn from(e: DecodeError) -> Self {
+        DispatchError::BadArguments(e)
+    }
+}
+
+/// Where a server stub marshals results: straight into the buffer the result packet is sent from.
+#[derive(Debug)]
+pub struct Results<'r> {
+    buf: &'r mut Vec<u8>,
+    limit: usize,
+}
+
+impl<'r> Results<'r> {
+    /// Results appended to `buf`, which may grow by at most `limit` bytes of buffers.
+    pub fn new(buf: &'r mut Vec<u8>, limit: usize) -> Results<'r> {
+        Results { buf, limit }
+    }
+
+    /// Most bytes the `Out` buffers of one call may ask for.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Reserves `N` zeroed regions of the given lengths for `Out` and `InOut` buffers, which the
+    /// procedure fills in place. Refuses (before allocating) regions larger than the limit.
+    pub fn regions<const N: usize>(&mut self, lens: [usize; N]) -> Result<[&mut [u8]; N], DispatchError> {
+        let total = lens.iter().try_fold(0usize, |a, &l| a.checked_add(l)).filter(|&t| t <= self.limit);
+        let Some(total) = total else {
+            return Err(DispatchError::BadArguments(DecodeError::BadLength(lens.iter().map(|&l| l as u64).sum())));
+        };
+        let start = self.buf.len();
+        self.buf.resize(start + total, 0);
+        let mut rest = &mut self.buf[start..];
+        Ok(lens.map(|len| {
+            let (head, tail) = core::mem::take(&mut rest).split_at_mut(len);
+            rest = tail;
+            head
+        }))
+    }
+
+    /// Appends a result value.
+    pub fn encode<'de, T: Wire<'de>>(&mut self, value: &T) {
+        value.encode(&mut Writer::copying(self.buf));
+    }
+}
+
+/// The server side of an interface: generated as `<Trait>Server<T>` by `#[tiercel::interface]`.
+pub trait Export: Send + Sync + 'static {
+    /// The interface this exports.
+    fn info(&self) -> &'static InterfaceInfo;
+
+    /// Runs procedure `procedure` with marshaled `args`, marshaling its results into `results`.
+    fn dispatch(&self, procedure: u16, args: &[u8], results: &mut Results<'_>) -> Result<(), DispatchError>;
+}
+
+/// The client side of an interface: generated as `<Trait>Client` by `#[tiercel::interface]`.
+pub trait Import: Sized {
+    /// The interface this imports.
+    const INFO: &'static InterfaceInfo;
+
+    /// Wraps a binding made for this interface.
+    fn from_binding(binding: crate::Binding) -> Self;
+}
+
+/// Decoded form of an `Out`/`InOut` length sent by the client: bounded by what a result may carry.
+pub fn out_len(r: &mut crate::wire::Reader<'_>, max: usize) -> Result<usize, DecodeError> {
+    let n = u32::from_le_bytes(r.array()?) as usize;
+    if n > max {
+        return Err(DecodeError::BadLength(n as u64));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_stable_and_distinct() {
+        assert_eq!(interface_id(""), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(interface_id("Test"), interface_id("Tesu"));
+        assert_eq!(interface_id("Test"), interface_id("Test"));
+    }
+
+    #[test]
+    fn regions_split_the_result_buffer() {
+        let mut buf = vec![1u8];
+        let mut r = Results::new(&mut buf, 10);
+        assert!(r.regions([8, 3]).is_err());
+        let [a, b] = r.regions([2, 3]).unwrap();
+        a.copy_from_slice(&[7, 7]);
+        b[2] = 9;
+        r.encode(&5u16);
+        assert_eq!(buf, vec![1, 7, 7, 0, 0, 9, 5, 0]);
+    }
+}

@@ -1,0 +1,70 @@
+//! tiercel: remote procedure calls that cost little more than the packets that carry them.
+//!
+//! Write a trait, put `#[tiercel::interface]` on it, export an implementation from a [`Server`] and
+//! import it from a [`Client`]:
+//!
+//! ```
+//! #[tiercel::interface]
+//! pub trait Arith {
+//!     fn add(&self, a: i32, b: i32) -> i32;
+//! }
+//!
+//! struct Impl;
+//! impl Arith for Impl {
+//!     fn add(&self, a: i32, b: i32) -> i32 { a + b }
+//! }
+//!
+//! # fn main() -> Result<(), tiercel::Error> {
+//! let server = tiercel::Server::bind("udp://127.0.0.1:0")?.export(ArithServer::new(Impl)).start()?;
+//! let client: ArithClient = tiercel::Client::connect(server.addr())?.import()?;
+//! assert_eq!(client.add(2, 3)?, 5);
+//! # Ok(()) }
+//! ```
+//!
+//! # The path of a call
+//!
+//! ```text
+//! client thread                                      server worker thread
+//!   generated stub: marshal args into the slot's       recvfrom into the worker's buffer
+//!     scratch buffer, large slices by reference        check the header once, find binding and
+//!   Endpoint::run: write seq and procedure into the      slot by index, suppress duplicates
+//!     prebuilt header, one sendmsg (header + args)     generated stub: borrow args from the packet,
+//!   wait on the thread's own socket: spin, then poll     run the procedure, marshal results behind
+//!   unmarshal from the received packet                   the slot's prebuilt header, one sendmsg
+//! ```
+//!
+//! Anything else (retransmission, multi-packet messages, probes of long calls, a dead server) is the
+//! protocol's slow path, in `tiercel-proto`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+// Lets the crate's own interfaces (`seeds`) use the generated `::tiercel::` paths.
+extern crate self as tiercel;
+
+pub mod address;
+mod buffers;
+mod client;
+pub mod config;
+mod error;
+pub mod interface;
+pub mod seeds;
+mod server;
+mod spin;
+pub mod wire;
+
+pub use address::{ToAddress, Transport};
+pub use buffers::{In, InOut, Out};
+pub use client::{Binding, Call, Client, ClientStats, Reply};
+pub use config::{ClientConfig, ServerConfig, Spin, Timing};
+pub use error::{Error, Execution};
+pub use interface::{DispatchError, Export, Import, InterfaceInfo, Results};
+pub use server::{RunningServer, Server, ServerStats};
+pub use tiercel_macros::{interface, Wire};
+pub use wire::{DecodeError, Reader, Wire, Writer};
+
+/// Re-exports for generated code; not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::interface::{interface_id, out_len};
+}

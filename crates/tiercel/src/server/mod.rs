@@ -1,0 +1,171 @@
+//! The server: exports interfaces and runs calls on its worker threads.
+
+mod table;
+mod worker;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tiercel_sys::udp;
+
+use crate::address::ToAddress;
+use crate::config::ServerConfig;
+use crate::interface::Export;
+use crate::Error;
+
+/// A server being set up: bound to an address, collecting exports.
+pub struct Server {
+    socket: UdpSocket,
+    config: ServerConfig,
+    exports: Vec<Arc<dyn Export>>,
+}
+
+impl core::fmt::Debug for Server {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.socket.local_addr().ok()).finish()
+    }
+}
+
+impl Server {
+    /// Binds the server's socket to `addr` (`"udp://127.0.0.1:0"` picks a free port).
+    pub fn bind(addr: impl ToAddress) -> Result<Server, Error> {
+        let (_, addr) = addr.to_address()?;
+        let socket = udp::bind(addr, false)?;
+        Ok(Server { socket, config: ServerConfig::default(), exports: Vec::new() })
+    }
+
+    /// Replaces the configuration.
+    pub fn with_config(mut self, config: ServerConfig) -> Server {
+        self.config = config;
+        self
+    }
+
+    /// Exports an interface: a generated `<Trait>Server` wrapping the implementation.
+    pub fn export(mut self, export: impl Export) -> Server {
+        self.exports.push(Arc::new(export));
+        self
+    }
+
+    /// Starts the worker threads.
+    pub fn start(self) -> Result<RunningServer, Error> {
+        let addr = self.socket.local_addr()?;
+        let incarnation = u64::from_le_bytes(crate::client::random_bytes()?[..8].try_into().unwrap_or_default());
+        let workers = self.config.workers.max(1);
+        let shared = Arc::new(Shared {
+            table: table::Table::new(self.config.max_bindings),
+            socket: self.socket,
+            config: self.config,
+            exports: self.exports,
+            incarnation,
+            stop: AtomicBool::new(false),
+            spinners: AtomicUsize::new(0),
+            stats: ServerStats::default(),
+        });
+        let mut handles = Vec::with_capacity(workers);
+        for i in 0..workers {
+            let shared = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("tiercel-worker-{i}"))
+                .spawn(move || worker::Worker::new(shared, i).run())?;
+            handles.push(handle);
+        }
+        Ok(RunningServer { shared, handles, addr })
+    }
+}
+
+pub(crate) struct Shared {
+    socket: UdpSocket,
+    config: ServerConfig,
+    exports: Vec<Arc<dyn Export>>,
+    table: table::Table,
+    incarnation: u64,
+    stop: AtomicBool,
+    spinners: AtomicUsize,
+    stats: ServerStats,
+}
+
+/// Counters of a running server.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Calls run (procedure bodies entered).
+    pub calls: AtomicU64,
+    /// Duplicate call packets answered from saved state instead of running again.
+    pub duplicates: AtomicU64,
+    /// Result fragments sent again (duplicates, probes, acknowledgements asking for them).
+    pub resent: AtomicU64,
+    /// Packets dropped because they failed validation (bad header, truncated, inconsistent fragment).
+    pub malformed: AtomicU64,
+    /// Packets refused with a `Reject` (unknown binding, old incarnation, bad slot).
+    pub rejected: AtomicU64,
+    /// Procedures that panicked.
+    pub panics: AtomicU64,
+    /// Bindings granted.
+    pub bindings: AtomicU64,
+}
+
+/// A running server. Dropping it stops the workers.
+pub struct RunningServer {
+    shared: Arc<Shared>,
+    handles: Vec<JoinHandle<()>>,
+    addr: SocketAddr,
+}
+
+impl core::fmt::Debug for RunningServer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RunningServer").field("addr", &self.addr).finish()
+    }
+}
+
+impl RunningServer {
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// This incarnation's boot id: random at every start.
+    pub fn incarnation(&self) -> u64 {
+        self.shared.incarnation
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ServerStats {
+        &self.shared.stats
+    }
+
+    /// Bindings currently held.
+    pub fn bindings(&self) -> usize {
+        self.shared.table.len()
+    }
+
+    /// Bytes held by one binding in multi-packet buffers (for memory-bound tests and monitoring).
+    pub fn binding_memory(&self, binding: u32, token: u128) -> Option<usize> {
+        self.shared.table.lookup(binding, token).map(|b| b.memory())
+    }
+
+    /// Stops the workers and waits for them (at most about 100 ms after the calls they are running).
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    /// Blocks until the server stops (it stops only when dropped or stopped from another thread).
+    pub fn wait(mut self) {
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+
+    fn shutdown(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

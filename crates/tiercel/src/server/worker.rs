@@ -1,0 +1,407 @@
+//! A server worker thread: receive, validate, find the slot, run the procedure inline, send the result.
+//!
+//! The fast path of the server is `Worker::run` → `handle` → `on_call` → `execute`: one `recvfrom`
+//! into the worker's buffer, an O(1) header check, the binding and slot found by index, the procedure
+//! run with arguments borrowed from that buffer, results marshaled into the slot's result buffer behind
+//! a prebuilt header, one `sendmsg`. The slot's lock is not held while the procedure runs.
+
+use std::io::IoSlice;
+use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tiercel_proto::control::{bind_reject_payload, BindReply, BindRequest};
+use tiercel_proto::fragment::{fragment_count, fragment_range};
+use tiercel_proto::server::{CallAction, ProbeAction};
+use tiercel_proto::wire::{Header, Kind, Packet, Status, HEADER_LEN};
+use tiercel_sys::udp::{self, Received};
+
+use super::table::{ServerBinding, SlotCell};
+use super::Shared;
+use crate::interface::{DispatchError, Export, Results};
+
+/// Longest error message sent back in a result.
+const MAX_ERROR_MESSAGE: usize = 1024;
+
+pub(super) struct Worker {
+    shared: Arc<Shared>,
+    index: usize,
+    rx: Vec<u8>,
+    spinning: bool,
+}
+
+impl Worker {
+    pub(super) fn new(shared: Arc<Shared>, index: usize) -> Worker {
+        let rx = vec![0; shared.config.max_datagram];
+        Worker { shared, index, rx, spinning: false }
+    }
+
+    pub(super) fn run(mut self) {
+        let cpus = &self.shared.config.cpus;
+        if !cpus.is_empty() {
+            let _ = tiercel_sys::cpu::pin_current_thread(cpus[self.index % cpus.len()]);
+        }
+        let mut spin_until = Instant::now();
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            match udp::recv_from_nowait(&self.shared.socket, &mut self.rx) {
+                Ok(Some((Received::Datagram(n), from))) => {
+                    self.handle(n, from);
+                    if self.spinning || self.try_spin() {
+                        spin_until = Instant::now() + self.shared.config.spin;
+                    }
+                    continue;
+                }
+                Ok(Some((Received::Truncated(_), _))) => {
+                    self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                Ok(None | Some((Received::Nothing, _))) => {}
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+            if self.spinning {
+                if Instant::now() < spin_until {
+                    core::hint::spin_loop();
+                    continue;
+                }
+                self.spinning = false;
+                self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
+            }
+            let _ = udp::wait_readable(&self.shared.socket, Some(Duration::from_millis(100)));
+        }
+        if self.spinning {
+            self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn try_spin(&mut self) -> bool {
+        let max = self.shared.config.spinners;
+        let mut n = self.shared.spinners.load(Ordering::Acquire);
+        while n < max {
+            match self.shared.spinners.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.spinning = true;
+                    return true;
+                }
+                Err(m) => n = m,
+            }
+        }
+        false
+    }
+
+    fn handle(&mut self, n: usize, from: SocketAddr) {
+        let rx = std::mem::take(&mut self.rx);
+        self.handle_packet(&rx[..n], from);
+        self.rx = rx;
+    }
+
+    fn handle_packet(&self, bytes: &[u8], from: SocketAddr) {
+        let stats = &self.shared.stats;
+        let Ok(p) = Packet::new_checked(bytes) else {
+            stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let kind = p.kind();
+        if kind == Kind::Bind {
+            return self.on_bind(&p, from);
+        }
+        if !matches!(kind, Kind::Call | Kind::Ack | Kind::Probe) {
+            stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Some(binding) = self.shared.table.lookup(p.binding(), p.token()) else {
+            return self.reject(&p, from, Status::UnknownBinding);
+        };
+        if p.incarnation() != self.shared.incarnation {
+            return self.reject(&p, from, Status::WrongIncarnation);
+        }
+        let Some(mut cell) = binding.slot(p.slot()) else {
+            return self.reject(&p, from, Status::BadSlot);
+        };
+        cell.peer = Some(from);
+        let now = Instant::now();
+        match kind {
+            Kind::Call => self.on_call(&binding, cell, &p, now),
+            Kind::Ack => {
+                let SlotCell { proto, result, status, peer, .. } = &mut *cell;
+                let done = proto.on_result_ack(&p, now, |i| {
+                    stats.resent.fetch_add(1, Ordering::Relaxed);
+                    self.send_result_fragment(&binding, &p, *status, result, *peer, i);
+                });
+                if done {
+                    binding.release(std::mem::take(&mut cell.charged));
+                    cell.result.truncate(HEADER_LEN);
+                    cell.result.shrink_to(binding.max_datagram);
+                }
+            }
+            _ => match cell.proto.on_probe(p.seq(), now) {
+                ProbeAction::Alive => self.send_control(&binding, &p, from, Kind::ProbeReply, &[]),
+                ProbeAction::Ack(a) => self.send_control(&binding, &p, from, Kind::Ack, &a.to_bytes()),
+                ProbeAction::ResendResult => self.resend(&binding, &mut cell, &p),
+                ProbeAction::Drop => {}
+            },
+        }
+    }
+
+    fn on_call(
+        &self,
+        binding: &Arc<ServerBinding>,
+        mut cell: MutexGuard<'_, SlotCell>,
+        p: &Packet<&[u8]>,
+        now: Instant,
+    ) {
+        let frag_payload = binding.max_datagram - HEADER_LEN;
+        let timing = &self.shared.config.timing;
+        let action = cell.proto.on_call(p, now, frag_payload, timing, |n| binding.reserve(n));
+        binding.release(cell.proto.take_released());
+        match action {
+            CallAction::Execute => self.execute(binding, cell, p, p.payload(), Status::Ok),
+            CallAction::ExecuteMessage(message) => {
+                let len = message.len();
+                self.execute(binding, cell, p, &message, Status::Ok);
+                binding.release(len);
+            }
+            CallAction::Ack(a) => {
+                if let Some(peer) = cell.peer {
+                    self.send_control(binding, p, peer, Kind::Ack, &a.to_bytes());
+                }
+            }
+            CallAction::ResendResult => {
+                self.shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+                self.resend(binding, &mut cell, p);
+            }
+            CallAction::Refuse(status) => self.execute(binding, cell, p, &[], status),
+            CallAction::Drop(_) => {
+                self.shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Runs a call (or, with a refusal `status`, records the refusal as its result) and sends the result.
+    fn execute(
+        &self,
+        binding: &ServerBinding,
+        mut cell: MutexGuard<'_, SlotCell>,
+        p: &Packet<&[u8]>,
+        args: &[u8],
+        refusal: Status,
+    ) {
+        binding.release(std::mem::take(&mut cell.charged));
+        let mut out = std::mem::take(&mut cell.result);
+        let slot = p.slot();
+        drop(cell);
+        out.clear();
+        out.resize(HEADER_LEN, 0);
+        let mut status = if refusal == Status::Ok {
+            self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+            self.run_procedure(&*binding.export, p.procedure(), args, &mut out)
+        } else {
+            error_message(&mut out, "call exceeds the server's message limit or memory budget");
+            refusal
+        };
+        let frag_payload = binding.max_datagram - HEADER_LEN;
+        let mut len = out.len() - HEADER_LEN;
+        let mut charged = 0;
+        if len > frag_payload {
+            if len <= self.shared.config.timing.max_message && binding.reserve(len) {
+                charged = len;
+            } else {
+                out.truncate(HEADER_LEN);
+                error_message(&mut out, &format!("result of {len} bytes exceeds the server's limit or memory budget"));
+                status = Status::TooLarge;
+                len = out.len() - HEADER_LEN;
+            }
+        }
+        let Some(mut cell) = binding.slot(slot) else { return };
+        cell.result = out;
+        cell.status = status;
+        cell.charged = charged;
+        let count = fragment_count(len, frag_payload).unwrap_or(u16::MAX);
+        let header = result_header(binding, p, status, 0, count, len.min(frag_payload), len);
+        if let Some(h) = cell.result.first_chunk_mut::<HEADER_LEN>() {
+            header.emit(h);
+        }
+        let SlotCell { proto, result, peer, .. } = &mut *cell;
+        proto.complete(p.seq(), len, frag_payload, &self.shared.config.timing, |i| {
+            self.send_result_fragment(binding, p, status, result, *peer, i);
+        });
+    }
+
+    fn run_procedure(&self, export: &dyn Export, procedure: u16, args: &[u8], out: &mut Vec<u8>) -> Status {
+        let limit = self.shared.config.timing.max_message;
+        let outcome =
+            catch_unwind(AssertUnwindSafe(|| export.dispatch(procedure, args, &mut Results::new(out, limit))));
+        match outcome {
+            Ok(Ok(())) => Status::Ok,
+            Ok(Err(DispatchError::UnknownProcedure)) => {
+                out.truncate(HEADER_LEN);
+                Status::UnknownProcedure
+            }
+            Ok(Err(DispatchError::BadArguments(e))) => {
+                out.truncate(HEADER_LEN);
+                error_message(out, &e.to_string());
+                Status::BadArguments
+            }
+            Err(panic) => {
+                self.shared.stats.panics.fetch_add(1, Ordering::Relaxed);
+                out.truncate(HEADER_LEN);
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic with a non-string payload".into());
+                error_message(out, &msg);
+                Status::Panicked
+            }
+        }
+    }
+
+    fn resend(&self, binding: &ServerBinding, cell: &mut SlotCell, p: &Packet<&[u8]>) {
+        let SlotCell { proto, result, status, peer, .. } = cell;
+        proto.resend_result(|i| {
+            self.shared.stats.resent.fetch_add(1, Ordering::Relaxed);
+            self.send_result_fragment(binding, p, *status, result, *peer, i);
+        });
+    }
+
+    fn send_result_fragment(
+        &self,
+        binding: &ServerBinding,
+        p: &Packet<&[u8]>,
+        status: Status,
+        result: &[u8],
+        peer: Option<SocketAddr>,
+        index: u16,
+    ) {
+        let Some(peer) = peer else { return };
+        let len = result.len().saturating_sub(HEADER_LEN);
+        let frag_payload = binding.max_datagram - HEADER_LEN;
+        let count = fragment_count(len, frag_payload).unwrap_or(u16::MAX);
+        let sent = if count == 1 {
+            udp::send_gather_to(&self.shared.socket, &peer, &[IoSlice::new(result)])
+        } else {
+            let range = fragment_range(index, len, frag_payload);
+            let hdr = result_header(binding, p, status, index, count, range.len(), len).to_bytes();
+            let body = &result[HEADER_LEN + range.start..HEADER_LEN + range.end];
+            udp::send_gather_to(&self.shared.socket, &peer, &[IoSlice::new(&hdr), IoSlice::new(body)])
+        };
+        // A failed send is a lost packet: the client's timers ask again.
+        let _ = sent;
+    }
+
+    fn send_control(&self, binding: &ServerBinding, p: &Packet<&[u8]>, to: SocketAddr, kind: Kind, payload: &[u8]) {
+        let mut h = result_header(binding, p, Status::Ok, 0, 1, payload.len(), payload.len());
+        h.kind = kind;
+        let _ = udp::send_gather_to(&self.shared.socket, &to, &[IoSlice::new(&h.to_bytes()), IoSlice::new(payload)]);
+    }
+
+    fn reject(&self, p: &Packet<&[u8]>, to: SocketAddr, status: Status) {
+        self.shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        let h = Header {
+            status,
+            binding: p.binding(),
+            slot: p.slot(),
+            seq: p.seq(),
+            procedure: p.procedure(),
+            incarnation: self.shared.incarnation,
+            token: p.token(),
+            ..Header::new(Kind::Reject)
+        };
+        let _ = udp::send_gather_to(&self.shared.socket, &to, &[IoSlice::new(&h.to_bytes())]);
+    }
+
+    fn on_bind(&self, p: &Packet<&[u8]>, from: SocketAddr) {
+        let Some(req) = BindRequest::parse(p.payload()) else {
+            self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let refuse = |status: Status, version: u32| {
+            self.shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            let payload = bind_reject_payload(req.nonce, version);
+            let h = Header {
+                status,
+                payload_len: payload.len() as u32,
+                message_len: payload.len() as u32,
+                incarnation: self.shared.incarnation,
+                ..Header::new(Kind::Reject)
+            };
+            let _ =
+                udp::send_gather_to(&self.shared.socket, &from, &[IoSlice::new(&h.to_bytes()), IoSlice::new(&payload)]);
+        };
+        let Some(export) = self.shared.exports.iter().find(|e| e.info().id == req.interface) else {
+            return refuse(Status::UnknownInterface, 0);
+        };
+        let info = export.info();
+        if info.version != req.version {
+            return refuse(Status::VersionMismatch, info.version);
+        }
+        let config = &self.shared.config;
+        let max_datagram = (req.max_datagram as usize).min(config.max_datagram).max(HEADER_LEN + 64);
+        let Ok(token) = crate::client::random_bytes().map(u128::from_le_bytes) else {
+            return refuse(Status::Busy, info.version);
+        };
+        let granted = self.shared.table.grant(
+            from,
+            req.nonce,
+            export.clone(),
+            token,
+            config.slots_per_binding,
+            max_datagram,
+            config.binding_memory,
+        );
+        let Some(binding) = granted else { return refuse(Status::Busy, info.version) };
+        self.shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
+        let reply = BindReply {
+            slots: config.slots_per_binding,
+            max_datagram: binding.max_datagram as u32,
+            version: info.version,
+            nonce: req.nonce,
+        };
+        let payload = reply.to_bytes();
+        let h = Header {
+            binding: binding.id,
+            token: binding.token,
+            incarnation: self.shared.incarnation,
+            payload_len: payload.len() as u32,
+            message_len: payload.len() as u32,
+            ..Header::new(Kind::BindReply)
+        };
+        let _ = udp::send_gather_to(&self.shared.socket, &from, &[IoSlice::new(&h.to_bytes()), IoSlice::new(&payload)]);
+    }
+}
+
+fn result_header(
+    binding: &ServerBinding,
+    p: &Packet<&[u8]>,
+    status: Status,
+    index: u16,
+    count: u16,
+    payload_len: usize,
+    message_len: usize,
+) -> Header {
+    Header {
+        kind: Kind::Result,
+        flags: 0,
+        status,
+        procedure: p.procedure(),
+        binding: binding.id,
+        slot: p.slot(),
+        seq: p.seq(),
+        frag_index: index,
+        frag_count: count,
+        payload_len: payload_len as u32,
+        message_len: message_len as u32,
+        // Only packets of the running incarnation reach a binding, so the packet's incarnation is ours.
+        incarnation: p.incarnation(),
+        token: binding.token,
+    }
+}
+
+fn error_message(out: &mut Vec<u8>, message: &str) {
+    let mut end = message.len().min(MAX_ERROR_MESSAGE);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&message.as_bytes()[..end]);
+}

@@ -1,0 +1,63 @@
+//! The adaptive spin budget of a waiting caller.
+
+use std::time::Duration;
+
+use crate::config::Spin;
+
+/// Tracks recent round trips and says how long to spin before blocking.
+#[derive(Debug, Clone)]
+pub(crate) struct SpinBudget {
+    policy: Spin,
+    average_ns: u64,
+}
+
+impl SpinBudget {
+    pub(crate) fn new(policy: Spin) -> SpinBudget {
+        SpinBudget { policy, average_ns: 0 }
+    }
+
+    /// How long to spin for the next result.
+    pub(crate) fn budget(&self) -> Duration {
+        match self.policy {
+            Spin::Never => Duration::ZERO,
+            Spin::Fixed(d) => d,
+            Spin::Adaptive { max } => {
+                let max_ns = max.as_nanos() as u64;
+                if self.average_ns == 0 {
+                    max
+                } else if self.average_ns > max_ns {
+                    Duration::ZERO
+                } else {
+                    Duration::from_nanos((2 * self.average_ns + 5_000).min(max_ns))
+                }
+            }
+        }
+    }
+
+    /// Records a completed round trip (exponential moving average, weight 1/8).
+    pub(crate) fn observe(&mut self, rtt: Duration) {
+        let ns = rtt.as_nanos().min(u64::MAX as u128) as u64;
+        self.average_ns = if self.average_ns == 0 { ns } else { self.average_ns - self.average_ns / 8 + ns / 8 };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adaptive_budget_follows_round_trips() {
+        let mut s = SpinBudget::new(Spin::Adaptive { max: Duration::from_micros(200) });
+        assert_eq!(s.budget(), Duration::from_micros(200), "spins the maximum before any observation");
+        for _ in 0..100 {
+            s.observe(Duration::from_micros(10));
+        }
+        assert_eq!(s.budget(), Duration::from_micros(25));
+        for _ in 0..100 {
+            s.observe(Duration::from_millis(5));
+        }
+        assert_eq!(s.budget(), Duration::ZERO, "long calls block at once");
+        assert_eq!(SpinBudget::new(Spin::Never).budget(), Duration::ZERO);
+        assert_eq!(SpinBudget::new(Spin::Fixed(Duration::from_micros(7))).budget(), Duration::from_micros(7));
+    }
+}

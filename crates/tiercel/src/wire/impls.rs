@@ -1,0 +1,309 @@
+//! [`Wire`] for the standard types.
+
+use super::{DecodeError, Reader, Wire, Writer};
+
+macro_rules! number {
+    ($($t:ty),*) => {$(
+        impl<'de> Wire<'de> for $t {
+            #[inline]
+            fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+                w.put(&self.to_le_bytes());
+            }
+            #[inline]
+            fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+                Ok(<$t>::from_le_bytes(r.array()?))
+            }
+        }
+    )*};
+}
+number!(i8, i16, i32, i64, i128, u16, u32, u64, u128, f32, f64);
+
+impl<'de> Wire<'de> for u8 {
+    #[inline]
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put(&[*self]);
+    }
+    #[inline]
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        Ok(r.array::<1>()?[0])
+    }
+    fn encode_slice<'a>(items: &'a [u8], w: &mut Writer<'_, 'a>) {
+        w.put_borrowed(items);
+    }
+    fn decode_vec(r: &mut Reader<'de>, n: usize) -> Result<Vec<u8>, DecodeError> {
+        Ok(r.take(n)?.to_vec())
+    }
+}
+
+impl<'de> Wire<'de> for usize {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put(&(*self as u64).to_le_bytes());
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        usize::try_from(u64::from_le_bytes(r.array()?)).map_err(|_| DecodeError::Invalid("usize"))
+    }
+}
+
+impl<'de> Wire<'de> for isize {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put(&(*self as i64).to_le_bytes());
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        isize::try_from(i64::from_le_bytes(r.array()?)).map_err(|_| DecodeError::Invalid("isize"))
+    }
+}
+
+impl<'de> Wire<'de> for bool {
+    #[inline]
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put(&[*self as u8]);
+    }
+    #[inline]
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        match r.array::<1>()?[0] {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(DecodeError::Invalid("bool")),
+        }
+    }
+}
+
+impl<'de> Wire<'de> for char {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put(&u32::from(*self).to_le_bytes());
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        char::from_u32(u32::from_le_bytes(r.array()?)).ok_or(DecodeError::Invalid("char"))
+    }
+}
+
+impl<'de> Wire<'de> for () {
+    #[inline]
+    fn encode<'a>(&'a self, _: &mut Writer<'_, 'a>) {}
+    #[inline]
+    fn decode(_: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        Ok(())
+    }
+}
+
+impl<'de: 'b, 'b> Wire<'de> for &'b [u8] {
+    #[inline]
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put_len(self.len());
+        w.put_borrowed(self);
+    }
+    #[inline]
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        let n = r.len_prefix(1)?;
+        r.take(n)
+    }
+}
+
+impl<'de: 'b, 'b> Wire<'de> for &'b str {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put_len(self.len());
+        w.put_borrowed(self.as_bytes());
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        let n = r.len_prefix(1)?;
+        core::str::from_utf8(r.take(n)?).map_err(|_| DecodeError::Utf8)
+    }
+}
+
+impl<'de> Wire<'de> for String {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put_len(self.len());
+        w.put_borrowed(self.as_bytes());
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        <&str>::decode(r).map(str::to_owned)
+    }
+}
+
+impl<'de, T: Wire<'de>> Wire<'de> for Vec<T> {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put_len(self.len());
+        T::encode_slice(self, w);
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        let n = r.len_prefix(1)?;
+        T::decode_vec(r, n)
+    }
+}
+
+impl<'de, T: Wire<'de>> Wire<'de> for Box<T> {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        (**self).encode(w);
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        T::decode(r).map(Box::new)
+    }
+}
+
+impl<'de, T: Wire<'de>> Wire<'de> for Option<T> {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        match self {
+            None => w.put(&[0]),
+            Some(v) => {
+                w.put(&[1]);
+                v.encode(w);
+            }
+        }
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        match r.array::<1>()?[0] {
+            0 => Ok(None),
+            1 => T::decode(r).map(Some),
+            _ => Err(DecodeError::Invalid("Option")),
+        }
+    }
+}
+
+impl<'de, T: Wire<'de>, E: Wire<'de>> Wire<'de> for Result<T, E> {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        match self {
+            Ok(v) => {
+                w.put(&[0]);
+                v.encode(w);
+            }
+            Err(e) => {
+                w.put(&[1]);
+                e.encode(w);
+            }
+        }
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        match r.array::<1>()?[0] {
+            0 => T::decode(r).map(Ok),
+            1 => E::decode(r).map(Err),
+            _ => Err(DecodeError::Invalid("Result")),
+        }
+    }
+}
+
+impl<'de, T: Wire<'de>, const N: usize> Wire<'de> for [T; N] {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        T::encode_slice(self, w);
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        let mut failed = None;
+        let items: [Option<T>; N] = core::array::from_fn(|_| {
+            if failed.is_some() {
+                return None;
+            }
+            T::decode(r).map_err(|e| failed = Some(e)).ok()
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        // No element failed, so every option is `Some`.
+        Ok(items.map(|v| v.unwrap_or_else(|| unreachable!("every element decoded"))))
+    }
+}
+
+macro_rules! tuple {
+    ($($name:ident),+) => {
+        impl<'de, $($name: Wire<'de>),+> Wire<'de> for ($($name,)+) {
+            #[allow(non_snake_case)]
+            fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+                let ($($name,)+) = self;
+                $($name.encode(w);)+
+            }
+            fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+                Ok(($($name::decode(r)?,)+))
+            }
+        }
+    };
+}
+tuple!(A);
+tuple!(A, B);
+tuple!(A, B, C);
+tuple!(A, B, C, D);
+tuple!(A, B, C, D, E);
+tuple!(A, B, C, D, E, F);
+tuple!(A, B, C, D, E, F, G);
+tuple!(A, B, C, D, E, F, G, H);
+
+#[cfg(test)]
+mod tests {
+    use super::super::{from_slice, to_vec, DecodeError, Reader, Segments, Writer};
+    use proptest::prelude::*;
+    use std::io::IoSlice;
+
+    #[test]
+    fn layout_is_fixed_little_endian() {
+        assert_eq!(to_vec(&0x0102_0304i32), vec![4, 3, 2, 1]);
+        assert_eq!(to_vec(&(true, 7u8)), vec![1, 7]);
+        assert_eq!(to_vec(&"hi"), vec![2, 0, 0, 0, b'h', b'i']);
+        assert_eq!(to_vec(&Some(1u16)), vec![1, 1, 0]);
+        assert_eq!(to_vec(&[1u8, 2, 3]), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn borrowed_slices_point_into_the_message() {
+        let msg = to_vec(&(&b"abc"[..], "xyz"));
+        let (a, s): (&[u8], &str) = from_slice(&msg).unwrap();
+        assert_eq!((a, s), (&b"abc"[..], "xyz"));
+        assert!(msg.as_ptr_range().contains(&a.as_ptr()));
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic_or_allocation() {
+        assert_eq!(from_slice::<bool>(&[2]), Err(DecodeError::Invalid("bool")));
+        assert_eq!(from_slice::<Vec<u64>>(&[0xff, 0xff, 0xff, 0xff]), Err(DecodeError::BadLength(u32::MAX as u64)));
+        assert_eq!(from_slice::<&str>(&[1, 0, 0, 0, 0xff]), Err(DecodeError::Utf8));
+        assert_eq!(from_slice::<u32>(&[1, 2]), Err(DecodeError::Truncated { needed: 4, available: 2 }));
+        assert_eq!(from_slice::<u8>(&[1, 2]), Err(DecodeError::TrailingBytes(1)));
+        assert!(from_slice::<[u16; 3]>(&[1, 0, 2]).is_err());
+        assert_eq!(from_slice::<char>(&0xd800u32.to_le_bytes()), Err(DecodeError::Invalid("char")));
+    }
+
+    #[test]
+    fn large_slices_are_gathered_by_reference() {
+        let big = vec![9u8; 1000];
+        let small = 5u32;
+        let mut scratch = Vec::new();
+        let big_ref = &big[..];
+        let mut segs = Segments::new(0);
+        {
+            let mut w = Writer::gathering(&mut scratch, &mut segs);
+            w.encode(&small);
+            w.encode(&big_ref);
+            w.encode(&small);
+        }
+        let mut io = [IoSlice::new(&[]); 9];
+        let n = segs.io_slices(&scratch, &mut io);
+        assert_eq!(n, 3);
+        assert_eq!(io[1].as_ptr(), big.as_ptr(), "the big slice is sent from the caller's memory");
+        let mut flat = Vec::new();
+        segs.flatten_into(&scratch, &mut flat);
+        assert_eq!(segs.message_len(&scratch), flat.len());
+        let (a, b, c): (u32, &[u8], u32) = from_slice(&flat).unwrap();
+        assert_eq!((a, b, c), (5, &big[..], 5));
+        let _ = Reader::new(&flat);
+    }
+
+    type Mixed = (i64, Option<String>, Vec<u16>, (bool, char, f64), [u8; 7], Result<u32, String>);
+
+    proptest! {
+        #[test]
+        fn round_trips(a: i64, b: Option<String>, c: Vec<u16>, d: (bool, char, f64), e: [u8; 7], f: Result<u32, String>) {
+            let v = (a, b, c, d, e, f);
+            let bytes = to_vec(&v);
+            let back: Mixed = from_slice(&bytes).unwrap();
+            prop_assert_eq!(back.0, v.0);
+            prop_assert_eq!(&back.1, &v.1);
+            prop_assert_eq!(&back.2, &v.2);
+            prop_assert_eq!(back.3 .0, v.3 .0);
+            prop_assert_eq!(back.3 .1, v.3 .1);
+            prop_assert_eq!(back.3 .2.to_bits(), v.3 .2.to_bits());
+            prop_assert_eq!(back.4, v.4);
+            prop_assert_eq!(&back.5, &v.5);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes: Vec<u8>) {
+            let _ = from_slice::<(u8, Vec<String>, Option<&[u8]>, [char; 2], Result<i32, &str>)>(&bytes);
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! Marshaling: the [`Wire`] trait, and the [`Writer`] and [`Reader`] that generated stubs use.
+//!
+//! The encoding is fixed-layout little-endian with no padding and no tags beyond what a type needs:
+//! integers and floats in their native little-endian bytes, `bool` as one byte, variable-length values
+//! as a `u32` length then their elements, `Option` and enums as a tag then the value. On the common
+//! (little-endian) machine the bytes go through verbatim. Byte slices and strings are borrowed on both
+//! sides: the client sends them straight from the caller's memory (a gather segment, no staging copy)
+//! and the server decodes them as slices of the received packet.
+
+mod impls;
+
+use std::io::IoSlice;
+
+/// A value that can travel as an argument or a result.
+///
+/// `'de` is the lifetime of the received message: `&'de [u8]` and `&'de str` borrow from it.
+/// Implemented for integers, floats, `bool`, `char`, `()`, fixed arrays, tuples, `&[u8]`, `&str`,
+/// `Vec<T>`, `String`, `Option<T>`, `Result<T, E>`, and any struct or enum with `#[derive(Wire)]`.
+pub trait Wire<'de>: Sized {
+    /// Appends the encoding of `self`. Large byte slices may be recorded by reference, so the writer
+    /// borrows `self` for `'a`.
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>);
+
+    /// Decodes a value, borrowing from the message where the type borrows.
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError>;
+
+    /// Encodes a slice of values; `u8` overrides this to send the bytes as they are.
+    #[doc(hidden)]
+    fn encode_slice<'a>(items: &'a [Self], w: &mut Writer<'_, 'a>) {
+        for item in items {
+            item.encode(w);
+        }
+    }
+
+    /// Decodes `n` values into a vector; `u8` overrides this with one copy.
+    #[doc(hidden)]
+    fn decode_vec(r: &mut Reader<'de>, n: usize) -> Result<Vec<Self>, DecodeError> {
+        let mut v = Vec::with_capacity(n.min(r.remaining()));
+        for _ in 0..n {
+            v.push(Self::decode(r)?);
+        }
+        Ok(v)
+    }
+}
+
+/// Why a message did not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The message ended before the value did.
+    #[error("message truncated: needed {needed} more bytes, {available} left")]
+    Truncated {
+        /// Bytes the next field needs.
+        needed: usize,
+        /// Bytes left in the message.
+        available: usize,
+    },
+    /// Bytes were left over after the last value.
+    #[error("{0} unexpected bytes after the last value")]
+    TrailingBytes(usize),
+    /// A length prefix claims more elements than the message could hold.
+    #[error("length {0} exceeds what the message holds")]
+    BadLength(u64),
+    /// A `bool`, `char`, `Option`, `Result` or enum tag with no meaning.
+    #[error("invalid value for {0}")]
+    Invalid(&'static str),
+    /// A string that is not UTF-8.
+    #[error("string is not UTF-8")]
+    Utf8,
+    /// An `Out` or `InOut` buffer of another length than the caller's.
+    #[error("buffer of {got} bytes where {expected} were expected")]
+    BufferLength {
+        /// The caller's buffer length.
+        expected: usize,
+        /// What arrived.
+        got: usize,
+    },
+}
+
+/// Segments shorter than this are copied into the scratch buffer rather than sent by reference: an
+/// extra iovec costs more than copying a few bytes.
+pub const GATHER_MIN: usize = 256;
+/// Most segments one message is gathered from; beyond this, slices are copied.
+pub const MAX_SEGMENTS: usize = 8;
+
+#[derive(Debug, Clone, Copy)]
+enum Segment<'a> {
+    Scratch { start: usize, end: usize },
+    Borrowed(&'a [u8]),
+}
+
+/// The segments of a message being marshaled: ranges of the scratch buffer and borrowed slices.
+#[derive(Debug, Clone, Copy)]
+pub struct Segments<'a> {
+    segs: [Segment<'a>; MAX_SEGMENTS],
+    len: usize,
+    open_from: usize,
+}
+
+impl<'a> Default for Segments<'a> {
+    fn default() -> Self {
+        Segments { segs: [Segment::Scratch { start: 0, end: 0 }; MAX_SEGMENTS], len: 0, open_from: 0 }
+    }
+}
+
+impl<'a> Segments<'a> {
+    /// Starts a message whose scratch bytes begin at `scratch_start`.
+    pub fn new(scratch_start: usize) -> Segments<'a> {
+        Segments { open_from: scratch_start, ..Segments::default() }
+    }
+
+    fn close(&mut self, scratch_len: usize) {
+        if scratch_len > self.open_from && self.len < MAX_SEGMENTS {
+            self.segs[self.len] = Segment::Scratch { start: self.open_from, end: scratch_len };
+            self.len += 1;
+        }
+        self.open_from = scratch_len;
+    }
+
+    /// Total bytes in the message.
+    pub fn message_len(&self, scratch: &[u8]) -> usize {
+        let closed: usize = self.segs[..self.len]
+            .iter()
+            .map(|s| match *s {
+                Segment::Scratch { start, end } => end - start,
+                Segment::Borrowed(b) => b.len(),
+            })
+            .sum();
+        closed + scratch.len().saturating_sub(self.open_from)
+    }
+
+    /// Fills `out` with the message's slices, in order, and returns how many it used.
+    pub fn io_slices<'s>(&self, scratch: &'s [u8], out: &mut [IoSlice<'s>]) -> usize
+    where
+        'a: 's,
+    {
+        let mut n = 0;
+        for s in &self.segs[..self.len] {
+            out[n] = IoSlice::new(match *s {
+                Segment::Scratch { start, end } => &scratch[start..end],
+                Segment::Borrowed(b) => b,
+            });
+            n += 1;
+        }
+        if scratch.len() > self.open_from {
+            out[n] = IoSlice::new(&scratch[self.open_from..]);
+            n += 1;
+        }
+        n
+    }
+
+    /// Copies the whole message into `out` (the multi-packet slow path).
+    pub fn flatten_into(&self, scratch: &[u8], out: &mut Vec<u8>) {
+        let mut tmp = [IoSlice::new(&[]); MAX_SEGMENTS + 1];
+        let n = self.io_slices(scratch, &mut tmp);
+        for s in &tmp[..n] {
+            out.extend_from_slice(s);
+        }
+    }
+}
+
+/// Marshals values into a message: small values into a scratch buffer, large byte slices by reference.
+#[derive(Debug)]
+pub struct Writer<'s, 'a> {
+    scratch: &'s mut Vec<u8>,
+    segments: Option<&'s mut Segments<'a>>,
+}
+
+impl<'s, 'a> Writer<'s, 'a> {
+    /// A writer that appends every byte to `buf` (used for results, which are saved anyway).
+    pub fn copying(buf: &'s mut Vec<u8>) -> Writer<'s, 'a> {
+        Writer { scratch: buf, segments: None }
+    }
+
+    /// A writer that appends small values to `scratch` and records large slices in `segments`.
+    pub fn gathering(scratch: &'s mut Vec<u8>, segments: &'s mut Segments<'a>) -> Writer<'s, 'a> {
+        Writer { scratch, segments: Some(segments) }
+    }
+
+    /// Appends bytes.
+    #[inline]
+    pub fn put(&mut self, bytes: &[u8]) {
+        self.scratch.extend_from_slice(bytes);
+    }
+
+    /// Appends bytes that live at least as long as the message; large ones are sent by reference.
+    #[inline]
+    pub fn put_borrowed(&mut self, bytes: &'a [u8]) {
+        match &mut self.segments {
+            Some(segs) if bytes.len() >= GATHER_MIN && segs.len + 2 <= MAX_SEGMENTS => {
+                segs.close(self.scratch.len());
+                segs.segs[segs.len] = Segment::Borrowed(bytes);
+                segs.len += 1;
+            }
+            _ => self.scratch.extend_from_slice(bytes),
+        }
+    }
+
+    /// Appends a length prefix.
+    #[inline]
+    pub fn put_len(&mut self, len: usize) {
+        // Lengths beyond u32 cannot be sent: the message limit is far below 4 GiB, and a message that
+        // large is refused before it is sent.
+        self.put(&(len.min(u32::MAX as usize) as u32).to_le_bytes());
+    }
+
+    /// Appends a value.
+    #[inline]
+    pub fn encode<'de, T: Wire<'de>>(&mut self, value: &'a T) {
+        value.encode(self);
+    }
+
+    /// Appends `len` zero bytes and returns them to be filled in place (an `Out` buffer).
+    pub fn reserve(&mut self, len: usize) -> &mut [u8] {
+        let start = self.scratch.len();
+        self.scratch.resize(start + len, 0);
+        &mut self.scratch[start..]
+    }
+}
+
+/// Unmarshals values from a received message, borrowing from it.
+#[derive(Debug, Clone)]
+pub struct Reader<'de> {
+    buf: &'de [u8],
+}
+
+impl<'de> Reader<'de> {
+    /// Reads from `buf`.
+    pub fn new(buf: &'de [u8]) -> Reader<'de> {
+        Reader { buf }
+    }
+
+    /// Bytes not yet read.
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Takes the next `n` bytes.
+    #[inline]
+    pub fn take(&mut self, n: usize) -> Result<&'de [u8], DecodeError> {
+        if n > self.buf.len() {
+            return Err(DecodeError::Truncated { needed: n, available: self.buf.len() });
+        }
+        let (head, tail) = self.buf.split_at(n);
+        self.buf = tail;
+        Ok(head)
+    }
+
+    /// Takes the next `N` bytes as an array.
+    #[inline]
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    /// Reads a length prefix and checks that `len * min_elem` bytes could follow.
+    #[inline]
+    pub fn len_prefix(&mut self, min_elem: usize) -> Result<usize, DecodeError> {
+        let len = u32::from_le_bytes(self.array()?) as usize;
+        if len.saturating_mul(min_elem.max(1)) > self.remaining() {
+            return Err(DecodeError::BadLength(len as u64));
+        }
+        Ok(len)
+    }
+
+    /// Decodes a value.
+    #[inline]
+    pub fn decode<T: Wire<'de>>(&mut self) -> Result<T, DecodeError> {
+        T::decode(self)
+    }
+
+    /// Reads an `Out`/`InOut` buffer's bytes into the caller's buffer, which must be the same length.
+    pub fn read_into(&mut self, out: &mut [u8]) -> Result<(), DecodeError> {
+        let bytes = self.take(out.len())?;
+        out.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Checks that every byte was read.
+    pub fn finish(&self) -> Result<(), DecodeError> {
+        match self.buf.len() {
+            0 => Ok(()),
+            n => Err(DecodeError::TrailingBytes(n)),
+        }
+    }
+}
+
+/// Encodes one value into a fresh vector (tests, tools; not the call path).
+pub fn to_vec<'de, T: Wire<'de>>(value: &T) -> Vec<u8> {
+    let mut v = Vec::new();
+    value.encode(&mut Writer::copying(&mut v));
+    v
+}
+
+/// Decodes one value that must fill `bytes` exactly.
+pub fn from_slice<'de, T: Wire<'de>>(bytes: &'de [u8]) -> Result<T, DecodeError> {
+    let mut r = Reader::new(bytes);
+    let v = T::decode(&mut r)?;
+    r.finish()?;
+    Ok(v)
+}

@@ -1,0 +1,332 @@
+//! End-to-end calls over UDP on loopback, server and client in one process.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tiercel::seeds::{self, SeedTest, TestClient, TestServer};
+use tiercel::{Client, ClientConfig, Error, Execution, In, InOut, Out, Server, Spin, Timing, Wire};
+
+#[derive(Wire, Debug, Clone, PartialEq)]
+pub struct Point {
+    x: f64,
+    y: f64,
+}
+
+#[derive(Wire, Debug, Clone, PartialEq)]
+pub enum Shape {
+    Empty,
+    Circle { center: Point, radius: f32 },
+    Polygon(Vec<Point>),
+}
+
+#[derive(Wire, Debug, PartialEq)]
+pub struct Borrowing<'a> {
+    name: &'a str,
+    bytes: &'a [u8],
+}
+
+#[tiercel::interface(version = 3)]
+pub trait Kitchen {
+    fn echo_str(&self, s: &str) -> String;
+    fn concat(&self, parts: Vec<String>, sep: char) -> String;
+    fn area(&self, shape: Shape) -> Option<f64>;
+    fn sum(&self, xs: Vec<u64>, scale: (u8, bool)) -> Result<u64, String>;
+    fn fixed(&self, a: [u16; 4]) -> [u16; 4];
+    fn borrowed(&self, b: Borrowing<'_>) -> (String, usize);
+    fn big(&self, data: In<&[u8]>, out: Out<&mut [u8]>, both: InOut<&mut [u8]>) -> u64;
+    fn sleep_ms(&self, ms: u64) -> u32;
+    fn boom(&self, msg: String);
+}
+
+struct KitchenImpl {
+    slept: AtomicU32,
+}
+
+impl Kitchen for KitchenImpl {
+    fn echo_str(&self, s: &str) -> String {
+        s.to_owned()
+    }
+    fn concat(&self, parts: Vec<String>, sep: char) -> String {
+        parts.join(&sep.to_string())
+    }
+    fn area(&self, shape: Shape) -> Option<f64> {
+        match shape {
+            Shape::Empty => None,
+            Shape::Circle { radius, .. } => Some(std::f64::consts::PI * (radius as f64).powi(2)),
+            Shape::Polygon(p) => Some(p.len() as f64),
+        }
+    }
+    fn sum(&self, xs: Vec<u64>, scale: (u8, bool)) -> Result<u64, String> {
+        if scale.1 {
+            return Err("refused".into());
+        }
+        Ok(xs.iter().sum::<u64>() * scale.0 as u64)
+    }
+    fn fixed(&self, a: [u16; 4]) -> [u16; 4] {
+        [a[3], a[2], a[1], a[0]]
+    }
+    fn borrowed(&self, b: Borrowing<'_>) -> (String, usize) {
+        (b.name.to_uppercase(), b.bytes.len())
+    }
+    fn big(&self, data: In<&[u8]>, out: Out<&mut [u8]>, both: InOut<&mut [u8]>) -> u64 {
+        for (i, b) in out.0.iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        for b in both.0.iter_mut() {
+            *b ^= 0xff;
+        }
+        data.0.iter().map(|&b| b as u64).sum()
+    }
+    fn sleep_ms(&self, ms: u64) -> u32 {
+        std::thread::sleep(Duration::from_millis(ms));
+        self.slept.fetch_add(1, Ordering::SeqCst) + 1
+    }
+    fn boom(&self, msg: String) {
+        panic!("{msg}");
+    }
+}
+
+fn kitchen() -> (tiercel::RunningServer, KitchenClient) {
+    let server = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .export(KitchenServer::new(KitchenImpl { slept: AtomicU32::new(0) }))
+        .export(TestServer::new(SeedTest))
+        .start()
+        .unwrap();
+    let client: KitchenClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    (server, client)
+}
+
+#[test]
+fn every_seed_procedure_returns_correct_results() {
+    let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
+    let client: TestClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    for round in 0..200 {
+        seeds::check_all(&client, round).unwrap();
+    }
+    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 200 * 7);
+    assert_eq!(server.stats().panics.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn kitchen_sink_of_types() {
+    let (_server, k) = kitchen();
+    assert_eq!(k.echo_str("héllo").unwrap(), "héllo");
+    assert_eq!(k.concat(vec!["a".into(), "b".into(), "c".into()], '-').unwrap(), "a-b-c");
+    assert_eq!(k.area(Shape::Empty).unwrap(), None);
+    let c = Shape::Circle { center: Point { x: 1.0, y: 2.0 }, radius: 2.0 };
+    assert!((k.area(c).unwrap().unwrap() - 4.0 * std::f64::consts::PI).abs() < 1e-9);
+    assert_eq!(k.area(Shape::Polygon(vec![Point { x: 0.0, y: 0.0 }; 3])).unwrap(), Some(3.0));
+    assert_eq!(k.sum(vec![1, 2, 3], (2, false)).unwrap(), Ok(12));
+    assert_eq!(k.sum(vec![], (2, true)).unwrap(), Err("refused".to_string()));
+    assert_eq!(k.fixed([1, 2, 3, 4]).unwrap(), [4, 3, 2, 1]);
+    assert_eq!(k.borrowed(Borrowing { name: "abc", bytes: &[1; 300] }).unwrap(), ("ABC".to_string(), 300));
+}
+
+#[test]
+fn buffers_in_out_and_in_out_in_one_call() {
+    let (_server, k) = kitchen();
+    let data = vec![1u8; 5000];
+    let mut out = vec![0u8; 3000];
+    let mut both = vec![0x0fu8; 700];
+    let sum = k.big(In(&data), Out(&mut out), InOut(&mut both)).unwrap();
+    assert_eq!(sum, 5000);
+    assert!(out.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+    assert!(both.iter().all(|&b| b == 0xf0));
+}
+
+#[test]
+fn multi_packet_calls_and_results_reassemble() {
+    let (server, k) = kitchen();
+    // 3 MiB each way: tens of 64 KiB datagrams on loopback.
+    let data: Vec<u8> = (0..3 << 20).map(|i| (i % 253) as u8).collect();
+    let mut out = vec![0u8; 3 << 20];
+    let mut both: Vec<u8> = (0..1 << 20).map(|i| (i % 7) as u8).collect();
+    let expected: u64 = data.iter().map(|&b| b as u64).sum();
+    for _ in 0..3 {
+        both.iter_mut().for_each(|b| *b ^= 0xff);
+        let sum = k.big(In(&data), Out(&mut out), InOut(&mut both)).unwrap();
+        assert_eq!(sum, expected);
+        assert!(out.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        assert!(both.iter().enumerate().all(|(i, &b)| b == (i % 7) as u8));
+    }
+    // Once acknowledged, a big result no longer holds memory in the server's budget.
+    std::thread::sleep(Duration::from_millis(50));
+    let b = k.binding();
+    let _ = (b, &server);
+}
+
+#[test]
+fn oversized_call_is_refused_before_sending() {
+    let (_server, k) = kitchen();
+    let data = vec![0u8; (16 << 20) + 1];
+    let err = k.big(In(&data), Out(&mut []), InOut(&mut [])).unwrap_err();
+    assert!(matches!(err, Error::TooLarge(_)), "{err:?}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+}
+
+#[test]
+fn panicking_procedure_reports_and_server_keeps_serving() {
+    let (server, k) = kitchen();
+    let err = k.boom("kaboom".into()).unwrap_err();
+    match &err {
+        Error::Panicked(m) => assert!(m.contains("kaboom"), "{m}"),
+        other => panic!("expected Panicked, got {other:?}"),
+    }
+    assert_eq!(err.execution(), Execution::Ran);
+    assert_eq!(k.echo_str("still here").unwrap(), "still here");
+    assert_eq!(server.stats().panics.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn unknown_interface_and_version_are_clear_errors() {
+    let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
+    let err = Client::connect(server.addr()).unwrap().import::<KitchenClient>().unwrap_err();
+    assert!(matches!(err, Error::UnknownInterface { name: "Kitchen" }), "{err:?}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+
+    mod v2 {
+        #![allow(dead_code)]
+        #[tiercel::interface(version = 2)]
+        pub trait Kitchen {
+            fn echo_str(&self, s: &str) -> String;
+        }
+    }
+    let (server, _k) = kitchen();
+    let err = Client::connect(server.addr()).unwrap().import::<v2::KitchenClient>().unwrap_err();
+    assert!(matches!(err, Error::VersionMismatch { client: 2, server: 3, .. }), "{err:?}");
+}
+
+#[test]
+fn unknown_procedure_is_a_clear_error() {
+    // A client generated from a longer trait calls a procedure the server's trait lacks.
+    mod longer {
+        #![allow(dead_code)]
+        #[tiercel::interface(version = 3)]
+        pub trait Kitchen {
+            fn echo_str(&self, s: &str) -> String;
+            fn concat(&self, parts: Vec<String>, sep: char) -> String;
+            fn area(&self, x: u8) -> u8;
+            fn sum(&self) -> u8;
+            fn fixed(&self) -> u8;
+            fn borrowed(&self) -> u8;
+            fn big(&self) -> u8;
+            fn sleep_ms(&self) -> u8;
+            fn boom(&self) -> u8;
+            fn extra(&self) -> u8;
+        }
+    }
+    let (server, _k) = kitchen();
+    let c: longer::KitchenClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    let err = c.extra().unwrap_err();
+    assert!(matches!(err, Error::UnknownProcedure(9)), "{err:?}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+    // Same number, other argument types: the server cannot decode them.
+    let err = c.area(1).unwrap_err();
+    assert!(matches!(err, Error::BadArguments(_)), "{err:?}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+    assert_eq!(c.echo_str("ok").unwrap(), "ok");
+}
+
+#[test]
+fn many_threads_share_one_binding() {
+    let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
+    let client: TestClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let c = client.clone();
+            std::thread::spawn(move || {
+                for i in 0..300 {
+                    assert_eq!(c.add(t, i).unwrap(), t + i);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 8 * 300);
+}
+
+#[test]
+fn slow_procedure_stays_alive_through_probes() {
+    let timing = Timing {
+        retransmit_initial: Duration::from_millis(5),
+        probe_interval: Duration::from_millis(20),
+        dead_after: Duration::from_millis(300),
+        ..Timing::default()
+    };
+    let (server, _) = kitchen();
+    let k: KitchenClient = Client::connect(server.addr())
+        .unwrap()
+        .with_config(ClientConfig { timing, ..ClientConfig::default() })
+        .import()
+        .unwrap();
+    // Runs four times longer than dead_after: probes keep it alive, and it runs exactly once.
+    assert_eq!(k.sleep_ms(1200).unwrap(), 1);
+    assert!(k.binding().stats().retransmissions.load(Ordering::Relaxed) > 0, "the client probed");
+    assert_eq!(k.sleep_ms(0).unwrap(), 2);
+}
+
+#[test]
+fn dead_server_fails_within_the_configured_time() {
+    let timing = Timing { dead_after: Duration::from_millis(400), ..Timing::default() };
+    let (server, _) = kitchen();
+    let k: KitchenClient = Client::connect(server.addr())
+        .unwrap()
+        .with_config(ClientConfig { timing, ..ClientConfig::default() })
+        .import()
+        .unwrap();
+    assert_eq!(k.echo_str("x").unwrap(), "x");
+    server.stop();
+    let start = Instant::now();
+    let err = k.echo_str("y").unwrap_err();
+    assert!(matches!(err, Error::Unreachable { acknowledged: false, .. }), "{err:?}");
+    assert_eq!(err.execution(), Execution::MayHaveRun);
+    assert!(start.elapsed() < Duration::from_secs(5), "fails after dead_after, not forever");
+}
+
+#[test]
+fn deadline_exceeded() {
+    let (_server, k) = kitchen();
+    let err = k.with_deadline(Duration::from_millis(50)).sleep_ms(400).unwrap_err();
+    assert!(matches!(err, Error::DeadlineExceeded), "{err:?}");
+    assert_eq!(err.execution(), Execution::MayHaveRun);
+    // The slot was busy with the abandoned call; the next call waits it out and then runs.
+    assert_eq!(k.echo_str("after").unwrap(), "after");
+}
+
+#[test]
+fn spin_policies_all_complete() {
+    let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
+    for spin in [Spin::Never, Spin::Fixed(Duration::from_micros(50)), Spin::default()] {
+        let c: TestClient = Client::connect(server.addr())
+            .unwrap()
+            .with_config(ClientConfig { spin, ..ClientConfig::default() })
+            .import()
+            .unwrap();
+        for i in 0..50 {
+            seeds::check_all(&c, i).unwrap();
+        }
+    }
+}
+
+#[test]
+fn restarted_server_never_runs_old_calls() {
+    let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
+    let addr = server.addr();
+    let client: TestClient = Client::connect(addr).unwrap().import().unwrap();
+    client.null().unwrap();
+    let old = server.incarnation();
+    server.stop();
+    let server = Server::bind(addr).unwrap().export(TestServer::new(SeedTest)).start().unwrap();
+    assert_ne!(server.incarnation(), old);
+    let err = client.null().unwrap_err();
+    assert!(matches!(err, Error::UnknownBinding | Error::ServerRestarted), "{err:?}");
+    assert_eq!(err.execution(), Execution::MayHaveRun);
+    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 0, "nothing of the old binding ran");
+    let client: TestClient = Client::connect(addr).unwrap().import().unwrap();
+    client.null().unwrap();
+    let _ = Arc::new(());
+}
