@@ -5,15 +5,27 @@ use std::time::Duration;
 
 use rustix::thread::{sched_setaffinity, CpuSet};
 
-/// Number of CPUs this process may run on.
+/// Number of CPUs online, whatever this thread's affinity.
 pub fn available() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    // SAFETY: sysconf only reads a system constant; _SC_NPROCESSORS_ONLN is a valid name.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    }
 }
 
-/// Pins the calling thread to CPU `cpu` (modulo the CPU count).
+/// Pins the calling thread to CPU `cpu`.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= available() || cpu >= CpuSet::MAX_CPU {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("no CPU {cpu} (CPUs online: {})", available()),
+        ));
+    }
     let mut set = CpuSet::new();
-    set.set(cpu % available().max(1));
+    set.set(cpu);
     Ok(sched_setaffinity(None, &set)?)
 }
 
@@ -35,6 +47,7 @@ mod tests {
     #[test]
     fn pinning_to_cpu_zero_works() {
         super::pin_current_thread(0).unwrap();
+        assert!(super::pin_current_thread(super::available()).is_err());
         let (user, _sys) = super::process_times();
         assert!(user < std::time::Duration::from_secs(3600));
     }

@@ -1,0 +1,208 @@
+//! `tiercel bench`: Null and MaxResult over UDP against a raw UDP ping-pong of the same packet sizes,
+//! measured in the same run, with the same thread placement and the same waiting policy.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tiercel::seeds::{TestClient, MAX_BUFFER};
+use tiercel::{Client, ClientConfig, Out, Spin};
+
+use crate::raw::PingPong;
+use crate::summary::Summary;
+
+/// Header bytes of every tiercel packet.
+const HEADER: usize = 56;
+
+/// Options of `tiercel bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Timed calls per row (after a warm-up), spread over several interleaved rounds.
+    #[arg(long, default_value_t = 50_000)]
+    calls: u32,
+    /// A short run: 10,000 calls per row.
+    #[arg(long)]
+    quick: bool,
+    /// Interleaved rounds: raw and tiercel alternate so that drift of the machine hits both alike.
+    #[arg(long, default_value_t = 5)]
+    rounds: u32,
+    /// CPU of the calling thread.
+    #[arg(long, default_value_t = 0)]
+    client_cpu: usize,
+    /// CPU of the server processes.
+    #[arg(long, default_value_t = 1)]
+    server_cpu: usize,
+    /// Also measure with blocking waits (no spinning) on both sides.
+    #[arg(long)]
+    blocking: bool,
+    /// Stop measuring after this many seconds in all.
+    #[arg(long, default_value_t = 240)]
+    max_seconds: u64,
+}
+
+/// A child process killed when dropped; its stdout stays open so that it can go on printing.
+struct Spawned(Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(args: &[String]) -> crate::Result<(Spawned, SocketAddr)> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting {args:?}: {e}"))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    let read = reader.read_line(&mut line);
+    let child = Spawned(child, reader);
+    read.map_err(|e| e.to_string())?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening udp://")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| format!("{args:?} printed {line:?} instead of its address"))?;
+    Ok((child, addr))
+}
+
+struct Row {
+    name: &'static str,
+    call_bytes: usize,
+    result_bytes: usize,
+    raw: Summary,
+    rpc: Summary,
+}
+
+pub fn run(args: Args) -> crate::Result<()> {
+    let calls = if args.quick { 10_000 } else { args.calls.max(100) };
+    let rounds = args.rounds.max(1);
+    let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
+    let mut modes = vec![true];
+    if args.blocking {
+        modes.push(false);
+    }
+    tiercel_sys::cpu::pin_current_thread(args.client_cpu).map_err(|e| e.to_string())?;
+    println!("tiercel bench: UDP over loopback, {} CPUs", tiercel_sys::cpu::available());
+    println!(
+        "placement: caller thread pinned to CPU {}, server process (1 worker) pinned to CPU {}",
+        args.client_cpu, args.server_cpu
+    );
+    for spin in modes {
+        let policy = if spin {
+            "both sides busy-poll (non-blocking recv in a loop, never block)"
+        } else {
+            "both sides block in poll() at once (no spinning)"
+        };
+        println!("\nwaiting: {policy}; {calls} timed calls per row in {rounds} interleaved rounds, after 2,000 warm-up calls");
+        let rows = measure(&args, spin, calls, rounds, deadline)?;
+        print_table(&rows);
+    }
+    Ok(())
+}
+
+fn measure(args: &Args, spin: bool, calls: u32, rounds: u32, deadline: Instant) -> crate::Result<Vec<Row>> {
+    let cpu = args.server_cpu.to_string();
+    let mut raw_args = vec!["raw-echo".to_string(), "--cpu".into(), cpu.clone()];
+    if spin {
+        raw_args.push("--spin".into());
+    }
+    let (_raw_server, raw_addr) = spawn(&raw_args)?;
+    let spin_us = if spin { "60000000" } else { "0" };
+    let rpc_args: Vec<String> =
+        ["serve", "--addr", "udp://127.0.0.1:0", "--workers", "1", "--spin-us", spin_us, "--cpus", &cpu]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    let (_rpc_server, rpc_addr) = spawn(&rpc_args)?;
+    let policy = if spin { Spin::Fixed(Duration::from_secs(3600)) } else { Spin::Never };
+    let client: TestClient = Client::connect(rpc_addr)
+        .and_then(|c| c.with_config(ClientConfig { spin: policy, ..ClientConfig::default() }).import())
+        .map_err(|e| e.to_string())?;
+    let mut out = vec![0u8; MAX_BUFFER];
+    let mut rows = vec![
+        Row { name: "Null", call_bytes: HEADER, result_bytes: HEADER, raw: Summary::new(), rpc: Summary::new() },
+        Row {
+            name: "MaxResult",
+            call_bytes: HEADER + 4,
+            result_bytes: HEADER + MAX_BUFFER,
+            raw: Summary::new(),
+            rpc: Summary::new(),
+        },
+    ];
+    let mut pings: Vec<PingPong> = rows
+        .iter()
+        .map(|r| PingPong::new(raw_addr, r.call_bytes, r.result_bytes, spin))
+        .collect::<crate::Result<_>>()?;
+    let rpc_call = |row: usize, out: &mut [u8]| -> crate::Result<()> {
+        match row {
+            0 => client.null(),
+            _ => client.max_result(Out(out)),
+        }
+        .map_err(|e| e.to_string())
+    };
+    for (i, ping) in pings.iter_mut().enumerate() {
+        for _ in 0..2_000 {
+            ping.round_trip()?;
+            rpc_call(i, &mut out)?;
+        }
+    }
+    let per_round = calls.div_ceil(rounds);
+    let mut lost = 0u64;
+    'rounds: for _ in 0..rounds {
+        for (i, row) in rows.iter_mut().enumerate() {
+            if Instant::now() > deadline {
+                println!("(time limit reached: rows hold fewer calls)");
+                break 'rounds;
+            }
+            for _ in 0..per_round {
+                let t = Instant::now();
+                if pings[i].round_trip()? {
+                    row.raw.record(t.elapsed());
+                } else {
+                    lost += 1;
+                }
+            }
+            for _ in 0..per_round {
+                let t = Instant::now();
+                rpc_call(i, &mut out)?;
+                row.rpc.record(t.elapsed());
+            }
+        }
+    }
+    if lost > 0 {
+        println!("({lost} raw round trips lost a packet and were left out)");
+    }
+    let retransmissions = client.binding().stats().retransmissions.load(std::sync::atomic::Ordering::Relaxed);
+    println!("tiercel retransmissions during the run: {retransmissions}");
+    Ok(rows)
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "{:<10} {:>13} | {:>10} {:>10} | {:>10} {:>10} | {:>8} {:>8}",
+        "procedure", "bytes c/r", "raw med", "raw p99", "rpc med", "rpc p99", "ratio", "p99 rat."
+    );
+    for r in rows {
+        println!(
+            "{:<10} {:>13} | {:>8.2}µs {:>8.2}µs | {:>8.2}µs {:>8.2}µs | {:>7.3}× {:>7.3}×",
+            r.name,
+            format!("{}/{}", r.call_bytes, r.result_bytes),
+            r.raw.median_us(),
+            r.raw.p99_us(),
+            r.rpc.median_us(),
+            r.rpc.p99_us(),
+            r.rpc.median_us() / r.raw.median_us(),
+            r.rpc.p99_us() / r.raw.p99_us(),
+        );
+    }
+    let n = rows.first().map(|r| r.rpc.len()).unwrap_or(0);
+    println!("(median and p99 of {n} calls per cell; raw = UDP ping-pong of the same datagram sizes, same CPUs, same waiting)");
+}

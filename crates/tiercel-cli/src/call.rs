@@ -1,0 +1,94 @@
+//! `tiercel call`.
+
+use std::time::Instant;
+
+use tiercel::seeds::{self, TestClient, BIG_BUFFER, MAX_BUFFER};
+use tiercel::{Client, In, InOut, Out};
+
+use crate::summary::Summary;
+
+/// Options of `tiercel call`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Server address, as printed by `tiercel serve`.
+    addr: String,
+    /// Procedure: null, add, max_arg, max_result, big_in, big_out or big_in_out.
+    procedure: String,
+    /// Arguments: two integers for `add`; a buffer size for the buffer procedures.
+    args: Vec<String>,
+    /// Make the call this many times and report the median and p99 latency.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+}
+
+pub fn run(args: Args) -> crate::Result<()> {
+    let bind_start = Instant::now();
+    let client: TestClient = Client::connect(args.addr.as_str()).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+    let bind_time = bind_start.elapsed();
+    let int = |i: usize, default: i64| -> crate::Result<i64> {
+        args.args.get(i).map(|s| s.parse::<i64>().map_err(|e| format!("argument {s:?}: {e}"))).unwrap_or(Ok(default))
+    };
+    let size = |default: usize| -> crate::Result<usize> { int(0, default as i64).map(|n| n.max(0) as usize) };
+    let mut summary = Summary::new();
+    let mut shown = String::new();
+    for _ in 0..args.repeat.max(1) {
+        let start = Instant::now();
+        shown = match args.procedure.as_str() {
+            "null" => client.null().map(|()| "null() = ()".to_string()),
+            "add" => {
+                let (a, b) = (int(0, 2)? as i32, int(1, 3)? as i32);
+                client.add(a, b).map(|r| format!("add({a}, {b}) = {r}"))
+            }
+            "max_arg" | "big_in" => {
+                let n = size(if args.procedure == "max_arg" { MAX_BUFFER } else { BIG_BUFFER })?;
+                let mut buf = vec![0u8; n];
+                seeds::fill(&mut buf);
+                let r = if args.procedure == "max_arg" { client.max_arg(In(&buf)) } else { client.big_in(In(&buf)) };
+                r.map(|()| format!("{}({n} bytes) = ()", args.procedure))
+            }
+            "max_result" | "big_out" => {
+                let n = size(if args.procedure == "max_result" { MAX_BUFFER } else { BIG_BUFFER })?;
+                let mut buf = vec![0u8; n];
+                let r = if args.procedure == "max_result" {
+                    client.max_result(Out(&mut buf))
+                } else {
+                    client.big_out(Out(&mut buf))
+                };
+                r.map(|()| format!("{}({n} bytes) = {} bytes, pattern ok: {}", args.procedure, n, seeds::check(&buf)))
+            }
+            "big_in_out" => {
+                let n = size(BIG_BUFFER)?;
+                let mut buf = vec![0u8; n];
+                seeds::fill(&mut buf);
+                client.big_in_out(InOut(&mut buf)).map(|()| {
+                    let ok = buf.iter().enumerate().all(|(i, &b)| b == seeds::pattern(i).wrapping_add(1));
+                    format!("big_in_out({n} bytes) = {n} bytes, each byte + 1: {ok}")
+                })
+            }
+            other => return Err(format!("unknown procedure {other:?}; see `tiercel call --help`")),
+        }
+        .map_err(|e| format!("{} failed: {e} (the procedure {})", args.procedure, execution(&e)))?;
+        summary.record(start.elapsed());
+    }
+    println!("{shown}");
+    if args.repeat > 1 {
+        println!(
+            "latency over {} calls: median {:.1} µs, p99 {:.1} µs (bind {:.1} µs)",
+            args.repeat,
+            summary.median_us(),
+            summary.p99_us(),
+            bind_time.as_secs_f64() * 1e6
+        );
+    } else {
+        println!("latency {:.1} µs (bind {:.1} µs)", summary.median_us(), bind_time.as_secs_f64() * 1e6);
+    }
+    Ok(())
+}
+
+fn execution(e: &tiercel::Error) -> &'static str {
+    match e.execution() {
+        tiercel::Execution::NeverRan => "never ran",
+        tiercel::Execution::MayHaveRun => "may have run",
+        tiercel::Execution::Ran => "ran and failed",
+    }
+}

@@ -1,0 +1,67 @@
+//! The `tiercel` command: run a server of the seeds' `Test` interface, call it, check it, and measure it
+//! against a raw UDP ping-pong in the same run.
+
+#![forbid(unsafe_code)]
+
+mod bench;
+mod call;
+mod check;
+mod raw;
+mod serve;
+mod summary;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Remote procedure calls that cost little more than the packets that carry them.
+#[derive(Parser)]
+#[command(name = "tiercel", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a server exporting the seeds' Test interface and print its address.
+    Serve(serve::Args),
+    /// Call one procedure of a Test server and print the result and the latency.
+    Call(call::Args),
+    /// Call every Test procedure many times and verify every result.
+    Check(check::Args),
+    /// Measure Null and MaxResult against a raw UDP ping-pong of the same sizes, in one run.
+    Bench(bench::Args),
+    /// The raw UDP echo server the benchmark measures against (started by `bench`).
+    #[command(hide = true)]
+    RawEcho(raw::EchoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(a) => serve::run(a),
+        Command::Call(a) => call::run(a),
+        Command::Check(a) => check::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::RawEcho(a) => raw::echo(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tiercel: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Errors of the command, as text for the user.
+pub(crate) type Result<T> = std::result::Result<T, String>;
+
+/// Parses a comma-separated CPU list such as `0,1`.
+pub(crate) fn parse_cpus(s: &str) -> std::result::Result<Vec<usize>, String> {
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',').map(|c| c.trim().parse::<usize>().map_err(|e| format!("bad CPU {c:?}: {e}"))).collect()
+}

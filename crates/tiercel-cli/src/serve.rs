@@ -1,0 +1,48 @@
+//! `tiercel serve`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use tiercel::seeds::{SeedTest, TestServer};
+use tiercel::{Server, ServerConfig};
+
+/// Options of `tiercel serve`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Address to listen on: `udp://HOST:PORT` or `HOST:PORT` (port 0 picks a free one).
+    #[arg(long, default_value = "udp://127.0.0.1:7373")]
+    addr: String,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Microseconds an idle worker spins for the next packet before blocking.
+    #[arg(long, default_value_t = 1000)]
+    spin_us: u64,
+    /// CPUs to pin the workers to, comma-separated (for example `1`).
+    #[arg(long, default_value = "")]
+    cpus: String,
+}
+
+pub fn run(args: Args) -> crate::Result<()> {
+    let config = ServerConfig {
+        workers: args.workers,
+        spin: Duration::from_micros(args.spin_us),
+        cpus: crate::parse_cpus(&args.cpus)?,
+        ..ServerConfig::default()
+    };
+    let server = Server::bind(args.addr.as_str())
+        .map_err(|e| e.to_string())?
+        .with_config(config)
+        .export(TestServer::new(SeedTest))
+        .start()
+        .map_err(|e| e.to_string())?;
+    // The first line is the address, for scripts and for `tiercel bench`. A closed stdout must not
+    // stop the server, so write errors are ignored.
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "listening udp://{}", server.addr());
+    let _ = writeln!(out, "exporting Test v1 (null, add, max_arg, max_result, big_in, big_out, big_in_out)");
+    let _ = writeln!(out, "incarnation {:016x}; stop with Ctrl-C", server.incarnation());
+    let _ = out.flush();
+    server.wait();
+    Ok(())
+}
