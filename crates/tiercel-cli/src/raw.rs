@@ -47,7 +47,7 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
             None => {}
         }
         idle_checks = idle_checks.wrapping_add(1);
-        if idle_checks % 4096 == 0 && Instant::now() > end {
+        if idle_checks.is_multiple_of(4096) && Instant::now() > end {
             return Ok(());
         }
         if args.spin {
