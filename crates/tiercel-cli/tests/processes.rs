@@ -1,0 +1,68 @@
+//! Server and client in separate processes on loopback: 100,000 calls of every `Test` procedure, each
+//! result verified, then several threads sharing one binding.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+const TIERCEL: &str = env!("CARGO_BIN_EXE_tiercel");
+
+/// A child process killed when dropped, with its stdout kept open.
+pub struct Spawned(Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve() -> (Spawned, String) {
+    let mut child = Command::new(TIERCEL)
+        .args(["serve", "--addr", "udp://127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start tiercel serve");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("listening ").expect("serve prints its address first").to_string();
+    (Spawned(child, out), addr)
+}
+
+fn check(addr: &str, rounds: u32, threads: u32) -> String {
+    let out = Command::new(TIERCEL)
+        .args(["check", addr, "--rounds", &rounds.to_string(), "--threads", &threads.to_string()])
+        .output()
+        .expect("run tiercel check");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "check failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+#[test]
+fn hundred_thousand_calls_of_every_procedure_across_processes() {
+    let (_server, addr) = serve();
+    let out = check(&addr, 100_000, 1);
+    assert!(out.contains("ok: 700000 calls"), "{out}");
+    let out = check(&addr, 2_000, 8);
+    assert!(out.contains("ok: 112000 calls"), "{out}");
+}
+
+#[test]
+fn call_prints_result_and_latency_and_errors_clearly() {
+    let (_server, addr) = serve();
+    let out = Command::new(TIERCEL).args(["call", &addr, "add", "40", "2"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(text.contains("add(40, 2) = 42") && text.contains("latency"), "{text}");
+    let out = Command::new(TIERCEL).args(["call", &addr, "max_result", "--repeat", "100"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pattern ok: true") && text.contains("median"), "{text}");
+    let out = Command::new(TIERCEL).args(["call", &addr, "nonesuch"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown procedure"));
+    for cmd in ["serve", "call", "check", "bench"] {
+        let out = Command::new(TIERCEL).args([cmd, "--help"]).output().unwrap();
+        assert!(out.status.success() && !out.stdout.is_empty(), "{cmd} --help");
+    }
+}
