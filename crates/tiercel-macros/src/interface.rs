@@ -298,9 +298,10 @@ fn generate_client(m: &Interface) -> TokenStream {
         });
         let encode = method.args.iter().map(|a| {
             let n = &a.name;
+            let span = a.ty.span();
             match a.kind {
-                ArgKind::Value => quote!(::tiercel::Wire::encode(&#n, &mut __w);),
-                ArgKind::In => quote!(::tiercel::Wire::encode(&#n.0, &mut __w);),
+                ArgKind::Value => quote_spanned!(span=> ::tiercel::Wire::encode(&#n, &mut __w);),
+                ArgKind::In => quote_spanned!(span=> ::tiercel::Wire::encode(&#n.0, &mut __w);),
                 ArgKind::Out => quote!(__w.put_len(#n.0.len());),
                 ArgKind::InOut => quote! {
                     __w.put_len(#n.0.len());
@@ -313,6 +314,9 @@ fn generate_client(m: &Interface) -> TokenStream {
             quote!(__r.read_into(#n.0).map_err(::tiercel::Reply::bad_result)?;)
         });
         let ret_ty = method.ret.clone().unwrap_or_else(|| syn::parse_quote!(()));
+        let ret_span = ret_ty.span();
+        let decode_ret =
+            quote_spanned!(ret_span=> let __ret: #ret_ty = __r.decode().map_err(::tiercel::Reply::bad_result)?;);
         let span = method.name.span();
         quote_spanned! {span=>
             #(#attrs)*
@@ -326,7 +330,7 @@ fn generate_client(m: &Interface) -> TokenStream {
                 let __reply = __call.invoke()?;
                 let mut __r = __reply.reader();
                 #(#read_back)*
-                let __ret: #ret_ty = __r.decode().map_err(::tiercel::Reply::bad_result)?;
+                #decode_ret
                 __r.finish().map_err(::tiercel::Reply::bad_result)?;
                 ::core::result::Result::Ok(__ret)
             }
@@ -373,9 +377,10 @@ fn generate_server(m: &Interface) -> TokenStream {
         let name = &method.name;
         let decode = method.args.iter().map(|a| {
             let (n, t) = (&a.name, &a.ty);
+            let span = t.span();
             match a.kind {
-                ArgKind::Value => quote!(let #n: #t = __r.decode()?;),
-                ArgKind::In => quote!(let #n = ::tiercel::In(__r.decode()?);),
+                ArgKind::Value => quote_spanned!(span=> let #n: #t = __r.decode()?;),
+                ArgKind::In => quote_spanned!(span=> let #n = ::tiercel::In(__r.decode()?);),
                 ArgKind::Out => {
                     let len = format_ident!("__len_{}", n);
                     quote!(let #len = ::tiercel::__private::out_len(&mut __r, __results.limit())?;)

@@ -1,0 +1,46 @@
+//! The fast path allocates nothing: after warm-up, thousands of calls of every single-packet `Test`
+//! procedure, client and server in this process, make no heap allocation on any thread.
+
+use std::alloc::System;
+
+use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use tiercel::seeds::{self, SeedTest, TestClient, TestServer};
+use tiercel::{Client, In, InOut, Out, Server};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+fn round(client: &TestClient, max: &[u8], out: &mut [u8], big: &mut [u8]) {
+    client.null().unwrap();
+    assert_eq!(client.add(20, 22).unwrap(), 42);
+    client.max_arg(In(max)).unwrap();
+    client.max_result(Out(out)).unwrap();
+    client.big_in(In(&max[..seeds::BIG_BUFFER])).unwrap();
+    client.big_out(Out(&mut out[..seeds::BIG_BUFFER])).unwrap();
+    client.big_in_out(InOut(big)).unwrap();
+}
+
+#[test]
+fn calls_make_no_heap_allocation() {
+    let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
+    let client: TestClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    let mut max = vec![0u8; seeds::MAX_BUFFER];
+    seeds::fill(&mut max);
+    let mut out = vec![0u8; seeds::MAX_BUFFER];
+    let mut big = vec![0u8; seeds::BIG_BUFFER];
+    for _ in 0..200 {
+        round(&client, &max, &mut out, &mut big);
+    }
+    let region = Region::new(GLOBAL);
+    for _ in 0..2_000 {
+        round(&client, &max, &mut out, &mut big);
+    }
+    let change = region.change();
+    assert_eq!(change.allocations, 0, "{change:?}");
+    assert_eq!(change.reallocations, 0, "{change:?}");
+    assert!(seeds::check(&out));
+    let probe = Region::new(GLOBAL);
+    let v = std::hint::black_box(vec![1u8; 64]);
+    assert!(probe.change().allocations >= 1, "the counter does see allocations");
+    drop(v);
+}

@@ -1,0 +1,6 @@
+#[tiercel::interface]
+pub trait Counter {
+    fn bump(&mut self) -> u64;
+}
+
+fn main() {}
