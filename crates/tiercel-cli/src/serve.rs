@@ -12,8 +12,9 @@ pub struct Args {
     /// Address to listen on: `udp://HOST:PORT` or `HOST:PORT` (port 0 picks a free one).
     #[arg(long, default_value = "udp://127.0.0.1:7373")]
     addr: String,
-    /// Worker threads.
-    #[arg(long, default_value_t = 2)]
+    /// Worker threads (with three or more, one is kept free to answer probes and refuse new calls as
+    /// busy when all the others are running calls).
+    #[arg(long, default_value_t = 4)]
     workers: usize,
     /// Microseconds an idle worker spins for the next packet before blocking.
     #[arg(long, default_value_t = 1000)]

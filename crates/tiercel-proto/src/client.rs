@@ -103,6 +103,11 @@ pub struct ClientCall {
     acknowledged: bool,
     outcome: Option<Outcome>,
     retransmissions: u64,
+    started: Instant,
+    retransmitted: bool,
+    srtt: Option<core::time::Duration>,
+    rttvar: core::time::Duration,
+    busy_since: Option<Instant>,
 }
 
 impl ClientCall {
@@ -124,6 +129,35 @@ impl ClientCall {
             acknowledged: false,
             outcome: None,
             retransmissions: 0,
+            started: now,
+            retransmitted: false,
+            srtt: None,
+            rttvar: core::time::Duration::ZERO,
+            busy_since: None,
+        }
+    }
+
+    /// The retransmission timeout a fresh attempt starts from: measured (srtt + 4 rttvar, Jacobson)
+    /// once round trips are known, `retransmit_initial` before.
+    pub fn base_rto(&self) -> core::time::Duration {
+        match self.srtt {
+            Some(srtt) => (srtt + 4 * self.rttvar).clamp(self.timing.retransmit_min, self.timing.retransmit_max),
+            None => self.timing.retransmit_initial,
+        }
+    }
+
+    /// Feeds a round-trip sample (only from calls that were never retransmitted: Karn's rule).
+    fn sample_rtt(&mut self, rtt: core::time::Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(srtt) => {
+                let err = srtt.abs_diff(rtt);
+                self.rttvar = (self.rttvar * 3 + err) / 4;
+                self.srtt = Some((srtt * 7 + rtt) / 8);
+            }
         }
     }
 
@@ -136,7 +170,10 @@ impl ClientCall {
         self.acknowledged = false;
         self.deadline = deadline;
         self.last_heard = now;
-        self.rto = self.timing.retransmit_initial;
+        self.started = now;
+        self.retransmitted = false;
+        self.busy_since = None;
+        self.rto = self.base_rto();
         self.timer = Some(now + self.rto);
         let count = match fragment_count(message_len, self.frag_payload) {
             Some(c) if message_len <= self.timing.max_message => c,
@@ -204,6 +241,7 @@ impl ClientCall {
     }
 
     fn backoff(&mut self, now: Instant) {
+        self.retransmitted = true;
         self.rto = (self.rto * 2).min(self.timing.retransmit_max);
         self.timer = Some(now + self.rto);
     }
@@ -262,7 +300,7 @@ impl ClientCall {
                 let Some(ack) = AckInfo::parse(packet.payload()) else { return Handled::Ignored };
                 self.last_heard = now;
                 if self.phase == Phase::Sending && self.blast.on_ack(ack) {
-                    self.rto = self.timing.retransmit_initial;
+                    self.rto = self.base_rto();
                     if self.blast.is_acked() {
                         self.server_has_call(now);
                     } else {
@@ -279,6 +317,22 @@ impl ClientCall {
                 }
                 Handled::Progress
             }
+            Kind::Reject if packet.status() == Status::Busy && self.phase == Phase::Sending => {
+                // The server is alive but has no worker free: the call was not accepted. Back off and
+                // retransmit; give up after `dead_after` of refusals.
+                self.last_heard = now;
+                let since = *self.busy_since.get_or_insert(now);
+                if now.saturating_duration_since(since) >= self.timing.dead_after {
+                    self.finish(Outcome::Failed(Failure::Rejected(Status::Busy)));
+                    return Handled::Complete;
+                }
+                self.blast = Blast::new(self.blast.count(), self.timing.window);
+                self.blast.take_new();
+                self.retransmitted = true;
+                self.rto = (self.rto * 2).min(self.timing.retransmit_max);
+                self.timer = Some(now + self.rto);
+                Handled::Progress
+            }
             Kind::Reject => {
                 self.finish(Outcome::Failed(Failure::Rejected(packet.status())));
                 Handled::Complete
@@ -287,10 +341,17 @@ impl ClientCall {
         }
     }
 
+    fn complete(&mut self, status: Status, reassembled: bool, now: Instant) {
+        if !self.retransmitted {
+            self.sample_rtt(now.saturating_duration_since(self.started));
+        }
+        self.finish(Outcome::Result { status, reassembled });
+    }
+
     fn server_has_call(&mut self, now: Instant) {
         self.acknowledged = true;
         self.phase = Phase::Waiting;
-        self.rto = self.timing.retransmit_initial;
+        self.rto = self.base_rto();
         self.timer = Some(now + self.timing.probe_interval);
     }
 
@@ -298,7 +359,7 @@ impl ClientCall {
         self.last_heard = now;
         let count = packet.frag_count();
         if count == 1 {
-            self.finish(Outcome::Result { status: packet.status(), reassembled: false });
+            self.complete(packet.status(), false, now);
             return Handled::Complete;
         }
         self.acknowledged = true;
@@ -309,11 +370,12 @@ impl ClientCall {
             }
         }
         self.phase = Phase::Receiving;
+        let base_rto = self.base_rto();
         let Some(r) = self.reassembly.as_mut() else { return Handled::Ignored };
         match r.insert(packet.frag_index(), count, packet.message_len(), packet.payload()) {
             Err(_) | Ok(Inserted::Duplicate) => Handled::Ignored,
             Ok(Inserted::New) => {
-                self.rto = self.timing.retransmit_initial;
+                self.rto = base_rto;
                 self.timer = Some(now + self.rto);
                 if r.since_ack() >= (self.timing.window / 2).max(1) || packet.flags() & flags::PLEASE_ACK != 0 {
                     let ack = r.take_ack();
@@ -324,7 +386,7 @@ impl ClientCall {
             Ok(Inserted::Complete) => {
                 let ack = r.take_ack();
                 self.transmits.push(Transmit::Ack { ack, resend: false });
-                self.finish(Outcome::Result { status: packet.status(), reassembled: true });
+                self.complete(packet.status(), true, now);
                 Handled::Complete
             }
         }

@@ -100,6 +100,12 @@ impl Slot {
         self.last_activity
     }
 
+    /// Whether a call with sequence number `seq` would start a new call (rather than be a duplicate or
+    /// stale). The server asks before deciding it has no worker to spare for a new call.
+    pub fn is_new(&self, seq: u32) -> bool {
+        self.seq.is_none_or(|s| seq_after(seq, s))
+    }
+
     /// Whether a call is running on the slot.
     pub fn is_running(&self) -> bool {
         matches!(self.state, State::Running)

@@ -5,8 +5,10 @@ use core::time::Duration;
 /// Timers and limits of the packet-exchange protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
-    /// First retransmission timeout of a call, a probe or a result request; doubled on every retry.
+    /// Retransmission timeout before any round trip has been measured; doubled on every retry.
     pub retransmit_initial: Duration,
+    /// Floor of the retransmission timeout computed from measured round trips (srtt + 4 rttvar).
+    pub retransmit_min: Duration,
     /// Ceiling of the retransmission timeout.
     pub retransmit_max: Duration,
     /// Interval between probes once the server has acknowledged a call that is still running.
@@ -23,6 +25,7 @@ impl Default for Timing {
     fn default() -> Timing {
         Timing {
             retransmit_initial: Duration::from_millis(20),
+            retransmit_min: Duration::from_millis(2),
             retransmit_max: Duration::from_millis(500),
             probe_interval: Duration::from_millis(500),
             dead_after: Duration::from_secs(5),

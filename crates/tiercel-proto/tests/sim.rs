@@ -59,6 +59,8 @@ struct Server {
     saved: Vec<(Status, Vec<u8>)>,
     running: Vec<Option<(u32, Vec<u8>)>>,
     service: (u64, u64),
+    /// Probability that a new call is refused as busy (an overloaded server).
+    busy: f64,
 }
 
 struct Client {
@@ -154,6 +156,12 @@ impl Scenario {
         let now = self.at(self.now);
         let mut to_send = Vec::new();
         match p.kind() {
+            Kind::Call if self.server.slots[slot].is_new(seq) && self.rng.random_bool(self.server.busy) => {
+                let mut h = self.server_header(Kind::Reject, slot, seq);
+                h.status = Status::Busy;
+                let r = Self::packet(h, &[]);
+                self.send(Dest::Client(slot), r);
+            }
             Kind::Call => {
                 let action = self.server.slots[slot].on_call(&p, now, self.frag, &self.timing, |_| true);
                 match action {
@@ -332,6 +340,7 @@ fn run(seed: u64) -> (usize, usize, u64) {
     let frag = rng.random_range(16..=256usize);
     let timing = Timing {
         retransmit_initial: Duration::from_millis(rng.random_range(5..=30)),
+        retransmit_min: Duration::from_millis(rng.random_range(1..=5)),
         retransmit_max: Duration::from_millis(500),
         probe_interval: Duration::from_millis(200),
         dead_after: Duration::from_secs(5),
@@ -344,6 +353,7 @@ fn run(seed: u64) -> (usize, usize, u64) {
     let delay = (rng.random_range(10_000..2_000_000u64), rng.random_range(0..5_000_000u64));
     let long_calls = rng.random_bool(0.2);
     let service = if long_calls { (0, 3_000_000_000) } else { (0, 2_000_000) };
+    let busy = if rng.random_bool(0.2) { rng.random_range(0.0..0.5) } else { 0.0 };
     let crash = rng.random_bool(0.1);
     let crash_at = crash.then(|| rng.random_range(0..200_000_000u64));
     let restart_after = (crash && rng.random_bool(0.5)).then(|| rng.random_range(0..2_000_000_000u64));
@@ -377,6 +387,7 @@ fn run(seed: u64) -> (usize, usize, u64) {
             saved: vec![(Status::Ok, Vec::new()); n_clients],
             running: vec![None; n_clients],
             service,
+            busy,
         },
         clients,
         crash_at,
@@ -428,6 +439,7 @@ fn run(seed: u64) -> (usize, usize, u64) {
                     saved: vec![(Status::Ok, Vec::new()); n_clients],
                     running: vec![None; n_clients],
                     service,
+                    busy,
                 };
             }
             Event::Complete { incarnation, slot, seq } => s.complete(incarnation, slot, seq),

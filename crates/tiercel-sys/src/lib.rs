@@ -12,4 +12,6 @@
 #![warn(missing_docs)]
 
 pub mod cpu;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 pub mod udp;

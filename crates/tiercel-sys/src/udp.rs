@@ -41,11 +41,19 @@ pub fn connect(server: SocketAddr) -> io::Result<UdpSocket> {
 
 /// Sends one datagram gathered from `parts` on a connected socket: one `sendmsg`, no staging copy.
 pub fn send_gather(socket: &UdpSocket, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+    #[cfg(feature = "fault-injection")]
+    if let Some(r) = crate::faults::intercept(socket, None, parts) {
+        return r;
+    }
     Ok(sendmsg(socket, parts, &mut SendAncillaryBuffer::default(), SendFlags::empty())?)
 }
 
 /// Sends one datagram gathered from `parts` to `addr`.
 pub fn send_gather_to(socket: &UdpSocket, addr: &SocketAddr, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+    #[cfg(feature = "fault-injection")]
+    if let Some(r) = crate::faults::intercept(socket, Some(addr), parts) {
+        return r;
+    }
     Ok(sendmsg_addr(socket, addr, parts, &mut SendAncillaryBuffer::default(), SendFlags::empty())?)
 }
 

@@ -40,11 +40,21 @@ pub struct ClientConfig {
     pub max_datagram: usize,
     /// Deadline applied to every call, unless a binding sets its own.
     pub deadline: Option<Duration>,
+    /// End every packet of the binding, both ways, with a CRC32C checksum, and drop packets that fail
+    /// it. UDP's own checksum already catches corruption on the wire (loopback skips it); this one
+    /// also catches corruption below or beside the network stack, for about 50 ns per 1,500 bytes.
+    pub checksum: bool,
 }
 
 impl Default for ClientConfig {
     fn default() -> ClientConfig {
-        ClientConfig { spin: Spin::default(), timing: Timing::default(), max_datagram: MAX_UDP_PAYLOAD, deadline: None }
+        ClientConfig {
+            spin: Spin::default(),
+            timing: Timing::default(),
+            max_datagram: MAX_UDP_PAYLOAD,
+            deadline: None,
+            checksum: false,
+        }
     }
 }
 
@@ -55,7 +65,9 @@ pub const MAX_UDP_PAYLOAD: usize = 65_507;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
     /// Worker threads receiving and running calls. Each runs procedures inline; while one runs a long
-    /// procedure the others keep receiving, so probes and other clients are still answered.
+    /// procedure the others keep receiving, so probes and other clients are still answered. With three
+    /// or more, one is always kept free to receive: a new call arriving while all the others run
+    /// procedures is refused at once as busy, and its client backs off and retries.
     pub workers: usize,
     /// How long an idle worker spins for the next packet before blocking. Only `spinners` workers spin
     /// at once, so that idle workers do not take every core.
@@ -79,7 +91,7 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
-            workers: 2,
+            workers: 4,
             spin: Duration::from_millis(1),
             spinners: 1,
             cpus: Vec::new(),

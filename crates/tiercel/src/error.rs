@@ -76,6 +76,11 @@ pub enum Error {
     /// The server has no room for another binding.
     #[error("server is busy: no room for another binding")]
     Busy,
+    /// The server refused the call as busy (every worker running a call) for the whole `dead_after`
+    /// time, while the client backed off and retried. Each refusal means the server did not take the
+    /// call; an earlier copy still queued could have been taken, hence "may have run".
+    #[error("server overloaded: the call was refused as busy until the client gave up")]
+    Overloaded,
     /// An address that does not parse or resolve.
     #[error("bad address {0:?}: {1}")]
     Address(String, String),
@@ -92,6 +97,7 @@ impl Error {
             | Error::DeadlineExceeded
             | Error::ServerRestarted
             | Error::UnknownBinding
+            | Error::Overloaded
             | Error::Io(_) => Execution::MayHaveRun,
             Error::UnknownInterface { .. }
             | Error::VersionMismatch { .. }

@@ -51,6 +51,7 @@ pub mod interface;
 pub mod seeds;
 mod server;
 mod spin;
+mod transmit;
 pub mod wire;
 
 pub use address::{ToAddress, Transport};

@@ -330,3 +330,41 @@ fn restarted_server_never_runs_old_calls() {
     client.null().unwrap();
     let _ = Arc::new(());
 }
+
+#[test]
+fn checksummed_binding_works_both_ways() {
+    let (server, _) = kitchen();
+    let config = ClientConfig { checksum: true, ..ClientConfig::default() };
+    let c: TestClient = Client::connect(server.addr()).unwrap().with_config(config.clone()).import().unwrap();
+    for i in 0..50 {
+        seeds::check_all(&c, i).unwrap();
+    }
+    let k: KitchenClient = Client::connect(server.addr()).unwrap().with_config(config).import().unwrap();
+    let data = vec![3u8; 200_000];
+    let mut out = vec![0u8; 150_000];
+    assert_eq!(k.big(In(&data), Out(&mut out), InOut(&mut [])).unwrap(), 600_000);
+    assert!(out.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+}
+
+#[test]
+fn overloaded_server_refuses_new_calls_and_clients_back_off() {
+    // Three workers: two may run calls, one stays free to receive and answer "busy".
+    let config = tiercel::ServerConfig { workers: 3, ..tiercel::ServerConfig::default() };
+    let server = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(KitchenServer::new(KitchenImpl { slept: AtomicU32::new(0) }))
+        .start()
+        .unwrap();
+    let k: KitchenClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    let threads: Vec<_> = (0..5)
+        .map(|_| {
+            let k = k.clone();
+            std::thread::spawn(move || k.sleep_ms(150).unwrap())
+        })
+        .collect();
+    let mut runs: Vec<u32> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    runs.sort();
+    assert_eq!(runs, vec![1, 2, 3, 4, 5], "every call ran exactly once");
+    assert!(server.stats().busy.load(Ordering::Relaxed) > 0, "some calls were refused as busy first");
+}

@@ -19,6 +19,7 @@ use tiercel_sys::udp::{self, Received};
 
 use super::BindingInner;
 use crate::spin::SpinBudget;
+use crate::transmit;
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{Binding, Error};
 
@@ -71,6 +72,8 @@ pub(crate) struct Endpoint {
     big_result: Option<Vec<u8>>,
     call: ClientCall,
     spin: SpinBudget,
+    /// `flags::CHECKSUM` when the binding checksums its packets, else 0.
+    flag_base: u8,
 }
 
 impl Endpoint {
@@ -110,12 +113,13 @@ impl Endpoint {
             frag_payload,
             template: header.to_bytes(),
             scratch: Vec::with_capacity(frag_payload),
-            rx: vec![0; inner.max_datagram],
+            rx: vec![0; inner.max_datagram + tiercel_proto::wire::CHECKSUM_LEN],
             result_len: 0,
             big_call: Vec::new(),
             big_result: None,
             call: ClientCall::new(inner.config.timing, frag_payload, Instant::now()),
             spin: SpinBudget::new(inner.config.spin),
+            flag_base: if inner.config.checksum { flags::CHECKSUM } else { 0 },
         })
     }
 
@@ -168,7 +172,7 @@ impl Endpoint {
         while let Some(t) = self.call.poll_transmit() {
             let sent = match t {
                 Transmit::CallFragment { index, please_ack } => {
-                    let flag = if please_ack { flags::PLEASE_ACK } else { 0 };
+                    let flag = self.flag_base | if please_ack { flags::PLEASE_ACK } else { 0 };
                     if please_ack {
                         inner.stats.retransmissions.fetch_add(1, Ordering::Relaxed);
                     }
@@ -180,7 +184,7 @@ impl Endpoint {
                         let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
                         io[0] = IoSlice::new(&self.template);
                         let n = segs.io_slices(&self.scratch, &mut io[1..]);
-                        udp::send_gather(&self.socket, &io[..n + 1])
+                        transmit::send(&self.socket, None, &io[..n + 1], self.flag_base != 0)
                     } else {
                         let count = fragment_count(len, self.frag_payload).unwrap_or(u16::MAX);
                         let range = fragment_range(index, len, self.frag_payload);
@@ -189,7 +193,8 @@ impl Endpoint {
                         p.set_fragment(index, count);
                         p.set_lengths(range.len() as u32, len as u32);
                         p.set_flags(flag);
-                        udp::send_gather(&self.socket, &[IoSlice::new(&hdr), IoSlice::new(&self.big_call[range])])
+                        let parts = [IoSlice::new(&hdr), IoSlice::new(&self.big_call[range])];
+                        transmit::send(&self.socket, None, &parts, self.flag_base != 0)
                     }
                 }
                 Transmit::Probe => {
@@ -220,10 +225,10 @@ impl Endpoint {
         let mut hdr = self.template;
         let mut p = Packet::new_unchecked(&mut hdr[..]);
         p.set_kind(kind);
-        p.set_flags(flag);
+        p.set_flags(flag | self.flag_base);
         p.set_fragment(0, 1);
         p.set_lengths(payload.len() as u32, payload.len() as u32);
-        udp::send_gather(&self.socket, &[IoSlice::new(&hdr), IoSlice::new(payload)])
+        transmit::send(&self.socket, None, &[IoSlice::new(&hdr), IoSlice::new(payload)], self.flag_base != 0)
     }
 
     /// Spins, then blocks, until the call completes or fails.
@@ -279,7 +284,7 @@ impl Endpoint {
         }
         match self.call.handle_packet(&p, Instant::now()) {
             Handled::Complete => {
-                self.result_len = n;
+                self.result_len = HEADER_LEN + p.payload_len() as usize;
                 true
             }
             Handled::Progress => false,
@@ -309,6 +314,7 @@ impl Endpoint {
             Some(Outcome::Failed(f)) => Err(match f {
                 Failure::Unreachable { acknowledged } => Error::Unreachable { server, acknowledged },
                 Failure::DeadlineExceeded => Error::DeadlineExceeded,
+                Failure::Rejected(Status::Busy) => Error::Overloaded,
                 Failure::Rejected(status) => status_error(status, procedure, String::new()),
                 Failure::TooLarge => Error::TooLarge("call exceeds the message limit".into()),
             }),

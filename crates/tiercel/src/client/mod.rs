@@ -111,22 +111,28 @@ impl Binding {
     ) -> Result<Binding, Error> {
         let socket = udp::connect(server)?;
         let mtu_payload = udp::path_mtu(&socket).map(|m| m as usize - if server.is_ipv4() { 28 } else { 48 });
-        let max_datagram = config.max_datagram.min(mtu_payload.unwrap_or(1472)).max(HEADER_LEN + 64);
+        // A checksum trailer rides beyond the negotiated datagram size, so leave room for it.
+        let trailer = if config.checksum { tiercel_proto::wire::CHECKSUM_LEN } else { 0 };
+        let max_datagram = config.max_datagram.min(mtu_payload.unwrap_or(1472)).max(HEADER_LEN + 64) - trailer;
         let nonce = u64::from_le_bytes(random_bytes()?[..8].try_into().unwrap_or_default());
         let request =
             BindRequest { interface: info.id, version: info.version, max_datagram: max_datagram as u32, nonce };
         let mut header = Header::new(Kind::Bind);
+        if config.checksum {
+            header.flags = tiercel_proto::wire::flags::CHECKSUM;
+        }
         header.payload_len = tiercel_proto::control::BIND_REQUEST_LEN as u32;
         header.message_len = header.payload_len;
         let (hb, pb) = (header.to_bytes(), request.to_bytes());
-        let mut rx = vec![0u8; max_datagram];
+        let mut rx = vec![0u8; max_datagram + trailer];
         let start = Instant::now();
         let mut rto = config.timing.retransmit_initial;
         loop {
             if start.elapsed() >= config.timing.dead_after {
                 return Err(Error::Unreachable { server, acknowledged: false });
             }
-            match udp::send_gather(&socket, &[std::io::IoSlice::new(&hb), std::io::IoSlice::new(&pb)]) {
+            let parts = [std::io::IoSlice::new(&hb), std::io::IoSlice::new(&pb)];
+            match crate::transmit::send(&socket, None, &parts, config.checksum) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(111) => {} // ECONNREFUSED from an earlier ICMP error
                 Err(e) => return Err(e.into()),

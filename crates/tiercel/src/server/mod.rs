@@ -61,6 +61,8 @@ impl Server {
             incarnation,
             stop: AtomicBool::new(false),
             spinners: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            max_running: if workers >= 3 { workers - 1 } else { usize::MAX },
             stats: ServerStats::default(),
         });
         let mut handles = Vec::with_capacity(workers);
@@ -83,6 +85,11 @@ pub(crate) struct Shared {
     incarnation: u64,
     stop: AtomicBool,
     spinners: AtomicUsize,
+    /// Procedures running now.
+    running: AtomicUsize,
+    /// Most procedures running at once: one worker is kept free to receive (probes, duplicates, and
+    /// the quick "busy" answer to new calls) when there are three or more.
+    max_running: usize,
     stats: ServerStats,
 }
 
@@ -101,6 +108,8 @@ pub struct ServerStats {
     pub rejected: AtomicU64,
     /// Procedures that panicked.
     pub panics: AtomicU64,
+    /// New calls refused as busy because every worker that may run calls was running one.
+    pub busy: AtomicU64,
     /// Bindings granted.
     pub bindings: AtomicU64,
 }

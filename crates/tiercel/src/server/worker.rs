@@ -15,12 +15,18 @@ use std::time::{Duration, Instant};
 use tiercel_proto::control::{bind_reject_payload, BindReply, BindRequest};
 use tiercel_proto::fragment::{fragment_count, fragment_range};
 use tiercel_proto::server::{CallAction, ProbeAction};
-use tiercel_proto::wire::{Header, Kind, Packet, Status, HEADER_LEN};
+use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_sys::udp::{self, Received};
 
 use super::table::{ServerBinding, SlotCell};
 use super::Shared;
 use crate::interface::{DispatchError, Export, Results};
+use crate::transmit;
+
+/// Whether a reply to `p` carries a checksum trailer: when `p` did.
+fn checksummed(p: &Packet<&[u8]>) -> bool {
+    p.flags() & flags::CHECKSUM != 0
+}
 
 /// Longest error message sent back in a result.
 const MAX_ERROR_MESSAGE: usize = 1024;
@@ -119,6 +125,16 @@ impl Worker {
         let Some(mut cell) = binding.slot(p.slot()) else {
             return self.reject(&p, from, Status::BadSlot);
         };
+        if kind == Kind::Call
+            && self.shared.running.load(Ordering::Acquire) >= self.shared.max_running
+            && cell.proto.is_new(p.seq())
+        {
+            // Every worker that may run calls is running one: refuse the new call at once (it is not
+            // recorded, so the client's retransmission after backing off is a fresh attempt) rather
+            // than let it queue without bound.
+            self.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
+            return self.reject(&p, from, Status::Busy);
+        }
         cell.peer = Some(from);
         let now = Instant::now();
         match kind {
@@ -195,7 +211,10 @@ impl Worker {
         out.resize(HEADER_LEN, 0);
         let mut status = if refusal == Status::Ok {
             self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
-            self.run_procedure(&*binding.export, p.procedure(), args, &mut out)
+            self.shared.running.fetch_add(1, Ordering::AcqRel);
+            let status = self.run_procedure(&*binding.export, p.procedure(), args, &mut out);
+            self.shared.running.fetch_sub(1, Ordering::AcqRel);
+            status
         } else {
             error_message(&mut out, "call exceeds the server's message limit or memory budget");
             refusal
@@ -279,12 +298,12 @@ impl Worker {
         let frag_payload = binding.max_datagram - HEADER_LEN;
         let count = fragment_count(len, frag_payload).unwrap_or(u16::MAX);
         let sent = if count == 1 {
-            udp::send_gather_to(&self.shared.socket, &peer, &[IoSlice::new(result)])
+            transmit::send(&self.shared.socket, Some(&peer), &[IoSlice::new(result)], checksummed(p))
         } else {
             let range = fragment_range(index, len, frag_payload);
             let hdr = result_header(binding, p, status, index, count, range.len(), len).to_bytes();
             let body = &result[HEADER_LEN + range.start..HEADER_LEN + range.end];
-            udp::send_gather_to(&self.shared.socket, &peer, &[IoSlice::new(&hdr), IoSlice::new(body)])
+            transmit::send(&self.shared.socket, Some(&peer), &[IoSlice::new(&hdr), IoSlice::new(body)], checksummed(p))
         };
         // A failed send is a lost packet: the client's timers ask again.
         let _ = sent;
@@ -293,13 +312,19 @@ impl Worker {
     fn send_control(&self, binding: &ServerBinding, p: &Packet<&[u8]>, to: SocketAddr, kind: Kind, payload: &[u8]) {
         let mut h = result_header(binding, p, Status::Ok, 0, 1, payload.len(), payload.len());
         h.kind = kind;
-        let _ = udp::send_gather_to(&self.shared.socket, &to, &[IoSlice::new(&h.to_bytes()), IoSlice::new(payload)]);
+        let _ = transmit::send(
+            &self.shared.socket,
+            Some(&to),
+            &[IoSlice::new(&h.to_bytes()), IoSlice::new(payload)],
+            checksummed(p),
+        );
     }
 
     fn reject(&self, p: &Packet<&[u8]>, to: SocketAddr, status: Status) {
         self.shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         let h = Header {
             status,
+            flags: p.flags() & flags::CHECKSUM,
             binding: p.binding(),
             slot: p.slot(),
             seq: p.seq(),
@@ -308,7 +333,7 @@ impl Worker {
             token: p.token(),
             ..Header::new(Kind::Reject)
         };
-        let _ = udp::send_gather_to(&self.shared.socket, &to, &[IoSlice::new(&h.to_bytes())]);
+        let _ = transmit::send(&self.shared.socket, Some(&to), &[IoSlice::new(&h.to_bytes())], checksummed(p));
     }
 
     fn on_bind(&self, p: &Packet<&[u8]>, from: SocketAddr) {
@@ -321,13 +346,18 @@ impl Worker {
             let payload = bind_reject_payload(req.nonce, version);
             let h = Header {
                 status,
+                flags: p.flags() & flags::CHECKSUM,
                 payload_len: payload.len() as u32,
                 message_len: payload.len() as u32,
                 incarnation: self.shared.incarnation,
                 ..Header::new(Kind::Reject)
             };
-            let _ =
-                udp::send_gather_to(&self.shared.socket, &from, &[IoSlice::new(&h.to_bytes()), IoSlice::new(&payload)]);
+            let _ = transmit::send(
+                &self.shared.socket,
+                Some(&from),
+                &[IoSlice::new(&h.to_bytes()), IoSlice::new(&payload)],
+                checksummed(p),
+            );
         };
         let Some(export) = self.shared.exports.iter().find(|e| e.info().id == req.interface) else {
             return refuse(Status::UnknownInterface, 0);
@@ -337,7 +367,9 @@ impl Worker {
             return refuse(Status::VersionMismatch, info.version);
         }
         let config = &self.shared.config;
-        let max_datagram = (req.max_datagram as usize).min(config.max_datagram).max(HEADER_LEN + 64);
+        let trailer = if checksummed(p) { tiercel_proto::wire::CHECKSUM_LEN } else { 0 };
+        let max_datagram =
+            (req.max_datagram as usize).min(config.max_datagram.saturating_sub(trailer)).max(HEADER_LEN + 64);
         let Ok(token) = crate::client::random_bytes().map(u128::from_le_bytes) else {
             return refuse(Status::Busy, info.version);
         };
@@ -360,6 +392,7 @@ impl Worker {
         };
         let payload = reply.to_bytes();
         let h = Header {
+            flags: p.flags() & flags::CHECKSUM,
             binding: binding.id,
             token: binding.token,
             incarnation: self.shared.incarnation,
@@ -367,7 +400,12 @@ impl Worker {
             message_len: payload.len() as u32,
             ..Header::new(Kind::BindReply)
         };
-        let _ = udp::send_gather_to(&self.shared.socket, &from, &[IoSlice::new(&h.to_bytes()), IoSlice::new(&payload)]);
+        let _ = transmit::send(
+            &self.shared.socket,
+            Some(&from),
+            &[IoSlice::new(&h.to_bytes()), IoSlice::new(&payload)],
+            checksummed(p),
+        );
     }
 }
 
@@ -382,7 +420,7 @@ fn result_header(
 ) -> Header {
     Header {
         kind: Kind::Result,
-        flags: 0,
+        flags: p.flags() & flags::CHECKSUM,
         status,
         procedure: p.procedure(),
         binding: binding.id,

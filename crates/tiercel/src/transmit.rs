@@ -1,0 +1,34 @@
+//! Sending one datagram gathered from parts, with the optional checksum trailer appended.
+
+use std::io::{self, IoSlice};
+use std::net::{SocketAddr, UdpSocket};
+
+use tiercel_proto::wire::checksum;
+use tiercel_sys::udp;
+
+/// Most parts a datagram is gathered from, trailer included.
+const MAX_PARTS: usize = crate::wire::MAX_SEGMENTS + 4;
+
+/// Sends `parts` as one datagram (to `to`, or on a connected socket), followed by a CRC32C trailer of
+/// them when `with_checksum` (the header in `parts` must then carry `flags::CHECKSUM`).
+pub(crate) fn send(
+    socket: &UdpSocket,
+    to: Option<&SocketAddr>,
+    parts: &[IoSlice<'_>],
+    with_checksum: bool,
+) -> io::Result<usize> {
+    let sum;
+    let mut io = [IoSlice::new(&[]); MAX_PARTS];
+    let n = parts.len().min(MAX_PARTS - 1);
+    io[..n].copy_from_slice(&parts[..n]);
+    let mut k = n;
+    if with_checksum {
+        sum = checksum(parts.iter().map(|p| &**p)).to_le_bytes();
+        io[k] = IoSlice::new(&sum);
+        k += 1;
+    }
+    match to {
+        Some(addr) => udp::send_gather_to(socket, addr, &io[..k]),
+        None => udp::send_gather(socket, &io[..k]),
+    }
+}
