@@ -6,8 +6,12 @@
 mod bench;
 mod call;
 mod check;
+#[cfg(feature = "fault-injection")]
+mod netns;
 mod raw;
 mod serve;
+#[cfg(feature = "fault-injection")]
+mod soak;
 mod summary;
 
 use std::process::ExitCode;
@@ -32,6 +36,14 @@ enum Command {
     Check(check::Args),
     /// Measure Null and MaxResult against a raw UDP ping-pong of the same sizes, in one run.
     Bench(bench::Args),
+    /// Many calls through a lossy, duplicating, reordering, corrupting network; checks that each call
+    /// returns intact or fails clearly and that none runs twice (built with `--features fault-injection`).
+    #[cfg(feature = "fault-injection")]
+    Soak(soak::Args),
+    /// The soak's ledger server (started by `soak`).
+    #[cfg(feature = "fault-injection")]
+    #[command(hide = true)]
+    SoakServer(soak::ServerArgs),
     /// The raw UDP echo server the benchmark measures against (started by `bench`).
     #[command(hide = true)]
     RawEcho(raw::EchoArgs),
@@ -45,6 +57,10 @@ fn main() -> ExitCode {
         Command::Check(a) => check::run(a),
         Command::Bench(a) => bench::run(a),
         Command::RawEcho(a) => raw::echo(a),
+        #[cfg(feature = "fault-injection")]
+        Command::Soak(a) => soak::run(a),
+        #[cfg(feature = "fault-injection")]
+        Command::SoakServer(a) => soak::server(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

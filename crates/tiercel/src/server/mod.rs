@@ -63,7 +63,7 @@ impl Server {
             spinners: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             max_running: if workers >= 3 { workers - 1 } else { usize::MAX },
-            stats: ServerStats::default(),
+            stats: Arc::new(ServerStats::default()),
         });
         let mut handles = Vec::with_capacity(workers);
         for i in 0..workers {
@@ -90,7 +90,7 @@ pub(crate) struct Shared {
     /// Most procedures running at once: one worker is kept free to receive (probes, duplicates, and
     /// the quick "busy" answer to new calls) when there are three or more.
     max_running: usize,
-    stats: ServerStats,
+    stats: Arc<ServerStats>,
 }
 
 /// Counters of a running server.
@@ -141,6 +141,11 @@ impl RunningServer {
     /// Counters.
     pub fn stats(&self) -> &ServerStats {
         &self.shared.stats
+    }
+
+    /// The counters, shareable (for example with an exported implementation that reports them).
+    pub fn stats_handle(&self) -> Arc<ServerStats> {
+        self.shared.stats.clone()
     }
 
     /// Bindings currently held.

@@ -1,0 +1,72 @@
+//! Two network namespaces joined by a veth pair, created for a test or a soak and removed on drop.
+//! Addresses come from TEST-NET-1 (192.0.2.0/24) and exist only inside the two namespaces.
+
+use std::process::Command;
+
+/// Address of the server's end.
+pub const SERVER_IP: &str = "192.0.2.2";
+
+fn run(program: &str, args: &[&str]) -> crate::Result<()> {
+    let out = Command::new(program).args(args).output().map_err(|e| format!("{program}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{program} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(())
+}
+
+/// Client namespace `a`, server namespace `b`.
+pub struct Pair {
+    pub a: String,
+    pub b: String,
+}
+
+impl Pair {
+    /// Creates the pair; `loss_percent` of UDP packets to and from `port` in the server namespace are
+    /// dropped at random by nftables.
+    pub fn new(port: u16, loss_percent: f64) -> crate::Result<Pair> {
+        let id = std::process::id();
+        let pair = Pair { a: format!("tcsA{id}"), b: format!("tcsB{id}") };
+        run("ip", &["netns", "add", &pair.a])?;
+        run("ip", &["netns", "add", &pair.b])?;
+        let (va, vb) = (format!("tsa{id}"), format!("tsb{id}"));
+        run("ip", &["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
+        run("ip", &["link", "set", &va, "netns", &pair.a])?;
+        run("ip", &["link", "set", &vb, "netns", &pair.b])?;
+        for (ns, dev, addr) in [(&pair.a, &va, "192.0.2.1/24"), (&pair.b, &vb, "192.0.2.2/24")] {
+            run("ip", &["-n", ns, "addr", "add", addr, "dev", dev])?;
+            run("ip", &["-n", ns, "link", "set", dev, "up"])?;
+            run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        if loss_percent > 0.0 {
+            let per_mille = ((loss_percent * 10.0).round() as u32).min(1000).to_string();
+            let port = port.to_string();
+            let nft = |args: &[&str]| {
+                let mut all = vec!["netns", "exec", &pair.b, "nft"];
+                all.extend_from_slice(args);
+                run("ip", &all)
+            };
+            nft(&["add", "table", "inet", "tiercel"])?;
+            nft(&["add", "chain", "inet", "tiercel", "in", "{ type filter hook input priority 0; }"])?;
+            nft(&["add", "chain", "inet", "tiercel", "out", "{ type filter hook output priority 0; }"])?;
+            let drop_in = [
+                "add", "rule", "inet", "tiercel", "in", "udp", "dport", &port, "numgen", "random", "mod", "1000", "<",
+                &per_mille, "drop",
+            ];
+            nft(&drop_in)?;
+            let drop_out = [
+                "add", "rule", "inet", "tiercel", "out", "udp", "sport", &port, "numgen", "random", "mod", "1000", "<",
+                &per_mille, "drop",
+            ];
+            nft(&drop_out)?;
+        }
+        Ok(pair)
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its end of the veth pair, the pair, and its nftables rules.
+        let _ = Command::new("ip").args(["netns", "del", &self.a]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.b]).status();
+    }
+}
