@@ -1,9 +1,11 @@
 //! `tiercel check`: many calls of every procedure, every result verified.
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use tiercel::seeds::{self, TestClient};
-use tiercel::Client;
+use tiercel::seeds::{self, CheckFailure, TestClient};
+use tiercel::{Client, Error};
 
 /// Options of `tiercel check`.
 #[derive(clap::Args)]
@@ -16,20 +18,56 @@ pub struct Args {
     /// Caller threads sharing one binding.
     #[arg(long, default_value_t = 1)]
     threads: u32,
+    /// When the server restarts or goes away, import again (for up to 30 s) and go on, instead of
+    /// failing. Calls caught by the restart are reported and not counted.
+    #[arg(long)]
+    reimport: bool,
+}
+
+fn import(addr: &str) -> Result<TestClient, Error> {
+    Client::connect(addr)?.import()
+}
+
+/// Whether an error means the binding is gone (the server restarted, or is down for now).
+fn binding_lost(e: &Error) -> bool {
+    matches!(e, Error::ServerRestarted | Error::UnknownBinding | Error::Unreachable { .. })
 }
 
 pub fn run(args: Args) -> crate::Result<()> {
-    let client: TestClient = Client::connect(args.addr.as_str()).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+    let client = import(&args.addr).map_err(|e| e.to_string())?;
     let start = Instant::now();
+    let reimports = Arc::new(AtomicU64::new(0));
+    let retransmissions = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..args.threads.max(1))
         .map(|t| {
-            let c = client.clone();
-            let rounds = args.rounds;
+            let mut c = client.clone();
+            let (rounds, reimport, addr) = (args.rounds, args.reimport, args.addr.clone());
+            let (reimports, retransmissions) = (reimports.clone(), retransmissions.clone());
             std::thread::spawn(move || -> crate::Result<()> {
-                for round in 0..rounds {
-                    seeds::check_all(&c, round.wrapping_mul(t + 1))
-                        .map_err(|e| format!("thread {t} round {round}: {e}"))?;
+                let mut round = 0;
+                while round < rounds {
+                    match seeds::check_all(&c, round.wrapping_mul(t + 1)) {
+                        Ok(()) => round += 1,
+                        Err(CheckFailure::Call(p, e)) if reimport && binding_lost(&e) => {
+                            eprintln!("thread {t} round {round}: {p}: {e}; importing again");
+                            let give_up = Instant::now() + Duration::from_secs(30);
+                            let fresh = loop {
+                                match import(&addr) {
+                                    Ok(fresh) => break fresh,
+                                    Err(_) if Instant::now() < give_up => std::thread::sleep(Duration::from_millis(50)),
+                                    Err(e) => return Err(format!("thread {t}: import again: {e}")),
+                                }
+                            };
+                            let old = c.binding().stats().retransmissions.load(Ordering::Relaxed);
+                            retransmissions.fetch_add(old, Ordering::Relaxed);
+                            c = fresh;
+                            reimports.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(f) => return Err(format!("thread {t} round {round}: {f}")),
+                    }
                 }
+                retransmissions
+                    .fetch_add(c.binding().stats().retransmissions.load(Ordering::Relaxed), Ordering::Relaxed);
                 Ok(())
             })
         })
@@ -38,12 +76,11 @@ pub fn run(args: Args) -> crate::Result<()> {
         t.join().map_err(|_| "a caller thread panicked".to_string())??;
     }
     let calls = args.rounds as u64 * args.threads.max(1) as u64 * 7;
-    let stats = client.binding().stats();
     println!(
-        "ok: {calls} calls of 7 procedures verified in {:.2} s ({} retransmissions, {} stale packets)",
+        "ok: {calls} calls of 7 procedures verified in {:.2} s ({} retransmissions, {} imports again)",
         start.elapsed().as_secs_f64(),
-        stats.retransmissions.load(std::sync::atomic::Ordering::Relaxed),
-        stats.stale.load(std::sync::atomic::Ordering::Relaxed),
+        retransmissions.load(Ordering::Relaxed),
+        reimports.load(Ordering::Relaxed),
     );
     Ok(())
 }

@@ -86,6 +86,11 @@ pub struct ServerConfig {
     pub timing: Timing,
     /// Bytes one binding may hold in multi-packet calls being reassembled and results being sent.
     pub binding_memory: usize,
+    /// A binding from which nothing has been heard for this long is forgotten, with its slots and
+    /// saved results (a client that died, or stopped calling). Its client's next call fails with
+    /// `Error::UnknownBinding` and imports again. Never less than twice `timing.dead_after`, so that
+    /// a client still retrying a call has given up before its binding can go.
+    pub binding_idle: Duration,
 }
 
 impl Default for ServerConfig {
@@ -100,6 +105,7 @@ impl Default for ServerConfig {
             max_datagram: MAX_UDP_PAYLOAD,
             timing: Timing::default(),
             binding_memory: 64 << 20,
+            binding_idle: Duration::from_secs(600),
         }
     }
 }

@@ -83,33 +83,60 @@ impl Test for SeedTest {
     }
 }
 
+/// Why [`check_all`] failed.
+#[derive(Debug)]
+pub enum CheckFailure {
+    /// A procedure failed with an error.
+    Call(&'static str, crate::Error),
+    /// A procedure returned a wrong result.
+    Wrong(String),
+}
+
+impl core::fmt::Display for CheckFailure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CheckFailure::Call(p, e) => {
+                let ran = match e.execution() {
+                    crate::Execution::NeverRan => "never ran",
+                    crate::Execution::MayHaveRun => "may have run",
+                    crate::Execution::Ran => "ran and failed",
+                };
+                write!(f, "{p}: {e} (the procedure {ran})")
+            }
+            CheckFailure::Wrong(w) => f.write_str(w),
+        }
+    }
+}
+
+impl std::error::Error for CheckFailure {}
+
 /// Calls every procedure of [`Test`] once with the seeds' buffer sizes and checks every result.
-/// Returns a description of the first wrong result.
-pub fn check_all(client: &TestClient, round: u32) -> Result<(), String> {
-    let e = |p: &str, err: crate::Error| format!("{p}: {err}");
-    client.null().map_err(|x| e("null", x))?;
+pub fn check_all(client: &TestClient, round: u32) -> Result<(), CheckFailure> {
+    let e = |p: &'static str| move |err: crate::Error| CheckFailure::Call(p, err);
+    let wrong = |w: &str| Err(CheckFailure::Wrong(w.to_string()));
+    client.null().map_err(e("null"))?;
     let a = round as i32;
-    let sum = client.add(a, 3).map_err(|x| e("add", x))?;
+    let sum = client.add(a, 3).map_err(e("add"))?;
     if sum != a.wrapping_add(3) {
-        return Err(format!("add({a}, 3) returned {sum}"));
+        return Err(CheckFailure::Wrong(format!("add({a}, 3) returned {sum}")));
     }
     let mut max = [0u8; MAX_BUFFER];
     fill(&mut max);
-    client.max_arg(In(&max)).map_err(|x| e("max_arg", x))?;
+    client.max_arg(In(&max)).map_err(e("max_arg"))?;
     let mut out = [0u8; MAX_BUFFER];
-    client.max_result(Out(&mut out)).map_err(|x| e("max_result", x))?;
+    client.max_result(Out(&mut out)).map_err(e("max_result"))?;
     if !check(&out) {
-        return Err("max_result: wrong bytes".into());
+        return wrong("max_result: wrong bytes");
     }
-    client.big_in(In(&max[..BIG_BUFFER])).map_err(|x| e("big_in", x))?;
+    client.big_in(In(&max[..BIG_BUFFER])).map_err(e("big_in"))?;
     let mut big = [0u8; BIG_BUFFER];
-    client.big_out(Out(&mut big)).map_err(|x| e("big_out", x))?;
+    client.big_out(Out(&mut big)).map_err(e("big_out"))?;
     if !check(&big) {
-        return Err("big_out: wrong bytes".into());
+        return wrong("big_out: wrong bytes");
     }
-    client.big_in_out(InOut(&mut big)).map_err(|x| e("big_in_out", x))?;
+    client.big_in_out(InOut(&mut big)).map_err(e("big_in_out"))?;
     if !big.iter().enumerate().all(|(i, &b)| b == pattern(i).wrapping_add(1)) {
-        return Err("big_in_out: wrong bytes".into());
+        return wrong("big_in_out: wrong bytes");
     }
     Ok(())
 }

@@ -53,10 +53,13 @@ impl Server {
         let addr = self.socket.local_addr()?;
         let incarnation = u64::from_le_bytes(crate::client::random_bytes()?[..8].try_into().unwrap_or_default());
         let workers = self.config.workers.max(1);
+        let mut config = self.config;
+        config.binding_idle = config.binding_idle.max(2 * config.timing.dead_after);
         let shared = Arc::new(Shared {
-            table: table::Table::new(self.config.max_bindings),
+            table: table::Table::new(config.max_bindings),
             socket: self.socket,
-            config: self.config,
+            config,
+            epoch: std::time::Instant::now(),
             exports: self.exports,
             incarnation,
             stop: AtomicBool::new(false),
@@ -80,6 +83,8 @@ impl Server {
 pub(crate) struct Shared {
     socket: UdpSocket,
     config: ServerConfig,
+    /// Time zero of the bindings' activity clocks.
+    epoch: std::time::Instant,
     exports: Vec<Arc<dyn Export>>,
     table: table::Table,
     incarnation: u64,
@@ -112,6 +117,8 @@ pub struct ServerStats {
     pub busy: AtomicU64,
     /// Bindings granted.
     pub bindings: AtomicU64,
+    /// Bindings forgotten after `binding_idle` without a packet.
+    pub expired: AtomicU64,
 }
 
 /// A running server. Dropping it stops the workers.

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use tiercel_proto::server::Slot;
@@ -30,9 +30,18 @@ pub(crate) struct ServerBinding {
     slots: Box<[Mutex<SlotCell>]>,
     memory: AtomicUsize,
     memory_limit: usize,
+    /// Milliseconds since the server started when a packet of the binding last arrived.
+    last_active: AtomicU64,
 }
 
 impl ServerBinding {
+    /// Notes a packet at `now_ms`; writes the shared word only when it moved by 100 ms or more.
+    pub(crate) fn touch(&self, now_ms: u64) {
+        if now_ms >= self.last_active.load(Ordering::Relaxed) + 100 {
+            self.last_active.store(now_ms, Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn slot(&self, index: u32) -> Option<MutexGuard<'_, SlotCell>> {
         self.slots.get(index as usize).map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
     }
@@ -95,6 +104,7 @@ impl Table {
         slots: u32,
         max_datagram: usize,
         memory_limit: usize,
+        now_ms: u64,
     ) -> Option<Arc<ServerBinding>> {
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(&id) = recent.get(&(peer, nonce)) {
@@ -130,6 +140,7 @@ impl Table {
                 .collect(),
             memory: AtomicUsize::new(0),
             memory_limit,
+            last_active: AtomicU64::new(now_ms),
         });
         table[index] = Some(binding.clone());
         if recent.len() >= 4096 {
@@ -137,6 +148,27 @@ impl Table {
         }
         recent.insert((peer, nonce), binding.id);
         Some(binding)
+    }
+
+    /// Forgets bindings idle since before `cutoff_ms` that no worker is using; returns how many.
+    pub(crate) fn expire(&self, cutoff_ms: u64) -> usize {
+        let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
+        let mut freed = Vec::new();
+        for entry in table.iter_mut() {
+            let idle = entry
+                .as_ref()
+                .is_some_and(|b| b.last_active.load(Ordering::Relaxed) < cutoff_ms && Arc::strong_count(b) == 1);
+            if idle {
+                if let Some(b) = entry.take() {
+                    freed.push(b.id);
+                }
+            }
+        }
+        drop(table);
+        if !freed.is_empty() {
+            self.recent.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, id| !freed.contains(id));
+        }
+        freed.len()
     }
 
     /// Number of bindings held.

@@ -28,6 +28,9 @@ fn checksummed(p: &Packet<&[u8]>) -> bool {
     p.flags() & flags::CHECKSUM != 0
 }
 
+/// How often worker 0 looks for idle bindings.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Longest error message sent back in a result.
 const MAX_ERROR_MESSAGE: usize = 1024;
 
@@ -50,7 +53,12 @@ impl Worker {
             let _ = tiercel_sys::cpu::pin_current_thread(cpus[self.index % cpus.len()]);
         }
         let mut spin_until = Instant::now();
+        let mut next_sweep = Instant::now() + SWEEP_INTERVAL;
         while !self.shared.stop.load(Ordering::Relaxed) {
+            if self.index == 0 && Instant::now() >= next_sweep {
+                next_sweep = Instant::now() + SWEEP_INTERVAL;
+                self.sweep();
+            }
             match udp::recv_from_nowait(&self.shared.socket, &mut self.rx) {
                 Ok(Some((Received::Datagram(n), from))) => {
                     self.handle(n, from);
@@ -79,6 +87,18 @@ impl Worker {
         if self.spinning {
             self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// Forgets idle bindings (worker 0, about once a second).
+    fn sweep(&self) {
+        let idle = self.shared.config.binding_idle.as_millis() as u64;
+        let cutoff = self.now_ms().saturating_sub(idle);
+        let n = self.shared.table.expire(cutoff);
+        self.shared.stats.expired.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.shared.epoch.elapsed().as_millis() as u64
     }
 
     fn try_spin(&mut self) -> bool {
@@ -122,6 +142,7 @@ impl Worker {
         if p.incarnation() != self.shared.incarnation {
             return self.reject(&p, from, Status::WrongIncarnation);
         }
+        binding.touch(self.now_ms());
         let Some(mut cell) = binding.slot(p.slot()) else {
             return self.reject(&p, from, Status::BadSlot);
         };
@@ -381,6 +402,7 @@ impl Worker {
             config.slots_per_binding,
             max_datagram,
             config.binding_memory,
+            self.now_ms(),
         );
         let Some(binding) = granted else { return refuse(Status::Busy, info.version) };
         self.shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
