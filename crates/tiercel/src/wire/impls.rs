@@ -127,7 +127,7 @@ impl<'de, T: Wire<'de>> Wire<'de> for Vec<T> {
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         let n = r.len_prefix(1)?;
-        T::decode_vec(r, n)
+        r.nested(|r| T::decode_vec(r, n))
     }
 }
 
@@ -136,7 +136,7 @@ impl<'de, T: Wire<'de>> Wire<'de> for Box<T> {
         (**self).encode(w);
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        T::decode(r).map(Box::new)
+        r.nested(|r| T::decode(r).map(Box::new))
     }
 }
 
@@ -281,6 +281,54 @@ mod tests {
         let (a, b, c): (u32, &[u8], u32) = from_slice(&flat).unwrap();
         assert_eq!((a, b, c), (5, &big[..], 5));
         let _ = Reader::new(&flat);
+    }
+
+    #[derive(crate::Wire, Debug, PartialEq)]
+    struct Tree {
+        kids: Vec<Tree>,
+    }
+
+    #[derive(crate::Wire, Debug, PartialEq)]
+    enum List {
+        Nil,
+        Cons(Box<List>),
+    }
+
+    #[derive(crate::Wire, Debug)]
+    #[allow(dead_code, clippy::large_enum_variant)] // large on purpose: memory far beyond its encoding
+    enum Big {
+        Small,
+        Large([u64; 512]),
+    }
+
+    #[test]
+    fn recursion_is_bounded_by_depth_not_by_the_stack() {
+        let mut list = List::Nil;
+        for _ in 0..100 {
+            list = List::Cons(Box::new(list));
+        }
+        assert_eq!(from_slice::<List>(&to_vec(&list)).unwrap(), list);
+        // A million nested vectors, each announcing one child: refused, not a stack overflow.
+        let mut hostile = [1u8, 0, 0, 0].repeat(1_000_000);
+        hostile.extend_from_slice(&[0, 0, 0, 0]);
+        assert_eq!(from_slice::<Tree>(&hostile), Err(DecodeError::TooDeep));
+        let cons = to_vec(&List::Cons(Box::new(List::Nil)));
+        let tag = &cons[..cons.len() - to_vec(&List::Nil).len()];
+        let mut hostile = tag.repeat(1_000_000);
+        hostile.extend_from_slice(&to_vec(&List::Nil));
+        assert_eq!(from_slice::<List>(&hostile), Err(DecodeError::TooDeep));
+    }
+
+    #[test]
+    fn vectors_cannot_expand_a_message_without_bound() {
+        // Four million one-byte `Small`s would be 16 GiB of `Big`s in memory.
+        let n = 4u32 << 20;
+        let mut hostile = n.to_le_bytes().to_vec();
+        hostile.extend(std::iter::repeat_n(to_vec(&Big::Small)[0], n as usize));
+        assert_eq!(from_slice::<Vec<Big>>(&hostile).unwrap_err(), DecodeError::BadLength(n as u64));
+        // Small elements expand within the bound and decode.
+        let nones = vec![None::<String>; 10_000];
+        assert_eq!(from_slice::<Vec<Option<String>>>(&to_vec(&nones)).unwrap(), nones);
     }
 
     type Mixed = (i64, Option<String>, Vec<u16>, (bool, char, f64), [u8; 7], Result<u32, String>);

@@ -35,7 +35,15 @@ pub trait Wire<'de>: Sized {
     /// Decodes `n` values into a vector; `u8` overrides this with one copy.
     #[doc(hidden)]
     fn decode_vec(r: &mut Reader<'de>, n: usize) -> Result<Vec<Self>, DecodeError> {
-        let mut v = Vec::with_capacity(n.min(r.remaining()));
+        // `n` is bounded by the bytes left, but an element may take far more memory than its
+        // encoding (an enum's unit variant is one byte on the wire, the enum may be kilobytes).
+        // Refuse a vector whose memory would exceed `MAX_EXPANSION` times the bytes left, and
+        // reserve no more memory up front than the message holds.
+        let size = core::mem::size_of::<Self>();
+        if n.saturating_mul(size) > r.remaining().saturating_mul(MAX_EXPANSION).max(1 << 20) {
+            return Err(DecodeError::BadLength(n as u64));
+        }
+        let mut v = Vec::with_capacity(n.min(r.remaining().max(4096) / size.max(1)));
         for _ in 0..n {
             v.push(Self::decode(r)?);
         }
@@ -67,6 +75,9 @@ pub enum DecodeError {
     /// A string that is not UTF-8.
     #[error("string is not UTF-8")]
     Utf8,
+    /// Values nested deeper than [`MAX_DEPTH`] (boxes or vectors within each other).
+    #[error("values nested deeper than {MAX_DEPTH}")]
+    TooDeep,
     /// An `Out` or `InOut` buffer of another length than the caller's.
     #[error("buffer of {got} bytes where {expected} were expected")]
     BufferLength {
@@ -218,16 +229,38 @@ impl<'s, 'a> Writer<'s, 'a> {
     }
 }
 
+/// A decoded vector may take at most this many times the bytes of the message left to decode (or
+/// 1 MiB, whichever is more), so that a small hostile message cannot claim gigabytes.
+pub const MAX_EXPANSION: usize = 32;
+
+/// How deeply boxes and vectors may nest in a received value: a recursive type decoded from a
+/// hostile message must not exhaust the stack.
+pub const MAX_DEPTH: u32 = 128;
+
 /// Unmarshals values from a received message, borrowing from it.
 #[derive(Debug, Clone)]
 pub struct Reader<'de> {
     buf: &'de [u8],
+    depth: u32,
 }
 
 impl<'de> Reader<'de> {
     /// Reads from `buf`.
     pub fn new(buf: &'de [u8]) -> Reader<'de> {
-        Reader { buf }
+        Reader { buf, depth: 0 }
+    }
+
+    /// Decodes with `f` one level deeper; fails past [`MAX_DEPTH`]. Used by `Box` and `Vec`, the
+    /// types through which a value can contain itself.
+    #[inline]
+    pub fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T, DecodeError>) -> Result<T, DecodeError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(DecodeError::TooDeep);
+        }
+        self.depth += 1;
+        let v = f(self);
+        self.depth -= 1;
+        v
     }
 
     /// Bytes not yet read.

@@ -1,0 +1,117 @@
+//! Generated server stubs unmarshaling arbitrary argument bytes, for every kind of parameter the
+//! macro generates code for: scalars, strings and borrowed slices, vectors, options, results,
+//! tuples, arrays, derived structs and enums (recursive ones too), and `In`/`Out`/`InOut`
+//! buffers. Bad arguments are an error, never a panic or an unbounded allocation. The same types
+//! are decoded as results, as a client stub would.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tiercel::interface::{Export, Results};
+use tiercel::seeds::{Test, TestServer};
+use tiercel::{In, InOut, Out, Wire};
+
+#[derive(Wire, Debug, Clone, PartialEq)]
+pub struct Point {
+    x: f64,
+    y: f64,
+}
+
+#[derive(Wire, Debug, Clone, PartialEq)]
+pub enum Shape {
+    Empty,
+    Circle { center: Point, radius: f32 },
+    Polygon(Vec<Point>),
+    Group(Vec<Shape>),
+    Boxed(Box<Shape>),
+}
+
+#[derive(Wire, Debug, PartialEq)]
+pub struct Borrowing<'a> {
+    name: &'a str,
+    bytes: &'a [u8],
+    tags: Vec<&'a str>,
+}
+
+#[tiercel::interface]
+pub trait Everything {
+    fn integers(&self, a: u8, b: i16, c: u32, d: i64, e: u128) -> u64;
+    fn scalars(&self, f: f32, g: bool, h: char, i: usize, j: isize) -> u64;
+    fn strings(&self, s: &str, owned: String, list: Vec<String>) -> String;
+    fn containers(&self, o: Option<Vec<u16>>, r: Result<(u8, bool), String>, a: [i32; 5]) -> Option<u32>;
+    fn shapes(&self, s: Shape, many: Vec<Shape>) -> usize;
+    fn borrowed(&self, b: Borrowing<'_>) -> (String, usize);
+    fn buffers(&self, data: In<&[u8]>, out: Out<&mut [u8]>, both: InOut<&mut [u8]>) -> u64;
+    fn nothing(&self);
+}
+
+struct Impl;
+
+impl Everything for Impl {
+    fn integers(&self, a: u8, b: i16, c: u32, d: i64, e: u128) -> u64 {
+        (a as u64) ^ (b as u64) ^ (c as u64) ^ (d as u64) ^ (e as u64)
+    }
+    fn scalars(&self, f: f32, g: bool, h: char, i: usize, j: isize) -> u64 {
+        (f as u64) ^ (g as u64) ^ (h as u64) ^ (i as u64) ^ (j as u64)
+    }
+    fn strings(&self, s: &str, owned: String, list: Vec<String>) -> String {
+        format!("{}{}{}", s.len(), owned.len(), list.len())
+    }
+    fn containers(&self, o: Option<Vec<u16>>, _: Result<(u8, bool), String>, a: [i32; 5]) -> Option<u32> {
+        o.map(|v| v.len() as u32 ^ a[0] as u32)
+    }
+    fn shapes(&self, _: Shape, many: Vec<Shape>) -> usize {
+        many.len()
+    }
+    fn borrowed(&self, b: Borrowing<'_>) -> (String, usize) {
+        (b.name.to_owned(), b.bytes.len() + b.tags.len())
+    }
+    fn buffers(&self, data: In<&[u8]>, out: Out<&mut [u8]>, both: InOut<&mut [u8]>) -> u64 {
+        out.0.fill(7);
+        both.0.iter_mut().for_each(|b| *b = !*b);
+        data.0.len() as u64
+    }
+    fn nothing(&self) {}
+}
+
+/// The seeds' `Test` interface, implemented without the reference version's pattern assertions
+/// (which panic on purpose, to report corrupted buffers).
+struct Quiet;
+
+impl Test for Quiet {
+    fn null(&self) {}
+    fn add(&self, a: i32, b: i32) -> i32 {
+        a.wrapping_add(b)
+    }
+    fn max_arg(&self, _: In<&[u8]>) {}
+    fn max_result(&self, buf: Out<&mut [u8]>) {
+        buf.0.fill(1);
+    }
+    fn big_in(&self, _: In<&[u8]>) {}
+    fn big_out(&self, buf: Out<&mut [u8]>) {
+        buf.0.fill(2);
+    }
+    fn big_in_out(&self, buf: InOut<&mut [u8]>) {
+        buf.0.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+    }
+}
+
+const RESULT_LIMIT: usize = 1 << 20;
+
+fuzz_target!(|data: &[u8]| {
+    let [which, p0, p1, args @ ..] = data else { return };
+    let procedure = u16::from_le_bytes([*p0, *p1]) % 10;
+    let mut buf = Vec::new();
+    let mut results = Results::new(&mut buf, RESULT_LIMIT);
+    let _ = if which & 1 == 0 {
+        EverythingServer::new(Impl).dispatch(procedure, args, &mut results)
+    } else {
+        TestServer::new(Quiet).dispatch(procedure, args, &mut results)
+    };
+    assert!(buf.len() <= RESULT_LIMIT + 4096, "results beyond their limit: {}", buf.len());
+    // What a client stub decodes from a result message.
+    let _ = tiercel::wire::from_slice::<(String, usize)>(args);
+    let _ = tiercel::wire::from_slice::<Option<u32>>(args);
+    let _ = tiercel::wire::from_slice::<Shape>(args);
+    let _ = tiercel::wire::from_slice::<Result<Vec<Shape>, String>>(args);
+    let _ = tiercel::wire::from_slice::<Borrowing<'_>>(args);
+});
