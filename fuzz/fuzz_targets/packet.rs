@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tiercel_proto::control::{parse_bind_reject, BindReply, BindRequest};
+use tiercel_proto::control::{bind_challenge_payload, parse_bind_challenge, parse_bind_reject, BindReply, BindRequest};
 use tiercel_proto::fragment::AckInfo;
 use tiercel_proto::wire::{checksum, flags, Packet, HEADER_LEN};
 
@@ -34,6 +34,9 @@ fuzz_target!(|data: &[u8]| {
         }
         if let Some(a) = AckInfo::parse(b) {
             assert_eq!(&a.to_bytes()[..], b);
+        }
+        if let Some((nonce, challenge)) = parse_bind_challenge(b) {
+            assert_eq!(&bind_challenge_payload(nonce, &challenge)[..], b);
         }
         if let Some((nonce, version)) = parse_bind_reject(b) {
             assert_eq!(&tiercel_proto::control::bind_reject_payload(nonce, version)[..], b);

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use tiercel::seeds::{self, TestClient, BIG_BUFFER, MAX_BUFFER};
-use tiercel::{Client, In, InOut, Out};
+use tiercel::{Client, ClientConfig, In, InOut, Out};
 
 use crate::summary::Summary;
 
@@ -19,11 +19,15 @@ pub struct Args {
     /// Make the call this many times and report the median and p99 latency.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
+    #[command(flatten)]
+    secret: crate::SecretArgs,
 }
 
 pub fn run(args: Args) -> crate::Result<()> {
     let bind_start = Instant::now();
-    let client: TestClient = Client::connect(args.addr.as_str()).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+    let config = ClientConfig { secret: args.secret.load()?, ..ClientConfig::default() };
+    let client: TestClient =
+        Client::connect(args.addr.as_str()).and_then(|c| c.with_config(config).import()).map_err(|e| e.to_string())?;
     let bind_time = bind_start.elapsed();
     let int = |i: usize, default: i64| -> crate::Result<i64> {
         args.args.get(i).map(|s| s.parse::<i64>().map_err(|e| format!("argument {s:?}: {e}"))).unwrap_or(Ok(default))

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tiercel::seeds::{self, CheckFailure, TestClient};
-use tiercel::{Client, Error};
+use tiercel::{Client, ClientConfig, Error};
 
 /// Options of `tiercel check`.
 #[derive(clap::Args)]
@@ -22,10 +22,12 @@ pub struct Args {
     /// failing. Calls caught by the restart are reported and not counted.
     #[arg(long)]
     reimport: bool,
+    #[command(flatten)]
+    secret: crate::SecretArgs,
 }
 
-fn import(addr: &str) -> Result<TestClient, Error> {
-    Client::connect(addr)?.import()
+fn import(addr: &str, config: &ClientConfig) -> Result<TestClient, Error> {
+    Client::connect(addr)?.with_config(config.clone()).import()
 }
 
 /// Whether an error means the binding is gone (the server restarted, or is down for now).
@@ -34,14 +36,15 @@ fn binding_lost(e: &Error) -> bool {
 }
 
 pub fn run(args: Args) -> crate::Result<()> {
-    let client = import(&args.addr).map_err(|e| e.to_string())?;
+    let config = ClientConfig { secret: args.secret.load()?, ..ClientConfig::default() };
+    let client = import(&args.addr, &config).map_err(|e| e.to_string())?;
     let start = Instant::now();
     let reimports = Arc::new(AtomicU64::new(0));
     let retransmissions = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..args.threads.max(1))
         .map(|t| {
             let mut c = client.clone();
-            let (rounds, reimport, addr) = (args.rounds, args.reimport, args.addr.clone());
+            let (rounds, reimport, addr, config) = (args.rounds, args.reimport, args.addr.clone(), config.clone());
             let (reimports, retransmissions) = (reimports.clone(), retransmissions.clone());
             std::thread::spawn(move || -> crate::Result<()> {
                 let mut round = 0;
@@ -52,7 +55,7 @@ pub fn run(args: Args) -> crate::Result<()> {
                             eprintln!("thread {t} round {round}: {p}: {e}; importing again");
                             let give_up = Instant::now() + Duration::from_secs(30);
                             let fresh = loop {
-                                match import(&addr) {
+                                match import(&addr, &config) {
                                     Ok(fresh) => break fresh,
                                     Err(_) if Instant::now() < give_up => std::thread::sleep(Duration::from_millis(50)),
                                     Err(e) => return Err(format!("thread {t}: import again: {e}")),

@@ -74,6 +74,31 @@ fn main() -> ExitCode {
 /// Errors of the command, as text for the user.
 pub(crate) type Result<T> = std::result::Result<T, String>;
 
+/// The `--secret-file` option of the commands that serve or bind.
+#[derive(clap::Args, Clone)]
+pub(crate) struct SecretArgs {
+    /// File holding a shared secret: at least 16 bytes, readable by its owner only (make one with
+    /// `(umask 077; head -c 32 /dev/urandom > tiercel.secret)`). A server with one binds only clients
+    /// that prove it; a client with one binds only to a server that proves it back.
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<std::path::PathBuf>,
+}
+
+impl SecretArgs {
+    pub(crate) fn load(&self) -> Result<Option<tiercel::Secret>> {
+        self.secret_file.as_ref().map(tiercel::Secret::from_file).transpose().map_err(|e| e.to_string())
+    }
+}
+
+/// Peak resident set size of this process (VmHWM), KiB.
+pub(crate) fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
 /// Parses a comma-separated CPU list such as `0,1`.
 pub(crate) fn parse_cpus(s: &str) -> std::result::Result<Vec<usize>, String> {
     if s.is_empty() {

@@ -22,6 +22,11 @@ pub struct Args {
     /// CPUs to pin the workers to, comma-separated (for example `1`).
     #[arg(long, default_value = "")]
     cpus: String,
+    /// Print the server's counters every this many seconds (0: never).
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    stats_every: u64,
+    #[command(flatten)]
+    secret: crate::SecretArgs,
 }
 
 pub fn run(args: Args) -> crate::Result<()> {
@@ -29,6 +34,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         workers: args.workers,
         spin: Duration::from_micros(args.spin_us),
         cpus: crate::parse_cpus(&args.cpus)?,
+        secret: args.secret.load()?,
         ..ServerConfig::default()
     };
     let server = Server::bind(args.addr.as_str())
@@ -44,6 +50,20 @@ pub fn run(args: Args) -> crate::Result<()> {
     let _ = writeln!(out, "exporting Test v1 (null, add, max_arg, max_result, big_in, big_out, big_in_out)");
     let _ = writeln!(out, "incarnation {:016x}; stop with Ctrl-C", server.incarnation());
     let _ = out.flush();
-    server.wait();
-    Ok(())
+    if args.stats_every == 0 {
+        server.wait();
+        return Ok(());
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(args.stats_every));
+        let mut out = std::io::stdout();
+        let _ = writeln!(
+            out,
+            "stats {} bindings_held={} peak_rss_kib={}",
+            server.stats(),
+            server.bindings(),
+            crate::peak_rss_kib()
+        );
+        let _ = out.flush();
+    }
 }

@@ -129,7 +129,7 @@ impl Ledger for LedgerImpl {
             resent: get(|s| &s.resent),
             malformed: get(|s| &s.malformed),
             busy: get(|s| &s.busy),
-            peak_rss_kib: peak_rss_kib(),
+            peak_rss_kib: crate::peak_rss_kib(),
             faults: fault_counts(),
         }
     }
@@ -142,15 +142,6 @@ fn fault_counts() -> (u64, u64, u64, u64) {
             (l(&c.dropped), l(&c.duplicated), l(&c.delayed), l(&c.corrupted))
         })
         .unwrap_or_default()
-}
-
-/// Peak resident set size of this process (VmHWM), KiB.
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
-        .unwrap_or(0)
 }
 
 fn fault_config(args: &Args, with_loss: bool) -> FaultConfig {
@@ -347,7 +338,11 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
     );
     println!("server duplicates suppressed {}, result fragments resent {}", report.duplicates, report.resent);
     println!("server malformed/corrupt dropped {}, busy refusals {}", report.malformed, report.busy);
-    println!("peak memory            client {} MiB, server {} MiB", peak_rss_kib() / 1024, report.peak_rss_kib / 1024);
+    println!(
+        "peak memory            client {} MiB, server {} MiB",
+        crate::peak_rss_kib() / 1024,
+        report.peak_rss_kib / 1024
+    );
     let mut problems = Vec::new();
     if report.ran_twice > 0 {
         problems.push(format!("{} calls ran twice", report.ran_twice));

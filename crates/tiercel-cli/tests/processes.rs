@@ -66,3 +66,46 @@ fn call_prints_result_and_latency_and_errors_clearly() {
         assert!(out.status.success() && !out.stdout.is_empty(), "{cmd} --help");
     }
 }
+
+#[test]
+fn a_server_with_a_secret_file_binds_only_clients_that_hold_it() {
+    let dir = std::env::temp_dir().join(format!("tiercel-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (right, wrong, short) = (dir.join("right"), dir.join("wrong"), dir.join("short"));
+    std::fs::write(&right, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::write(&wrong, "fedcba9876543210fedcba9876543210\n").unwrap();
+    std::fs::write(&short, "tooshort\n").unwrap();
+    for f in [&right, &wrong, &short] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let secret_arg = |p: &std::path::Path| p.to_str().unwrap().to_string();
+
+    let mut child = Command::new(TIERCEL)
+        .args(["serve", "--addr", "udp://127.0.0.1:0", "--secret-file", &secret_arg(&right)])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let _server = Spawned(child, out);
+    let addr = line.trim().strip_prefix("listening ").unwrap().to_string();
+
+    let run = |extra: &[&str]| {
+        let out = Command::new(TIERCEL).args(["check", &addr, "--rounds", "100"]).args(extra).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, text) = run(&["--secret-file", &secret_arg(&right)]);
+    assert!(ok && text.contains("ok: 700 calls"), "{text}");
+    let (ok, text) = run(&[]);
+    assert!(!ok && text.contains("requires a shared secret"), "{text}");
+    let (ok, text) = run(&["--secret-file", &secret_arg(&wrong)]);
+    assert!(!ok && text.contains("secrets differ"), "{text}");
+    let (ok, text) = run(&["--secret-file", &secret_arg(&short)]);
+    assert!(!ok && text.contains("at least 16 needed"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

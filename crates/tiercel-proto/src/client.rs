@@ -265,8 +265,7 @@ impl ClientCall {
         match self.phase {
             Phase::Sending => {
                 let first = self.transmits.len();
-                let unacked: Vec<u16> = self.blast.unacked().take(crate::fragment::MAX_WINDOW as usize).collect();
-                for index in unacked {
+                for index in self.blast.unacked().take(crate::fragment::MAX_WINDOW as usize) {
                     self.transmits.push(Transmit::CallFragment { index, please_ack: false });
                 }
                 if let Some(Transmit::CallFragment { please_ack, .. }) = self.transmits.last_mut() {

@@ -134,6 +134,11 @@ pub enum Status {
     BadSlot = 9,
     /// The server has no room for another binding.
     Busy = 10,
+    /// The server requires proof of its shared secret before it grants a binding; the payload holds
+    /// the request's nonce and a challenge.
+    AuthRequired = 11,
+    /// The proof of the shared secret in a bind request was wrong or its challenge stale.
+    AuthFailed = 12,
 }
 
 impl Status {
@@ -151,6 +156,8 @@ impl Status {
             8 => Status::TooLarge,
             9 => Status::BadSlot,
             10 => Status::Busy,
+            11 => Status::AuthRequired,
+            12 => Status::AuthFailed,
             _ => return None,
         })
     }

@@ -44,6 +44,9 @@ pub struct ClientConfig {
     /// it. UDP's own checksum already catches corruption on the wire (loopback skips it); this one
     /// also catches corruption below or beside the network stack, for about 50 ns per 1,500 bytes.
     pub checksum: bool,
+    /// The shared secret to prove when a server asks for one at bind time. With a secret the client
+    /// also requires the server to prove it back, so it binds only to a holder of the secret.
+    pub secret: Option<crate::Secret>,
 }
 
 impl Default for ClientConfig {
@@ -54,6 +57,7 @@ impl Default for ClientConfig {
             max_datagram: MAX_UDP_PAYLOAD,
             deadline: None,
             checksum: false,
+            secret: None,
         }
     }
 }
@@ -91,6 +95,9 @@ pub struct ServerConfig {
     /// `Error::UnknownBinding` and imports again. Never less than twice `timing.dead_after`, so that
     /// a client still retrying a call has given up before its binding can go.
     pub binding_idle: Duration,
+    /// A shared secret every client must prove before it gets a binding (see `docs/security.md`).
+    /// Without one, any client that can reach the server may bind.
+    pub secret: Option<crate::Secret>,
 }
 
 impl Default for ServerConfig {
@@ -106,6 +113,7 @@ impl Default for ServerConfig {
             timing: Timing::default(),
             binding_memory: 64 << 20,
             binding_idle: Duration::from_secs(600),
+            secret: None,
         }
     }
 }

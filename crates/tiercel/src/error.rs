@@ -81,6 +81,17 @@ pub enum Error {
     /// call; an earlier copy still queued could have been taken, hence "may have run".
     #[error("server overloaded: the call was refused as busy until the client gave up")]
     Overloaded,
+    /// The server requires proof of a shared secret and this client has none
+    /// (`ClientConfig::secret`).
+    #[error("server requires a shared secret to bind; configure the client with one")]
+    AuthenticationRequired,
+    /// The shared secret did not match: the server refused the client's proof, or the server could
+    /// not prove the client's secret back.
+    #[error("authentication failed: {0}")]
+    AuthenticationFailed(&'static str),
+    /// A shared secret that could not be read or has too little key material.
+    #[error("bad shared secret: {0}")]
+    BadSecret(String),
     /// An address that does not parse or resolve.
     #[error("bad address {0:?}: {1}")]
     Address(String, String),
@@ -106,6 +117,9 @@ impl Error {
             | Error::TooLarge(_)
             | Error::NoFreeSlot(_)
             | Error::Busy
+            | Error::AuthenticationRequired
+            | Error::AuthenticationFailed(_)
+            | Error::BadSecret(_)
             | Error::Address(..) => Execution::NeverRan,
             Error::Panicked(_) | Error::BadResult(_) => Execution::Ran,
         }

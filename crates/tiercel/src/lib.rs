@@ -43,6 +43,7 @@
 extern crate self as tiercel;
 
 pub mod address;
+mod auth;
 mod buffers;
 mod client;
 pub mod config;
@@ -55,6 +56,7 @@ mod transmit;
 pub mod wire;
 
 pub use address::{ToAddress, Transport};
+pub use auth::{Secret, MIN_SECRET_LEN};
 pub use buffers::{In, InOut, Out};
 pub use client::{Binding, Call, Client, ClientStats, Reply};
 pub use config::{ClientConfig, ServerConfig, Spin, Timing};

@@ -331,7 +331,12 @@ fn status_error(status: Status, procedure: u16, message: String) -> Error {
         Status::UnknownBinding | Status::BadSlot => Error::UnknownBinding,
         Status::WrongIncarnation => Error::ServerRestarted,
         Status::TooLarge => Error::TooLarge(message),
-        Status::Busy | Status::UnknownInterface | Status::VersionMismatch | Status::Ok => Error::Busy,
+        Status::Busy
+        | Status::UnknownInterface
+        | Status::VersionMismatch
+        | Status::AuthRequired
+        | Status::AuthFailed
+        | Status::Ok => Error::Busy,
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::control::{parse_bind_reject, BindReply, BindRequest};
+use tiercel_proto::control::{parse_bind_challenge, parse_bind_reject, BindProof, BindReply, BindRequest};
 use tiercel_proto::wire::{Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_sys::udp;
 
@@ -115,23 +115,31 @@ impl Binding {
         let trailer = if config.checksum { tiercel_proto::wire::CHECKSUM_LEN } else { 0 };
         let max_datagram = config.max_datagram.min(mtu_payload.unwrap_or(1472)).max(HEADER_LEN + 64) - trailer;
         let nonce = u64::from_le_bytes(random_bytes()?[..8].try_into().unwrap_or_default());
-        let request =
-            BindRequest { interface: info.id, version: info.version, max_datagram: max_datagram as u32, nonce };
+        let mut request = BindRequest {
+            interface: info.id,
+            version: info.version,
+            max_datagram: max_datagram as u32,
+            nonce,
+            proof: None,
+        };
+        // The challenge this client answered, once a server with a shared secret sent one.
+        let mut challenge = None;
         let mut header = Header::new(Kind::Bind);
         if config.checksum {
             header.flags = tiercel_proto::wire::flags::CHECKSUM;
         }
-        header.payload_len = tiercel_proto::control::BIND_REQUEST_LEN as u32;
-        header.message_len = header.payload_len;
-        let (hb, pb) = (header.to_bytes(), request.to_bytes());
         let mut rx = vec![0u8; max_datagram + trailer];
         let start = Instant::now();
         let mut rto = config.timing.retransmit_initial;
-        loop {
+        'send: loop {
             if start.elapsed() >= config.timing.dead_after {
                 return Err(Error::Unreachable { server, acknowledged: false });
             }
-            let parts = [std::io::IoSlice::new(&hb), std::io::IoSlice::new(&pb)];
+            let payload = request.to_bytes();
+            header.payload_len = payload.len() as u32;
+            header.message_len = header.payload_len;
+            let header_bytes = header.to_bytes();
+            let parts = [std::io::IoSlice::new(&header_bytes), std::io::IoSlice::new(&payload)];
             match crate::transmit::send(&socket, None, &parts, config.checksum) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(111) => {} // ECONNREFUSED from an earlier ICMP error
@@ -149,6 +157,24 @@ impl Binding {
                         let Some(reply) = BindReply::parse(p.payload()) else { continue };
                         if reply.nonce != nonce {
                             continue;
+                        }
+                        if let Some(secret) = &config.secret {
+                            let (Some(proof), Some(challenge)) = (reply.proof, challenge) else {
+                                return Err(Error::AuthenticationFailed(
+                                    "the server did not ask for the shared secret, so it cannot prove it holds it",
+                                ));
+                            };
+                            let transcript = BindReply { proof: None, ..reply }.proof_transcript(
+                                p.binding(),
+                                p.token(),
+                                p.incarnation(),
+                                &challenge,
+                            );
+                            if !secret.verify(&transcript, &proof) {
+                                return Err(Error::AuthenticationFailed(
+                                    "the server's proof does not match this client's secret",
+                                ));
+                            }
                         }
                         let max_datagram = (reply.max_datagram as usize).min(max_datagram);
                         if max_datagram <= HEADER_LEN || reply.slots == 0 {
@@ -171,6 +197,19 @@ impl Binding {
                             deadline: config.deadline,
                         });
                     }
+                    Kind::Reject if p.status() == Status::AuthRequired => {
+                        let Some((echo, fresh)) = parse_bind_challenge(p.payload()) else { continue };
+                        if echo != nonce {
+                            continue;
+                        }
+                        let Some(secret) = &config.secret else { return Err(Error::AuthenticationRequired) };
+                        let mac = secret.prove(&request.proof_transcript(&fresh));
+                        request.proof = Some(BindProof { challenge: fresh, mac });
+                        challenge = Some(fresh);
+                        // Answer at once, with a fresh retransmission timer.
+                        rto = config.timing.retransmit_initial;
+                        continue 'send;
+                    }
                     Kind::Reject => {
                         let Some((echo, exported)) = parse_bind_reject(p.payload()) else { continue };
                         if echo != nonce {
@@ -181,6 +220,9 @@ impl Binding {
                             Status::VersionMismatch => {
                                 Error::VersionMismatch { name: info.name, client: info.version, server: exported }
                             }
+                            Status::AuthFailed => Error::AuthenticationFailed(
+                                "the server refused this client's proof: the secrets differ",
+                            ),
                             _ => Error::Busy,
                         });
                     }
@@ -204,6 +246,11 @@ impl Binding {
     /// The transport chosen at bind time.
     pub fn transport(&self) -> Transport {
         Transport::Udp
+    }
+
+    /// The binding's id on the server (not a secret: the token that goes with it is).
+    pub fn id(&self) -> u32 {
+        self.inner.id
     }
 
     /// The server incarnation (boot id) the binding was made with.
@@ -235,7 +282,16 @@ impl Binding {
 }
 
 pub(crate) fn random_bytes() -> Result<[u8; 16], Error> {
-    let mut b = [0u8; 16];
+    random_array()
+}
+
+/// 32 bytes from the OS random source (a key).
+pub(crate) fn random_bytes32() -> Result<[u8; 32], Error> {
+    random_array()
+}
+
+fn random_array<const N: usize>() -> Result<[u8; N], Error> {
+    let mut b = [0u8; N];
     getrandom::fill(&mut b).map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
     Ok(b)
 }

@@ -55,7 +55,12 @@ impl Server {
         let workers = self.config.workers.max(1);
         let mut config = self.config;
         config.binding_idle = config.binding_idle.max(2 * config.timing.dead_after);
+        let challenger = match config.secret {
+            Some(_) => Some(crate::auth::Challenger::new()?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
+            challenger,
             table: table::Table::new(config.max_bindings),
             socket: self.socket,
             config,
@@ -83,6 +88,8 @@ impl Server {
 pub(crate) struct Shared {
     socket: UdpSocket,
     config: ServerConfig,
+    /// Makes and checks bind challenges when the server has a shared secret.
+    challenger: Option<crate::auth::Challenger>,
     /// Time zero of the bindings' activity clocks.
     epoch: std::time::Instant,
     exports: Vec<Arc<dyn Export>>,
@@ -119,6 +126,33 @@ pub struct ServerStats {
     pub bindings: AtomicU64,
     /// Bindings forgotten after `binding_idle` without a packet.
     pub expired: AtomicU64,
+    /// Bind requests answered with a challenge for the shared secret.
+    pub challenged: AtomicU64,
+    /// Bind requests whose proof of the shared secret was wrong or stale.
+    pub auth_failed: AtomicU64,
+}
+
+impl core::fmt::Display for ServerStats {
+    /// The counters as `name=value` pairs, for logs.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        write!(
+            f,
+            "calls={} duplicates={} resent={} malformed={} rejected={} panics={} busy={} bindings={} expired={} \
+             challenged={} auth_failed={}",
+            l(&self.calls),
+            l(&self.duplicates),
+            l(&self.resent),
+            l(&self.malformed),
+            l(&self.rejected),
+            l(&self.panics),
+            l(&self.busy),
+            l(&self.bindings),
+            l(&self.expired),
+            l(&self.challenged),
+            l(&self.auth_failed),
+        )
+    }
 }
 
 /// A running server. Dropping it stops the workers.

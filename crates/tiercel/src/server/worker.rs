@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::control::{bind_reject_payload, BindReply, BindRequest};
+use tiercel_proto::control::{bind_challenge_payload, bind_reject_payload, BindReply, BindRequest};
 use tiercel_proto::fragment::{fragment_count, fragment_range};
 use tiercel_proto::server::{CallAction, ProbeAction};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
@@ -357,6 +357,24 @@ impl Worker {
         let _ = transmit::send(&self.shared.socket, Some(&to), &[IoSlice::new(&h.to_bytes())], checksummed(p));
     }
 
+    /// Sends a `Reject` answering a bind request, with `payload` (at most as long as the request's).
+    fn send_bind_reject(&self, p: &Packet<&[u8]>, to: SocketAddr, status: Status, payload: &[u8]) {
+        let h = Header {
+            status,
+            flags: p.flags() & flags::CHECKSUM,
+            payload_len: payload.len() as u32,
+            message_len: payload.len() as u32,
+            incarnation: self.shared.incarnation,
+            ..Header::new(Kind::Reject)
+        };
+        let _ = transmit::send(
+            &self.shared.socket,
+            Some(&to),
+            &[IoSlice::new(&h.to_bytes()), IoSlice::new(payload)],
+            checksummed(p),
+        );
+    }
+
     fn on_bind(&self, p: &Packet<&[u8]>, from: SocketAddr) {
         let Some(req) = BindRequest::parse(p.payload()) else {
             self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
@@ -364,22 +382,24 @@ impl Worker {
         };
         let refuse = |status: Status, version: u32| {
             self.shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-            let payload = bind_reject_payload(req.nonce, version);
-            let h = Header {
-                status,
-                flags: p.flags() & flags::CHECKSUM,
-                payload_len: payload.len() as u32,
-                message_len: payload.len() as u32,
-                incarnation: self.shared.incarnation,
-                ..Header::new(Kind::Reject)
-            };
-            let _ = transmit::send(
-                &self.shared.socket,
-                Some(&from),
-                &[IoSlice::new(&h.to_bytes()), IoSlice::new(&payload)],
-                checksummed(p),
-            );
+            self.send_bind_reject(p, from, status, &bind_reject_payload(req.nonce, version));
         };
+        // With a shared secret, nothing is told to a client (not even what is exported) before it
+        // proves the secret over a fresh challenge.
+        let mut proven = None;
+        if let (Some(secret), Some(challenger)) = (&self.shared.config.secret, &self.shared.challenger) {
+            let Some(proof) = req.proof else {
+                self.shared.stats.challenged.fetch_add(1, Ordering::Relaxed);
+                let payload = bind_challenge_payload(req.nonce, &challenger.challenge(from, req.nonce));
+                return self.send_bind_reject(p, from, Status::AuthRequired, &payload);
+            };
+            let transcript = BindRequest { proof: None, ..req }.proof_transcript(&proof.challenge);
+            if !challenger.check(from, req.nonce, &proof.challenge) || !secret.verify(&transcript, &proof.mac) {
+                self.shared.stats.auth_failed.fetch_add(1, Ordering::Relaxed);
+                return refuse(Status::AuthFailed, 0);
+            }
+            proven = Some((secret, proof.challenge));
+        }
         let Some(export) = self.shared.exports.iter().find(|e| e.info().id == req.interface) else {
             return refuse(Status::UnknownInterface, 0);
         };
@@ -406,12 +426,17 @@ impl Worker {
         );
         let Some(binding) = granted else { return refuse(Status::Busy, info.version) };
         self.shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
-        let reply = BindReply {
+        let mut reply = BindReply {
             slots: config.slots_per_binding,
             max_datagram: binding.max_datagram as u32,
             version: info.version,
             nonce: req.nonce,
+            proof: None,
         };
+        if let Some((secret, challenge)) = proven {
+            let transcript = reply.proof_transcript(binding.id, binding.token, self.shared.incarnation, &challenge);
+            reply.proof = Some(secret.prove(&transcript));
+        }
         let payload = reply.to_bytes();
         let h = Header {
             flags: p.flags() & flags::CHECKSUM,
