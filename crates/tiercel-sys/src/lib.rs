@@ -2,11 +2,12 @@
 //!
 //! * [`udp`]: UDP sockets for the packet-exchange transport: gather sends (`sendmsg`) straight from
 //!   user memory, non-blocking receives for spinning, `poll` for blocking, path MTU, `SO_REUSEPORT`.
+//! * [`shm`]: shared memory between processes: sealed memfd regions, futexes, descriptor passing.
 //! * [`cpu`]: pinning threads to cores, and CPU time used (for the benchmarks).
 //!
-//! The system calls go through `rustix`, whose safe wrappers need no `unsafe` here; shared memory,
-//! when it lands, brings the module tree where this crate's `unsafe` blocks live, each with a
-//! `// SAFETY:` note.
+//! The system calls go through `rustix` where its safe wrappers do the job; the `unsafe` blocks of
+//! the whole project live in this crate (mapping and accessing shared memory, `getrusage`), each with
+//! a `// SAFETY:` note.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -14,4 +15,5 @@
 pub mod cpu;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
+pub mod shm;
 pub mod udp;

@@ -1,0 +1,287 @@
+//! Shared memory between processes: sealed memfd regions, futexes on words inside them, and passing
+//! a region's descriptor over a UNIX socket (`SCM_RIGHTS`), so that holding the descriptor is the
+//! capability.
+//!
+//! The other process is not trusted. Everything a [`Region`] hands out is bounds-checked; control
+//! words are only reached as atomics; bytes are only copied in or out (never borrowed), so a peer
+//! writing while we copy can give us garbage, which the caller validates, but never an access outside
+//! the mapping. Regions are sealed against shrinking and growing before they are shared, and a region
+//! received from a peer is refused unless it is sealed so: a peer cannot make our accesses fault by
+//! truncating the file under us.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::mm::{MapFlags, ProtFlags};
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+
+/// A shared mapping of a sealed memfd.
+pub struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+    fd: OwnedFd,
+}
+
+// SAFETY: `Region` owns its mapping, which stays valid until `drop`. Every access through it goes
+// through atomics (`u32_at`) or bounds-checked byte copies (`read`, `write`), which are sound to make
+// from any thread at once (concurrent copies of the same bytes may yield mixed bytes, never memory
+// unsafety outside the mapping, and callers validate what they copy out).
+unsafe impl Send for Region {}
+// SAFETY: as for `Send`: shared references only allow atomic access and copies.
+unsafe impl Sync for Region {}
+
+const SEALS: SealFlags = SealFlags::SHRINK.union(SealFlags::GROW).union(SealFlags::SEAL);
+
+impl Region {
+    /// Creates a region of `len` bytes (zero-filled; pages are allocated only when touched), sealed
+    /// against resizing.
+    pub fn create(name: &str, len: usize) -> io::Result<Region> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty shared region"));
+        }
+        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+        rustix::fs::ftruncate(&fd, len as u64)?;
+        rustix::fs::fcntl_add_seals(&fd, SEALS)?;
+        Region::map(fd, len)
+    }
+
+    /// Maps a region received from a peer, which must be exactly `len` bytes and sealed against
+    /// shrinking.
+    pub fn from_fd(fd: OwnedFd, len: usize) -> io::Result<Region> {
+        let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
+        let size = rustix::fs::fstat(&fd)?.st_size;
+        if size < 0 || size as u64 != len as u64 {
+            return Err(bad(format!("shared region is {size} bytes, {len} announced")));
+        }
+        let seals = rustix::fs::fcntl_get_seals(&fd)?;
+        if !seals.contains(SealFlags::SHRINK) {
+            return Err(bad("shared region is not sealed against shrinking".into()));
+        }
+        Region::map(fd, len)
+    }
+
+    fn map(fd: OwnedFd, len: usize) -> io::Result<Region> {
+        // SAFETY: a new shared mapping of `len` bytes of `fd` at an address the kernel chooses; it
+        // aliases no Rust object. The file is sealed at `len` bytes or more, so every page of the
+        // mapping stays backed.
+        let ptr = unsafe {
+            rustix::mm::mmap(core::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &fd, 0)?
+        };
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Region { ptr, len, fd })
+    }
+
+    /// The descriptor, to hand to a peer.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never: creation refuses it).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The 32-bit word at `offset`, if it is 4-byte aligned and inside the region.
+    pub fn u32_at(&self, offset: usize) -> Option<&AtomicU32> {
+        if offset % 4 != 0 || offset.checked_add(4)? > self.len {
+            return None;
+        }
+        // SAFETY: `offset..offset + 4` is inside the mapping, which is page-aligned, so the address is
+        // 4-byte aligned; the mapping lives as long as `&self`; and every access to control words of
+        // the region, in this process and the peer's, is atomic.
+        Some(unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast::<u32>()) })
+    }
+
+    /// Copies `out.len()` bytes at `offset` into `out`; false (copying nothing) when out of bounds.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> bool {
+        if offset.checked_add(out.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: the source range is inside the mapping (checked above) and cannot overlap `out`,
+        // which is private memory. A peer writing the range at the same time can only change which
+        // bytes we get.
+        unsafe { core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Copies `data` into the region at `offset`; false (copying nothing) when out of bounds.
+    pub fn write(&self, offset: usize, data: &[u8]) -> bool {
+        if offset.checked_add(data.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: the destination range is inside the mapping (checked above), which no Rust
+        // reference points into, and does not overlap `data`, which is private memory.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
+        true
+    }
+
+    /// Copies the concatenation of `parts` into the region at `offset`; false when out of bounds.
+    pub fn write_vectored(&self, mut offset: usize, parts: &[IoSlice<'_>]) -> bool {
+        let total = parts.iter().map(|p| p.len()).sum::<usize>();
+        if offset.checked_add(total).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        for p in parts {
+            self.write(offset, p);
+            offset += p.len();
+        }
+        true
+    }
+
+    /// Gives the memory behind `offset..offset + len` back to the system (the range reads as zeros
+    /// afterwards); used after a large transfer so that an idle slot does not keep megabytes.
+    pub fn discard(&self, offset: usize, len: usize) {
+        let page = 4096;
+        let start = offset.div_ceil(page) * page;
+        let end = offset.saturating_add(len).min(self.len) / page * page;
+        if end > start {
+            let _ = rustix::fs::fallocate(
+                &self.fd,
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                start as u64,
+                (end - start) as u64,
+            );
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was made in `map` with this address and length and is unmapped once;
+        // every reference handed out borrows `self`, so none outlives it.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Waits while `word` holds `expected`, for at most `timeout`. Returns when woken, when the word
+/// changed, on a signal, or at the timeout (callers re-check the word either way).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|d| rustix::thread::futex::Timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: d.subsec_nanos() as _,
+    });
+    // Shared (not process-private) futex: the word lives in memory mapped by two processes.
+    let _ = rustix::thread::futex::wait(word, rustix::thread::futex::Flags::empty(), expected, ts.as_ref());
+}
+
+/// Wakes up to `n` waiters on `word`.
+pub fn futex_wake(word: &AtomicU32, n: u32) {
+    let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), n);
+}
+
+/// Sends `bytes` and, if given, one descriptor over a UNIX stream socket.
+pub fn send_with_fd(socket: &UnixStream, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds;
+    if let Some(fd) = fd {
+        fds = [fd];
+        if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+            return Err(io::Error::other("ancillary buffer too small"));
+        }
+    }
+    let mut sent = rustix::net::sendmsg(socket, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL)?;
+    // Only the first chunk carries the descriptor; the rest (if the socket buffer split it) follows.
+    while sent < bytes.len() {
+        sent += rustix::net::send(socket, &bytes[sent..], SendFlags::NOSIGNAL)?;
+    }
+    Ok(())
+}
+
+/// Receives up to `buf.len()` bytes and any descriptor sent with them. Returns the byte count (0 when
+/// the peer closed) and the first descriptor received; any further ones are closed.
+pub fn recv_with_fd(socket: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let msg = rustix::net::recvmsg(socket, &mut [IoSliceMut::new(buf)], &mut control, RecvFlags::CMSG_CLOEXEC)?;
+    let mut received = None;
+    for m in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = m {
+            for fd in fds {
+                if received.is_none() {
+                    received = Some(fd);
+                }
+            }
+        }
+    }
+    Ok((msg.bytes, received))
+}
+
+/// Whether the peer of a connected stream socket has closed it (it died, or dropped the binding),
+/// without blocking and without consuming data.
+pub fn peer_closed(socket: &UnixStream) -> bool {
+    let mut b = [0u8; 1];
+    match rustix::net::recv(socket, &mut b[..], RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+        Ok((0, _)) => true,
+        Ok(_) => false,
+        Err(e) => e != rustix::io::Errno::AGAIN && e != rustix::io::Errno::INTR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn regions_are_bounds_checked_and_shared_through_a_descriptor() {
+        let a = Region::create("tiercel-test", 8192).unwrap();
+        assert!(a.write(8190, b"hi"));
+        assert!(!a.write(8191, b"hi"), "a write past the end is refused");
+        assert!(a.u32_at(8192).is_none() && a.u32_at(2).is_none());
+        a.u32_at(4).unwrap().store(7, Ordering::SeqCst);
+        let (x, y) = UnixStream::pair().unwrap();
+        send_with_fd(&x, b"region", Some(a.fd())).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, fd) = recv_with_fd(&y, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"region");
+        let b = Region::from_fd(fd.unwrap(), 8192).unwrap();
+        assert_eq!(b.u32_at(4).unwrap().load(Ordering::SeqCst), 7, "both mappings see the same memory");
+        let mut out = [0u8; 2];
+        assert!(b.read(8190, &mut out));
+        assert_eq!(&out, b"hi");
+        assert!(!b.read(8191, &mut out));
+    }
+
+    #[test]
+    fn regions_of_the_wrong_size_or_unsealed_are_refused() {
+        let a = Region::create("tiercel-test", 4096).unwrap();
+        let dup = a.fd().try_clone_to_owned().unwrap();
+        assert!(Region::from_fd(dup, 8192).is_err(), "size must match");
+        assert!(rustix::fs::ftruncate(a.fd(), 0).is_err(), "sealed against shrinking");
+        let unsealed = rustix::fs::memfd_create("x", MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&unsealed, 4096).unwrap();
+        assert!(Region::from_fd(unsealed, 4096).is_err(), "an unsealed region could shrink under us");
+    }
+
+    #[test]
+    fn futex_wakes_across_threads_and_peer_close_is_seen() {
+        let r = std::sync::Arc::new(Region::create("tiercel-test", 4096).unwrap());
+        let r2 = r.clone();
+        let t = std::thread::spawn(move || {
+            let w = r2.u32_at(0).unwrap();
+            while w.load(Ordering::SeqCst) == 0 {
+                futex_wait(w, 0, Some(Duration::from_secs(5)));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        r.u32_at(0).unwrap().store(1, Ordering::SeqCst);
+        futex_wake(r.u32_at(0).unwrap(), 1);
+        t.join().unwrap();
+        let (x, y) = UnixStream::pair().unwrap();
+        assert!(!peer_closed(&x));
+        drop(y);
+        assert!(peer_closed(&x));
+    }
+}
