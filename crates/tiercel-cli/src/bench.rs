@@ -123,7 +123,7 @@ fn measure(args: &Args, spin: bool, calls: u32, rounds: u32, deadline: Instant) 
             .collect();
     let (_rpc_server, rpc_addr) = spawn(&rpc_args)?;
     let policy = if spin { Spin::Fixed(Duration::from_secs(3600)) } else { Spin::Never };
-    let client: TestClient = Client::connect(rpc_addr)
+    let client: TestClient = Client::connect(format!("udp://{rpc_addr}"))
         .and_then(|c| c.with_config(ClientConfig { spin: policy, ..ClientConfig::default() }).import())
         .map_err(|e| e.to_string())?;
     let mut out = vec![0u8; MAX_BUFFER];

@@ -19,6 +19,8 @@
 //! * [`client`]: the state machine of one call on a client slot.
 //! * [`server`]: duplicate suppression and the saved result of one server slot.
 //! * [`control`]: payloads of bind and reject packets.
+//! * [`shm`]: the shared-memory transport's region layout and call handshake (its memory comes from
+//!   `tiercel-sys`; the handshake is model-checked with loom).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -27,6 +29,7 @@ pub mod client;
 pub mod control;
 pub mod fragment;
 pub mod server;
+pub mod shm;
 pub mod timing;
 pub mod wire;
 

@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
-use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
+};
 
 /// A shared mapping of a sealed memfd.
 pub struct Region {
@@ -94,7 +96,7 @@ impl Region {
 
     /// The 32-bit word at `offset`, if it is 4-byte aligned and inside the region.
     pub fn u32_at(&self, offset: usize) -> Option<&AtomicU32> {
-        if offset % 4 != 0 || offset.checked_add(4)? > self.len {
+        if !offset.is_multiple_of(4) || offset.checked_add(4)? > self.len {
             return None;
         }
         // SAFETY: `offset..offset + 4` is inside the mapping, which is page-aligned, so the address is

@@ -103,8 +103,13 @@ pub fn recv_from_nowait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option
 /// Blocks until the socket is readable or `timeout` passes (forever if `None`). Returns whether it
 /// is readable.
 pub fn wait_readable(socket: &UdpSocket, timeout: Option<Duration>) -> io::Result<bool> {
+    wait_readable_fd(socket, timeout)
+}
+
+/// Waits until any descriptor (a listening socket, say) is readable, or `timeout` passes.
+pub fn wait_readable_fd(socket: impl std::os::fd::AsFd, timeout: Option<Duration>) -> io::Result<bool> {
     let ts = timeout.map(|d| Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
-    let mut fds = [PollFd::new(socket, PollFlags::IN)];
+    let mut fds = [PollFd::new(&socket, PollFlags::IN)];
     loop {
         match poll(&mut fds, ts.as_ref()) {
             Ok(n) => return Ok(n > 0),

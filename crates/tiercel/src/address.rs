@@ -1,36 +1,47 @@
-//! Server addresses: `udp://host:port` forces the UDP transport; a plain `host:port` lets the binder
-//! choose (today UDP is the only transport, so it chooses UDP).
+//! Server addresses: `udp://host:port` forces the UDP transport, `shm:host:port` (or
+//! `shm://host:port`) forces shared memory with the server bound to that address on this host, and a
+//! plain `host:port` lets the binder choose: shared memory when the server is on this host and offers
+//! it, else UDP.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use crate::Error;
 
-/// Which transport an address asks for.
+/// A transport: what an address asks for, and what a binding got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
     /// The reliable packet-exchange protocol over UDP.
     Udp,
+    /// Call slots in memory shared with a server process on the same host.
+    SharedMemory,
 }
 
 /// Something that names a server: a socket address, or a string such as `udp://127.0.0.1:7000`.
 pub trait ToAddress {
-    /// Resolves to a transport and a socket address.
-    fn to_address(&self) -> Result<(Transport, SocketAddr), Error>;
+    /// Resolves to the transport the address insists on (`None`: the binder chooses) and the server's
+    /// socket address.
+    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), Error>;
 }
 
 impl ToAddress for SocketAddr {
-    fn to_address(&self) -> Result<(Transport, SocketAddr), Error> {
-        Ok((Transport::Udp, *self))
+    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), Error> {
+        Ok((None, *self))
     }
 }
 
 impl ToAddress for str {
-    fn to_address(&self) -> Result<(Transport, SocketAddr), Error> {
+    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), Error> {
         let bad = |why: &str| Error::Address(self.to_owned(), why.to_owned());
-        let (transport, rest) = match self.split_once("://") {
-            Some(("udp", rest)) => (Transport::Udp, rest),
-            Some((scheme, _)) => return Err(bad(&format!("unsupported transport {scheme:?} (supported: udp)"))),
-            None => (Transport::Udp, self),
+        let (transport, rest) = if let Some(rest) = self.strip_prefix("shm://").or_else(|| self.strip_prefix("shm:")) {
+            (Some(Transport::SharedMemory), rest)
+        } else {
+            match self.split_once("://") {
+                Some(("udp", rest)) => (Some(Transport::Udp), rest),
+                Some((scheme, _)) => {
+                    return Err(bad(&format!("unsupported transport {scheme:?} (supported: udp, shm)")))
+                }
+                None => (None, self),
+            }
         };
         let addr = rest
             .to_socket_addrs()
@@ -42,13 +53,13 @@ impl ToAddress for str {
 }
 
 impl ToAddress for &str {
-    fn to_address(&self) -> Result<(Transport, SocketAddr), Error> {
+    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), Error> {
         (**self).to_address()
     }
 }
 
 impl ToAddress for String {
-    fn to_address(&self) -> Result<(Transport, SocketAddr), Error> {
+    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), Error> {
         self.as_str().to_address()
     }
 }
@@ -59,8 +70,13 @@ mod tests {
 
     #[test]
     fn schemes() {
-        assert_eq!("udp://127.0.0.1:7".to_address().unwrap(), (Transport::Udp, "127.0.0.1:7".parse().unwrap()));
-        assert_eq!("127.0.0.1:7".to_address().unwrap().0, Transport::Udp);
+        assert_eq!("udp://127.0.0.1:7".to_address().unwrap(), (Some(Transport::Udp), "127.0.0.1:7".parse().unwrap()));
+        assert_eq!("127.0.0.1:7".to_address().unwrap().0, None);
+        assert_eq!(
+            "shm:127.0.0.1:7".to_address().unwrap(),
+            (Some(Transport::SharedMemory), "127.0.0.1:7".parse().unwrap())
+        );
+        assert_eq!("shm://127.0.0.1:7".to_address().unwrap().0, Some(Transport::SharedMemory));
         assert!(matches!("tcp://127.0.0.1:7".to_address(), Err(Error::Address(..))));
         assert!(matches!("nonsense".to_address(), Err(Error::Address(..))));
     }

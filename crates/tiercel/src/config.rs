@@ -47,6 +47,9 @@ pub struct ClientConfig {
     /// The shared secret to prove when a server asks for one at bind time. With a secret the client
     /// also requires the server to prove it back, so it binds only to a holder of the secret.
     pub secret: Option<crate::Secret>,
+    /// When the address lets the binder choose, bind through shared memory if the server is on this
+    /// host and offers it (else UDP). `false` always chooses UDP.
+    pub shared_memory: bool,
 }
 
 impl Default for ClientConfig {
@@ -58,6 +61,7 @@ impl Default for ClientConfig {
             deadline: None,
             checksum: false,
             secret: None,
+            shared_memory: true,
         }
     }
 }
@@ -98,6 +102,9 @@ pub struct ServerConfig {
     /// A shared secret every client must prove before it gets a binding (see `docs/security.md`).
     /// Without one, any client that can reach the server may bind.
     pub secret: Option<crate::Secret>,
+    /// Also offer shared-memory bindings to clients on this host (through an abstract UNIX socket
+    /// named after the server's address, in the server's network namespace).
+    pub shared_memory: bool,
 }
 
 impl Default for ServerConfig {
@@ -114,6 +121,7 @@ impl Default for ServerConfig {
             binding_memory: 64 << 20,
             binding_idle: Duration::from_secs(600),
             secret: None,
+            shared_memory: true,
         }
     }
 }

@@ -29,6 +29,15 @@ pub enum Error {
         /// Whether the server had acknowledged the call (it then certainly started it).
         acknowledged: bool,
     },
+    /// The server's process went away during the call (its shared-memory binding's connection closed).
+    #[error("server {server} went away during the call (its process exited or dropped the binding)")]
+    ServerGone {
+        /// The server's address.
+        server: SocketAddr,
+    },
+    /// The address asks for shared memory, and no server of that address on this host offers it.
+    #[error("no server offering shared memory at {0} on this host")]
+    NoSharedMemory(SocketAddr),
     /// The call's deadline passed before its result arrived.
     #[error("deadline exceeded")]
     DeadlineExceeded,
@@ -109,6 +118,7 @@ impl Error {
             | Error::ServerRestarted
             | Error::UnknownBinding
             | Error::Overloaded
+            | Error::ServerGone { .. }
             | Error::Io(_) => Execution::MayHaveRun,
             Error::UnknownInterface { .. }
             | Error::VersionMismatch { .. }
@@ -120,6 +130,7 @@ impl Error {
             | Error::AuthenticationRequired
             | Error::AuthenticationFailed(_)
             | Error::BadSecret(_)
+            | Error::NoSharedMemory(_)
             | Error::Address(..) => Execution::NeverRan,
             Error::Panicked(_) | Error::BadResult(_) => Execution::Ran,
         }

@@ -51,6 +51,7 @@ mod error;
 pub mod interface;
 pub mod seeds;
 mod server;
+mod shm;
 mod spin;
 mod transmit;
 pub mod wire;

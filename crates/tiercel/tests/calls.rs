@@ -87,6 +87,12 @@ impl Kitchen for KitchenImpl {
     }
 }
 
+/// The server's address with the UDP transport forced (the server also offers shared memory, which a
+/// plain address would choose: `tests/shm.rs` covers that transport).
+fn udp(addr: std::net::SocketAddr) -> String {
+    format!("udp://{addr}")
+}
+
 fn kitchen() -> (tiercel::RunningServer, KitchenClient) {
     let server = Server::bind("udp://127.0.0.1:0")
         .unwrap()
@@ -94,14 +100,14 @@ fn kitchen() -> (tiercel::RunningServer, KitchenClient) {
         .export(TestServer::new(SeedTest))
         .start()
         .unwrap();
-    let client: KitchenClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    let client: KitchenClient = Client::connect(udp(server.addr())).unwrap().import().unwrap();
     (server, client)
 }
 
 #[test]
 fn every_seed_procedure_returns_correct_results() {
     let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
-    let client: TestClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    let client: TestClient = Client::connect(udp(server.addr())).unwrap().import().unwrap();
     for round in 0..200 {
         seeds::check_all(&client, round).unwrap();
     }
@@ -182,7 +188,7 @@ fn panicking_procedure_reports_and_server_keeps_serving() {
 #[test]
 fn unknown_interface_and_version_are_clear_errors() {
     let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
-    let err = Client::connect(server.addr()).unwrap().import::<KitchenClient>().unwrap_err();
+    let err = Client::connect(udp(server.addr())).unwrap().import::<KitchenClient>().unwrap_err();
     assert!(matches!(err, Error::UnknownInterface { name: "Kitchen" }), "{err:?}");
     assert_eq!(err.execution(), Execution::NeverRan);
 
@@ -194,7 +200,7 @@ fn unknown_interface_and_version_are_clear_errors() {
         }
     }
     let (server, _k) = kitchen();
-    let err = Client::connect(server.addr()).unwrap().import::<v2::KitchenClient>().unwrap_err();
+    let err = Client::connect(udp(server.addr())).unwrap().import::<v2::KitchenClient>().unwrap_err();
     assert!(matches!(err, Error::VersionMismatch { client: 2, server: 3, .. }), "{err:?}");
 }
 
@@ -218,7 +224,7 @@ fn unknown_procedure_is_a_clear_error() {
         }
     }
     let (server, _k) = kitchen();
-    let c: longer::KitchenClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    let c: longer::KitchenClient = Client::connect(udp(server.addr())).unwrap().import().unwrap();
     let err = c.extra().unwrap_err();
     assert!(matches!(err, Error::UnknownProcedure(9)), "{err:?}");
     assert_eq!(err.execution(), Execution::NeverRan);
@@ -232,7 +238,7 @@ fn unknown_procedure_is_a_clear_error() {
 #[test]
 fn many_threads_share_one_binding() {
     let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
-    let client: TestClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    let client: TestClient = Client::connect(udp(server.addr())).unwrap().import().unwrap();
     let threads: Vec<_> = (0..8)
         .map(|t| {
             let c = client.clone();
@@ -258,7 +264,7 @@ fn slow_procedure_stays_alive_through_probes() {
         ..Timing::default()
     };
     let (server, _) = kitchen();
-    let k: KitchenClient = Client::connect(server.addr())
+    let k: KitchenClient = Client::connect(udp(server.addr()))
         .unwrap()
         .with_config(ClientConfig { timing, ..ClientConfig::default() })
         .import()
@@ -273,7 +279,7 @@ fn slow_procedure_stays_alive_through_probes() {
 fn dead_server_fails_within_the_configured_time() {
     let timing = Timing { dead_after: Duration::from_millis(400), ..Timing::default() };
     let (server, _) = kitchen();
-    let k: KitchenClient = Client::connect(server.addr())
+    let k: KitchenClient = Client::connect(udp(server.addr()))
         .unwrap()
         .with_config(ClientConfig { timing, ..ClientConfig::default() })
         .import()
@@ -301,7 +307,7 @@ fn deadline_exceeded() {
 fn spin_policies_all_complete() {
     let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
     for spin in [Spin::Never, Spin::Fixed(Duration::from_micros(50)), Spin::default()] {
-        let c: TestClient = Client::connect(server.addr())
+        let c: TestClient = Client::connect(udp(server.addr()))
             .unwrap()
             .with_config(ClientConfig { spin, ..ClientConfig::default() })
             .import()
@@ -316,7 +322,7 @@ fn spin_policies_all_complete() {
 fn restarted_server_never_runs_old_calls() {
     let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
     let addr = server.addr();
-    let client: TestClient = Client::connect(addr).unwrap().import().unwrap();
+    let client: TestClient = Client::connect(udp(addr)).unwrap().import().unwrap();
     client.null().unwrap();
     let old = server.incarnation();
     server.stop();
@@ -326,7 +332,7 @@ fn restarted_server_never_runs_old_calls() {
     assert!(matches!(err, Error::UnknownBinding | Error::ServerRestarted), "{err:?}");
     assert_eq!(err.execution(), Execution::MayHaveRun);
     assert_eq!(server.stats().calls.load(Ordering::Relaxed), 0, "nothing of the old binding ran");
-    let client: TestClient = Client::connect(addr).unwrap().import().unwrap();
+    let client: TestClient = Client::connect(udp(addr)).unwrap().import().unwrap();
     client.null().unwrap();
     let _ = Arc::new(());
 }
@@ -335,11 +341,11 @@ fn restarted_server_never_runs_old_calls() {
 fn checksummed_binding_works_both_ways() {
     let (server, _) = kitchen();
     let config = ClientConfig { checksum: true, ..ClientConfig::default() };
-    let c: TestClient = Client::connect(server.addr()).unwrap().with_config(config.clone()).import().unwrap();
+    let c: TestClient = Client::connect(udp(server.addr())).unwrap().with_config(config.clone()).import().unwrap();
     for i in 0..50 {
         seeds::check_all(&c, i).unwrap();
     }
-    let k: KitchenClient = Client::connect(server.addr()).unwrap().with_config(config).import().unwrap();
+    let k: KitchenClient = Client::connect(udp(server.addr())).unwrap().with_config(config).import().unwrap();
     let data = vec![3u8; 200_000];
     let mut out = vec![0u8; 150_000];
     assert_eq!(k.big(In(&data), Out(&mut out), InOut(&mut [])).unwrap(), 600_000);
@@ -356,7 +362,7 @@ fn overloaded_server_refuses_new_calls_and_clients_back_off() {
         .export(KitchenServer::new(KitchenImpl { slept: AtomicU32::new(0) }))
         .start()
         .unwrap();
-    let k: KitchenClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    let k: KitchenClient = Client::connect(udp(server.addr())).unwrap().import().unwrap();
     let threads: Vec<_> = (0..5)
         .map(|_| {
             let k = k.clone();

@@ -1,5 +1,6 @@
 //! The fast path allocates nothing: after warm-up, thousands of calls of every single-packet `Test`
-//! procedure, client and server in this process, make no heap allocation on any thread.
+//! procedure, client and server in this process, make no heap allocation on any thread, over UDP and
+//! through shared memory.
 
 use std::alloc::System;
 
@@ -20,10 +21,17 @@ fn round(client: &TestClient, max: &[u8], out: &mut [u8], big: &mut [u8]) {
     client.big_in_out(InOut(big)).unwrap();
 }
 
+// One test, so that no other test's threads allocate while a region is being counted.
 #[test]
 fn calls_make_no_heap_allocation() {
+    for scheme in ["udp://", "shm:"] {
+        no_allocation_over(scheme);
+    }
+}
+
+fn no_allocation_over(scheme: &str) {
     let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
-    let client: TestClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    let client: TestClient = Client::connect(format!("{scheme}{}", server.addr())).unwrap().import().unwrap();
     let mut max = vec![0u8; seeds::MAX_BUFFER];
     seeds::fill(&mut max);
     let mut out = vec![0u8; seeds::MAX_BUFFER];
@@ -36,8 +44,8 @@ fn calls_make_no_heap_allocation() {
         round(&client, &max, &mut out, &mut big);
     }
     let change = region.change();
-    assert_eq!(change.allocations, 0, "{change:?}");
-    assert_eq!(change.reallocations, 0, "{change:?}");
+    assert_eq!(change.allocations, 0, "{scheme}: {change:?}");
+    assert_eq!(change.reallocations, 0, "{scheme}: {change:?}");
     assert!(seeds::check(&out));
     let probe = Region::new(GLOBAL);
     let v = std::hint::black_box(vec![1u8; 64]);

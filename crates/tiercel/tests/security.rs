@@ -19,9 +19,10 @@ fn server(secret: Option<Secret>) -> RunningServer {
     Server::bind("udp://127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap()
 }
 
+/// Imports over UDP (`tests/shm.rs` checks the secret over shared memory).
 fn import(server: &RunningServer, secret: Option<Secret>) -> Result<TestClient, Error> {
     let config = ClientConfig { secret, ..ClientConfig::default() };
-    Client::connect(server.addr())?.with_config(config).import()
+    Client::connect(format!("udp://{}", server.addr()))?.with_config(config).import()
 }
 
 #[test]

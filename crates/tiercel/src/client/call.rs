@@ -1,30 +1,94 @@
 //! One call in progress, as a generated stub drives it: marshal, invoke, unmarshal.
 
+use std::cell::RefCell;
+
 use crate::wire::{Reader, Segments, Writer};
 use crate::{Binding, Error};
 
 use super::endpoint::{self, Endpoint};
+use super::shm::ShmEndpoint;
+
+thread_local! {
+    // This thread's slots in shared-memory bindings (the UDP endpoints have their own cache).
+    #[allow(clippy::vec_box)]
+    static SHM_ENDPOINTS: RefCell<Vec<Box<ShmEndpoint>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The calling thread's endpoint on the binding's transport.
+enum Engine {
+    Udp(Box<Endpoint>),
+    Shm(Box<ShmEndpoint>),
+}
+
+impl Engine {
+    fn take(binding: &Binding) -> Result<Engine, Error> {
+        let Some(link) = &binding.inner.shm else { return endpoint::take(binding).map(Engine::Udp) };
+        let uid = binding.inner.uid;
+        let cached = SHM_ENDPOINTS
+            .try_with(|c| {
+                let mut c = c.borrow_mut();
+                c.iter().position(|e| e.uid == uid).map(|i| c.swap_remove(i))
+            })
+            .ok()
+            .flatten();
+        match cached {
+            Some(ep) => Ok(Engine::Shm(ep)),
+            None => ShmEndpoint::new(&binding.inner, link).map(|e| Engine::Shm(Box::new(e))),
+        }
+    }
+
+    fn give_back(self) {
+        match self {
+            Engine::Udp(ep) => endpoint::give_back(ep),
+            Engine::Shm(ep) => {
+                let _ = SHM_ENDPOINTS.try_with(move |c| {
+                    let mut c = c.borrow_mut();
+                    if c.len() >= 8 {
+                        c.retain(|e| e.is_live());
+                    }
+                    c.push(ep);
+                });
+            }
+        }
+    }
+
+    fn scratch_mut(&mut self) -> &mut Vec<u8> {
+        match self {
+            Engine::Udp(ep) => ep.scratch_mut(),
+            Engine::Shm(ep) => ep.scratch_mut(),
+        }
+    }
+
+    fn result(&self) -> &[u8] {
+        match self {
+            Engine::Udp(ep) => ep.result(),
+            Engine::Shm(ep) => ep.result(),
+        }
+    }
+}
 
 /// A call being marshaled. Arguments borrowed by the writer stay borrowed until [`Call::invoke`].
 pub struct Call<'a> {
     binding: &'a Binding,
-    endpoint: Option<Box<Endpoint>>,
+    engine: Option<Engine>,
     segments: Segments<'a>,
     procedure: u16,
 }
 
 impl<'a> Call<'a> {
     pub(super) fn new(binding: &'a Binding, procedure: u16) -> Result<Call<'a>, Error> {
-        let mut ep = endpoint::take(binding)?;
-        ep.begin();
-        let segments = Segments::new(0);
-        Ok(Call { binding, endpoint: Some(ep), segments, procedure })
+        let mut engine = Engine::take(binding)?;
+        match &mut engine {
+            Engine::Udp(ep) => ep.begin(),
+            Engine::Shm(ep) => ep.begin(),
+        }
+        Ok(Call { binding, engine: Some(engine), segments: Segments::new(0), procedure })
     }
 
     /// Where the arguments are marshaled.
     pub fn writer(&mut self) -> Writer<'_, 'a> {
-        match &mut self.endpoint {
-            Some(ep) => Writer::gathering(ep.scratch_mut(), &mut self.segments),
+        match &mut self.engine {
+            Some(engine) => Writer::gathering(engine.scratch_mut(), &mut self.segments),
             // The endpoint is only absent after invoke, which consumes the call.
             None => unreachable!("a call has its endpoint until invoked"),
         }
@@ -32,11 +96,17 @@ impl<'a> Call<'a> {
 
     /// Sends the call and waits for its result.
     pub fn invoke(mut self) -> Result<Reply, Error> {
-        let Some(mut ep) = self.endpoint.take() else { unreachable!("a call has its endpoint until invoked") };
-        match ep.run(self.binding, self.procedure, &self.segments) {
-            Ok(()) => Ok(Reply { endpoint: Some(ep) }),
+        let Some(mut engine) = self.engine.take() else { unreachable!("a call has its endpoint until invoked") };
+        let b = self.binding;
+        let outcome = match (&mut engine, &b.inner.shm) {
+            (Engine::Udp(ep), _) => ep.run(b, self.procedure, &self.segments),
+            (Engine::Shm(ep), Some(link)) => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
+            (Engine::Shm(_), None) => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
+        };
+        match outcome {
+            Ok(()) => Ok(Reply { engine: Some(engine) }),
             Err(e) => {
-                endpoint::give_back(ep);
+                engine.give_back();
                 Err(e)
             }
         }
@@ -45,21 +115,22 @@ impl<'a> Call<'a> {
 
 impl Drop for Call<'_> {
     fn drop(&mut self) {
-        if let Some(ep) = self.endpoint.take() {
-            endpoint::give_back(ep);
+        if let Some(engine) = self.engine.take() {
+            engine.give_back();
         }
     }
 }
 
 /// A result that arrived; the stub unmarshals it with [`Reply::reader`].
 pub struct Reply {
-    endpoint: Option<Box<Endpoint>>,
+    engine: Option<Engine>,
 }
 
 impl Reply {
-    /// Reads the marshaled results, borrowing from the received packet.
+    /// Reads the marshaled results, borrowing from the received packet (or from the private copy of a
+    /// shared-memory result).
     pub fn reader(&self) -> Reader<'_> {
-        Reader::new(self.endpoint.as_ref().map(|e| e.result()).unwrap_or(&[]))
+        Reader::new(self.engine.as_ref().map(|e| e.result()).unwrap_or(&[]))
     }
 
     /// Maps a result decoding error.
@@ -70,8 +141,8 @@ impl Reply {
 
 impl Drop for Reply {
     fn drop(&mut self) {
-        if let Some(ep) = self.endpoint.take() {
-            endpoint::give_back(ep);
+        if let Some(engine) = self.engine.take() {
+            engine.give_back();
         }
     }
 }

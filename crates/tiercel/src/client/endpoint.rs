@@ -323,7 +323,7 @@ impl Endpoint {
     }
 }
 
-fn status_error(status: Status, procedure: u16, message: String) -> Error {
+pub(super) fn status_error(status: Status, procedure: u16, message: String) -> Error {
     match status {
         Status::UnknownProcedure => Error::UnknownProcedure(procedure),
         Status::BadArguments => Error::BadArguments(message),

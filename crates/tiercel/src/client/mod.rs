@@ -2,6 +2,7 @@
 
 mod call;
 mod endpoint;
+mod shm;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,13 +24,14 @@ use crate::Error;
 #[derive(Debug, Clone)]
 pub struct Client {
     server: SocketAddr,
-    transport: Transport,
+    transport: Option<Transport>,
     config: ClientConfig,
 }
 
 impl Client {
-    /// A client of the server at `addr` (a `SocketAddr`, `"host:port"` or `"udp://host:port"`). No
-    /// packet is sent until [`Client::import`].
+    /// A client of the server at `addr`: a `SocketAddr` or `"host:port"` (shared memory if the server
+    /// is on this host, else UDP), `"udp://host:port"` or `"shm:host:port"`. Nothing is sent until
+    /// [`Client::import`].
     pub fn connect(addr: impl ToAddress) -> Result<Client, Error> {
         let (transport, server) = addr.to_address()?;
         Ok(Client { server, transport, config: ClientConfig::default() })
@@ -76,6 +78,8 @@ pub(crate) struct BindingInner {
     slots: u32,
     /// Returned client slots with the next sequence number each must use.
     free_slots: Mutex<(Vec<(u32, u32)>, u32)>,
+    /// The shared region, when the binding is through shared memory.
+    shm: Option<shm::Link>,
     config: ClientConfig,
     info: &'static InterfaceInfo,
     stats: ClientStats,
@@ -105,10 +109,46 @@ impl core::fmt::Debug for Binding {
 impl Binding {
     fn bind(
         server: SocketAddr,
-        _transport: Transport,
+        transport: Option<Transport>,
         info: &'static InterfaceInfo,
         config: ClientConfig,
     ) -> Result<Binding, Error> {
+        let try_shm = match transport {
+            Some(Transport::SharedMemory) => true,
+            Some(Transport::Udp) => false,
+            None => config.shared_memory,
+        };
+        if try_shm {
+            match shm::connect(server) {
+                Some(stream) => {
+                    let granted = shm::bind(stream, info, &config)?;
+                    let deadline = config.deadline;
+                    return Ok(Binding {
+                        inner: Arc::new(BindingInner {
+                            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+                            server,
+                            id: granted.id,
+                            token: 0,
+                            incarnation: granted.incarnation,
+                            max_datagram: 0,
+                            slots: granted.slots,
+                            free_slots: Mutex::new((Vec::new(), 0)),
+                            shm: Some(granted.link),
+                            config,
+                            info,
+                            stats: ClientStats::default(),
+                        }),
+                        deadline,
+                    });
+                }
+                None if transport == Some(Transport::SharedMemory) => return Err(Error::NoSharedMemory(server)),
+                None => {}
+            }
+        }
+        Self::bind_udp(server, info, config)
+    }
+
+    fn bind_udp(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig) -> Result<Binding, Error> {
         let socket = udp::connect(server)?;
         let mtu_payload = udp::path_mtu(&socket).map(|m| m as usize - if server.is_ipv4() { 28 } else { 48 });
         // A checksum trailer rides beyond the negotiated datagram size, so leave room for it.
@@ -190,6 +230,7 @@ impl Binding {
                                 max_datagram,
                                 slots: reply.slots,
                                 free_slots: Mutex::new((Vec::new(), 0)),
+                                shm: None,
                                 config: config.clone(),
                                 info,
                                 stats: ClientStats::default(),
@@ -245,7 +286,11 @@ impl Binding {
 
     /// The transport chosen at bind time.
     pub fn transport(&self) -> Transport {
-        Transport::Udp
+        if self.inner.shm.is_some() {
+            Transport::SharedMemory
+        } else {
+            Transport::Udp
+        }
     }
 
     /// The binding's id on the server (not a secret: the token that goes with it is).

@@ -1,5 +1,6 @@
 //! The server: exports interfaces and runs calls on its worker threads.
 
+mod shm;
 mod table;
 mod worker;
 
@@ -72,6 +73,8 @@ impl Server {
             running: AtomicUsize::new(0),
             max_running: if workers >= 3 { workers - 1 } else { usize::MAX },
             stats: Arc::new(ServerStats::default()),
+            shm_bindings: AtomicUsize::new(0),
+            next_shm_binding: std::sync::atomic::AtomicU32::new(1),
         });
         let mut handles = Vec::with_capacity(workers);
         for i in 0..workers {
@@ -80,6 +83,9 @@ impl Server {
                 .name(format!("tiercel-worker-{i}"))
                 .spawn(move || worker::Worker::new(shared, i).run())?;
             handles.push(handle);
+        }
+        if shared.config.shared_memory {
+            handles.extend(shm::listen(&shared, addr));
         }
         Ok(RunningServer { shared, handles, addr })
     }
@@ -90,6 +96,10 @@ pub(crate) struct Shared {
     config: ServerConfig,
     /// Makes and checks bind challenges when the server has a shared secret.
     challenger: Option<crate::auth::Challenger>,
+    /// Shared-memory bindings being served.
+    shm_bindings: AtomicUsize,
+    /// Id of the next shared-memory binding.
+    next_shm_binding: std::sync::atomic::AtomicU32,
     /// Time zero of the bindings' activity clocks.
     epoch: std::time::Instant,
     exports: Vec<Arc<dyn Export>>,
@@ -189,9 +199,9 @@ impl RunningServer {
         self.shared.stats.clone()
     }
 
-    /// Bindings currently held.
+    /// Bindings currently held (over UDP and through shared memory).
     pub fn bindings(&self) -> usize {
-        self.shared.table.len()
+        self.shared.table.len() + self.shared.shm_bindings.load(Ordering::Relaxed)
     }
 
     /// Bytes held by one binding in multi-packet buffers (for memory-bound tests and monitoring).

@@ -269,32 +269,15 @@ impl Worker {
     }
 
     fn run_procedure(&self, export: &dyn Export, procedure: u16, args: &[u8], out: &mut Vec<u8>) -> Status {
-        let limit = self.shared.config.timing.max_message;
-        let outcome =
-            catch_unwind(AssertUnwindSafe(|| export.dispatch(procedure, args, &mut Results::new(out, limit))));
-        match outcome {
-            Ok(Ok(())) => Status::Ok,
-            Ok(Err(DispatchError::UnknownProcedure)) => {
-                out.truncate(HEADER_LEN);
-                Status::UnknownProcedure
-            }
-            Ok(Err(DispatchError::BadArguments(e))) => {
-                out.truncate(HEADER_LEN);
-                error_message(out, &e.to_string());
-                Status::BadArguments
-            }
-            Err(panic) => {
-                self.shared.stats.panics.fetch_add(1, Ordering::Relaxed);
-                out.truncate(HEADER_LEN);
-                let msg = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "panic with a non-string payload".into());
-                error_message(out, &msg);
-                Status::Panicked
-            }
-        }
+        run_procedure(
+            export,
+            procedure,
+            args,
+            out,
+            HEADER_LEN,
+            self.shared.config.timing.max_message,
+            &self.shared.stats,
+        )
     }
 
     fn resend(&self, binding: &ServerBinding, cell: &mut SlotCell, p: &Packet<&[u8]>) {
@@ -483,7 +466,44 @@ fn result_header(
     }
 }
 
-fn error_message(out: &mut Vec<u8>, message: &str) {
+/// Runs `procedure` of `export` with marshaled `args`, appending its marshaled results (or, on
+/// failure, an error message) to `out` after its first `start` bytes. Catches a panic.
+pub(crate) fn run_procedure(
+    export: &dyn Export,
+    procedure: u16,
+    args: &[u8],
+    out: &mut Vec<u8>,
+    start: usize,
+    limit: usize,
+    stats: &super::ServerStats,
+) -> Status {
+    let outcome = catch_unwind(AssertUnwindSafe(|| export.dispatch(procedure, args, &mut Results::new(out, limit))));
+    match outcome {
+        Ok(Ok(())) => Status::Ok,
+        Ok(Err(DispatchError::UnknownProcedure)) => {
+            out.truncate(start);
+            Status::UnknownProcedure
+        }
+        Ok(Err(DispatchError::BadArguments(e))) => {
+            out.truncate(start);
+            error_message(out, &e.to_string());
+            Status::BadArguments
+        }
+        Err(panic) => {
+            stats.panics.fetch_add(1, Ordering::Relaxed);
+            out.truncate(start);
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic with a non-string payload".into());
+            error_message(out, &msg);
+            Status::Panicked
+        }
+    }
+}
+
+pub(crate) fn error_message(out: &mut Vec<u8>, message: &str) {
     let mut end = message.len().min(MAX_ERROR_MESSAGE);
     while !message.is_char_boundary(end) {
         end -= 1;

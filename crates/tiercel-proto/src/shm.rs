@@ -1,0 +1,263 @@
+//! The shared-memory transport's region layout and its call handshake, independent of how the
+//! memory is mapped (so that it can be model-checked with loom, see `tests/loom_shm.rs`).
+//!
+//! A binding's region is a header followed by one slot per client thread (LRPC's argument stacks):
+//!
+//! ```text
+//! header (first page): magic, version, slots, data capacity, doorbell (futex), server_sleeping
+//! slot i at PAGE + i * stride (a page of control words, then the data):
+//!   state (futex)  IDLE 0 | CALL 1 | RESULT 2         who owns the slot: CALL the server, else the client
+//!   client_waiting 1 while the client is blocked on `state`
+//!   procedure      written by the client before CALL
+//!   len            argument bytes (client, before CALL) / result bytes (server, before RESULT)
+//!   status         the result's status (server, before RESULT)
+//!   data           at slot + PAGE: arguments, then results in their place
+//! ```
+//!
+//! Handshake (each side stores, then issues a sequentially consistent fence, then loads the other
+//! side's flag: of two such sides at least one sees the other's store, so no wake-up is lost):
+//!
+//! * client calls: writes data, procedure and len; `state = CALL`; if `server_sleeping`, bumps the
+//!   doorbell and wakes it.
+//! * server serves: finds `state == CALL`, copies what it needs out, runs the procedure, writes the
+//!   result, len and status; `state = RESULT`; if `client_waiting`, wakes `state`.
+//! * client waits: spins on `state`; to block, `client_waiting = 1` then re-checks `state` and waits on
+//!   it while it is still `CALL`.
+//! * server sleeps: reads the doorbell, `server_sleeping = 1`, re-checks every slot in use (clients
+//!   raise `slots_used` before their first call on a new slot), and waits on the doorbell while its
+//!   value is unchanged.
+//!
+//! Everything the other process wrote is read once into private memory and validated (no double
+//! fetch): lengths against the capacity, procedure numbers by the dispatcher.
+
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+
+/// Magic of a region header: "tcsm".
+pub const MAGIC: u32 = u32::from_le_bytes(*b"tcsm");
+/// Layout version.
+pub const VERSION: u32 = 1;
+/// The region header, and each slot's control words, take a page, so that slot data is
+/// page-aligned (and can be given back to the system page by page after a large transfer).
+pub const PAGE: usize = 4096;
+
+/// Slot states.
+pub mod state {
+    /// The client owns the slot; no call in it.
+    pub const IDLE: u32 = 0;
+    /// A call is published; the server owns the slot.
+    pub const CALL: u32 = 1;
+    /// A result is published; the client owns the slot.
+    pub const RESULT: u32 = 2;
+}
+
+/// Offsets of the header's words.
+pub mod header {
+    /// `MAGIC`.
+    pub const MAGIC: usize = 0;
+    /// `VERSION`.
+    pub const VERSION: usize = 4;
+    /// Number of slots.
+    pub const SLOTS: usize = 8;
+    /// Data capacity of each slot, in pages.
+    pub const DATA_PAGES: usize = 12;
+    /// Futex the server sleeps on; clients bump it to wake the server.
+    pub const DOORBELL: usize = 16;
+    /// Nonzero while the server is asleep (or about to be).
+    pub const SERVER_SLEEPING: usize = 20;
+    /// One more than the highest slot a client has taken into use: the server scans the slots below.
+    pub const SLOTS_USED: usize = 24;
+}
+
+/// Offsets of a slot's words, from the slot's start.
+pub mod slot {
+    /// Slot state, see [`super::state`]; also the futex the client sleeps on.
+    pub const STATE: usize = 0;
+    /// Nonzero while the client is asleep (or about to be).
+    pub const CLIENT_WAITING: usize = 4;
+    /// Procedure number of the call.
+    pub const PROCEDURE: usize = 8;
+    /// Arguments' or result's length.
+    pub const LEN: usize = 12;
+    /// Result status.
+    pub const STATUS: usize = 16;
+}
+
+/// The geometry of a region: how many slots of how much data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Number of slots.
+    pub slots: u32,
+    /// Data capacity of each slot, in bytes (a multiple of a page).
+    pub data: usize,
+}
+
+impl Layout {
+    /// A layout of `slots` slots of at least `data` bytes each; `None` when the region would not fit
+    /// in the address space.
+    pub fn new(slots: u32, data: usize) -> Option<Layout> {
+        let data = data.max(1).checked_next_multiple_of(PAGE)?;
+        let l = Layout { slots, data };
+        l.region_len()?;
+        Some(l)
+    }
+
+    /// Distance between slots (page-aligned, so that a slot's data starts on a page).
+    pub fn stride(&self) -> usize {
+        PAGE + self.data
+    }
+
+    /// Offset of slot `i`.
+    pub fn slot(&self, i: u32) -> usize {
+        PAGE + i as usize * self.stride()
+    }
+
+    /// Offset of slot `i`'s data.
+    pub fn data(&self, i: u32) -> usize {
+        self.slot(i) + PAGE
+    }
+
+    /// Total bytes of the region.
+    pub fn region_len(&self) -> Option<usize> {
+        (self.slots as usize).checked_mul(self.stride())?.checked_add(PAGE)
+    }
+}
+
+/// An atomic 32-bit word: `AtomicU32` in a mapping, or loom's in a model.
+pub trait Word {
+    /// Atomic load.
+    fn load(&self, order: core::sync::atomic::Ordering) -> u32;
+    /// Atomic store.
+    fn store(&self, v: u32, order: core::sync::atomic::Ordering);
+    /// Atomic add, returning the previous value.
+    fn fetch_add(&self, v: u32, order: core::sync::atomic::Ordering) -> u32;
+    /// A sequentially consistent fence of the same memory model.
+    fn fence_seq_cst();
+}
+
+impl Word for core::sync::atomic::AtomicU32 {
+    fn load(&self, order: core::sync::atomic::Ordering) -> u32 {
+        core::sync::atomic::AtomicU32::load(self, order)
+    }
+    fn store(&self, v: u32, order: core::sync::atomic::Ordering) {
+        core::sync::atomic::AtomicU32::store(self, v, order)
+    }
+    fn fetch_add(&self, v: u32, order: core::sync::atomic::Ordering) -> u32 {
+        core::sync::atomic::AtomicU32::fetch_add(self, v, order)
+    }
+    fn fence_seq_cst() {
+        core::sync::atomic::fence(SeqCst)
+    }
+}
+
+/// Client: publishes the call written into the slot. Returns true when the server may be asleep
+/// and must be woken on the doorbell (which this has already bumped).
+pub fn client_publish<W: Word>(state: &W, server_sleeping: &W, doorbell: &W) -> bool {
+    state.store(state::CALL, Release);
+    W::fence_seq_cst();
+    if server_sleeping.load(Relaxed) != 0 {
+        doorbell.fetch_add(1, SeqCst);
+        return true;
+    }
+    false
+}
+
+/// Client: whether the result is in (an acquire load, so the result's bytes are visible after it).
+pub fn client_done(state: &impl Word) -> bool {
+    state.load(Acquire) != state::CALL
+}
+
+/// Client: about to block. Returns true when the result is still not in, in which case the caller
+/// waits on `state` while it equals [`state::CALL`], then calls this again (or [`client_woke`]).
+pub fn client_prepare_block<W: Word>(state: &W, client_waiting: &W) -> bool {
+    client_waiting.store(1, Relaxed);
+    W::fence_seq_cst();
+    state.load(Acquire) == state::CALL
+}
+
+/// Client: done blocking.
+pub fn client_woke(client_waiting: &impl Word) {
+    client_waiting.store(0, SeqCst);
+}
+
+/// Client: takes the slot back after reading the result (ready for the next call).
+pub fn client_reset(state: &impl Word) {
+    state.store(state::IDLE, Release);
+}
+
+/// Server: whether the slot holds a published call (an acquire load, so the call's bytes are
+/// visible after it).
+pub fn server_has_call(state: &impl Word) -> bool {
+    state.load(Acquire) == state::CALL
+}
+
+/// Server: publishes the result written into the slot. Returns true when the client may be asleep
+/// and must be woken on `state`.
+pub fn server_publish<W: Word>(state: &W, client_waiting: &W) -> bool {
+    state.store(state::RESULT, Release);
+    W::fence_seq_cst();
+    client_waiting.load(Relaxed) != 0
+}
+
+/// Server: about to sleep. `any_call` looks at the slots (after the fence, so that it also sees
+/// slots taken into use meanwhile) and says whether one holds a call. Returns the doorbell value to
+/// wait on (the caller waits while the doorbell still holds it), or `None` when a call arrived
+/// meanwhile and the server must not sleep.
+pub fn server_prepare_sleep<W: Word>(
+    doorbell: &W,
+    server_sleeping: &W,
+    any_call: impl FnOnce() -> bool,
+) -> Option<u32> {
+    let bell = doorbell.load(SeqCst);
+    server_sleeping.store(1, Relaxed);
+    W::fence_seq_cst();
+    if any_call() {
+        server_sleeping.store(0, SeqCst);
+        return None;
+    }
+    Some(bell)
+}
+
+/// Whether a slot state, loaded by [`server_prepare_sleep`]'s `any_call`, is a call (an acquire load).
+pub fn is_call(state: &impl Word) -> bool {
+    state.load(Acquire) == state::CALL
+}
+
+/// Server: awake again.
+pub fn server_woke(server_sleeping: &impl Word) {
+    server_sleeping.store(0, SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::AtomicU32;
+
+    #[test]
+    fn layout_is_page_aligned_and_bounded() {
+        let l = Layout::new(4, 10_000).unwrap();
+        assert_eq!(l.data, 12_288);
+        assert_eq!(l.data(0) % 4096, 0);
+        assert_eq!(l.slot(1) - l.slot(0), l.stride());
+        assert_eq!(l.region_len(), Some(4096 + 4 * l.stride()));
+        assert!(l.data(3) + l.data <= l.region_len().unwrap());
+        assert!(Layout::new(u32::MAX, usize::MAX / 2).is_none());
+    }
+
+    #[test]
+    fn one_call_through_the_handshake() {
+        let (st, waiting, sleeping, bell) =
+            (AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0));
+        assert_eq!(server_prepare_sleep(&bell, &sleeping, || is_call(&st)), Some(0));
+        assert!(client_publish(&st, &sleeping, &bell), "a sleeping server is woken");
+        assert_eq!(bell.load(SeqCst), 1, "and its doorbell moved, so its wait returns at once");
+        server_woke(&sleeping);
+        assert!(server_has_call(&st) && !client_done(&st));
+        assert!(client_prepare_block(&st, &waiting));
+        assert!(server_publish(&st, &waiting), "a blocked client is woken");
+        assert!(client_done(&st));
+        client_woke(&waiting);
+        client_reset(&st);
+        assert!(!client_publish(&st, &sleeping, &bell), "an awake server needs no wake-up");
+        assert_eq!(server_prepare_sleep(&bell, &sleeping, || is_call(&st)), None, "a pending call keeps it awake");
+    }
+}

@@ -1,0 +1,333 @@
+//! The client side of the shared-memory transport: binding through the rendezvous socket, and the
+//! calling thread's slot.
+//!
+//! A call marshals its arguments into the thread's private scratch buffer (small values) and borrows
+//! large byte slices from the caller; both are copied once into the slot, the call is published with
+//! a release store, and the thread spins (adaptively, as over UDP) and then sleeps on the slot's futex,
+//! looking every 50 ms whether the server's process is still there. The result is copied once out of
+//! the slot into private memory before anything reads it: the server's process is not trusted.
+
+use std::net::SocketAddr;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use tiercel_proto::control::{BindProof, BindReply, BindRequest};
+use tiercel_proto::shm::{self as proto, header, slot, Layout};
+use tiercel_proto::wire::Status;
+use tiercel_sys::shm::{futex_wait, futex_wake, Region};
+
+use super::BindingInner;
+use crate::config::ClientConfig;
+use crate::interface::InterfaceInfo;
+use crate::shm::{self as rendezvous, CHALLENGE, GRANT, REJECT};
+use crate::spin::SpinBudget;
+use crate::wire::{Segments, MAX_SEGMENTS};
+use crate::Error;
+
+/// How long a blocked caller sleeps before looking whether the server's process is still there.
+const LIVENESS: Duration = Duration::from_millis(50);
+/// Results larger than this give their memory back to the system once read.
+const DISCARD_ABOVE: usize = 1 << 20;
+
+/// A binding's shared region and the connection that keeps it alive.
+pub(crate) struct Link {
+    region: Region,
+    layout: Layout,
+    stream: UnixStream,
+}
+
+/// What a shared-memory bind produced.
+pub(crate) struct Granted {
+    pub(crate) link: Link,
+    pub(crate) id: u32,
+    pub(crate) incarnation: u64,
+    pub(crate) slots: u32,
+}
+
+/// Connects to the rendezvous of a server bound to `server` (or to the unspecified address and its
+/// port). `None` when there is none: the server is on another host or offers no shared memory.
+pub(crate) fn connect(server: SocketAddr) -> Option<UnixStream> {
+    let unspecified = match server {
+        SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], server.port())),
+        SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], server.port())),
+    };
+    [server, unspecified].into_iter().find_map(|a| {
+        let name = rendezvous::rendezvous_name(a);
+        UnixAddr::from_abstract_name(name.as_bytes()).and_then(|addr| UnixStream::connect_addr(&addr)).ok()
+    })
+}
+
+/// The bind exchange over a connected rendezvous socket.
+pub(crate) fn bind(stream: UnixStream, info: &'static InterfaceInfo, config: &ClientConfig) -> Result<Granted, Error> {
+    let bad = |why: &str| Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
+    stream.set_read_timeout(Some(config.timing.dead_after))?;
+    let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+    let mut request = BindRequest { interface: info.id, version: info.version, max_datagram: 0, nonce, proof: None };
+    rendezvous::send(&stream, &request.to_bytes(), None)?;
+    let mut challenge = None;
+    loop {
+        let (msg, fd) = rendezvous::recv(&stream)?;
+        match msg.first() {
+            Some(&CHALLENGE) => {
+                let (Some(echo), Some(fresh)) = (rendezvous::field::<8>(&msg, 1), rendezvous::field::<16>(&msg, 9))
+                else {
+                    return Err(bad("malformed challenge"));
+                };
+                if u64::from_le_bytes(echo) != nonce || challenge.is_some() {
+                    return Err(bad("unexpected challenge"));
+                }
+                let Some(secret) = &config.secret else { return Err(Error::AuthenticationRequired) };
+                let mac = secret.prove(&request.proof_transcript(&fresh));
+                request.proof = Some(BindProof { challenge: fresh, mac });
+                challenge = Some(fresh);
+                rendezvous::send(&stream, &request.to_bytes(), None)?;
+            }
+            Some(&REJECT) => {
+                let status = msg.get(1).copied().and_then(Status::from_u8);
+                let exported = rendezvous::field::<4>(&msg, 2).map(u32::from_le_bytes).unwrap_or(0);
+                return Err(match status {
+                    Some(Status::UnknownInterface) => Error::UnknownInterface { name: info.name },
+                    Some(Status::VersionMismatch) => {
+                        Error::VersionMismatch { name: info.name, client: info.version, server: exported }
+                    }
+                    Some(Status::AuthFailed) => {
+                        Error::AuthenticationFailed("the server refused this client's proof: the secrets differ")
+                    }
+                    _ => Error::Busy,
+                });
+            }
+            Some(&GRANT) => {
+                let fields = (
+                    rendezvous::field::<4>(&msg, 1).map(u32::from_le_bytes),
+                    rendezvous::field::<8>(&msg, 5).map(u64::from_le_bytes),
+                    rendezvous::field::<8>(&msg, 13).map(u64::from_le_bytes),
+                    msg.get(21..).and_then(BindReply::parse),
+                );
+                let (Some(id), Some(incarnation), Some(data), Some(reply)) = fields else {
+                    return Err(bad("malformed grant"));
+                };
+                if reply.nonce != nonce {
+                    return Err(bad("grant for another request"));
+                }
+                if let Some(secret) = &config.secret {
+                    let (Some(proof), Some(challenge)) = (reply.proof, challenge) else {
+                        return Err(Error::AuthenticationFailed(
+                            "the server did not ask for the shared secret, so it cannot prove it holds it",
+                        ));
+                    };
+                    let transcript =
+                        BindReply { proof: None, ..reply }.proof_transcript(id, 0, incarnation, &challenge);
+                    if !secret.verify(&transcript, &proof) {
+                        return Err(Error::AuthenticationFailed(
+                            "the server's proof does not match this client's secret",
+                        ));
+                    }
+                }
+                let layout = usize::try_from(data)
+                    .ok()
+                    .and_then(|d| Layout::new(reply.slots, d))
+                    .filter(|l| reply.slots >= 1 && reply.slots <= 1024 && l.data as u64 == data)
+                    .ok_or_else(|| bad("impossible region geometry"))?;
+                let len = layout.region_len().ok_or_else(|| bad("impossible region size"))?;
+                let fd = fd.ok_or_else(|| bad("grant without a region"))?;
+                let region = Region::from_fd(fd, len)?;
+                let words = [
+                    (header::MAGIC, proto::MAGIC),
+                    (header::VERSION, proto::VERSION),
+                    (header::SLOTS, reply.slots),
+                    (header::DATA_PAGES, (layout.data / proto::PAGE) as u32),
+                ];
+                if words.iter().any(|&(at, v)| region.u32_at(at).map(|w| w.load(Ordering::Relaxed)) != Some(v)) {
+                    return Err(bad("region header does not match the grant"));
+                }
+                stream.set_read_timeout(None)?;
+                return Ok(Granted { link: Link { region, layout, stream }, id, incarnation, slots: reply.slots });
+            }
+            _ => return Err(bad("unknown bind message")),
+        }
+    }
+}
+
+/// A calling thread's slot in a shared-memory binding.
+pub(crate) struct ShmEndpoint {
+    pub(super) uid: u64,
+    binding: Weak<BindingInner>,
+    slot: u32,
+    scratch: Vec<u8>,
+    result: Vec<u8>,
+    spin: SpinBudget,
+    /// A call abandoned at its deadline is still in the slot: wait for it before the next one.
+    abandoned: bool,
+}
+
+fn word(region: &Region, at: usize) -> &AtomicU32 {
+    region.u32_at(at).unwrap_or_else(|| unreachable!("layout offset {at} inside the region"))
+}
+
+impl ShmEndpoint {
+    pub(super) fn new(inner: &Arc<BindingInner>, link: &Link) -> Result<ShmEndpoint, Error> {
+        let (slot, _) = {
+            let mut free = inner.free_slots.lock().unwrap_or_else(|p| p.into_inner());
+            match free.0.pop() {
+                Some(s) => s,
+                None if free.1 < inner.slots => {
+                    free.1 += 1;
+                    (free.1 - 1, 0)
+                }
+                None => return Err(Error::NoFreeSlot(inner.slots)),
+            }
+        };
+        // The server scans the slots below the high-water mark.
+        word(&link.region, header::SLOTS_USED).fetch_max(slot + 1, Ordering::SeqCst);
+        Ok(ShmEndpoint {
+            uid: inner.uid,
+            binding: Arc::downgrade(inner),
+            slot,
+            scratch: Vec::with_capacity(4096),
+            result: Vec::with_capacity(4096),
+            spin: SpinBudget::new(inner.config.spin),
+            abandoned: false,
+        })
+    }
+
+    pub(super) fn begin(&mut self) {
+        self.scratch.clear();
+        self.result.clear();
+    }
+
+    pub(super) fn scratch_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.scratch
+    }
+
+    pub(super) fn result(&self) -> &[u8] {
+        &self.result
+    }
+
+    pub(super) fn run(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+    ) -> Result<(), Error> {
+        let (region, layout) = (&link.region, link.layout);
+        let base = layout.slot(self.slot);
+        let data = layout.data(self.slot);
+        let state = word(region, base + slot::STATE);
+        let waiting = word(region, base + slot::CLIENT_WAITING);
+        let start = Instant::now();
+        if self.abandoned {
+            // The call given up at its deadline still owns the slot until the server answers it.
+            self.wait(inner, link, state, waiting, start, None)?;
+            proto::client_reset(state);
+            self.abandoned = false;
+        }
+        let len = segs.message_len(&self.scratch);
+        if len > layout.data {
+            return Err(Error::TooLarge(format!("call of {len} bytes exceeds the slot's {} bytes", layout.data)));
+        }
+        let mut io = [std::io::IoSlice::new(&[]); MAX_SEGMENTS];
+        let n = segs.io_slices(&self.scratch, &mut io);
+        region.write_vectored(data, &io[..n]);
+        word(region, base + slot::PROCEDURE).store(procedure as u32, Ordering::Relaxed);
+        word(region, base + slot::LEN).store(len as u32, Ordering::Relaxed);
+        let doorbell = word(region, header::DOORBELL);
+        if proto::client_publish(state, word(region, header::SERVER_SLEEPING), doorbell) {
+            futex_wake(doorbell, 1);
+        }
+        self.wait(inner, link, state, waiting, start, deadline.map(|d| start + d))?;
+        self.spin.observe(start.elapsed());
+        // Read what the server wrote once, into private memory, and check it before use.
+        let rlen = word(region, base + slot::LEN).load(Ordering::Relaxed) as usize;
+        let status = word(region, base + slot::STATUS).load(Ordering::Relaxed);
+        if rlen > layout.data {
+            proto::client_reset(state);
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("server wrote a result length of {rlen} bytes into a slot of {}", layout.data),
+            )));
+        }
+        self.result.resize(rlen, 0);
+        region.read(data, &mut self.result);
+        proto::client_reset(state);
+        if rlen.max(len) > DISCARD_ABOVE {
+            region.discard(data, rlen.max(len));
+        }
+        if self.scratch.capacity() > DISCARD_ABOVE {
+            self.scratch = Vec::with_capacity(4096);
+        }
+        match Status::from_u8(status.min(255) as u8) {
+            Some(Status::Ok) => Ok(()),
+            Some(s) => {
+                let message = String::from_utf8_lossy(&self.result).into_owned();
+                Err(super::endpoint::status_error(s, procedure, message))
+            }
+            None => Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("server wrote an unknown status {status}"),
+            ))),
+        }
+    }
+
+    /// Spins, then sleeps on the slot's futex, until the result is published, the deadline passes
+    /// or the server's process is gone.
+    fn wait(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        state: &AtomicU32,
+        waiting: &AtomicU32,
+        start: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<(), Error> {
+        let spin_until = start + self.spin.budget();
+        while Instant::now() < spin_until {
+            if proto::client_done(state) {
+                return Ok(());
+            }
+            core::hint::spin_loop();
+        }
+        loop {
+            if proto::client_prepare_block(state, waiting) {
+                let now = Instant::now();
+                let timeout = deadline.map_or(LIVENESS, |d| d.saturating_duration_since(now).min(LIVENESS));
+                futex_wait(state, proto::state::CALL, Some(timeout));
+            }
+            proto::client_woke(waiting);
+            if proto::client_done(state) {
+                return Ok(());
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                self.abandoned = true;
+                return Err(Error::DeadlineExceeded);
+            }
+            if tiercel_sys::shm::peer_closed(&link.stream) {
+                self.abandoned = true;
+                return Err(Error::ServerGone { server: inner.server });
+            }
+        }
+    }
+}
+
+impl Drop for ShmEndpoint {
+    fn drop(&mut self) {
+        // A slot whose call was abandoned may still be written by the server: never hand it out again.
+        if self.abandoned {
+            return;
+        }
+        if let Some(inner) = self.binding.upgrade() {
+            inner.free_slots.lock().unwrap_or_else(|p| p.into_inner()).0.push((self.slot, 0));
+        }
+    }
+}
+
+impl ShmEndpoint {
+    /// Whether the binding still exists (cached endpoints of dropped bindings are let go).
+    pub(super) fn is_live(&self) -> bool {
+        self.binding.strong_count() > 0
+    }
+}

@@ -1,0 +1,264 @@
+//! The server side of the shared-memory transport: the rendezvous listener, and one thread per
+//! binding that serves its slots, spinning for `ServerConfig::spin` after each call and then sleeping
+//! on the region's doorbell futex.
+
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tiercel_proto::control::{BindReply, BindRequest};
+use tiercel_proto::shm::{self as proto, header, slot, Layout};
+use tiercel_proto::wire::Status;
+use tiercel_sys::shm::{futex_wait, futex_wake, Region};
+
+use super::Shared;
+use crate::shm::{self as rendezvous, CHALLENGE, GRANT, REJECT};
+
+/// How long a blocked server thread sleeps before looking whether its client is still there.
+const LIVENESS: Duration = Duration::from_millis(100);
+/// How long a client has to complete the bind exchange.
+const BIND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Transfers larger than this give their memory back to the system once done.
+const DISCARD_ABOVE: usize = 1 << 20;
+
+/// Listens for shared-memory bind requests until the server stops. Returns `None` when the name is
+/// taken (another server of this address in this network namespace): clients then use UDP.
+pub(super) fn listen(shared: &Arc<Shared>, addr: std::net::SocketAddr) -> Option<std::thread::JoinHandle<()>> {
+    let name = rendezvous::rendezvous_name(addr);
+    let listener = UnixAddr::from_abstract_name(name.as_bytes()).and_then(|a| UnixListener::bind_addr(&a)).ok()?;
+    listener.set_nonblocking(true).ok()?;
+    let shared = shared.clone();
+    std::thread::Builder::new().name("tiercel-shm-rendezvous".into()).spawn(move || accept_loop(shared, listener)).ok()
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
+    let live = Arc::new(AtomicUsize::new(0));
+    while !shared.stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let _ = stream.set_nonblocking(false);
+                if live.load(Ordering::Relaxed) >= shared.config.max_bindings {
+                    let _ = rendezvous::send(&stream, &reject(Status::Busy, 0), None);
+                    continue;
+                }
+                live.fetch_add(1, Ordering::Relaxed);
+                let (shared_, live_) = (shared.clone(), live.clone());
+                let spawned = std::thread::Builder::new().name("tiercel-shm-binding".into()).spawn(move || {
+                    serve_connection(&shared_, stream);
+                    live_.fetch_sub(1, Ordering::Relaxed);
+                });
+                if spawned.is_err() {
+                    live.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let _ = tiercel_sys::udp::wait_readable_fd(&listener, Some(LIVENESS));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+fn reject(status: Status, version: u32) -> Vec<u8> {
+    let mut m = vec![REJECT, status as u8];
+    m.extend_from_slice(&version.to_le_bytes());
+    m
+}
+
+/// One binding: the bind exchange, then serving its slots until the client goes away.
+fn serve_connection(shared: &Arc<Shared>, stream: UnixStream) {
+    let _ = stream.set_read_timeout(Some(BIND_TIMEOUT));
+    let Some((binding, region, layout)) = bind(shared, &stream) else { return };
+    let _ = stream.set_read_timeout(None);
+    shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
+    shared.shm_bindings.fetch_add(1, Ordering::Relaxed);
+    SlotServer { shared, stream: &stream, region: &region, layout, binding, args: Vec::new(), out: Vec::new() }.run();
+    shared.shm_bindings.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// The bind exchange. Returns the binding's export, its region and layout, or `None` after telling
+/// the client why not.
+fn bind(shared: &Shared, stream: &UnixStream) -> Option<(Arc<dyn crate::interface::Export>, Region, Layout)> {
+    let (msg, _) = rendezvous::recv(stream).ok()?;
+    let mut req = BindRequest::parse(&msg)?;
+    let mut challenge = None;
+    if let Some(secret) = &shared.config.secret {
+        // The connection is the client's own, so the challenge is a fresh random one kept here.
+        let fresh: [u8; 16] = crate::client::random_bytes().ok()?;
+        shared.stats.challenged.fetch_add(1, Ordering::Relaxed);
+        let mut m = vec![CHALLENGE];
+        m.extend_from_slice(&req.nonce.to_le_bytes());
+        m.extend_from_slice(&fresh);
+        rendezvous::send(stream, &m, None).ok()?;
+        let (msg, _) = rendezvous::recv(stream).ok()?;
+        let proven = BindRequest::parse(&msg)?;
+        let good = proven.nonce == req.nonce
+            && proven.proof.is_some_and(|p| {
+                p.challenge == fresh
+                    && secret.verify(&BindRequest { proof: None, ..proven }.proof_transcript(&fresh), &p.mac)
+            });
+        if !good {
+            shared.stats.auth_failed.fetch_add(1, Ordering::Relaxed);
+            let _ = rendezvous::send(stream, &reject(Status::AuthFailed, 0), None);
+            return None;
+        }
+        req = proven;
+        challenge = Some(fresh);
+    }
+    let Some(export) = shared.exports.iter().find(|e| e.info().id == req.interface) else {
+        let _ = rendezvous::send(stream, &reject(Status::UnknownInterface, 0), None);
+        return None;
+    };
+    let version = export.info().version;
+    if version != req.version {
+        let _ = rendezvous::send(stream, &reject(Status::VersionMismatch, version), None);
+        return None;
+    }
+    let slots = shared.config.slots_per_binding.clamp(1, 64);
+    let layout = Layout::new(slots, shared.config.timing.max_message)?;
+    let region = match layout.region_len().map(|len| Region::create("tiercel-binding", len)) {
+        Some(Ok(r)) => r,
+        _ => {
+            let _ = rendezvous::send(stream, &reject(Status::Busy, version), None);
+            return None;
+        }
+    };
+    let words = [
+        (header::MAGIC, proto::MAGIC),
+        (header::VERSION, proto::VERSION),
+        (header::SLOTS, slots),
+        (header::DATA_PAGES, (layout.data / proto::PAGE) as u32),
+    ];
+    for (at, v) in words {
+        region.u32_at(at)?.store(v, Ordering::Relaxed);
+    }
+    let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
+    let mut reply = BindReply { slots, max_datagram: 0, version, nonce: req.nonce, proof: None };
+    if let (Some(secret), Some(challenge)) = (&shared.config.secret, challenge) {
+        reply.proof = Some(secret.prove(&reply.proof_transcript(id, 0, shared.incarnation, &challenge)));
+    }
+    let mut m = vec![GRANT];
+    m.extend_from_slice(&id.to_le_bytes());
+    m.extend_from_slice(&shared.incarnation.to_le_bytes());
+    m.extend_from_slice(&(layout.data as u64).to_le_bytes());
+    m.extend_from_slice(&reply.to_bytes());
+    rendezvous::send(stream, &m, Some(region.fd())).ok()?;
+    Some((export.clone(), region, layout))
+}
+
+struct SlotServer<'a> {
+    shared: &'a Shared,
+    stream: &'a UnixStream,
+    region: &'a Region,
+    layout: Layout,
+    binding: Arc<dyn crate::interface::Export>,
+    args: Vec<u8>,
+    out: Vec<u8>,
+}
+
+/// A control word of the region. Offsets come from the layout the region was created with, so they
+/// are in bounds and aligned.
+fn word(region: &Region, at: usize) -> &AtomicU32 {
+    region.u32_at(at).unwrap_or_else(|| unreachable!("layout offset {at} inside the region"))
+}
+
+impl<'a> SlotServer<'a> {
+    fn word(&self, at: usize) -> &'a AtomicU32 {
+        word(self.region, at)
+    }
+
+    fn run(&mut self) {
+        let shared = self.shared;
+        let slots = self.layout.slots;
+        let (doorbell, sleeping) = (self.word(header::DOORBELL), self.word(header::SERVER_SLEEPING));
+        let states: Vec<&AtomicU32> = (0..slots).map(|i| self.word(self.layout.slot(i) + slot::STATE)).collect();
+        let used_word = self.word(header::SLOTS_USED);
+        // Slots below the clients' high-water mark (a malicious client's value is capped).
+        let used = || (used_word.load(Ordering::Acquire) as usize).min(slots as usize);
+        let mut spin_until = Instant::now() + shared.config.spin;
+        loop {
+            let mut served = false;
+            for (i, state) in states[..used()].iter().enumerate() {
+                if proto::server_has_call(*state) {
+                    self.serve(i as u32);
+                    served = true;
+                }
+            }
+            if served {
+                spin_until = Instant::now() + shared.config.spin;
+                continue;
+            }
+            if Instant::now() < spin_until {
+                core::hint::spin_loop();
+                continue;
+            }
+            let any_call = || states[..used()].iter().any(|s| proto::is_call(*s));
+            if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, any_call) {
+                futex_wait(doorbell, bell, Some(LIVENESS));
+            }
+            proto::server_woke(sleeping);
+            if self.shared.stop.load(Ordering::Relaxed) || tiercel_sys::shm::peer_closed(self.stream) {
+                // The client died or dropped the binding: its region goes with this thread.
+                self.shared.stats.expired.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+
+    /// Runs the call in slot `i`: reads what the client wrote once into private memory, validates it,
+    /// runs the procedure, writes the result in place and publishes it.
+    fn serve(&mut self, i: u32) {
+        let base = self.layout.slot(i);
+        let data = self.layout.data(i);
+        let procedure = self.word(base + slot::PROCEDURE).load(Ordering::Relaxed);
+        let len = self.word(base + slot::LEN).load(Ordering::Relaxed) as usize;
+        self.out.clear();
+        let status = if len > self.layout.data || procedure > u16::MAX as u32 {
+            super::worker::error_message(
+                &mut self.out,
+                "malformed shared-memory call: length or procedure out of range",
+            );
+            Status::BadArguments
+        } else {
+            self.args.resize(len, 0);
+            self.region.read(data, &mut self.args);
+            self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+            let limit = self.layout.data;
+            let mut status = super::worker::run_procedure(
+                &*self.binding,
+                procedure as u16,
+                &self.args,
+                &mut self.out,
+                0,
+                limit,
+                &self.shared.stats,
+            );
+            if self.out.len() > limit {
+                let n = self.out.len();
+                self.out.clear();
+                super::worker::error_message(&mut self.out, &format!("result of {n} bytes exceeds the slot's {limit}"));
+                status = Status::TooLarge;
+            }
+            status
+        };
+        self.region.write(data, &self.out);
+        self.word(base + slot::LEN).store(self.out.len() as u32, Ordering::Relaxed);
+        self.word(base + slot::STATUS).store(status as u32, Ordering::Relaxed);
+        if len > DISCARD_ABOVE && len > self.out.len() {
+            // The arguments were large: give back the part of the slot the result does not cover.
+            self.region.discard(data + self.out.len(), len - self.out.len());
+        }
+        if self.args.capacity() > DISCARD_ABOVE {
+            self.args = Vec::new();
+        }
+        if self.out.capacity() > DISCARD_ABOVE {
+            self.out = Vec::new();
+        }
+        let (state, waiting) = (self.word(base + slot::STATE), self.word(base + slot::CLIENT_WAITING));
+        if proto::server_publish(state, waiting) {
+            futex_wake(state, 1);
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Calls through shared memory, server and client in one process (`tiercel-cli/tests/shm.rs` runs
+//! them across processes): the transport chosen at bind time, every `Test` procedure and a kitchen
+//! sink of types, 1 to 8 threads on one binding, large buffers, errors, deadlines, secrets, and a
+//! server that goes away.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tiercel::seeds::{self, SeedTest, TestClient, TestServer};
+use tiercel::{Client, ClientConfig, Error, Execution, In, InOut, Out, Secret, Server, ServerConfig, Transport};
+
+#[tiercel::interface]
+pub trait Store {
+    fn put(&self, key: String, value: Vec<u8>) -> usize;
+    fn echo(&self, data: In<&[u8]>, out: Out<&mut [u8]>, both: InOut<&mut [u8]>) -> u64;
+    fn nested(&self, v: Vec<Option<(u32, String)>>) -> Result<u32, String>;
+    fn sleep_ms(&self, ms: u64);
+    fn boom(&self);
+}
+
+struct StoreImpl;
+
+impl Store for StoreImpl {
+    fn put(&self, key: String, value: Vec<u8>) -> usize {
+        key.len() + value.len()
+    }
+    fn echo(&self, data: In<&[u8]>, out: Out<&mut [u8]>, both: InOut<&mut [u8]>) -> u64 {
+        let n = out.0.len().min(data.0.len());
+        out.0[..n].copy_from_slice(&data.0[..n]);
+        both.0.iter_mut().for_each(|b| *b = !*b);
+        data.0.iter().map(|&b| b as u64).sum()
+    }
+    fn nested(&self, v: Vec<Option<(u32, String)>>) -> Result<u32, String> {
+        if v.is_empty() {
+            return Err("empty".into());
+        }
+        Ok(v.iter().flatten().map(|(n, s)| n + s.len() as u32).sum())
+    }
+    fn sleep_ms(&self, ms: u64) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    fn boom(&self) {
+        panic!("boom on purpose");
+    }
+}
+
+fn server_with(config: ServerConfig) -> tiercel::RunningServer {
+    Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(TestServer::new(SeedTest))
+        .export(StoreServer::new(StoreImpl))
+        .start()
+        .unwrap()
+}
+
+fn server() -> tiercel::RunningServer {
+    server_with(ServerConfig::default())
+}
+
+#[test]
+fn a_plain_address_on_this_host_binds_through_shared_memory() {
+    let s = server();
+    let plain: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    assert_eq!(plain.binding().transport(), Transport::SharedMemory);
+    let forced: TestClient = Client::connect(format!("shm:{}", s.addr())).unwrap().import().unwrap();
+    assert_eq!(forced.binding().transport(), Transport::SharedMemory);
+    let udp: TestClient = Client::connect(format!("udp://{}", s.addr())).unwrap().import().unwrap();
+    assert_eq!(udp.binding().transport(), Transport::Udp);
+    let config = ClientConfig { shared_memory: false, ..ClientConfig::default() };
+    let declined: TestClient = Client::connect(s.addr()).unwrap().with_config(config).import().unwrap();
+    assert_eq!(declined.binding().transport(), Transport::Udp);
+    for c in [&plain, &forced, &udp, &declined] {
+        seeds::check_all(c, 3).unwrap();
+    }
+    assert_eq!(s.bindings(), 4);
+}
+
+#[test]
+fn a_server_without_shared_memory_is_reached_over_udp_unless_shm_is_forced() {
+    let s = server_with(ServerConfig { shared_memory: false, ..ServerConfig::default() });
+    let plain: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    assert_eq!(plain.binding().transport(), Transport::Udp);
+    let err = Client::connect(format!("shm:{}", s.addr())).unwrap().import::<TestClient>().unwrap_err();
+    assert!(matches!(err, Error::NoSharedMemory(_)), "{err}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+}
+
+#[test]
+fn every_procedure_and_type_round_trips() {
+    let s = server();
+    let t: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    for round in 0..1000 {
+        seeds::check_all(&t, round).unwrap();
+    }
+    let k: StoreClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    assert_eq!(k.put("key".into(), vec![1; 10]).unwrap(), 13);
+    assert_eq!(k.nested(vec![Some((1, "ab".into())), None, Some((2, String::new()))]).unwrap(), Ok(5));
+    assert_eq!(k.nested(vec![]).unwrap(), Err("empty".into()));
+    assert_eq!(s.stats().calls.load(Ordering::Relaxed), 7000 + 3);
+}
+
+#[test]
+fn large_buffers_up_to_the_message_limit() {
+    let s = server();
+    let k: StoreClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    for size in [0, 1, 4095, 4096, 1 << 20, 4 << 20] {
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let mut out = vec![0u8; size];
+        let mut both: Vec<u8> = (0..size).map(|i| (i % 7) as u8).collect();
+        let sum = k.echo(In(&data), Out(&mut out), InOut(&mut both)).unwrap();
+        assert_eq!(sum, data.iter().map(|&b| b as u64).sum::<u64>());
+        assert_eq!(out, data, "{size} bytes out");
+        assert!(both.iter().enumerate().all(|(i, &b)| b == !((i % 7) as u8)), "{size} bytes in-out");
+    }
+    let too_big = vec![0u8; (16 << 20) + 1];
+    let err = k.echo(In(&too_big), Out(&mut []), InOut(&mut [])).unwrap_err();
+    assert!(matches!(err, Error::TooLarge(_)), "{err}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+}
+
+#[test]
+fn one_to_eight_threads_share_a_binding() {
+    let s = server();
+    let t: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    for threads in [1u32, 2, 4, 8] {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for round in 0..300 {
+                        seeds::check_all(&t, round * (i + 1)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+    assert_eq!(s.stats().calls.load(Ordering::Relaxed), 7 * 300 * (1 + 2 + 4 + 8));
+}
+
+#[test]
+fn errors_are_clear_and_say_whether_the_procedure_ran() {
+    let s = server();
+    let k: StoreClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    let err = k.boom().unwrap_err();
+    assert!(matches!(&err, Error::Panicked(m) if m.contains("boom on purpose")), "{err}");
+    assert_eq!(err.execution(), Execution::Ran);
+    assert_eq!(k.put("still".into(), vec![]).unwrap(), 5, "the server goes on after a panic");
+    let slow = k.with_deadline(Duration::from_millis(50));
+    let start = Instant::now();
+    let err = slow.sleep_ms(400).unwrap_err();
+    assert!(matches!(err, Error::DeadlineExceeded), "{err}");
+    assert!(start.elapsed() < Duration::from_millis(350), "the deadline is kept");
+    // The abandoned call still finishes on the server; the next call on this thread waits for it.
+    assert_eq!(k.put("after".into(), vec![1]).unwrap(), 6);
+}
+
+#[test]
+fn secrets_are_proven_over_shared_memory_too() {
+    let secret = || Some(Secret::new(&[5; 32]).unwrap());
+    let s = server_with(ServerConfig { secret: secret(), ..ServerConfig::default() });
+    let config = ClientConfig { secret: secret(), ..ClientConfig::default() };
+    let ok: TestClient = Client::connect(s.addr()).unwrap().with_config(config).import().unwrap();
+    assert_eq!(ok.binding().transport(), Transport::SharedMemory);
+    seeds::check_all(&ok, 1).unwrap();
+    let err = Client::connect(s.addr()).unwrap().import::<TestClient>().unwrap_err();
+    assert!(matches!(err, Error::AuthenticationRequired), "{err}");
+    let wrong = ClientConfig { secret: Some(Secret::new(&[6; 32]).unwrap()), ..ClientConfig::default() };
+    let err = Client::connect(s.addr()).unwrap().with_config(wrong).import::<TestClient>().unwrap_err();
+    assert!(matches!(err, Error::AuthenticationFailed(_)), "{err}");
+    assert_eq!(s.stats().auth_failed.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_stopped_server_fails_the_call_in_progress_clearly() {
+    let s = server();
+    let k: StoreClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    k.put("warm".into(), vec![]).unwrap();
+    let caller = std::thread::spawn(move || {
+        let start = Instant::now();
+        (k.sleep_ms(300), start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    drop(s); // stops the binding threads once the running call returns
+    let (result, took) = caller.join().unwrap();
+    // The running procedure finished before its thread saw the stop, so the call either completed or
+    // failed as "server gone"; it never hangs.
+    match result {
+        Ok(()) => {}
+        Err(e) => {
+            assert!(matches!(e, Error::ServerGone { .. }), "{e}");
+            assert_eq!(e.execution(), Execution::MayHaveRun);
+        }
+    }
+    assert!(took < Duration::from_secs(5));
+}
+
+#[test]
+fn a_dropped_client_frees_its_binding() {
+    let s = server();
+    let t: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    seeds::check_all(&t, 0).unwrap();
+    assert_eq!(s.bindings(), 1);
+    drop(t);
+    let start = Instant::now();
+    while s.bindings() > 0 {
+        assert!(start.elapsed() < Duration::from_secs(2), "binding of a dropped client not freed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.stats().expired.load(Ordering::Relaxed), 1);
+}
