@@ -1,5 +1,7 @@
-//! `tiercel bench`: Null and MaxResult over UDP against a raw UDP ping-pong of the same packet sizes,
-//! measured in the same run, with the same thread placement and the same waiting policy.
+//! `tiercel bench`: Null and MaxResult over each transport against the raw mechanism beneath it,
+//! measured in the same run, with the same thread placement and the same waiting policy: over UDP
+//! against a raw UDP ping-pong of the same packet sizes, through shared memory against a raw
+//! shared-memory ping-pong (spinning) or futex ping-pong (blocking) of the same data sizes.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -10,6 +12,7 @@ use tiercel::seeds::{TestClient, MAX_BUFFER};
 use tiercel::{Client, ClientConfig, Out, Spin};
 
 use crate::raw::PingPong;
+use crate::raw_shm::ShmPingPong;
 use crate::summary::Summary;
 
 /// Header bytes of every tiercel packet.
@@ -39,6 +42,31 @@ pub struct Args {
     /// Stop measuring after this many seconds in all.
     #[arg(long, default_value_t = 240)]
     max_seconds: u64,
+    /// Transports to measure: `udp`, `shm`, or both (comma-separated).
+    #[arg(long, default_value = "udp,shm")]
+    transports: String,
+}
+
+/// A transport and the raw mechanism beneath it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Medium {
+    Udp,
+    Shm,
+}
+
+/// The raw baseline of a medium.
+enum Baseline {
+    Udp(PingPong),
+    Shm(ShmPingPong),
+}
+
+impl Baseline {
+    fn round_trip(&mut self) -> crate::Result<bool> {
+        match self {
+            Baseline::Udp(p) => p.round_trip(),
+            Baseline::Shm(p) => p.round_trip(),
+        }
+    }
 }
 
 /// A child process killed when dropped; its stdout stays open so that it can go on printing.
@@ -51,7 +79,8 @@ impl Drop for Spawned {
     }
 }
 
-fn spawn(args: &[String]) -> crate::Result<(Spawned, SocketAddr)> {
+/// Starts a server process of this program and reads the address (or name) it listens on.
+fn spawn(args: &[String]) -> crate::Result<(Spawned, String)> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .args(args)
@@ -67,8 +96,8 @@ fn spawn(args: &[String]) -> crate::Result<(Spawned, SocketAddr)> {
     read.map_err(|e| e.to_string())?;
     let addr = line
         .trim()
-        .strip_prefix("listening udp://")
-        .and_then(|a| a.parse().ok())
+        .strip_prefix("listening ")
+        .map(str::to_string)
         .ok_or_else(|| format!("{args:?} printed {line:?} instead of its address"))?;
     Ok((child, addr))
 }
@@ -89,28 +118,52 @@ pub fn run(args: Args) -> crate::Result<()> {
     if args.blocking {
         modes.push(false);
     }
+    let mut media = Vec::new();
+    for t in args.transports.split(',').map(str::trim) {
+        media.push(match t {
+            "udp" => Medium::Udp,
+            "shm" => Medium::Shm,
+            other => return Err(format!("unknown transport {other:?} (udp, shm)")),
+        });
+    }
     tiercel_sys::cpu::pin_current_thread(args.client_cpu).map_err(|e| e.to_string())?;
-    println!("tiercel bench: UDP over loopback, {} CPUs", tiercel_sys::cpu::available());
+    println!("tiercel bench: {} CPUs", tiercel_sys::cpu::available());
     println!(
-        "placement: caller thread pinned to CPU {}, server process (1 worker) pinned to CPU {}",
+        "placement: caller thread pinned to CPU {}, server process (1 worker, and its shared-memory binding \
+         thread) pinned to CPU {}",
         args.client_cpu, args.server_cpu
     );
-    for spin in modes {
-        let policy = if spin {
-            "both sides busy-poll (non-blocking recv in a loop, never block)"
-        } else {
-            "both sides block in poll() at once (no spinning)"
-        };
-        println!("\nwaiting: {policy}; {calls} timed calls per row in {rounds} interleaved rounds, after 2,000 warm-up calls");
-        let rows = measure(&args, spin, calls, rounds, deadline)?;
-        print_table(&rows);
+    for medium in media {
+        for &spin in &modes {
+            let policy = match (medium, spin) {
+                (Medium::Udp, true) => {
+                    "UDP over loopback; both sides busy-poll (non-blocking recv in a loop, never block)"
+                }
+                (Medium::Udp, false) => "UDP over loopback; both sides block in poll() at once (no spinning)",
+                (Medium::Shm, true) => "shared memory; both sides spin on the slot's words (never block)",
+                (Medium::Shm, false) => "shared memory; both sides sleep on futexes at once (no spinning)",
+            };
+            println!(
+                "\n{policy}; {calls} timed calls per row in {rounds} interleaved rounds, after 2,000 warm-up calls"
+            );
+            let rows = measure(&args, medium, spin, calls, rounds, deadline)?;
+            print_table(&rows, medium, spin);
+        }
     }
     Ok(())
 }
 
-fn measure(args: &Args, spin: bool, calls: u32, rounds: u32, deadline: Instant) -> crate::Result<Vec<Row>> {
+fn measure(
+    args: &Args,
+    medium: Medium,
+    spin: bool,
+    calls: u32,
+    rounds: u32,
+    deadline: Instant,
+) -> crate::Result<Vec<Row>> {
     let cpu = args.server_cpu.to_string();
-    let mut raw_args = vec!["raw-echo".to_string(), "--cpu".into(), cpu.clone()];
+    let echo = if medium == Medium::Udp { "raw-echo" } else { "raw-shm-echo" };
+    let mut raw_args = vec![echo.to_string(), "--cpu".into(), cpu.clone()];
     if spin {
         raw_args.push("--spin".into());
     }
@@ -122,8 +175,10 @@ fn measure(args: &Args, spin: bool, calls: u32, rounds: u32, deadline: Instant) 
             .map(|s| s.to_string())
             .collect();
     let (_rpc_server, rpc_addr) = spawn(&rpc_args)?;
+    let rpc_addr = rpc_addr.strip_prefix("udp://").unwrap_or(&rpc_addr).to_string();
     let policy = if spin { Spin::Fixed(Duration::from_secs(3600)) } else { Spin::Never };
-    let client: TestClient = Client::connect(format!("udp://{rpc_addr}"))
+    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+    let client: TestClient = Client::connect(format!("{scheme}{rpc_addr}"))
         .and_then(|c| c.with_config(ClientConfig { spin: policy, ..ClientConfig::default() }).import())
         .map_err(|e| e.to_string())?;
     let mut out = vec![0u8; MAX_BUFFER];
@@ -137,9 +192,32 @@ fn measure(args: &Args, spin: bool, calls: u32, rounds: u32, deadline: Instant) 
             rpc: Summary::new(),
         },
     ];
-    let mut pings: Vec<PingPong> = rows
+    if medium == Medium::Shm {
+        // Through shared memory there are no packet headers: the sizes are the data copied each way
+        // (MaxResult's call carries the 4-byte length of its Out buffer).
+        for r in rows.iter_mut() {
+            r.call_bytes -= HEADER;
+            r.result_bytes -= HEADER;
+        }
+    }
+    let shm_conn = match medium {
+        Medium::Shm => Some(crate::raw_shm::Connection::new(&raw_addr)?),
+        Medium::Udp => None,
+    };
+    let mut pings: Vec<Baseline> = rows
         .iter()
-        .map(|r| PingPong::new(raw_addr, r.call_bytes, r.result_bytes, spin))
+        .map(|r| match medium {
+            Medium::Udp => raw_addr
+                .strip_prefix("udp://")
+                .and_then(|a| a.parse::<SocketAddr>().ok())
+                .ok_or_else(|| format!("raw echo address {raw_addr:?}"))
+                .and_then(|a| PingPong::new(a, r.call_bytes, r.result_bytes, spin))
+                .map(Baseline::Udp),
+            Medium::Shm => shm_conn
+                .as_ref()
+                .map(|c| Baseline::Shm(ShmPingPong::new(c, r.call_bytes, r.result_bytes, spin)))
+                .ok_or_else(|| "no raw shared-memory connection".to_string()),
+        })
         .collect::<crate::Result<_>>()?;
     let rpc_call = |row: usize, out: &mut [u8]| -> crate::Result<()> {
         match row {
@@ -185,7 +263,7 @@ fn measure(args: &Args, spin: bool, calls: u32, rounds: u32, deadline: Instant) 
     Ok(rows)
 }
 
-fn print_table(rows: &[Row]) {
+fn print_table(rows: &[Row], medium: Medium, spin: bool) {
     println!(
         "{:<10} {:>13} | {:>10} {:>10} | {:>10} {:>10} | {:>8} {:>8}",
         "procedure", "bytes c/r", "raw med", "raw p99", "rpc med", "rpc p99", "ratio", "p99 rat."
@@ -204,5 +282,10 @@ fn print_table(rows: &[Row]) {
         );
     }
     let n = rows.first().map(|r| r.rpc.len()).unwrap_or(0);
-    println!("(median and p99 of {n} calls per cell; raw = UDP ping-pong of the same datagram sizes, same CPUs, same waiting)");
+    let raw = match (medium, spin) {
+        (Medium::Udp, _) => "UDP ping-pong of the same datagram sizes",
+        (Medium::Shm, true) => "shared-memory spin ping-pong copying the same data sizes",
+        (Medium::Shm, false) => "futex ping-pong copying the same data sizes",
+    };
+    println!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
 }

@@ -10,7 +10,8 @@ use tiercel::{Client, ClientConfig, Error};
 /// Options of `tiercel check`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Server address, as printed by `tiercel serve`.
+    /// Server address, as printed by `tiercel serve` (`udp://` forces UDP, `shm:` shared memory; a
+    /// plain `host:port` takes shared memory when the server is on this host).
     addr: String,
     /// Rounds per thread; each round calls all seven procedures once.
     #[arg(long, default_value_t = 1000)]
@@ -38,6 +39,11 @@ fn binding_lost(e: &Error) -> bool {
 pub fn run(args: Args) -> crate::Result<()> {
     let config = ClientConfig { secret: args.secret.load()?, ..ClientConfig::default() };
     let client = import(&args.addr, &config).map_err(|e| e.to_string())?;
+    let transport = match client.binding().transport() {
+        tiercel::Transport::Udp => "UDP",
+        tiercel::Transport::SharedMemory => "shared memory",
+    };
+    println!("bound to {} through {transport}", args.addr);
     let start = Instant::now();
     let reimports = Arc::new(AtomicU64::new(0));
     let retransmissions = Arc::new(AtomicU64::new(0));

@@ -9,6 +9,7 @@ mod check;
 #[cfg(feature = "fault-injection")]
 mod netns;
 mod raw;
+mod raw_shm;
 mod serve;
 #[cfg(feature = "fault-injection")]
 mod soak;
@@ -34,7 +35,8 @@ enum Command {
     Call(call::Args),
     /// Call every Test procedure many times and verify every result.
     Check(check::Args),
-    /// Measure Null and MaxResult against a raw UDP ping-pong of the same sizes, in one run.
+    /// Measure Null and MaxResult over UDP and shared memory against raw ping-pongs of the same sizes,
+    /// in one run.
     Bench(bench::Args),
     /// Many calls through a lossy, duplicating, reordering, corrupting network; checks that each call
     /// returns intact or fails clearly and that none runs twice (built with `--features fault-injection`).
@@ -47,6 +49,9 @@ enum Command {
     /// The raw UDP echo server the benchmark measures against (started by `bench`).
     #[command(hide = true)]
     RawEcho(raw::EchoArgs),
+    /// The raw shared-memory echo server the benchmark measures against (started by `bench`).
+    #[command(hide = true)]
+    RawShmEcho(raw_shm::EchoArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +62,7 @@ fn main() -> ExitCode {
         Command::Check(a) => check::run(a),
         Command::Bench(a) => bench::run(a),
         Command::RawEcho(a) => raw::echo(a),
+        Command::RawShmEcho(a) => raw_shm::echo(a),
         #[cfg(feature = "fault-injection")]
         Command::Soak(a) => soak::run(a),
         #[cfg(feature = "fault-injection")]

@@ -61,6 +61,11 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
     }
 }
 
+/// Which of the server's CPUs a new binding thread takes (round robin).
+fn binding_index(shared: &Shared) -> usize {
+    shared.shm_bindings.load(Ordering::Relaxed)
+}
+
 fn reject(status: Status, version: u32) -> Vec<u8> {
     let mut m = vec![REJECT, status as u8];
     m.extend_from_slice(&version.to_le_bytes());
@@ -72,6 +77,10 @@ fn serve_connection(shared: &Arc<Shared>, stream: UnixStream) {
     let _ = stream.set_read_timeout(Some(BIND_TIMEOUT));
     let Some((binding, region, layout)) = bind(shared, &stream) else { return };
     let _ = stream.set_read_timeout(None);
+    let cpus = &shared.config.cpus;
+    if !cpus.is_empty() {
+        let _ = tiercel_sys::cpu::pin_current_thread(cpus[binding_index(shared) % cpus.len()]);
+    }
     shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
     shared.shm_bindings.fetch_add(1, Ordering::Relaxed);
     SlotServer { shared, stream: &stream, region: &region, layout, binding, args: Vec::new(), out: Vec::new() }.run();

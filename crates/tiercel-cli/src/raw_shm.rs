@@ -1,0 +1,170 @@
+//! The raw shared-memory ping-pong the benchmark measures tiercel's shared-memory transport against:
+//! two processes, one shared page of control words and a data area, no protocol. The client copies
+//! the request's bytes in and bumps a request counter; the server sees it, copies the bytes out,
+//! copies the reply's bytes in and bumps the response counter; the client sees that and copies the
+//! reply out. Waiting is a spin on the counter, or a futex wait (with an unconditional wake on every
+//! publish: the plain futex ping-pong).
+
+use std::io::Write;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use tiercel_sys::shm::{futex_wait, futex_wake, Region};
+
+// All control words share one cache line, as a tiercel slot's do: the minimal ping-pong moves that
+// line each way, plus the data.
+const REQUEST: usize = 0;
+const REQUEST_LEN: usize = 4;
+const REPLY_LEN: usize = 8;
+const RESPONSE: usize = 12;
+const DATA: usize = 4096;
+const AREA: usize = 64 * 1024;
+const REGION: usize = DATA + 2 * AREA;
+
+/// Options of the hidden `tiercel raw-shm-echo`.
+#[derive(clap::Args)]
+pub struct EchoArgs {
+    /// CPU to pin to.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Spin on the request counter instead of waiting on its futex.
+    #[arg(long)]
+    spin: bool,
+    /// Exit after this many seconds, whatever happens.
+    #[arg(long, default_value_t = 900)]
+    max_seconds: u64,
+}
+
+fn word(region: &Region, at: usize) -> &AtomicU32 {
+    region.u32_at(at).unwrap_or_else(|| unreachable!("fixed offset {at} inside the region"))
+}
+
+/// Serves one client: prints the abstract socket name, hands the region over, echoes until the client
+/// goes away.
+pub fn echo(args: EchoArgs) -> crate::Result<()> {
+    if let Some(cpu) = args.cpu {
+        tiercel_sys::cpu::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+    }
+    let name = format!("tiercel-raw-shm/{}", std::process::id());
+    let listener = UnixAddr::from_abstract_name(name.as_bytes())
+        .and_then(|a| UnixListener::bind_addr(&a))
+        .map_err(|e| e.to_string())?;
+    println!("listening {name}");
+    let _ = std::io::stdout().flush();
+    let (stream, _) = listener.accept().map_err(|e| e.to_string())?;
+    let region = Region::create("tiercel-raw-shm", REGION).map_err(|e| e.to_string())?;
+    tiercel_sys::shm::send_with_fd(&stream, b"r", Some(region.fd())).map_err(|e| e.to_string())?;
+    let (request, response) = (word(&region, REQUEST), word(&region, RESPONSE));
+    let mut scratch = vec![0u8; AREA];
+    let reply = vec![0x5au8; AREA];
+    let end = Instant::now() + Duration::from_secs(args.max_seconds);
+    let mut seen = 0u32;
+    let mut checks = 0u32;
+    loop {
+        let now = request.load(Ordering::Acquire);
+        if now == seen {
+            checks = checks.wrapping_add(1);
+            if checks % 65_536 == 0 && (Instant::now() > end || tiercel_sys::shm::peer_closed(&stream)) {
+                return Ok(());
+            }
+            if args.spin {
+                core::hint::spin_loop();
+            } else {
+                futex_wait(request, seen, Some(Duration::from_millis(100)));
+                if tiercel_sys::shm::peer_closed(&stream) {
+                    return Ok(());
+                }
+            }
+            continue;
+        }
+        seen = now;
+        let n = (word(&region, REQUEST_LEN).load(Ordering::Relaxed) as usize).min(AREA);
+        let r = (word(&region, REPLY_LEN).load(Ordering::Relaxed) as usize).min(AREA);
+        region.read(DATA, &mut scratch[..n]);
+        region.write(DATA + AREA, &reply[..r]);
+        response.store(seen, Ordering::Release);
+        if !args.spin {
+            futex_wake(response, 1);
+        }
+    }
+}
+
+/// A connection to a `raw-shm-echo`, shared by the ping-pongs of several sizes.
+pub struct Connection {
+    region: Region,
+    _stream: UnixStream,
+    seq: u32,
+}
+
+impl Connection {
+    /// Connects to a `raw-shm-echo` listening on `name` and maps its region.
+    pub fn new(name: &str) -> crate::Result<std::rc::Rc<std::cell::RefCell<Connection>>> {
+        let stream = UnixAddr::from_abstract_name(name.as_bytes())
+            .and_then(|a| UnixStream::connect_addr(&a))
+            .map_err(|e| format!("connecting to {name}: {e}"))?;
+        let mut b = [0u8; 1];
+        let (_, fd) = tiercel_sys::shm::recv_with_fd(&stream, &mut b).map_err(|e| e.to_string())?;
+        let region = Region::from_fd(fd.ok_or("no region received")?, REGION).map_err(|e| e.to_string())?;
+        Ok(std::rc::Rc::new(std::cell::RefCell::new(Connection { region, _stream: stream, seq: 0 })))
+    }
+}
+
+/// The client side of a raw shared-memory ping-pong of given sizes.
+pub struct ShmPingPong {
+    conn: std::rc::Rc<std::cell::RefCell<Connection>>,
+    request: Vec<u8>,
+    reply: Vec<u8>,
+    spin: bool,
+}
+
+impl ShmPingPong {
+    /// A ping-pong of `request_len` bytes one way and `reply_len` the other over `conn`.
+    pub fn new(
+        conn: &std::rc::Rc<std::cell::RefCell<Connection>>,
+        request_len: usize,
+        reply_len: usize,
+        spin: bool,
+    ) -> ShmPingPong {
+        ShmPingPong {
+            conn: conn.clone(),
+            request: vec![1; request_len.min(AREA)],
+            reply: vec![0; reply_len.min(AREA)],
+            spin,
+        }
+    }
+
+    /// One round trip; always true (nothing is lost in memory).
+    pub fn round_trip(&mut self) -> crate::Result<bool> {
+        let mut conn = self.conn.borrow_mut();
+        conn.seq = conn.seq.wrapping_add(1);
+        let seq = conn.seq;
+        let r = &conn.region;
+        r.write(DATA, &self.request);
+        word(r, REQUEST_LEN).store(self.request.len() as u32, Ordering::Relaxed);
+        word(r, REPLY_LEN).store(self.reply.len() as u32, Ordering::Relaxed);
+        let (request, response) = (word(r, REQUEST), word(r, RESPONSE));
+        request.store(seq, Ordering::Release);
+        if !self.spin {
+            futex_wake(request, 1);
+        }
+        let start = Instant::now();
+        loop {
+            let now = response.load(Ordering::Acquire);
+            if now == seq {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err("raw shared-memory echo stopped answering".into());
+            }
+            if self.spin {
+                core::hint::spin_loop();
+            } else {
+                futex_wait(response, now, Some(Duration::from_millis(100)));
+            }
+        }
+        r.read(DATA + AREA, &mut self.reply);
+        Ok(true)
+    }
+}

@@ -1,0 +1,118 @@
+//! Shared memory across real processes: a `tiercel serve` process and `tiercel check` clients with
+//! 1 to 8 threads on one binding, every result verified; and either process killed mid-call.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const TIERCEL: &str = env!("CARGO_BIN_EXE_tiercel");
+
+struct Served {
+    child: Child,
+    /// `host:port`, without a scheme.
+    addr: String,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve() -> Served {
+    let mut child = Command::new(TIERCEL)
+        .args(["serve", "--addr", "127.0.0.1:0", "--stats-every", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let addr = first.trim().strip_prefix("listening udp://").expect("address line").to_string();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    Served { child, addr, lines }
+}
+
+fn held_bindings(served: &Served) -> Option<u64> {
+    let lines = served.lines.lock().unwrap();
+    let line = lines.iter().rfind(|l| l.starts_with("stats "))?;
+    line.split_whitespace().find_map(|kv| kv.strip_prefix("bindings_held=")).and_then(|v| v.parse().ok())
+}
+
+fn check(addr: &str, rounds: u32, threads: u32) -> String {
+    let out = Command::new(TIERCEL)
+        .args(["check", addr, "--rounds", &rounds.to_string(), "--threads", &threads.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+#[test]
+fn every_procedure_across_processes_with_one_to_eight_threads() {
+    let served = serve();
+    // A plain address on this host chooses shared memory; `shm:` insists on it.
+    let out = check(&served.addr, 100_000, 1);
+    assert!(out.contains("through shared memory") && out.contains("ok: 700000 calls"), "{out}");
+    for threads in [2, 4, 8] {
+        let out = check(&format!("shm:{}", served.addr), 2_000, threads);
+        assert!(out.contains(&format!("ok: {} calls", 2_000 * threads * 7)), "{out}");
+    }
+    let out = check(&format!("udp://{}", served.addr), 1_000, 2);
+    assert!(out.contains("through UDP") && out.contains("ok: 14000 calls"), "{out}");
+}
+
+#[test]
+fn a_killed_server_fails_the_client_clearly_and_quickly() {
+    let mut served = serve();
+    let client = Command::new(TIERCEL)
+        .args(["check", &format!("shm:{}", served.addr), "--rounds", "100000000", "--threads", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    served.child.kill().unwrap();
+    let killed = Instant::now();
+    let out = client.wait_with_output().unwrap();
+    let took = killed.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("went away") && stderr.contains("may have run"), "{stderr}");
+    assert!(took < Duration::from_secs(3), "the client noticed after {took:?}");
+}
+
+#[test]
+fn a_killed_client_has_its_binding_freed() {
+    let served = serve();
+    let mut client = Command::new(TIERCEL)
+        .args(["check", &format!("shm:{}", served.addr), "--rounds", "100000000", "--threads", "4"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while held_bindings(&served) != Some(1) {
+        assert!(start.elapsed() < Duration::from_secs(10), "the client never bound");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    client.kill().unwrap(); // SIGKILL, mid-call
+    let _ = client.wait();
+    let killed = Instant::now();
+    while held_bindings(&served) != Some(0) {
+        assert!(killed.elapsed() < Duration::from_secs(5), "binding of a killed client not freed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // And the server goes on serving.
+    let out = check(&served.addr, 100, 1);
+    assert!(out.contains("ok: 700 calls"), "{out}");
+}
