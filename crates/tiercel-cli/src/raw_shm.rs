@@ -66,7 +66,7 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
         let now = request.load(Ordering::Acquire);
         if now == seen {
             checks = checks.wrapping_add(1);
-            if checks % 65_536 == 0 && (Instant::now() > end || tiercel_sys::shm::peer_closed(&stream)) {
+            if checks.is_multiple_of(65_536) && (Instant::now() > end || tiercel_sys::shm::peer_closed(&stream)) {
                 return Ok(());
             }
             if args.spin {
