@@ -122,6 +122,30 @@ impl Layout {
     }
 }
 
+/// A call as read, once, from a slot's control words written by an untrusted client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotCall {
+    /// Procedure number.
+    pub procedure: u16,
+    /// Argument bytes at the start of the slot's data.
+    pub len: usize,
+}
+
+/// Validates a call's control words against the slot's data capacity.
+pub fn validate_call(procedure: u32, len: u32, capacity: usize) -> Option<SlotCall> {
+    let procedure = u16::try_from(procedure).ok()?;
+    let len = len as usize;
+    (len <= capacity).then_some(SlotCall { procedure, len })
+}
+
+/// Validates a result's control words, written by an untrusted server, against the slot's data
+/// capacity: the result's length and status.
+pub fn validate_result(len: u32, status: u32, capacity: usize) -> Option<(usize, crate::wire::Status)> {
+    let len = len as usize;
+    let status = crate::wire::Status::from_u8(u8::try_from(status).ok()?)?;
+    (len <= capacity).then_some((len, status))
+}
+
 /// An atomic 32-bit word: `AtomicU32` in a mapping, or loom's in a model.
 pub trait Word {
     /// Atomic load.
@@ -241,6 +265,17 @@ mod tests {
         assert_eq!(l.region_len(), Some(4096 + 4 * l.stride()));
         assert!(l.data(3) + l.data <= l.region_len().unwrap());
         assert!(Layout::new(u32::MAX, usize::MAX / 2).is_none());
+    }
+
+    #[test]
+    fn control_words_are_validated() {
+        assert_eq!(validate_call(3, 10, 10), Some(SlotCall { procedure: 3, len: 10 }));
+        assert_eq!(validate_call(3, 11, 10), None);
+        assert_eq!(validate_call(1 << 16, 0, 10), None);
+        assert_eq!(validate_result(4, 0, 4), Some((4, crate::wire::Status::Ok)));
+        assert_eq!(validate_result(5, 0, 4), None);
+        assert_eq!(validate_result(0, 200, 4), None);
+        assert_eq!(validate_result(0, 256, 4), None);
     }
 
     #[test]

@@ -212,3 +212,103 @@ fn a_dropped_client_frees_its_binding() {
     }
     assert_eq!(s.stats().expired.load(Ordering::Relaxed), 1);
 }
+
+/// A hostile client of the shared-memory transport: binds by hand, then writes whatever it likes
+/// into its region.
+mod hostile {
+    use std::io::Write;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::{Duration, Instant};
+
+    use tiercel::Import;
+    use tiercel_proto::control::BindRequest;
+    use tiercel_proto::shm::{self as proto, header, slot, Layout};
+    use tiercel_proto::wire::Status;
+    use tiercel_sys::shm::Region;
+
+    pub struct Hostile {
+        pub region: Region,
+        pub layout: Layout,
+        _stream: UnixStream,
+    }
+
+    impl Hostile {
+        pub fn bind(server: std::net::SocketAddr) -> Hostile {
+            let name = format!("tiercel/{server}");
+            let stream = UnixStream::connect_addr(&UnixAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+            let info = <super::TestClient as Import>::INFO;
+            let req = BindRequest { interface: info.id, version: info.version, max_datagram: 0, nonce: 1, proof: None };
+            let bytes = req.to_bytes();
+            (&stream).write_all(&(bytes.len() as u32).to_le_bytes()).unwrap();
+            (&stream).write_all(&bytes).unwrap();
+            let mut msg = [0u8; 256];
+            let (n, fd) = tiercel_sys::shm::recv_with_fd(&stream, &mut msg).unwrap();
+            assert!(n > 4 + 21 && msg[4] == 0, "a grant");
+            let data = u64::from_le_bytes(msg[4 + 13..4 + 21].try_into().unwrap()) as usize;
+            let slots = u32::from_le_bytes(msg[4 + 21..4 + 25].try_into().unwrap());
+            let layout = Layout::new(slots, data).unwrap();
+            let region = Region::from_fd(fd.unwrap(), layout.region_len().unwrap()).unwrap();
+            Hostile { region, layout, _stream: stream }
+        }
+
+        pub fn word(&self, at: usize) -> &AtomicU32 {
+            self.region.u32_at(at).unwrap()
+        }
+
+        /// Publishes whatever is in slot `i` and waits for the server's answer.
+        pub fn call(&self, i: u32) -> Status {
+            let base = self.layout.slot(i);
+            self.word(header::SLOTS_USED).store(self.layout.slots, Ordering::SeqCst);
+            proto::client_publish(
+                self.word(base + slot::STATE),
+                self.word(header::SERVER_SLEEPING),
+                self.word(header::DOORBELL),
+            );
+            tiercel_sys::shm::futex_wake(self.word(header::DOORBELL), 1);
+            let start = Instant::now();
+            while !proto::client_done(self.word(base + slot::STATE)) {
+                assert!(start.elapsed() < Duration::from_secs(5), "the server stopped answering");
+                std::thread::yield_now();
+            }
+            let status = self.word(base + slot::STATUS).load(Ordering::Relaxed);
+            proto::client_reset(self.word(base + slot::STATE));
+            Status::from_u8(status as u8).unwrap()
+        }
+    }
+}
+
+#[test]
+fn a_hostile_client_cannot_crash_the_server_or_touch_another_binding() {
+    let s = server();
+    let honest: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    seeds::check_all(&honest, 0).unwrap();
+    let h = hostile::Hostile::bind(s.addr());
+    let base = h.layout.slot(0);
+    use tiercel_proto::shm::slot;
+    use tiercel_proto::wire::Status;
+    let w = |at: usize, v: u32| h.word(base + at).store(v, Ordering::Relaxed);
+    // A length beyond the slot, a procedure beyond u16, an unknown procedure, garbage arguments.
+    w(slot::LEN, u32::MAX);
+    w(slot::PROCEDURE, 0);
+    assert_eq!(h.call(0), Status::BadArguments);
+    w(slot::LEN, 0);
+    w(slot::PROCEDURE, 1 << 20);
+    assert_eq!(h.call(0), Status::BadArguments);
+    w(slot::PROCEDURE, 999);
+    assert_eq!(h.call(0), Status::UnknownProcedure);
+    w(slot::PROCEDURE, 1); // add(i32, i32) with 3 bytes of arguments
+    w(slot::LEN, 3);
+    assert_eq!(h.call(0), Status::BadArguments);
+    // Claiming more slots in use than exist, and a last slot, are bounded by the region's geometry.
+    let last = h.layout.slots - 1;
+    h.word(h.layout.slot(last) + slot::PROCEDURE).store(0, Ordering::Relaxed);
+    h.word(h.layout.slot(last) + slot::LEN).store(0, Ordering::Relaxed);
+    assert_eq!(h.call(last), Status::Ok);
+    // The honest client, on its own region, never noticed.
+    for round in 1..200 {
+        seeds::check_all(&honest, round).unwrap();
+    }
+    assert_eq!(s.stats().panics.load(Ordering::Relaxed), 0);
+}

@@ -242,15 +242,15 @@ impl ShmEndpoint {
         self.wait(inner, link, state, waiting, start, deadline.map(|d| start + d))?;
         self.spin.observe(start.elapsed());
         // Read what the server wrote once, into private memory, and check it before use.
-        let rlen = word(region, base + slot::LEN).load(Ordering::Relaxed) as usize;
+        let rlen = word(region, base + slot::LEN).load(Ordering::Relaxed);
         let status = word(region, base + slot::STATUS).load(Ordering::Relaxed);
-        if rlen > layout.data {
+        let Some((rlen, status)) = proto::validate_result(rlen, status, layout.data) else {
             proto::client_reset(state);
             return Err(Error::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("server wrote a result length of {rlen} bytes into a slot of {}", layout.data),
+                format!("server wrote an impossible result (length {rlen}, status {status})"),
             )));
-        }
+        };
         self.result.resize(rlen, 0);
         region.read(data, &mut self.result);
         proto::client_reset(state);
@@ -260,16 +260,12 @@ impl ShmEndpoint {
         if self.scratch.capacity() > DISCARD_ABOVE {
             self.scratch = Vec::with_capacity(4096);
         }
-        match Status::from_u8(status.min(255) as u8) {
-            Some(Status::Ok) => Ok(()),
-            Some(s) => {
+        match status {
+            Status::Ok => Ok(()),
+            s => {
                 let message = String::from_utf8_lossy(&self.result).into_owned();
                 Err(super::endpoint::status_error(s, procedure, message))
             }
-            None => Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("server wrote an unknown status {status}"),
-            ))),
         }
     }
 

@@ -221,36 +221,45 @@ impl<'a> SlotServer<'a> {
     fn serve(&mut self, i: u32) {
         let base = self.layout.slot(i);
         let data = self.layout.data(i);
+        // Each control word is read once; the call is validated before anything uses it.
         let procedure = self.word(base + slot::PROCEDURE).load(Ordering::Relaxed);
-        let len = self.word(base + slot::LEN).load(Ordering::Relaxed) as usize;
+        let len = self.word(base + slot::LEN).load(Ordering::Relaxed);
         self.out.clear();
-        let status = if len > self.layout.data || procedure > u16::MAX as u32 {
-            super::worker::error_message(
-                &mut self.out,
-                "malformed shared-memory call: length or procedure out of range",
-            );
-            Status::BadArguments
-        } else {
-            self.args.resize(len, 0);
-            self.region.read(data, &mut self.args);
-            self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
-            let limit = self.layout.data;
-            let mut status = super::worker::run_procedure(
-                &*self.binding,
-                procedure as u16,
-                &self.args,
-                &mut self.out,
-                0,
-                limit,
-                &self.shared.stats,
-            );
-            if self.out.len() > limit {
-                let n = self.out.len();
-                self.out.clear();
-                super::worker::error_message(&mut self.out, &format!("result of {n} bytes exceeds the slot's {limit}"));
-                status = Status::TooLarge;
+        let call = proto::validate_call(procedure, len, self.layout.data);
+        let len = call.map_or(0, |c| c.len);
+        let status = match call {
+            None => {
+                super::worker::error_message(
+                    &mut self.out,
+                    "malformed shared-memory call: length or procedure out of range",
+                );
+                Status::BadArguments
             }
-            status
+            Some(call) => {
+                self.args.resize(call.len, 0);
+                self.region.read(data, &mut self.args);
+                self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+                let limit = self.layout.data;
+                let mut status = super::worker::run_procedure(
+                    &*self.binding,
+                    call.procedure,
+                    &self.args,
+                    &mut self.out,
+                    0,
+                    limit,
+                    &self.shared.stats,
+                );
+                if self.out.len() > limit {
+                    let n = self.out.len();
+                    self.out.clear();
+                    super::worker::error_message(
+                        &mut self.out,
+                        &format!("result of {n} bytes exceeds the slot's {limit}"),
+                    );
+                    status = Status::TooLarge;
+                }
+                status
+            }
         };
         self.region.write(data, &self.out);
         self.word(base + slot::LEN).store(self.out.len() as u32, Ordering::Relaxed);
