@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tiercel::seeds::{TestClient, MAX_BUFFER};
-use tiercel::{Client, ClientConfig, Out, Spin};
+use tiercel::seeds::{TestClient, BIG_BUFFER, MAX_BUFFER};
+use tiercel::{Client, ClientConfig, In, InOut, Out, Spin};
 
 use crate::raw::PingPong;
 use crate::raw_shm::ShmPingPong;
@@ -169,11 +169,21 @@ fn measure(
     }
     let (_raw_server, raw_addr) = spawn(&raw_args)?;
     let spin_us = if spin { "60000000" } else { "0" };
-    let rpc_args: Vec<String> =
-        ["serve", "--addr", "udp://127.0.0.1:0", "--workers", "1", "--spin-us", spin_us, "--cpus", &cpu]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+    let rpc_args: Vec<String> = [
+        "serve",
+        "--addr",
+        "udp://127.0.0.1:0",
+        "--workers",
+        "1",
+        "--spin-us",
+        spin_us,
+        "--spin-fixed",
+        "--cpus",
+        &cpu,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let (_rpc_server, rpc_addr) = spawn(&rpc_args)?;
     let rpc_addr = rpc_addr.strip_prefix("udp://").unwrap_or(&rpc_addr).to_string();
     let policy = if spin { Spin::Fixed(Duration::from_secs(3600)) } else { Spin::Never };
@@ -182,24 +192,26 @@ fn measure(
         .and_then(|c| c.with_config(ClientConfig { spin: policy, ..ClientConfig::default() }).import())
         .map_err(|e| e.to_string())?;
     let mut out = vec![0u8; MAX_BUFFER];
+    let mut big = vec![0u8; BIG_BUFFER];
+    let mut max = vec![0u8; MAX_BUFFER];
+    tiercel::seeds::fill(&mut max);
+    // LRPC's Table IV (Null, Add, BigIn, BigInOut) and Firefly's MaxResult. Sizes are the marshaled
+    // data each way (a buffer travels with its 4-byte length); over UDP each adds a packet header.
+    let header = if medium == Medium::Udp { HEADER } else { 0 };
+    let row = |name, call: usize, result: usize| Row {
+        name,
+        call_bytes: header + call,
+        result_bytes: header + result,
+        raw: Summary::new(),
+        rpc: Summary::new(),
+    };
     let mut rows = vec![
-        Row { name: "Null", call_bytes: HEADER, result_bytes: HEADER, raw: Summary::new(), rpc: Summary::new() },
-        Row {
-            name: "MaxResult",
-            call_bytes: HEADER + 4,
-            result_bytes: HEADER + MAX_BUFFER,
-            raw: Summary::new(),
-            rpc: Summary::new(),
-        },
+        row("Null", 0, 0),
+        row("Add", 8, 4),
+        row("BigIn", 4 + BIG_BUFFER, 0),
+        row("BigInOut", 4 + BIG_BUFFER, BIG_BUFFER),
+        row("MaxResult", 4, MAX_BUFFER),
     ];
-    if medium == Medium::Shm {
-        // Through shared memory there are no packet headers: the sizes are the data copied each way
-        // (MaxResult's call carries the 4-byte length of its Out buffer).
-        for r in rows.iter_mut() {
-            r.call_bytes -= HEADER;
-            r.result_bytes -= HEADER;
-        }
-    }
     let shm_conn = match medium {
         Medium::Shm => Some(crate::raw_shm::Connection::new(&raw_addr)?),
         Medium::Udp => None,
@@ -219,9 +231,12 @@ fn measure(
                 .ok_or_else(|| "no raw shared-memory connection".to_string()),
         })
         .collect::<crate::Result<_>>()?;
-    let rpc_call = |row: usize, out: &mut [u8]| -> crate::Result<()> {
+    let mut rpc_call = |row: usize, out: &mut [u8]| -> crate::Result<()> {
         match row {
             0 => client.null(),
+            1 => client.add(2, 3).map(|_| ()),
+            2 => client.big_in(In(&max[..BIG_BUFFER])),
+            3 => client.big_in_out(InOut(&mut big)),
             _ => client.max_result(Out(out)),
         }
         .map_err(|e| e.to_string())

@@ -19,6 +19,10 @@ pub struct Args {
     /// Microseconds an idle worker spins for the next packet before blocking.
     #[arg(long, default_value_t = 1000)]
     spin_us: u64,
+    /// Spin the full `--spin-us` after every call on shared-memory bindings, instead of adapting the
+    /// spin to the gaps between calls.
+    #[arg(long)]
+    spin_fixed: bool,
     /// CPUs to pin the workers to, comma-separated (for example `1`).
     #[arg(long, default_value = "")]
     cpus: String,
@@ -35,6 +39,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         spin: Duration::from_micros(args.spin_us),
         cpus: crate::parse_cpus(&args.cpus)?,
         secret: args.secret.load()?,
+        adaptive_spin: !args.spin_fixed,
         ..ServerConfig::default()
     };
     let server = Server::bind(args.addr.as_str())

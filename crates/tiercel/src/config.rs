@@ -78,7 +78,8 @@ pub struct ServerConfig {
     /// procedures is refused at once as busy, and its client backs off and retries.
     pub workers: usize,
     /// How long an idle worker spins for the next packet before blocking. Only `spinners` workers spin
-    /// at once, so that idle workers do not take every core.
+    /// at once, so that idle workers do not take every core. A shared-memory binding's thread spins
+    /// at most this long after each call (see `adaptive_spin`), then sleeps on a futex.
     pub spin: Duration,
     /// Most workers spinning at the same time.
     pub spinners: usize,
@@ -102,6 +103,10 @@ pub struct ServerConfig {
     /// A shared secret every client must prove before it gets a binding (see `docs/security.md`).
     /// Without one, any client that can reach the server may bind.
     pub secret: Option<crate::Secret>,
+    /// Whether a shared-memory binding's thread adapts its spin to the gaps between calls (about twice
+    /// the recent gap, at most `spin`; no spin at all while gaps are longer than `spin`), or spins
+    /// `spin` after every call.
+    pub adaptive_spin: bool,
     /// Also offer shared-memory bindings to clients on this host (through an abstract UNIX socket
     /// named after the server's address, in the server's network namespace).
     pub shared_memory: bool,
@@ -121,6 +126,7 @@ impl Default for ServerConfig {
             binding_memory: 64 << 20,
             binding_idle: Duration::from_secs(600),
             secret: None,
+            adaptive_spin: true,
             shared_memory: true,
         }
     }

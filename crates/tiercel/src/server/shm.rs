@@ -186,7 +186,18 @@ impl<'a> SlotServer<'a> {
         let used_word = self.word(header::SLOTS_USED);
         // Slots below the clients' high-water mark (a malicious client's value is capped).
         let used = || (used_word.load(Ordering::Acquire) as usize).min(slots as usize);
-        let mut spin_until = Instant::now() + shared.config.spin;
+        // Spin after each call for about twice the recent gap between a result and the next call
+        // (at most `spin`), or always `spin` when adaptation is off; then sleep on the doorbell.
+        let policy = if shared.config.adaptive_spin {
+            crate::Spin::Adaptive { max: shared.config.spin }
+        } else {
+            crate::Spin::Fixed(shared.config.spin)
+        };
+        let mut budget = crate::spin::SpinBudget::new(policy);
+        let mut last_result = Instant::now();
+        let mut spin_until = last_result + budget.budget();
+        let mut rounds = 0u32;
+        let mut idle = 0u32;
         loop {
             let mut served = false;
             for (i, state) in states[..used()].iter().enumerate() {
@@ -196,10 +207,25 @@ impl<'a> SlotServer<'a> {
                 }
             }
             if served {
-                spin_until = Instant::now() + shared.config.spin;
+                // Off the critical path: the result is already published. The gap between results
+                // stands for how soon the client calls again.
+                let now = Instant::now();
+                budget.observe(now - last_result);
+                last_result = now;
+                spin_until = now + budget.budget();
+                rounds = rounds.wrapping_add(1);
+                idle = 0;
+                // A client calling without pause never lets this thread sleep: look at the stop flag
+                // now and then all the same.
+                if rounds.is_multiple_of(1024) && self.shared.stop.load(Ordering::Relaxed) {
+                    return;
+                }
                 continue;
             }
-            if Instant::now() < spin_until {
+            // Read the clock only every 64 idle rounds, so that a spinning server notices a call
+            // within a few loads, not a clock read.
+            idle = idle.wrapping_add(1);
+            if !idle.is_multiple_of(64) || Instant::now() < spin_until {
                 core::hint::spin_loop();
                 continue;
             }
