@@ -45,6 +45,9 @@ pub struct Args {
     /// Transports to measure: `udp`, `shm`, or both (comma-separated).
     #[arg(long, default_value = "udp,shm")]
     transports: String,
+    /// Only the latency tables against the raw baselines (skip the Mach list and Firefly Table I).
+    #[arg(long)]
+    latency_only: bool,
 }
 
 /// A transport and the raw mechanism beneath it.
@@ -149,6 +152,16 @@ pub fn run(args: Args) -> crate::Result<()> {
             let rows = measure(&args, medium, spin, calls, rounds, deadline)?;
             print_table(&rows, medium, spin);
         }
+    }
+    if !args.latency_only {
+        let cpu = args.server_cpu.to_string();
+        let serve: Vec<String> =
+            ["serve", "--addr", "udp://127.0.0.1:0", "--cpus", &cpu].iter().map(|s| s.to_string()).collect();
+        let (server, addr) = spawn(&serve)?;
+        let addr = addr.strip_prefix("udp://").unwrap_or(&addr).to_string();
+        let row_time = Duration::from_millis(if args.quick { 200 } else { 1000 });
+        crate::tables::mach((server.0.id(), &addr), args.server_cpu, row_time)?;
+        crate::tables::firefly_table1(&addr, 10_000)?;
     }
     Ok(())
 }

@@ -14,6 +14,7 @@ mod serve;
 #[cfg(feature = "fault-injection")]
 mod soak;
 mod summary;
+mod tables;
 
 use std::process::ExitCode;
 

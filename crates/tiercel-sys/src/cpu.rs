@@ -42,6 +42,21 @@ pub fn process_times() -> (Duration, Duration) {
     (tv(usage.ru_utime), tv(usage.ru_stime))
 }
 
+/// User and system CPU time consumed so far by another process of this user (from
+/// `/proc/PID/stat`, in clock ticks of 10 ms: measure over long enough intervals).
+pub fn other_process_times(pid: u32) -> Option<(Duration, Duration)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold spaces: fields are counted after its closing one.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3 of the file, utime 14 and stime 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let hz = rustix::param::clock_ticks_per_second();
+    let d = |t: u64| Duration::from_nanos(t.saturating_mul(1_000_000_000) / hz.max(1));
+    Some((d(utime), d(stime)))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -50,5 +65,8 @@ mod tests {
         assert!(super::pin_current_thread(super::available()).is_err());
         let (user, _sys) = super::process_times();
         assert!(user < std::time::Duration::from_secs(3600));
+        let (u, s) = super::other_process_times(std::process::id()).unwrap();
+        assert!(u + s < std::time::Duration::from_secs(3600));
+        assert!(super::other_process_times(u32::MAX).is_none());
     }
 }

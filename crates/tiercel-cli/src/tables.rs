@@ -1,0 +1,185 @@
+//! The seeds' tables beyond single-call latency, on every transport: the Mach RPC test list (elapsed,
+//! user and system time per call, from `getrusage` and `/proc` of both processes) and Firefly's
+//! Table I (10,000 calls from 1 to 8 caller threads: seconds, calls per second, Mbit/s).
+
+use std::time::{Duration, Instant};
+
+use tiercel::seeds::{SeedTest, TestClient, TestServer, BIG_BUFFER, MAX_BUFFER};
+use tiercel::{Client, In, InOut, Out, Server, ServerConfig};
+use tiercel_sys::cpu;
+
+/// One measured row of the Mach list.
+struct MachRow {
+    test: String,
+    transport: &'static str,
+    calls: u64,
+    elapsed: Duration,
+    user: Duration,
+    system: Duration,
+}
+
+impl MachRow {
+    fn print(&self) {
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / self.calls.max(1) as f64;
+        println!(
+            "{:<16} {:<26} {:>10} {:>10.3} {:>10.3} {:>10.3}",
+            self.test,
+            self.transport,
+            self.calls,
+            per(self.elapsed),
+            per(self.user),
+            per(self.system)
+        );
+    }
+}
+
+/// Runs `f` repeatedly for about `time`, returning the calls made and the elapsed, user and system
+/// time, the last two summed over this process and `server` (another process) if given.
+fn timed(
+    time: Duration,
+    server: Option<u32>,
+    mut f: impl FnMut() -> crate::Result<()>,
+) -> crate::Result<(u64, Duration, Duration, Duration)> {
+    let other = || server.and_then(cpu::other_process_times).unwrap_or_default();
+    let (u0, s0) = cpu::process_times();
+    let (ou0, os0) = other();
+    let start = Instant::now();
+    let mut calls = 0u64;
+    while start.elapsed() < time {
+        for _ in 0..100 {
+            f()?;
+        }
+        calls += 100;
+    }
+    let elapsed = start.elapsed();
+    let (u1, s1) = cpu::process_times();
+    let (ou1, os1) = other();
+    Ok((calls, elapsed, (u1 - u0) + (ou1.saturating_sub(ou0)), (s1 - s0) + (os1.saturating_sub(os0))))
+}
+
+fn procedures(
+    client: &TestClient,
+    prefix: &str,
+    transport: &'static str,
+    time: Duration,
+    server: Option<u32>,
+) -> crate::Result<Vec<MachRow>> {
+    let mut max = vec![0u8; MAX_BUFFER];
+    tiercel::seeds::fill(&mut max);
+    let mut big = vec![0u8; BIG_BUFFER];
+    let mut rows = Vec::new();
+    let e = |e: tiercel::Error| e.to_string();
+    let mut run = |name: &str, f: &mut dyn FnMut() -> crate::Result<()>| -> crate::Result<()> {
+        let (calls, elapsed, user, system) = timed(time, server, f)?;
+        rows.push(MachRow { test: format!("{prefix}{name}"), transport, calls, elapsed, user, system });
+        Ok(())
+    };
+    run("Null", &mut || client.null().map_err(e))?;
+    run("Add", &mut || client.add(2, 3).map(|_| ()).map_err(e))?;
+    run("BigIn", &mut || client.big_in(In(&max[..BIG_BUFFER])).map_err(e))?;
+    let mut out = vec![0u8; BIG_BUFFER];
+    run("BigOut", &mut || client.big_out(Out(&mut out)).map_err(e))?;
+    run("BigInOut", &mut || client.big_in_out(InOut(&mut big)).map_err(e))?;
+    Ok(rows)
+}
+
+#[inline(never)]
+fn empty(x: u64) -> u64 {
+    std::hint::black_box(x)
+}
+
+/// The Mach test list. `served` is a `tiercel serve` process (its pid and `host:port`) pinned to the
+/// server CPU; the same-process rows start their own server.
+pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Result<()> {
+    println!("\nMach RPC test list (Forin): per call, in µs; user and system are summed over client and server");
+    println!("processes (the server's from /proc, in 10 ms ticks); waiting: tiercel's defaults (adaptive spin)");
+    println!("{:<16} {:<26} {:>10} {:>10} {:>10} {:>10}", "test", "transport", "calls", "elapsed", "user", "system");
+    let (calls, elapsed, user, system) = timed(time, None, || {
+        std::hint::black_box(std::os::unix::process::parent_id());
+        Ok(())
+    })?;
+    MachRow { test: "syscall".into(), transport: "getppid()", calls, elapsed, user, system }.print();
+    let mut x = 0u64;
+    let (calls, elapsed, user, system) = timed(time, None, || {
+        x = empty(x.wrapping_add(1));
+        Ok(())
+    })?;
+    MachRow { test: "localLoop".into(), transport: "plain function call", calls, elapsed, user, system }.print();
+
+    let config = ServerConfig { cpus: vec![server_cpu], ..ServerConfig::default() };
+    let inproc = Server::bind("udp://127.0.0.1:0")
+        .and_then(|s| s.with_config(config).export(TestServer::new(SeedTest)).start())
+        .map_err(|e| e.to_string())?;
+    let client: TestClient =
+        Client::connect(format!("shm:{}", inproc.addr())).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+    for r in procedures(&client, "local", "shm, same process", time, None)? {
+        r.print();
+    }
+    drop(client);
+    drop(inproc);
+
+    let (pid, addr) = served;
+    for (prefix, scheme, transport) in
+        [("local", "shm:", "shm, 2 processes"), ("remote", "udp://", "UDP loopback, 2 processes")]
+    {
+        let client: TestClient =
+            Client::connect(format!("{scheme}{addr}")).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+        for r in procedures(&client, prefix, transport, time, Some(pid))? {
+            r.print();
+        }
+    }
+    Ok(())
+}
+
+/// Firefly's Table I: 10,000 calls made by 1 to 8 caller threads sharing one binding.
+pub fn firefly_table1(addr: &str, calls: u32) -> crate::Result<()> {
+    println!("\nFirefly Table I: {calls} calls by 1 to 8 caller threads on one binding (threads not pinned;");
+    println!("tiercel's default waiting); MaxResult moves {MAX_BUFFER} bytes per call");
+    println!(
+        "{:<22} {:>7} | {:>9} {:>10} | {:>9} {:>10}",
+        "transport", "threads", "Null s", "calls/s", "MaxRes s", "Mbit/s"
+    );
+    for (scheme, transport) in [("shm:", "shm, 2 processes"), ("udp://", "UDP loopback")] {
+        let client: TestClient =
+            Client::connect(format!("{scheme}{addr}")).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+        for threads in 1..=8u32 {
+            let run = |max_result: bool| -> crate::Result<Duration> {
+                let per_thread = calls.div_ceil(threads);
+                let start = Instant::now();
+                let handles: Vec<_> = (0..threads)
+                    .map(|_| {
+                        let c = client.clone();
+                        std::thread::spawn(move || -> Result<(), String> {
+                            let mut out = vec![0u8; MAX_BUFFER];
+                            for _ in 0..per_thread {
+                                if max_result {
+                                    c.max_result(Out(&mut out)).map_err(|e| e.to_string())?;
+                                } else {
+                                    c.null().map_err(|e| e.to_string())?;
+                                }
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.join().map_err(|_| "a caller thread panicked".to_string())??;
+                }
+                Ok(start.elapsed())
+            };
+            let null = run(false)?;
+            let maxr = run(true)?;
+            let n = (calls.div_ceil(threads) * threads) as f64;
+            println!(
+                "{:<22} {:>7} | {:>9.3} {:>10.0} | {:>9.3} {:>10.1}",
+                transport,
+                threads,
+                null.as_secs_f64(),
+                n / null.as_secs_f64(),
+                maxr.as_secs_f64(),
+                n * MAX_BUFFER as f64 * 8.0 / maxr.as_secs_f64() / 1e6
+            );
+        }
+    }
+    Ok(())
+}
