@@ -109,3 +109,28 @@ fn a_server_with_a_secret_file_binds_only_clients_that_hold_it() {
     assert!(!ok && text.contains("at least 16 needed"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_prints_every_row_against_its_baseline() {
+    // A tiny run: the harness, not the speed (no test asserts a speed).
+    let out = Command::new(TIERCEL)
+        .args(["bench", "--calls", "200", "--rounds", "2", "--blocking", "--latency-only"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for table in [
+        "UDP over loopback; both sides busy-poll",
+        "UDP over loopback; both sides block",
+        "shared memory; both sides spin",
+        "shared memory; both sides sleep on futexes",
+    ] {
+        assert!(text.contains(table), "missing table {table:?}: {text}");
+    }
+    for row in ["Null", "Add", "BigIn", "BigInOut", "MaxResult"] {
+        let lines = text.lines().filter(|l| l.starts_with(&format!("{row} "))).count();
+        assert_eq!(lines, 4, "{row} in each of the four tables: {text}");
+    }
+    assert!(text.contains("raw = futex ping-pong") && text.contains("raw = UDP ping-pong"), "{text}");
+    assert!(text.contains("ratio"), "{text}");
+}
