@@ -48,6 +48,43 @@ pub struct Args {
     /// Only the latency tables against the raw baselines (skip the Mach list and Firefly Table I).
     #[arg(long)]
     latency_only: bool,
+    /// Also write every table as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
+}
+
+/// Everything a run measured, for `--json`.
+#[derive(serde::Serialize, Default)]
+pub struct Report {
+    cpus: usize,
+    client_cpu: usize,
+    server_cpu: usize,
+    latency: Vec<LatencyTable>,
+    pub mach: Vec<crate::tables::MachJson>,
+    pub firefly_table1: Vec<crate::tables::Table1Json>,
+}
+
+/// One latency table: a transport and a waiting policy, each row against its raw baseline.
+#[derive(serde::Serialize)]
+struct LatencyTable {
+    transport: &'static str,
+    waiting: &'static str,
+    baseline: &'static str,
+    rows: Vec<LatencyRow>,
+}
+
+#[derive(serde::Serialize)]
+struct LatencyRow {
+    procedure: &'static str,
+    call_bytes: usize,
+    result_bytes: usize,
+    calls: u64,
+    raw_median_us: f64,
+    raw_p99_us: f64,
+    rpc_median_us: f64,
+    rpc_p99_us: f64,
+    ratio_median: f64,
+    ratio_p99: f64,
 }
 
 /// A transport and the raw mechanism beneath it.
@@ -130,6 +167,12 @@ pub fn run(args: Args) -> crate::Result<()> {
         });
     }
     tiercel_sys::cpu::pin_current_thread(args.client_cpu).map_err(|e| e.to_string())?;
+    let mut report = Report {
+        cpus: tiercel_sys::cpu::available(),
+        client_cpu: args.client_cpu,
+        server_cpu: args.server_cpu,
+        ..Report::default()
+    };
     println!("tiercel bench: {} CPUs", tiercel_sys::cpu::available());
     println!(
         "placement: caller thread pinned to CPU {}, server process (1 worker, and its shared-memory binding \
@@ -150,7 +193,7 @@ pub fn run(args: Args) -> crate::Result<()> {
                 "\n{policy}; {calls} timed calls per row in {rounds} interleaved rounds, after 2,000 warm-up calls"
             );
             let rows = measure(&args, medium, spin, calls, rounds, deadline)?;
-            print_table(&rows, medium, spin);
+            report.latency.push(print_table(&rows, medium, spin));
         }
     }
     if !args.latency_only {
@@ -160,8 +203,13 @@ pub fn run(args: Args) -> crate::Result<()> {
         let (server, addr) = spawn(&serve)?;
         let addr = addr.strip_prefix("udp://").unwrap_or(&addr).to_string();
         let row_time = Duration::from_millis(if args.quick { 200 } else { 1000 });
-        crate::tables::mach((server.0.id(), &addr), args.server_cpu, row_time)?;
-        crate::tables::firefly_table1(&addr, 10_000)?;
+        report.mach = crate::tables::mach((server.0.id(), &addr), args.server_cpu, row_time)?;
+        report.firefly_table1 = crate::tables::firefly_table1(&addr, 10_000)?;
+    }
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(path, json).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("\nwrote {}", path.display());
     }
     Ok(())
 }
@@ -303,7 +351,7 @@ fn measure(
     Ok(rows)
 }
 
-fn print_table(rows: &[Row], medium: Medium, spin: bool) {
+fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
     println!(
         "{:<10} {:>13} | {:>10} {:>10} | {:>10} {:>10} | {:>8} {:>8}",
         "procedure", "bytes c/r", "raw med", "raw p99", "rpc med", "rpc p99", "ratio", "p99 rat."
@@ -328,4 +376,24 @@ fn print_table(rows: &[Row], medium: Medium, spin: bool) {
         (Medium::Shm, false) => "futex ping-pong copying the same data sizes",
     };
     println!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
+    LatencyTable {
+        transport: if medium == Medium::Udp { "udp" } else { "shm" },
+        waiting: if spin { "spin" } else { "block" },
+        baseline: raw,
+        rows: rows
+            .iter()
+            .map(|r| LatencyRow {
+                procedure: r.name,
+                call_bytes: r.call_bytes,
+                result_bytes: r.result_bytes,
+                calls: r.rpc.len(),
+                raw_median_us: r.raw.median_us(),
+                raw_p99_us: r.raw.p99_us(),
+                rpc_median_us: r.rpc.median_us(),
+                rpc_p99_us: r.rpc.p99_us(),
+                ratio_median: r.rpc.median_us() / r.raw.median_us(),
+                ratio_p99: r.rpc.p99_us() / r.raw.p99_us(),
+            })
+            .collect(),
+    }
 }

@@ -18,8 +18,31 @@ struct MachRow {
     system: Duration,
 }
 
+/// A Mach list row, per call in µs, for `--json`.
+#[derive(serde::Serialize)]
+pub struct MachJson {
+    test: String,
+    transport: &'static str,
+    calls: u64,
+    elapsed_us: f64,
+    user_us: f64,
+    system_us: f64,
+}
+
+/// A Firefly Table I row, for `--json`.
+#[derive(serde::Serialize)]
+pub struct Table1Json {
+    transport: &'static str,
+    threads: u32,
+    calls: u64,
+    null_seconds: f64,
+    null_calls_per_second: f64,
+    max_result_seconds: f64,
+    max_result_mbit_per_second: f64,
+}
+
 impl MachRow {
-    fn print(&self) {
+    fn print(&self) -> MachJson {
         let per = |d: Duration| d.as_secs_f64() * 1e6 / self.calls.max(1) as f64;
         println!(
             "{:<16} {:<26} {:>10} {:>10.3} {:>10.3} {:>10.3}",
@@ -30,6 +53,14 @@ impl MachRow {
             per(self.user),
             per(self.system)
         );
+        MachJson {
+            test: self.test.clone(),
+            transport: self.transport,
+            calls: self.calls,
+            elapsed_us: per(self.elapsed),
+            user_us: per(self.user),
+            system_us: per(self.system),
+        }
     }
 }
 
@@ -90,7 +121,8 @@ fn empty(x: u64) -> u64 {
 
 /// The Mach test list. `served` is a `tiercel serve` process (its pid and `host:port`) pinned to the
 /// server CPU; the same-process rows start their own server.
-pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Result<()> {
+pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Result<Vec<MachJson>> {
+    let mut out = Vec::new();
     println!("\nMach RPC test list (Forin): per call, in µs; user and system are summed over client and server");
     println!("processes (the server's from /proc, in 10 ms ticks); waiting: tiercel's defaults (adaptive spin)");
     println!("{:<16} {:<26} {:>10} {:>10} {:>10} {:>10}", "test", "transport", "calls", "elapsed", "user", "system");
@@ -98,13 +130,15 @@ pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Re
         std::hint::black_box(std::os::unix::process::parent_id());
         Ok(())
     })?;
-    MachRow { test: "syscall".into(), transport: "getppid()", calls, elapsed, user, system }.print();
+    out.push(MachRow { test: "syscall".into(), transport: "getppid()", calls, elapsed, user, system }.print());
     let mut x = 0u64;
     let (calls, elapsed, user, system) = timed(time, None, || {
         x = empty(x.wrapping_add(1));
         Ok(())
     })?;
-    MachRow { test: "localLoop".into(), transport: "plain function call", calls, elapsed, user, system }.print();
+    out.push(
+        MachRow { test: "localLoop".into(), transport: "plain function call", calls, elapsed, user, system }.print(),
+    );
 
     let config = ServerConfig { cpus: vec![server_cpu], ..ServerConfig::default() };
     let inproc = Server::bind("udp://127.0.0.1:0")
@@ -113,7 +147,7 @@ pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Re
     let client: TestClient =
         Client::connect(format!("shm:{}", inproc.addr())).and_then(|c| c.import()).map_err(|e| e.to_string())?;
     for r in procedures(&client, "local", "shm, same process", time, None)? {
-        r.print();
+        out.push(r.print());
     }
     drop(client);
     drop(inproc);
@@ -125,14 +159,15 @@ pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Re
         let client: TestClient =
             Client::connect(format!("{scheme}{addr}")).and_then(|c| c.import()).map_err(|e| e.to_string())?;
         for r in procedures(&client, prefix, transport, time, Some(pid))? {
-            r.print();
+            out.push(r.print());
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Firefly's Table I: 10,000 calls made by 1 to 8 caller threads sharing one binding.
-pub fn firefly_table1(addr: &str, calls: u32) -> crate::Result<()> {
+pub fn firefly_table1(addr: &str, calls: u32) -> crate::Result<Vec<Table1Json>> {
+    let mut json = Vec::new();
     println!("\nFirefly Table I: {calls} calls by 1 to 8 caller threads on one binding (threads not pinned;");
     println!("tiercel's default waiting); MaxResult moves {MAX_BUFFER} bytes per call");
     println!(
@@ -179,7 +214,16 @@ pub fn firefly_table1(addr: &str, calls: u32) -> crate::Result<()> {
                 maxr.as_secs_f64(),
                 n * MAX_BUFFER as f64 * 8.0 / maxr.as_secs_f64() / 1e6
             );
+            json.push(Table1Json {
+                transport,
+                threads,
+                calls: n as u64,
+                null_seconds: null.as_secs_f64(),
+                null_calls_per_second: n / null.as_secs_f64(),
+                max_result_seconds: maxr.as_secs_f64(),
+                max_result_mbit_per_second: n * MAX_BUFFER as f64 * 8.0 / maxr.as_secs_f64() / 1e6,
+            });
         }
     }
-    Ok(())
+    Ok(json)
 }

@@ -113,8 +113,10 @@ fn a_server_with_a_secret_file_binds_only_clients_that_hold_it() {
 #[test]
 fn bench_prints_every_row_against_its_baseline() {
     // A tiny run: the harness, not the speed (no test asserts a speed).
+    let json = std::env::temp_dir().join(format!("tiercel-bench-{}.json", std::process::id()));
     let out = Command::new(TIERCEL)
-        .args(["bench", "--calls", "200", "--rounds", "2", "--blocking", "--latency-only"])
+        .args(["bench", "--calls", "200", "--rounds", "2", "--blocking", "--latency-only", "--json"])
+        .arg(&json)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -133,4 +135,19 @@ fn bench_prints_every_row_against_its_baseline() {
     }
     assert!(text.contains("raw = futex ping-pong") && text.contains("raw = UDP ping-pong"), "{text}");
     assert!(text.contains("ratio"), "{text}");
+    // The same tables as JSON.
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let tables = report["latency"].as_array().unwrap();
+    assert_eq!(tables.len(), 4);
+    for t in tables {
+        assert!(["udp", "shm"].contains(&t["transport"].as_str().unwrap()));
+        let rows = t["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 5);
+        for r in rows {
+            assert!(r["raw_median_us"].as_f64().unwrap() > 0.0 && r["rpc_p99_us"].as_f64().unwrap() > 0.0);
+            assert!(r["ratio_median"].as_f64().unwrap() > 0.0);
+            assert_eq!(r["calls"].as_u64(), Some(200));
+        }
+    }
 }
