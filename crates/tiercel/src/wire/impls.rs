@@ -33,6 +33,9 @@ impl<'de> Wire<'de> for u8 {
     fn decode_vec(r: &mut Reader<'de>, n: usize) -> Result<Vec<u8>, DecodeError> {
         Ok(r.take(n)?.to_vec())
     }
+    fn decode_array<const N: usize>(r: &mut Reader<'de>) -> Result<[u8; N], DecodeError> {
+        r.array::<N>()
+    }
 }
 
 impl<'de> Wire<'de> for usize {
@@ -186,18 +189,7 @@ impl<'de, T: Wire<'de>, const N: usize> Wire<'de> for [T; N] {
         T::encode_slice(self, w);
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        let mut failed = None;
-        let items: [Option<T>; N] = core::array::from_fn(|_| {
-            if failed.is_some() {
-                return None;
-            }
-            T::decode(r).map_err(|e| failed = Some(e)).ok()
-        });
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        // No element failed, so every option is `Some`.
-        Ok(items.map(|v| v.unwrap_or_else(|| unreachable!("every element decoded"))))
+        T::decode_array::<N>(r)
     }
 }
 

@@ -32,6 +32,23 @@ pub trait Wire<'de>: Sized {
         }
     }
 
+    /// Decodes a fixed array; `u8` overrides this with one copy.
+    #[doc(hidden)]
+    fn decode_array<const N: usize>(r: &mut Reader<'de>) -> Result<[Self; N], DecodeError> {
+        let mut failed = None;
+        let items: [Option<Self>; N] = core::array::from_fn(|_| {
+            if failed.is_some() {
+                return None;
+            }
+            Self::decode(r).map_err(|e| failed = Some(e)).ok()
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        // No element failed, so every option is `Some`.
+        Ok(items.map(|v| v.unwrap_or_else(|| unreachable!("every element decoded"))))
+    }
+
     /// Decodes `n` values into a vector; `u8` overrides this with one copy.
     #[doc(hidden)]
     fn decode_vec(r: &mut Reader<'de>, n: usize) -> Result<Vec<Self>, DecodeError> {
