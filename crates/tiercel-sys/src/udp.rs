@@ -119,6 +119,35 @@ pub fn wait_readable_fd(socket: impl std::os::fd::AsFd, timeout: Option<Duration
     }
 }
 
+/// A way for one of several threads sharing a socket to wait for it: a datagram wakes one waiting
+/// thread (`EPOLLEXCLUSIVE`), where `poll` would wake all of them only for one to get it.
+pub struct ExclusiveWaiter {
+    epoll: std::os::fd::OwnedFd,
+}
+
+impl ExclusiveWaiter {
+    /// A waiter on `socket`, for one thread.
+    pub fn new(socket: &UdpSocket) -> io::Result<ExclusiveWaiter> {
+        use rustix::event::epoll;
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(&ep, socket, epoll::EventData::new_u64(0), epoll::EventFlags::IN | epoll::EventFlags::EXCLUSIVE)?;
+        Ok(ExclusiveWaiter { epoll: ep })
+    }
+
+    /// Waits until the socket is readable or `timeout` passes; true when readable.
+    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        let ts = timeout.map(|d| Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
+        let mut events = [std::mem::MaybeUninit::<rustix::event::epoll::Event>::uninit(); 1];
+        loop {
+            match rustix::event::epoll::wait(&self.epoll, &mut events[..], ts.as_ref()) {
+                Ok((ready, _)) => return Ok(!ready.is_empty()),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
 /// The path MTU the kernel knows for a connected socket (`IP_MTU`), if it can tell.
 pub fn path_mtu(socket: &UdpSocket) -> Option<u32> {
     match socket.peer_addr().ok()? {

@@ -39,12 +39,16 @@ pub(super) struct Worker {
     index: usize,
     rx: Vec<u8>,
     spinning: bool,
+    waiter: Option<udp::ExclusiveWaiter>,
 }
 
 impl Worker {
     pub(super) fn new(shared: Arc<Shared>, index: usize) -> Worker {
         let rx = vec![0; shared.config.max_datagram];
-        Worker { shared, index, rx, spinning: false }
+        // Each worker waits through its own exclusive waiter, so that a packet wakes one blocked
+        // worker, not all of them (falling back to `poll` if epoll is refused).
+        let waiter = udp::ExclusiveWaiter::new(&shared.socket).ok();
+        Worker { shared, index, rx, spinning: false, waiter }
     }
 
     pub(super) fn run(mut self) {
@@ -82,7 +86,10 @@ impl Worker {
                 self.spinning = false;
                 self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
             }
-            let _ = udp::wait_readable(&self.shared.socket, Some(Duration::from_millis(100)));
+            let _ = match &self.waiter {
+                Some(w) => w.wait(Some(Duration::from_millis(100))),
+                None => udp::wait_readable(&self.shared.socket, Some(Duration::from_millis(100))),
+            };
         }
         if self.spinning {
             self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
