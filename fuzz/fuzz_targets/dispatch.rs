@@ -5,9 +5,13 @@
 //! are decoded as results, as a client stub would.
 #![no_main]
 
+#[path = "common/mod.rs"]
+mod common;
+
+use common::Quiet;
 use libfuzzer_sys::fuzz_target;
 use tiercel::interface::{Export, Results};
-use tiercel::seeds::{Test, TestServer};
+use tiercel::seeds::TestServer;
 use tiercel::{In, InOut, Out, Wire};
 
 #[derive(Wire, Debug, Clone, PartialEq)]
@@ -71,28 +75,6 @@ impl Everything for Impl {
         data.0.len() as u64
     }
     fn nothing(&self) {}
-}
-
-/// The seeds' `Test` interface, implemented without the reference version's pattern assertions
-/// (which panic on purpose, to report corrupted buffers).
-struct Quiet;
-
-impl Test for Quiet {
-    fn null(&self) {}
-    fn add(&self, a: i32, b: i32) -> i32 {
-        a.wrapping_add(b)
-    }
-    fn max_arg(&self, _: In<&[u8]>) {}
-    fn max_result(&self, buf: Out<&mut [u8]>) {
-        buf.0.fill(1);
-    }
-    fn big_in(&self, _: In<&[u8]>) {}
-    fn big_out(&self, buf: Out<&mut [u8]>) {
-        buf.0.fill(2);
-    }
-    fn big_in_out(&self, buf: InOut<&mut [u8]>) {
-        buf.0.iter_mut().for_each(|b| *b = b.wrapping_add(1));
-    }
 }
 
 const RESULT_LIMIT: usize = 1 << 20;

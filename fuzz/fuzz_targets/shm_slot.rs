@@ -3,32 +3,15 @@
 //! validation of a result, must refuse what is out of range and never panic.
 #![no_main]
 
+#[path = "common/mod.rs"]
+mod common;
+
 use arbitrary::Arbitrary;
+use common::Quiet;
 use libfuzzer_sys::fuzz_target;
 use tiercel::interface::{Export, Results};
-use tiercel::seeds::{Test, TestServer};
-use tiercel::{In, InOut, Out};
+use tiercel::seeds::TestServer;
 use tiercel_proto::shm::{validate_call, validate_result, Layout};
-
-struct Quiet;
-
-impl Test for Quiet {
-    fn null(&self) {}
-    fn add(&self, a: i32, b: i32) -> i32 {
-        a.wrapping_add(b)
-    }
-    fn max_arg(&self, _: In<&[u8]>) {}
-    fn max_result(&self, buf: Out<&mut [u8]>) {
-        buf.0.fill(1);
-    }
-    fn big_in(&self, _: In<&[u8]>) {}
-    fn big_out(&self, buf: Out<&mut [u8]>) {
-        buf.0.fill(2);
-    }
-    fn big_in_out(&self, buf: InOut<&mut [u8]>) {
-        buf.0.iter_mut().for_each(|b| *b = b.wrapping_add(1));
-    }
-}
 
 #[derive(Arbitrary, Debug)]
 struct Slot {

@@ -3,11 +3,9 @@
 //! succeed, the server counts and drops the bad packets, never runs a forged call, stays up, and its
 //! memory stays bounded.
 
-use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -16,64 +14,13 @@ use tiercel::Client;
 use tiercel_proto::control::BindRequest;
 use tiercel_proto::wire::{flags, Header, Kind, Status, HEADER_LEN};
 
-const TIERCEL: &str = env!("CARGO_BIN_EXE_tiercel");
+mod common;
+
+use common::serve;
 const FLOOD: Duration = Duration::from_secs(4);
 /// Packets per second the attacker sends (paced, so that the test measures handling, not how fast
 /// loopback overflows a socket buffer).
 const RATE: u64 = 40_000;
-
-struct Served {
-    child: Child,
-    addr: String,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve() -> Served {
-    let mut child = Command::new(TIERCEL)
-        .args(["serve", "--addr", "udp://127.0.0.1:0", "--stats-every", "1"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let addr = first.trim().strip_prefix("listening ").expect("address line").to_string();
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for line in out.lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
-    Served { child, addr, lines }
-}
-
-/// The counters of the newest `stats` line printed after `after` lines.
-fn stats_after(served: &Served, after: usize) -> std::collections::HashMap<String, u64> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let lines = served.lines.lock().unwrap();
-        let newest = lines.iter().skip(after).rfind(|l| l.starts_with("stats ")).cloned();
-        drop(lines);
-        if let Some(line) = newest {
-            return line
-                .split_whitespace()
-                .skip(1)
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
-                .collect();
-        }
-        assert!(Instant::now() < deadline, "no stats line from the server");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// What the attacker sent, by the server's expected reaction.
 #[derive(Default)]
@@ -216,7 +163,7 @@ fn attack(addr: std::net::SocketAddr, stop: Arc<AtomicBool>, sent: Arc<Sent>, se
 
 #[test]
 fn a_flooded_server_keeps_serving_and_drops_what_is_bad() {
-    let served = serve();
+    let served = serve("udp://127.0.0.1:0");
     let addr: std::net::SocketAddr = served.addr.strip_prefix("udp://").unwrap().parse().unwrap();
     let client: TestClient = Client::connect(served.addr.as_str()).unwrap().import().unwrap();
     let lines_before = served.lines.lock().unwrap().len();
@@ -287,7 +234,7 @@ fn a_flooded_server_keeps_serving_and_drops_what_is_bad() {
 
     // Let the server print a stats line covering the whole flood.
     std::thread::sleep(Duration::from_millis(1500));
-    let stats = stats_after(&served, lines_before);
+    let stats = served.wait_stats_since(lines_before);
     let (malformed_sent, forged_sent) = (sent.malformed.load(Ordering::Relaxed), sent.forged.load(Ordering::Relaxed));
     let rounds = rounds.load(Ordering::Relaxed);
     eprintln!(

@@ -1,51 +1,22 @@
 //! Shared memory across real processes: a `tiercel serve` process and `tiercel check` clients with
 //! 1 to 8 threads on one binding, every result verified; and either process killed mid-call.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const TIERCEL: &str = env!("CARGO_BIN_EXE_tiercel");
+mod common;
 
-struct Served {
-    child: Child,
-    /// `host:port`, without a scheme.
-    addr: String,
-    lines: Arc<Mutex<Vec<String>>>,
-}
+use common::{Served, TIERCEL};
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve() -> Served {
-    let mut child = Command::new(TIERCEL)
-        .args(["serve", "--addr", "127.0.0.1:0", "--stats-every", "1"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let addr = first.trim().strip_prefix("listening udp://").expect("address line").to_string();
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for line in out.lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
-    Served { child, addr, lines }
+/// A server on `127.0.0.1` (with a free port) and its address without the scheme.
+fn serve() -> (Served, String) {
+    let served = common::serve("127.0.0.1:0");
+    let addr = served.addr.strip_prefix("udp://").expect("a UDP address").to_string();
+    (served, addr)
 }
 
 fn held_bindings(served: &Served) -> Option<u64> {
-    let lines = served.lines.lock().unwrap();
-    let line = lines.iter().rfind(|l| l.starts_with("stats "))?;
-    line.split_whitespace().find_map(|kv| kv.strip_prefix("bindings_held=")).and_then(|v| v.parse().ok())
+    served.stats_since(0)?.get("bindings_held").copied()
 }
 
 fn check(addr: &str, rounds: u32, threads: u32) -> String {
@@ -60,23 +31,23 @@ fn check(addr: &str, rounds: u32, threads: u32) -> String {
 
 #[test]
 fn every_procedure_across_processes_with_one_to_eight_threads() {
-    let served = serve();
+    let (_served, addr) = serve();
     // A plain address on this host chooses shared memory; `shm:` insists on it.
-    let out = check(&served.addr, 100_000, 1);
+    let out = check(&addr, 100_000, 1);
     assert!(out.contains("through shared memory") && out.contains("ok: 700000 calls"), "{out}");
     for threads in [2, 4, 8] {
-        let out = check(&format!("shm:{}", served.addr), 2_000, threads);
+        let out = check(&format!("shm:{}", addr), 2_000, threads);
         assert!(out.contains(&format!("ok: {} calls", 2_000 * threads * 7)), "{out}");
     }
-    let out = check(&format!("udp://{}", served.addr), 1_000, 2);
+    let out = check(&format!("udp://{}", addr), 1_000, 2);
     assert!(out.contains("through UDP") && out.contains("ok: 14000 calls"), "{out}");
 }
 
 #[test]
 fn a_killed_server_fails_the_client_clearly_and_quickly() {
-    let mut served = serve();
+    let (mut served, addr) = serve();
     let client = Command::new(TIERCEL)
-        .args(["check", &format!("shm:{}", served.addr), "--rounds", "100000000", "--threads", "2"])
+        .args(["check", &format!("shm:{}", addr), "--rounds", "100000000", "--threads", "2"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -94,9 +65,9 @@ fn a_killed_server_fails_the_client_clearly_and_quickly() {
 
 #[test]
 fn a_killed_client_has_its_binding_freed() {
-    let served = serve();
+    let (served, addr) = serve();
     let mut client = Command::new(TIERCEL)
-        .args(["check", &format!("shm:{}", served.addr), "--rounds", "100000000", "--threads", "4"])
+        .args(["check", &format!("shm:{}", addr), "--rounds", "100000000", "--threads", "4"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -113,6 +84,6 @@ fn a_killed_client_has_its_binding_freed() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // And the server goes on serving.
-    let out = check(&served.addr, 100, 1);
+    let out = check(&addr, 100, 1);
     assert!(out.contains("ok: 700 calls"), "{out}");
 }

@@ -241,11 +241,6 @@ pub fn server_prepare_sleep<W: Word>(
     Some(bell)
 }
 
-/// Whether a slot state, loaded by [`server_prepare_sleep`]'s `any_call`, is a call (an acquire load).
-pub fn is_call(state: &impl Word) -> bool {
-    state.load(Acquire) == state::CALL
-}
-
 /// Server: awake again.
 pub fn server_woke(server_sleeping: &impl Word) {
     server_sleeping.store(0, SeqCst);
@@ -282,7 +277,7 @@ mod tests {
     fn one_call_through_the_handshake() {
         let (st, waiting, sleeping, bell) =
             (AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0));
-        assert_eq!(server_prepare_sleep(&bell, &sleeping, || is_call(&st)), Some(0));
+        assert_eq!(server_prepare_sleep(&bell, &sleeping, || server_has_call(&st)), Some(0));
         assert!(client_publish(&st, &sleeping, &bell), "a sleeping server is woken");
         assert_eq!(bell.load(SeqCst), 1, "and its doorbell moved, so its wait returns at once");
         server_woke(&sleeping);
@@ -293,6 +288,10 @@ mod tests {
         client_woke(&waiting);
         client_reset(&st);
         assert!(!client_publish(&st, &sleeping, &bell), "an awake server needs no wake-up");
-        assert_eq!(server_prepare_sleep(&bell, &sleeping, || is_call(&st)), None, "a pending call keeps it awake");
+        assert_eq!(
+            server_prepare_sleep(&bell, &sleeping, || server_has_call(&st)),
+            None,
+            "a pending call keeps it awake"
+        );
     }
 }

@@ -82,9 +82,9 @@ fn no_lost_wakeup_and_results_are_seen_whole() {
                 for _ in 0..CALLS {
                     // Spin once, then sleep until a call is published.
                     while !shm::server_has_call(&r.state) {
-                        if let Some(bell) =
-                            shm::server_prepare_sleep(&r.doorbell, &r.server_sleeping, || shm::is_call(&r.state))
-                        {
+                        if let Some(bell) = shm::server_prepare_sleep(&r.doorbell, &r.server_sleeping, || {
+                            shm::server_has_call(&r.state)
+                        }) {
                             r.doorbell_futex.wait(&r.doorbell, bell);
                         }
                         shm::server_woke(&r.server_sleeping);

@@ -23,15 +23,7 @@ enum Engine {
 impl Engine {
     fn take(binding: &Binding) -> Result<Engine, Error> {
         let Some(link) = &binding.inner.shm else { return endpoint::take(binding).map(Engine::Udp) };
-        let uid = binding.inner.uid;
-        let cached = SHM_ENDPOINTS
-            .try_with(|c| {
-                let mut c = c.borrow_mut();
-                c.iter().position(|e| e.uid == uid).map(|i| c.swap_remove(i))
-            })
-            .ok()
-            .flatten();
-        match cached {
+        match endpoint::take_cached(&SHM_ENDPOINTS, binding.inner.uid) {
             Some(ep) => Ok(Engine::Shm(ep)),
             None => ShmEndpoint::new(&binding.inner, link).map(|e| Engine::Shm(Box::new(e))),
         }
@@ -40,15 +32,7 @@ impl Engine {
     fn give_back(self) {
         match self {
             Engine::Udp(ep) => endpoint::give_back(ep),
-            Engine::Shm(ep) => {
-                let _ = SHM_ENDPOINTS.try_with(move |c| {
-                    let mut c = c.borrow_mut();
-                    if c.len() >= 8 {
-                        c.retain(|e| e.is_live());
-                    }
-                    c.push(ep);
-                });
-            }
+            Engine::Shm(ep) => endpoint::give_back_cached(&SHM_ENDPOINTS, ep),
         }
     }
 

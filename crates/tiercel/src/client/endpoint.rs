@@ -30,31 +30,64 @@ thread_local! {
     static ENDPOINTS: RefCell<Vec<Box<Endpoint>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Takes this thread's endpoint for `binding`, creating it on the thread's first call.
-pub(super) fn take(binding: &Binding) -> Result<Box<Endpoint>, Error> {
-    let uid = binding.inner.uid;
-    let cached = ENDPOINTS
+/// A thread's endpoint on a binding, kept in a thread-local cache between calls.
+pub(super) trait Cached {
+    /// The binding's unique id.
+    fn uid(&self) -> u64;
+    /// Whether the binding still exists.
+    fn is_live(&self) -> bool;
+}
+
+/// Takes this thread's cached endpoint for binding `uid` out of `cache`, if there is one.
+#[allow(clippy::vec_box)]
+pub(super) fn take_cached<E: Cached + 'static>(
+    cache: &'static std::thread::LocalKey<RefCell<Vec<Box<E>>>>,
+    uid: u64,
+) -> Option<Box<E>> {
+    cache
         .try_with(|c| {
             let mut c = c.borrow_mut();
-            c.iter().position(|e| e.uid == uid).map(|i| c.swap_remove(i))
+            c.iter().position(|e| e.uid() == uid).map(|i| c.swap_remove(i))
         })
         .ok()
-        .flatten();
-    match cached {
+        .flatten()
+}
+
+/// Puts an endpoint back into `cache`, dropping those of bindings that no longer exist.
+#[allow(clippy::vec_box)]
+pub(super) fn give_back_cached<E: Cached + 'static>(
+    cache: &'static std::thread::LocalKey<RefCell<Vec<Box<E>>>>,
+    ep: Box<E>,
+) {
+    let _ = cache.try_with(move |c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= 8 {
+            c.retain(|e| e.is_live());
+        }
+        c.push(ep);
+    });
+}
+
+impl Cached for Endpoint {
+    fn uid(&self) -> u64 {
+        self.uid
+    }
+    fn is_live(&self) -> bool {
+        self.binding.strong_count() > 0
+    }
+}
+
+/// Takes this thread's endpoint for `binding`, creating it on the thread's first call.
+pub(super) fn take(binding: &Binding) -> Result<Box<Endpoint>, Error> {
+    match take_cached(&ENDPOINTS, binding.inner.uid) {
         Some(ep) => Ok(ep),
         None => Endpoint::new(&binding.inner).map(Box::new),
     }
 }
 
-/// Returns an endpoint to this thread's cache, dropping those of bindings that no longer exist.
+/// Returns an endpoint to this thread's cache.
 pub(super) fn give_back(ep: Box<Endpoint>) {
-    let _ = ENDPOINTS.try_with(move |c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= 8 {
-            c.retain(|e| e.binding.strong_count() > 0);
-        }
-        c.push(ep);
-    });
+    give_back_cached(&ENDPOINTS, ep);
 }
 
 pub(crate) struct Endpoint {
@@ -78,21 +111,11 @@ pub(crate) struct Endpoint {
 
 impl Endpoint {
     fn new(inner: &Arc<BindingInner>) -> Result<Endpoint, Error> {
-        let (slot, seq) = {
-            let mut free = inner.free_slots.lock().unwrap_or_else(|p| p.into_inner());
-            match free.0.pop() {
-                Some(s) => s,
-                None if free.1 < inner.slots => {
-                    free.1 += 1;
-                    (free.1 - 1, 0)
-                }
-                None => return Err(Error::NoFreeSlot(inner.slots)),
-            }
-        };
+        let (slot, seq) = inner.take_slot()?;
         let socket = match udp::connect(inner.server) {
             Ok(s) => s,
             Err(e) => {
-                inner.free_slots.lock().unwrap_or_else(|p| p.into_inner()).0.push((slot, seq));
+                inner.give_slot(slot, seq);
                 return Err(e.into());
             }
         };
@@ -343,7 +366,7 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> E
 impl Drop for Endpoint {
     fn drop(&mut self) {
         if let Some(inner) = self.binding.upgrade() {
-            inner.free_slots.lock().unwrap_or_else(|p| p.into_inner()).0.push((self.slot, self.seq));
+            inner.give_slot(self.slot, self.seq);
         }
     }
 }

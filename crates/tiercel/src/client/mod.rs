@@ -85,6 +85,26 @@ pub(crate) struct BindingInner {
     stats: ClientStats,
 }
 
+impl BindingInner {
+    /// A client slot for a new thread endpoint, with the sequence number it must use next.
+    pub(crate) fn take_slot(&self) -> Result<(u32, u32), Error> {
+        let mut free = self.free_slots.lock().unwrap_or_else(|p| p.into_inner());
+        match free.0.pop() {
+            Some(s) => Ok(s),
+            None if free.1 < self.slots => {
+                free.1 += 1;
+                Ok((free.1 - 1, 0))
+            }
+            None => Err(Error::NoFreeSlot(self.slots)),
+        }
+    }
+
+    /// Returns a slot taken with [`BindingInner::take_slot`].
+    pub(crate) fn give_slot(&self, slot: u32, seq: u32) {
+        self.free_slots.lock().unwrap_or_else(|p| p.into_inner()).0.push((slot, seq));
+    }
+}
+
 /// A binding to an interface exported by a server: what a generated client stub holds.
 ///
 /// Cloning is cheap and clones share the binding. Each thread that calls through a binding gets its

@@ -153,7 +153,7 @@ pub(crate) fn bind(stream: UnixStream, info: &'static InterfaceInfo, config: &Cl
 
 /// A calling thread's slot in a shared-memory binding.
 pub(crate) struct ShmEndpoint {
-    pub(super) uid: u64,
+    uid: u64,
     binding: Weak<BindingInner>,
     slot: u32,
     scratch: Vec<u8>,
@@ -169,17 +169,7 @@ fn word(region: &Region, at: usize) -> &AtomicU32 {
 
 impl ShmEndpoint {
     pub(super) fn new(inner: &Arc<BindingInner>, link: &Link) -> Result<ShmEndpoint, Error> {
-        let (slot, _) = {
-            let mut free = inner.free_slots.lock().unwrap_or_else(|p| p.into_inner());
-            match free.0.pop() {
-                Some(s) => s,
-                None if free.1 < inner.slots => {
-                    free.1 += 1;
-                    (free.1 - 1, 0)
-                }
-                None => return Err(Error::NoFreeSlot(inner.slots)),
-            }
-        };
+        let (slot, _) = inner.take_slot()?;
         // The server scans the slots below the high-water mark.
         word(&link.region, header::SLOTS_USED).fetch_max(slot + 1, Ordering::SeqCst);
         Ok(ShmEndpoint {
@@ -322,14 +312,16 @@ impl Drop for ShmEndpoint {
             return;
         }
         if let Some(inner) = self.binding.upgrade() {
-            inner.free_slots.lock().unwrap_or_else(|p| p.into_inner()).0.push((self.slot, 0));
+            inner.give_slot(self.slot, 0);
         }
     }
 }
 
-impl ShmEndpoint {
-    /// Whether the binding still exists (cached endpoints of dropped bindings are let go).
-    pub(super) fn is_live(&self) -> bool {
+impl super::endpoint::Cached for ShmEndpoint {
+    fn uid(&self) -> u64 {
+        self.uid
+    }
+    fn is_live(&self) -> bool {
         self.binding.strong_count() > 0
     }
 }

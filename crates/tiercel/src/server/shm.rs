@@ -229,7 +229,7 @@ impl<'a> SlotServer<'a> {
                 core::hint::spin_loop();
                 continue;
             }
-            let any_call = || states[..used()].iter().any(|s| proto::is_call(*s));
+            let any_call = || states[..used()].iter().any(|s| proto::server_has_call(*s));
             if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, any_call) {
                 futex_wait(doorbell, bell, Some(LIVENESS));
             }

@@ -1,0 +1,73 @@
+//! A `tiercel serve` process for tests that read its periodic counters.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const TIERCEL: &str = env!("CARGO_BIN_EXE_tiercel");
+
+/// A server process, killed when dropped, whose output lines are collected as they come.
+pub struct Served {
+    pub child: Child,
+    /// The address it printed, with its `udp://` scheme.
+    pub addr: String,
+    pub lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `tiercel serve --addr ADDR --stats-every 1`.
+pub fn serve(addr: &str) -> Served {
+    let mut child = Command::new(TIERCEL)
+        .args(["serve", "--addr", addr, "--stats-every", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let addr = first.trim().strip_prefix("listening ").expect("address line").to_string();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    Served { child, addr, lines }
+}
+
+impl Served {
+    /// The counters of the newest `stats` line printed after the first `after` lines, if any.
+    pub fn stats_since(&self, after: usize) -> Option<HashMap<String, u64>> {
+        let lines = self.lines.lock().unwrap();
+        let line = lines.iter().skip(after).rfind(|l| l.starts_with("stats "))?;
+        Some(
+            line.split_whitespace()
+                .skip(1)
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+                .collect(),
+        )
+    }
+
+    /// As [`Served::stats_since`], waiting up to 10 s for such a line.
+    #[allow(dead_code)] // not every test binary uses every helper
+    pub fn wait_stats_since(&self, after: usize) -> HashMap<String, u64> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(stats) = self.stats_since(after) {
+                return stats;
+            }
+            assert!(Instant::now() < deadline, "no stats line from the server");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
