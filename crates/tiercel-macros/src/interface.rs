@@ -425,7 +425,9 @@ fn generate_server(m: &Interface) -> TokenStream {
                 __r.finish()?;
                 let [#(#regions),*] = __results.regions([#(#lens),*])?;
                 #(#fill)*
+                ::tiercel::__private::mark(::tiercel::__private::Point::ArgsDecoded);
                 let __ret = self.0.#name(#(#call_args),*);
+                ::tiercel::__private::mark(::tiercel::__private::Point::ProcedureDone);
                 __results.encode(&__ret);
                 ::core::result::Result::Ok(())
             }

@@ -4,6 +4,7 @@
 //!   user memory, non-blocking receives for spinning, `poll` for blocking, path MTU, `SO_REUSEPORT`.
 //! * [`shm`]: shared memory between processes: sealed memfd regions, futexes, descriptor passing.
 //! * [`cpu`]: pinning threads to cores, and CPU time used (for the benchmarks).
+//! * [`clock`]: a cheap tick counter for accounting where the time of a call goes.
 //!
 //! The system calls go through `rustix` where its safe wrappers do the job; the `unsafe` blocks of
 //! the whole project live in this crate (mapping and accessing shared memory, `getrusage`), each with
@@ -12,6 +13,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod clock;
 pub mod cpu;
 #[cfg(feature = "fault-injection")]
 pub mod faults;

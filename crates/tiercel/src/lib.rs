@@ -53,6 +53,7 @@ pub mod seeds;
 mod server;
 mod shm;
 mod spin;
+pub mod steps;
 mod transmit;
 pub mod wire;
 
@@ -71,4 +72,5 @@ pub use wire::{DecodeError, Reader, Wire, Writer};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::interface::{interface_id, out_len};
+    pub use crate::steps::{mark, Point};
 }

@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 
+use crate::steps::{mark, Point};
 use crate::wire::{Reader, Segments, Writer};
 use crate::{Binding, Error};
 
@@ -61,11 +62,13 @@ pub struct Call<'a> {
 
 impl<'a> Call<'a> {
     pub(super) fn new(binding: &'a Binding, procedure: u16) -> Result<Call<'a>, Error> {
+        mark(Point::CallStart);
         let mut engine = Engine::take(binding)?;
         match &mut engine {
             Engine::Udp(ep) => ep.begin(),
             Engine::Shm(ep) => ep.begin(),
         }
+        mark(Point::EndpointReady);
         Ok(Call { binding, engine: Some(engine), segments: Segments::new(0), procedure })
     }
 
@@ -80,6 +83,7 @@ impl<'a> Call<'a> {
 
     /// Sends the call and waits for its result.
     pub fn invoke(mut self) -> Result<Reply, Error> {
+        mark(Point::Marshaled);
         let Some(mut engine) = self.engine.take() else { unreachable!("a call has its endpoint until invoked") };
         let b = self.binding;
         let outcome = match (&mut engine, &b.inner.shm) {
@@ -88,7 +92,10 @@ impl<'a> Call<'a> {
             (Engine::Shm(_), None) => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
         };
         match outcome {
-            Ok(()) => Ok(Reply { engine: Some(engine) }),
+            Ok(()) => {
+                mark(Point::Finished);
+                Ok(Reply { engine: Some(engine) })
+            }
             Err(e) => {
                 engine.give_back();
                 Err(e)
@@ -125,6 +132,7 @@ impl Reply {
 
 impl Drop for Reply {
     fn drop(&mut self) {
+        mark(Point::Unmarshaled);
         if let Some(engine) = self.engine.take() {
             engine.give_back();
         }

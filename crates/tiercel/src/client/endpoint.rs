@@ -19,6 +19,7 @@ use tiercel_sys::udp::{self, Received};
 
 use super::BindingInner;
 use crate::spin::SpinBudget;
+use crate::steps::{mark, Point};
 use crate::transmit;
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{Binding, Error};
@@ -184,7 +185,9 @@ impl Endpoint {
             self.big_call.clear();
             segs.flatten_into(&self.scratch, &mut self.big_call);
         }
+        mark(Point::HeaderReady);
         self.flush(inner, segs, len)?;
+        mark(Point::Sent);
         self.wait(inner, segs, len, start)?;
         self.spin.observe(start.elapsed());
         self.finish(inner, procedure)
@@ -260,7 +263,9 @@ impl Endpoint {
         loop {
             match udp::recv_nowait(&self.socket, &mut self.rx)? {
                 Received::Datagram(n) => {
+                    mark(Point::Arrived);
                     if self.on_datagram(inner, n) {
+                        mark(Point::Validated);
                         self.flush(inner, segs, len)?;
                         return Ok(());
                     }

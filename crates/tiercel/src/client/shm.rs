@@ -24,6 +24,7 @@ use crate::config::ClientConfig;
 use crate::interface::InterfaceInfo;
 use crate::shm::{self as rendezvous, CHALLENGE, GRANT, REJECT};
 use crate::spin::SpinBudget;
+use crate::steps::{mark, Point};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::Error;
 
@@ -225,11 +226,14 @@ impl ShmEndpoint {
         region.write_vectored(data, &io[..n]);
         word(region, base + slot::PROCEDURE).store(procedure as u32, Ordering::Relaxed);
         word(region, base + slot::LEN).store(len as u32, Ordering::Relaxed);
+        mark(Point::ArgsCopied);
         let doorbell = word(region, header::DOORBELL);
         if proto::client_publish(state, word(region, header::SERVER_SLEEPING), doorbell) {
             futex_wake(doorbell, 1);
         }
+        mark(Point::Sent);
         self.wait(inner, link, state, waiting, start, deadline.map(|d| start + d))?;
+        mark(Point::Arrived);
         self.spin.observe(start.elapsed());
         // Read what the server wrote once, into private memory, and check it before use.
         let rlen = word(region, base + slot::LEN).load(Ordering::Relaxed);
@@ -241,8 +245,10 @@ impl ShmEndpoint {
                 format!("server wrote an impossible result (length {rlen}, status {status})"),
             )));
         };
+        mark(Point::Validated);
         self.result.resize(rlen, 0);
         region.read(data, &mut self.result);
+        mark(Point::ResultCopied);
         proto::client_reset(state);
         if rlen.max(len) > DISCARD_ABOVE {
             region.discard(data, rlen.max(len));

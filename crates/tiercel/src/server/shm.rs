@@ -15,6 +15,7 @@ use tiercel_sys::shm::{futex_wait, futex_wake, Region};
 
 use super::Shared;
 use crate::shm::{self as rendezvous, CHALLENGE, GRANT, REJECT};
+use crate::steps::{self, mark, Point};
 
 /// How long a blocked server thread sleeps before looking whether its client is still there.
 const LIVENESS: Duration = Duration::from_millis(100);
@@ -202,7 +203,9 @@ impl<'a> SlotServer<'a> {
             let mut served = false;
             for (i, state) in states[..used()].iter().enumerate() {
                 if proto::server_has_call(*state) {
+                    mark(Point::ServerArrived);
                     self.serve(i as u32);
+                    steps::close();
                     served = true;
                 }
             }
@@ -252,6 +255,7 @@ impl<'a> SlotServer<'a> {
         let len = self.word(base + slot::LEN).load(Ordering::Relaxed);
         self.out.clear();
         let call = proto::validate_call(procedure, len, self.layout.data);
+        mark(Point::ServerValidated);
         let len = call.map_or(0, |c| c.len);
         let status = match call {
             None => {
@@ -264,6 +268,7 @@ impl<'a> SlotServer<'a> {
             Some(call) => {
                 self.args.resize(call.len, 0);
                 self.region.read(data, &mut self.args);
+                mark(Point::ServerAccepted);
                 self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
                 let limit = self.layout.data;
                 let mut status = super::worker::run_procedure(
@@ -301,8 +306,10 @@ impl<'a> SlotServer<'a> {
             self.out = Vec::new();
         }
         let (state, waiting) = (self.word(base + slot::STATE), self.word(base + slot::CLIENT_WAITING));
+        mark(Point::ResultReady);
         if proto::server_publish(state, waiting) {
             futex_wake(state, 1);
         }
+        mark(Point::ResultSent);
     }
 }

@@ -21,6 +21,7 @@ use tiercel_sys::udp::{self, Received};
 use super::table::{ServerBinding, SlotCell};
 use super::Shared;
 use crate::interface::{DispatchError, Export, Results};
+use crate::steps::{self, mark, Point};
 use crate::transmit;
 
 /// Whether a reply to `p` carries a checksum trailer: when `p` did.
@@ -65,7 +66,9 @@ impl Worker {
             }
             match udp::recv_from_nowait(&self.shared.socket, &mut self.rx) {
                 Ok(Some((Received::Datagram(n), from))) => {
+                    mark(Point::ServerArrived);
                     self.handle(n, from);
+                    steps::close();
                     if self.spinning || self.try_spin() {
                         spin_until = Instant::now() + self.shared.config.spin;
                     }
@@ -195,12 +198,16 @@ impl Worker {
         p: &Packet<&[u8]>,
         now: Instant,
     ) {
+        mark(Point::ServerValidated);
         let frag_payload = binding.max_datagram - HEADER_LEN;
         let timing = &self.shared.config.timing;
         let action = cell.proto.on_call(p, now, frag_payload, timing, |n| binding.reserve(n));
         binding.release(cell.proto.take_released());
         match action {
-            CallAction::Execute => self.execute(binding, cell, p, p.payload(), Status::Ok),
+            CallAction::Execute => {
+                mark(Point::ServerAccepted);
+                self.execute(binding, cell, p, p.payload(), Status::Ok)
+            }
             CallAction::ExecuteMessage(message) => {
                 let len = message.len();
                 self.execute(binding, cell, p, &message, Status::Ok);
@@ -270,9 +277,11 @@ impl Worker {
             header.emit(h);
         }
         let SlotCell { proto, result, peer, .. } = &mut *cell;
+        mark(Point::ResultReady);
         proto.complete(p.seq(), len, frag_payload, &self.shared.config.timing, |i| {
             self.send_result_fragment(binding, p, status, result, *peer, i);
         });
+        mark(Point::ResultSent);
     }
 
     fn run_procedure(&self, export: &dyn Export, procedure: u16, args: &[u8], out: &mut Vec<u8>) -> Status {
@@ -485,6 +494,7 @@ pub(crate) fn run_procedure(
     stats: &super::ServerStats,
 ) -> Status {
     let outcome = catch_unwind(AssertUnwindSafe(|| export.dispatch(procedure, args, &mut Results::new(out, limit))));
+    mark(Point::ResultsEncoded);
     match outcome {
         Ok(Ok(())) => Status::Ok,
         Ok(Err(DispatchError::UnknownProcedure)) => {

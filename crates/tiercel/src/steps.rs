@@ -1,0 +1,294 @@
+//! Where the time of a call goes: timestamps at fixed points of the fast path, for `tiercel explain`.
+//!
+//! Built with the `explain` feature, every point of the path below calls [`mark`], which does nothing
+//! but load one flag until [`enable`] turns recording on. Without the feature, [`mark`] and [`close`]
+//! are empty and compile to nothing.
+//!
+//! A thread records the points it passes; [`close`] turns each pair of consecutive points into a step
+//! (`from → to`) and adds its duration to a process-wide table, read with [`snapshot`]. The client's
+//! caller closes after each call; a server thread closes after each call it answers. Durations are
+//! only ever taken between two timestamps of one thread.
+
+#[cfg(feature = "explain")]
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// A point on the path of a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+#[allow(missing_docs)] // each variant is described by `Point::describe`
+pub enum Point {
+    // The caller's own points, around the stub call.
+    Begin,
+    End,
+    // Client side, both transports.
+    CallStart,
+    EndpointReady,
+    Marshaled,
+    HeaderReady,
+    Sent,
+    Arrived,
+    Validated,
+    Finished,
+    Unmarshaled,
+    // Client side, shared memory.
+    ArgsCopied,
+    ResultCopied,
+    // Server side.
+    ServerArrived,
+    ServerValidated,
+    ServerAccepted,
+    ArgsDecoded,
+    ProcedureDone,
+    ResultsEncoded,
+    ResultReady,
+    ResultSent,
+}
+
+/// Number of points.
+pub const POINTS: usize = Point::ResultSent as usize + 1;
+
+impl Point {
+    /// Every point, in declaration order.
+    pub const ALL: [Point; POINTS] = [
+        Point::Begin,
+        Point::End,
+        Point::CallStart,
+        Point::EndpointReady,
+        Point::Marshaled,
+        Point::HeaderReady,
+        Point::Sent,
+        Point::Arrived,
+        Point::Validated,
+        Point::Finished,
+        Point::Unmarshaled,
+        Point::ArgsCopied,
+        Point::ResultCopied,
+        Point::ServerArrived,
+        Point::ServerValidated,
+        Point::ServerAccepted,
+        Point::ArgsDecoded,
+        Point::ProcedureDone,
+        Point::ResultsEncoded,
+        Point::ResultReady,
+        Point::ResultSent,
+    ];
+
+    /// What has just happened when a thread passes this point.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Point::Begin => "caller: about to call the stub",
+            Point::End => "caller: stub returned",
+            Point::CallStart => "client stub entered the runtime",
+            Point::EndpointReady => "thread's endpoint taken from its cache",
+            Point::Marshaled => "arguments marshaled",
+            Point::HeaderReady => "header template filled in",
+            Point::Sent => "call sent (sendmsg returned / slot published)",
+            Point::Arrived => "result arrived (recv returned / slot seen done)",
+            Point::Validated => "result header checked, call state machine updated",
+            Point::Finished => "outcome turned into the result location",
+            Point::Unmarshaled => "results unmarshaled, endpoint back in its cache",
+            Point::ArgsCopied => "arguments copied into the slot",
+            Point::ResultCopied => "result copied out of the slot",
+            Point::ServerArrived => "server: call arrived (recvfrom returned / slot seen)",
+            Point::ServerValidated => "server: header checked, binding and slot found",
+            Point::ServerAccepted => "server: duplicate check passed, arguments in place",
+            Point::ArgsDecoded => "server stub: arguments unmarshaled",
+            Point::ProcedureDone => "procedure returned",
+            Point::ResultsEncoded => "server stub: results marshaled",
+            Point::ResultReady => "server: result header / slot words written",
+            Point::ResultSent => "server: result sent (sendmsg returned / slot published)",
+        }
+    }
+}
+
+/// One step: the time from one point to the next on the same thread, summed over calls.
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    /// Where the step starts.
+    pub from: Point,
+    /// Where it ends.
+    pub to: Point,
+    /// How many times a thread went from `from` straight to `to`.
+    pub count: u64,
+    /// Their total duration, in nanoseconds.
+    pub total_ns: f64,
+}
+
+impl Step {
+    /// Mean duration in nanoseconds.
+    pub fn mean_ns(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.total_ns / self.count as f64
+        }
+    }
+}
+
+#[cfg(feature = "explain")]
+mod imp {
+    use super::*;
+    use std::cell::RefCell;
+    use std::sync::{Arc, Mutex};
+
+    pub(super) static ON: AtomicBool = AtomicBool::new(false);
+
+    /// One thread's steps, summed. Only the owning thread writes (a load and a store, no
+    /// read-modify-write on the path); [`snapshot`] reads every thread's.
+    pub(super) struct Sums {
+        pub(super) ticks: [AtomicU64; POINTS * POINTS],
+        pub(super) counts: [AtomicU64; POINTS * POINTS],
+    }
+
+    /// Every thread that has recorded a step.
+    pub(super) static THREADS: Mutex<Vec<Arc<Sums>>> = Mutex::new(Vec::new());
+
+    /// Most points one thread records between closes; later ones are dropped.
+    const MAX_MARKS: usize = 32;
+
+    pub(super) struct Trace {
+        marks: [(u8, u64); MAX_MARKS],
+        pub(super) n: usize,
+        sums: Option<Arc<Sums>>,
+    }
+
+    thread_local! {
+        pub(super) static TRACE: RefCell<Trace> =
+            const { RefCell::new(Trace { marks: [(0, 0); MAX_MARKS], n: 0, sums: None }) };
+    }
+
+    #[inline(never)]
+    pub(super) fn record(p: Point) {
+        let t = tiercel_sys::clock::ticks();
+        let _ = TRACE.try_with(|tr| {
+            let mut tr = tr.borrow_mut();
+            if tr.n < MAX_MARKS {
+                let n = tr.n;
+                tr.marks[n] = (p as u8, t);
+                tr.n += 1;
+            }
+        });
+    }
+
+    #[inline(never)]
+    pub(super) fn flush() {
+        let _ = TRACE.try_with(|tr| {
+            let mut tr = tr.borrow_mut();
+            let sums = tr.sums.get_or_insert_with(|| {
+                let sums = Arc::new(Sums {
+                    ticks: std::array::from_fn(|_| AtomicU64::new(0)),
+                    counts: std::array::from_fn(|_| AtomicU64::new(0)),
+                });
+                THREADS.lock().unwrap_or_else(|e| e.into_inner()).push(sums.clone());
+                sums
+            });
+            let sums = sums.clone();
+            for w in tr.marks[..tr.n].windows(2) {
+                let (a, ta) = w[0];
+                let (b, tb) = w[1];
+                let i = a as usize * POINTS + b as usize;
+                let add = |c: &AtomicU64, v: u64| c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+                add(&sums.ticks[i], tb.wrapping_sub(ta));
+                add(&sums.counts[i], 1);
+            }
+            tr.n = 0;
+        });
+    }
+}
+
+/// Records that this thread passed `p`, if recording is on.
+#[inline(always)]
+pub fn mark(p: Point) {
+    #[cfg(feature = "explain")]
+    if imp::ON.load(Ordering::Relaxed) {
+        imp::record(p);
+    }
+    #[cfg(not(feature = "explain"))]
+    let _ = p;
+}
+
+/// Ends this thread's trace: its consecutive points become steps in the process-wide table.
+#[inline(always)]
+pub fn close() {
+    #[cfg(feature = "explain")]
+    if imp::ON.load(Ordering::Relaxed) {
+        imp::flush();
+    }
+}
+
+/// Turns recording on or off for every thread of the process. Returns false (and does nothing) when
+/// tiercel was built without the `explain` feature.
+pub fn enable(on: bool) -> bool {
+    #[cfg(feature = "explain")]
+    {
+        imp::ON.store(on, Ordering::SeqCst);
+        true
+    }
+    #[cfg(not(feature = "explain"))]
+    {
+        let _ = on;
+        false
+    }
+}
+
+/// Forgets every step recorded so far (and this thread's unclosed points).
+pub fn reset() {
+    #[cfg(feature = "explain")]
+    {
+        for sums in imp::THREADS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            for (t, c) in sums.ticks.iter().zip(&sums.counts) {
+                t.store(0, Ordering::Relaxed);
+                c.store(0, Ordering::Relaxed);
+            }
+        }
+        let _ = imp::TRACE.try_with(|t| t.borrow_mut().n = 0);
+    }
+}
+
+/// Every step recorded since the last [`reset`], in no particular order.
+pub fn snapshot() -> Vec<Step> {
+    #[cfg(feature = "explain")]
+    {
+        let threads = imp::THREADS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut steps = Vec::new();
+        for (a, from) in Point::ALL.iter().enumerate() {
+            for (b, to) in Point::ALL.iter().enumerate() {
+                let i = a * POINTS + b;
+                let count: u64 = threads.iter().map(|t| t.counts[i].load(Ordering::Relaxed)).sum();
+                if count > 0 {
+                    let ticks = threads.iter().map(|t| t.ticks[i].load(Ordering::Relaxed)).sum::<u64>() as f64;
+                    steps.push(Step { from: *from, to: *to, count, total_ns: tiercel_sys::clock::ticks_to_ns(ticks) });
+                }
+            }
+        }
+        steps
+    }
+    #[cfg(not(feature = "explain"))]
+    Vec::new()
+}
+
+#[cfg(all(test, feature = "explain"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consecutive_points_become_steps() {
+        enable(true);
+        reset();
+        for _ in 0..3 {
+            mark(Point::Begin);
+            mark(Point::CallStart);
+            mark(Point::End);
+            close();
+        }
+        enable(false);
+        mark(Point::Begin); // not recorded: recording is off
+        let steps = snapshot();
+        let find = |f, t| steps.iter().find(|s| s.from == f && s.to == t).map(|s| s.count);
+        assert_eq!(find(Point::Begin, Point::CallStart), Some(3));
+        assert_eq!(find(Point::CallStart, Point::End), Some(3));
+        assert_eq!(find(Point::End, Point::Begin), None);
+        assert_eq!(Point::ALL.len(), POINTS);
+        assert!(Point::ALL.iter().enumerate().all(|(i, p)| *p as usize == i));
+    }
+}
