@@ -84,9 +84,10 @@ pub fn run(args: Args) -> crate::Result<()> {
     for t in threads {
         t.join().map_err(|_| "a caller thread panicked".to_string())??;
     }
-    let calls = args.rounds as u64 * args.threads.max(1) as u64 * 7;
+    let calls = args.rounds as u64 * args.threads.max(1) as u64 * seeds::CHECK_CALLS;
     println!(
-        "ok: {calls} calls of 7 procedures verified in {:.2} s ({} retransmissions, {} imports again)",
+        "ok: {calls} calls of {} procedures verified in {:.2} s ({} retransmissions, {} imports again)",
+        seeds::CHECK_CALLS,
         start.elapsed().as_secs_f64(),
         retransmissions.load(Ordering::Relaxed),
         reimports.load(Ordering::Relaxed),

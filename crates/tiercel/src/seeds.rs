@@ -1,7 +1,9 @@
 //! The `Test` interface of the seed papers (Firefly, Peregrine, Mach), exported by `tiercel serve`.
 //!
 //! Procedures and buffer sizes follow the seeds: Null; Add; MaxArg and MaxResult with 1440-byte
-//! buffers (one Ethernet packet of data); BigIn, BigOut and BigInOut with 200-byte buffers. The
+//! buffers (one Ethernet packet of data); BigIn, BigOut and BigInOut with 200-byte buffers; the
+//! argument kinds of Firefly's marshaling tables; Peregrine's In and InOut calls of any size; and a
+//! procedure with a fixed service time for the load table. The
 //! implementation checks what it receives and fills what it returns with [`pattern`], so that a
 //! client can verify every byte.
 
@@ -46,6 +48,27 @@ pub trait Test {
     fn big_out(&self, buf: Out<&mut [u8]>);
     /// Takes a 200-byte buffer and returns it changed (every byte plus one).
     fn big_in_out(&self, buf: InOut<&mut [u8]>);
+    /// One integer argument (Firefly Table II; Peregrine's 4-byte argument). Does nothing.
+    fn int1(&self, a: i32);
+    /// Two integer arguments (Firefly Table II). Does nothing.
+    fn int2(&self, a: i32, b: i32);
+    /// Four integer arguments (Firefly Table II). Does nothing.
+    fn int4(&self, a: i32, b: i32, c: i32, d: i32);
+    /// A fixed array of 4 bytes passed by value (Firefly Table III). Does nothing.
+    fn fixed4(&self, a: [u8; 4]);
+    /// A fixed array of 400 bytes passed by value (Firefly Table III). Does nothing.
+    fn fixed400(&self, a: [u8; 400]);
+    /// A variable-length array (Firefly Table IV: 1 and 1440 bytes), borrowed where it lands.
+    /// Does nothing.
+    fn var_array(&self, a: &[u8]);
+    /// A string (Firefly Table V: 0, 1 and 128 bytes), borrowed where it lands. Does nothing.
+    fn string(&self, s: &str);
+    /// Takes a buffer of any size and does nothing with it (Peregrine's In calls).
+    fn bulk_in(&self, buf: In<&[u8]>);
+    /// Takes a buffer of any size and returns it as it came (Peregrine's InOut calls).
+    fn bulk_in_out(&self, buf: InOut<&mut [u8]>);
+    /// Busy for `micros` microseconds (the fixed service time of the load table).
+    fn work(&self, micros: u32);
 }
 
 /// The reference implementation of [`Test`]: checks the pattern of incoming buffers (panicking, so
@@ -81,6 +104,31 @@ impl Test for SeedTest {
             *b = b.wrapping_add(1);
         }
     }
+
+    fn int1(&self, _a: i32) {}
+
+    fn int2(&self, _a: i32, _b: i32) {}
+
+    fn int4(&self, _a: i32, _b: i32, _c: i32, _d: i32) {}
+
+    fn fixed4(&self, _a: [u8; 4]) {}
+
+    fn fixed400(&self, _a: [u8; 400]) {}
+
+    fn var_array(&self, _a: &[u8]) {}
+
+    fn string(&self, _s: &str) {}
+
+    fn bulk_in(&self, _buf: In<&[u8]>) {}
+
+    fn bulk_in_out(&self, _buf: InOut<&mut [u8]>) {}
+
+    fn work(&self, micros: u32) {
+        let until = std::time::Instant::now() + std::time::Duration::from_micros(micros.min(1_000_000) as u64);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// Why [`check_all`] failed.
@@ -110,6 +158,9 @@ impl core::fmt::Display for CheckFailure {
 
 impl std::error::Error for CheckFailure {}
 
+/// How many calls one [`check_all`] makes: one of each procedure of [`Test`].
+pub const CHECK_CALLS: u64 = 17;
+
 /// Calls every procedure of [`Test`] once with the seeds' buffer sizes and checks every result.
 pub fn check_all(client: &TestClient, round: u32) -> Result<(), CheckFailure> {
     let e = |p: &'static str| move |err: crate::Error| CheckFailure::Call(p, err);
@@ -138,5 +189,18 @@ pub fn check_all(client: &TestClient, round: u32) -> Result<(), CheckFailure> {
     if !big.iter().enumerate().all(|(i, &b)| b == pattern(i).wrapping_add(1)) {
         return wrong("big_in_out: wrong bytes");
     }
+    client.int1(a).map_err(e("int1"))?;
+    client.int2(a, 2).map_err(e("int2"))?;
+    client.int4(a, 2, 3, 4).map_err(e("int4"))?;
+    client.fixed4([1, 2, 3, 4]).map_err(e("fixed4"))?;
+    client.fixed400([7; 400]).map_err(e("fixed400"))?;
+    client.var_array(&max).map_err(e("var_array"))?;
+    client.string("the Firefly's string").map_err(e("string"))?;
+    client.bulk_in(In(&max)).map_err(e("bulk_in"))?;
+    client.bulk_in_out(InOut(&mut max)).map_err(e("bulk_in_out"))?;
+    if !check(&max) {
+        return wrong("bulk_in_out: the buffer came back changed");
+    }
+    client.work(1).map_err(e("work"))?;
     Ok(())
 }

@@ -111,7 +111,7 @@ fn every_seed_procedure_returns_correct_results() {
     for round in 0..200 {
         seeds::check_all(&client, round).unwrap();
     }
-    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 200 * 7);
+    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 200 * seeds::CHECK_CALLS);
     assert_eq!(server.stats().panics.load(Ordering::Relaxed), 0);
 }
 
