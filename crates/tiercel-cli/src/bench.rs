@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use tiercel::seeds::{TestClient, BIG_BUFFER, MAX_BUFFER};
 use tiercel::{Client, ClientConfig, In, InOut, Out, Spin};
 
+use crate::progress::outln;
 use crate::raw::PingPong;
 use crate::raw_shm::ShmPingPong;
 use crate::summary::Summary;
 
 /// Header bytes of every tiercel packet.
-const HEADER: usize = 56;
+pub(crate) const HEADER: usize = 56;
 
 /// Options of `tiercel bench`.
 #[derive(clap::Args)]
@@ -51,6 +52,10 @@ pub struct Args {
     /// Also write every table as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
+    /// Also draw SVG plots into this directory: latency CDFs per transport, throughput against caller
+    /// threads, response time against load, and the accounting of a call as stacked bars.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<std::path::PathBuf>,
 }
 
 /// Everything a run measured, for `--json`.
@@ -60,8 +65,14 @@ pub struct Report {
     client_cpu: usize,
     server_cpu: usize,
     latency: Vec<LatencyTable>,
+    pub baselines: Vec<crate::baselines::Row>,
     pub mach: Vec<crate::tables::MachJson>,
     pub firefly_table1: Vec<crate::tables::Table1Json>,
+    pub firefly_marshaling: Vec<crate::tables::MarshalJson>,
+    pub peregrine: crate::peregrine::Json,
+    pub load: Vec<crate::load::Row>,
+    /// The accounting of Null and MaxResult per transport (as `tiercel explain` prints it, spinning).
+    pub breakdown: Vec<crate::explain::Account>,
 }
 
 /// One latency table: a transport and a waiting policy, each row against its raw baseline.
@@ -89,28 +100,36 @@ struct LatencyRow {
 
 /// A transport and the raw mechanism beneath it.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Medium {
+pub(crate) enum Medium {
     Udp,
     Shm,
 }
 
 /// The raw baseline of a medium.
-enum Baseline {
+pub(crate) enum Baseline {
     Udp(PingPong),
     Shm(ShmPingPong),
 }
 
 impl Baseline {
-    fn round_trip(&mut self) -> crate::Result<bool> {
+    pub(crate) fn round_trip(&mut self) -> crate::Result<bool> {
         match self {
             Baseline::Udp(p) => p.round_trip(),
             Baseline::Shm(p) => p.round_trip(),
         }
     }
+
+    /// Where the round trips' steps are summed, if they are.
+    pub(crate) fn stamps_mut(&mut self) -> &mut Option<crate::raw::Stamps> {
+        match self {
+            Baseline::Udp(p) => &mut p.stamps,
+            Baseline::Shm(p) => &mut p.stamps,
+        }
+    }
 }
 
 /// A child process killed when dropped; its stdout stays open so that it can go on printing.
-struct Spawned(Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
+pub(crate) struct Spawned(Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
 
 impl Drop for Spawned {
     fn drop(&mut self) {
@@ -120,7 +139,7 @@ impl Drop for Spawned {
 }
 
 /// Starts a server process of this program and reads the address (or name) it listens on.
-fn spawn(args: &[String]) -> crate::Result<(Spawned, String)> {
+pub(crate) fn spawn(args: &[String]) -> crate::Result<(Spawned, String)> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .args(args)
@@ -150,8 +169,67 @@ struct Row {
     rpc: Summary,
 }
 
+/// Starts a `tiercel serve` with one worker on `cpu`, spinning 2 ms past each call (`spin`) or
+/// blocking at once, and returns it with its `host:port`.
+fn serve_pinned(cpu: usize, spin: bool) -> crate::Result<(Spawned, String)> {
+    // Spinning servers spin 2 ms past their last call, then block: the raw and tiercel servers share
+    // the server CPU, and each must leave it to the other while the other is being measured.
+    let spin_us = if spin { "2000" } else { "0" };
+    let cpu = cpu.to_string();
+    let args: Vec<String> = [
+        "serve",
+        "--addr",
+        "udp://127.0.0.1:0",
+        "--workers",
+        "1",
+        "--spin-us",
+        spin_us,
+        "--spin-fixed",
+        "--cpus",
+        &cpu,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (server, addr) = spawn(&args)?;
+    let addr = addr.strip_prefix("udp://").unwrap_or(&addr).to_string();
+    Ok((server, addr))
+}
+
+/// How long each part of the run measures.
+struct Budget {
+    calls: u32,
+    baseline_row: Duration,
+    mach_row: Duration,
+    marshal_calls: u32,
+    peregrine_row: Duration,
+    load_row: Duration,
+    accounting_calls: u32,
+}
+
 pub fn run(args: Args) -> crate::Result<()> {
-    let calls = if args.quick { 10_000 } else { args.calls.max(100) };
+    let budget = if args.quick {
+        Budget {
+            calls: 10_000,
+            baseline_row: Duration::from_millis(150),
+            mach_row: Duration::from_millis(200),
+            marshal_calls: 5_000,
+            peregrine_row: Duration::from_millis(100),
+            load_row: Duration::from_millis(300),
+            accounting_calls: 5_000,
+        }
+    } else {
+        Budget {
+            calls: args.calls.max(100),
+            baseline_row: Duration::from_millis(1000),
+            mach_row: Duration::from_millis(1000),
+            marshal_calls: 50_000,
+            peregrine_row: Duration::from_millis(400),
+            load_row: Duration::from_millis(1500),
+            accounting_calls: 20_000,
+        }
+    };
+    let calls = budget.calls;
     let rounds = args.rounds.max(1);
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
     let mut modes = vec![true];
@@ -173,13 +251,29 @@ pub fn run(args: Args) -> crate::Result<()> {
         server_cpu: args.server_cpu,
         ..Report::default()
     };
-    println!("tiercel bench: {} CPUs", tiercel_sys::cpu::available());
-    println!(
+    outln!("tiercel bench: {} CPUs", tiercel_sys::cpu::available());
+    outln!(
         "placement: caller thread pinned to CPU {}, server process (1 worker, and its shared-memory binding \
          thread) pinned to CPU {}",
-        args.client_cpu, args.server_cpu
+        args.client_cpu,
+        args.server_cpu
     );
-    for medium in media {
+    let full = !args.latency_only;
+    crate::progress::start(
+        (media.len() * modes.len()) as u64
+            + if full {
+                7 + 3 + 1 + (media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
+            } else {
+                0
+            },
+    );
+    if full {
+        crate::progress::doing("raw baselines");
+        report.baselines = crate::baselines::run(args.server_cpu, budget.baseline_row, crate::progress::step)?;
+        crate::baselines::print(&report.baselines);
+    }
+    let mut latency = Vec::new();
+    for &medium in &media {
         for &spin in &modes {
             let policy = match (medium, spin) {
                 (Medium::Udp, true) => {
@@ -189,29 +283,152 @@ pub fn run(args: Args) -> crate::Result<()> {
                 (Medium::Shm, true) => "shared memory; both sides spin on the slot's words (never block)",
                 (Medium::Shm, false) => "shared memory; both sides sleep on futexes at once (no spinning)",
             };
-            println!(
-                "\n{policy}; {calls} timed calls per row in {rounds} interleaved rounds, after 2,000 warm-up calls"
-            );
+            crate::progress::doing(&format!("latency {}", if medium == Medium::Udp { "udp" } else { "shm" }));
+            outln!("\n{policy}; {calls} timed calls per row in {rounds} interleaved rounds, after 2,000 warm-up calls");
             let rows = measure(&args, medium, spin, calls, rounds, deadline)?;
             report.latency.push(print_table(&rows, medium, spin));
+            latency.push((medium, spin, rows));
+            crate::progress::step();
         }
     }
-    if !args.latency_only {
+    if full {
         let cpu = args.server_cpu.to_string();
         let serve: Vec<String> =
             ["serve", "--addr", "udp://127.0.0.1:0", "--cpus", &cpu].iter().map(|s| s.to_string()).collect();
         let (server, addr) = spawn(&serve)?;
         let addr = addr.strip_prefix("udp://").unwrap_or(&addr).to_string();
-        let row_time = Duration::from_millis(if args.quick { 200 } else { 1000 });
-        report.mach = crate::tables::mach((server.0.id(), &addr), args.server_cpu, row_time)?;
+        crate::progress::doing("Mach test list");
+        report.mach = crate::tables::mach((server.0.id(), &addr), args.server_cpu, budget.mach_row)?;
+        crate::progress::step();
+        crate::progress::doing("Firefly Table I");
         report.firefly_table1 = crate::tables::firefly_table1(&addr, 10_000)?;
+        crate::progress::step();
+        drop(server);
+        let (_spinning, addr) = serve_pinned(args.server_cpu, true)?;
+        crate::progress::doing("Firefly Tables II-V");
+        report.firefly_marshaling = crate::tables::firefly_marshaling(&addr, budget.marshal_calls)?;
+        crate::progress::step();
+        crate::progress::doing("Peregrine Table 1");
+        report.peregrine.table1 = crate::peregrine::table1(args.server_cpu, budget.peregrine_row)?;
+        for &medium in &media {
+            let t = if medium == Medium::Udp { "udp" } else { "shm" };
+            crate::progress::doing(&format!("Peregrine Tables 3 and 5 {t}"));
+            crate::peregrine::table5(
+                medium,
+                &addr,
+                args.server_cpu,
+                budget.peregrine_row,
+                &mut report.peregrine,
+                crate::progress::step,
+            )?;
+        }
+        crate::progress::step();
+        for &medium in &media {
+            let t = if medium == Medium::Udp { "udp" } else { "shm" };
+            crate::progress::doing(&format!("load {t}"));
+            let rows = crate::load::table(
+                medium,
+                &addr,
+                args.client_cpu,
+                LOAD_SERVICE_US,
+                budget.load_row,
+                crate::progress::step,
+            )?;
+            report.load.extend(rows);
+        }
+        drop(_spinning);
+        let (accounts, _) =
+            crate::explain::accounts(&media, &[true], budget.accounting_calls, args.client_cpu, args.server_cpu)?;
+        report.breakdown = accounts;
+    }
+    crate::progress::finish();
+    if let Some(dir) = &args.plot {
+        for path in plots(dir, &latency, &report)? {
+            outln!("wrote {}", path.display());
+        }
     }
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         std::fs::write(path, json).map_err(|e| format!("{}: {e}", path.display()))?;
-        println!("\nwrote {}", path.display());
+        outln!("\nwrote {}", path.display());
     }
     Ok(())
+}
+
+/// Service time of the load table's calls, µs.
+const LOAD_SERVICE_US: u32 = 50;
+
+/// Writes the plots of `--plot`.
+fn plots(
+    dir: &std::path::Path,
+    latency: &[(Medium, bool, Vec<Row>)],
+    report: &Report,
+) -> crate::Result<Vec<std::path::PathBuf>> {
+    use crate::plot::{lines, Series};
+    let mut written = Vec::new();
+    for (medium, spin, rows) in latency {
+        let t = if *medium == Medium::Udp { "udp" } else { "shm" };
+        let w = if *spin { "spin" } else { "block" };
+        let mut series = Vec::new();
+        for r in rows.iter().filter(|r| matches!(r.name, "Null" | "MaxResult")) {
+            series.push(Series { name: format!("tiercel {}", r.name), points: r.rpc.cdf() });
+            series.push(Series { name: format!("raw, {} sizes", r.name), points: r.raw.cdf() });
+        }
+        written.push(lines(
+            dir,
+            &format!("latency-{t}-{w}.svg"),
+            &format!("Latency CDF, {t}, {w}: tiercel against the raw ping-pong"),
+            "µs",
+            "fraction of calls",
+            &series,
+        )?);
+    }
+    if !report.firefly_table1.is_empty() {
+        let mut series = Vec::new();
+        for transport in ["shm, 2 processes", "UDP loopback"] {
+            let points: Vec<(f64, f64)> = report
+                .firefly_table1
+                .iter()
+                .filter(|r| r.transport == transport)
+                .map(|r| (r.threads as f64, r.null_calls_per_second))
+                .collect();
+            series.push(Series { name: format!("Null, {transport}"), points });
+        }
+        written.push(lines(
+            dir,
+            "throughput.svg",
+            "Firefly Table I: Null calls per second",
+            "caller threads",
+            "calls/s",
+            &series,
+        )?);
+    }
+    if !report.load.is_empty() {
+        let mut series = Vec::new();
+        for t in ["udp", "shm"] {
+            let rows: Vec<_> = report.load.iter().filter(|r| r.transport == t).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            series.push(Series {
+                name: format!("{t} median"),
+                points: rows.iter().map(|r| (r.utilization, r.median_us)).collect(),
+            });
+            series.push(Series {
+                name: format!("{t} p99"),
+                points: rows.iter().map(|r| (r.utilization, r.p99_us)).collect(),
+            });
+            series.push(Series {
+                name: format!("{t} model s/(1-u)"),
+                points: rows.iter().map(|r| (r.utilization, r.model_us)).collect(),
+            });
+        }
+        written.push(lines(dir, "load.svg", "Response time against utilization", "utilization", "µs", &series)?);
+    }
+    if !report.breakdown.is_empty() {
+        written.push(crate::plot::breakdown(dir, &report.breakdown)?);
+    }
+    Ok(written)
 }
 
 fn measure(
@@ -229,26 +446,7 @@ fn measure(
         raw_args.push("--spin".into());
     }
     let (_raw_server, raw_addr) = spawn(&raw_args)?;
-    // Spinning servers spin 2 ms past their last call, then block: the raw and tiercel servers share
-    // the server CPU, and each must leave it to the other while the other is being measured.
-    let spin_us = if spin { "2000" } else { "0" };
-    let rpc_args: Vec<String> = [
-        "serve",
-        "--addr",
-        "udp://127.0.0.1:0",
-        "--workers",
-        "1",
-        "--spin-us",
-        spin_us,
-        "--spin-fixed",
-        "--cpus",
-        &cpu,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let (_rpc_server, rpc_addr) = spawn(&rpc_args)?;
-    let rpc_addr = rpc_addr.strip_prefix("udp://").unwrap_or(&rpc_addr).to_string();
+    let (_rpc_server, rpc_addr) = serve_pinned(args.server_cpu, spin)?;
     let policy = if spin { Spin::Fixed(Duration::from_secs(3600)) } else { Spin::Never };
     let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
     let client: TestClient = Client::connect(format!("{scheme}{rpc_addr}"))
@@ -318,14 +516,14 @@ fn measure(
         }
     }
     if warmup_lost > 0 {
-        println!("({warmup_lost} raw round trips lost a packet during the warm-up)");
+        outln!("({warmup_lost} raw round trips lost a packet during the warm-up)");
     }
     let per_round = calls.div_ceil(rounds);
     let mut lost = 0u64;
     'rounds: for _ in 0..rounds {
         for (i, row) in rows.iter_mut().enumerate() {
             if Instant::now() > deadline {
-                println!("(time limit reached: rows hold fewer calls)");
+                outln!("(time limit reached: rows hold fewer calls)");
                 break 'rounds;
             }
             for _ in 0..per_round {
@@ -344,20 +542,27 @@ fn measure(
         }
     }
     if lost > 0 {
-        println!("({lost} raw round trips lost a packet and were left out)");
+        outln!("({lost} raw round trips lost a packet and were left out)");
     }
     let retransmissions = client.binding().stats().retransmissions.load(std::sync::atomic::Ordering::Relaxed);
-    println!("tiercel retransmissions during the run: {retransmissions}");
+    outln!("tiercel retransmissions during the run: {retransmissions}");
     Ok(rows)
 }
 
 fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
-    println!(
+    outln!(
         "{:<10} {:>13} | {:>10} {:>10} | {:>10} {:>10} | {:>8} {:>8}",
-        "procedure", "bytes c/r", "raw med", "raw p99", "rpc med", "rpc p99", "ratio", "p99 rat."
+        "procedure",
+        "bytes c/r",
+        "raw med",
+        "raw p99",
+        "rpc med",
+        "rpc p99",
+        "ratio",
+        "p99 rat."
     );
     for r in rows {
-        println!(
+        outln!(
             "{:<10} {:>13} | {:>8.2}µs {:>8.2}µs | {:>8.2}µs {:>8.2}µs | {:>7.3}× {:>7.3}×",
             r.name,
             format!("{}/{}", r.call_bytes, r.result_bytes),
@@ -375,7 +580,7 @@ fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
         (Medium::Shm, true) => "shared-memory spin ping-pong copying the same data sizes",
         (Medium::Shm, false) => "futex ping-pong copying the same data sizes",
     };
-    println!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
+    outln!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
     LatencyTable {
         transport: if medium == Medium::Udp { "udp" } else { "shm" },
         waiting: if spin { "spin" } else { "block" },

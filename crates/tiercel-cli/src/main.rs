@@ -3,13 +3,20 @@
 
 #![forbid(unsafe_code)]
 
+mod baselines;
 mod bench;
 mod call;
 mod check;
+mod explain;
+mod load;
 #[cfg(feature = "fault-injection")]
 mod netns;
+mod peregrine;
+mod plot;
+mod progress;
 mod raw;
 mod raw_shm;
+mod raw_tcp;
 mod serve;
 #[cfg(feature = "fault-injection")]
 mod soak;
@@ -39,6 +46,9 @@ enum Command {
     /// Measure Null and MaxResult over UDP and shared memory against raw ping-pongs of the same sizes,
     /// in one run.
     Bench(bench::Args),
+    /// Where the time of a Null and a MaxResult call goes, step by step, on each transport, against
+    /// the raw baselines measured in the same run.
+    Explain(explain::Args),
     /// Many calls through a lossy, duplicating, reordering, corrupting network; checks that each call
     /// returns intact or fails clearly and that none runs twice (built with `--features fault-injection`).
     #[cfg(feature = "fault-injection")]
@@ -53,6 +63,9 @@ enum Command {
     /// The raw shared-memory echo server the benchmark measures against (started by `bench`).
     #[command(hide = true)]
     RawShmEcho(raw_shm::EchoArgs),
+    /// The raw TCP echo server among the benchmark's baselines (started by `bench`).
+    #[command(hide = true)]
+    RawTcpEcho(raw_tcp::EchoArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,8 +75,10 @@ fn main() -> ExitCode {
         Command::Call(a) => call::run(a),
         Command::Check(a) => check::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Explain(a) => explain::run(a),
         Command::RawEcho(a) => raw::echo(a),
         Command::RawShmEcho(a) => raw_shm::echo(a),
+        Command::RawTcpEcho(a) => raw_tcp::echo(a),
         #[cfg(feature = "fault-injection")]
         Command::Soak(a) => soak::run(a),
         #[cfg(feature = "fault-injection")]

@@ -1,11 +1,14 @@
 //! The raw UDP ping-pong the benchmark measures tiercel against: the same system calls (`sendmsg`,
 //! non-blocking `recv`/`recvfrom`, `poll`) with no protocol at all. A request's first four bytes say
-//! how long the reply must be.
+//! how long the reply must be; a request of several datagrams (a multi-packet transfer) says in its
+//! next eight how many datagrams it has and which transfer they belong to, and the echo replies
+//! once all have come.
 
 use std::io::{IoSlice, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
+use tiercel_sys::clock::ticks;
 use tiercel_sys::udp::{self, Received};
 
 /// How long a spinning echo server goes on spinning without a request before it blocks.
@@ -26,6 +29,10 @@ pub struct EchoArgs {
     /// Exit after this many seconds, whatever happens.
     #[arg(long, default_value_t = 900)]
     max_seconds: u64,
+    /// Time each turnaround (receive returned → send returned) and put the running sum of ticks and
+    /// count, two little-endian u64, in the first 16 bytes of each reply (for `tiercel explain`).
+    #[arg(long)]
+    stamp: bool,
 }
 
 pub fn echo(args: EchoArgs) -> crate::Result<()> {
@@ -35,7 +42,10 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
     let socket = udp::bind(args.addr, false).map_err(|e| e.to_string())?;
     println!("listening udp://{}", socket.local_addr().map_err(|e| e.to_string())?);
     let _ = std::io::stdout().flush();
-    let reply = vec![0x5au8; tiercel::config::MAX_UDP_PAYLOAD];
+    let mut reply = vec![0x5au8; tiercel::config::MAX_UDP_PAYLOAD];
+    let (mut turn_ticks, mut turns) = (0u64, 0u64);
+    // The multi-packet transfer being received: its id and the datagrams of it seen so far.
+    let (mut transfer, mut seen) = (0u32, 0u32);
     let mut rx = vec![0u8; tiercel::config::MAX_UDP_PAYLOAD];
     let end = Instant::now() + Duration::from_secs(args.max_seconds);
     let mut idle_checks = 0u32;
@@ -43,8 +53,31 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
     loop {
         match udp::recv_from_nowait(&socket, &mut rx).map_err(|e| e.to_string())? {
             Some((Received::Datagram(n), from)) if n >= 4 => {
-                let want = u32::from_le_bytes([rx[0], rx[1], rx[2], rx[3]]) as usize;
-                let _ = udp::send_gather_to(&socket, &from, &[IoSlice::new(&reply[..want.min(reply.len())])]);
+                if n >= 12 {
+                    let count = u32::from_le_bytes([rx[4], rx[5], rx[6], rx[7]]);
+                    let id = u32::from_le_bytes([rx[8], rx[9], rx[10], rx[11]]);
+                    if count > 1 {
+                        if id != transfer {
+                            (transfer, seen) = (id, 0);
+                        }
+                        seen += 1;
+                        if seen < count {
+                            idle_checks = 0;
+                            continue;
+                        }
+                    }
+                }
+                let s0 = if args.stamp { ticks() } else { 0 };
+                let want = (u32::from_le_bytes([rx[0], rx[1], rx[2], rx[3]]) as usize).min(reply.len());
+                if args.stamp && want >= 16 {
+                    reply[..8].copy_from_slice(&turn_ticks.to_le_bytes());
+                    reply[8..16].copy_from_slice(&turns.to_le_bytes());
+                }
+                let _ = udp::send_gather_to(&socket, &from, &[IoSlice::new(&reply[..want])]);
+                if args.stamp {
+                    turn_ticks += ticks().wrapping_sub(s0);
+                    turns += 1;
+                }
                 idle_checks = 0;
                 continue;
             }
@@ -73,10 +106,34 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
 
 /// The client side of the raw ping-pong.
 pub struct PingPong {
+    /// The datagram of multi-packet transfers, and the id of the last one.
+    blast: Vec<u8>,
+    transfer: u32,
     socket: UdpSocket,
     request: Vec<u8>,
     rx: Vec<u8>,
     spin: bool,
+    /// With `Some`, each round trip is split into its steps (for `tiercel explain`).
+    pub stamps: Option<Stamps>,
+}
+
+/// A raw round trip split in steps, summed in ticks: the client's send, its wait for the reply, and
+/// the echo's turnaround (as the echo reported it).
+#[derive(Default, Clone, Copy, Debug)]
+pub struct Stamps {
+    pub send: u64,
+    pub wait: u64,
+    pub round_trips: u64,
+    pub echo_turnaround: u64,
+    pub echo_turns: u64,
+}
+
+impl Stamps {
+    /// Mean per round trip, in µs, of the client's send, its wait, and the echo's turnaround.
+    pub fn means_us(&self) -> (f64, f64, f64) {
+        let us = |t: u64, n: u64| tiercel_sys::clock::ticks_to_ns(t as f64) / 1e3 / n.max(1) as f64;
+        (us(self.send, self.round_trips), us(self.wait, self.round_trips), us(self.echo_turnaround, self.echo_turns))
+    }
 }
 
 impl PingPong {
@@ -84,15 +141,66 @@ impl PingPong {
         let socket = udp::connect(server).map_err(|e| e.to_string())?;
         let mut request = vec![0u8; request_len.max(4)];
         request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
-        Ok(PingPong { socket, request, rx: vec![0; tiercel::config::MAX_UDP_PAYLOAD], spin })
+        Ok(PingPong {
+            blast: Vec::new(),
+            transfer: 0,
+            socket,
+            request,
+            rx: vec![0; tiercel::config::MAX_UDP_PAYLOAD],
+            spin,
+            stamps: None,
+        })
+    }
+
+    /// A multi-packet transfer: `total` bytes sent as datagrams of `datagram` bytes, answered by one
+    /// reply of the ping-pong's reply size once all have come; false if a datagram or the reply was
+    /// lost (nothing waits longer than a second).
+    pub fn transfer(&mut self, total: usize, datagram: usize) -> crate::Result<bool> {
+        let datagram = datagram.clamp(12, tiercel::config::MAX_UDP_PAYLOAD);
+        let count = total.div_ceil(datagram).max(1);
+        self.transfer = self.transfer.wrapping_add(1);
+        self.blast.resize(datagram, 0);
+        self.blast[..4].copy_from_slice(&self.request[..4]);
+        self.blast[4..8].copy_from_slice(&(count as u32).to_le_bytes());
+        self.blast[8..12].copy_from_slice(&self.transfer.to_le_bytes());
+        let mut left = total.max(12);
+        for _ in 0..count {
+            let n = left.min(datagram).max(12);
+            left = left.saturating_sub(n);
+            // A full socket buffer is a lost datagram: the transfer then fails as a whole.
+            let _ = udp::send_gather(&self.socket, &[IoSlice::new(&self.blast[..n])]);
+        }
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            match udp::recv_nowait(&self.socket, &mut self.rx).map_err(|e| e.to_string())? {
+                Received::Datagram(_) => return Ok(true),
+                _ if Instant::now() > deadline => return Ok(false),
+                _ if self.spin => core::hint::spin_loop(),
+                _ => {
+                    udp::wait_readable(&self.socket, Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+                }
+            }
+        }
     }
 
     /// One round trip; false if the reply did not come within a second (a lost packet).
     pub fn round_trip(&mut self) -> crate::Result<bool> {
+        let t0 = if self.stamps.is_some() { ticks() } else { 0 };
         udp::send_gather(&self.socket, &[IoSlice::new(&self.request)]).map_err(|e| e.to_string())?;
+        let t1 = if self.stamps.is_some() { ticks() } else { 0 };
         let deadline = Instant::now() + Duration::from_secs(1);
         loop {
-            if let Received::Datagram(_) = udp::recv_nowait(&self.socket, &mut self.rx).map_err(|e| e.to_string())? {
+            if let Received::Datagram(n) = udp::recv_nowait(&self.socket, &mut self.rx).map_err(|e| e.to_string())? {
+                if let Some(s) = &mut self.stamps {
+                    let t2 = ticks();
+                    s.send += t1 - t0;
+                    s.wait += t2 - t1;
+                    s.round_trips += 1;
+                    if n >= 16 {
+                        s.echo_turnaround = u64::from_le_bytes(self.rx[..8].try_into().unwrap_or_default());
+                        s.echo_turns = u64::from_le_bytes(self.rx[8..16].try_into().unwrap_or_default());
+                    }
+                }
                 return Ok(true);
             }
             if self.spin {

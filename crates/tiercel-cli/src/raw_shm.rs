@@ -11,7 +11,10 @@ use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use tiercel_sys::clock::ticks;
 use tiercel_sys::shm::{futex_wait, futex_wake, Region};
+
+use crate::raw::Stamps;
 
 // All control words share one cache line, as a tiercel slot's do: the minimal ping-pong moves that
 // line each way, plus the data.
@@ -19,8 +22,14 @@ const REQUEST: usize = 0;
 const REQUEST_LEN: usize = 4;
 const REPLY_LEN: usize = 8;
 const RESPONSE: usize = 12;
+// With `--stamp`, the echo's running sum of turnaround ticks and count of turns, each as two u32
+// words (low, high), on a cache line of their own, written after each response is published.
+const TURN_TICKS: usize = 64;
+const TURNS: usize = 72;
 const DATA: usize = 4096;
-const AREA: usize = 64 * 1024;
+// Each way's area holds the largest message tiercel sends (16 MiB); the memfd's pages are only
+// allocated as they are touched.
+const AREA: usize = 16 << 20;
 const REGION: usize = DATA + 2 * AREA;
 
 /// Options of the hidden `tiercel raw-shm-echo`.
@@ -35,6 +44,19 @@ pub struct EchoArgs {
     /// Exit after this many seconds, whatever happens.
     #[arg(long, default_value_t = 900)]
     max_seconds: u64,
+    /// Time each turnaround (request seen → response published) and publish the running sum
+    /// (for `tiercel explain`).
+    #[arg(long)]
+    stamp: bool,
+}
+
+fn store_u64(region: &Region, at: usize, v: u64) {
+    word(region, at).store(v as u32, Ordering::Relaxed);
+    word(region, at + 4).store((v >> 32) as u32, Ordering::Relaxed);
+}
+
+fn load_u64(region: &Region, at: usize) -> u64 {
+    word(region, at).load(Ordering::Relaxed) as u64 | (word(region, at + 4).load(Ordering::Relaxed) as u64) << 32
 }
 
 fn word(region: &Region, at: usize) -> &AtomicU32 {
@@ -63,6 +85,7 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
     let mut seen = 0u32;
     let mut checks = 0u32;
     let mut idle_since = Instant::now();
+    let (mut turn_ticks, mut turns) = (0u64, 0u64);
     loop {
         let now = request.load(Ordering::Acquire);
         if now == seen {
@@ -90,6 +113,7 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
             }
             continue;
         }
+        let s0 = if args.stamp { ticks() } else { 0 };
         seen = now;
         checks = 0;
         let n = (word(&region, REQUEST_LEN).load(Ordering::Relaxed) as usize).min(AREA);
@@ -99,6 +123,12 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
         response.store(seen, Ordering::Release);
         if !args.spin {
             futex_wake(response, 1);
+        }
+        if args.stamp {
+            turn_ticks += ticks().wrapping_sub(s0);
+            turns += 1;
+            store_u64(&region, TURN_TICKS, turn_ticks);
+            store_u64(&region, TURNS, turns);
         }
     }
 }
@@ -129,6 +159,8 @@ pub struct ShmPingPong {
     request: Vec<u8>,
     reply: Vec<u8>,
     spin: bool,
+    /// With `Some`, each round trip is split into its steps (for `tiercel explain`).
+    pub stamps: Option<Stamps>,
 }
 
 impl ShmPingPong {
@@ -144,6 +176,7 @@ impl ShmPingPong {
             request: vec![1; request_len.min(AREA)],
             reply: vec![0; reply_len.min(AREA)],
             spin,
+            stamps: None,
         }
     }
 
@@ -153,6 +186,7 @@ impl ShmPingPong {
         conn.seq = conn.seq.wrapping_add(1);
         let seq = conn.seq;
         let r = &conn.region;
+        let t0 = if self.stamps.is_some() { ticks() } else { 0 };
         r.write(DATA, &self.request);
         word(r, REQUEST_LEN).store(self.request.len() as u32, Ordering::Relaxed);
         word(r, REPLY_LEN).store(self.reply.len() as u32, Ordering::Relaxed);
@@ -161,13 +195,17 @@ impl ShmPingPong {
         if !self.spin {
             futex_wake(request, 1);
         }
+        let t1 = if self.stamps.is_some() { ticks() } else { 0 };
         let start = Instant::now();
+        let mut checks = 0u32;
         loop {
             let now = response.load(Ordering::Acquire);
             if now == seq {
                 break;
             }
-            if start.elapsed() > Duration::from_secs(10) {
+            // The clock only every 1024 checks: the reply is noticed within a load, as tiercel's is.
+            checks = checks.wrapping_add(1);
+            if checks.is_multiple_of(1024) && start.elapsed() > Duration::from_secs(10) {
                 return Err("raw shared-memory echo stopped answering".into());
             }
             if self.spin {
@@ -175,6 +213,13 @@ impl ShmPingPong {
             } else {
                 futex_wait(response, now, Some(Duration::from_millis(100)));
             }
+        }
+        if let Some(s) = &mut self.stamps {
+            s.send += t1 - t0;
+            s.wait += ticks() - t1;
+            s.round_trips += 1;
+            s.echo_turnaround = load_u64(r, TURN_TICKS);
+            s.echo_turns = load_u64(r, TURNS);
         }
         r.read(DATA + AREA, &mut self.reply);
         Ok(true)

@@ -20,12 +20,32 @@ impl Summary {
         let _ = self.histogram.record((d.as_nanos() as u64).clamp(1, 60_000_000_000));
     }
 
+    /// Adds every sample of `other`.
+    pub fn add(&mut self, other: &Summary) {
+        let _ = self.histogram.add(&other.histogram);
+    }
+
     pub fn len(&self) -> u64 {
         self.histogram.len()
     }
 
     pub fn median_us(&self) -> f64 {
         self.histogram.value_at_quantile(0.5) as f64 / 1e3
+    }
+
+    pub fn mean_us(&self) -> f64 {
+        self.histogram.mean() / 1e3
+    }
+
+    /// Points of the cumulative distribution, (µs, fraction of calls at or below), up to the 99.9th
+    /// percentile.
+    pub fn cdf(&self) -> Vec<(f64, f64)> {
+        (0..=200)
+            .map(|i| {
+                let q = 0.999 * i as f64 / 200.0;
+                (self.histogram.value_at_quantile(q) as f64 / 1e3, q)
+            })
+            .collect()
     }
 
     pub fn p99_us(&self) -> f64 {

@@ -8,6 +8,8 @@ use tiercel::seeds::{SeedTest, TestClient, TestServer, BIG_BUFFER, MAX_BUFFER};
 use tiercel::{Client, In, InOut, Out, Server, ServerConfig};
 use tiercel_sys::cpu;
 
+use crate::progress::outln;
+
 /// One measured row of the Mach list.
 struct MachRow {
     test: String,
@@ -32,11 +34,11 @@ pub struct MachJson {
 /// A Firefly Table I row, for `--json`.
 #[derive(serde::Serialize)]
 pub struct Table1Json {
-    transport: &'static str,
-    threads: u32,
+    pub transport: &'static str,
+    pub threads: u32,
     calls: u64,
     null_seconds: f64,
-    null_calls_per_second: f64,
+    pub null_calls_per_second: f64,
     max_result_seconds: f64,
     max_result_mbit_per_second: f64,
 }
@@ -44,7 +46,7 @@ pub struct Table1Json {
 impl MachRow {
     fn print(&self) -> MachJson {
         let per = |d: Duration| d.as_secs_f64() * 1e6 / self.calls.max(1) as f64;
-        println!(
+        outln!(
             "{:<16} {:<26} {:>10} {:>10.3} {:>10.3} {:>10.3}",
             self.test,
             self.transport,
@@ -123,9 +125,9 @@ fn empty(x: u64) -> u64 {
 /// server CPU; the same-process rows start their own server.
 pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Result<Vec<MachJson>> {
     let mut out = Vec::new();
-    println!("\nMach RPC test list (Forin): per call, in µs; user and system are summed over client and server");
-    println!("processes (the server's from /proc, in 10 ms ticks); waiting: tiercel's defaults (adaptive spin)");
-    println!("{:<16} {:<26} {:>10} {:>10} {:>10} {:>10}", "test", "transport", "calls", "elapsed", "user", "system");
+    outln!("\nMach RPC test list (Forin): per call, in µs; user and system are summed over client and server");
+    outln!("processes (the server's from /proc, in 10 ms ticks); waiting: tiercel's defaults (adaptive spin)");
+    outln!("{:<16} {:<26} {:>10} {:>10} {:>10} {:>10}", "test", "transport", "calls", "elapsed", "user", "system");
     let (calls, elapsed, user, system) = timed(time, None, || {
         std::hint::black_box(std::os::unix::process::parent_id());
         Ok(())
@@ -168,11 +170,16 @@ pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Re
 /// Firefly's Table I: 10,000 calls made by 1 to 8 caller threads sharing one binding.
 pub fn firefly_table1(addr: &str, calls: u32) -> crate::Result<Vec<Table1Json>> {
     let mut json = Vec::new();
-    println!("\nFirefly Table I: {calls} calls by 1 to 8 caller threads on one binding (threads not pinned;");
-    println!("tiercel's default waiting); MaxResult moves {MAX_BUFFER} bytes per call");
-    println!(
+    outln!("\nFirefly Table I: {calls} calls by 1 to 8 caller threads on one binding (threads not pinned;");
+    outln!("tiercel's default waiting); MaxResult moves {MAX_BUFFER} bytes per call");
+    outln!(
         "{:<22} {:>7} | {:>9} {:>10} | {:>9} {:>10}",
-        "transport", "threads", "Null s", "calls/s", "MaxRes s", "Mbit/s"
+        "transport",
+        "threads",
+        "Null s",
+        "calls/s",
+        "MaxRes s",
+        "Mbit/s"
     );
     for (scheme, transport) in [("shm:", "shm, 2 processes"), ("udp://", "UDP loopback")] {
         let client: TestClient =
@@ -205,7 +212,7 @@ pub fn firefly_table1(addr: &str, calls: u32) -> crate::Result<Vec<Table1Json>> 
             let null = run(false)?;
             let maxr = run(true)?;
             let n = (calls.div_ceil(threads) * threads) as f64;
-            println!(
+            outln!(
                 "{:<22} {:>7} | {:>9.3} {:>10.0} | {:>9.3} {:>10.1}",
                 transport,
                 threads,
@@ -226,4 +233,91 @@ pub fn firefly_table1(addr: &str, calls: u32) -> crate::Result<Vec<Table1Json>> 
         }
     }
     Ok(json)
+}
+
+/// A Firefly Tables II–V row, for `--json`.
+#[derive(serde::Serialize)]
+pub struct MarshalJson {
+    table: &'static str,
+    argument: &'static str,
+    calls: u64,
+    median_us: f64,
+    p99_us: f64,
+    null_median_us: f64,
+    incremental_us: f64,
+}
+
+/// Firefly's Tables II–V: the time each argument kind adds to a Null call, on the cheapest transport
+/// (shared memory, both sides spinning). `addr` is a spinning `tiercel serve` (host:port). Each row
+/// is measured in rounds alternating with Null, so that drift hits both alike.
+pub fn firefly_marshaling(addr: &str, calls: u32) -> crate::Result<Vec<MarshalJson>> {
+    let config = tiercel::ClientConfig { spin: tiercel::Spin::Fixed(Duration::from_secs(1)), ..Default::default() };
+    let client: TestClient = Client::connect(format!("shm:{addr}"))
+        .and_then(|c| c.with_config(config).import())
+        .map_err(|e| e.to_string())?;
+    let e = |e: tiercel::Error| e.to_string();
+    let fixed400 = [7u8; 400];
+    let mut var = vec![0u8; MAX_BUFFER];
+    tiercel::seeds::fill(&mut var);
+    let s128 = "x".repeat(128);
+    type Row<'a> = (&'static str, &'static str, Box<dyn Fn() -> crate::Result<()> + 'a>);
+    let rows: Vec<Row<'_>> = vec![
+        ("II", "1 integer", Box::new(|| client.int1(1).map_err(e))),
+        ("II", "2 integers", Box::new(|| client.int2(1, 2).map_err(e))),
+        ("II", "4 integers", Box::new(|| client.int4(1, 2, 3, 4).map_err(e))),
+        ("III", "fixed array, 4 bytes", Box::new(|| client.fixed4([1, 2, 3, 4]).map_err(e))),
+        ("III", "fixed array, 400 bytes", Box::new(|| client.fixed400(fixed400).map_err(e))),
+        ("IV", "variable array, 1 byte", Box::new(|| client.var_array(&var[..1]).map_err(e))),
+        ("IV", "variable array, 1440 bytes", Box::new(|| client.var_array(&var).map_err(e))),
+        ("V", "string, 0 bytes", Box::new(|| client.string("").map_err(e))),
+        ("V", "string, 1 byte", Box::new(|| client.string("x").map_err(e))),
+        ("V", "string, 128 bytes", Box::new(|| client.string(&s128).map_err(e))),
+    ];
+    let null = || client.null().map_err(e);
+    for _ in 0..2_000 {
+        null()?;
+        for (_, _, f) in &rows {
+            f()?;
+        }
+    }
+    outln!("\nFirefly Tables II–V: marshaling, the time an argument adds to Null, on the cheapest transport");
+    outln!("(shared memory, both sides spin; {calls} calls per row in 10 rounds alternating with Null), µs");
+    outln!("{:<6} {:<28} | {:>9} {:>9} | {:>9} | {:>12}", "table", "argument", "median", "p99", "Null", "incremental");
+    let mut out = Vec::new();
+    let per_round = calls.div_ceil(10);
+    for (table, argument, f) in &rows {
+        let (mut s, mut n) = (crate::summary::Summary::new(), crate::summary::Summary::new());
+        for _ in 0..10 {
+            for _ in 0..per_round {
+                let t = Instant::now();
+                null()?;
+                n.record(t.elapsed());
+            }
+            for _ in 0..per_round {
+                let t = Instant::now();
+                f()?;
+                s.record(t.elapsed());
+            }
+        }
+        let inc = s.median_us() - n.median_us();
+        outln!(
+            "{:<6} {:<28} | {:>9.3} {:>9.3} | {:>9.3} | {:>12.3}",
+            table,
+            argument,
+            s.median_us(),
+            s.p99_us(),
+            n.median_us(),
+            inc
+        );
+        out.push(MarshalJson {
+            table,
+            argument,
+            calls: s.len(),
+            median_us: s.median_us(),
+            p99_us: s.p99_us(),
+            null_median_us: n.median_us(),
+            incremental_us: inc,
+        });
+    }
+    Ok(out)
 }

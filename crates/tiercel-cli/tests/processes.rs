@@ -61,7 +61,7 @@ fn call_prints_result_and_latency_and_errors_clearly() {
     let out = Command::new(TIERCEL).args(["call", &addr, "nonesuch"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown procedure"));
-    for cmd in ["serve", "call", "check", "bench"] {
+    for cmd in ["serve", "call", "check", "bench", "explain"] {
         let out = Command::new(TIERCEL).args([cmd, "--help"]).output().unwrap();
         assert!(out.status.success() && !out.stdout.is_empty(), "{cmd} --help");
     }
@@ -150,4 +150,210 @@ fn bench_prints_every_row_against_its_baseline() {
             assert_eq!(r["calls"].as_u64(), Some(200));
         }
     }
+}
+
+/// A fresh directory for one test's output files.
+fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tiercel-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Asserts that `path` is a complete SVG document.
+fn assert_svg(path: &std::path::Path) {
+    let svg = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(svg.contains("<svg") && svg.trim_end().ends_with("</svg>"), "{} is not an SVG document", path.display());
+}
+
+fn names<'a>(rows: &'a serde_json::Value, key: &str) -> Vec<&'a str> {
+    rows.as_array().unwrap().iter().map(|r| r[key].as_str().unwrap()).collect()
+}
+
+#[test]
+fn bench_quick_prints_every_table_and_writes_json_and_plots() {
+    let dir = scratch_dir("bench");
+    let json = dir.join("report.json");
+    let plots = dir.join("plots");
+    let out = Command::new(TIERCEL)
+        .args(["bench", "--quick", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for heading in [
+        "Raw baselines",
+        "both sides busy-poll (non-blocking recv",
+        "both sides spin on the slot's words",
+        "Mach RPC test list",
+        "Firefly Table I:",
+        "Firefly Tables II–V",
+        "Peregrine Table 1:",
+        "Peregrine Table 3:",
+        "Peregrine Table 5 over UDP loopback",
+        "Peregrine Table 5 over shared memory",
+        "Load (Lampson's r = s/(1 − u)) over UDP loopback",
+        "Load (Lampson's r = s/(1 − u)) over shared memory",
+        "sum of the steps",
+        "placement: caller thread pinned to CPU",
+    ] {
+        assert!(text.contains(heading), "missing {heading:?}:\n{text}");
+    }
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+
+    let baselines = names(&report["baselines"], "name");
+    for b in [
+        "function call",
+        "indirect call",
+        "syscall",
+        "raw UDP ping-pong",
+        "raw shm ping-pong",
+        "futex ping-pong",
+        "raw TCP ping-pong",
+    ] {
+        assert!(baselines.contains(&b), "baseline {b} missing: {baselines:?}");
+    }
+    assert_eq!(baselines.len(), 9, "UDP and TCP are measured busy-polling and blocking");
+
+    let mach = names(&report["mach"], "test");
+    for t in [
+        "syscall",
+        "localLoop",
+        "localNull",
+        "localAdd",
+        "localBigIn",
+        "localBigOut",
+        "localBigInOut",
+        "remoteNull",
+        "remoteAdd",
+        "remoteBigIn",
+        "remoteBigOut",
+        "remoteBigInOut",
+    ] {
+        assert!(mach.contains(&t), "Mach test {t} missing: {mach:?}");
+    }
+    for r in report["mach"].as_array().unwrap() {
+        for column in ["elapsed_us", "user_us", "system_us"] {
+            assert!(r[column].as_f64().is_some(), "{column} in {r}");
+        }
+    }
+
+    let table1 = report["firefly_table1"].as_array().unwrap();
+    assert_eq!(table1.len(), 16, "1 to 8 threads on each transport");
+    assert!(table1.iter().all(|r| r["null_calls_per_second"].as_f64().unwrap() > 0.0
+        && r["max_result_mbit_per_second"].as_f64().unwrap() > 0.0));
+
+    let marshaling = report["firefly_marshaling"].as_array().unwrap();
+    let tables: Vec<&str> = marshaling.iter().map(|r| r["table"].as_str().unwrap()).collect();
+    assert_eq!(tables, ["II", "II", "II", "III", "III", "IV", "IV", "V", "V", "V"]);
+    assert!(marshaling
+        .iter()
+        .all(|r| r["incremental_us"].as_f64().is_some() && r["null_median_us"].as_f64().unwrap() > 0.0));
+
+    let peregrine = &report["peregrine"];
+    let sizes = |t: &str| -> Vec<u64> {
+        peregrine[t].as_array().unwrap().iter().map(|r| r["bytes"].as_u64().unwrap()).collect()
+    };
+    assert_eq!(sizes("table1"), [46, 100, 200, 400, 800, 1200, 1472]);
+    assert_eq!(sizes("table3"), [3000, 48_000, 1 << 20, 16 << 20]);
+    let table5 = peregrine["table5"].as_array().unwrap();
+    for transport in ["udp", "shm"] {
+        let rows: Vec<&str> =
+            table5.iter().filter(|r| r["transport"] == transport).map(|r| r["procedure"].as_str().unwrap()).collect();
+        assert_eq!(
+            rows,
+            [
+                "Null",
+                "4-byte argument",
+                "1024-byte In",
+                "1024-byte InOut",
+                "3000-byte In",
+                "3000-byte InOut",
+                "48000-byte In",
+                "48000-byte InOut",
+                "1 MiB In",
+                "1 MiB InOut",
+                "16 MiB In",
+                "16 MiB InOut"
+            ],
+            "{transport}"
+        );
+    }
+    for r in table5 {
+        for column in ["penalty_us", "median_us", "p99_us", "overhead_us", "mbit_per_second"] {
+            assert!(r[column].as_f64().is_some(), "{column} in {r}");
+        }
+        assert!(r["calls"].as_u64().unwrap() >= 5, "{r}");
+    }
+
+    let load = report["load"].as_array().unwrap();
+    for transport in ["udp", "shm"] {
+        let offered: Vec<f64> = load
+            .iter()
+            .filter(|r| r["transport"] == transport)
+            .map(|r| r["offered_utilization"].as_f64().unwrap())
+            .collect();
+        assert_eq!(offered, [0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95], "{transport}");
+    }
+    assert!(load.iter().all(|r| r["calls"].as_u64().unwrap() > 0 && r["model_us"].as_f64().unwrap() > 0.0));
+
+    let breakdown = report["breakdown"].as_array().unwrap();
+    assert_eq!(breakdown.len(), 4, "Null and MaxResult on each transport");
+    for a in breakdown {
+        let sides: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l["side"].as_str().unwrap()).collect();
+        for side in ["client", "wire", "server"] {
+            assert!(sides.contains(&side), "{side} steps in {a}");
+        }
+        assert!(a["sum_us"].as_f64().unwrap() > 0.0 && a["measured_us"].as_f64().unwrap() > 0.0);
+    }
+
+    for plot in ["latency-udp-spin.svg", "latency-shm-spin.svg", "throughput.svg", "load.svg", "breakdown.svg"] {
+        assert_svg(&plots.join(plot));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn explain_accounts_for_every_step_and_writes_json_and_a_plot() {
+    let dir = scratch_dir("explain");
+    let json = dir.join("explain.json");
+    let out = Command::new(TIERCEL)
+        .args(["explain", "--calls", "300", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let accounts = report["accounts"].as_array().unwrap();
+    // Null and MaxResult, spinning and blocking, on both transports.
+    assert_eq!(accounts.len(), 8);
+    for a in accounts {
+        let steps: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l["step"].as_str().unwrap()).collect();
+        // Every point of the path was passed by every call: no step is missing.
+        assert!(steps.iter().all(|s| !s.contains("not recorded")), "{steps:?}");
+        for step in
+            ["arguments marshaled", "server stub: arguments unmarshaled", "procedure returned", "results unmarshaled"]
+        {
+            assert!(steps.iter().any(|s| s.starts_with(step)), "{step} in {steps:?}");
+        }
+        let (sum, measured, gap) =
+            (a["sum_us"].as_f64().unwrap(), a["measured_us"].as_f64().unwrap(), a["gap_us"].as_f64().unwrap());
+        assert!((measured - sum - gap).abs() < 1e-6, "the gap is measured − sum");
+        assert_eq!(a["calls"].as_u64(), Some(300));
+    }
+    // The output says whether the parts add up, either way.
+    assert_eq!(text.matches("within 10%)").count(), 8, "{text}");
+    let estimates = report["estimates"].as_array().unwrap();
+    let changes: Vec<&str> = estimates.iter().map(|e| e["change"].as_str().unwrap()).collect();
+    for change in ["instead of spinning", "one copy more", "CRC32C checksum", "staging copy"] {
+        assert!(changes.iter().any(|c| c.contains(change)), "{change} in {changes:?}");
+    }
+    assert_svg(&dir.join("breakdown.svg"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

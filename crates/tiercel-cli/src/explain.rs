@@ -1,0 +1,603 @@
+//! `tiercel explain`: where the time of a Null and a MaxResult call goes, on each transport, the way
+//! Firefly's Tables VI–VIII and Peregrine's Table 4 account for it.
+//!
+//! Every step on both sides is timed from the running system: the client and server threads take a
+//! tick-counter timestamp at each point of the fast path (`tiercel::steps`; the points cost one load
+//! of a flag while recording is off). The time on the wire and in the kernel is not inferred from
+//! tiercel's own wait but taken from the raw ping-pong of the same sizes measured in the same run:
+//! the raw client's wait less the raw echo's turnaround is the network-and-kernel time of a round
+//! trip. The sum of the steps is then set against the measured time of a call, and the difference is
+//! printed, with where it lies.
+
+use std::time::Duration;
+
+use tiercel::seeds::{SeedTest, TestClient, TestServer, MAX_BUFFER};
+use tiercel::steps::{self, mark, Point, Step};
+use tiercel::{Client, ClientConfig, Out, Server, ServerConfig, Spin};
+use tiercel_sys::clock::{ticks, ticks_to_ns};
+
+use crate::bench::{spawn, Baseline, Medium, HEADER};
+use crate::progress::outln;
+use crate::raw::{PingPong, Stamps};
+use crate::raw_shm::ShmPingPong;
+use crate::summary::Summary;
+
+/// Options of `tiercel explain`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Timed calls per measurement (each call is measured with timestamps off, then on).
+    #[arg(long, default_value_t = 20_000)]
+    calls: u32,
+    /// CPU of the calling thread.
+    #[arg(long, default_value_t = 0)]
+    client_cpu: usize,
+    /// CPU of the server's thread and of the raw echo servers.
+    #[arg(long, default_value_t = 1)]
+    server_cpu: usize,
+    /// The accounting only over this transport: `udp` or `shm` (default both).
+    #[arg(long)]
+    transport: Option<String>,
+    /// Also write the accounting as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
+    /// Also draw the accounting as stacked bars in DIR/breakdown.svg.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<std::path::PathBuf>,
+}
+
+/// A procedure accounted for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Procedure {
+    Null,
+    MaxResult,
+}
+
+impl Procedure {
+    fn name(self) -> &'static str {
+        match self {
+            Procedure::Null => "Null",
+            Procedure::MaxResult => "MaxResult",
+        }
+    }
+
+    /// Marshaled bytes of the call and of the result (without tiercel's header).
+    fn sizes(self) -> (usize, usize) {
+        match self {
+            Procedure::Null => (0, 0),
+            Procedure::MaxResult => (4, MAX_BUFFER),
+        }
+    }
+}
+
+/// One line of an accounting.
+#[derive(serde::Serialize, Clone)]
+pub struct Line {
+    pub side: &'static str,
+    pub step: String,
+    pub mean_us: f64,
+    /// A step that runs while the transfer it starts is under way, so not added to the sum: the
+    /// publishing store of shared memory is visible to the other side before the publisher's fence
+    /// ends.
+    pub overlapped: bool,
+}
+
+/// The accounting of one procedure on one transport with one waiting policy.
+#[derive(serde::Serialize, Clone)]
+pub struct Account {
+    pub transport: &'static str,
+    pub waiting: &'static str,
+    pub procedure: &'static str,
+    pub calls: u64,
+    pub lines: Vec<Line>,
+    /// Sum of the lines.
+    pub sum_us: f64,
+    /// Mean time of a call measured around the stub, with timestamps on.
+    pub measured_us: f64,
+    /// `measured_us - sum_us`, and as a share of `measured_us`.
+    pub gap_us: f64,
+    pub gap_percent: f64,
+    /// What the client waited for (send returned → result arrived), and what the server was busy.
+    pub client_wait_us: f64,
+    pub server_busy_us: f64,
+    /// The raw ping-pong of the same sizes: the client's wait and the echo's turnaround.
+    pub raw_wait_us: f64,
+    pub raw_turnaround_us: f64,
+    pub raw_round_trip_us: f64,
+    /// The same calls with timestamps off: mean, median, p99.
+    pub off_mean_us: f64,
+    pub off_median_us: f64,
+    pub off_p99_us: f64,
+}
+
+/// A Firefly §4.2-style estimate: what a call would cost with a step added or removed.
+#[derive(serde::Serialize)]
+pub struct Estimate {
+    pub change: String,
+    pub procedure: &'static str,
+    pub base_us: f64,
+    pub estimate_us: f64,
+    /// The same change measured, where it can be made.
+    pub measured_us: Option<f64>,
+}
+
+#[derive(serde::Serialize, Default)]
+pub struct Report {
+    pub client_cpu: usize,
+    pub server_cpu: usize,
+    pub accounts: Vec<Account>,
+    pub estimates: Vec<Estimate>,
+}
+
+/// The points a client passes on each transport, in order.
+const CLIENT_UDP: &[Point] = &[
+    Point::Begin,
+    Point::CallStart,
+    Point::EndpointReady,
+    Point::Marshaled,
+    Point::HeaderReady,
+    Point::Sent,
+    Point::Arrived,
+    Point::Validated,
+    Point::Finished,
+    Point::Unmarshaled,
+    Point::End,
+];
+const CLIENT_SHM: &[Point] = &[
+    Point::Begin,
+    Point::CallStart,
+    Point::EndpointReady,
+    Point::Marshaled,
+    Point::ArgsCopied,
+    Point::Sent,
+    Point::Arrived,
+    Point::Validated,
+    Point::ResultCopied,
+    Point::Finished,
+    Point::Unmarshaled,
+    Point::End,
+];
+/// The points the server passes (both transports).
+const SERVER: &[Point] = &[
+    Point::ServerArrived,
+    Point::ServerValidated,
+    Point::ServerAccepted,
+    Point::ArgsDecoded,
+    Point::ProcedureDone,
+    Point::ResultsEncoded,
+    Point::ResultReady,
+    Point::ResultSent,
+];
+
+/// The raw baseline of one size: its round trip and its steps.
+pub struct Raw {
+    round_trip: Summary,
+    stamps: Stamps,
+}
+
+/// The tiercel calls of one procedure: timestamps off, then on.
+struct Measured {
+    off: Summary,
+    off_mean_us: f64,
+    on_mean_us: f64,
+    steps: Vec<Step>,
+    calls: u64,
+}
+
+fn us_since(t0: u64) -> Duration {
+    Duration::from_nanos(ticks_to_ns(ticks().wrapping_sub(t0) as f64) as u64)
+}
+
+/// The raw ping-pongs of Null's and MaxResult's sizes over `medium`, with `spin` or blocking.
+fn raw(medium: Medium, spin: bool, server_cpu: usize, calls: u32) -> crate::Result<Vec<Raw>> {
+    let echo = if medium == Medium::Udp { "raw-echo" } else { "raw-shm-echo" };
+    let mut args = vec![echo.to_string(), "--cpu".into(), server_cpu.to_string(), "--stamp".into()];
+    if spin {
+        args.push("--spin".into());
+    }
+    let (_echo, addr) = spawn(&args)?;
+    let header = if medium == Medium::Udp { HEADER } else { 0 };
+    let shm = match medium {
+        Medium::Shm => Some(crate::raw_shm::Connection::new(&addr)?),
+        Medium::Udp => None,
+    };
+    let mut out = Vec::new();
+    for p in [Procedure::Null, Procedure::MaxResult] {
+        let (call, result) = p.sizes();
+        let (call, result) = (header + call, header + result);
+        let mut ping = match &shm {
+            None => {
+                let server = addr
+                    .strip_prefix("udp://")
+                    .and_then(|a| a.parse().ok())
+                    .ok_or_else(|| format!("raw echo address {addr:?}"))?;
+                Baseline::Udp(PingPong::new(server, call, result, spin)?)
+            }
+            Some(conn) => Baseline::Shm(ShmPingPong::new(conn, call, result, spin)),
+        };
+        *ping.stamps_mut() = Some(Stamps::default());
+        for _ in 0..2_000 {
+            ping.round_trip()?;
+        }
+        // The echo's sums run from its start: keep what it had reported before the timed calls.
+        let before = ping.stamps_mut().take().unwrap_or_default();
+        *ping.stamps_mut() = Some(Stamps::default());
+        let mut round_trip = Summary::new();
+        for _ in 0..calls {
+            let t0 = ticks();
+            if ping.round_trip()? {
+                round_trip.record(us_since(t0));
+            }
+        }
+        let mut stamps = ping.stamps_mut().take().unwrap_or_default();
+        stamps.echo_turnaround -= before.echo_turnaround.min(stamps.echo_turnaround);
+        stamps.echo_turns -= before.echo_turns.min(stamps.echo_turns);
+        out.push(Raw { round_trip, stamps });
+    }
+    Ok(out)
+}
+
+/// A server of the seeds' Test interface in this process, on the server CPU, spinning (10 ms after
+/// each call) or blocking at once, and a client of it over `medium`.
+fn tiercel_pair(
+    medium: Medium,
+    spin: bool,
+    checksum: bool,
+    server_cpu: usize,
+) -> crate::Result<(tiercel::RunningServer, TestClient)> {
+    let config = ServerConfig {
+        workers: 1,
+        spinners: 1,
+        cpus: vec![server_cpu],
+        spin: if spin { Duration::from_millis(10) } else { Duration::ZERO },
+        adaptive_spin: false,
+        ..ServerConfig::default()
+    };
+    let server = Server::bind("udp://127.0.0.1:0")
+        .and_then(|s| s.with_config(config).export(TestServer::new(SeedTest)).start())
+        .map_err(|e| e.to_string())?;
+    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+    let config = ClientConfig {
+        spin: if spin { Spin::Fixed(Duration::from_secs(1)) } else { Spin::Never },
+        checksum,
+        ..ClientConfig::default()
+    };
+    let client: TestClient = Client::connect(format!("{scheme}{}", server.addr()))
+        .and_then(|c| c.with_config(config).import())
+        .map_err(|e| e.to_string())?;
+    Ok((server, client))
+}
+
+/// Times `calls` calls of `p` with timestamps off, then (if `record`) `calls` more with them on.
+fn measure(client: &TestClient, p: Procedure, calls: u32, record: bool) -> crate::Result<Measured> {
+    let mut out = vec![0u8; MAX_BUFFER];
+    let mut call = || -> crate::Result<()> {
+        match p {
+            Procedure::Null => client.null(),
+            Procedure::MaxResult => client.max_result(Out(&mut out)),
+        }
+        .map_err(|e| e.to_string())
+    };
+    for _ in 0..2_000 {
+        call()?;
+    }
+    let mut off = Summary::new();
+    let mut off_ticks = 0u64;
+    for _ in 0..calls {
+        let t0 = ticks();
+        call()?;
+        let t = ticks().wrapping_sub(t0);
+        off_ticks += t;
+        off.record(Duration::from_nanos(ticks_to_ns(t as f64) as u64));
+    }
+    let mut on_ticks = 0u64;
+    let mut steps = Vec::new();
+    if record {
+        steps::reset();
+        steps::enable(true);
+        for _ in 0..calls {
+            let t0 = ticks();
+            mark(Point::Begin);
+            let r = call();
+            mark(Point::End);
+            on_ticks += ticks().wrapping_sub(t0);
+            steps::close();
+            r?;
+        }
+        // Let the server close its trace of the last call.
+        std::thread::sleep(Duration::from_millis(20));
+        steps::enable(false);
+        steps = steps::snapshot();
+    }
+    let mean = |t: u64| ticks_to_ns(t as f64) / 1e3 / calls.max(1) as f64;
+    Ok(Measured { off, off_mean_us: mean(off_ticks), on_mean_us: mean(on_ticks), steps, calls: calls as u64 })
+}
+
+/// Mean duration in µs of the step `from → to`, if every recorded call took it.
+fn step_us(steps: &[Step], from: Point, to: Point) -> Option<f64> {
+    steps.iter().find(|s| s.from == from && s.to == to).map(|s| s.mean_ns() / 1e3)
+}
+
+fn name(medium: Medium) -> &'static str {
+    if medium == Medium::Udp {
+        "udp"
+    } else {
+        "shm"
+    }
+}
+
+/// Builds the accounting of one procedure from its measured steps and its raw baseline.
+fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw) -> Account {
+    let client = if medium == Medium::Udp { CLIENT_UDP } else { CLIENT_SHM };
+    let mut lines = Vec::new();
+    let chain = |side: &'static str, points: &[Point], lines: &mut Vec<Line>| -> f64 {
+        let mut sum = 0.0;
+        for w in points.windows(2) {
+            let (step, mean_us) = match step_us(&m.steps, w[0], w[1]) {
+                Some(us) => (w[1].describe().to_string(), us),
+                None => (format!("{} (not recorded)", w[1].describe()), 0.0),
+            };
+            let overlapped = medium == Medium::Shm && matches!(w[1], Point::Sent | Point::ResultSent);
+            if !overlapped {
+                sum += mean_us;
+            }
+            lines.push(Line { side, step, mean_us, overlapped });
+        }
+        sum
+    };
+    let split = client.iter().position(|&x| x == Point::Sent).unwrap_or(0);
+    let before = chain("client", &client[..=split], &mut lines);
+    let (_, raw_wait, raw_turn) = raw.stamps.means_us();
+    let wire = (raw_wait - raw_turn).max(0.0) / 2.0;
+    let (wire_name, back_name) = match (medium, spin) {
+        (Medium::Udp, true) => ("kernel and loopback to the server, busy-polled (raw UDP ping-pong)", "the same back"),
+        (Medium::Udp, false) => {
+            ("kernel and loopback to the server, woken from poll (raw UDP ping-pong)", "the same back")
+        }
+        (Medium::Shm, true) => ("cache-line transfer to the spinning server (raw shm ping-pong)", "the same back"),
+        (Medium::Shm, false) => ("futex wake of the sleeping server (raw futex ping-pong)", "the same back"),
+    };
+    lines.push(Line { side: "wire", step: wire_name.into(), mean_us: wire, overlapped: false });
+    let server = chain("server", SERVER, &mut lines);
+    // All the server's steps, the overlapped publish included: what the client's wait covers.
+    let server_busy: f64 = SERVER.windows(2).filter_map(|w| step_us(&m.steps, w[0], w[1])).sum();
+    lines.push(Line { side: "wire", step: back_name.into(), mean_us: wire, overlapped: false });
+    let after = chain("client", &client[split + 1..], &mut lines);
+    let sum = before + 2.0 * wire + server + after;
+    let measured = m.on_mean_us;
+    let gap = measured - sum;
+    Account {
+        transport: name(medium),
+        waiting: if spin { "spin" } else { "block" },
+        procedure: p.name(),
+        calls: m.calls,
+        lines,
+        sum_us: sum,
+        measured_us: measured,
+        gap_us: gap,
+        gap_percent: 100.0 * gap / measured,
+        client_wait_us: step_us(&m.steps, Point::Sent, Point::Arrived).unwrap_or(0.0),
+        server_busy_us: server_busy,
+        raw_wait_us: raw_wait,
+        raw_turnaround_us: raw_turn,
+        raw_round_trip_us: raw.round_trip.mean_us(),
+        off_mean_us: m.off_mean_us,
+        off_median_us: m.off.median_us(),
+        off_p99_us: m.off.p99_us(),
+    }
+}
+
+fn print_account(a: &Account, placement: &str) {
+    outln!(
+        "\n{} over {}, {} on both sides ({placement}); mean of {} calls, µs",
+        a.procedure,
+        if a.transport == "udp" { "UDP loopback" } else { "shared memory" },
+        if a.waiting == "spin" { "spinning" } else { "blocking at once" },
+        a.calls
+    );
+    for l in &a.lines {
+        if l.overlapped {
+            outln!("  {:<7} {:<68} {:>8.3}  (overlaps the transfer, not added)", l.side, l.step, l.mean_us);
+        } else {
+            outln!("  {:<7} {:<68} {:>8.3} {:>5.1}%", l.side, l.step, l.mean_us, 100.0 * l.mean_us / a.measured_us);
+        }
+    }
+    outln!("  {:<76} {:>8.3}", "sum of the steps", a.sum_us);
+    outln!("  {:<76} {:>8.3}", "measured: the caller's clock around the stub, timestamps on", a.measured_us);
+    let verdict = if a.gap_percent.abs() <= 10.0 { "within 10%" } else { "NOT within 10%" };
+    outln!("  {:<76} {:>8.3} {:>5.1}%  ({verdict})", "difference (measured − sum)", a.gap_us, a.gap_percent);
+    let net = a.client_wait_us - a.server_busy_us;
+    outln!(
+        "  where it lies: the client waited {:.3} (send returned → result seen), the server was busy {:.3}, so",
+        a.client_wait_us,
+        a.server_busy_us
+    );
+    outln!(
+        "  the wire, kernel and wakeups took {:.3}; in the raw ping-pong they took {:.3} (its wait {:.3} less its",
+        net,
+        a.raw_wait_us - a.raw_turnaround_us,
+        a.raw_wait_us
+    );
+    outln!("  echo's turnaround {:.3}; raw round trip {:.3}).", a.raw_turnaround_us, a.raw_round_trip_us);
+    outln!(
+        "  timestamps off: mean {:.3}, median {:.3}, p99 {:.3}; the {} timestamps of a call cost about {:.3}",
+        a.off_mean_us,
+        a.off_median_us,
+        a.off_p99_us,
+        a.lines.len() + 1,
+        a.measured_us - a.off_mean_us
+    );
+}
+
+/// Mean time in µs of `f` over many runs.
+fn time_us(mut f: impl FnMut()) -> f64 {
+    let n = 100_000u32;
+    let t0 = ticks();
+    for _ in 0..n {
+        f();
+    }
+    ticks_to_ns(ticks().wrapping_sub(t0) as f64) / 1e3 / n as f64
+}
+
+/// The raw round trips of Null's and MaxResult's sizes, per medium and waiting policy.
+pub type Raws = Vec<(Medium, bool, Vec<Raw>)>;
+
+/// Measures and prints the accounting of Null and MaxResult over each of `media`, spinning and/or
+/// blocking as `modes` say (true: spinning). The calling thread must be pinned to `client_cpu`.
+pub fn accounts(
+    media: &[Medium],
+    modes: &[bool],
+    calls: u32,
+    client_cpu: usize,
+    server_cpu: usize,
+) -> crate::Result<(Vec<Account>, Raws)> {
+    let placement = format!("caller CPU {client_cpu}, server CPU {server_cpu}");
+    let mut accounts = Vec::new();
+    let mut base = Vec::new();
+    for &medium in media {
+        for &spin in modes {
+            crate::progress::doing(&format!("accounting {} {}", name(medium), if spin { "spin" } else { "block" }));
+            let raws = raw(medium, spin, server_cpu, calls)?;
+            let (server, client) = tiercel_pair(medium, spin, false, server_cpu)?;
+            for (p, r) in [Procedure::Null, Procedure::MaxResult].into_iter().zip(&raws) {
+                let m = measure(&client, p, calls, true)?;
+                let a = account(medium, spin, p, &m, r);
+                print_account(&a, &placement);
+                accounts.push(a);
+            }
+            drop(client);
+            drop(server);
+            base.push((medium, spin, raws));
+            crate::progress::step();
+        }
+    }
+    Ok((accounts, base))
+}
+
+pub fn run(args: Args) -> crate::Result<()> {
+    if !steps::enable(false) {
+        return Err("this tiercel was built without the `explain` feature".into());
+    }
+    tiercel_sys::cpu::pin_current_thread(args.client_cpu).map_err(|e| e.to_string())?;
+    let media: Vec<Medium> = match args.transport.as_deref() {
+        None => vec![Medium::Udp, Medium::Shm],
+        Some("udp") => vec![Medium::Udp],
+        Some("shm") => vec![Medium::Shm],
+        Some(t) => return Err(format!("unknown transport {t:?} (udp, shm)")),
+    };
+    let calls = args.calls.max(100);
+    outln!(
+        "tiercel explain: tick counter at {:.3} GHz; caller pinned to CPU {}, server thread (in this process) and raw \
+         echo servers (processes) pinned to CPU {}",
+        tiercel_sys::clock::ticks_per_second() / 1e9,
+        args.client_cpu,
+        args.server_cpu
+    );
+    let mut report = Report { client_cpu: args.client_cpu, server_cpu: args.server_cpu, ..Report::default() };
+    crate::progress::start(3 * media.len() as u64);
+    let (accounts, base) = accounts(&media, &[true, false], calls, args.client_cpu, args.server_cpu)?;
+    report.accounts = accounts;
+    outln!("\nWhat a call would cost with a step changed (Firefly §4.2), mean µs; estimates from the steps and");
+    outln!("raw baselines above and from timing the added work alone; measured where the change is a setting");
+    let mean = |medium: Medium, spin: bool, p: &str| {
+        report
+            .accounts
+            .iter()
+            .find(|a| {
+                a.transport == name(medium) && a.waiting == if spin { "spin" } else { "block" } && a.procedure == p
+            })
+            .map(|a| a.off_mean_us)
+    };
+    let mut estimates = Vec::new();
+    for &medium in &media {
+        let raw_of = |spin: bool| base.iter().find(|(m, s, _)| *m == medium && *s == spin).map(|(_, _, r)| r);
+        let (Some(raw_spin), Some(raw_block)) = (raw_of(true), raw_of(false)) else { continue };
+        crate::progress::doing(&format!("estimates {}", name(medium)));
+        let checksummed = if medium == Medium::Udp {
+            let (_server, client) = tiercel_pair(medium, true, true, args.server_cpu)?;
+            Some([
+                measure(&client, Procedure::Null, calls, false)?,
+                measure(&client, Procedure::MaxResult, calls, false)?,
+            ])
+        } else {
+            None
+        };
+        for (i, p) in [Procedure::Null, Procedure::MaxResult].into_iter().enumerate() {
+            let (Some(spinning), Some(blocking)) = (mean(medium, true, p.name()), mean(medium, false, p.name())) else {
+                continue;
+            };
+            let wake = raw_block[i].round_trip.mean_us() - raw_spin[i].round_trip.mean_us();
+            let what = if medium == Medium::Udp { "UDP: block in poll" } else { "shm: sleep on futexes" };
+            estimates.push(Estimate {
+                change: format!("{what} instead of spinning (raw blocking − raw spinning round trip)"),
+                procedure: p.name(),
+                base_us: spinning,
+                estimate_us: spinning + wake,
+                measured_us: Some(blocking),
+            });
+            let (call, result) = p.sizes();
+            let header = if medium == Medium::Udp { HEADER } else { 0 };
+            let (call, result) = (header + call, header + result);
+            let src = vec![0x5au8; call.max(result)];
+            let mut dst = vec![0u8; call.max(result)];
+            let copy = time_us(|| {
+                dst[..call].copy_from_slice(std::hint::black_box(&src[..call]));
+                dst[..result].copy_from_slice(std::hint::black_box(&src[..result]));
+                std::hint::black_box(&dst);
+            });
+            estimates.push(Estimate {
+                change: format!("{}: one copy more of the call and of the result", name(medium)),
+                procedure: p.name(),
+                base_us: spinning,
+                estimate_us: spinning + copy,
+                measured_us: None,
+            });
+            if let Some(measured) = &checksummed {
+                // Each packet is summed by its sender and checked by its receiver.
+                let sum = time_us(|| {
+                    std::hint::black_box(tiercel_proto::wire::checksum([std::hint::black_box(&src[..call])]));
+                    std::hint::black_box(tiercel_proto::wire::checksum([std::hint::black_box(&src[..result])]));
+                });
+                estimates.push(Estimate {
+                    change: "udp: CRC32C checksum on every packet, computed and checked".into(),
+                    procedure: p.name(),
+                    base_us: spinning,
+                    estimate_us: spinning + 2.0 * sum,
+                    measured_us: Some(measured[i].off_mean_us),
+                });
+            }
+            if medium == Medium::Shm {
+                let staged = report
+                    .accounts
+                    .iter()
+                    .find(|a| a.transport == "shm" && a.waiting == "spin" && a.procedure == p.name())
+                    .and_then(|a| a.lines.iter().find(|l| l.step.starts_with(Point::ResultCopied.describe())))
+                    .map_or(0.0, |l| l.mean_us);
+                estimates.push(Estimate {
+                    change: "shm: without the client's staging copy of the result out of the slot".into(),
+                    procedure: p.name(),
+                    base_us: spinning,
+                    estimate_us: spinning - staged,
+                    measured_us: None,
+                });
+            }
+        }
+        crate::progress::step();
+    }
+    crate::progress::finish();
+    outln!("{:<86} {:<10} {:>8} {:>9} {:>9}", "change", "procedure", "as is", "estimate", "measured");
+    for e in &estimates {
+        let measured = e.measured_us.map_or("—".to_string(), |m| format!("{m:.3}"));
+        outln!("{:<86} {:<10} {:>8.3} {:>9.3} {:>9}", e.change, e.procedure, e.base_us, e.estimate_us, measured);
+    }
+    report.estimates = estimates;
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(path, json).map_err(|e| format!("{}: {e}", path.display()))?;
+        outln!("\nwrote {}", path.display());
+    }
+    if let Some(dir) = &args.plot {
+        let path = crate::plot::breakdown(dir, &report.accounts)?;
+        outln!("wrote {}", path.display());
+    }
+    Ok(())
+}

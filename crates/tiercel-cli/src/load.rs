@@ -1,0 +1,188 @@
+//! The load table, after Lampson's queueing rule of thumb r = s/(1 − u): an open-loop generator with
+//! Poisson arrivals offers calls of a fixed service time at fractions of the server's measured
+//! capacity, and the median and p99 response times are set against the model.
+//!
+//! The server has one worker (one thread serving the binding, over shared memory), so it is a single
+//! queue. Arrivals come from many caller threads pinned to the client CPU, each a Poisson stream of
+//! its share of the rate; together they are one Poisson stream. Callers block while they wait (they
+//! would otherwise take the client CPU from one another), and a response is timed from the moment
+//! its caller starts the call.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use tiercel::seeds::TestClient;
+use tiercel::{Client, ClientConfig, Spin};
+
+use crate::bench::Medium;
+use crate::progress::outln;
+use crate::summary::Summary;
+
+/// Utilizations offered.
+pub const UTILIZATIONS: [f64; 8] = [0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95];
+/// Caller threads of the generator.
+const CALLERS: u32 = 32;
+
+/// A load table row, for `--json`.
+#[derive(serde::Serialize)]
+pub struct Row {
+    pub transport: &'static str,
+    pub service_us: u32,
+    pub capacity_per_second: f64,
+    pub offered_utilization: f64,
+    pub offered_per_second: f64,
+    pub achieved_per_second: f64,
+    pub utilization: f64,
+    pub calls: u64,
+    pub unloaded_median_us: f64,
+    pub median_us: f64,
+    pub p99_us: f64,
+    pub model_us: f64,
+}
+
+fn client(medium: Medium, addr: &str) -> crate::Result<TestClient> {
+    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+    let config = ClientConfig { spin: Spin::Never, ..ClientConfig::default() };
+    Client::connect(format!("{scheme}{addr}")).and_then(|c| c.with_config(config).import()).map_err(|e| e.to_string())
+}
+
+/// Runs `CALLERS` threads on `cpu` for `time`; each makes calls of `service_us`, at Poisson times of
+/// total rate `rate` (None: back to back). Returns the responses and the calls made.
+fn generate(
+    client: &TestClient,
+    cpu: usize,
+    service_us: u32,
+    rate: Option<f64>,
+    time: Duration,
+    seed: u64,
+) -> crate::Result<(Summary, u64)> {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let end = start + time;
+    let handles: Vec<_> = (0..CALLERS)
+        .map(|t| {
+            let (c, done) = (client.clone(), done.clone());
+            std::thread::spawn(move || -> crate::Result<Summary> {
+                let _ = tiercel_sys::cpu::pin_current_thread(cpu);
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(seed.wrapping_mul(1000).wrapping_add(t as u64));
+                let mut s = Summary::new();
+                let mut next = start;
+                loop {
+                    if let Some(rate) = rate {
+                        // Exponential gaps of mean CALLERS / rate: this thread's share of the stream.
+                        let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
+                        next += Duration::from_secs_f64(-u.ln() * CALLERS as f64 / rate);
+                        let now = Instant::now();
+                        if next > now {
+                            std::thread::sleep(next - now);
+                        }
+                    }
+                    let t0 = Instant::now();
+                    if t0 >= end {
+                        return Ok(s);
+                    }
+                    c.work(service_us).map_err(|e| e.to_string())?;
+                    s.record(t0.elapsed());
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let mut all = Summary::new();
+    for h in handles {
+        let s = h.join().map_err(|_| "a caller thread panicked".to_string())??;
+        all.add(&s);
+    }
+    Ok((all, done.load(Ordering::Relaxed)))
+}
+
+/// The load table over `medium` against the spinning `tiercel serve` at `addr` (host:port, one
+/// worker), `time` per row.
+pub fn table(
+    medium: Medium,
+    addr: &str,
+    client_cpu: usize,
+    service_us: u32,
+    time: Duration,
+    mut progress: impl FnMut(),
+) -> crate::Result<Vec<Row>> {
+    let client = client(medium, addr)?;
+    let mut unloaded = Summary::new();
+    for i in 0..2_200 {
+        let t = Instant::now();
+        client.work(service_us).map_err(|e| e.to_string())?;
+        if i >= 200 {
+            unloaded.record(t.elapsed());
+        }
+    }
+    let s = unloaded.median_us();
+    let (_, n) = generate(&client, client_cpu, service_us, None, time, 0)?;
+    let capacity = n as f64 / time.as_secs_f64();
+    progress();
+    let transport = if medium == Medium::Udp { "udp" } else { "shm" };
+    let mut rows = Vec::new();
+    for (i, u) in UTILIZATIONS.into_iter().enumerate() {
+        let rate = u * capacity;
+        let (r, n) = generate(&client, client_cpu, service_us, Some(rate), time, i as u64 + 1)?;
+        let achieved = n as f64 / time.as_secs_f64();
+        let utilization = achieved / capacity;
+        rows.push(Row {
+            transport,
+            service_us,
+            capacity_per_second: capacity,
+            offered_utilization: u,
+            offered_per_second: rate,
+            achieved_per_second: achieved,
+            utilization,
+            calls: r.len(),
+            unloaded_median_us: s,
+            median_us: r.median_us(),
+            p99_us: r.p99_us(),
+            model_us: s / (1.0 - utilization.min(0.999)),
+        });
+        progress();
+    }
+    outln!(
+        "\nLoad (Lampson's r = s/(1 − u)) over {}: open-loop Poisson arrivals from {CALLERS} caller threads on CPU \
+         {client_cpu}",
+        if medium == Medium::Udp { "UDP loopback" } else { "shared memory" }
+    );
+    outln!(
+        "(callers block while waiting), calls of {service_us} µs of work on a one-worker server; capacity {capacity:.0} \
+         calls/s"
+    );
+    outln!(
+        "(closed loop, {CALLERS} callers); s = unloaded median response {s:.1} µs; {:.1} s per row",
+        time.as_secs_f64()
+    );
+    outln!(
+        "{:>8} {:>10} {:>10} {:>7} | {:>9} {:>10} {:>10} | {:>10} {:>8}",
+        "offered",
+        "calls/s",
+        "achieved",
+        "u",
+        "calls",
+        "median µs",
+        "p99 µs",
+        "model µs",
+        "med/mod"
+    );
+    for r in &rows {
+        outln!(
+            "{:>7.0}% {:>10.0} {:>10.0} {:>7.2} | {:>9} {:>10.1} {:>10.1} | {:>10.1} {:>8.2}",
+            r.offered_utilization * 100.0,
+            r.offered_per_second,
+            r.achieved_per_second,
+            r.utilization,
+            r.calls,
+            r.median_us,
+            r.p99_us,
+            r.model_us,
+            r.median_us / r.model_us
+        );
+    }
+    outln!("(the model is M/M/1's mean; a fixed service time queues less (M/D/1), so the median may sit below it)");
+    Ok(rows)
+}

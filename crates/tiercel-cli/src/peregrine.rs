@@ -1,0 +1,356 @@
+//! Peregrine's tables (Johnson & Zwaenepoel, §5): the network penalty of single packets (Table 1) and
+//! of multi-packet transfers (Table 3), then calls of growing size against the penalty of the packets
+//! they need (Table 5): penalty, measured, overhead, throughput.
+//!
+//! The network penalty of a message is the time to move it from user space in one process to user
+//! space in the other: half the raw round trip of two messages of its size, or, for a multi-packet
+//! transfer, the time from the first send to the reply less the penalty of the (small) reply. Both
+//! sides busy-poll, as tiercel's client and server do in the measured calls.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tiercel::seeds::TestClient;
+use tiercel::{Client, ClientConfig, In, InOut, Spin};
+
+use crate::bench::{spawn, Medium, HEADER};
+use crate::progress::outln;
+use crate::raw::PingPong;
+use crate::raw_shm::ShmPingPong;
+use crate::summary::Summary;
+
+/// Single-packet payload sizes of Table 1 (46 bytes is Ethernet's smallest payload; 1472 bytes the
+/// largest UDP payload of a 1500-byte packet).
+pub const TABLE1_SIZES: [usize; 7] = [46, 100, 200, 400, 800, 1200, 1472];
+/// Transfer sizes of Table 3.
+pub const TABLE3_SIZES: [usize; 4] = [3000, 48_000, 1 << 20, 16 << 20];
+
+#[derive(serde::Serialize)]
+pub struct Table1Row {
+    pub bytes: usize,
+    pub spin_median_us: f64,
+    pub spin_p99_us: f64,
+    pub block_median_us: f64,
+    pub block_p99_us: f64,
+}
+
+#[derive(serde::Serialize)]
+pub struct Table3Row {
+    pub bytes: usize,
+    pub datagram_bytes: usize,
+    pub datagrams: usize,
+    pub transfers: u64,
+    pub lost: u64,
+    pub penalty_median_us: f64,
+    pub penalty_p99_us: f64,
+    pub mbit_per_second: f64,
+}
+
+#[derive(serde::Serialize)]
+pub struct Table5Row {
+    pub transport: &'static str,
+    pub procedure: String,
+    pub call_bytes: usize,
+    pub result_bytes: usize,
+    pub calls: u64,
+    pub penalty_us: f64,
+    pub median_us: f64,
+    pub p99_us: f64,
+    pub overhead_us: f64,
+    pub ratio: f64,
+    pub mbit_per_second: f64,
+}
+
+#[derive(serde::Serialize, Default)]
+pub struct Json {
+    pub table1: Vec<Table1Row>,
+    pub table3: Vec<Table3Row>,
+    pub table5: Vec<Table5Row>,
+}
+
+/// Repeats `f` for about `budget` (at least `min` times, at most 20,000), recording each run that
+/// returns true.
+fn repeat(budget: Duration, min: u32, mut f: impl FnMut() -> crate::Result<bool>) -> crate::Result<(Summary, u64)> {
+    let mut s = Summary::new();
+    let mut lost = 0;
+    let start = Instant::now();
+    let mut n = 0u32;
+    while (n < min || start.elapsed() < budget) && n < 20_000 {
+        let t = Instant::now();
+        if f()? {
+            s.record(t.elapsed());
+        } else {
+            lost += 1;
+        }
+        n += 1;
+    }
+    Ok((s, lost))
+}
+
+fn echo(medium: Medium, spin: bool, server_cpu: usize) -> crate::Result<(crate::bench::Spawned, String)> {
+    let mut args = vec![
+        if medium == Medium::Udp { "raw-echo" } else { "raw-shm-echo" }.to_string(),
+        "--cpu".into(),
+        server_cpu.to_string(),
+    ];
+    if spin {
+        args.push("--spin".into());
+    }
+    spawn(&args)
+}
+
+fn socket_addr(addr: &str) -> crate::Result<SocketAddr> {
+    addr.strip_prefix("udp://").and_then(|a| a.parse().ok()).ok_or_else(|| format!("echo address {addr:?}"))
+}
+
+/// Table 1: half the raw UDP round trip of two packets of each size, busy-polling and blocking.
+pub fn table1(server_cpu: usize, budget: Duration) -> crate::Result<Vec<Table1Row>> {
+    let mut out = Vec::new();
+    let mut halves = Vec::new();
+    for spin in [true, false] {
+        let (_echo, addr) = echo(Medium::Udp, spin, server_cpu)?;
+        let addr = socket_addr(&addr)?;
+        let mut row = Vec::new();
+        for bytes in TABLE1_SIZES {
+            let mut ping = PingPong::new(addr, bytes, bytes, spin)?;
+            for _ in 0..200 {
+                ping.round_trip()?;
+            }
+            let (s, _) = repeat(budget, 100, || ping.round_trip())?;
+            row.push((s.median_us() / 2.0, s.p99_us() / 2.0));
+        }
+        halves.push(row);
+    }
+    outln!("\nPeregrine Table 1: network penalty (half a raw UDP round trip of two packets of the size), µs");
+    outln!("{:>8} | {:>12} {:>12} | {:>12} {:>12}", "bytes", "busy median", "busy p99", "block median", "block p99");
+    for (i, bytes) in TABLE1_SIZES.into_iter().enumerate() {
+        let ((sm, sp), (bm, bp)) = (halves[0][i], halves[1][i]);
+        outln!("{bytes:>8} | {sm:>12.2} {sp:>12.2} | {bm:>12.2} {bp:>12.2}");
+        out.push(Table1Row { bytes, spin_median_us: sm, spin_p99_us: sp, block_median_us: bm, block_p99_us: bp });
+    }
+    Ok(out)
+}
+
+/// The network penalty of each message size a Table 5 row needs, per medium: half the raw round trip
+/// of that size, or for a UDP message over one datagram, its multi-packet transfer less the reply's
+/// penalty.
+struct Penalties {
+    medium: Medium,
+    datagram: usize,
+    budget: Duration,
+    known: Vec<(usize, f64)>,
+    udp: Option<SocketAddr>,
+    shm: Option<std::rc::Rc<std::cell::RefCell<crate::raw_shm::Connection>>>,
+}
+
+impl Penalties {
+    /// A multi-packet transfer of `bytes` over raw UDP (Table 3's row).
+    fn transfer(&mut self, bytes: usize) -> crate::Result<Table3Row> {
+        let small = self.one_way(HEADER)?;
+        let addr = self.udp.ok_or("no raw UDP echo")?;
+        let mut ping = PingPong::new(addr, HEADER, HEADER, true)?;
+        let min = if bytes > 4 << 20 { 5 } else { 20 };
+        let (s, lost) = repeat(self.budget, min, || ping.transfer(bytes, self.datagram))?;
+        let penalty = (s.median_us() - small).max(0.0);
+        Ok(Table3Row {
+            bytes,
+            datagram_bytes: self.datagram,
+            datagrams: bytes.div_ceil(self.datagram),
+            transfers: s.len(),
+            lost,
+            penalty_median_us: penalty,
+            penalty_p99_us: (s.p99_us() - small).max(0.0),
+            mbit_per_second: bytes as f64 * 8.0 / penalty.max(1e-3),
+        })
+    }
+
+    fn one_way(&mut self, bytes: usize) -> crate::Result<f64> {
+        if let Some(&(_, p)) = self.known.iter().find(|(b, _)| *b == bytes) {
+            return Ok(p);
+        }
+        let p = match (self.medium, self.udp, &self.shm) {
+            (Medium::Udp, Some(_), _) if bytes > self.datagram => self.transfer(bytes)?.penalty_median_us,
+            (Medium::Udp, Some(addr), _) => {
+                let mut ping = PingPong::new(addr, bytes, bytes, true)?;
+                for _ in 0..100 {
+                    ping.round_trip()?;
+                }
+                repeat(self.budget, 50, || ping.round_trip())?.0.median_us() / 2.0
+            }
+            (_, _, Some(conn)) => {
+                let mut ping = ShmPingPong::new(conn, bytes, bytes, true);
+                for _ in 0..20 {
+                    ping.round_trip()?;
+                }
+                repeat(self.budget, 10, || ping.round_trip())?.0.median_us() / 2.0
+            }
+            _ => return Err("no raw echo for the penalties".into()),
+        };
+        self.known.push((bytes, p));
+        Ok(p)
+    }
+}
+
+/// One Table 5 call: its name, its marshaled sizes each way, and how to make it.
+struct Call {
+    name: String,
+    call: usize,
+    result: usize,
+    size: usize,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Null,
+    Int,
+    In,
+    InOut,
+}
+
+fn calls() -> Vec<Call> {
+    let mut v = vec![
+        Call { name: "Null".into(), call: 0, result: 0, size: 0, kind: Kind::Null },
+        Call { name: "4-byte argument".into(), call: 4, result: 0, size: 0, kind: Kind::Int },
+    ];
+    // The largest message is 16 MiB, its 4-byte length included.
+    for (label, size) in
+        [("1024", 1024), ("3000", 3000), ("48000", 48_000), ("1 MiB", 1 << 20), ("16 MiB", (16 << 20) - 4)]
+    {
+        // A buffer travels with its 4-byte length; an InOut buffer comes back as it went.
+        v.push(Call { name: format!("{label}-byte In"), call: 4 + size, result: 0, size, kind: Kind::In });
+        v.push(Call { name: format!("{label}-byte InOut"), call: 4 + size, result: 4 + size, size, kind: Kind::InOut });
+    }
+    for c in &mut v {
+        if c.name.contains("MiB-byte") {
+            c.name = c.name.replace("MiB-byte", "MiB");
+        }
+    }
+    v
+}
+
+/// Tables 3 and 5 over `medium`: `rpc_addr` is a spinning `tiercel serve` (host:port).
+pub fn table5(
+    medium: Medium,
+    rpc_addr: &str,
+    server_cpu: usize,
+    budget: Duration,
+    json: &mut Json,
+    mut progress: impl FnMut(),
+) -> crate::Result<()> {
+    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+    let config = ClientConfig { spin: Spin::Fixed(Duration::from_secs(1)), ..ClientConfig::default() };
+    let client: TestClient = Client::connect(format!("{scheme}{rpc_addr}"))
+        .and_then(|c| c.with_config(config).import())
+        .map_err(|e| e.to_string())?;
+    let (_echo, addr) = echo(medium, true, server_cpu)?;
+    let header = if medium == Medium::Udp { HEADER } else { 0 };
+    let mut penalties = Penalties {
+        medium,
+        datagram: client.binding().max_datagram(),
+        budget,
+        known: Vec::new(),
+        udp: if medium == Medium::Udp { Some(socket_addr(&addr)?) } else { None },
+        shm: if medium == Medium::Shm { Some(crate::raw_shm::Connection::new(&addr)?) } else { None },
+    };
+    let mut buf = vec![0u8; 16 << 20];
+    tiercel::seeds::fill(&mut buf);
+    let mut rows = Vec::new();
+    for c in calls() {
+        let penalty = penalties.one_way(header + c.call)? + penalties.one_way(header + c.result)?;
+        let mut call = || -> crate::Result<bool> {
+            match c.kind {
+                Kind::Null => client.null(),
+                Kind::Int => client.int1(7),
+                Kind::In => client.bulk_in(In(&buf[..c.size])),
+                Kind::InOut => client.bulk_in_out(InOut(&mut buf[..c.size])),
+            }
+            .map(|()| true)
+            .map_err(|e| format!("{}: {e}", c.name))
+        };
+        for _ in 0..if c.size > 1 << 20 { 2 } else { 50 } {
+            call()?;
+        }
+        let min = if c.size > 4 << 20 { 5 } else { 20 };
+        let (s, _) = repeat(budget, min, &mut call)?;
+        let moved = (c.call + c.result) as f64;
+        rows.push(Table5Row {
+            transport: if medium == Medium::Udp { "udp" } else { "shm" },
+            procedure: c.name,
+            call_bytes: header + c.call,
+            result_bytes: header + c.result,
+            calls: s.len(),
+            penalty_us: penalty,
+            median_us: s.median_us(),
+            p99_us: s.p99_us(),
+            overhead_us: s.median_us() - penalty,
+            ratio: s.median_us() / penalty,
+            mbit_per_second: moved * 8.0 / s.median_us(),
+        });
+        progress();
+    }
+    if medium == Medium::Udp {
+        let t3 = TABLE3_SIZES.iter().map(|&b| penalties.transfer(b)).collect::<crate::Result<Vec<_>>>()?;
+        outln!(
+            "\nPeregrine Table 3: multi-packet network penalty over UDP loopback (datagrams of {} bytes, the binding's",
+            penalties.datagram
+        );
+        outln!("size here: sizes up to it go in one), both sides busy-poll; a transfer is all its datagrams, then a");
+        outln!("{HEADER}-byte reply, less that reply's penalty");
+        outln!(
+            "{:>10} {:>10} {:>10} {:>6} | {:>12} {:>12} | {:>10}",
+            "bytes",
+            "datagrams",
+            "transfers",
+            "lost",
+            "median µs",
+            "p99 µs",
+            "Mbit/s"
+        );
+        for r in &t3 {
+            outln!(
+                "{:>10} {:>10} {:>10} {:>6} | {:>12.1} {:>12.1} | {:>10.0}",
+                r.bytes,
+                r.datagrams,
+                r.transfers,
+                r.lost,
+                r.penalty_median_us,
+                r.penalty_p99_us,
+                r.mbit_per_second
+            );
+        }
+        json.table3 = t3;
+    }
+    outln!(
+        "\nPeregrine Table 5 over {}: calls against the penalty of their messages (raw {} of the same sizes,",
+        if medium == Medium::Udp { "UDP loopback" } else { "shared memory" },
+        if medium == Medium::Udp { "UDP, one way each" } else { "shm ping-pong, half round trips" }
+    );
+    outln!("both sides spin); medians of about {} ms of calls per row", budget.as_millis());
+    outln!(
+        "{:<18} {:>21} | {:>10} {:>10} {:>10} {:>9} {:>7} | {:>9}",
+        "call",
+        "bytes call/result",
+        "penalty",
+        "measured",
+        "p99",
+        "overhead",
+        "ratio",
+        "Mbit/s"
+    );
+    for r in &rows {
+        outln!(
+            "{:<18} {:>21} | {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>6.2}× | {:>9.0}",
+            r.procedure,
+            format!("{}/{}", r.call_bytes, r.result_bytes),
+            r.penalty_us,
+            r.median_us,
+            r.p99_us,
+            r.overhead_us,
+            r.ratio,
+            r.mbit_per_second
+        );
+    }
+    json.table5.extend(rows);
+    Ok(())
+}

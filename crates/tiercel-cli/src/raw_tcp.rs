@@ -1,0 +1,110 @@
+//! The raw TCP ping-pong among the benchmark's baselines: one loopback connection with `TCP_NODELAY`,
+//! a request of an 8-byte header (reply length, request length) and its payload, a reply of the
+//! asked length; both sides busy-poll non-blocking reads, or block in them.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// Largest request or reply.
+const MAX: usize = 64 * 1024;
+
+/// Options of the hidden `tiercel raw-tcp-echo`.
+#[derive(clap::Args)]
+pub struct EchoArgs {
+    /// CPU to pin to.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Busy-poll non-blocking reads instead of blocking in them.
+    #[arg(long)]
+    spin: bool,
+}
+
+/// Reads exactly `buf.len()` bytes; false if the peer closed first or nothing came for 10 s.
+fn read_full(stream: &mut TcpStream, buf: &mut [u8], spin: bool) -> std::io::Result<bool> {
+    let mut at = 0;
+    let mut polls = 0u32;
+    let mut since = None;
+    while at < buf.len() {
+        match stream.read(&mut buf[at..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock && spin => {
+                polls = polls.wrapping_add(1);
+                if polls.is_multiple_of(4096)
+                    && since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(10)
+                {
+                    return Ok(false);
+                }
+                core::hint::spin_loop();
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+fn write_all(stream: &mut TcpStream, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match stream.write(buf) {
+            Ok(n) => buf = &buf[n..],
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => core::hint::spin_loop(),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Serves one connection until the client closes it.
+pub fn echo(args: EchoArgs) -> crate::Result<()> {
+    if let Some(cpu) = args.cpu {
+        tiercel_sys::cpu::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    println!("listening tcp://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    let _ = std::io::stdout().flush();
+    let (mut stream, _) = listener.accept().map_err(|e| e.to_string())?;
+    stream.set_nodelay(true).and_then(|()| stream.set_nonblocking(args.spin)).map_err(|e| e.to_string())?;
+    let reply = vec![0x5au8; MAX];
+    let mut request = vec![0u8; MAX];
+    let mut header = [0u8; 8];
+    loop {
+        if !read_full(&mut stream, &mut header, args.spin).map_err(|e| e.to_string())? {
+            return Ok(());
+        }
+        let want = (u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize).min(MAX);
+        let len = (u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize).min(MAX);
+        if !read_full(&mut stream, &mut request[..len], args.spin).map_err(|e| e.to_string())? {
+            return Ok(());
+        }
+        write_all(&mut stream, &reply[..want]).map_err(|e| e.to_string())?;
+    }
+}
+
+/// The client side of the raw TCP ping-pong.
+pub struct TcpPingPong {
+    stream: TcpStream,
+    request: Vec<u8>,
+    reply: Vec<u8>,
+    spin: bool,
+}
+
+impl TcpPingPong {
+    /// `request_len` payload bytes one way, `reply_len` the other.
+    pub fn new(server: SocketAddr, request_len: usize, reply_len: usize, spin: bool) -> crate::Result<TcpPingPong> {
+        let stream = TcpStream::connect(server).map_err(|e| format!("connecting to {server}: {e}"))?;
+        stream.set_nodelay(true).and_then(|()| stream.set_nonblocking(spin)).map_err(|e| e.to_string())?;
+        let (request_len, reply_len) = (request_len.min(MAX), reply_len.min(MAX));
+        let mut request = vec![0u8; 8 + request_len];
+        request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
+        request[4..8].copy_from_slice(&(request_len as u32).to_le_bytes());
+        Ok(TcpPingPong { stream, request, reply: vec![0; reply_len], spin })
+    }
+
+    /// One round trip; false if the echo went away.
+    pub fn round_trip(&mut self) -> crate::Result<bool> {
+        write_all(&mut self.stream, &self.request).map_err(|e| e.to_string())?;
+        read_full(&mut self.stream, &mut self.reply, self.spin).map_err(|e| e.to_string())
+    }
+}
