@@ -32,6 +32,9 @@ use crate::Error;
 const LIVENESS: Duration = Duration::from_millis(50);
 /// Results larger than this give their memory back to the system once read.
 const DISCARD_ABOVE: usize = 1 << 20;
+/// Slot pages are given back at most this often, and private buffers kept this long after the last
+/// large call.
+const DISCARD_EVERY: Duration = Duration::from_secs(1);
 
 /// A binding's shared region and the connection that keeps it alive.
 pub(crate) struct Link {
@@ -162,6 +165,9 @@ pub(crate) struct ShmEndpoint {
     spin: SpinBudget,
     /// A call abandoned at its deadline is still in the slot: wait for it before the next one.
     abandoned: bool,
+    /// When this endpoint last moved more than `DISCARD_ABOVE` bytes, and last gave slot pages back.
+    last_large: Option<Instant>,
+    last_discard: Option<Instant>,
 }
 
 fn word(region: &Region, at: usize) -> &AtomicU32 {
@@ -181,12 +187,20 @@ impl ShmEndpoint {
             result: Vec::with_capacity(4096),
             spin: SpinBudget::new(inner.config.spin),
             abandoned: false,
+            last_large: None,
+            last_discard: None,
         })
     }
 
     pub(super) fn begin(&mut self) {
         self.scratch.clear();
         self.result.clear();
+        if self.last_large.is_some_and(|t| t.elapsed() >= DISCARD_EVERY) {
+            // No large call for a while: give back the private buffers they grew.
+            self.last_large = None;
+            self.scratch = Vec::with_capacity(4096);
+            self.result = Vec::with_capacity(4096);
+        }
     }
 
     pub(super) fn scratch_mut(&mut self) -> &mut Vec<u8> {
@@ -250,11 +264,16 @@ impl ShmEndpoint {
         region.read(data, &mut self.result);
         mark(Point::ResultCopied);
         proto::client_reset(state);
-        if rlen.max(len) > DISCARD_ABOVE {
-            region.discard(data, rlen.max(len));
-        }
-        if self.scratch.capacity() > DISCARD_ABOVE {
-            self.scratch = Vec::with_capacity(4096);
+        let extent = rlen.max(len);
+        if extent > DISCARD_ABOVE {
+            // Give the slot's pages back, but at most once a second: a stream of large calls would
+            // otherwise fault them in anew (and zero them) on every call.
+            let now = Instant::now();
+            self.last_large = Some(now);
+            if self.last_discard.is_none_or(|t| now - t >= DISCARD_EVERY) {
+                region.discard(data, extent);
+                self.last_discard = Some(now);
+            }
         }
         match status {
             Status::Ok => Ok(()),

@@ -23,6 +23,8 @@ const LIVENESS: Duration = Duration::from_millis(100);
 const BIND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Transfers larger than this give their memory back to the system once done.
 const DISCARD_ABOVE: usize = 1 << 20;
+/// Slot pages are given back at most this often per slot.
+const DISCARD_EVERY: Duration = Duration::from_secs(1);
 
 /// Listens for shared-memory bind requests until the server stops. Returns `None` when the name is
 /// taken (another server of this address in this network namespace): clients then use UDP.
@@ -84,7 +86,18 @@ fn serve_connection(shared: &Arc<Shared>, stream: UnixStream) {
     }
     shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
     shared.shm_bindings.fetch_add(1, Ordering::Relaxed);
-    SlotServer { shared, stream: &stream, region: &region, layout, binding, args: Vec::new(), out: Vec::new() }.run();
+    let last_discard = vec![None; layout.slots as usize];
+    SlotServer {
+        shared,
+        stream: &stream,
+        region: &region,
+        layout,
+        binding,
+        args: Vec::new(),
+        out: Vec::new(),
+        last_discard,
+    }
+    .run();
     shared.shm_bindings.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -166,6 +179,8 @@ struct SlotServer<'a> {
     binding: Arc<dyn crate::interface::Export>,
     args: Vec<u8>,
     out: Vec<u8>,
+    /// When each slot last gave pages back (see `DISCARD_EVERY`).
+    last_discard: Vec<Option<Instant>>,
 }
 
 /// A control word of the region. Offsets come from the layout the region was created with, so they
@@ -237,6 +252,16 @@ impl<'a> SlotServer<'a> {
                 futex_wait(doorbell, bell, Some(LIVENESS));
             }
             proto::server_woke(sleeping);
+            if last_result.elapsed() >= LIVENESS {
+                // Idle a while: give back the private copies of large arguments and results (kept
+                // while calls come, so that a stream of large calls does not fault them in anew).
+                if self.args.capacity() > DISCARD_ABOVE {
+                    self.args = Vec::new();
+                }
+                if self.out.capacity() > DISCARD_ABOVE {
+                    self.out = Vec::new();
+                }
+            }
             if self.shared.stop.load(Ordering::Relaxed) || tiercel_sys::shm::peer_closed(self.stream) {
                 // The client died or dropped the binding: its region goes with this thread.
                 self.shared.stats.expired.fetch_add(1, Ordering::Relaxed);
@@ -296,14 +321,15 @@ impl<'a> SlotServer<'a> {
         self.word(base + slot::LEN).store(self.out.len() as u32, Ordering::Relaxed);
         self.word(base + slot::STATUS).store(status as u32, Ordering::Relaxed);
         if len > DISCARD_ABOVE && len > self.out.len() {
-            // The arguments were large: give back the part of the slot the result does not cover.
-            self.region.discard(data + self.out.len(), len - self.out.len());
-        }
-        if self.args.capacity() > DISCARD_ABOVE {
-            self.args = Vec::new();
-        }
-        if self.out.capacity() > DISCARD_ABOVE {
-            self.out = Vec::new();
+            // The arguments were large: give back the part of the slot the result does not cover,
+            // at most once a second per slot (a stream of large calls would otherwise fault the
+            // pages in anew on every call).
+            let now = Instant::now();
+            let last = self.last_discard.get_mut(i as usize);
+            if let Some(last) = last.filter(|l| l.is_none_or(|t| now - t >= DISCARD_EVERY)) {
+                self.region.discard(data + self.out.len(), len - self.out.len());
+                *last = Some(now);
+            }
         }
         let (state, waiting) = (self.word(base + slot::STATE), self.word(base + slot::CLIENT_WAITING));
         mark(Point::ResultReady);
