@@ -59,6 +59,8 @@ pub struct Table5Row {
     pub overhead_us: f64,
     pub ratio: f64,
     pub mbit_per_second: f64,
+    /// Packets the client sent again during the row (timeouts and negative acknowledgements).
+    pub retransmissions: u64,
 }
 
 #[derive(serde::Serialize, Default)]
@@ -272,6 +274,8 @@ pub fn table5(
             call()?;
         }
         let min = if c.size > 4 << 20 { 5 } else { 20 };
+        let resent = || client.binding().stats().retransmissions.load(std::sync::atomic::Ordering::Relaxed);
+        let resent_before = resent();
         let (s, _) = repeat(budget, min, &mut call)?;
         let moved = (c.call + c.result) as f64;
         rows.push(Table5Row {
@@ -286,6 +290,7 @@ pub fn table5(
             overhead_us: s.median_us() - penalty,
             ratio: s.median_us() / penalty,
             mbit_per_second: moved * 8.0 / s.median_us(),
+            retransmissions: resent() - resent_before,
         });
         progress();
     }
@@ -328,7 +333,7 @@ pub fn table5(
     );
     outln!("both sides spin); medians of about {} ms of calls per row", budget.as_millis());
     outln!(
-        "{:<18} {:>21} | {:>10} {:>10} {:>10} {:>9} {:>7} | {:>9}",
+        "{:<18} {:>21} | {:>10} {:>10} {:>10} {:>9} {:>7} | {:>9} {:>7}",
         "call",
         "bytes call/result",
         "penalty",
@@ -336,11 +341,12 @@ pub fn table5(
         "p99",
         "overhead",
         "ratio",
-        "Mbit/s"
+        "Mbit/s",
+        "resent"
     );
     for r in &rows {
         outln!(
-            "{:<18} {:>21} | {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>6.2}× | {:>9.0}",
+            "{:<18} {:>21} | {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>6.2}× | {:>9.0} {:>7}",
             r.procedure,
             format!("{}/{}", r.call_bytes, r.result_bytes),
             r.penalty_us,
@@ -348,7 +354,8 @@ pub fn table5(
             r.p99_us,
             r.overhead_us,
             r.ratio,
-            r.mbit_per_second
+            r.mbit_per_second,
+            r.retransmissions
         );
     }
     json.table5.extend(rows);
