@@ -129,7 +129,7 @@ impl Baseline {
 }
 
 /// A child process killed when dropped; its stdout stays open so that it can go on printing.
-pub(crate) struct Spawned(Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
+pub(crate) struct Spawned(pub(crate) Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
 
 impl Drop for Spawned {
     fn drop(&mut self) {
@@ -141,7 +141,12 @@ impl Drop for Spawned {
 /// Starts a server process of this program and reads the address (or name) it listens on.
 pub(crate) fn spawn(args: &[String]) -> crate::Result<(Spawned, String)> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
+    spawn_program(exe, args)
+}
+
+/// Starts `program` (this program, or one that execs it) and reads the address it listens on.
+pub(crate) fn spawn_program(program: impl AsRef<std::ffi::OsStr>, args: &[String]) -> crate::Result<(Spawned, String)> {
+    let mut child = Command::new(program)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -9,7 +9,6 @@ mod call;
 mod check;
 mod explain;
 mod load;
-#[cfg(feature = "fault-injection")]
 mod netns;
 mod peregrine;
 mod plot;
@@ -63,6 +62,9 @@ enum Command {
     /// The raw shared-memory echo server the benchmark measures against (started by `bench`).
     #[command(hide = true)]
     RawShmEcho(raw_shm::EchoArgs),
+    /// The remote rows of the Mach list, run inside a network namespace (started by `bench`).
+    #[command(hide = true)]
+    MachRemote(tables::RemoteArgs),
     /// The raw TCP echo server among the benchmark's baselines (started by `bench`).
     #[command(hide = true)]
     RawTcpEcho(raw_tcp::EchoArgs),
@@ -79,6 +81,7 @@ fn main() -> ExitCode {
         Command::RawEcho(a) => raw::echo(a),
         Command::RawShmEcho(a) => raw_shm::echo(a),
         Command::RawTcpEcho(a) => raw_tcp::echo(a),
+        Command::MachRemote(a) => tables::mach_remote(a),
         #[cfg(feature = "fault-injection")]
         Command::Soak(a) => soak::run(a),
         #[cfg(feature = "fault-injection")]

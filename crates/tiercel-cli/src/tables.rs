@@ -21,10 +21,10 @@ struct MachRow {
 }
 
 /// A Mach list row, per call in µs, for `--json`.
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct MachJson {
     test: String,
-    transport: &'static str,
+    transport: String,
     calls: u64,
     elapsed_us: f64,
     user_us: f64,
@@ -44,25 +44,36 @@ pub struct Table1Json {
 }
 
 impl MachRow {
-    fn print(&self) -> MachJson {
+    fn json(&self) -> MachJson {
         let per = |d: Duration| d.as_secs_f64() * 1e6 / self.calls.max(1) as f64;
-        outln!(
-            "{:<16} {:<26} {:>10} {:>10.3} {:>10.3} {:>10.3}",
-            self.test,
-            self.transport,
-            self.calls,
-            per(self.elapsed),
-            per(self.user),
-            per(self.system)
-        );
         MachJson {
             test: self.test.clone(),
-            transport: self.transport,
+            transport: self.transport.to_string(),
             calls: self.calls,
             elapsed_us: per(self.elapsed),
             user_us: per(self.user),
             system_us: per(self.system),
         }
+    }
+
+    fn print(&self) -> MachJson {
+        let json = self.json();
+        json.print();
+        json
+    }
+}
+
+impl MachJson {
+    fn print(&self) {
+        outln!(
+            "{:<16} {:<26} {:>10} {:>10.3} {:>10.3} {:>10.3}",
+            self.test,
+            self.transport,
+            self.calls,
+            self.elapsed_us,
+            self.user_us,
+            self.system_us
+        );
     }
 }
 
@@ -164,7 +175,79 @@ pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Re
             out.push(r.print());
         }
     }
+    match remote_across_namespaces(server_cpu, time) {
+        Ok(rows) => {
+            for r in rows {
+                r.print();
+                out.push(r);
+            }
+        }
+        Err(e) => outln!("(remote rows across two network namespaces skipped: {e})"),
+    }
     Ok(out)
+}
+
+/// Options of the hidden `tiercel mach-remote`.
+#[derive(clap::Args)]
+pub struct RemoteArgs {
+    /// The server, `host:port`.
+    addr: String,
+    /// The server's process id, for its CPU time.
+    #[arg(long)]
+    server_pid: u32,
+    /// Milliseconds per row.
+    #[arg(long)]
+    millis: u64,
+}
+
+/// The remote rows, measured from inside the client's namespace and printed as JSON.
+pub fn mach_remote(args: RemoteArgs) -> crate::Result<()> {
+    let _ = cpu::pin_current_thread(0);
+    let client: TestClient =
+        Client::connect(format!("udp://{}", args.addr)).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+    let rows =
+        procedures(&client, "remote", "UDP, 2 netns, veth", Duration::from_millis(args.millis), Some(args.server_pid))?;
+    let json: Vec<MachJson> = rows.iter().map(MachRow::json).collect();
+    println!("{}", serde_json::to_string(&json).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+/// The remote rows across two network namespaces joined by a veth pair (root only): a server in one,
+/// the client in the other, both in processes of their own.
+fn remote_across_namespaces(server_cpu: usize, time: Duration) -> crate::Result<Vec<MachJson>> {
+    if !is_root() {
+        return Err("needs root to create network namespaces".into());
+    }
+    const PORT: u16 = 7575;
+    let pair = crate::netns::Pair::new(PORT, 0.0)?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let exe = exe.to_str().ok_or("executable path is not UTF-8")?;
+    let addr = format!("{}:{PORT}", crate::netns::SERVER_IP);
+    let cpu = server_cpu.to_string();
+    let serve: Vec<String> =
+        ["netns", "exec", &pair.b, exe, "serve", "--addr", &format!("udp://{addr}"), "--cpus", &cpu]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    let (server, _) = crate::bench::spawn_program("ip", &serve)?;
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &pair.a, exe, "mach-remote", &addr])
+        .args(["--server-pid", &server.0.id().to_string(), "--millis", &time.as_millis().to_string()])
+        .output()
+        .map_err(|e| e.to_string())?;
+    drop(server);
+    drop(pair);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("mach-remote printed something else: {e}"))
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
 }
 
 /// Firefly's Table I: 10,000 calls made by 1 to 8 caller threads sharing one binding.

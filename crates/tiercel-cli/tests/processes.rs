@@ -202,6 +202,11 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
     ] {
         assert!(text.contains(heading), "missing {heading:?}:\n{text}");
     }
+    // Remote rows across two network namespaces when the machine allows it, or a note why not.
+    assert!(
+        text.contains("UDP, 2 netns, veth") || text.contains("remote rows across two network namespaces skipped"),
+        "{text}"
+    );
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
 
     let baselines = names(&report["baselines"], "name");
