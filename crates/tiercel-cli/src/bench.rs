@@ -369,7 +369,8 @@ fn plots(
     latency: &[(Medium, bool, Vec<Row>)],
     report: &Report,
 ) -> crate::Result<Vec<std::path::PathBuf>> {
-    use crate::plot::{lines, Series};
+    use crate::plot::{lines, Chart, Series};
+    use plotters::prelude::SeriesLabelPosition;
     let mut written = Vec::new();
     for (medium, spin, rows) in latency {
         let t = if *medium == Medium::Udp { "udp" } else { "shm" };
@@ -379,14 +380,15 @@ fn plots(
             series.push(Series { name: format!("tiercel {}", r.name), points: r.rpc.cdf() });
             series.push(Series { name: format!("raw, {} sizes", r.name), points: r.raw.cdf() });
         }
-        written.push(lines(
-            dir,
-            &format!("latency-{t}-{w}.svg"),
-            &format!("Latency CDF, {t}, {w}: tiercel against the raw ping-pong"),
-            "µs",
-            "fraction of calls",
-            &series,
-        )?);
+        let title = format!("Latency CDF to the 99th percentile, {t}, {w}: tiercel against the raw ping-pong");
+        let chart = Chart {
+            title: &title,
+            x_desc: "µs",
+            y_desc: "fraction of calls",
+            log_y: false,
+            legend: SeriesLabelPosition::LowerRight,
+        };
+        written.push(lines(dir, &format!("latency-{t}-{w}.svg"), &chart, &series)?);
     }
     if !report.firefly_table1.is_empty() {
         let mut series = Vec::new();
@@ -399,14 +401,14 @@ fn plots(
                 .collect();
             series.push(Series { name: format!("Null, {transport}"), points });
         }
-        written.push(lines(
-            dir,
-            "throughput.svg",
-            "Firefly Table I: Null calls per second",
-            "caller threads",
-            "calls/s",
-            &series,
-        )?);
+        let chart = Chart {
+            title: "Firefly Table I: Null calls per second against caller threads",
+            x_desc: "caller threads",
+            y_desc: "calls/s (log scale)",
+            log_y: true,
+            legend: SeriesLabelPosition::MiddleRight,
+        };
+        written.push(lines(dir, "throughput.svg", &chart, &series)?);
     }
     if !report.load.is_empty() {
         let mut series = Vec::new();
@@ -415,20 +417,19 @@ fn plots(
             if rows.is_empty() {
                 continue;
             }
-            series.push(Series {
-                name: format!("{t} median"),
-                points: rows.iter().map(|r| (r.utilization, r.median_us)).collect(),
-            });
-            series.push(Series {
-                name: format!("{t} p99"),
-                points: rows.iter().map(|r| (r.utilization, r.p99_us)).collect(),
-            });
-            series.push(Series {
-                name: format!("{t} model s/(1-u)"),
-                points: rows.iter().map(|r| (r.utilization, r.model_us)).collect(),
-            });
+            let line = |f: fn(&crate::load::Row) -> f64| rows.iter().map(|r| (r.utilization, f(r))).collect();
+            series.push(Series { name: format!("{t} median"), points: line(|r| r.median_us) });
+            series.push(Series { name: format!("{t} p99"), points: line(|r| r.p99_us) });
+            series.push(Series { name: format!("{t} model s/(1-u)"), points: line(|r| r.model_us) });
         }
-        written.push(lines(dir, "load.svg", "Response time against utilization", "utilization", "µs", &series)?);
+        let chart = Chart {
+            title: "Response time against utilization (open-loop Poisson arrivals)",
+            x_desc: "utilization of the server",
+            y_desc: "µs (log scale)",
+            log_y: true,
+            legend: SeriesLabelPosition::UpperLeft,
+        };
+        written.push(lines(dir, "load.svg", &chart, &series)?);
     }
     if !report.breakdown.is_empty() {
         written.push(crate::plot::breakdown(dir, &report.breakdown)?);

@@ -34,37 +34,60 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// Line chart of several series, written to `dir/name`.
-pub fn lines(
-    dir: &Path,
-    name: &str,
-    title: &str,
-    x_desc: &str,
-    y_desc: &str,
-    series: &[Series],
-) -> crate::Result<PathBuf> {
+pub fn lines(dir: &Path, name: &str, chart: &Chart<'_>, series: &[Series]) -> crate::Result<PathBuf> {
     let path = file(dir, name)?;
     let all = series.iter().flat_map(|s| s.points.iter());
-    let (mut x_max, mut y_max) = (0f64, 0f64);
-    let mut x_min = f64::MAX;
+    let (mut x_max, mut y_max, mut y_min) = (0f64, 0f64, f64::MAX);
     for &(x, y) in all {
         x_max = x_max.max(x);
-        x_min = x_min.min(x);
         y_max = y_max.max(y);
+        if y > 0.0 {
+            y_min = y_min.min(y);
+        }
     }
-    if x_min > x_max {
-        x_min = 0.0;
-    }
-    let x_min = if x_min > 0.0 { 0.0 } else { x_min };
+    let x = 0f64..(x_max * 1.05).max(1e-9);
     let root = SVGBackend::new(&path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
+    if chart.log_y {
+        let y_min = if y_min == f64::MAX { 1.0 } else { y_min / 2.0 };
+        draw(&root, chart, x, (y_min..(y_max * 2.0).max(y_min * 10.0)).log_scale(), series)?;
+    } else {
+        draw(&root, chart, x, 0f64..(y_max * 1.05).max(1e-9), series)?;
+    }
+    root.present().map_err(err)?;
+    drop(root);
+    Ok(path)
+}
+
+/// What a line chart shows.
+pub struct Chart<'a> {
+    pub title: &'a str,
+    pub x_desc: &'a str,
+    pub y_desc: &'a str,
+    /// A logarithmic y axis (for series of different magnitudes).
+    pub log_y: bool,
+    pub legend: SeriesLabelPosition,
+}
+
+fn draw<Y>(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    c: &Chart<'_>,
+    x: std::ops::Range<f64>,
+    y: Y,
+    series: &[Series],
+) -> crate::Result<()>
+where
+    Y: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
+    Y::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    let mut chart = ChartBuilder::on(root)
+        .caption(c.title, ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x_min..(x_max * 1.05).max(1e-9), 0f64..(y_max * 1.05).max(1e-9))
+        .y_label_area_size(80)
+        .build_cartesian_2d(x, y)
         .map_err(err)?;
-    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(err)?;
+    chart.configure_mesh().x_desc(c.x_desc).y_desc(c.y_desc).draw().map_err(err)?;
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         chart
@@ -75,15 +98,12 @@ pub fn lines(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(c.legend.clone())
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()
         .map_err(err)?;
-    root.present().map_err(err)?;
-    drop(chart);
-    drop(root);
-    Ok(path)
+    Ok(())
 }
 
 /// The accountings as stacked horizontal bars (one per transport, waiting and procedure), written to
@@ -118,7 +138,8 @@ pub fn breakdown(dir: &Path, accounts: &[Account]) -> crate::Result<PathBuf> {
             (format!("{} {} {}", a.transport, a.waiting, a.procedure), v)
         })
         .collect();
-    let x_max = bars.iter().map(|(_, v)| v.iter().sum::<f64>()).fold(0.0, f64::max).max(a_little(accounts));
+    // Room on the right for the legend.
+    let x_max = 1.5 * bars.iter().map(|(_, v)| v.iter().sum::<f64>()).fold(0.0, f64::max).max(a_little(accounts));
     let n = bars.len().max(1);
     let root = SVGBackend::new(&path, (1000, 120 + 45 * n as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
@@ -127,7 +148,7 @@ pub fn breakdown(dir: &Path, accounts: &[Account]) -> crate::Result<PathBuf> {
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(170)
-        .build_cartesian_2d(0f64..x_max * 1.05, (0..n).into_segmented())
+        .build_cartesian_2d(0f64..x_max, (0..n).into_segmented())
         .map_err(err)?;
     let labels: Vec<String> = bars.iter().map(|(l, _)| l.clone()).collect();
     chart
@@ -157,7 +178,7 @@ pub fn breakdown(dir: &Path, accounts: &[Account]) -> crate::Result<PathBuf> {
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()
