@@ -37,9 +37,15 @@ pub struct Row {
     pub utilization: f64,
     pub calls: u64,
     pub unloaded_median_us: f64,
+    /// The server's service time per call, 1 / capacity, µs.
+    pub service_time_us: f64,
     pub median_us: f64,
+    pub mean_us: f64,
     pub p99_us: f64,
+    /// Lampson's r = s/(1 − u), plus the part of the unloaded response that does not queue.
     pub model_us: f64,
+    /// The same for a fixed service time (M/D/1): d + s + s·u/(2(1 − u)).
+    pub fixed_service_model_us: f64,
 }
 
 fn client(medium: Medium, addr: &str) -> crate::Result<TestClient> {
@@ -117,9 +123,13 @@ pub fn table(
             unloaded.record(t.elapsed());
         }
     }
-    let s = unloaded.median_us();
+    let unloaded_us = unloaded.median_us();
     let (_, n) = generate(&client, client_cpu, service_us, None, time, 0)?;
     let capacity = n as f64 / time.as_secs_f64();
+    // The server's service time: how long it is busy per call at capacity. The rest of an unloaded
+    // call (client, kernel, wakeups) does not queue.
+    let s = 1e6 / capacity.max(1.0);
+    let d = (unloaded_us - s).max(0.0);
     progress();
     let transport = if medium == Medium::Udp { "udp" } else { "shm" };
     let mut rows = Vec::new();
@@ -128,6 +138,7 @@ pub fn table(
         let (r, n) = generate(&client, client_cpu, service_us, Some(rate), time, i as u64 + 1)?;
         let achieved = n as f64 / time.as_secs_f64();
         let utilization = achieved / capacity;
+        let busy = utilization.min(0.999);
         rows.push(Row {
             transport,
             service_us,
@@ -137,10 +148,13 @@ pub fn table(
             achieved_per_second: achieved,
             utilization,
             calls: r.len(),
-            unloaded_median_us: s,
+            unloaded_median_us: unloaded_us,
+            service_time_us: s,
             median_us: r.median_us(),
+            mean_us: r.mean_us(),
             p99_us: r.p99_us(),
-            model_us: s / (1.0 - utilization.min(0.999)),
+            model_us: d + s / (1.0 - busy),
+            fixed_service_model_us: d + s + s * busy / (2.0 * (1.0 - busy)),
         });
         progress();
     }
@@ -154,35 +168,43 @@ pub fn table(
          calls/s"
     );
     outln!(
-        "(closed loop, {CALLERS} callers); s = unloaded median response {s:.1} µs; {:.1} s per row",
-        time.as_secs_f64()
+        "(closed loop, {CALLERS} callers), so the server's service time s = 1/capacity = {s:.1} µs; unloaded median \
+         response {unloaded_us:.1} µs,"
     );
     outln!(
-        "{:>8} {:>10} {:>10} {:>7} | {:>9} {:>10} {:>10} | {:>10} {:>8}",
+        "of which d = {d:.1} µs does not queue; model r = d + s/(1 − u) (Lampson), and d + s + s·u/(2(1 − u)) for a \
+         fixed service time"
+    );
+    outln!("(M/D/1); {:.1} s per row; µs (the models give the mean response)", time.as_secs_f64());
+    outln!(
+        "{:>8} {:>10} {:>10} {:>6} | {:>8} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8}",
         "offered",
         "calls/s",
         "achieved",
         "u",
         "calls",
-        "median µs",
-        "p99 µs",
-        "model µs",
-        "med/mod"
+        "median",
+        "mean",
+        "p99",
+        "model r",
+        "M/D/1",
+        "mean/r"
     );
     for r in &rows {
         outln!(
-            "{:>7.0}% {:>10.0} {:>10.0} {:>7.2} | {:>9} {:>10.1} {:>10.1} | {:>10.1} {:>8.2}",
+            "{:>7.0}% {:>10.0} {:>10.0} {:>6.2} | {:>8} {:>9.1} {:>9.1} {:>9.1} | {:>9.1} {:>9.1} {:>8.2}",
             r.offered_utilization * 100.0,
             r.offered_per_second,
             r.achieved_per_second,
             r.utilization,
             r.calls,
             r.median_us,
+            r.mean_us,
             r.p99_us,
             r.model_us,
-            r.median_us / r.model_us
+            r.fixed_service_model_us,
+            r.mean_us / r.model_us
         );
     }
-    outln!("(the model is M/M/1's mean; a fixed service time queues less (M/D/1), so the median may sit below it)");
     Ok(rows)
 }
