@@ -37,7 +37,8 @@ pub struct Args {
     /// CPU of the server processes.
     #[arg(long, default_value_t = 1)]
     server_cpu: usize,
-    /// Also measure with blocking waits (no spinning) on both sides.
+    /// Also measure the latency tables with blocking waits (no spinning) on both sides in a --quick
+    /// run (a full run always does).
     #[arg(long)]
     blocking: bool,
     /// Stop measuring after this many seconds in all.
@@ -238,7 +239,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     let rounds = args.rounds.max(1);
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
     let mut modes = vec![true];
-    if args.blocking {
+    if args.blocking || !args.quick {
         modes.push(false);
     }
     let mut media = Vec::new();

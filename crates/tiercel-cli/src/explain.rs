@@ -388,10 +388,14 @@ fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw) ->
 
 fn print_account(a: &Account, placement: &str) {
     outln!(
-        "\n{} over {}, {} on both sides ({placement}); mean of {} calls, µs",
+        "\n{} over {}, {} on both sides\n({placement}); mean of {} calls, µs",
         a.procedure,
         if a.transport == "udp" { "UDP loopback" } else { "shared memory" },
-        if a.waiting == "spin" { "spinning" } else { "blocking at once" },
+        if a.waiting == "spin" {
+            "spinning"
+        } else {
+            "no spin budget (a side sleeps unless the other has already answered)"
+        },
         a.calls
     );
     for l in &a.lines {

@@ -128,10 +128,13 @@ impl Step {
 #[cfg(feature = "explain")]
 mod imp {
     use super::*;
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
     use std::sync::{Arc, Mutex};
 
-    pub(super) static ON: AtomicBool = AtomicBool::new(false);
+    /// The switch, alone on its cache line: every mark on every thread reads it.
+    #[repr(align(64))]
+    pub(super) struct Switch(pub(super) AtomicBool);
+    pub(super) static ON: Switch = Switch(AtomicBool::new(false));
 
     /// One thread's steps, summed. Only the owning thread writes (a load and a store, no
     /// read-modify-write on the path); [`snapshot`] reads every thread's.
@@ -146,35 +149,44 @@ mod imp {
     /// Most points one thread records between closes; later ones are dropped.
     const MAX_MARKS: usize = 32;
 
+    /// One thread's points since its last close, in cells: recording a point is a few stores into
+    /// thread-local memory, inlined at the point, with no function call (a call on the path, even
+    /// one never taken, costs the code around it registers and reloads).
     pub(super) struct Trace {
-        marks: [(u8, u64); MAX_MARKS],
-        pub(super) n: usize,
-        sums: Option<Arc<Sums>>,
+        marks: [Cell<(u8, u64)>; MAX_MARKS],
+        n: Cell<usize>,
+        sums: RefCell<Option<Arc<Sums>>>,
     }
 
     thread_local! {
-        pub(super) static TRACE: RefCell<Trace> =
-            const { RefCell::new(Trace { marks: [(0, 0); MAX_MARKS], n: 0, sums: None }) };
+        pub(super) static TRACE: Trace = const {
+            Trace { marks: [const { Cell::new((0, 0)) }; MAX_MARKS], n: Cell::new(0), sums: RefCell::new(None) }
+        };
     }
 
-    #[inline(never)]
+    #[inline(always)]
     pub(super) fn record(p: Point) {
         let t = tiercel_sys::clock::ticks();
         let _ = TRACE.try_with(|tr| {
-            let mut tr = tr.borrow_mut();
-            if tr.n < MAX_MARKS {
-                let n = tr.n;
-                tr.marks[n] = (p as u8, t);
-                tr.n += 1;
+            let n = tr.n.get();
+            if let Some(slot) = tr.marks.get(n) {
+                slot.set((p as u8, t));
+                tr.n.set(n + 1);
             }
         });
     }
 
+    /// Forgets this thread's unclosed points.
+    pub(super) fn clear() {
+        let _ = TRACE.try_with(|tr| tr.n.set(0));
+    }
+
+    #[cold]
     #[inline(never)]
     pub(super) fn flush() {
         let _ = TRACE.try_with(|tr| {
-            let mut tr = tr.borrow_mut();
-            let sums = tr.sums.get_or_insert_with(|| {
+            let mut sums = tr.sums.borrow_mut();
+            let sums = sums.get_or_insert_with(|| {
                 let sums = Arc::new(Sums {
                     ticks: std::array::from_fn(|_| AtomicU64::new(0)),
                     counts: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -182,16 +194,16 @@ mod imp {
                 THREADS.lock().unwrap_or_else(|e| e.into_inner()).push(sums.clone());
                 sums
             });
-            let sums = sums.clone();
-            for w in tr.marks[..tr.n].windows(2) {
-                let (a, ta) = w[0];
-                let (b, tb) = w[1];
+            let n = tr.n.get().min(MAX_MARKS);
+            for w in tr.marks[..n].windows(2) {
+                let (a, ta) = w[0].get();
+                let (b, tb) = w[1].get();
                 let i = a as usize * POINTS + b as usize;
                 let add = |c: &AtomicU64, v: u64| c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
                 add(&sums.ticks[i], tb.wrapping_sub(ta));
                 add(&sums.counts[i], 1);
             }
-            tr.n = 0;
+            tr.n.set(0);
         });
     }
 }
@@ -200,7 +212,7 @@ mod imp {
 #[inline(always)]
 pub fn mark(p: Point) {
     #[cfg(feature = "explain")]
-    if imp::ON.load(Ordering::Relaxed) {
+    if imp::ON.0.load(Ordering::Relaxed) {
         imp::record(p);
     }
     #[cfg(not(feature = "explain"))]
@@ -211,7 +223,7 @@ pub fn mark(p: Point) {
 #[inline(always)]
 pub fn close() {
     #[cfg(feature = "explain")]
-    if imp::ON.load(Ordering::Relaxed) {
+    if imp::ON.0.load(Ordering::Relaxed) {
         imp::flush();
     }
 }
@@ -221,7 +233,7 @@ pub fn close() {
 pub fn enable(on: bool) -> bool {
     #[cfg(feature = "explain")]
     {
-        imp::ON.store(on, Ordering::SeqCst);
+        imp::ON.0.store(on, Ordering::SeqCst);
         true
     }
     #[cfg(not(feature = "explain"))]
@@ -241,7 +253,7 @@ pub fn reset() {
                 c.store(0, Ordering::Relaxed);
             }
         }
-        let _ = imp::TRACE.try_with(|t| t.borrow_mut().n = 0);
+        imp::clear();
     }
 }
 
