@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tiercel_proto::control::{BindReply, BindRequest};
 use tiercel_proto::shm::{self as proto, header, slot, Layout};
 use tiercel_proto::wire::Status;
+use tiercel_sys::clock;
 use tiercel_sys::shm::{futex_wait, futex_wake, Region};
 
 use super::Shared;
@@ -77,6 +78,8 @@ fn reject(status: Status, version: u32) -> Vec<u8> {
 
 /// One binding: the bind exchange, then serving its slots until the client goes away.
 fn serve_connection(shared: &Arc<Shared>, stream: UnixStream) {
+    // Measure the tick counter's rate now, not on the first call.
+    let _ = clock::ticks_per_second();
     let _ = stream.set_read_timeout(Some(BIND_TIMEOUT));
     let Some((binding, region, layout)) = bind(shared, &stream) else { return };
     let _ = stream.set_read_timeout(None);
@@ -210,8 +213,9 @@ impl<'a> SlotServer<'a> {
             crate::Spin::Fixed(shared.config.spin)
         };
         let mut budget = crate::spin::SpinBudget::new(policy);
-        let mut last_result = Instant::now();
-        let mut spin_until = last_result + budget.budget();
+        // Times in ticks of the tick counter: read after every call, it costs a third of the clock.
+        let mut last_result = clock::ticks();
+        let mut spin_until = last_result + clock::ticks_in(budget.budget());
         let mut rounds = 0u32;
         let mut idle = 0u32;
         loop {
@@ -227,10 +231,10 @@ impl<'a> SlotServer<'a> {
             if served {
                 // Off the critical path: the result is already published. The gap between results
                 // stands for how soon the client calls again.
-                let now = Instant::now();
-                budget.observe(now - last_result);
+                let now = clock::ticks();
+                budget.observe(clock::elapsed(last_result, now));
                 last_result = now;
-                spin_until = now + budget.budget();
+                spin_until = now + clock::ticks_in(budget.budget());
                 rounds = rounds.wrapping_add(1);
                 idle = 0;
                 // A client calling without pause never lets this thread sleep: look at the stop flag
@@ -243,7 +247,7 @@ impl<'a> SlotServer<'a> {
             // Read the clock only every 64 idle rounds, so that a spinning server notices a call
             // within a few loads, not a clock read.
             idle = idle.wrapping_add(1);
-            if !idle.is_multiple_of(64) || Instant::now() < spin_until {
+            if !idle.is_multiple_of(64) || clock::ticks() < spin_until {
                 core::hint::spin_loop();
                 continue;
             }
@@ -252,7 +256,7 @@ impl<'a> SlotServer<'a> {
                 futex_wait(doorbell, bell, Some(LIVENESS));
             }
             proto::server_woke(sleeping);
-            if last_result.elapsed() >= LIVENESS {
+            if clock::elapsed(last_result, clock::ticks()) >= LIVENESS {
                 // Idle a while: give back the private copies of large arguments and results (kept
                 // while calls come, so that a stream of large calls does not fault them in anew).
                 if self.args.capacity() > DISCARD_ABOVE {
