@@ -23,4 +23,15 @@ impl Test for Quiet {
     fn big_in_out(&self, buf: InOut<&mut [u8]>) {
         buf.0.iter_mut().for_each(|b| *b = b.wrapping_add(1));
     }
+    fn int1(&self, _: i32) {}
+    fn int2(&self, _: i32, _: i32) {}
+    fn int4(&self, _: i32, _: i32, _: i32, _: i32) {}
+    fn fixed4(&self, _: [u8; 4]) {}
+    fn fixed400(&self, _: [u8; 400]) {}
+    fn var_array(&self, _: &[u8]) {}
+    fn string(&self, _: &str) {}
+    fn bulk_in(&self, _: In<&[u8]>) {}
+    fn bulk_in_out(&self, _: InOut<&mut [u8]>) {}
+    // No busy waiting under the fuzzer: the service time is irrelevant to decoding.
+    fn work(&self, _: u32) {}
 }
