@@ -94,6 +94,8 @@ pub struct ClientCall {
     phase: Phase,
     blast: Blast,
     reassembly: Option<Reassembly>,
+    /// The buffer of an earlier reassembled result, lent back for the next one.
+    spare: Vec<u8>,
     transmits: Vec<Transmit>,
     next_transmit: usize,
     rto: core::time::Duration,
@@ -120,6 +122,7 @@ impl ClientCall {
             phase: Phase::Idle,
             blast: Blast::new(1, 1),
             reassembly: None,
+            spare: Vec::new(),
             transmits: Vec::with_capacity(2 * crate::fragment::MAX_WINDOW as usize),
             next_transmit: 0,
             rto: timing.retransmit_initial,
@@ -363,7 +366,8 @@ impl ClientCall {
         }
         self.acknowledged = true;
         if self.reassembly.is_none() {
-            match Reassembly::new(packet.message_len(), count, self.frag_payload, self.timing.max_message) {
+            let spare = core::mem::take(&mut self.spare);
+            match Reassembly::reusing(spare, packet.message_len(), count, self.frag_payload, self.timing.max_message) {
                 Ok(r) => self.reassembly = Some(r),
                 Err(_) => return Handled::Ignored,
             }
@@ -394,6 +398,19 @@ impl ClientCall {
     /// The reassembled result of a multi-packet result, once complete.
     pub fn take_message(&mut self) -> Option<Vec<u8>> {
         self.reassembly.take().filter(|r| r.is_complete()).map(Reassembly::into_message)
+    }
+
+    /// Lends the buffer of a result taken with [`ClientCall::take_message`] back, for the next
+    /// multi-packet result to be reassembled in.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if buf.capacity() > self.spare.capacity() {
+            self.spare = buf;
+        }
+    }
+
+    /// Frees the lent buffer.
+    pub fn drop_spare(&mut self) {
+        self.spare = Vec::new();
     }
 
     /// The reassembled result of a multi-packet result, borrowed.

@@ -149,14 +149,29 @@ impl Reassembly {
     /// Starts reassembling a message described by a fragment header. Checks the length against `limit`
     /// and against the fragment count before allocating anything.
     pub fn new(message_len: u32, count: u16, frag_payload: usize, limit: usize) -> Result<Reassembly, ReassemblyError> {
+        Reassembly::reusing(Vec::new(), message_len, count, frag_payload, limit)
+    }
+
+    /// As [`Reassembly::new`], in `buf` (a buffer of an earlier message, so that a stream of large
+    /// messages does not allocate, fault in and zero a fresh one each time). Its old bytes are
+    /// overwritten by the fragments before the message is complete; only a complete message is read.
+    pub fn reusing(
+        mut buf: Vec<u8>,
+        message_len: u32,
+        count: u16,
+        frag_payload: usize,
+        limit: usize,
+    ) -> Result<Reassembly, ReassemblyError> {
         if message_len as usize > limit {
             return Err(ReassemblyError::TooLarge { len: message_len, limit });
         }
         if frag_payload == 0 || fragment_count(message_len as usize, frag_payload) != Some(count) {
             return Err(ReassemblyError::Inconsistent);
         }
+        buf.truncate(message_len as usize);
+        buf.resize(message_len as usize, 0);
         Ok(Reassembly {
-            buf: vec![0; message_len as usize],
+            buf,
             have: vec![0; (count as usize).div_ceil(64)],
             count,
             received: 0,
@@ -270,6 +285,24 @@ mod tests {
         assert_eq!(r.insert(1, 3, 250, &msg[100..200]).unwrap(), Inserted::Complete);
         assert_eq!(r.message(), &msg[..]);
         assert_eq!(r.ack().prefix, 3);
+    }
+
+    #[test]
+    fn a_reused_buffer_holds_only_the_new_message() {
+        let old = vec![0xee; 1000];
+        let msg: Vec<u8> = (0..250u32).map(|i| i as u8).collect();
+        let mut r = Reassembly::reusing(old, 250, 3, 100, 1 << 20).unwrap();
+        for i in [2u16, 0, 1] {
+            r.insert(i, 3, 250, &msg[fragment_range(i, 250, 100)]).unwrap();
+        }
+        assert!(r.is_complete());
+        assert_eq!(r.message(), &msg[..]);
+        // Growing a small buffer works too.
+        let mut r = Reassembly::reusing(vec![1; 10], 250, 3, 100, 1 << 20).unwrap();
+        for i in 0..3u16 {
+            r.insert(i, 3, 250, &msg[fragment_range(i, 250, 100)]).unwrap();
+        }
+        assert_eq!(r.into_message(), msg);
     }
 
     #[test]

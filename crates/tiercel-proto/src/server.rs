@@ -76,6 +76,8 @@ pub struct Slot {
     state: State,
     last_activity: Option<Instant>,
     released: usize,
+    /// A buffer lent by the caller for the next multi-packet call to be reassembled in.
+    lent: Vec<u8>,
 }
 
 impl Default for Slot {
@@ -87,7 +89,19 @@ impl Default for Slot {
 impl Slot {
     /// A slot that has seen no call.
     pub const fn new() -> Slot {
-        Slot { seq: None, state: State::Idle, last_activity: None, released: 0 }
+        Slot { seq: None, state: State::Idle, last_activity: None, released: 0, lent: Vec::new() }
+    }
+
+    /// Lends a buffer (of an earlier message) for the next multi-packet call to be reassembled in;
+    /// take it back with [`Slot::take_lent`] if no call used it. (tiercel's server keeps such buffers
+    /// per worker thread, not per slot, so that its memory does not grow with the bindings.)
+    pub fn lend(&mut self, buf: Vec<u8>) {
+        self.lent = buf;
+    }
+
+    /// The lent buffer, unless a reassembly took it.
+    pub fn take_lent(&mut self) -> Vec<u8> {
+        core::mem::take(&mut self.lent)
     }
 
     /// Sequence number of the slot's latest call.
@@ -167,7 +181,8 @@ impl Slot {
                 self.state = State::Running;
                 return CallAction::Refuse(crate::wire::Status::TooLarge);
             }
-            match Reassembly::new(packet.message_len(), count, frag_payload, timing.max_message) {
+            let buf = core::mem::take(&mut self.lent);
+            match Reassembly::reusing(buf, packet.message_len(), count, frag_payload, timing.max_message) {
                 Ok(r) => {
                     self.seq = Some(seq);
                     self.state = State::Receiving(r);

@@ -102,13 +102,17 @@ pub(crate) struct Endpoint {
     scratch: Vec<u8>,
     rx: Vec<u8>,
     result_len: usize,
-    big_call: Vec<u8>,
     big_result: Option<Vec<u8>>,
     call: ClientCall,
     spin: SpinBudget,
     /// `flags::CHECKSUM` when the binding checksums its packets, else 0.
     flag_base: u8,
+    /// When this endpoint last sent or received a multi-packet message.
+    last_large: Option<Instant>,
 }
+
+/// How long a thread's endpoint keeps the buffers of large messages after the last one.
+const KEEP_LARGE_BUFFERS: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Endpoint {
     fn new(inner: &Arc<BindingInner>) -> Result<Endpoint, Error> {
@@ -139,17 +143,24 @@ impl Endpoint {
             scratch: Vec::with_capacity(frag_payload),
             rx: vec![0; inner.max_datagram + tiercel_proto::wire::CHECKSUM_LEN],
             result_len: 0,
-            big_call: Vec::new(),
             big_result: None,
             call: ClientCall::new(inner.config.timing, frag_payload, Instant::now()),
             spin: SpinBudget::new(inner.config.spin),
             flag_base: if inner.config.checksum { flags::CHECKSUM } else { 0 },
+            last_large: None,
         })
     }
 
     pub(super) fn begin(&mut self) {
         self.scratch.clear();
-        self.big_result = None;
+        if let Some(buf) = self.big_result.take() {
+            // The next multi-packet result is reassembled in this one's buffer.
+            self.call.recycle(buf);
+        } else if self.last_large.is_some_and(|t| t.elapsed() >= KEEP_LARGE_BUFFERS) {
+            // No large message for a while: give back the buffers large ones grew.
+            self.last_large = None;
+            self.call.drop_spare();
+        }
         self.result_len = 0;
     }
 
@@ -182,8 +193,7 @@ impl Endpoint {
         p.set_seq(self.seq);
         p.set_procedure(procedure);
         if len > self.frag_payload {
-            self.big_call.clear();
-            segs.flatten_into(&self.scratch, &mut self.big_call);
+            self.last_large = Some(start);
         }
         mark(Point::HeaderReady);
         self.flush(inner, segs, len)?;
@@ -219,8 +229,12 @@ impl Endpoint {
                         p.set_fragment(index, count);
                         p.set_lengths(range.len() as u32, len as u32);
                         p.set_flags(flag);
-                        let parts = [IoSlice::new(&hdr), IoSlice::new(&self.big_call[range])];
-                        transmit::send(&self.socket, None, &parts, self.flag_base != 0)
+                        // The fragment goes out straight from the caller's buffers, like a
+                        // single-packet call: no copy of the whole message first.
+                        let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
+                        io[0] = IoSlice::new(&hdr);
+                        let n = segs.range_slices(&self.scratch, range, &mut io[1..]);
+                        transmit::send(&self.socket, None, &io[..n + 1], self.flag_base != 0)
                     }
                 }
                 Transmit::Probe => {
@@ -330,6 +344,7 @@ impl Endpoint {
             Some(Outcome::Result { status, reassembled }) => {
                 if reassembled {
                     self.big_result = self.call.take_message();
+                    self.last_large = Some(Instant::now());
                 }
                 if status == Status::Ok {
                     return Ok(());

@@ -5,6 +5,7 @@
 //! run with arguments borrowed from that buffer, results marshaled into the slot's result buffer behind
 //! a prebuilt header, one `sendmsg`. The slot's lock is not held while the procedure runs.
 
+use std::cell::RefCell;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -41,6 +42,17 @@ pub(super) struct Worker {
     rx: Vec<u8>,
     spinning: bool,
     waiter: Option<udp::ExclusiveWaiter>,
+    spares: RefCell<Spares>,
+}
+
+/// Buffers of the last multi-packet call this worker ran and of its result, kept for the next one
+/// so that a stream of large calls does not allocate, fault in and zero fresh ones each time (or
+/// leave the allocator to alternate between mapping and unmapping them). One pair per worker, each at
+/// most the message limit; freed when the worker has heard nothing for 100 ms.
+#[derive(Default)]
+struct Spares {
+    message: Vec<u8>,
+    result: Vec<u8>,
 }
 
 impl Worker {
@@ -49,7 +61,7 @@ impl Worker {
         // Each worker waits through its own exclusive waiter, so that a packet wakes one blocked
         // worker, not all of them (falling back to `poll` if epoll is refused).
         let waiter = udp::ExclusiveWaiter::new(&shared.socket).ok();
-        Worker { shared, index, rx, spinning: false, waiter }
+        Worker { shared, index, rx, spinning: false, waiter, spares: RefCell::default() }
     }
 
     pub(super) fn run(mut self) {
@@ -89,10 +101,14 @@ impl Worker {
                 self.spinning = false;
                 self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
             }
-            let _ = match &self.waiter {
+            let ready = match &self.waiter {
                 Some(w) => w.wait(Some(Duration::from_millis(100))),
                 None => udp::wait_readable(&self.shared.socket, Some(Duration::from_millis(100))),
             };
+            if matches!(ready, Ok(false)) {
+                // 100 ms without a packet: give the spare buffers back.
+                self.spares.take();
+            }
         }
         if self.spinning {
             self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
@@ -179,7 +195,15 @@ impl Worker {
                 if done {
                     binding.release(std::mem::take(&mut cell.charged));
                     cell.result.truncate(HEADER_LEN);
-                    cell.result.shrink_to(binding.max_datagram);
+                    if cell.result.capacity() > binding.max_datagram {
+                        // The slot keeps a buffer of one datagram; a larger one goes to this
+                        // worker's spares for the next large result.
+                        let big = std::mem::replace(&mut cell.result, Vec::with_capacity(binding.max_datagram));
+                        let mut spares = self.spares.borrow_mut();
+                        if big.capacity() > spares.result.capacity() {
+                            spares.result = big;
+                        }
+                    }
                 }
             }
             _ => match cell.proto.on_probe(p.seq(), now) {
@@ -201,17 +225,32 @@ impl Worker {
         mark(Point::ServerValidated);
         let frag_payload = binding.max_datagram - HEADER_LEN;
         let timing = &self.shared.config.timing;
+        let multi_packet = p.frag_count() > 1;
+        if multi_packet {
+            let lent = std::mem::take(&mut self.spares.borrow_mut().message);
+            cell.proto.lend(lent);
+        }
         let action = cell.proto.on_call(p, now, frag_payload, timing, |n| binding.reserve(n));
+        if multi_packet {
+            let unused = cell.proto.take_lent();
+            if unused.capacity() > 0 {
+                self.spares.borrow_mut().message = unused;
+            }
+        }
         binding.release(cell.proto.take_released());
         match action {
             CallAction::Execute => {
                 mark(Point::ServerAccepted);
-                self.execute(binding, cell, p, p.payload(), Status::Ok)
+                self.execute(binding, cell, p, p.payload(), Status::Ok, false)
             }
             CallAction::ExecuteMessage(message) => {
                 let len = message.len();
-                self.execute(binding, cell, p, &message, Status::Ok);
+                self.execute(binding, cell, p, &message, Status::Ok, true);
                 binding.release(len);
+                let mut spares = self.spares.borrow_mut();
+                if message.capacity() > spares.message.capacity() {
+                    spares.message = message;
+                }
             }
             CallAction::Ack(a) => {
                 if let Some(peer) = cell.peer {
@@ -222,7 +261,7 @@ impl Worker {
                 self.shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
                 self.resend(binding, &mut cell, p);
             }
-            CallAction::Refuse(status) => self.execute(binding, cell, p, &[], status),
+            CallAction::Refuse(status) => self.execute(binding, cell, p, &[], status, false),
             CallAction::Drop(_) => {
                 self.shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
             }
@@ -230,6 +269,8 @@ impl Worker {
     }
 
     /// Runs a call (or, with a refusal `status`, records the refusal as its result) and sends the result.
+    /// A `large` call (one of several packets) has its result marshaled into this worker's spare
+    /// result buffer, if it has one: large calls tend to have large results.
     fn execute(
         &self,
         binding: &ServerBinding,
@@ -237,9 +278,16 @@ impl Worker {
         p: &Packet<&[u8]>,
         args: &[u8],
         refusal: Status,
+        large: bool,
     ) {
         binding.release(std::mem::take(&mut cell.charged));
         let mut out = std::mem::take(&mut cell.result);
+        if large {
+            let mut spares = self.spares.borrow_mut();
+            if spares.result.capacity() > out.capacity() {
+                std::mem::swap(&mut out, &mut spares.result);
+            }
+        }
         let slot = p.slot();
         drop(cell);
         out.clear();
@@ -256,6 +304,14 @@ impl Worker {
         };
         let frag_payload = binding.max_datagram - HEADER_LEN;
         let mut len = out.len() - HEADER_LEN;
+        if large && len <= frag_payload && out.capacity() > binding.max_datagram {
+            // A small result in the large spare: the slot keeps it in a small buffer instead.
+            let mut spares = self.spares.borrow_mut();
+            let mut small = std::mem::take(&mut spares.result);
+            small.clear();
+            small.extend_from_slice(&out);
+            spares.result = std::mem::replace(&mut out, small);
+        }
         let mut charged = 0;
         if len > frag_payload {
             if len <= self.shared.config.timing.max_message && binding.reserve(len) {

@@ -267,8 +267,7 @@ mod tests {
         let n = segs.io_slices(&scratch, &mut io);
         assert_eq!(n, 3);
         assert_eq!(io[1].as_ptr(), big.as_ptr(), "the big slice is sent from the caller's memory");
-        let mut flat = Vec::new();
-        segs.flatten_into(&scratch, &mut flat);
+        let flat: Vec<u8> = io[..n].iter().flat_map(|s| s.iter().copied()).collect();
         assert_eq!(segs.message_len(&scratch), flat.len());
         let (a, b, c): (u32, &[u8], u32) = from_slice(&flat).unwrap();
         assert_eq!((a, b, c), (5, &big[..], 5));

@@ -157,33 +157,58 @@ impl<'a> Segments<'a> {
         closed + scratch.len().saturating_sub(self.open_from)
     }
 
+    /// The message's parts, in order.
+    fn parts<'s>(&'s self, scratch: &'s [u8]) -> impl Iterator<Item = &'s [u8]> + 's
+    where
+        'a: 's,
+    {
+        let closed = self.segs[..self.len].iter().map(move |s| match *s {
+            Segment::Scratch { start, end } => &scratch[start..end],
+            Segment::Borrowed(b) => b,
+        });
+        closed.chain(scratch.get(self.open_from..).filter(|rest| !rest.is_empty()))
+    }
+
     /// Fills `out` with the message's slices, in order, and returns how many it used.
-    pub fn io_slices<'s>(&self, scratch: &'s [u8], out: &mut [IoSlice<'s>]) -> usize
+    pub fn io_slices<'s>(&'s self, scratch: &'s [u8], out: &mut [IoSlice<'s>]) -> usize
     where
         'a: 's,
     {
         let mut n = 0;
-        for s in &self.segs[..self.len] {
-            out[n] = IoSlice::new(match *s {
-                Segment::Scratch { start, end } => &scratch[start..end],
-                Segment::Borrowed(b) => b,
-            });
-            n += 1;
-        }
-        if scratch.len() > self.open_from {
-            out[n] = IoSlice::new(&scratch[self.open_from..]);
+        for part in self.parts(scratch) {
+            out[n] = IoSlice::new(part);
             n += 1;
         }
         n
     }
 
-    /// Copies the whole message into `out` (the multi-packet slow path).
-    pub fn flatten_into(&self, scratch: &[u8], out: &mut Vec<u8>) {
-        let mut tmp = [IoSlice::new(&[]); MAX_SEGMENTS + 1];
-        let n = self.io_slices(scratch, &mut tmp);
-        for s in &tmp[..n] {
-            out.extend_from_slice(s);
+    /// Fills `out` with the slices of bytes `range` of the message (one fragment of a multi-packet
+    /// message, sent straight from the caller's buffers) and returns how many it used.
+    pub fn range_slices<'s>(
+        &'s self,
+        scratch: &'s [u8],
+        range: core::ops::Range<usize>,
+        out: &mut [IoSlice<'s>],
+    ) -> usize
+    where
+        'a: 's,
+    {
+        let (mut n, mut at) = (0, 0);
+        for part in self.parts(scratch) {
+            let (start, end) = (at, at + part.len());
+            at = end;
+            if end <= range.start || n == out.len() {
+                continue;
+            }
+            if start >= range.end {
+                break;
+            }
+            let from = range.start.saturating_sub(start);
+            let to = (range.end - start).min(part.len());
+            out[n] = IoSlice::new(&part[from..to]);
+            n += 1;
         }
+        n
     }
 }
 
@@ -350,4 +375,38 @@ pub fn from_slice<'de, T: Wire<'de>>(bytes: &'de [u8]) -> Result<T, DecodeError>
     let v = T::decode(&mut r)?;
     r.finish()?;
     Ok(v)
+}
+
+#[cfg(test)]
+mod segment_tests {
+    use super::*;
+
+    #[test]
+    fn range_slices_cover_exactly_the_range() {
+        let big: Vec<u8> = (0..GATHER_MIN + 100).map(|i| i as u8).collect();
+        let mut scratch = Vec::new();
+        let mut segs = Segments::new(0);
+        {
+            let mut w = Writer::gathering(&mut scratch, &mut segs);
+            w.put(&[1, 2, 3, 4]);
+            w.put_borrowed(&big);
+            w.put(&[5, 6, 7, 8]);
+        }
+        let len = segs.message_len(&scratch);
+        assert_eq!(len, big.len() + 8);
+        let mut whole = [IoSlice::new(&[]); MAX_SEGMENTS + 1];
+        let n = segs.io_slices(&scratch, &mut whole);
+        assert!(n >= 3, "the large slice is borrowed, not copied");
+        let flat: Vec<u8> = whole[..n].iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(flat.len(), len);
+        let big_end = 4 + big.len();
+        for (start, end) in
+            [(0, len), (0, 3), (2, 50), (4, big_end), (3, big_end + 1), (50, len), (len - 1, len), (10, 10)]
+        {
+            let mut out = [IoSlice::new(&[]); MAX_SEGMENTS + 1];
+            let n = segs.range_slices(&scratch, start..end, &mut out);
+            let got: Vec<u8> = out[..n].iter().flat_map(|s| s.iter().copied()).collect();
+            assert_eq!(got, &flat[start..end], "{start}..{end}");
+        }
+    }
 }
