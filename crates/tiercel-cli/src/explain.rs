@@ -422,14 +422,29 @@ fn print_account(a: &Account, placement: &str) {
         a.raw_wait_us
     );
     outln!("  echo's turnaround {:.3}; raw round trip {:.3}).", a.raw_turnaround_us, a.raw_round_trip_us);
+    if a.gap_percent.abs() > 10.0 {
+        let why = match (a.transport, a.waiting) {
+            ("shm", "spin") => {
+                "  Through shared memory a side's publishing store and fence overlap the cache-line transfer they \
+                 start, and the raw\n  ping-pong has no fence: the split between steps and transfer is approximate."
+            }
+            (_, "block") => {
+                "  Without a spin budget a side still finds the other's answer without sleeping when it comes fast \
+                 enough, so calls\n  mix sleeps and none, unlike the raw blocking ping-pong, which always sleeps."
+            }
+            _ => "  The steps were measured with timestamps on; a slow moment of the machine weighs on the means.",
+        };
+        outln!("{why}");
+    }
     outln!(
-        "  timestamps off: mean {:.3}, median {:.3}, p99 {:.3}; the {} timestamps of a call cost about {:.3}",
+        "  the same calls with timestamps off: mean {:.3}, median {:.3}, p99 {:.3} (the difference from {:.3} is \
+         the cost of",
         a.off_mean_us,
         a.off_median_us,
         a.off_p99_us,
-        a.lines.len() + 1,
-        a.measured_us - a.off_mean_us
+        a.measured_us
     );
+    outln!("  the timestamps where the machine is steady, and noise where it is not)");
 }
 
 /// Mean time in µs of `f` over many runs.
