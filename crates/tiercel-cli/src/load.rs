@@ -164,9 +164,10 @@ pub fn table(
         if medium == Medium::Udp { "UDP loopback" } else { "shared memory" }
     );
     outln!(
-        "(callers block while waiting), calls of {service_us} µs of work on a one-worker server; capacity {capacity:.0} \
-         calls/s"
+        "(callers block while waiting), calls of {service_us} µs of work on a one-worker server pinned to the server \
+         CPU (it spins"
     );
+    outln!("2 ms past each call, then blocks); capacity {capacity:.0} calls/s");
     outln!(
         "(closed loop, {CALLERS} callers), so the server's service time s = 1/capacity = {s:.1} µs; unloaded median \
          response {unloaded_us:.1} µs,"
