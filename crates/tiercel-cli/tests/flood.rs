@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use tiercel::seeds::{self, TestClient};
 use tiercel::Client;
-use tiercel_proto::control::BindRequest;
+use tiercel_proto::bind::{BindClient, InterfaceSpec};
 use tiercel_proto::wire::{flags, Header, Kind, Status, HEADER_LEN};
 
 mod common;
@@ -186,20 +186,13 @@ fn a_flooded_server_keeps_serving_and_drops_what_is_bad() {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) && n < 500 {
                 let info = <TestClient as tiercel::Import>::INFO;
-                let req = BindRequest {
-                    interface: info.id,
+                let spec = InterfaceSpec {
+                    id: info.id,
                     version: info.version,
-                    max_datagram: 1400,
-                    nonce: n,
-                    proof: None,
+                    fingerprint: info.fingerprint,
+                    signature: info.signature,
                 };
-                let payload = req.to_bytes();
-                let h = Header {
-                    payload_len: payload.len() as u32,
-                    message_len: payload.len() as u32,
-                    ..Header::new(Kind::Bind)
-                };
-                let _ = socket.send(&[&h.to_bytes()[..], &payload].concat());
+                let _ = socket.send(&BindClient::new(&spec, 1400, n, false).packet());
                 n += 1;
                 std::thread::sleep(Duration::from_millis(5));
             }

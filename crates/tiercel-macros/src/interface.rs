@@ -269,16 +269,55 @@ fn find_reference(ty: &Type) -> Option<Span> {
     }
 }
 
+/// A type as it is written, with the spaces the token printer puts between punctuation removed:
+/// `In<&[u8]>`, `InOut<&mut[u8]>`, `Vec<String>`.
+fn type_text(ty: &Type) -> String {
+    let printed = quote!(#ty).to_string();
+    let chars: Vec<char> = printed.chars().collect();
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(printed.len());
+    for (i, &c) in chars.iter().enumerate() {
+        if c == ' ' {
+            let (before, after) = (chars.get(i.wrapping_sub(1)), chars.get(i + 1));
+            if !(before.is_some_and(|&b| word(b)) && after.is_some_and(|&a| word(a))) {
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The interface's signature, one procedure a line: `name(argument types) -> result type`.
+/// Argument names are left out: renaming one changes nothing on the wire.
+fn signature(m: &Interface) -> String {
+    let lines: Vec<String> = m
+        .methods
+        .iter()
+        .map(|x| {
+            let args: Vec<String> = x.args.iter().map(|a| type_text(&a.ty)).collect();
+            match &x.ret {
+                Some(r) => format!("{}({}) -> {}", x.name, args.join(", "), type_text(r)),
+                None => format!("{}({})", x.name, args.join(", ")),
+            }
+        })
+        .collect();
+    lines.join("\n")
+}
+
 fn info_tokens(m: &Interface) -> TokenStream {
     let name = m.name.to_string();
     let version = m.version;
     let procs = m.methods.iter().map(|x| x.name.to_string());
+    let signature = signature(m);
     quote! {
         &::tiercel::InterfaceInfo {
             name: #name,
             id: ::tiercel::__private::interface_id(#name),
             version: #version,
             procedures: &[#(#procs),*],
+            signature: #signature,
+            fingerprint: ::tiercel::__private::fingerprint(#name, #signature),
         }
     }
 }

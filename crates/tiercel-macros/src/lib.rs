@@ -19,8 +19,12 @@ use proc_macro::TokenStream;
 /// * `<Trait>Server<T>`: wraps an implementation of the trait and dispatches calls to it by
 ///   procedure number (the declaration order).
 ///
-/// `#[tiercel::interface(version = 2)]` sets the interface version (1 by default); a client and a
-/// server must agree on it.
+/// Binding compares the whole interface: its name, its version, and a fingerprint of its procedures
+/// in order with their names and the types of their arguments and results as written. A client
+/// whose copy of the trait differs in any of these is refused at import with an error that names
+/// both sides (types are compared as written: a type alias, or the same type under another path,
+/// counts as a difference). `#[tiercel::interface(version = 2)]` sets the version (1 by default):
+/// bump it when the meaning of a procedure changes without its signature changing.
 #[proc_macro_attribute]
 pub fn interface(attr: TokenStream, item: TokenStream) -> TokenStream {
     interface::expand(attr.into(), item.into()).unwrap_or_else(syn::Error::into_compile_error).into()

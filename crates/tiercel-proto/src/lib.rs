@@ -18,15 +18,16 @@
 //! * [`fragment`]: fragment arithmetic, the windowed blast sender, reassembly with hard limits.
 //! * [`client`]: the state machine of one call on a client slot.
 //! * [`server`]: duplicate suppression and the saved result of one server slot.
-//! * [`control`]: payloads of bind and reject packets.
+//! * [`bind`]: the bind exchange (client and server machines, the bind messages), the same for
+//!   every transport.
 //! * [`shm`]: the shared-memory transport's region layout and call handshake (its memory comes from
 //!   `tiercel-sys`; the handshake is model-checked with loom).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bind;
 pub mod client;
-pub mod control;
 pub mod fragment;
 pub mod server;
 pub mod shm;

@@ -82,6 +82,10 @@ pub mod slot {
     pub const STATUS: usize = 16;
 }
 
+/// Most slots a shared-memory binding has: each is a calling thread of the client, and the server
+/// scans them all, so more would be slower, not faster.
+pub const MAX_SLOTS: u32 = 64;
+
 /// The geometry of a region: how many slots of how much data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -99,6 +103,25 @@ impl Layout {
         let l = Layout { slots, data };
         l.region_len()?;
         Some(l)
+    }
+
+    /// The layout a grant describes (`slots` slots of `data` bytes each), if it is one a server makes:
+    /// 1 to [`MAX_SLOTS`] slots, whole pages of data, a region that fits in the address space.
+    pub fn granted(slots: u32, data: u64) -> Option<Layout> {
+        let data = usize::try_from(data).ok()?;
+        let l = Layout::new(slots, data)?;
+        ((1..=MAX_SLOTS).contains(&slots) && l.data == data).then_some(l)
+    }
+
+    /// The region header's words that describe the layout, as `(offset, value)`: the server writes
+    /// them, the client checks them against the grant.
+    pub fn header_words(&self) -> [(usize, u32); 4] {
+        [
+            (header::MAGIC, MAGIC),
+            (header::VERSION, VERSION),
+            (header::SLOTS, self.slots),
+            (header::DATA_PAGES, (self.data / PAGE) as u32),
+        ]
     }
 
     /// Distance between slots (page-aligned, so that a slot's data starts on a page).

@@ -26,7 +26,7 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet: "tc".
 pub const MAGIC: u16 = u16::from_le_bytes(*b"tc");
 /// Protocol version carried in every packet.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 mod field {
     use core::ops::Range;
@@ -128,7 +128,8 @@ pub enum Status {
     UnknownInterface = 6,
     /// The interface is exported, but in another version; the payload holds the exported version.
     VersionMismatch = 7,
-    /// The message exceeds the server's size limit or its memory budget for the binding.
+    /// The call exceeds the server's size limit or its memory budget for the binding. The procedure
+    /// never ran.
     TooLarge = 8,
     /// The slot id is outside the binding's slot table.
     BadSlot = 9,
@@ -139,6 +140,12 @@ pub enum Status {
     AuthRequired = 11,
     /// The proof of the shared secret in a bind request was wrong or its challenge stale.
     AuthFailed = 12,
+    /// The interface is exported in the asked-for version but with other procedures or types (its
+    /// fingerprint differs); the payload holds what the server exports.
+    InterfaceMismatch = 13,
+    /// The procedure ran, and its result exceeds the server's size limit or memory budget; the
+    /// payload says how large it was. (A call refused for its own size is `TooLarge`: it never ran.)
+    ResultTooLarge = 14,
 }
 
 impl Status {
@@ -158,6 +165,8 @@ impl Status {
             10 => Status::Busy,
             11 => Status::AuthRequired,
             12 => Status::AuthFailed,
+            13 => Status::InterfaceMismatch,
+            14 => Status::ResultTooLarge,
             _ => return None,
         })
     }

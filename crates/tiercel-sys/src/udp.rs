@@ -66,6 +66,9 @@ pub enum Received {
     Truncated(usize),
     /// Nothing was waiting.
     Nothing,
+    /// The kernel reported an ICMP port unreachable for an earlier send on this connected socket:
+    /// nothing listened at the peer's address then.
+    Refused,
 }
 
 fn classify(len: usize, full: usize) -> Received {
@@ -82,7 +85,8 @@ fn classify(len: usize, full: usize) -> Received {
 pub fn recv_nowait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
     match recv(socket, &mut *buf, RecvFlags::DONTWAIT | RecvFlags::TRUNC) {
         Ok((_, full)) => Ok(classify(buf.len(), full)),
-        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::CONNREFUSED => Ok(Received::Nothing),
+        Err(rustix::io::Errno::AGAIN) => Ok(Received::Nothing),
+        Err(rustix::io::Errno::CONNREFUSED) => Ok(Received::Refused),
         Err(e) => Err(e.into()),
     }
 }

@@ -9,11 +9,11 @@
 //! address, its nonce and a 30-second window), so unauthenticated requests cost the server no memory.
 //! `docs/security.md` gives the threat model.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Instant;
 
-use tiercel_proto::control::{CHALLENGE_LEN, PROOF_LEN};
+use tiercel_proto::bind::wire::{CHALLENGE_LEN, PROOF_LEN};
+use tiercel_proto::bind::{Challenges, Keyed};
 
 use crate::Error;
 
@@ -65,14 +65,16 @@ impl Secret {
             e => e,
         })
     }
+}
 
-    /// The keyed hash of `transcript`.
-    pub(crate) fn prove(&self, transcript: &[u8]) -> [u8; PROOF_LEN] {
+impl Keyed for Secret {
+    /// The keyed BLAKE3 hash of `transcript`.
+    fn prove(&self, transcript: &[u8]) -> [u8; PROOF_LEN] {
         *blake3::keyed_hash(&self.key, transcript).as_bytes()
     }
 
     /// Whether `proof` is the keyed hash of `transcript`, compared in constant time.
-    pub(crate) fn verify(&self, transcript: &[u8], proof: &[u8; PROOF_LEN]) -> bool {
+    fn verify(&self, transcript: &[u8], proof: &[u8; PROOF_LEN]) -> bool {
         blake3::keyed_hash(&self.key, transcript) == blake3::Hash::from_bytes(*proof)
     }
 }
@@ -110,30 +112,39 @@ impl Challenger {
         self.epoch.elapsed().as_secs() / WINDOW_SECS
     }
 
-    fn make(&self, peer: SocketAddr, nonce: u64, window: u64) -> [u8; CHALLENGE_LEN] {
+    fn make(&self, peer: &[u8], nonce: u64, window: u64) -> [u8; CHALLENGE_LEN] {
         let mut h = blake3::Hasher::new_keyed(&self.key);
-        match peer {
-            SocketAddr::V4(a) => h.update(&a.ip().octets()),
-            SocketAddr::V6(a) => h.update(&a.ip().octets()),
-        };
-        h.update(&peer.port().to_le_bytes()).update(&nonce.to_le_bytes()).update(&window.to_le_bytes());
+        h.update(&(peer.len() as u64).to_le_bytes()).update(peer);
+        h.update(&nonce.to_le_bytes()).update(&window.to_le_bytes());
         let mut c = [0u8; CHALLENGE_LEN];
         c.copy_from_slice(&h.finalize().as_bytes()[..CHALLENGE_LEN]);
         c
     }
+}
 
+impl Challenges for Challenger {
     /// The challenge for a bind request from `peer` with `nonce`, now.
-    pub(crate) fn challenge(&self, peer: SocketAddr, nonce: u64) -> [u8; CHALLENGE_LEN] {
+    fn challenge(&self, peer: &[u8], nonce: u64) -> [u8; CHALLENGE_LEN] {
         self.make(peer, nonce, self.window())
     }
 
     /// Whether `challenge` was made for `peer` and `nonce` in this window or the one before.
-    pub(crate) fn check(&self, peer: SocketAddr, nonce: u64, challenge: &[u8; CHALLENGE_LEN]) -> bool {
+    fn check(&self, peer: &[u8], nonce: u64, challenge: &[u8; CHALLENGE_LEN]) -> bool {
         let w = self.window();
         let good =
             |w| blake3::Hash::from_bytes(pad(&self.make(peer, nonce, w))) == blake3::Hash::from_bytes(pad(challenge));
         good(w) | (w > 0 && good(w - 1))
     }
+}
+
+/// Who sent a UDP bind request, as challenges are bound to it: the source address and port.
+pub(crate) fn peer_bytes(peer: std::net::SocketAddr) -> Vec<u8> {
+    let mut b = match peer.ip() {
+        std::net::IpAddr::V4(a) => a.octets().to_vec(),
+        std::net::IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    b.extend_from_slice(&peer.port().to_le_bytes());
+    b
 }
 
 /// A challenge widened to 32 bytes, for the constant-time comparison of `blake3::Hash`.
@@ -182,11 +193,11 @@ mod tests {
     #[test]
     fn challenges_are_bound_to_peer_and_nonce() {
         let c = Challenger::new().unwrap();
-        let peer: SocketAddr = "127.0.0.1:4000".parse().unwrap();
-        let x = c.challenge(peer, 7);
-        assert!(c.check(peer, 7, &x));
-        assert!(!c.check(peer, 8, &x));
-        assert!(!c.check("127.0.0.1:4001".parse().unwrap(), 7, &x));
-        assert!(!Challenger::new().unwrap().check(peer, 7, &x), "another server's challenge");
+        let peer = peer_bytes("127.0.0.1:4000".parse().unwrap());
+        let x = c.challenge(&peer, 7);
+        assert!(c.check(&peer, 7, &x));
+        assert!(!c.check(&peer, 8, &x));
+        assert!(!c.check(&peer_bytes("127.0.0.1:4001".parse().unwrap()), 7, &x));
+        assert!(!Challenger::new().unwrap().check(&peer, 7, &x), "another server's challenge");
     }
 }

@@ -35,6 +35,10 @@ pub enum Error {
         /// The server's address.
         server: SocketAddr,
     },
+    /// Nothing listens at the server's address: the kernel answered the bind request with a port
+    /// unreachable (ICMP), so there is no server there now.
+    #[error("no server at {0}: connection refused")]
+    NoServer(SocketAddr),
     /// The address asks for shared memory, and no server of that address on this host offers it.
     #[error("no server offering shared memory at {0} on this host")]
     NoSharedMemory(SocketAddr),
@@ -64,6 +68,16 @@ pub enum Error {
         /// Version the server exports.
         server: u32,
     },
+    /// The server exports the interface in the same version, but its procedures differ from the
+    /// client's copy (one inserted, removed, renamed, reordered, or with other argument or result
+    /// types). Rebuild one side from the same definition, or give the changed one a new version.
+    #[error("interface {name} differs between client and server: {difference}")]
+    InterfaceMismatch {
+        /// Interface name.
+        name: &'static str,
+        /// Where the two copies first differ, naming both.
+        difference: String,
+    },
     /// The server's interface has no such procedure.
     #[error("server has no procedure {0}")]
     UnknownProcedure(u16),
@@ -73,9 +87,18 @@ pub enum Error {
     /// The procedure panicked; the server caught it and goes on serving.
     #[error("remote procedure panicked: {0}")]
     Panicked(String),
-    /// The call or its result exceeds the size limit (by default 16 MiB) or the server's memory budget.
-    #[error("message too large: {0}")]
+    /// The call exceeds the size limit (by default 16 MiB) or the server's memory budget; it was
+    /// not sent, or the server refused it before running it.
+    #[error("call too large: {0}")]
     TooLarge(String),
+    /// The procedure ran, and its result exceeds the server's size limit (by default 16 MiB) or its
+    /// memory budget, so the server sent this error instead. Any effect of the procedure stands.
+    #[error("the procedure ran, but its result is too large: {0}")]
+    ResultTooLarge(String),
+    /// The server broke the protocol: it answered with something no tiercel server sends there.
+    /// Whether the procedure ran cannot be told.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
     /// The result did not decode: client and server disagree about the interface.
     #[error("could not decode the result: {0}")]
     BadResult(DecodeError),
@@ -101,6 +124,15 @@ pub enum Error {
     /// A shared secret that could not be read or has too little key material.
     #[error("bad shared secret: {0}")]
     BadSecret(String),
+    /// The server could not take its address: another process has it (`Address in use`), it is not
+    /// one of this host's, or the port needs privileges.
+    #[error("cannot serve at {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the system said.
+        source: io::Error,
+    },
     /// An address that does not parse or resolve.
     #[error("bad address {0:?}: {1}")]
     Address(String, String),
@@ -119,9 +151,12 @@ impl Error {
             | Error::UnknownBinding
             | Error::Overloaded
             | Error::ServerGone { .. }
+            | Error::Protocol(_)
             | Error::Io(_) => Execution::MayHaveRun,
             Error::UnknownInterface { .. }
             | Error::VersionMismatch { .. }
+            | Error::InterfaceMismatch { .. }
+            | Error::NoServer(_)
             | Error::UnknownProcedure(_)
             | Error::BadArguments(_)
             | Error::TooLarge(_)
@@ -131,8 +166,9 @@ impl Error {
             | Error::AuthenticationFailed(_)
             | Error::BadSecret(_)
             | Error::NoSharedMemory(_)
-            | Error::Address(..) => Execution::NeverRan,
-            Error::Panicked(_) | Error::BadResult(_) => Execution::Ran,
+            | Error::Address(..)
+            | Error::Listen { .. } => Execution::NeverRan,
+            Error::Panicked(_) | Error::BadResult(_) | Error::ResultTooLarge(_) => Execution::Ran,
         }
     }
 }

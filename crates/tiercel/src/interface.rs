@@ -14,12 +14,37 @@ pub struct InterfaceInfo {
     pub version: u32,
     /// Procedure names; a procedure's number is its index.
     pub procedures: &'static [&'static str],
+    /// One procedure a line, in order: `name(argument types) -> result type`, types as written.
+    pub signature: &'static str,
+    /// A hash of the name and the signature ([`fingerprint`]): two copies of an interface with the
+    /// same fingerprint agree on every procedure's number, arguments and results.
+    pub fingerprint: u64,
+}
+
+impl InterfaceInfo {
+    /// The interface as the bind exchange sees it.
+    pub(crate) fn spec(&self) -> tiercel_proto::bind::InterfaceSpec<'static> {
+        tiercel_proto::bind::InterfaceSpec {
+            id: self.id,
+            version: self.version,
+            fingerprint: self.fingerprint,
+            signature: self.signature,
+        }
+    }
 }
 
 /// The stable id of an interface named `name`: 64-bit FNV-1a of the name.
 pub const fn interface_id(name: &str) -> u64 {
-    let bytes = name.as_bytes();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a(0xcbf2_9ce4_8422_2325, name.as_bytes())
+}
+
+/// The fingerprint of interface `name` with `signature`: 64-bit FNV-1a of both, a newline between.
+/// It catches accidents (a procedure inserted, renamed, reordered, retyped), not an adversary.
+pub const fn fingerprint(name: &str, signature: &str) -> u64 {
+    fnv1a(fnv1a(interface_id(name), b"\n"), signature.as_bytes())
+}
+
+const fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
     let mut i = 0;
     while i < bytes.len() {
         hash ^= bytes[i] as u64;

@@ -71,6 +71,6 @@ pub use wire::{DecodeError, Reader, Wire, Writer};
 /// Re-exports for generated code; not part of the public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::interface::{interface_id, out_len};
+    pub use crate::interface::{fingerprint, interface_id, out_len};
     pub use crate::steps::{mark, Point};
 }

@@ -1,5 +1,6 @@
 //! What client and server of the shared-memory transport share: the rendezvous name, and the framing
-//! of the bind exchange over the rendezvous socket.
+//! of the bind exchange over the rendezvous socket (the same bind packets as over UDP, each preceded
+//! by its length; `tiercel_proto::bind` decides what they say).
 //!
 //! A server bound to a UDP address `A` also listens on the abstract UNIX socket `tiercel/A`. Abstract
 //! sockets exist only inside one network namespace of one host, so a client that can connect to the
@@ -8,13 +9,14 @@
 //! ```text
 //! client                                             server
 //!   connect @tiercel/127.0.0.1:7373
-//!   BindRequest (as over UDP) ─────────────────────►  find the export, check the version
-//!                    ◄─ Challenge {nonce, challenge}  (only with a shared secret; the client sends
+//!   Bind (as over UDP) ────────────────────────────►  the bind machine: the export, its version
+//!                                                      and fingerprint
+//!             ◄─ Reject AuthRequired {challenge}      (only with a shared secret; the client sends
 //!                                                      the request again with its proof)
-//!                    ◄─ Grant {binding, incarnation,  create a sealed memfd region, one slot per
-//!                        slots, slot data, reply}      client thread; its descriptor rides along
-//!                        + the region's descriptor     (SCM_RIGHTS): holding it is the capability
-//!   or               ◄─ Reject {status, version}
+//!             ◄─ BindReply {grant: slots, slot data}  create a sealed memfd region, one slot per
+//!                 + the region's descriptor           client thread; its descriptor rides along
+//!                                                      (SCM_RIGHTS): holding it is the capability
+//!   or        ◄─ Reject {status, what is exported}
 //! ```
 //!
 //! The connection stays open for the life of the binding: when either process dies, the other sees it
@@ -25,13 +27,8 @@ use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
-/// Longest message of the bind exchange.
-pub(crate) const MAX_MESSAGE: usize = 256;
-
-/// Message kinds, server to client.
-pub(crate) const GRANT: u8 = 0;
-pub(crate) const CHALLENGE: u8 = 1;
-pub(crate) const REJECT: u8 = 2;
+/// Longest message of the bind exchange: a padded bind request.
+pub(crate) const MAX_MESSAGE: usize = tiercel_proto::bind::PADDED_REQUEST;
 
 /// The abstract socket name of a server bound to `addr`.
 pub(crate) fn rendezvous_name(addr: SocketAddr) -> String {
@@ -72,9 +69,4 @@ pub(crate) fn recv(stream: &UnixStream) -> io::Result<(Vec<u8>, Option<OwnedFd>)
         got += n;
     }
     Ok((msg, fd))
-}
-
-/// Reads a little-endian integer field of a message.
-pub(crate) fn field<const N: usize>(msg: &[u8], at: usize) -> Option<[u8; N]> {
-    msg.get(at..at + N)?.try_into().ok()
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tiercel::seeds::{self, SeedTest, TestClient, TestServer};
 use tiercel::{Client, ClientConfig, Error, Execution, RunningServer, Secret, Server, ServerConfig};
-use tiercel_proto::control::{parse_bind_challenge, BindProof, BindRequest, CHALLENGE_LEN, PROOF_LEN};
+use tiercel_proto::bind::wire::{BindChallenge, BindProof, BindRequest, CHALLENGE_LEN, CHALLENGE_MSG_LEN, PROOF_LEN};
 use tiercel_proto::wire::{Header, Kind, Packet, Status};
 
 fn secret(byte: u8) -> Secret {
@@ -63,7 +63,7 @@ fn a_client_with_a_secret_will_not_bind_to_a_server_that_cannot_prove_it() {
 
 /// Sends a bind request from `socket` and returns the first answer.
 fn exchange(socket: &UdpSocket, request: &BindRequest) -> (Header, Vec<u8>) {
-    let payload = request.to_bytes();
+    let payload = request.to_bytes(0);
     let header =
         Header { payload_len: payload.len() as u32, message_len: payload.len() as u32, ..Header::new(Kind::Bind) };
     let mut datagram = header.to_bytes().to_vec();
@@ -86,16 +86,23 @@ fn raw_socket(server: &RunningServer) -> UdpSocket {
 fn challenges_are_bound_to_the_asking_address_and_nonce_and_proofs_cannot_be_forged() {
     let s = server(Some(secret(1)));
     let info = <TestClient as tiercel::Import>::INFO;
-    let request = BindRequest { interface: info.id, version: info.version, max_datagram: 1400, nonce: 77, proof: None };
+    let request = BindRequest {
+        interface: info.id,
+        version: info.version,
+        max_datagram: 1400,
+        nonce: 77,
+        fingerprint: info.fingerprint,
+        proof: None,
+    };
     let a = raw_socket(&s);
     let (h, payload) = exchange(&a, &request);
     assert_eq!((h.kind, h.status), (Kind::Reject, Status::AuthRequired));
-    let (nonce, challenge) = parse_bind_challenge(&payload).unwrap();
+    let BindChallenge { nonce, challenge } = BindChallenge::parse(&payload).unwrap();
     assert_eq!(nonce, 77);
     // The challenge answers only what was asked: the unauthenticated client learns nothing else,
     // and the answer is no larger than the request (no amplification).
-    assert_eq!(payload.len(), 8 + CHALLENGE_LEN);
-    assert!(payload.len() <= request.to_bytes().len());
+    assert_eq!(payload.len(), CHALLENGE_MSG_LEN);
+    assert!(payload.len() <= request.to_bytes(0).len());
 
     // A proof made with the right challenge but the wrong key is refused.
     let wrong = BindProof { challenge, mac: [0x42; PROOF_LEN] };
@@ -117,7 +124,7 @@ fn challenges_are_bound_to_the_asking_address_and_nonce_and_proofs_cannot_be_for
     let proof_holder = raw_socket(&s);
     let (h, payload) = exchange(&proof_holder, &BindRequest { nonce: 5, ..request });
     assert_eq!(h.status, Status::AuthRequired);
-    let (_, their_challenge) = parse_bind_challenge(&payload).unwrap();
+    let their_challenge = BindChallenge::parse(&payload).unwrap().challenge;
     let transcript = BindRequest { nonce: 5, ..request }.proof_transcript(&their_challenge);
     let mac =
         *blake3::keyed_hash(&blake3::derive_key("tiercel 2026-11 binding secret", &[1; 32]), &transcript).as_bytes();

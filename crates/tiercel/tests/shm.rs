@@ -223,9 +223,10 @@ mod hostile {
     use std::time::{Duration, Instant};
 
     use tiercel::Import;
-    use tiercel_proto::control::BindRequest;
+    use tiercel_proto::bind::wire::{BindGrant, BindRequest};
     use tiercel_proto::shm::{self as proto, header, slot, Layout};
     use tiercel_proto::wire::Status;
+    use tiercel_proto::wire::{Kind, Packet, HEADER_LEN};
     use tiercel_sys::shm::Region;
 
     pub struct Hostile {
@@ -239,16 +240,29 @@ mod hostile {
             let name = format!("tiercel/{server}");
             let stream = UnixStream::connect_addr(&UnixAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
             let info = <super::TestClient as Import>::INFO;
-            let req = BindRequest { interface: info.id, version: info.version, max_datagram: 0, nonce: 1, proof: None };
-            let bytes = req.to_bytes();
+            let req = BindRequest {
+                interface: info.id,
+                version: info.version,
+                max_datagram: 0,
+                nonce: 1,
+                fingerprint: info.fingerprint,
+                proof: None,
+            };
+            let payload = req.to_bytes(0);
+            let h = tiercel_proto::wire::Header {
+                payload_len: payload.len() as u32,
+                message_len: payload.len() as u32,
+                ..tiercel_proto::wire::Header::new(Kind::Bind)
+            };
+            let bytes = [&h.to_bytes()[..], &payload].concat();
             (&stream).write_all(&(bytes.len() as u32).to_le_bytes()).unwrap();
             (&stream).write_all(&bytes).unwrap();
             let mut msg = [0u8; 256];
             let (n, fd) = tiercel_sys::shm::recv_with_fd(&stream, &mut msg).unwrap();
-            assert!(n > 4 + 21 && msg[4] == 0, "a grant");
-            let data = u64::from_le_bytes(msg[4 + 13..4 + 21].try_into().unwrap()) as usize;
-            let slots = u32::from_le_bytes(msg[4 + 21..4 + 25].try_into().unwrap());
-            let layout = Layout::new(slots, data).unwrap();
+            let p = Packet::new_checked(&msg[4..n]).unwrap();
+            assert_eq!(p.kind(), Kind::BindReply, "a grant");
+            let grant = BindGrant::parse(&msg[4 + HEADER_LEN..n]).unwrap();
+            let layout = Layout::granted(grant.slots, grant.region).unwrap();
             let region = Region::from_fd(fd.unwrap(), layout.region_len().unwrap()).unwrap();
             Hostile { region, layout, _stream: stream }
         }

@@ -290,7 +290,9 @@ impl Endpoint {
                     inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                Received::Nothing => {}
+                // A refusal during a call is a lost packet to the protocol: a server restarting on
+                // the same port may still answer, and `dead_after` bounds the wait.
+                Received::Nothing | Received::Refused => {}
             }
             let now = Instant::now();
             if self.call.poll_timeout().is_some_and(|t| now >= t) {
@@ -374,12 +376,17 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> E
         Status::UnknownBinding | Status::BadSlot => Error::UnknownBinding,
         Status::WrongIncarnation => Error::ServerRestarted,
         Status::TooLarge => Error::TooLarge(message),
+        Status::ResultTooLarge => Error::ResultTooLarge(message),
+        // Statuses that answer a bind request, a refusal as busy (a `Reject`, handled by the call
+        // machine's backoff), or success, are no failure of a call's result: a server that sends
+        // them as one breaks the protocol.
         Status::Busy
         | Status::UnknownInterface
         | Status::VersionMismatch
+        | Status::InterfaceMismatch
         | Status::AuthRequired
         | Status::AuthFailed
-        | Status::Ok => Error::Busy,
+        | Status::Ok => Error::Protocol(format!("the server answered a call with status {status:?}")),
     }
 }
 

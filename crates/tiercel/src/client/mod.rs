@@ -1,5 +1,6 @@
 //! The client: importing an interface (binding), and the per-thread endpoints calls go through.
 
+mod bind;
 mod call;
 mod endpoint;
 mod shm;
@@ -7,11 +8,7 @@ mod shm;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-use tiercel_proto::control::{parse_bind_challenge, parse_bind_reject, BindProof, BindReply, BindRequest};
-use tiercel_proto::wire::{Header, Kind, Packet, Status, HEADER_LEN};
-use tiercel_sys::udp;
+use std::time::Duration;
 
 pub use call::{Call, Reply};
 
@@ -169,129 +166,25 @@ impl Binding {
     }
 
     fn bind_udp(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig) -> Result<Binding, Error> {
-        let socket = udp::connect(server)?;
-        let mtu_payload = udp::path_mtu(&socket).map(|m| m as usize - if server.is_ipv4() { 28 } else { 48 });
-        // A checksum trailer rides beyond the negotiated datagram size, so leave room for it.
-        let trailer = if config.checksum { tiercel_proto::wire::CHECKSUM_LEN } else { 0 };
-        let max_datagram = config.max_datagram.min(mtu_payload.unwrap_or(1472)).max(HEADER_LEN + 64) - trailer;
-        let nonce = u64::from_le_bytes(random_bytes()?[..8].try_into().unwrap_or_default());
-        let mut request = BindRequest {
-            interface: info.id,
-            version: info.version,
-            max_datagram: max_datagram as u32,
-            nonce,
-            proof: None,
-        };
-        // The challenge this client answered, once a server with a shared secret sent one.
-        let mut challenge = None;
-        let mut header = Header::new(Kind::Bind);
-        if config.checksum {
-            header.flags = tiercel_proto::wire::flags::CHECKSUM;
-        }
-        let mut rx = vec![0u8; max_datagram + trailer];
-        let start = Instant::now();
-        let mut rto = config.timing.retransmit_initial;
-        'send: loop {
-            if start.elapsed() >= config.timing.dead_after {
-                return Err(Error::Unreachable { server, acknowledged: false });
-            }
-            let payload = request.to_bytes();
-            header.payload_len = payload.len() as u32;
-            header.message_len = header.payload_len;
-            let header_bytes = header.to_bytes();
-            let parts = [std::io::IoSlice::new(&header_bytes), std::io::IoSlice::new(&payload)];
-            match crate::transmit::send(&socket, None, &parts, config.checksum) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(111) => {} // ECONNREFUSED from an earlier ICMP error
-                Err(e) => return Err(e.into()),
-            }
-            let until = Instant::now() + rto;
-            while let Some(left) = until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
-                if !udp::wait_readable(&socket, Some(left))? {
-                    break;
-                }
-                let udp::Received::Datagram(n) = udp::recv_nowait(&socket, &mut rx)? else { continue };
-                let Ok(p) = Packet::new_checked(&rx[..n]) else { continue };
-                match p.kind() {
-                    Kind::BindReply => {
-                        let Some(reply) = BindReply::parse(p.payload()) else { continue };
-                        if reply.nonce != nonce {
-                            continue;
-                        }
-                        if let Some(secret) = &config.secret {
-                            let (Some(proof), Some(challenge)) = (reply.proof, challenge) else {
-                                return Err(Error::AuthenticationFailed(
-                                    "the server did not ask for the shared secret, so it cannot prove it holds it",
-                                ));
-                            };
-                            let transcript = BindReply { proof: None, ..reply }.proof_transcript(
-                                p.binding(),
-                                p.token(),
-                                p.incarnation(),
-                                &challenge,
-                            );
-                            if !secret.verify(&transcript, &proof) {
-                                return Err(Error::AuthenticationFailed(
-                                    "the server's proof does not match this client's secret",
-                                ));
-                            }
-                        }
-                        let max_datagram = (reply.max_datagram as usize).min(max_datagram);
-                        if max_datagram <= HEADER_LEN || reply.slots == 0 {
-                            continue;
-                        }
-                        return Ok(Binding {
-                            inner: Arc::new(BindingInner {
-                                uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
-                                server,
-                                id: p.binding(),
-                                token: p.token(),
-                                incarnation: p.incarnation(),
-                                max_datagram,
-                                slots: reply.slots,
-                                free_slots: Mutex::new((Vec::new(), 0)),
-                                shm: None,
-                                config: config.clone(),
-                                info,
-                                stats: ClientStats::default(),
-                            }),
-                            deadline: config.deadline,
-                        });
-                    }
-                    Kind::Reject if p.status() == Status::AuthRequired => {
-                        let Some((echo, fresh)) = parse_bind_challenge(p.payload()) else { continue };
-                        if echo != nonce {
-                            continue;
-                        }
-                        let Some(secret) = &config.secret else { return Err(Error::AuthenticationRequired) };
-                        let mac = secret.prove(&request.proof_transcript(&fresh));
-                        request.proof = Some(BindProof { challenge: fresh, mac });
-                        challenge = Some(fresh);
-                        // Answer at once, with a fresh retransmission timer.
-                        rto = config.timing.retransmit_initial;
-                        continue 'send;
-                    }
-                    Kind::Reject => {
-                        let Some((echo, exported)) = parse_bind_reject(p.payload()) else { continue };
-                        if echo != nonce {
-                            continue;
-                        }
-                        return Err(match p.status() {
-                            Status::UnknownInterface => Error::UnknownInterface { name: info.name },
-                            Status::VersionMismatch => {
-                                Error::VersionMismatch { name: info.name, client: info.version, server: exported }
-                            }
-                            Status::AuthFailed => Error::AuthenticationFailed(
-                                "the server refused this client's proof: the secrets differ",
-                            ),
-                            _ => Error::Busy,
-                        });
-                    }
-                    _ => continue,
-                }
-            }
-            rto = (rto * 2).min(config.timing.retransmit_max);
-        }
+        let bind::UdpGrant { granted, max_datagram } = bind::bind_udp(server, info, &config)?;
+        let deadline = config.deadline;
+        Ok(Binding {
+            inner: Arc::new(BindingInner {
+                uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+                server,
+                id: granted.binding,
+                token: granted.token,
+                incarnation: granted.incarnation,
+                max_datagram,
+                slots: granted.grant.slots,
+                free_slots: Mutex::new((Vec::new(), 0)),
+                shm: None,
+                config,
+                info,
+                stats: ClientStats::default(),
+            }),
+            deadline,
+        })
     }
 
     /// A clone of this binding whose calls fail with [`Error::DeadlineExceeded`] after `deadline`.

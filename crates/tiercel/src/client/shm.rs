@@ -14,16 +14,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::control::{BindProof, BindReply, BindRequest};
+use tiercel_proto::bind::{BindClient, BindEvent, Keyed};
 use tiercel_proto::shm::{self as proto, header, slot, Layout};
-use tiercel_proto::wire::Status;
+use tiercel_proto::wire::{Packet, Status};
 use tiercel_sys::clock;
 use tiercel_sys::shm::{futex_wait, futex_wake, Region};
 
 use super::BindingInner;
 use crate::config::ClientConfig;
 use crate::interface::InterfaceInfo;
-use crate::shm::{self as rendezvous, CHALLENGE, GRANT, REJECT};
+use crate::shm as rendezvous;
 use crate::spin::SpinBudget;
 use crate::steps::{mark, Point};
 use crate::wire::{Segments, MAX_SEGMENTS};
@@ -65,97 +65,52 @@ pub(crate) fn connect(server: SocketAddr) -> Option<UnixStream> {
     })
 }
 
-/// The bind exchange over a connected rendezvous socket.
+/// The bind exchange over a connected rendezvous socket, decided by the client's bind machine.
 pub(crate) fn bind(stream: UnixStream, info: &'static InterfaceInfo, config: &ClientConfig) -> Result<Granted, Error> {
     // Measure the tick counter's rate (2 ms) now, not on the first call.
     let _ = clock::ticks_per_second();
     let bad = |why: &str| Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
     stream.set_read_timeout(Some(config.timing.dead_after))?;
     let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
-    let mut request = BindRequest { interface: info.id, version: info.version, max_datagram: 0, nonce, proof: None };
-    rendezvous::send(&stream, &request.to_bytes(), None)?;
-    let mut challenge = None;
-    loop {
-        let (msg, fd) = rendezvous::recv(&stream)?;
-        match msg.first() {
-            Some(&CHALLENGE) => {
-                let (Some(echo), Some(fresh)) = (rendezvous::field::<8>(&msg, 1), rendezvous::field::<16>(&msg, 9))
-                else {
-                    return Err(bad("malformed challenge"));
-                };
-                if u64::from_le_bytes(echo) != nonce || challenge.is_some() {
-                    return Err(bad("unexpected challenge"));
-                }
-                let Some(secret) = &config.secret else { return Err(Error::AuthenticationRequired) };
-                let mac = secret.prove(&request.proof_transcript(&fresh));
-                request.proof = Some(BindProof { challenge: fresh, mac });
-                challenge = Some(fresh);
-                rendezvous::send(&stream, &request.to_bytes(), None)?;
+    let mut machine = BindClient::new(&info.spec(), 0, nonce, false);
+    let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
+    rendezvous::send(&stream, &machine.packet(), None)?;
+    // At most two answers: a challenge, then the grant or refusal.
+    for _ in 0..2 {
+        let (msg, fd) = match rendezvous::recv(&stream) {
+            Ok(m) => m,
+            // The server closes a connection unanswered only when it has no room for another binding.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(Error::Busy),
+            Err(e) => return Err(e.into()),
+        };
+        let p = Packet::new_checked(&msg[..]).map_err(|_| bad("malformed bind answer"))?;
+        let granted = match machine.handle(&p, secret) {
+            BindEvent::Ignored => return Err(bad("bind answer for another request")),
+            BindEvent::SendAgain => {
+                rendezvous::send(&stream, &machine.packet(), None)?;
+                continue;
             }
-            Some(&REJECT) => {
-                let status = msg.get(1).copied().and_then(Status::from_u8);
-                let exported = rendezvous::field::<4>(&msg, 2).map(u32::from_le_bytes).unwrap_or(0);
-                return Err(match status {
-                    Some(Status::UnknownInterface) => Error::UnknownInterface { name: info.name },
-                    Some(Status::VersionMismatch) => {
-                        Error::VersionMismatch { name: info.name, client: info.version, server: exported }
-                    }
-                    Some(Status::AuthFailed) => {
-                        Error::AuthenticationFailed("the server refused this client's proof: the secrets differ")
-                    }
-                    _ => Error::Busy,
-                });
-            }
-            Some(&GRANT) => {
-                let fields = (
-                    rendezvous::field::<4>(&msg, 1).map(u32::from_le_bytes),
-                    rendezvous::field::<8>(&msg, 5).map(u64::from_le_bytes),
-                    rendezvous::field::<8>(&msg, 13).map(u64::from_le_bytes),
-                    msg.get(21..).and_then(BindReply::parse),
-                );
-                let (Some(id), Some(incarnation), Some(data), Some(reply)) = fields else {
-                    return Err(bad("malformed grant"));
-                };
-                if reply.nonce != nonce {
-                    return Err(bad("grant for another request"));
-                }
-                if let Some(secret) = &config.secret {
-                    let (Some(proof), Some(challenge)) = (reply.proof, challenge) else {
-                        return Err(Error::AuthenticationFailed(
-                            "the server did not ask for the shared secret, so it cannot prove it holds it",
-                        ));
-                    };
-                    let transcript =
-                        BindReply { proof: None, ..reply }.proof_transcript(id, 0, incarnation, &challenge);
-                    if !secret.verify(&transcript, &proof) {
-                        return Err(Error::AuthenticationFailed(
-                            "the server's proof does not match this client's secret",
-                        ));
-                    }
-                }
-                let layout = usize::try_from(data)
-                    .ok()
-                    .and_then(|d| Layout::new(reply.slots, d))
-                    .filter(|l| reply.slots >= 1 && reply.slots <= 1024 && l.data as u64 == data)
-                    .ok_or_else(|| bad("impossible region geometry"))?;
-                let len = layout.region_len().ok_or_else(|| bad("impossible region size"))?;
-                let fd = fd.ok_or_else(|| bad("grant without a region"))?;
-                let region = Region::from_fd(fd, len)?;
-                let words = [
-                    (header::MAGIC, proto::MAGIC),
-                    (header::VERSION, proto::VERSION),
-                    (header::SLOTS, reply.slots),
-                    (header::DATA_PAGES, (layout.data / proto::PAGE) as u32),
-                ];
-                if words.iter().any(|&(at, v)| region.u32_at(at).map(|w| w.load(Ordering::Relaxed)) != Some(v)) {
-                    return Err(bad("region header does not match the grant"));
-                }
-                stream.set_read_timeout(None)?;
-                return Ok(Granted { link: Link { region, layout, stream }, id, incarnation, slots: reply.slots });
-            }
-            _ => return Err(bad("unknown bind message")),
+            BindEvent::Refused(r) => return Err(super::bind::refusal_error(info, r)),
+            BindEvent::Granted(g) => g,
+        };
+        let grant = granted.grant;
+        let layout = Layout::granted(grant.slots, grant.region).ok_or_else(|| bad("impossible region geometry"))?;
+        let len = layout.region_len().ok_or_else(|| bad("impossible region size"))?;
+        let fd = fd.ok_or_else(|| bad("grant without a region"))?;
+        let region = Region::from_fd(fd, len)?;
+        let matches = |(at, v): (usize, u32)| region.u32_at(at).map(|w| w.load(Ordering::Relaxed)) == Some(v);
+        if !layout.header_words().into_iter().all(matches) {
+            return Err(bad("region header does not match the grant"));
         }
+        stream.set_read_timeout(None)?;
+        return Ok(Granted {
+            link: Link { region, layout, stream },
+            id: granted.binding,
+            incarnation: granted.incarnation,
+            slots: grant.slots,
+        });
     }
+    Err(bad("a second challenge"))
 }
 
 /// A calling thread's slot in a shared-memory binding.

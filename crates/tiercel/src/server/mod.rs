@@ -33,7 +33,7 @@ impl Server {
     /// Binds the server's socket to `addr` (`"udp://127.0.0.1:0"` picks a free port).
     pub fn bind(addr: impl ToAddress) -> Result<Server, Error> {
         let (_, addr) = addr.to_address()?;
-        let socket = udp::bind(addr, false)?;
+        let socket = udp::bind(addr, false).map_err(|source| Error::Listen { addr, source })?;
         Ok(Server { socket, config: ServerConfig::default(), exports: Vec::new() })
     }
 
@@ -60,8 +60,10 @@ impl Server {
             Some(_) => Some(crate::auth::Challenger::new()?),
             None => None,
         };
+        let specs = self.exports.iter().map(|e| e.info().spec()).collect();
         let shared = Arc::new(Shared {
             challenger,
+            specs,
             table: table::Table::new(config.max_bindings),
             socket: self.socket,
             config,
@@ -103,6 +105,8 @@ pub(crate) struct Shared {
     /// Time zero of the bindings' activity clocks.
     epoch: std::time::Instant,
     exports: Vec<Arc<dyn Export>>,
+    /// The exports as the bind machine sees them, in the same order.
+    specs: Vec<tiercel_proto::bind::InterfaceSpec<'static>>,
     table: table::Table,
     incarnation: u64,
     stop: AtomicBool,
@@ -113,6 +117,29 @@ pub(crate) struct Shared {
     /// the quick "busy" answer to new calls) when there are three or more.
     max_running: usize,
     stats: Arc<ServerStats>,
+}
+
+impl Shared {
+    /// The bind machine of this server, for a transport whose datagrams are at most `max_datagram`
+    /// bytes (0: shared memory).
+    pub(crate) fn bind_machine(&self, max_datagram: usize) -> tiercel_proto::bind::BindServer<'_> {
+        let auth = match (&self.config.secret, &self.challenger) {
+            (Some(secret), Some(challenges)) => Some(tiercel_proto::bind::ServerAuth { secret, challenges }),
+            _ => None,
+        };
+        tiercel_proto::bind::BindServer { exports: &self.specs, auth, incarnation: self.incarnation, max_datagram }
+    }
+
+    /// Counts a bind request answered without a binding.
+    pub(crate) fn count_refusal(&self, refused: tiercel_proto::bind::Refused) {
+        use tiercel_proto::bind::Refused;
+        let counter = match refused {
+            Refused::Challenged => &self.stats.challenged,
+            Refused::AuthFailed => &self.stats.auth_failed,
+            Refused::UnknownInterface | Refused::VersionMismatch | Refused::InterfaceMismatch => &self.stats.rejected,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Counters of a running server.

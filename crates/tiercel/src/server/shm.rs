@@ -8,14 +8,14 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiercel_proto::control::{BindReply, BindRequest};
+use tiercel_proto::bind::{BindDecision, Refused};
 use tiercel_proto::shm::{self as proto, header, slot, Layout};
-use tiercel_proto::wire::Status;
+use tiercel_proto::wire::{Packet, Status};
 use tiercel_sys::clock;
 use tiercel_sys::shm::{futex_wait, futex_wake, Region};
 
 use super::Shared;
-use crate::shm::{self as rendezvous, CHALLENGE, GRANT, REJECT};
+use crate::shm as rendezvous;
 use crate::steps::{self, mark, Point};
 
 /// How long a blocked server thread sleeps before looking whether its client is still there.
@@ -44,7 +44,8 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
             Ok((stream, _)) => {
                 let _ = stream.set_nonblocking(false);
                 if live.load(Ordering::Relaxed) >= shared.config.max_bindings {
-                    let _ = rendezvous::send(&stream, &reject(Status::Busy, 0), None);
+                    // No room: closing the connection unread tells the client (it reads end of file).
+                    shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 live.fetch_add(1, Ordering::Relaxed);
@@ -68,12 +69,6 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
 /// Which of the server's CPUs a new binding thread takes (round robin).
 fn binding_index(shared: &Shared) -> usize {
     shared.shm_bindings.load(Ordering::Relaxed)
-}
-
-fn reject(status: Status, version: u32) -> Vec<u8> {
-    let mut m = vec![REJECT, status as u8];
-    m.extend_from_slice(&version.to_le_bytes());
-    m
 }
 
 /// One binding: the bind exchange, then serving its slots until the client goes away.
@@ -104,74 +99,53 @@ fn serve_connection(shared: &Arc<Shared>, stream: UnixStream) {
     shared.shm_bindings.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// The bind exchange. Returns the binding's export, its region and layout, or `None` after telling
-/// the client why not.
+/// The bind exchange, decided by the server's bind machine. Returns the binding's export, its
+/// region and layout, or `None` after telling the client why not.
 fn bind(shared: &Shared, stream: &UnixStream) -> Option<(Arc<dyn crate::interface::Export>, Region, Layout)> {
-    let (msg, _) = rendezvous::recv(stream).ok()?;
-    let mut req = BindRequest::parse(&msg)?;
-    let mut challenge = None;
-    if let Some(secret) = &shared.config.secret {
-        // The connection is the client's own, so the challenge is a fresh random one kept here.
-        let fresh: [u8; 16] = crate::client::random_bytes().ok()?;
-        shared.stats.challenged.fetch_add(1, Ordering::Relaxed);
-        let mut m = vec![CHALLENGE];
-        m.extend_from_slice(&req.nonce.to_le_bytes());
-        m.extend_from_slice(&fresh);
-        rendezvous::send(stream, &m, None).ok()?;
+    let machine = shared.bind_machine(0);
+    // Challenges are bound to this connection: a random id stands for the peer's address.
+    let peer: [u8; 16] = crate::client::random_bytes().ok()?;
+    // At most two requests: the first, and the one with the proof a challenge asked for.
+    for _ in 0..2 {
         let (msg, _) = rendezvous::recv(stream).ok()?;
-        let proven = BindRequest::parse(&msg)?;
-        let good = proven.nonce == req.nonce
-            && proven.proof.is_some_and(|p| {
-                p.challenge == fresh
-                    && secret.verify(&BindRequest { proof: None, ..proven }.proof_transcript(&fresh), &p.mac)
-            });
-        if !good {
-            shared.stats.auth_failed.fetch_add(1, Ordering::Relaxed);
-            let _ = rendezvous::send(stream, &reject(Status::AuthFailed, 0), None);
+        let Ok(p) = Packet::new_checked(&msg[..]) else {
+            shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
             return None;
-        }
-        req = proven;
-        challenge = Some(fresh);
-    }
-    let Some(export) = shared.exports.iter().find(|e| e.info().id == req.interface) else {
-        let _ = rendezvous::send(stream, &reject(Status::UnknownInterface, 0), None);
-        return None;
-    };
-    let version = export.info().version;
-    if version != req.version {
-        let _ = rendezvous::send(stream, &reject(Status::VersionMismatch, version), None);
-        return None;
-    }
-    let slots = shared.config.slots_per_binding.clamp(1, 64);
-    let layout = Layout::new(slots, shared.config.timing.max_message)?;
-    let region = match layout.region_len().map(|len| Region::create("tiercel-binding", len)) {
-        Some(Ok(r)) => r,
-        _ => {
-            let _ = rendezvous::send(stream, &reject(Status::Busy, version), None);
+        };
+        let admission = match machine.on_request(&p, &peer, rendezvous::MAX_MESSAGE) {
+            BindDecision::Malformed => {
+                shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            BindDecision::Answer { packet, refused } => {
+                shared.count_refusal(refused);
+                rendezvous::send(stream, &packet, None).ok()?;
+                if refused == Refused::Challenged {
+                    continue;
+                }
+                return None;
+            }
+            BindDecision::Admit(a) => a,
+        };
+        let slots = shared.config.slots_per_binding.clamp(1, proto::MAX_SLOTS);
+        let made = Layout::new(slots, shared.config.timing.max_message).and_then(|layout| {
+            let region = Region::create("tiercel-binding", layout.region_len()?).ok()?;
+            for (at, v) in layout.header_words() {
+                region.u32_at(at)?.store(v, Ordering::Relaxed);
+            }
+            Some((region, layout))
+        });
+        let Some((region, layout)) = made else {
+            shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            let _ = rendezvous::send(stream, &admission.busy(&machine), None);
             return None;
-        }
-    };
-    let words = [
-        (header::MAGIC, proto::MAGIC),
-        (header::VERSION, proto::VERSION),
-        (header::SLOTS, slots),
-        (header::DATA_PAGES, (layout.data / proto::PAGE) as u32),
-    ];
-    for (at, v) in words {
-        region.u32_at(at)?.store(v, Ordering::Relaxed);
+        };
+        let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
+        let reply = admission.grant(&machine, id, 0, slots, layout.data as u64);
+        rendezvous::send(stream, &reply, Some(region.fd())).ok()?;
+        return Some((shared.exports[admission.export].clone(), region, layout));
     }
-    let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
-    let mut reply = BindReply { slots, max_datagram: 0, version, nonce: req.nonce, proof: None };
-    if let (Some(secret), Some(challenge)) = (&shared.config.secret, challenge) {
-        reply.proof = Some(secret.prove(&reply.proof_transcript(id, 0, shared.incarnation, &challenge)));
-    }
-    let mut m = vec![GRANT];
-    m.extend_from_slice(&id.to_le_bytes());
-    m.extend_from_slice(&shared.incarnation.to_le_bytes());
-    m.extend_from_slice(&(layout.data as u64).to_le_bytes());
-    m.extend_from_slice(&reply.to_bytes());
-    rendezvous::send(stream, &m, Some(region.fd())).ok()?;
-    Some((export.clone(), region, layout))
+    None
 }
 
 struct SlotServer<'a> {
@@ -316,7 +290,7 @@ impl<'a> SlotServer<'a> {
                         &mut self.out,
                         &format!("result of {n} bytes exceeds the slot's {limit}"),
                     );
-                    status = Status::TooLarge;
+                    status = Status::ResultTooLarge;
                 }
                 status
             }

@@ -93,7 +93,8 @@ impl Table {
         (b.token == token).then(|| b.clone())
     }
 
-    /// Grants a binding, or returns the one already granted to a duplicate of the same request.
+    /// Grants a binding, or returns the one already granted to a duplicate of the same request; with
+    /// whether it is new.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn grant(
         &self,
@@ -105,12 +106,12 @@ impl Table {
         max_datagram: usize,
         memory_limit: usize,
         now_ms: u64,
-    ) -> Option<Arc<ServerBinding>> {
+    ) -> Option<(Arc<ServerBinding>, bool)> {
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(&id) = recent.get(&(peer, nonce)) {
             let table = self.bindings.read().unwrap_or_else(|p| p.into_inner());
             if let Some(Some(b)) = table.get(id as usize - 1) {
-                return Some(b.clone());
+                return Some((b.clone(), false));
             }
         }
         let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
@@ -147,7 +148,7 @@ impl Table {
             recent.clear();
         }
         recent.insert((peer, nonce), binding.id);
-        Some(binding)
+        Some((binding, true))
     }
 
     /// Forgets bindings idle since before `cutoff_ms` that no worker is using; returns how many.

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::control::{bind_challenge_payload, bind_reject_payload, BindReply, BindRequest};
+use tiercel_proto::bind::BindDecision;
 use tiercel_proto::fragment::{fragment_count, fragment_range};
 use tiercel_proto::server::{CallAction, ProbeAction};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
@@ -90,7 +90,7 @@ impl Worker {
                     self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                Ok(None | Some((Received::Nothing, _))) => {}
+                Ok(None | Some((Received::Nothing | Received::Refused, _))) => {}
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
             if self.spinning {
@@ -319,7 +319,7 @@ impl Worker {
             } else {
                 out.truncate(HEADER_LEN);
                 error_message(&mut out, &format!("result of {len} bytes exceeds the server's limit or memory budget"));
-                status = Status::TooLarge;
+                status = Status::ResultTooLarge;
                 len = out.len() - HEADER_LEN;
             }
         }
@@ -412,102 +412,50 @@ impl Worker {
         let _ = transmit::send(&self.shared.socket, Some(&to), &[IoSlice::new(&h.to_bytes())], checksummed(p));
     }
 
-    /// Sends a `Reject` answering a bind request, with `payload` (at most as long as the request's).
-    fn send_bind_reject(&self, p: &Packet<&[u8]>, to: SocketAddr, status: Status, payload: &[u8]) {
-        let h = Header {
-            status,
-            flags: p.flags() & flags::CHECKSUM,
-            payload_len: payload.len() as u32,
-            message_len: payload.len() as u32,
-            incarnation: self.shared.incarnation,
-            ..Header::new(Kind::Reject)
+    /// Answers a bind request through the server's bind machine: a binding from the table, or the
+    /// machine's answer (a challenge or a refusal, never longer than the request).
+    fn on_bind(&self, p: &Packet<&[u8]>, from: SocketAddr) {
+        let stats = &self.shared.stats;
+        let machine = self.shared.bind_machine(self.shared.config.max_datagram);
+        let received = HEADER_LEN + p.payload_len() as usize;
+        let admission = match machine.on_request(p, &crate::auth::peer_bytes(from), received) {
+            BindDecision::Malformed => {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            BindDecision::Answer { packet, refused } => {
+                self.shared.count_refusal(refused);
+                return self.send_packet(from, &packet, checksummed(p));
+            }
+            BindDecision::Admit(a) => a,
         };
-        let _ = transmit::send(
-            &self.shared.socket,
-            Some(&to),
-            &[IoSlice::new(&h.to_bytes()), IoSlice::new(payload)],
-            checksummed(p),
-        );
+        let config = &self.shared.config;
+        let granted = crate::client::random_bytes().ok().map(u128::from_le_bytes).and_then(|token| {
+            self.shared.table.grant(
+                from,
+                admission.request.nonce,
+                self.shared.exports[admission.export].clone(),
+                token,
+                config.slots_per_binding,
+                admission.max_datagram as usize,
+                config.binding_memory,
+                self.now_ms(),
+            )
+        });
+        let Some((binding, new)) = granted else {
+            stats.rejected.fetch_add(1, Ordering::Relaxed);
+            return self.send_packet(from, &admission.busy(&machine), checksummed(p));
+        };
+        if new {
+            stats.bindings.fetch_add(1, Ordering::Relaxed);
+        }
+        let reply = admission.grant(&machine, binding.id, binding.token, config.slots_per_binding, 0);
+        self.send_packet(from, &reply, checksummed(p));
     }
 
-    fn on_bind(&self, p: &Packet<&[u8]>, from: SocketAddr) {
-        let Some(req) = BindRequest::parse(p.payload()) else {
-            self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        let refuse = |status: Status, version: u32| {
-            self.shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-            self.send_bind_reject(p, from, status, &bind_reject_payload(req.nonce, version));
-        };
-        // With a shared secret, nothing is told to a client (not even what is exported) before it
-        // proves the secret over a fresh challenge.
-        let mut proven = None;
-        if let (Some(secret), Some(challenger)) = (&self.shared.config.secret, &self.shared.challenger) {
-            let Some(proof) = req.proof else {
-                self.shared.stats.challenged.fetch_add(1, Ordering::Relaxed);
-                let payload = bind_challenge_payload(req.nonce, &challenger.challenge(from, req.nonce));
-                return self.send_bind_reject(p, from, Status::AuthRequired, &payload);
-            };
-            let transcript = BindRequest { proof: None, ..req }.proof_transcript(&proof.challenge);
-            if !challenger.check(from, req.nonce, &proof.challenge) || !secret.verify(&transcript, &proof.mac) {
-                self.shared.stats.auth_failed.fetch_add(1, Ordering::Relaxed);
-                return refuse(Status::AuthFailed, 0);
-            }
-            proven = Some((secret, proof.challenge));
-        }
-        let Some(export) = self.shared.exports.iter().find(|e| e.info().id == req.interface) else {
-            return refuse(Status::UnknownInterface, 0);
-        };
-        let info = export.info();
-        if info.version != req.version {
-            return refuse(Status::VersionMismatch, info.version);
-        }
-        let config = &self.shared.config;
-        let trailer = if checksummed(p) { tiercel_proto::wire::CHECKSUM_LEN } else { 0 };
-        let max_datagram =
-            (req.max_datagram as usize).min(config.max_datagram.saturating_sub(trailer)).max(HEADER_LEN + 64);
-        let Ok(token) = crate::client::random_bytes().map(u128::from_le_bytes) else {
-            return refuse(Status::Busy, info.version);
-        };
-        let granted = self.shared.table.grant(
-            from,
-            req.nonce,
-            export.clone(),
-            token,
-            config.slots_per_binding,
-            max_datagram,
-            config.binding_memory,
-            self.now_ms(),
-        );
-        let Some(binding) = granted else { return refuse(Status::Busy, info.version) };
-        self.shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
-        let mut reply = BindReply {
-            slots: config.slots_per_binding,
-            max_datagram: binding.max_datagram as u32,
-            version: info.version,
-            nonce: req.nonce,
-            proof: None,
-        };
-        if let Some((secret, challenge)) = proven {
-            let transcript = reply.proof_transcript(binding.id, binding.token, self.shared.incarnation, &challenge);
-            reply.proof = Some(secret.prove(&transcript));
-        }
-        let payload = reply.to_bytes();
-        let h = Header {
-            flags: p.flags() & flags::CHECKSUM,
-            binding: binding.id,
-            token: binding.token,
-            incarnation: self.shared.incarnation,
-            payload_len: payload.len() as u32,
-            message_len: payload.len() as u32,
-            ..Header::new(Kind::BindReply)
-        };
-        let _ = transmit::send(
-            &self.shared.socket,
-            Some(&from),
-            &[IoSlice::new(&h.to_bytes()), IoSlice::new(&payload)],
-            checksummed(p),
-        );
+    fn send_packet(&self, to: SocketAddr, packet: &[u8], checksum: bool) {
+        // A failed send is a lost packet: the client retransmits its request.
+        let _ = transmit::send(&self.shared.socket, Some(&to), &[IoSlice::new(packet)], checksum);
     }
 }
 

@@ -1,0 +1,337 @@
+//! The client's side of binding: the request, the proof of a shared secret, and what an answer means.
+
+use super::wire::{BindChallenge, BindGrant, BindProof, BindRefusal, BindRequest, CHALLENGE_LEN, REQUEST_LEN};
+use super::{InterfaceSpec, Keyed};
+use crate::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
+
+/// Bytes of a bind request packet (header and padded request): large enough that a server's refusal,
+/// never longer than the request, can carry the exported interface's signature, and small enough
+/// for any IPv4 or IPv6 path without fragmentation (QUIC pads its first packet the same way).
+pub const PADDED_REQUEST: usize = 1200;
+
+/// The client's bind machine: makes the request and reads the answers to it.
+#[derive(Debug, Clone)]
+pub struct BindClient {
+    request: BindRequest,
+    flags: u8,
+    /// The challenge last answered, once a server with a shared secret sent one.
+    challenge: Option<[u8; CHALLENGE_LEN]>,
+}
+
+/// A binding granted by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Granted {
+    /// The binding's id on the server.
+    pub binding: u32,
+    /// The binding's capability token (0 through shared memory, where the region is the capability).
+    pub token: u128,
+    /// The server's incarnation.
+    pub incarnation: u64,
+    /// What the server granted.
+    pub grant: BindGrant,
+}
+
+/// Why the server would not bind, as the client can tell it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal<'p> {
+    /// No interface of that name is exported.
+    UnknownInterface,
+    /// Exported in another version; what the server exports.
+    VersionMismatch(BindRefusal<'p>),
+    /// Exported in the same version with other procedures or types; what the server exports.
+    InterfaceMismatch(BindRefusal<'p>),
+    /// The server wants proof of a shared secret and this client has none.
+    AuthRequired,
+    /// The secrets differ: the server refused the proof, or could not prove the secret back.
+    AuthFailed(&'static str),
+    /// The server has no room for another binding.
+    Busy,
+}
+
+/// What an answer did to the bind exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindEvent<'p> {
+    /// Not an answer to this request (another nonce, another kind, malformed): ignore it.
+    Ignored,
+    /// The server asked for proof of the secret: send [`BindClient::packet`] again, now.
+    SendAgain,
+    /// Bound.
+    Granted(Granted),
+    /// Refused: the exchange is over.
+    Refused(Refusal<'p>),
+}
+
+impl BindClient {
+    /// A request for `interface`, receiving datagrams of at most `max_datagram` bytes (0 through
+    /// shared memory), with a random `nonce`, and the checksum flag if `checksum`.
+    pub fn new(interface: &InterfaceSpec<'_>, max_datagram: u32, nonce: u64, checksum: bool) -> BindClient {
+        BindClient {
+            request: BindRequest {
+                interface: interface.id,
+                version: interface.version,
+                max_datagram,
+                nonce,
+                fingerprint: interface.fingerprint,
+                proof: None,
+            },
+            flags: if checksum { flags::CHECKSUM } else { 0 },
+            challenge: None,
+        }
+    }
+
+    /// The request as it stands: header and request padded to [`PADDED_REQUEST`] bytes in all (a
+    /// checksum trailer, when asked for, is the transport's to add).
+    pub fn packet(&self) -> Vec<u8> {
+        let payload = (PADDED_REQUEST - HEADER_LEN).max(REQUEST_LEN);
+        let h = Header {
+            flags: self.flags,
+            payload_len: payload as u32,
+            message_len: payload as u32,
+            ..Header::new(Kind::Bind)
+        };
+        let mut b = vec![0u8; HEADER_LEN + payload];
+        b[..HEADER_LEN].copy_from_slice(&h.to_bytes());
+        self.request.emit(&mut b[HEADER_LEN..]);
+        b
+    }
+
+    /// Reads packet `p` received during the exchange; `secret` is the client's shared secret, if any.
+    pub fn handle<'p>(&mut self, p: &Packet<&'p [u8]>, secret: Option<&dyn Keyed>) -> BindEvent<'p> {
+        let payload: &'p [u8] = packet_payload(p);
+        match (p.kind(), p.status()) {
+            (Kind::BindReply, _) => {
+                let Some(grant) = BindGrant::parse(payload).filter(|g| g.nonce == self.request.nonce) else {
+                    return BindEvent::Ignored;
+                };
+                if grant.slots == 0 || grant.version != self.request.version {
+                    return BindEvent::Ignored;
+                }
+                let granted = Granted { binding: p.binding(), token: p.token(), incarnation: p.incarnation(), grant };
+                if let Some(secret) = secret {
+                    let (Some(proof), Some(challenge)) = (grant.proof, self.challenge) else {
+                        return BindEvent::Refused(Refusal::AuthFailed(
+                            "the server did not ask for the shared secret, so it cannot prove it holds it",
+                        ));
+                    };
+                    let transcript = grant.proof_transcript(p.binding(), p.token(), p.incarnation(), &challenge);
+                    if !secret.verify(&transcript, &proof) {
+                        return BindEvent::Refused(Refusal::AuthFailed(
+                            "the server's proof does not match this client's secret",
+                        ));
+                    }
+                }
+                BindEvent::Granted(granted)
+            }
+            (Kind::Reject, Status::AuthRequired) => {
+                let Some(c) = BindChallenge::parse(payload).filter(|c| c.nonce == self.request.nonce) else {
+                    return BindEvent::Ignored;
+                };
+                let Some(secret) = secret else { return BindEvent::Refused(Refusal::AuthRequired) };
+                let request = BindRequest { proof: None, ..self.request };
+                let mac = secret.prove(&request.proof_transcript(&c.challenge));
+                self.request.proof = Some(BindProof { challenge: c.challenge, mac });
+                self.challenge = Some(c.challenge);
+                BindEvent::SendAgain
+            }
+            (Kind::Reject, status) => {
+                let Some(r) = BindRefusal::parse(payload).filter(|r| r.nonce == self.request.nonce) else {
+                    return BindEvent::Ignored;
+                };
+                BindEvent::Refused(match status {
+                    Status::UnknownInterface => Refusal::UnknownInterface,
+                    Status::VersionMismatch => Refusal::VersionMismatch(r),
+                    Status::InterfaceMismatch => Refusal::InterfaceMismatch(r),
+                    Status::AuthFailed => {
+                        Refusal::AuthFailed("the server refused this client's proof: the secrets differ")
+                    }
+                    Status::Busy => Refusal::Busy,
+                    // No server answers a bind request so: not an answer to it.
+                    _ => return BindEvent::Ignored,
+                })
+            }
+            _ => BindEvent::Ignored,
+        }
+    }
+}
+
+/// The payload of `p` with the lifetime of its buffer.
+fn packet_payload<'p>(p: &Packet<&'p [u8]>) -> &'p [u8] {
+    let b: &'p [u8] = p.into_inner();
+    &b[HEADER_LEN..HEADER_LEN + p.payload_len() as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::wire::PROOF_LEN;
+    use super::super::{Admission, BindDecision, BindServer, Challenges, Refused, ServerAuth};
+    use super::*;
+
+    /// A stand-in for a keyed hash: good enough to tell secrets and transcripts apart in tests.
+    struct Toy(u8);
+
+    impl Keyed for Toy {
+        fn prove(&self, transcript: &[u8]) -> [u8; PROOF_LEN] {
+            let mut out = [self.0; PROOF_LEN];
+            for (i, b) in transcript.iter().enumerate() {
+                out[i % PROOF_LEN] = out[i % PROOF_LEN].wrapping_mul(31).wrapping_add(*b);
+            }
+            out
+        }
+        fn verify(&self, transcript: &[u8], proof: &[u8; PROOF_LEN]) -> bool {
+            self.prove(transcript) == *proof
+        }
+    }
+
+    impl Challenges for Toy {
+        fn challenge(&self, peer: &[u8], nonce: u64) -> [u8; CHALLENGE_LEN] {
+            let mut t = peer.to_vec();
+            t.extend_from_slice(&nonce.to_le_bytes());
+            self.prove(&t)[..CHALLENGE_LEN].try_into().unwrap()
+        }
+        fn check(&self, peer: &[u8], nonce: u64, challenge: &[u8; CHALLENGE_LEN]) -> bool {
+            self.challenge(peer, nonce) == *challenge
+        }
+    }
+
+    const BANK: InterfaceSpec<'static> =
+        InterfaceSpec { id: 10, version: 1, fingerprint: 99, signature: "deposit(u64)\nwithdraw(u64) -> bool" };
+
+    fn server<'a>(exports: &'a [InterfaceSpec<'a>], auth: Option<ServerAuth<'a>>) -> BindServer<'a> {
+        BindServer { exports, auth, incarnation: 7, max_datagram: 1472 }
+    }
+
+    /// The server's decision on the client's current request from peer "a".
+    fn decide(s: &BindServer<'_>, c: &BindClient) -> BindDecision {
+        let bytes = c.packet();
+        s.on_request(&Packet::new_checked(&bytes[..]).unwrap(), b"a", bytes.len())
+    }
+
+    fn admitted(d: BindDecision) -> Admission {
+        match d {
+            BindDecision::Admit(a) => a,
+            other => panic!("not admitted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_matching_request_is_granted() {
+        let s = server(&[BANK], None);
+        let mut c = BindClient::new(&BANK, 65000, 5, false);
+        assert_eq!(c.packet().len(), PADDED_REQUEST);
+        let a = admitted(decide(&s, &c));
+        assert_eq!((a.export, a.max_datagram), (0, 1472), "the smaller datagram of the two sides");
+        let reply = a.grant(&s, 3, 0xabc, 16, 0);
+        let event = c.handle(&Packet::new_checked(&reply[..]).unwrap(), None);
+        let BindEvent::Granted(g) = event else { panic!("{event:?}") };
+        assert_eq!((g.binding, g.token, g.incarnation, g.grant.slots, g.grant.max_datagram), (3, 0xabc, 7, 16, 1472));
+    }
+
+    #[test]
+    fn every_kind_of_drift_is_refused_with_what_the_server_exports() {
+        let s = server(&[BANK], None);
+        let cases = [
+            (InterfaceSpec { id: 11, ..BANK }, Refused::UnknownInterface),
+            (InterfaceSpec { version: 2, ..BANK }, Refused::VersionMismatch),
+            (InterfaceSpec { fingerprint: 98, ..BANK }, Refused::InterfaceMismatch),
+        ];
+        for (spec, want) in cases {
+            let mut c = BindClient::new(&spec, 1472, 5, false);
+            let BindDecision::Answer { packet, refused } = decide(&s, &c) else { panic!("{spec:?} was admitted") };
+            assert_eq!(refused, want);
+            assert!(packet.len() <= PADDED_REQUEST, "never more than the request");
+            let event = c.handle(&Packet::new_checked(&packet[..]).unwrap(), None);
+            match (want, event) {
+                (Refused::UnknownInterface, BindEvent::Refused(Refusal::UnknownInterface)) => {}
+                (Refused::VersionMismatch, BindEvent::Refused(Refusal::VersionMismatch(r)))
+                | (Refused::InterfaceMismatch, BindEvent::Refused(Refusal::InterfaceMismatch(r))) => {
+                    assert_eq!((r.version, r.fingerprint), (1, 99));
+                    assert_eq!(r.signature, BANK.signature.as_bytes());
+                }
+                (want, event) => panic!("{want:?}: {event:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn answers_never_exceed_the_budget() {
+        let long = "p(u8)\n".repeat(1000);
+        let exports = [InterfaceSpec { signature: &long, ..BANK }];
+        let s = server(&exports, None);
+        let c = BindClient::new(&InterfaceSpec { fingerprint: 1, ..BANK }, 1472, 5, false);
+        let bytes = c.packet();
+        for budget in [0, 80, 200, PADDED_REQUEST] {
+            let d = s.on_request(&Packet::new_checked(&bytes[..]).unwrap(), b"a", budget);
+            let BindDecision::Answer { packet, .. } = d else { panic!("admitted") };
+            // The fixed part of a refusal always goes; the signature only as far as the budget allows.
+            assert!(packet.len() <= budget.max(HEADER_LEN + 20), "{} for a budget of {budget}", packet.len());
+        }
+        assert!(long.len() > PADDED_REQUEST, "the signature had to be cut");
+    }
+
+    #[test]
+    fn stale_and_foreign_answers_are_ignored() {
+        let s = server(&[BANK], None);
+        let mut c = BindClient::new(&BANK, 1472, 5, false);
+        let other = BindClient::new(&BANK, 1472, 6, false);
+        let reply = admitted(decide(&s, &other)).grant(&s, 1, 1, 1, 0);
+        assert_eq!(c.handle(&Packet::new_checked(&reply[..]).unwrap(), None), BindEvent::Ignored, "another nonce");
+        let odd = Header { status: Status::TooLarge, ..Header::new(Kind::Reject) };
+        let mut b = odd.to_bytes().to_vec();
+        b.extend_from_slice(&BindRefusal { nonce: 5, version: 1, fingerprint: 0, signature: &[] }.to_bytes(100));
+        b[24..28].copy_from_slice(&20u32.to_le_bytes());
+        assert_eq!(c.handle(&Packet::new_checked(&b[..]).unwrap(), None), BindEvent::Ignored, "no bind answer");
+        let zero_slots = admitted(decide(&s, &c)).grant(&s, 1, 1, 0, 0);
+        assert_eq!(c.handle(&Packet::new_checked(&zero_slots[..]).unwrap(), None), BindEvent::Ignored);
+    }
+
+    #[test]
+    fn a_shared_secret_is_proven_both_ways() {
+        let (secret, challenges) = (Toy(1), Toy(2));
+        let auth = ServerAuth { secret: &secret, challenges: &challenges };
+        let s = server(&[BANK], Some(auth));
+        let mut c = BindClient::new(&BANK, 1472, 5, false);
+        let BindDecision::Answer { packet, refused: Refused::Challenged } = decide(&s, &c) else { panic!() };
+        // Without a secret the client gives up; with the wrong one the server refuses the proof.
+        assert_eq!(
+            c.clone().handle(&Packet::new_checked(&packet[..]).unwrap(), None),
+            BindEvent::Refused(Refusal::AuthRequired)
+        );
+        let mut wrong = c.clone();
+        assert_eq!(wrong.handle(&Packet::new_checked(&packet[..]).unwrap(), Some(&Toy(9))), BindEvent::SendAgain);
+        let BindDecision::Answer { refused: Refused::AuthFailed, packet: nothing } = decide(&s, &wrong) else {
+            panic!()
+        };
+        assert!(!String::from_utf8_lossy(&nothing).contains("deposit"), "nothing told before proof");
+        assert_eq!(c.handle(&Packet::new_checked(&packet[..]).unwrap(), Some(&secret)), BindEvent::SendAgain);
+        let a = admitted(decide(&s, &c));
+        // The same proof from another peer fails: challenges are bound to who asked.
+        let bytes = c.packet();
+        let elsewhere = s.on_request(&Packet::new_checked(&bytes[..]).unwrap(), b"b", bytes.len());
+        assert!(matches!(elsewhere, BindDecision::Answer { refused: Refused::AuthFailed, .. }));
+        let reply = a.grant(&s, 4, 44, 8, 0);
+        assert!(matches!(
+            c.clone().handle(&Packet::new_checked(&reply[..]).unwrap(), Some(&secret)),
+            BindEvent::Granted(Granted { binding: 4, token: 44, .. })
+        ));
+        // A grant proven with another secret, or not proven at all, is refused.
+        let impostor = server(&[BANK], Some(ServerAuth { secret: &Toy(9), challenges: &challenges }));
+        let forged = a.grant(&impostor, 4, 44, 8, 0);
+        assert!(matches!(
+            c.clone().handle(&Packet::new_checked(&forged[..]).unwrap(), Some(&secret)),
+            BindEvent::Refused(Refusal::AuthFailed(_))
+        ));
+        let unproven = a.grant(&server(&[BANK], None), 4, 44, 8, 0);
+        assert!(matches!(
+            c.handle(&Packet::new_checked(&unproven[..]).unwrap(), Some(&secret)),
+            BindEvent::Refused(Refusal::AuthFailed(_))
+        ));
+    }
+
+    #[test]
+    fn busy_is_a_refusal() {
+        let s = server(&[BANK], None);
+        let mut c = BindClient::new(&BANK, 1472, 5, false);
+        let busy = admitted(decide(&s, &c)).busy(&s);
+        assert_eq!(c.handle(&Packet::new_checked(&busy[..]).unwrap(), None), BindEvent::Refused(Refusal::Busy));
+    }
+}

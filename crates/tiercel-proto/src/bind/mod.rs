@@ -1,0 +1,59 @@
+//! Binding: the exchange that gives a client a binding to an interface a server exports, the same
+//! for every transport.
+//!
+//! ```text
+//! client (BindClient)                                  server (BindServer)
+//!   Bind {interface, version, fingerprint, nonce} ──►  on_request: is the interface exported, in this
+//!                                                        version, with this fingerprint? with a shared
+//!                                                        secret, has the client proven it?
+//!          ◄── Reject AuthRequired {nonce, challenge}    (a secret and no proof yet: nothing else told)
+//!   Bind {…, proof over the challenge} ──────────────►
+//!          ◄── BindReply {grant (+ proof)}               Admission::grant, once the transport has a
+//!                                                        binding id, token and slots (or a region)
+//!   or     ◄── Reject {status, what is exported}         refusal: the client names both sides
+//! ```
+//!
+//! Over UDP the messages are datagrams; through shared memory the same packets go over the
+//! rendezvous socket, framed by length, and the grant carries the region's descriptor. The machines
+//! decide; the transports move the bytes, keep the time and retransmit. This crate has no
+//! cryptography: the keyed hashes come in through [`Keyed`] and [`Challenges`].
+
+mod client;
+mod server;
+pub mod wire;
+
+pub use client::{BindClient, BindEvent, Granted, Refusal, PADDED_REQUEST};
+pub use server::{Admission, BindDecision, BindServer, Refused, ServerAuth};
+
+use wire::{CHALLENGE_LEN, PROOF_LEN};
+
+/// What a bind exchange knows of an interface: its id, version and fingerprint, and its signature
+/// (shown to a client whose copy of the interface differs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterfaceSpec<'a> {
+    /// A hash of the interface's name.
+    pub id: u64,
+    /// The version its author gave it.
+    pub version: u32,
+    /// A hash of the whole interface: procedure names, argument and result types, in order.
+    pub fingerprint: u64,
+    /// One procedure a line: `name(argument types) -> result type`.
+    pub signature: &'a str,
+}
+
+/// A shared secret's keyed hash, supplied by the transport (the `tiercel` crate uses keyed BLAKE3).
+pub trait Keyed {
+    /// The keyed hash of `transcript`.
+    fn prove(&self, transcript: &[u8]) -> [u8; PROOF_LEN];
+    /// Whether `proof` is the keyed hash of `transcript`, compared in constant time.
+    fn verify(&self, transcript: &[u8], proof: &[u8; PROOF_LEN]) -> bool;
+}
+
+/// A server's stateless challenges: a keyed hash of who asks (`peer`: an address, or a
+/// connection's id), the request's nonce and the time, so that an unproven request costs no memory.
+pub trait Challenges {
+    /// The challenge for a request from `peer` with `nonce`, now.
+    fn challenge(&self, peer: &[u8], nonce: u64) -> [u8; CHALLENGE_LEN];
+    /// Whether `challenge` was made for `peer` and `nonce` recently enough.
+    fn check(&self, peer: &[u8], nonce: u64, challenge: &[u8; CHALLENGE_LEN]) -> bool;
+}

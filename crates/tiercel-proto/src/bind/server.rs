@@ -1,0 +1,187 @@
+//! The server's side of binding: which requests get a binding, and what every other one is told.
+
+use super::wire::{BindChallenge, BindGrant, BindRefusal, BindRequest, CHALLENGE_LEN};
+use super::{Challenges, InterfaceSpec, Keyed};
+use crate::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
+
+/// Smallest datagram a binding uses, whatever the two sides ask for.
+const MIN_DATAGRAM: usize = HEADER_LEN + 64;
+
+/// A server's shared secret and the challenges it makes.
+#[derive(Clone, Copy)]
+pub struct ServerAuth<'a> {
+    /// The secret clients must prove.
+    pub secret: &'a dyn Keyed,
+    /// Makes and checks challenges.
+    pub challenges: &'a dyn Challenges,
+}
+
+impl core::fmt::Debug for ServerAuth<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("ServerAuth(..)")
+    }
+}
+
+/// The server's bind machine: what it exports and how it authenticates. It keeps no state between
+/// requests (challenges are stateless), so one serves every transport and thread.
+#[derive(Debug, Clone, Copy)]
+pub struct BindServer<'a> {
+    /// The exported interfaces.
+    pub exports: &'a [InterfaceSpec<'a>],
+    /// The shared secret, if the server has one.
+    pub auth: Option<ServerAuth<'a>>,
+    /// This incarnation's boot id, written into every answer.
+    pub incarnation: u64,
+    /// Largest datagram the server sends or receives (0 through shared memory).
+    pub max_datagram: usize,
+}
+
+/// Why a request got an answer instead of a binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The server has a secret and the request carried no proof: it was sent a challenge.
+    Challenged,
+    /// The proof was wrong or its challenge stale.
+    AuthFailed,
+    /// No interface of that name is exported.
+    UnknownInterface,
+    /// The interface is exported in another version.
+    VersionMismatch,
+    /// The interface is exported in the same version but with other procedures or types.
+    InterfaceMismatch,
+}
+
+/// What to do with a bind request.
+#[derive(Debug)]
+pub enum BindDecision {
+    /// Send `packet` back; no binding is made.
+    Answer {
+        /// The answer: header and payload (a checksum trailer is the transport's to add when the
+        /// header's flags ask for one).
+        packet: Vec<u8>,
+        /// Why.
+        refused: Refused,
+    },
+    /// The request may have a binding, if the transport has room for one.
+    Admit(Admission),
+    /// Not a bind request, or a malformed one: count it and drop it.
+    Malformed,
+}
+
+/// A request the server accepts: the transport makes the binding and answers with
+/// [`Admission::grant`], or with [`Admission::busy`] when it has no room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// Index of the interface in [`BindServer::exports`].
+    pub export: usize,
+    /// The request.
+    pub request: BindRequest,
+    /// The challenge the client proved the secret over, if the server has one.
+    challenge: Option<[u8; CHALLENGE_LEN]>,
+    /// Flags the answers carry (the request's checksum flag).
+    flags: u8,
+    /// The binding's largest datagram (0 through shared memory).
+    pub max_datagram: u32,
+}
+
+impl BindServer<'_> {
+    /// Decides on a bind request `p` from `peer` (the source address's bytes, or a connection's id).
+    /// No answer is longer than `budget` bytes (over UDP, the request's own length: the server never
+    /// sends more than it was sent before the peer has proven anything).
+    pub fn on_request(&self, p: &Packet<&[u8]>, peer: &[u8], budget: usize) -> BindDecision {
+        let Some(req) = (p.kind() == Kind::Bind).then(|| BindRequest::parse(p.payload())).flatten() else {
+            return BindDecision::Malformed;
+        };
+        let flags = p.flags() & flags::CHECKSUM;
+        let answer = |status, payload: &[u8], refused| BindDecision::Answer {
+            packet: self.packet(Kind::Reject, status, flags, 0, 0, payload),
+            refused,
+        };
+        let trailer = if flags != 0 { CHECKSUM_LEN } else { 0 };
+        let room = budget.saturating_sub(HEADER_LEN + trailer);
+        // With a shared secret, nothing is told to a client (not even what is exported) before it
+        // proves the secret over a fresh challenge.
+        let mut challenge = None;
+        if let Some(auth) = &self.auth {
+            let Some(proof) = req.proof else {
+                let c = BindChallenge { nonce: req.nonce, challenge: auth.challenges.challenge(peer, req.nonce) };
+                return answer(Status::AuthRequired, &c.to_bytes(), Refused::Challenged);
+            };
+            let transcript = req.proof_transcript(&proof.challenge);
+            if !auth.challenges.check(peer, req.nonce, &proof.challenge) || !auth.secret.verify(&transcript, &proof.mac)
+            {
+                let nothing = BindRefusal { nonce: req.nonce, version: 0, fingerprint: 0, signature: &[] };
+                return answer(Status::AuthFailed, &nothing.to_bytes(room), Refused::AuthFailed);
+            }
+            challenge = Some(proof.challenge);
+        }
+        let Some(export) = self.exports.iter().position(|e| e.id == req.interface) else {
+            let nothing = BindRefusal { nonce: req.nonce, version: 0, fingerprint: 0, signature: &[] };
+            return answer(Status::UnknownInterface, &nothing.to_bytes(room), Refused::UnknownInterface);
+        };
+        let spec = &self.exports[export];
+        if spec.version != req.version || spec.fingerprint != req.fingerprint {
+            let (status, refused) = if spec.version != req.version {
+                (Status::VersionMismatch, Refused::VersionMismatch)
+            } else {
+                (Status::InterfaceMismatch, Refused::InterfaceMismatch)
+            };
+            let exported = BindRefusal {
+                nonce: req.nonce,
+                version: spec.version,
+                fingerprint: spec.fingerprint,
+                signature: spec.signature.as_bytes(),
+            };
+            return answer(status, &exported.to_bytes(room), refused);
+        }
+        let max_datagram = match self.max_datagram {
+            0 => 0,
+            limit => (req.max_datagram as usize).min(limit.saturating_sub(trailer)).max(MIN_DATAGRAM) as u32,
+        };
+        BindDecision::Admit(Admission { export, request: req, challenge, flags, max_datagram })
+    }
+
+    fn packet(&self, kind: Kind, status: Status, flags: u8, binding: u32, token: u128, payload: &[u8]) -> Vec<u8> {
+        let h = Header {
+            status,
+            flags,
+            binding,
+            token,
+            incarnation: self.incarnation,
+            payload_len: payload.len() as u32,
+            message_len: payload.len() as u32,
+            ..Header::new(kind)
+        };
+        let mut b = Vec::with_capacity(HEADER_LEN + payload.len());
+        b.extend_from_slice(&h.to_bytes());
+        b.extend_from_slice(payload);
+        b
+    }
+}
+
+impl Admission {
+    /// The grant of binding `binding` with capability `token`, `slots` client slots and (through
+    /// shared memory) `region` bytes of data per slot; proven with the secret if the server has one.
+    pub fn grant(&self, server: &BindServer<'_>, binding: u32, token: u128, slots: u32, region: u64) -> Vec<u8> {
+        let mut grant = BindGrant {
+            slots,
+            max_datagram: self.max_datagram,
+            version: self.request.version,
+            nonce: self.request.nonce,
+            region,
+            proof: None,
+        };
+        if let (Some(auth), Some(challenge)) = (&server.auth, &self.challenge) {
+            let transcript = grant.proof_transcript(binding, token, server.incarnation, challenge);
+            grant.proof = Some(auth.secret.prove(&transcript));
+        }
+        server.packet(Kind::BindReply, Status::Ok, self.flags, binding, token, &grant.to_bytes())
+    }
+
+    /// The refusal of an admitted request for want of room (bindings, memory, threads).
+    pub fn busy(&self, server: &BindServer<'_>) -> Vec<u8> {
+        let spec = &server.exports[self.export];
+        let refusal = BindRefusal { nonce: self.request.nonce, version: spec.version, fingerprint: 0, signature: &[] };
+        server.packet(Kind::Reject, Status::Busy, self.flags, 0, 0, &refusal.to_bytes(0))
+    }
+}

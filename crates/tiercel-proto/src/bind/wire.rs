@@ -1,0 +1,407 @@
+//! The bind messages as they travel after the packet header: request, grant, challenge and refusal.
+//!
+//! Each message has its fields at named offsets (`mod field`) and a value type with `parse` and
+//! `emit`; a parse that succeeds has checked every length, so nothing after it panics. The same
+//! bytes travel in UDP datagrams and, framed by length, over the shared-memory rendezvous socket.
+//!
+//! ```text
+//! request  0 interface id  8 version  12 max datagram  16 nonce  24 fingerprint  32 flags
+//!          33..36 zero  36 challenge (16)  52 proof (32)  84 padding to the datagram the client chose
+//! grant    0 slots  4 max datagram  8 version  12 nonce  20 region bytes  28 flags  29..32 zero
+//!          32 proof (32)                        (binding id, token and incarnation: in the header)
+//! challenge 0 nonce  8 challenge (16)           (a Reject with status AuthRequired)
+//! refusal  0 nonce  8 exported version  12 exported fingerprint  20 exported signature (UTF-8, cut
+//!          to what the server may send back)    (a Reject with the refusal's status)
+//! ```
+
+/// Bytes of a server's challenge.
+pub const CHALLENGE_LEN: usize = 16;
+/// Bytes of a proof of the shared secret (a keyed hash).
+pub const PROOF_LEN: usize = 32;
+/// Encoded size of a [`BindRequest`] before its padding.
+pub const REQUEST_LEN: usize = 84;
+/// Encoded size of a [`BindGrant`].
+pub const GRANT_LEN: usize = 64;
+/// Encoded size of a [`BindChallenge`].
+pub const CHALLENGE_MSG_LEN: usize = 24;
+/// Encoded size of a [`BindRefusal`] before the exported signature.
+pub const REFUSAL_LEN: usize = 20;
+
+mod field {
+    use core::ops::Range;
+
+    pub mod request {
+        use super::Range;
+        pub const INTERFACE: Range<usize> = 0..8;
+        pub const VERSION: Range<usize> = 8..12;
+        pub const MAX_DATAGRAM: Range<usize> = 12..16;
+        pub const NONCE: Range<usize> = 16..24;
+        pub const FINGERPRINT: Range<usize> = 24..32;
+        pub const FLAGS: usize = 32;
+        pub const RESERVED: Range<usize> = 33..36;
+        pub const CHALLENGE: Range<usize> = 36..52;
+        pub const PROOF: Range<usize> = 52..84;
+    }
+
+    pub mod grant {
+        use super::Range;
+        pub const SLOTS: Range<usize> = 0..4;
+        pub const MAX_DATAGRAM: Range<usize> = 4..8;
+        pub const VERSION: Range<usize> = 8..12;
+        pub const NONCE: Range<usize> = 12..20;
+        pub const REGION: Range<usize> = 20..28;
+        pub const FLAGS: usize = 28;
+        pub const RESERVED: Range<usize> = 29..32;
+        pub const PROOF: Range<usize> = 32..64;
+    }
+
+    pub mod challenge {
+        use super::Range;
+        pub const NONCE: Range<usize> = 0..8;
+        pub const CHALLENGE: Range<usize> = 8..24;
+    }
+
+    pub mod refusal {
+        use super::Range;
+        pub const NONCE: Range<usize> = 0..8;
+        pub const VERSION: Range<usize> = 8..12;
+        pub const FINGERPRINT: Range<usize> = 12..20;
+        pub const SIGNATURE: usize = 20;
+    }
+}
+
+/// Flag of a request or grant: the proof fields are filled in.
+const HAS_PROOF: u8 = 1;
+
+fn zero(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0)
+}
+
+fn u32_at(b: &[u8], r: core::ops::Range<usize>) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[r]);
+    u32::from_le_bytes(a)
+}
+
+fn u64_at(b: &[u8], r: core::ops::Range<usize>) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[r]);
+    u64::from_le_bytes(a)
+}
+
+fn array_at<const N: usize>(b: &[u8], r: core::ops::Range<usize>) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[r]);
+    a
+}
+
+/// A client's answer to a server's challenge: the challenge and a keyed hash, under the shared
+/// secret, of the request and the challenge ([`BindRequest::proof_transcript`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindProof {
+    /// The challenge the server sent.
+    pub challenge: [u8; CHALLENGE_LEN],
+    /// The keyed hash.
+    pub mac: [u8; PROOF_LEN],
+}
+
+/// A client's request for a binding to an exported interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindRequest {
+    /// The interface's id (a hash of its name).
+    pub interface: u64,
+    /// The interface version the client was generated from.
+    pub version: u32,
+    /// Largest datagram the client can receive (0 through shared memory).
+    pub max_datagram: u32,
+    /// A random number the answer echoes, so that a stale answer is not mistaken for this one.
+    pub nonce: u64,
+    /// A hash of the whole interface as the client sees it: procedure names, argument and result
+    /// types, in order.
+    pub fingerprint: u64,
+    /// Proof of the server's shared secret, once the server has asked for it.
+    pub proof: Option<BindProof>,
+}
+
+impl BindRequest {
+    /// Writes the request into `buf` (at least [`REQUEST_LEN`] bytes); bytes after it are zeroed
+    /// (padding the request lets the server's refusal carry its interface's signature back).
+    pub fn emit(&self, buf: &mut [u8]) {
+        use field::request as f;
+        buf.fill(0);
+        buf[f::INTERFACE].copy_from_slice(&self.interface.to_le_bytes());
+        buf[f::VERSION].copy_from_slice(&self.version.to_le_bytes());
+        buf[f::MAX_DATAGRAM].copy_from_slice(&self.max_datagram.to_le_bytes());
+        buf[f::NONCE].copy_from_slice(&self.nonce.to_le_bytes());
+        buf[f::FINGERPRINT].copy_from_slice(&self.fingerprint.to_le_bytes());
+        if let Some(p) = &self.proof {
+            buf[f::FLAGS] = HAS_PROOF;
+            buf[f::CHALLENGE].copy_from_slice(&p.challenge);
+            buf[f::PROOF].copy_from_slice(&p.mac);
+        }
+    }
+
+    /// The request as `len` bytes (at least [`REQUEST_LEN`]).
+    pub fn to_bytes(&self, len: usize) -> Vec<u8> {
+        let mut b = vec![0; len.max(REQUEST_LEN)];
+        self.emit(&mut b);
+        b
+    }
+
+    /// Decodes a request payload: [`REQUEST_LEN`] bytes and any padding. `None` when it is too
+    /// short, has unknown flags, non-zero reserved bytes, or proof bytes without the proof flag.
+    pub fn parse(b: &[u8]) -> Option<BindRequest> {
+        use field::request as f;
+        if b.len() < REQUEST_LEN || b[f::FLAGS] & !HAS_PROOF != 0 || !zero(&b[f::RESERVED]) {
+            return None;
+        }
+        if b[f::FLAGS] & HAS_PROOF == 0 && !zero(&b[f::CHALLENGE.start..f::PROOF.end]) {
+            return None;
+        }
+        let proof = (b[f::FLAGS] & HAS_PROOF != 0)
+            .then(|| BindProof { challenge: array_at(b, f::CHALLENGE), mac: array_at(b, f::PROOF) });
+        Some(BindRequest {
+            interface: u64_at(b, f::INTERFACE),
+            version: u32_at(b, f::VERSION),
+            max_datagram: u32_at(b, f::MAX_DATAGRAM),
+            nonce: u64_at(b, f::NONCE),
+            fingerprint: u64_at(b, f::FINGERPRINT),
+            proof,
+        })
+    }
+
+    /// What the client's proof hashes: a label, every field of the request but the proof, and the
+    /// challenge.
+    pub fn proof_transcript(&self, challenge: &[u8; CHALLENGE_LEN]) -> [u8; 16 + 32 + CHALLENGE_LEN] {
+        let mut t = [0u8; 16 + 32 + CHALLENGE_LEN];
+        t[..16].copy_from_slice(b"tiercel bind rq2");
+        let mut fields = [0u8; REQUEST_LEN];
+        BindRequest { proof: None, ..*self }.emit(&mut fields);
+        t[16..48].copy_from_slice(&fields[..32]);
+        t[48..].copy_from_slice(challenge);
+        t
+    }
+}
+
+/// The server's grant of a binding. Binding id, token and incarnation travel in the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindGrant {
+    /// Client slots in the binding's slot table.
+    pub slots: u32,
+    /// Largest datagram either side will send on this binding (0 through shared memory).
+    pub max_datagram: u32,
+    /// The interface version the server exports (equal to the request's).
+    pub version: u32,
+    /// The request's nonce, echoed.
+    pub nonce: u64,
+    /// Through shared memory, the bytes of each slot's data area in the region that comes with the
+    /// grant; 0 over UDP.
+    pub region: u64,
+    /// From a server with a shared secret: a keyed hash of the grant ([`BindGrant::proof_transcript`]),
+    /// so that the client knows the binding comes from a holder of the secret.
+    pub proof: Option<[u8; PROOF_LEN]>,
+}
+
+impl BindGrant {
+    /// The grant as [`GRANT_LEN`] bytes.
+    pub fn to_bytes(&self) -> [u8; GRANT_LEN] {
+        use field::grant as f;
+        let mut b = [0u8; GRANT_LEN];
+        b[f::SLOTS].copy_from_slice(&self.slots.to_le_bytes());
+        b[f::MAX_DATAGRAM].copy_from_slice(&self.max_datagram.to_le_bytes());
+        b[f::VERSION].copy_from_slice(&self.version.to_le_bytes());
+        b[f::NONCE].copy_from_slice(&self.nonce.to_le_bytes());
+        b[f::REGION].copy_from_slice(&self.region.to_le_bytes());
+        if let Some(p) = &self.proof {
+            b[f::FLAGS] = HAS_PROOF;
+            b[f::PROOF].copy_from_slice(p);
+        }
+        b
+    }
+
+    /// Decodes a grant payload. `None` when it has the wrong length, unknown flags, non-zero
+    /// reserved bytes, or proof bytes without the proof flag.
+    pub fn parse(b: &[u8]) -> Option<BindGrant> {
+        use field::grant as f;
+        if b.len() != GRANT_LEN || b[f::FLAGS] & !HAS_PROOF != 0 || !zero(&b[f::RESERVED]) {
+            return None;
+        }
+        if b[f::FLAGS] & HAS_PROOF == 0 && !zero(&b[f::PROOF]) {
+            return None;
+        }
+        Some(BindGrant {
+            slots: u32_at(b, f::SLOTS),
+            max_datagram: u32_at(b, f::MAX_DATAGRAM),
+            version: u32_at(b, f::VERSION),
+            nonce: u64_at(b, f::NONCE),
+            region: u64_at(b, f::REGION),
+            proof: (b[f::FLAGS] & HAS_PROOF != 0).then(|| array_at(b, f::PROOF)),
+        })
+    }
+
+    /// What the server's proof hashes: a label, the grant (binding id, token and incarnation from
+    /// the header, and every field of the grant but the proof) and the challenge the client answered.
+    pub fn proof_transcript(
+        &self,
+        binding: u32,
+        token: u128,
+        incarnation: u64,
+        challenge: &[u8; CHALLENGE_LEN],
+    ) -> [u8; 16 + 28 + 28 + CHALLENGE_LEN] {
+        let mut t = [0u8; 16 + 28 + 28 + CHALLENGE_LEN];
+        t[..16].copy_from_slice(b"tiercel bind ok2");
+        t[16..20].copy_from_slice(&binding.to_le_bytes());
+        t[20..36].copy_from_slice(&token.to_le_bytes());
+        t[36..44].copy_from_slice(&incarnation.to_le_bytes());
+        t[44..72].copy_from_slice(&BindGrant { proof: None, ..*self }.to_bytes()[..28]);
+        t[72..].copy_from_slice(challenge);
+        t
+    }
+}
+
+/// A server's demand for proof of its shared secret: the payload of a `Reject` with status
+/// `AuthRequired` answering a bind request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindChallenge {
+    /// The request's nonce, echoed.
+    pub nonce: u64,
+    /// What the client must prove the secret over.
+    pub challenge: [u8; CHALLENGE_LEN],
+}
+
+impl BindChallenge {
+    /// The challenge as [`CHALLENGE_MSG_LEN`] bytes.
+    pub fn to_bytes(&self) -> [u8; CHALLENGE_MSG_LEN] {
+        use field::challenge as f;
+        let mut b = [0u8; CHALLENGE_MSG_LEN];
+        b[f::NONCE].copy_from_slice(&self.nonce.to_le_bytes());
+        b[f::CHALLENGE].copy_from_slice(&self.challenge);
+        b
+    }
+
+    /// Decodes a challenge payload.
+    pub fn parse(b: &[u8]) -> Option<BindChallenge> {
+        use field::challenge as f;
+        (b.len() == CHALLENGE_MSG_LEN)
+            .then(|| BindChallenge { nonce: u64_at(b, f::NONCE), challenge: array_at(b, f::CHALLENGE) })
+    }
+}
+
+/// Why a server refused a bind request, as far as it tells: the payload of a `Reject` answering a
+/// bind request (the header's status says why). Carries what the server exports under the
+/// requested name, so that the client can say how the two sides differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindRefusal<'a> {
+    /// The request's nonce, echoed.
+    pub nonce: u64,
+    /// The version the server exports (0 when it exports no interface of that name).
+    pub version: u32,
+    /// The exported interface's fingerprint (0 when there is none).
+    pub fingerprint: u64,
+    /// The exported interface's signature: one procedure a line (`name(argument types) -> result`),
+    /// cut short where the server may not send more; empty when there is none.
+    pub signature: &'a [u8],
+}
+
+impl BindRefusal<'_> {
+    /// The refusal as bytes, at most `limit` long (the signature is cut to fit).
+    pub fn to_bytes(&self, limit: usize) -> Vec<u8> {
+        use field::refusal as f;
+        let keep = self.signature.len().min(limit.saturating_sub(REFUSAL_LEN));
+        let mut b = vec![0u8; REFUSAL_LEN + keep];
+        b[f::NONCE].copy_from_slice(&self.nonce.to_le_bytes());
+        b[f::VERSION].copy_from_slice(&self.version.to_le_bytes());
+        b[f::FINGERPRINT].copy_from_slice(&self.fingerprint.to_le_bytes());
+        b[f::SIGNATURE..].copy_from_slice(&self.signature[..keep]);
+        b
+    }
+
+    /// Decodes a refusal payload.
+    pub fn parse(b: &[u8]) -> Option<BindRefusal<'_>> {
+        use field::refusal as f;
+        (b.len() >= REFUSAL_LEN).then(|| BindRefusal {
+            nonce: u64_at(b, f::NONCE),
+            version: u32_at(b, f::VERSION),
+            fingerprint: u64_at(b, f::FINGERPRINT),
+            signature: &b[f::SIGNATURE..],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_with_and_without_proof_and_padding() {
+        let mut r =
+            BindRequest { interface: 1 << 40, version: 3, max_datagram: 1472, nonce: 9, fingerprint: 77, proof: None };
+        assert_eq!(r.to_bytes(0).len(), REQUEST_LEN);
+        assert_eq!(BindRequest::parse(&r.to_bytes(0)), Some(r));
+        assert_eq!(BindRequest::parse(&r.to_bytes(1000)), Some(r), "padding is ignored");
+        r.proof = Some(BindProof { challenge: [7; CHALLENGE_LEN], mac: [8; PROOF_LEN] });
+        assert_eq!(BindRequest::parse(&r.to_bytes(200)), Some(r));
+        assert_eq!(BindRequest::parse(&r.to_bytes(0)[..REQUEST_LEN - 1]), None, "truncated");
+        let mut bad = r.to_bytes(0);
+        bad[32] = 2;
+        assert_eq!(BindRequest::parse(&bad), None, "unknown flag");
+        let mut bad = r.to_bytes(0);
+        bad[34] = 1;
+        assert_eq!(BindRequest::parse(&bad), None, "reserved byte set");
+        let mut bad = BindRequest { proof: None, ..r }.to_bytes(0);
+        bad[60] = 1;
+        assert_eq!(BindRequest::parse(&bad), None, "proof bytes without the flag");
+    }
+
+    #[test]
+    fn grants_challenges_and_refusals_round_trip() {
+        let mut g = BindGrant { slots: 64, max_datagram: 65000, version: 3, nonce: 5, region: 1 << 20, proof: None };
+        assert_eq!(BindGrant::parse(&g.to_bytes()), Some(g));
+        g.proof = Some([1; PROOF_LEN]);
+        assert_eq!(BindGrant::parse(&g.to_bytes()), Some(g));
+        assert_eq!(BindGrant::parse(&g.to_bytes()[1..]), None);
+        let mut bad = BindGrant { proof: None, ..g }.to_bytes();
+        bad[40] = 1;
+        assert_eq!(BindGrant::parse(&bad), None, "proof bytes without the flag");
+        let c = BindChallenge { nonce: 5, challenge: [3; CHALLENGE_LEN] };
+        assert_eq!(BindChallenge::parse(&c.to_bytes()), Some(c));
+        assert_eq!(BindChallenge::parse(&[0; 23]), None);
+        let r = BindRefusal { nonce: 1, version: 2, fingerprint: 3, signature: b"null()\nadd(i32, i32) -> i32" };
+        assert_eq!(BindRefusal::parse(&r.to_bytes(1200)), Some(r.clone()));
+        let cut = r.to_bytes(REFUSAL_LEN + 4);
+        assert_eq!(cut.len(), REFUSAL_LEN + 4, "the signature is cut to the limit");
+        assert_eq!(BindRefusal::parse(&cut).unwrap().signature, b"null");
+        assert_eq!(r.to_bytes(3).len(), REFUSAL_LEN, "never shorter than the fixed fields");
+        assert_eq!(BindRefusal::parse(&[0; REFUSAL_LEN - 1]), None);
+    }
+
+    #[test]
+    fn transcripts_bind_every_field() {
+        let r = BindRequest { interface: 1, version: 2, max_datagram: 3, nonce: 4, fingerprint: 5, proof: None };
+        let base = r.proof_transcript(&[0; CHALLENGE_LEN]);
+        assert_ne!(base, r.proof_transcript(&[1; CHALLENGE_LEN]));
+        for other in [
+            BindRequest { interface: 9, ..r },
+            BindRequest { version: 9, ..r },
+            BindRequest { max_datagram: 9, ..r },
+            BindRequest { nonce: 9, ..r },
+            BindRequest { fingerprint: 9, ..r },
+        ] {
+            assert_ne!(base, other.proof_transcript(&[0; CHALLENGE_LEN]), "{other:?}");
+        }
+        let g = BindGrant { slots: 1, max_datagram: 2, version: 3, nonce: 4, region: 5, proof: None };
+        let base = g.proof_transcript(1, 2, 3, &[0; CHALLENGE_LEN]);
+        assert_ne!(base, g.proof_transcript(1, 3, 3, &[0; CHALLENGE_LEN]));
+        assert_ne!(base, g.proof_transcript(1, 2, 4, &[0; CHALLENGE_LEN]));
+        assert_ne!(base, g.proof_transcript(2, 2, 3, &[0; CHALLENGE_LEN]));
+        for other in [
+            BindGrant { slots: 9, ..g },
+            BindGrant { max_datagram: 9, ..g },
+            BindGrant { version: 9, ..g },
+            BindGrant { nonce: 9, ..g },
+            BindGrant { region: 9, ..g },
+        ] {
+            assert_ne!(base, other.proof_transcript(1, 2, 3, &[0; CHALLENGE_LEN]), "{other:?}");
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Binding over UDP: the bind machine of `tiercel-proto` driven over a connected socket, with
+//! retransmission; and what a refusal means to the caller, for every transport.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use tiercel_proto::bind::{BindClient, BindEvent, Granted, Keyed, Refusal};
+use tiercel_proto::wire::{Packet, CHECKSUM_LEN, HEADER_LEN};
+use tiercel_sys::udp;
+
+use crate::config::ClientConfig;
+use crate::interface::{fingerprint, InterfaceInfo};
+use crate::Error;
+
+/// IPv4 and UDP headers: what a datagram adds to its payload on the path.
+const IPV4_UDP_OVERHEAD: usize = 20 + 8;
+/// IPv6 and UDP headers.
+const IPV6_UDP_OVERHEAD: usize = 40 + 8;
+/// Payload of a 1500-byte Ethernet frame's IPv4 datagram: the datagram size when the path MTU is
+/// not known.
+const ETHERNET_PAYLOAD: usize = 1500 - IPV4_UDP_OVERHEAD;
+/// Smallest datagram a binding uses.
+const MIN_DATAGRAM: usize = HEADER_LEN + 64;
+
+/// What a UDP bind produced: the grant and the binding's datagram size.
+pub(super) struct UdpGrant {
+    pub(super) granted: Granted,
+    pub(super) max_datagram: usize,
+}
+
+/// Binds to `info` at `server` over UDP: sends the request, retransmitted with backoff until an
+/// answer or `dead_after`, and answers a challenge at once.
+pub(super) fn bind_udp(
+    server: SocketAddr,
+    info: &'static InterfaceInfo,
+    config: &ClientConfig,
+) -> Result<UdpGrant, Error> {
+    let socket = udp::connect(server)?;
+    let overhead = if server.is_ipv4() { IPV4_UDP_OVERHEAD } else { IPV6_UDP_OVERHEAD };
+    let mtu_payload = udp::path_mtu(&socket).map(|m| m as usize - overhead);
+    // A checksum trailer rides beyond the negotiated datagram size, so leave room for it.
+    let trailer = if config.checksum { CHECKSUM_LEN } else { 0 };
+    let max_datagram = config.max_datagram.min(mtu_payload.unwrap_or(ETHERNET_PAYLOAD)).max(MIN_DATAGRAM) - trailer;
+    let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+    let mut machine = BindClient::new(&info.spec(), max_datagram as u32, nonce, config.checksum);
+    let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
+    let mut rx = vec![0u8; max_datagram.max(tiercel_proto::bind::PADDED_REQUEST) + trailer];
+    let start = Instant::now();
+    let mut rto = config.timing.retransmit_initial;
+    'send: loop {
+        if start.elapsed() >= config.timing.dead_after {
+            return Err(Error::Unreachable { server, acknowledged: false });
+        }
+        let packet = machine.packet();
+        match crate::transmit::send(&socket, None, &[std::io::IoSlice::new(&packet)], config.checksum) {
+            Ok(_) => {}
+            // An ICMP port-unreachable for an earlier request: nobody listens there.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(Error::NoServer(server)),
+            Err(e) => return Err(e.into()),
+        }
+        let until = Instant::now() + rto;
+        while let Some(left) = until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+            if !udp::wait_readable(&socket, Some(left))? {
+                break;
+            }
+            let n = match udp::recv_nowait(&socket, &mut rx) {
+                Ok(udp::Received::Datagram(n)) => n,
+                Ok(udp::Received::Refused) => return Err(Error::NoServer(server)),
+                Ok(udp::Received::Truncated(_) | udp::Received::Nothing) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let Ok(p) = Packet::new_checked(&rx[..n]) else { continue };
+            match machine.handle(&p, secret) {
+                BindEvent::Ignored => {}
+                BindEvent::SendAgain => {
+                    // Answer the challenge at once, with a fresh retransmission timer.
+                    rto = config.timing.retransmit_initial;
+                    continue 'send;
+                }
+                BindEvent::Granted(granted) => {
+                    let max_datagram = (granted.grant.max_datagram as usize).min(max_datagram);
+                    if max_datagram <= HEADER_LEN {
+                        continue;
+                    }
+                    return Ok(UdpGrant { granted, max_datagram });
+                }
+                BindEvent::Refused(refusal) => return Err(refusal_error(info, refusal)),
+            }
+        }
+        rto = (rto * 2).min(config.timing.retransmit_max);
+    }
+}
+
+/// The error a refused bind ends with.
+pub(super) fn refusal_error(info: &'static InterfaceInfo, refusal: Refusal<'_>) -> Error {
+    match refusal {
+        Refusal::UnknownInterface => Error::UnknownInterface { name: info.name },
+        Refusal::VersionMismatch(r) => {
+            Error::VersionMismatch { name: info.name, client: info.version, server: r.version }
+        }
+        Refusal::InterfaceMismatch(r) => {
+            Error::InterfaceMismatch { name: info.name, difference: difference(info, r.fingerprint, r.signature) }
+        }
+        Refusal::AuthRequired => Error::AuthenticationRequired,
+        Refusal::AuthFailed(why) => Error::AuthenticationFailed(why),
+        Refusal::Busy => Error::Busy,
+    }
+}
+
+/// Where the client's copy of an interface and the server's (`signature`, possibly cut short,
+/// whose whole has fingerprint `exported`) first differ, in words.
+fn difference(info: &InterfaceInfo, exported: u64, signature: &[u8]) -> String {
+    let text = String::from_utf8_lossy(signature);
+    let whole = fingerprint(info.name, &text) == exported;
+    let ours: Vec<&str> = info.signature.split('\n').filter(|l| !l.is_empty()).collect();
+    let theirs: Vec<&str> = text.split('\n').filter(|l| !l.is_empty()).collect();
+    // A line cut short by the server's answer limit is not compared.
+    let comparable = if whole { theirs.len() } else { theirs.len().saturating_sub(1) };
+    let counts = format!(
+        "client has {} procedures, server {}",
+        ours.len(),
+        if whole { theirs.len().to_string() } else { "more".into() }
+    );
+    for i in 0..ours.len().max(comparable) {
+        match (ours.get(i), theirs.get(i).filter(|_| i < comparable)) {
+            (Some(a), Some(b)) if a == b => continue,
+            (Some(a), Some(b)) => return format!("procedure {i}: client has `{a}`, server has `{b}` ({counts})"),
+            (Some(a), None) if whole => return format!("procedure {i}: client has `{a}`, server has none ({counts})"),
+            (None, Some(b)) => return format!("procedure {i}: client has none, server has `{b}` ({counts})"),
+            _ => break,
+        }
+    }
+    if whole {
+        // Same procedures as written: the difference is in the name the fingerprint covers.
+        format!("the procedures read the same but the fingerprints differ ({counts})")
+    } else {
+        format!("the first {comparable} procedures agree; the server's signature was cut short after that ({counts})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(signature: &'static str) -> InterfaceInfo {
+        InterfaceInfo {
+            name: "Bank",
+            id: crate::interface::interface_id("Bank"),
+            version: 1,
+            procedures: &[],
+            signature,
+            fingerprint: fingerprint("Bank", signature),
+        }
+    }
+
+    #[test]
+    fn differences_name_both_sides() {
+        let client = info("withdraw(u64) -> bool\ndeposit(u64)");
+        let server = "deposit(u64)\nwithdraw(u64) -> bool";
+        let d = difference(&client, fingerprint("Bank", server), server.as_bytes());
+        assert_eq!(d, "procedure 0: client has `withdraw(u64) -> bool`, server has `deposit(u64)` (client has 2 procedures, server 2)");
+        let server = "deposit(u64)";
+        let d = difference(&info("deposit(u64)\naudit()"), fingerprint("Bank", server), server.as_bytes());
+        assert!(d.starts_with("procedure 1: client has `audit()`, server has none"), "{d}");
+        let server = "deposit(u64)\naudit()";
+        let d = difference(&info("deposit(u64)"), fingerprint("Bank", server), server.as_bytes());
+        assert!(d.starts_with("procedure 1: client has none, server has `audit()`"), "{d}");
+        // Cut short: the last, partial line is not compared.
+        let d = difference(&info("deposit(u64)\naudit()"), 1, b"deposit(u64)\nau");
+        assert!(d.contains("first 1 procedures agree") && d.contains("cut short"), "{d}");
+    }
+}

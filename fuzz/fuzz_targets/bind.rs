@@ -1,0 +1,80 @@
+//! The shipped bind machines fed arbitrary packets: the server's, with and without a shared secret,
+//! as every transport drives it; the client's, with and without one. Nothing panics, no answer is
+//! longer than the budget the server was given, only a request carrying the right fingerprint and a
+//! good proof is admitted, and a client is bound only by a grant that echoes its nonce.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tiercel_proto::bind::wire::{BindRequest, CHALLENGE_LEN, PROOF_LEN};
+use tiercel_proto::bind::{
+    BindClient, BindDecision, BindEvent, BindServer, Challenges, InterfaceSpec, Keyed, ServerAuth,
+};
+use tiercel_proto::wire::{Packet, HEADER_LEN};
+
+/// A keyed hash good enough to tell secrets and transcripts apart (the fuzzer should not have to
+/// break BLAKE3 to reach the code after a proof).
+struct Toy(u8);
+
+impl Keyed for Toy {
+    fn prove(&self, transcript: &[u8]) -> [u8; PROOF_LEN] {
+        let mut out = [self.0; PROOF_LEN];
+        for (i, b) in transcript.iter().enumerate() {
+            out[i % PROOF_LEN] = out[i % PROOF_LEN].wrapping_mul(31).wrapping_add(*b);
+        }
+        out
+    }
+    fn verify(&self, transcript: &[u8], proof: &[u8; PROOF_LEN]) -> bool {
+        self.prove(transcript) == *proof
+    }
+}
+
+impl Challenges for Toy {
+    fn challenge(&self, peer: &[u8], nonce: u64) -> [u8; CHALLENGE_LEN] {
+        let mut t = peer.to_vec();
+        t.extend_from_slice(&nonce.to_le_bytes());
+        let mut c = [0; CHALLENGE_LEN];
+        c.copy_from_slice(&self.prove(&t)[..CHALLENGE_LEN]);
+        c
+    }
+    fn check(&self, peer: &[u8], nonce: u64, challenge: &[u8; CHALLENGE_LEN]) -> bool {
+        self.challenge(peer, nonce) == *challenge
+    }
+}
+
+const BANK: InterfaceSpec<'static> =
+    InterfaceSpec { id: 10, version: 1, fingerprint: 99, signature: "deposit(u64)\nwithdraw(u64) -> bool" };
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, packet)) = data.split_first() else { return };
+    let (secret, challenges) = (Toy(1), Toy(2));
+    let auth = (selector & 1 != 0).then_some(ServerAuth { secret: &secret, challenges: &challenges });
+    let max_datagram = if selector & 2 != 0 { 1472 } else { 0 };
+    let server = BindServer { exports: &[BANK], auth, incarnation: 7, max_datagram };
+    let budget = usize::from(selector >> 2) * 16;
+    if let Ok(p) = Packet::new_checked(packet) {
+        match server.on_request(&p, b"peer", budget) {
+            BindDecision::Answer { packet: answer, .. } => {
+                assert!(answer.len() <= budget.max(HEADER_LEN + 24), "{} for a budget of {budget}", answer.len());
+                Packet::new_checked(&answer[..]).expect("answers are valid packets");
+            }
+            BindDecision::Admit(a) => {
+                let req = BindRequest::parse(p.payload()).expect("admitted requests parse");
+                assert_eq!((req.interface, req.version, req.fingerprint), (BANK.id, BANK.version, BANK.fingerprint));
+                if auth.is_some() {
+                    let proof = req.proof.expect("with a secret, admitted requests carry a proof");
+                    assert!(secret.verify(&req.proof_transcript(&proof.challenge), &proof.mac));
+                }
+                let grant = a.grant(&server, 1, 2, 3, 0);
+                Packet::new_checked(&grant[..]).expect("grants are valid packets");
+            }
+            BindDecision::Malformed => {}
+        }
+        for keyed in [None, Some(&secret as &dyn Keyed)] {
+            let mut client = BindClient::new(&BANK, 1472, 5, false);
+            if let BindEvent::Granted(g) = client.handle(&p, keyed) {
+                assert_eq!(g.grant.nonce, 5, "bound only by a grant for this request");
+                assert!(g.grant.slots > 0);
+            }
+        }
+    }
+});
