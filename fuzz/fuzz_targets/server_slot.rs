@@ -1,7 +1,8 @@
 //! The server's per-slot state machine fed arbitrary call, ack and probe packets, interleaved with
 //! procedures finishing. Whatever arrives, no sequence number is ever executed twice (at most
 //! once), reassembled messages are exactly as long as announced and within the limit, and nothing
-//! panics.
+//! panics. Sequence numbers stay within 2^16 of each other, as a client's do (it counts up by one):
+//! serial-number arithmetic makes a number "new" again only half the number space later.
 #![no_main]
 
 use std::collections::HashSet;
@@ -18,7 +19,7 @@ enum Op {
     Packet {
         kind: u8,
         flags: u8,
-        seq: u32,
+        seq: u16,
         frag_index: u16,
         frag_count: u16,
         message_len: u32,
@@ -55,6 +56,7 @@ fuzz_target!(|input: Input| {
         match op {
             Op::Packet { kind, flags, seq, frag_index, frag_count, message_len, payload } => {
                 let Some(kind) = Kind::from_u8(kind) else { continue };
+                let seq = u32::from(seq);
                 let header = Header {
                     flags,
                     seq,
@@ -89,13 +91,13 @@ fuzz_target!(|input: Input| {
                             }
                             CallAction::Refuse(_) => {
                                 // Refused without running: completes at once with the refusal.
-                                slot.complete(seq, 0, frag_payload, &timing, |_| {});
+                                slot.complete(seq, 0, frag_payload, &timing);
                             }
                             _ => {}
                         }
                     }
                     Kind::Ack => {
-                        slot.on_result_ack(&p, now, |_| {});
+                        slot.on_result_ack(&p, now);
                     }
                     Kind::Probe => {
                         slot.on_probe(seq, now);
@@ -105,14 +107,18 @@ fuzz_target!(|input: Input| {
             }
             Op::Complete { result_len } => {
                 if let Some(seq) = running.take() {
+                    slot.complete(seq, result_len as usize % (1 << 20), frag_payload, &timing);
                     let mut sent = 0usize;
-                    slot.complete(seq, result_len as usize % (1 << 20), frag_payload, &timing, |_| sent += 1);
+                    while slot.poll_transmit().is_some() {
+                        sent += 1;
+                    }
                     assert!(sent <= timing.window as usize);
                 }
             }
-            Op::Resend => slot.resend_result(|_| {}),
+            Op::Resend => slot.resend_result(),
             Op::Wait { ms } => now += Duration::from_millis(ms as u64),
         }
+        while slot.poll_transmit().is_some() {}
         reserved = reserved.saturating_sub(slot.take_released());
         assert!(slot.reassembly_bytes() <= timing.max_message);
     }

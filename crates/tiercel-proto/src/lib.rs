@@ -18,6 +18,8 @@
 //! * [`fragment`]: fragment arithmetic, the windowed blast sender, reassembly with hard limits.
 //! * [`client`]: the state machine of one call on a client slot.
 //! * [`server`]: duplicate suppression and the saved result of one server slot.
+//! * [`endpoint`]: the server endpoint: routing, the binding and slot table with saved results,
+//!   admission of new calls, memory accounting and expiry.
 //! * [`bind`]: the bind exchange (client and server machines, the bind messages), the same for
 //!   every transport.
 //! * [`shm`]: the shared-memory transport's region layout and call handshake (its memory comes from
@@ -28,6 +30,7 @@
 
 pub mod bind;
 pub mod client;
+pub mod endpoint;
 pub mod fragment;
 pub mod server;
 pub mod shm;

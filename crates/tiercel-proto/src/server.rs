@@ -78,6 +78,10 @@ pub struct Slot {
     released: usize,
     /// A buffer lent by the caller for the next multi-packet call to be reassembled in.
     lent: Vec<u8>,
+    /// Result fragments to send, oldest first, taken with [`Slot::poll_transmit`]; `next` is the
+    /// first not yet taken. Kept (cleared) between calls, so that sending allocates nothing.
+    transmits: Vec<u16>,
+    next: usize,
 }
 
 impl Default for Slot {
@@ -89,7 +93,30 @@ impl Default for Slot {
 impl Slot {
     /// A slot that has seen no call.
     pub const fn new() -> Slot {
-        Slot { seq: None, state: State::Idle, last_activity: None, released: 0, lent: Vec::new() }
+        Slot {
+            seq: None,
+            state: State::Idle,
+            last_activity: None,
+            released: 0,
+            lent: Vec::new(),
+            transmits: Vec::new(),
+            next: 0,
+        }
+    }
+
+    /// The next result fragment to send, by index; call until `None` after every input.
+    pub fn poll_transmit(&mut self) -> Option<u16> {
+        let i = *self.transmits.get(self.next)?;
+        self.next += 1;
+        if self.next == self.transmits.len() {
+            self.transmits.clear();
+            self.next = 0;
+        }
+        Some(i)
+    }
+
+    fn queue(&mut self, fragments: impl IntoIterator<Item = u16>) {
+        self.transmits.extend(fragments);
     }
 
     /// Lends a buffer (of an earlier message) for the next multi-packet call to be reassembled in;
@@ -226,65 +253,50 @@ impl Slot {
     }
 
     /// Records that call `seq` finished with a result message of `result_len` bytes, saved by the
-    /// caller until acknowledged. Calls `send` with each fragment index to transmit now.
-    pub fn complete(
-        &mut self,
-        seq: u32,
-        result_len: usize,
-        frag_payload: usize,
-        timing: &Timing,
-        mut send: impl FnMut(u16),
-    ) {
+    /// caller until acknowledged, and queues the fragments to send now ([`Slot::poll_transmit`]).
+    pub fn complete(&mut self, seq: u32, result_len: usize, frag_payload: usize, timing: &Timing) {
         if self.seq != Some(seq) || !matches!(self.state, State::Running) {
             return;
         }
         let count = fragment_count(result_len, frag_payload).unwrap_or(u16::MAX);
         let mut blast = Blast::new(count, timing.window);
-        for i in blast.take_new() {
-            send(i);
-        }
+        self.queue(blast.take_new());
         self.state = State::Done(blast);
     }
 
-    /// Calls `send` with each saved-result fragment the client has not acknowledged, and with any
-    /// the window now allows.
-    pub fn resend_result(&mut self, mut send: impl FnMut(u16)) {
-        if let State::Done(blast) = &mut self.state {
+    /// Queues each saved-result fragment the client has not acknowledged, and any the window now
+    /// allows.
+    pub fn resend_result(&mut self) {
+        let Slot { state, transmits, .. } = self;
+        if let State::Done(blast) = state {
             if blast.count() == 1 {
-                send(0);
+                transmits.push(0);
                 return;
             }
-            for i in blast.unacked() {
-                send(i);
-            }
-            for i in blast.take_new() {
-                send(i);
-            }
+            transmits.extend(blast.unacked());
+            transmits.extend(blast.take_new());
         }
     }
 
-    /// Handles the client's acknowledgement of result fragments. Calls `send` with each fragment to
-    /// transmit. Returns true when the whole result is acknowledged and its buffer may be released.
-    pub fn on_result_ack(&mut self, packet: &Packet<&[u8]>, now: Instant, mut send: impl FnMut(u16)) -> bool {
+    /// Handles the client's acknowledgement of result fragments, queueing fragments to send. Returns
+    /// true when the whole result is acknowledged and its buffer may be released.
+    pub fn on_result_ack(&mut self, packet: &Packet<&[u8]>, now: Instant) -> bool {
         self.last_activity = Some(now);
         if self.seq != Some(packet.seq()) {
             return false;
         }
         let Some(ack) = AckInfo::parse(packet.payload()) else { return false };
-        let State::Done(blast) = &mut self.state else { return false };
+        let Slot { state, transmits, .. } = self;
+        let State::Done(blast) = state else { return false };
         blast.on_ack(ack);
         if blast.is_acked() {
-            self.state = State::Acknowledged;
+            *state = State::Acknowledged;
             return true;
         }
         if packet.flags() & flags::RESEND != 0 {
-            for i in blast.unacked() {
-                send(i);
-            }
+            transmits.extend(blast.unacked());
         }
-        for i in blast.take_new() {
-            send(i);
-        }
+        transmits.extend(blast.take_new());
         false
     }
 

@@ -2,24 +2,28 @@
 //!
 //! Each seed builds a scenario: several client slots making calls of random sizes (single- and
 //! multi-packet, both ways) to a server whose procedures take random time, over a network that loses,
-//! duplicates, delays and reorders packets; some scenarios crash the server, and some restart it
-//! with a new incarnation. Every scenario asserts that each call completes with the right result or
-//! fails with an error, that no call body runs twice, and that a restarted server runs nothing sent
-//! to its previous incarnation. `TIERCEL_SIM_SCENARIOS` sets the number of seeds (default 10,000).
+//! duplicates, delays, reorders and corrupts packets; some scenarios let only one call run at once
+//! (the others are refused as busy and retried), some crash the server, and some restart it with a
+//! new incarnation. The server is the shipped `ServerEndpoint` (routing, the binding and slot table,
+//! admission), the clients the shipped `ClientCall`; the harness only moves bytes and runs
+//! procedures. Every scenario asserts that each call completes with the right result or fails with
+//! an error, that no call body runs twice, and that a restarted server runs nothing sent to its
+//! previous incarnation. `TIERCEL_SIM_SCENARIOS` sets the number of seeds (default 10,000).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
+use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Route, ServerEndpoint};
 use tiercel_proto::fragment::fragment_range;
-use tiercel_proto::server::{CallAction, ProbeAction, Slot};
-use tiercel_proto::wire::{flags, Header, Kind, Packet, Status};
+use tiercel_proto::server::{CallAction, ProbeAction};
+use tiercel_proto::wire::{checksum, flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_proto::Timing;
 
-const BINDING: u32 = 7;
 const TOKEN: u128 = 0xfeed_f00d;
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -42,6 +46,10 @@ struct Scenario {
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
     loss: f64,
     dup: f64,
+    corrupt: f64,
+    corrupted: u64,
+    /// New calls the endpoint refused as busy.
+    busy: u64,
     delay: (u64, u64),
     timing: Timing,
     frag: usize,
@@ -54,13 +62,39 @@ struct Scenario {
 
 struct Server {
     alive: bool,
-    incarnation: u64,
-    slots: Vec<Slot>,
-    saved: Vec<(Status, Vec<u8>)>,
-    running: Vec<Option<(u32, Vec<u8>)>>,
+    endpoint: ServerEndpoint<usize, ()>,
+    /// The one binding, with a slot for each client.
+    binding: Arc<Binding<usize, ()>>,
+    /// Per slot, the call running: the packet that started it and its arguments.
+    running: Vec<Option<(Vec<u8>, Vec<u8>)>>,
     service: (u64, u64),
-    /// Probability that a new call is refused as busy (an overloaded server).
-    busy: f64,
+}
+
+impl Server {
+    /// A server of incarnation `incarnation` that admits `max_running` calls at once, with one
+    /// binding of `slots` slots granted. Its token is the same in every incarnation, so that the
+    /// incarnation check alone must refuse packets from before a restart.
+    fn new(incarnation: u64, slots: usize, frag: usize, timing: Timing, max_running: usize, base: Instant) -> Server {
+        let config = EndpointConfig {
+            incarnation,
+            max_bindings: 1,
+            slots_per_binding: slots as u32,
+            binding_memory: 1 << 20,
+            binding_idle: Duration::from_secs(3600),
+            max_running,
+            timing,
+        };
+        let endpoint = ServerEndpoint::new(config, base);
+        let (binding, _) = endpoint.grant(0, 0, (), TOKEN, HEADER_LEN + frag, base).expect("an empty table has room");
+        Server { alive: true, endpoint, binding, running: vec![None; slots], service: (0, 0) }
+    }
+}
+
+/// A packet with its checksum trailer.
+fn sealed(mut bytes: Vec<u8>) -> Vec<u8> {
+    let sum = checksum([&bytes[..]]);
+    bytes.extend_from_slice(&sum.to_le_bytes());
+    bytes
 }
 
 struct Client {
@@ -94,6 +128,7 @@ impl Scenario {
         self.events.push(Reverse((t, self.order, e)));
     }
 
+    /// Sends a packet (header and payload, checksummed) through the network.
     fn send(&mut self, dest: Dest, bytes: Vec<u8>) {
         self.packets += 1;
         if self.rng.random_bool(self.loss) {
@@ -101,142 +136,144 @@ impl Scenario {
         }
         let copies = if self.rng.random_bool(self.dup) { 2 } else { 1 };
         for _ in 0..copies {
+            let mut bytes = sealed(bytes.clone());
+            if self.rng.random_bool(self.corrupt) {
+                let i = self.rng.random_range(0..bytes.len());
+                bytes[i] ^= self.rng.random_range(1..=255u8);
+                self.corrupted += 1;
+            }
             let d = self.delay.0 + self.rng.random_range(0..=self.delay.1);
-            self.push(self.now + d, Event::Deliver(dest, bytes.clone()));
+            self.push(self.now + d, Event::Deliver(dest, bytes));
         }
     }
 
     fn packet(h: Header, payload: &[u8]) -> Vec<u8> {
         let mut h = h;
+        h.flags |= flags::CHECKSUM;
         h.payload_len = payload.len() as u32;
         let mut v = h.to_bytes().to_vec();
         v.extend_from_slice(payload);
         v
     }
 
-    fn server_header(&self, kind: Kind, slot: usize, seq: u32) -> Header {
-        Header {
-            binding: BINDING,
-            token: TOKEN,
-            incarnation: self.server.incarnation,
-            slot: slot as u32,
-            seq,
-            ..Header::new(kind)
+    /// Sends the result fragments the slot has queued.
+    fn server_flush(&mut self, slot: usize) {
+        let binding = self.server.binding.clone();
+        let mut out = Vec::new();
+        if let Some(mut cell) = binding.slot(slot as u32) {
+            while let Some(f) = cell.poll_transmit(&binding) {
+                out.push(match f {
+                    Fragment::Whole(b) => b.to_vec(),
+                    Fragment::Parts(h, body) => [&h[..], body].concat(),
+                });
+            }
         }
-    }
-
-    fn send_result_fragment(&mut self, slot: usize, seq: u32, i: u16, retransmit: bool) {
-        let (status, bytes) = &self.server.saved[slot];
-        let count = tiercel_proto::fragment::fragment_count(bytes.len(), self.frag).unwrap();
-        let r = fragment_range(i, bytes.len(), self.frag);
-        let mut h = self.server_header(Kind::Result, slot, seq);
-        h.status = *status;
-        h.frag_index = i;
-        h.frag_count = count;
-        h.message_len = bytes.len() as u32;
-        h.flags = if retransmit { flags::RETRANSMIT } else { 0 };
-        let p = Self::packet(h, &bytes[r]);
-        self.send(Dest::Client(slot), p);
+        for bytes in out {
+            self.send(Dest::Client(slot), bytes);
+        }
     }
 
     fn server_receive(&mut self, bytes: Vec<u8>, log: &mut Log) {
         if !self.server.alive {
             return;
         }
-        let Ok(p) = Packet::new_checked(&bytes[..]) else { panic!("sim sends only valid packets") };
+        // A corrupted packet fails its checksum (or its header check) and is dropped.
+        let Ok(p) = Packet::new_checked(&bytes[..]) else { return };
         let slot = p.slot() as usize;
-        let seq = p.seq();
-        if p.incarnation() != self.server.incarnation || p.token() != TOKEN {
-            let mut h = self.server_header(Kind::Reject, slot, seq);
-            h.status = Status::WrongIncarnation;
-            let r = Self::packet(h, &[]);
-            self.send(Dest::Client(slot), r);
-            return;
-        }
         let now = self.at(self.now);
-        let mut to_send = Vec::new();
+        let binding = match self.server.endpoint.route(&p, now) {
+            Route::Binding(b) => b,
+            Route::Reject(h) => return self.send(Dest::Client(slot), Self::packet(h, &[])),
+            Route::Bind | Route::Malformed => panic!("the sim's clients send only calls, acks and probes"),
+        };
+        let entered = self.server.endpoint.enter(&binding, &p, slot);
+        let mut cell = match entered {
+            Ok(cell) => cell,
+            Err(h) => {
+                self.busy += u64::from(h.status == Status::Busy);
+                return self.send(Dest::Client(slot), Self::packet(h, &[]));
+            }
+        };
+        let timing = self.timing;
+        let mut reply = None;
+        let mut run = None;
         match p.kind() {
-            Kind::Call if self.server.slots[slot].is_new(seq) && self.rng.random_bool(self.server.busy) => {
-                let mut h = self.server_header(Kind::Reject, slot, seq);
-                h.status = Status::Busy;
-                let r = Self::packet(h, &[]);
-                self.send(Dest::Client(slot), r);
-            }
-            Kind::Call => {
-                let action = self.server.slots[slot].on_call(&p, now, self.frag, &self.timing, |_| true);
-                match action {
-                    CallAction::Execute => self.execute(slot, seq, p.payload().to_vec(), log),
-                    CallAction::ExecuteMessage(m) => self.execute(slot, seq, m, log),
-                    CallAction::Ack(a) => {
-                        let h = self.server_header(Kind::Ack, slot, seq);
-                        let r = Self::packet(h, &a.to_bytes());
-                        self.send(Dest::Client(slot), r);
-                    }
-                    CallAction::ResendResult => self.server.slots[slot].resend_result(|i| to_send.push(i)),
-                    CallAction::Refuse(status) => {
-                        self.server.saved[slot] = (status, Vec::new());
-                        let (frag, timing) = (self.frag, self.timing);
-                        self.server.slots[slot].complete(seq, 0, frag, &timing, |i| to_send.push(i));
-                    }
-                    CallAction::Drop(_) => {}
+            Kind::Call => match cell.on_call(&binding, &p, now, &timing) {
+                CallAction::Execute => run = Some(p.payload().to_vec()),
+                CallAction::ExecuteMessage(m) => {
+                    binding.release(m.len());
+                    run = Some(m);
                 }
-            }
+                CallAction::Ack(a) => {
+                    reply = Some(Self::packet(binding.reply_header(&p, Kind::Ack, Status::Ok, 0), &a.to_bytes()))
+                }
+                CallAction::ResendResult => cell.resend_result(),
+                CallAction::Refuse(status) => cell.refuse(&binding, &p, status, &timing),
+                CallAction::Drop(_) => {}
+            },
             Kind::Ack => {
-                self.server.slots[slot].on_result_ack(&p, now, |i| to_send.push(i));
+                cell.on_result_ack(&binding, &p, now);
             }
-            Kind::Probe => match self.server.slots[slot].on_probe(seq, now) {
+            Kind::Probe => match cell.proto.on_probe(p.seq(), now) {
                 ProbeAction::Alive => {
-                    let r = Self::packet(self.server_header(Kind::ProbeReply, slot, seq), &[]);
-                    self.send(Dest::Client(slot), r);
+                    reply = Some(Self::packet(binding.reply_header(&p, Kind::ProbeReply, Status::Ok, 0), &[]))
                 }
                 ProbeAction::Ack(a) => {
-                    let r = Self::packet(self.server_header(Kind::Ack, slot, seq), &a.to_bytes());
-                    self.send(Dest::Client(slot), r);
+                    reply = Some(Self::packet(binding.reply_header(&p, Kind::Ack, Status::Ok, 0), &a.to_bytes()))
                 }
-                ProbeAction::ResendResult => self.server.slots[slot].resend_result(|i| to_send.push(i)),
+                ProbeAction::ResendResult => cell.resend_result(),
                 ProbeAction::Drop => {}
             },
             other => panic!("server got {other:?}"),
         }
-        for i in to_send {
-            self.send_result_fragment(slot, seq, i, true);
+        drop(cell);
+        if let Some(r) = reply {
+            self.send(Dest::Client(slot), r);
         }
+        if let Some(args) = run {
+            self.execute(slot, p.seq(), bytes, args, log);
+        }
+        self.server_flush(slot);
     }
 
-    fn execute(&mut self, slot: usize, seq: u32, args: Vec<u8>, log: &mut Log) {
+    /// Runs call `seq` of `slot` (started by `packet`) for a random service time.
+    fn execute(&mut self, slot: usize, seq: u32, packet: Vec<u8>, args: Vec<u8>, log: &mut Log) {
         let n = log.executions.entry((slot, seq)).or_default();
         *n += 1;
         assert_eq!(*n, 1, "call {seq} of slot {slot} ran twice");
-        *log.by_incarnation.entry(self.server.incarnation).or_default() += 1;
-        self.server.running[slot] = Some((seq, args));
+        let incarnation = self.server.endpoint.incarnation();
+        *log.by_incarnation.entry(incarnation).or_default() += 1;
+        self.server.endpoint.run_started();
+        self.server.running[slot] = Some((packet, args));
         let (lo, hi) = self.server.service;
         let d = self.rng.random_range(lo..=hi);
-        let incarnation = self.server.incarnation;
         self.push(self.now + d, Event::Complete { incarnation, slot, seq });
     }
 
     fn complete(&mut self, incarnation: u64, slot: usize, seq: u32) {
-        if !self.server.alive || incarnation != self.server.incarnation {
+        if !self.server.alive || incarnation != self.server.endpoint.incarnation() {
             return;
         }
-        let Some((s, args)) = self.server.running[slot].take() else { return };
-        assert_eq!(s, seq);
-        let result = result_for(&args);
-        let len = result.len();
-        self.server.saved[slot] = (Status::Ok, result);
-        let mut to_send = Vec::new();
-        let (frag, timing) = (self.frag, self.timing);
-        self.server.slots[slot].complete(seq, len, frag, &timing, |i| to_send.push(i));
-        for i in to_send {
-            self.send_result_fragment(slot, seq, i, false);
+        let Some((packet, args)) = self.server.running[slot].take() else { return };
+        let p = Packet::new_checked(&packet[..]).expect("it was checked when it arrived");
+        assert_eq!(p.seq(), seq);
+        self.server.endpoint.run_finished();
+        let binding = self.server.binding.clone();
+        let timing = self.timing;
+        if let Some(mut cell) = binding.slot(slot as u32) {
+            let mut out = cell.take_result(&binding);
+            out.resize(HEADER_LEN, 0);
+            out.extend_from_slice(&result_for(&args));
+            assert_eq!(cell.complete(&binding, &p, Status::Ok, out, &timing), Status::Ok);
         }
+        self.server_flush(slot);
     }
 
     fn client_flush(&mut self, k: usize) {
         while let Some(t) = self.clients[k].call.poll_transmit() {
             let c = &self.clients[k];
             let mut h = Header {
-                binding: BINDING,
+                binding: 1,
                 token: TOKEN,
                 incarnation: 1,
                 slot: k as u32,
@@ -289,7 +326,8 @@ impl Scenario {
         if self.clients[k].done {
             return;
         }
-        let p = Packet::new_checked(&bytes[..]).expect("valid");
+        // A corrupted packet fails its checksum (or its header check) and is dropped.
+        let Ok(p) = Packet::new_checked(&bytes[..]) else { return };
         let now = self.at(self.now);
         let handled = self.clients[k].call.handle_packet(&p, now);
         if handled == Handled::Complete {
@@ -334,7 +372,17 @@ impl Scenario {
     }
 }
 
-fn run(seed: u64) -> (usize, usize, u64) {
+/// Totals of a run of scenarios.
+#[derive(Default)]
+struct Totals {
+    ok: usize,
+    failed: usize,
+    packets: u64,
+    corrupted: u64,
+    busy: u64,
+}
+
+fn run(seed: u64) -> Totals {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let n_clients = rng.random_range(1..=4usize);
     let frag = rng.random_range(16..=256usize);
@@ -350,10 +398,15 @@ fn run(seed: u64) -> (usize, usize, u64) {
     let lossy = rng.random_bool(0.8);
     let loss = if lossy { rng.random_range(0.0..0.15) } else { 0.0 };
     let dup = if lossy { rng.random_range(0.0..0.1) } else { 0.0 };
+    let corrupt = if lossy { rng.random_range(0.0..0.05) } else { 0.0 };
     let delay = (rng.random_range(10_000..2_000_000u64), rng.random_range(0..5_000_000u64));
     let long_calls = rng.random_bool(0.2);
     let service = if long_calls { (0, 3_000_000_000) } else { (0, 2_000_000) };
-    let busy = if rng.random_bool(0.2) { rng.random_range(0.0..0.5) } else { 0.0 };
+    // An overloaded server: one call runs at a time, and new calls on other slots are refused as
+    // busy until it finishes. Its calls are short, so that every caller gets its turn well within
+    // `dead_after` (with calls of seconds, a caller can be refused for longer and fail as overloaded,
+    // which is what the client is meant to report then, but not what this scenario tests).
+    let max_running = if !long_calls && rng.random_bool(0.25) { 1 } else { usize::MAX };
     let crash = rng.random_bool(0.1);
     let crash_at = crash.then(|| rng.random_range(0..200_000_000u64));
     let restart_after = (crash && rng.random_bool(0.5)).then(|| rng.random_range(0..2_000_000_000u64));
@@ -377,18 +430,13 @@ fn run(seed: u64) -> (usize, usize, u64) {
         events: BinaryHeap::new(),
         loss,
         dup,
+        corrupt,
+        corrupted: 0,
+        busy: 0,
         delay,
         timing,
         frag,
-        server: Server {
-            alive: true,
-            incarnation: 1,
-            slots: (0..n_clients).map(|_| Slot::new()).collect(),
-            saved: vec![(Status::Ok, Vec::new()); n_clients],
-            running: vec![None; n_clients],
-            service,
-            busy,
-        },
+        server: Server { service, ..Server::new(1, n_clients, frag, timing, max_running, base) },
         clients,
         crash_at,
         restart_after,
@@ -408,7 +456,7 @@ fn run(seed: u64) -> (usize, usize, u64) {
             .filter(|&k| !s.clients[k].done)
             .filter_map(|k| s.clients[k].call.poll_timeout().map(|t| (s.nanos(t), k)))
             .min();
-        let next_crash = s.crash_at.filter(|_| s.server.alive && s.server.incarnation == 1);
+        let next_crash = s.crash_at.filter(|_| s.server.alive && s.server.endpoint.incarnation() == 1);
         let candidates = [next_event, next_timer.map(|t| t.0), next_crash];
         let t = candidates.iter().flatten().copied().min().expect("a live scenario always has a next step");
         assert!(t < limit, "seed {seed}: scenario did not finish");
@@ -432,15 +480,8 @@ fn run(seed: u64) -> (usize, usize, u64) {
         let Reverse((_, _, e)) = s.events.pop().unwrap();
         match e {
             Event::Complete { incarnation: u64::MAX, .. } => {
-                s.server = Server {
-                    alive: true,
-                    incarnation: 2,
-                    slots: (0..n_clients).map(|_| Slot::new()).collect(),
-                    saved: vec![(Status::Ok, Vec::new()); n_clients],
-                    running: vec![None; n_clients],
-                    service,
-                    busy,
-                };
+                let now = s.at(s.now);
+                s.server = Server { service, ..Server::new(2, n_clients, frag, timing, max_running, now) };
             }
             Event::Complete { incarnation, slot, seq } => s.complete(incarnation, slot, seq),
             Event::Deliver(Dest::Server, b) => s.server_receive(b, &mut log),
@@ -468,23 +509,32 @@ fn run(seed: u64) -> (usize, usize, u64) {
             }
         }
     }
-    (ok, failed, s.packets)
+    Totals { ok, failed, packets: s.packets, corrupted: s.corrupted, busy: s.busy }
 }
 
 fn restart_or_crash(s: &Scenario) -> bool {
-    !s.server.alive || s.server.incarnation != 1
+    !s.server.alive || s.server.endpoint.incarnation() != 1
 }
 
 #[test]
 fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
     let n: u64 = std::env::var("TIERCEL_SIM_SCENARIOS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let (mut ok, mut failed, mut packets) = (0, 0, 0);
+    let mut t = Totals::default();
     for seed in 0..n {
-        let (o, f, p) = run(seed);
-        ok += o;
-        failed += f;
-        packets += p;
+        let r = run(seed);
+        t.ok += r.ok;
+        t.failed += r.failed;
+        t.packets += r.packets;
+        t.corrupted += r.corrupted;
+        t.busy += r.busy;
     }
-    println!("{n} scenarios: {ok} calls returned, {failed} failed after a crash, {packets} packets sent");
-    assert!(ok > 0);
+    println!(
+        "{n} scenarios: {} calls returned, {} failed after a crash, {} packets sent, {} corrupted, {} calls \
+         refused as busy",
+        t.ok, t.failed, t.packets, t.corrupted, t.busy
+    );
+    assert!(t.ok > 0);
+    if n >= 100 {
+        assert!(t.corrupted > 0 && t.busy > 0, "the scenarios exercise corruption and admission");
+    }
 }

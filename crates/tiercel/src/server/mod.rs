@@ -1,7 +1,7 @@
 //! The server: exports interfaces and runs calls on its worker threads.
 
+mod dispatch;
 mod shm;
-mod table;
 mod worker;
 
 use std::net::{SocketAddr, UdpSocket};
@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use tiercel_proto::endpoint::{EndpointConfig, ServerEndpoint};
 use tiercel_sys::udp;
 
 use crate::address::ToAddress;
@@ -61,19 +62,30 @@ impl Server {
             None => None,
         };
         let specs = self.exports.iter().map(|e| e.info().spec()).collect();
+        let endpoint = ServerEndpoint::new(
+            EndpointConfig {
+                incarnation,
+                max_bindings: config.max_bindings,
+                slots_per_binding: config.slots_per_binding,
+                binding_memory: config.binding_memory,
+                binding_idle: config.binding_idle,
+                // One worker is kept free to receive (probes, duplicates, and the quick "busy"
+                // answer to new calls) when there are three or more.
+                max_running: if workers >= 3 { workers - 1 } else { usize::MAX },
+                timing: config.timing,
+            },
+            std::time::Instant::now(),
+        );
         let shared = Arc::new(Shared {
             challenger,
             specs,
-            table: table::Table::new(config.max_bindings),
+            endpoint,
             socket: self.socket,
             config,
-            epoch: std::time::Instant::now(),
             exports: self.exports,
             incarnation,
             stop: AtomicBool::new(false),
             spinners: AtomicUsize::new(0),
-            running: AtomicUsize::new(0),
-            max_running: if workers >= 3 { workers - 1 } else { usize::MAX },
             stats: Arc::new(ServerStats::default()),
             shm_bindings: AtomicUsize::new(0),
             next_shm_binding: std::sync::atomic::AtomicU32::new(1),
@@ -102,22 +114,20 @@ pub(crate) struct Shared {
     shm_bindings: AtomicUsize,
     /// Id of the next shared-memory binding.
     next_shm_binding: std::sync::atomic::AtomicU32,
-    /// Time zero of the bindings' activity clocks.
-    epoch: std::time::Instant,
     exports: Vec<Arc<dyn Export>>,
     /// The exports as the bind machine sees them, in the same order.
     specs: Vec<tiercel_proto::bind::InterfaceSpec<'static>>,
-    table: table::Table,
+    /// Routing, bindings and their slots, admission and expiry of the UDP transport.
+    endpoint: ServerEndpoint<SocketAddr, Arc<dyn Export>>,
     incarnation: u64,
     stop: AtomicBool,
     spinners: AtomicUsize,
-    /// Procedures running now.
-    running: AtomicUsize,
-    /// Most procedures running at once: one worker is kept free to receive (probes, duplicates, and
-    /// the quick "busy" answer to new calls) when there are three or more.
-    max_running: usize,
     stats: Arc<ServerStats>,
 }
+
+/// A UDP binding on the server, and one of its client slots.
+pub(crate) type UdpBinding = tiercel_proto::endpoint::Binding<SocketAddr, Arc<dyn Export>>;
+pub(crate) type UdpSlot = tiercel_proto::endpoint::SlotCell<SocketAddr>;
 
 impl Shared {
     /// The bind machine of this server, for a transport whose datagrams are at most `max_datagram`
@@ -228,12 +238,12 @@ impl RunningServer {
 
     /// Bindings currently held (over UDP and through shared memory).
     pub fn bindings(&self) -> usize {
-        self.shared.table.len() + self.shared.shm_bindings.load(Ordering::Relaxed)
+        self.shared.endpoint.len() + self.shared.shm_bindings.load(Ordering::Relaxed)
     }
 
     /// Bytes held by one binding in multi-packet buffers (for memory-bound tests and monitoring).
     pub fn binding_memory(&self, binding: u32, token: u128) -> Option<usize> {
-        self.shared.table.lookup(binding, token).map(|b| b.memory())
+        self.shared.endpoint.lookup(binding, token).map(|b| b.memory())
     }
 
     /// Stops the workers and waits for them (at most about 100 ms after the calls they are running).

@@ -262,7 +262,7 @@ impl<'a> SlotServer<'a> {
         let len = call.map_or(0, |c| c.len);
         let status = match call {
             None => {
-                super::worker::error_message(
+                super::dispatch::error_message(
                     &mut self.out,
                     "malformed shared-memory call: length or procedure out of range",
                 );
@@ -274,7 +274,7 @@ impl<'a> SlotServer<'a> {
                 mark(Point::ServerAccepted);
                 self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
                 let limit = self.layout.data;
-                let mut status = super::worker::run_procedure(
+                let mut status = super::dispatch::run_procedure(
                     &*self.binding,
                     call.procedure,
                     &self.args,
@@ -286,7 +286,7 @@ impl<'a> SlotServer<'a> {
                 if self.out.len() > limit {
                     let n = self.out.len();
                     self.out.clear();
-                    super::worker::error_message(
+                    super::dispatch::error_message(
                         &mut self.out,
                         &format!("result of {n} bytes exceeds the slot's {limit}"),
                     );

@@ -1,0 +1,263 @@
+//! A binding on the server: its client slots, each with its protocol state and saved result, and
+//! the binding's memory budget.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::fragment::{fragment_count, fragment_range};
+use crate::server::{CallAction, Slot};
+use crate::timing::Timing;
+use crate::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
+
+/// A binding granted to a client: what every packet on it is checked against, and its slots.
+/// `E` is what the transport attaches to it (the `tiercel` crate: the exported interface).
+#[derive(Debug)]
+pub struct Binding<A, E> {
+    /// The binding id (index into the endpoint's table, from 1).
+    pub id: u32,
+    /// The capability every packet of the binding must carry.
+    pub token: u128,
+    /// What the transport attached.
+    pub export: E,
+    /// Largest datagram sent on the binding.
+    pub max_datagram: usize,
+    incarnation: u64,
+    slots: Box<[Mutex<SlotCell<A>>]>,
+    memory: AtomicUsize,
+    memory_limit: usize,
+    /// Nanoseconds after the endpoint's base time when a packet of the binding last arrived.
+    pub(super) last_active: AtomicU64,
+}
+
+/// One client slot of a binding: its protocol state, its saved result and where to send it.
+#[derive(Debug)]
+pub struct SlotCell<A> {
+    /// Duplicate suppression and reassembly ([`Slot`]).
+    pub proto: Slot,
+    /// Header space followed by the marshaled result of the slot's latest call, kept until the
+    /// client acknowledges it so that a duplicate is answered without running the call again.
+    result: Vec<u8>,
+    /// The header of the saved result's first fragment.
+    header: Header,
+    /// Where the slot's results go: the source of its latest valid packet.
+    pub peer: Option<A>,
+    /// Bytes of `result` charged to the binding's memory budget.
+    charged: usize,
+}
+
+/// How to send one fragment of a saved result.
+#[derive(Debug)]
+pub enum Fragment<'a> {
+    /// The whole datagram (a single-fragment result, its header written in place).
+    Whole(&'a [u8]),
+    /// A header and the fragment's bytes, to be gathered into one datagram.
+    Parts([u8; HEADER_LEN], &'a [u8]),
+}
+
+impl<A, E> Binding<A, E> {
+    pub(super) fn new(
+        config: &super::EndpointConfig,
+        id: u32,
+        token: u128,
+        export: E,
+        max_datagram: usize,
+        now: u64,
+    ) -> Binding<A, E> {
+        Binding {
+            id,
+            token,
+            export,
+            max_datagram,
+            incarnation: config.incarnation,
+            slots: (0..config.slots_per_binding)
+                .map(|_| {
+                    Mutex::new(SlotCell {
+                        proto: Slot::new(),
+                        result: Vec::new(),
+                        header: Header::new(Kind::Result),
+                        peer: None,
+                        charged: 0,
+                    })
+                })
+                .collect(),
+            memory: AtomicUsize::new(0),
+            memory_limit: config.binding_memory,
+            last_active: AtomicU64::new(now),
+        }
+    }
+
+    /// Bytes of a fragment's payload on this binding.
+    pub fn frag_payload(&self) -> usize {
+        self.max_datagram - HEADER_LEN
+    }
+
+    /// Number of client slots.
+    pub fn slots(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// Slot `index`, locked; `None` outside the slot table.
+    pub fn slot(&self, index: u32) -> Option<MutexGuard<'_, SlotCell<A>>> {
+        self.slots.get(index as usize).map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Charges `bytes` to the binding's memory budget; false if that would exceed it.
+    pub fn reserve(&self, bytes: usize) -> bool {
+        let mut used = self.memory.load(Ordering::Relaxed);
+        loop {
+            if used + bytes > self.memory_limit {
+                return false;
+            }
+            match self.memory.compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(u) => used = u,
+            }
+        }
+    }
+
+    /// Returns `bytes` to the budget.
+    pub fn release(&self, bytes: usize) {
+        if bytes > 0 {
+            self.memory.fetch_sub(bytes, Ordering::AcqRel);
+        }
+    }
+
+    /// Bytes charged to the budget now.
+    pub fn memory(&self) -> usize {
+        self.memory.load(Ordering::Relaxed)
+    }
+
+    /// The header of a packet of `kind` answering `p` on this binding, with a payload of `len` bytes.
+    pub fn reply_header(&self, p: &Packet<&[u8]>, kind: Kind, status: Status, len: usize) -> Header {
+        Header {
+            kind,
+            flags: p.flags() & flags::CHECKSUM,
+            status,
+            procedure: p.procedure(),
+            binding: self.id,
+            slot: p.slot(),
+            seq: p.seq(),
+            frag_index: 0,
+            frag_count: 1,
+            payload_len: len as u32,
+            message_len: len as u32,
+            incarnation: self.incarnation,
+            token: self.token,
+        }
+    }
+}
+
+impl<A> SlotCell<A> {
+    /// Handles a checked `Call` packet for this slot of `binding`: duplicate suppression,
+    /// reassembly charged to the binding's memory budget, and the bytes of an abandoned
+    /// reassembly given back.
+    pub fn on_call<E>(
+        &mut self,
+        binding: &Binding<A, E>,
+        p: &Packet<&[u8]>,
+        now: Instant,
+        timing: &Timing,
+    ) -> CallAction {
+        let action = self.proto.on_call(p, now, binding.frag_payload(), timing, |n| binding.reserve(n));
+        binding.release(self.proto.take_released());
+        action
+    }
+
+    /// Takes the buffer of the saved result (emptied), for the next result to be marshaled into
+    /// behind [`HEADER_LEN`] bytes of header space; the memory it was charged goes back.
+    pub fn take_result<E>(&mut self, binding: &Binding<A, E>) -> Vec<u8> {
+        binding.release(core::mem::take(&mut self.charged));
+        let mut out = core::mem::take(&mut self.result);
+        out.clear();
+        out
+    }
+
+    /// Records the result of call `p` (`status`, and `result`: header space then the marshaled
+    /// result) and queues its fragments for [`SlotCell::poll_transmit`]. A result of more than one
+    /// fragment is charged to the binding's memory budget until acknowledged; past the budget or
+    /// `timing.max_message` it is replaced by a `ResultTooLarge` error. Returns the final status.
+    pub fn complete<E>(
+        &mut self,
+        binding: &Binding<A, E>,
+        p: &Packet<&[u8]>,
+        mut status: Status,
+        mut result: Vec<u8>,
+        timing: &Timing,
+    ) -> Status {
+        let frag_payload = binding.frag_payload();
+        let mut len = result.len().saturating_sub(HEADER_LEN);
+        if len > frag_payload {
+            if len <= timing.max_message && binding.reserve(len) {
+                self.charged = len;
+            } else {
+                result.truncate(HEADER_LEN);
+                let message = format!("result of {len} bytes exceeds the server's limit or memory budget");
+                result.extend_from_slice(message.as_bytes());
+                status = Status::ResultTooLarge;
+                len = result.len() - HEADER_LEN;
+            }
+        }
+        result.resize(result.len().max(HEADER_LEN), 0);
+        let count = fragment_count(len, frag_payload).unwrap_or(u16::MAX);
+        let mut header = binding.reply_header(p, Kind::Result, status, len.min(frag_payload));
+        header.frag_count = count;
+        header.message_len = len as u32;
+        if let Some(h) = result.first_chunk_mut::<HEADER_LEN>() {
+            header.emit(h);
+        }
+        self.header = header;
+        self.result = result;
+        self.proto.complete(p.seq(), len, frag_payload, timing);
+        status
+    }
+
+    /// Records a refusal of call `p` ([`CallAction::Refuse`]) as its result, so that duplicates get
+    /// the same answer, and queues it for [`SlotCell::poll_transmit`].
+    pub fn refuse<E>(&mut self, binding: &Binding<A, E>, p: &Packet<&[u8]>, status: Status, timing: &Timing) {
+        let mut out = self.take_result(binding);
+        out.resize(HEADER_LEN, 0);
+        out.extend_from_slice(b"call exceeds the server's message limit or memory budget");
+        self.complete(binding, p, status, out, timing);
+    }
+
+    /// The next result fragment to send ([`Slot::poll_transmit`]) and how to send it.
+    pub fn poll_transmit<E>(&mut self, binding: &Binding<A, E>) -> Option<Fragment<'_>> {
+        let index = self.proto.poll_transmit()?;
+        let len = self.result.len().saturating_sub(HEADER_LEN);
+        if self.header.frag_count == 1 {
+            return Some(Fragment::Whole(&self.result));
+        }
+        let range = fragment_range(index, len, binding.frag_payload());
+        let header = Header { frag_index: index, payload_len: range.len() as u32, ..self.header };
+        Some(Fragment::Parts(header.to_bytes(), &self.result[HEADER_LEN + range.start..HEADER_LEN + range.end]))
+    }
+
+    /// Handles the client's acknowledgement of result fragments (queueing any to send). When the
+    /// whole result is acknowledged its memory goes back to the budget and its buffer is returned
+    /// (cleared; a small one stays with the slot), for the caller to keep or drop.
+    pub fn on_result_ack<E>(&mut self, binding: &Binding<A, E>, p: &Packet<&[u8]>, now: Instant) -> Option<Vec<u8>> {
+        if !self.proto.on_result_ack(p, now) {
+            return None;
+        }
+        binding.release(core::mem::take(&mut self.charged));
+        self.result.truncate(HEADER_LEN);
+        if self.result.capacity() > binding.max_datagram {
+            // The slot keeps a buffer of one datagram; a larger one goes back to the caller.
+            let mut big = core::mem::replace(&mut self.result, Vec::with_capacity(binding.max_datagram));
+            big.clear();
+            return Some(big);
+        }
+        None
+    }
+
+    /// Whether the slot's results carry a checksum trailer (its call did).
+    pub fn checksummed(&self) -> bool {
+        self.header.flags & flags::CHECKSUM != 0
+    }
+
+    /// Queues the saved result again (a duplicate call, a probe of a finished call).
+    pub fn resend_result(&mut self) {
+        self.proto.resend_result();
+    }
+}

@@ -1,0 +1,258 @@
+//! The server endpoint: every decision about a packet that reaches a server, with no I/O.
+//!
+//! ```text
+//! packet ─► route ─┬─ Bind ─────────► the bind machine (crate::bind), then grant
+//!                  ├─ Reject(header)  unknown binding or token, old incarnation
+//!                  ├─ Malformed       not a packet a client sends
+//!                  └─ Binding ─► enter ─┬─ Err(header): bad slot, or busy (no worker to spare)
+//!                                       └─ the slot, locked: on_call / on_result_ack / on_probe,
+//!                                          complete, then poll_transmit until None
+//! ```
+//!
+//! The endpoint holds the binding table (ids, tokens, slots with saved results), the memory each
+//! binding's messages may take, the admission of new calls (at most `max_running` at once, the rest
+//! refused as busy so that they do not queue without bound), and the expiry of idle bindings. Time
+//! comes in as an argument. It is shared by the server's worker threads (a read-mostly table and a
+//! lock per slot, never held while a procedure runs), and the simulation drives the same code.
+
+mod binding;
+
+pub use binding::{Binding, Fragment, SlotCell};
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::timing::Timing;
+use crate::wire::{flags, Header, Kind, Packet, Status};
+
+/// Most remembered bind requests (sender and nonce) whose duplicates get the binding already granted.
+const RECENT_BINDS: usize = 4096;
+/// A binding's last activity is written at most this often (nanoseconds): it is shared by threads.
+const TOUCH_EVERY: u64 = 100_000_000;
+
+/// What a server endpoint allows.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// This incarnation's boot id.
+    pub incarnation: u64,
+    /// Most bindings held at once.
+    pub max_bindings: usize,
+    /// Client slots per binding.
+    pub slots_per_binding: u32,
+    /// Bytes of multi-packet messages (calls being reassembled, results not yet acknowledged) one
+    /// binding may hold.
+    pub binding_memory: usize,
+    /// A binding unheard from for this long is forgotten.
+    pub binding_idle: Duration,
+    /// Most calls running at once; a new call beyond is refused as busy.
+    pub max_running: usize,
+    /// Protocol timing and the message size limit.
+    pub timing: Timing,
+}
+
+/// Where a packet goes.
+#[derive(Debug)]
+pub enum Route<A, E> {
+    /// A bind request: decide with [`crate::bind::BindServer`], then [`ServerEndpoint::grant`].
+    Bind,
+    /// A packet of this binding: [`ServerEndpoint::enter`] its slot.
+    Binding(Arc<Binding<A, E>>),
+    /// Answer with this header alone (a `Reject`): the binding is unknown, or the packet is for an
+    /// earlier incarnation.
+    Reject(Header),
+    /// Not a packet a client sends: count it and drop it.
+    Malformed,
+}
+
+/// The bindings, indexed by binding id - 1; a forgotten binding leaves its place empty for the next.
+type Table<A, E> = Vec<Option<Arc<Binding<A, E>>>>;
+
+/// The server's bindings and the decisions on their packets. `A` is a peer's address, `E` what the
+/// transport attaches to a binding.
+#[derive(Debug)]
+pub struct ServerEndpoint<A, E> {
+    config: EndpointConfig,
+    base: Instant,
+    bindings: RwLock<Table<A, E>>,
+    /// Bind requests granted lately, by sender and nonce, so that a duplicate gets the same binding.
+    recent: Mutex<HashMap<(A, u64), u32>>,
+    running: AtomicUsize,
+}
+
+impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
+    /// An endpoint with no bindings; `now` is its base time.
+    pub fn new(config: EndpointConfig, now: Instant) -> ServerEndpoint<A, E> {
+        ServerEndpoint {
+            config,
+            base: now,
+            bindings: RwLock::new(Vec::new()),
+            recent: Mutex::new(HashMap::new()),
+            running: AtomicUsize::new(0),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.config
+    }
+
+    /// This incarnation's boot id.
+    pub fn incarnation(&self) -> u64 {
+        self.config.incarnation
+    }
+
+    fn nanos(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.base).as_nanos() as u64
+    }
+
+    /// Where checked packet `p`, arriving at `now`, goes. A packet of a known binding counts as
+    /// activity of the binding.
+    pub fn route(&self, p: &Packet<&[u8]>, now: Instant) -> Route<A, E> {
+        match p.kind() {
+            Kind::Bind => return Route::Bind,
+            Kind::Call | Kind::Ack | Kind::Probe => {}
+            Kind::Result | Kind::ProbeReply | Kind::Reject | Kind::BindReply => return Route::Malformed,
+        }
+        let Some(binding) = self.lookup(p.binding(), p.token()) else {
+            return Route::Reject(self.reject(p, Status::UnknownBinding));
+        };
+        if p.incarnation() != self.config.incarnation {
+            return Route::Reject(self.reject(p, Status::WrongIncarnation));
+        }
+        let t = self.nanos(now);
+        if t >= binding.last_active.load(Ordering::Relaxed) + TOUCH_EVERY {
+            binding.last_active.store(t, Ordering::Relaxed);
+        }
+        Route::Binding(binding)
+    }
+
+    /// The slot packet `p` from `from` is for, locked, with `from` as the slot's peer. Refused with a
+    /// `Reject` header when the slot is outside the binding, or when `p` starts a new call and
+    /// `max_running` calls are running (not recorded: the client's retry after backing off is a
+    /// fresh attempt).
+    pub fn enter<'b>(
+        &self,
+        binding: &'b Binding<A, E>,
+        p: &Packet<&[u8]>,
+        from: A,
+    ) -> Result<MutexGuard<'b, SlotCell<A>>, Header> {
+        let Some(mut cell) = binding.slot(p.slot()) else { return Err(self.reject(p, Status::BadSlot)) };
+        if p.kind() == Kind::Call
+            && self.running.load(Ordering::Acquire) >= self.config.max_running
+            && cell.proto.is_new(p.seq())
+        {
+            return Err(self.reject(p, Status::Busy));
+        }
+        cell.peer = Some(from);
+        Ok(cell)
+    }
+
+    /// Notes that a procedure starts running (admission counts it until [`ServerEndpoint::run_finished`]).
+    pub fn run_started(&self) {
+        self.running.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Notes that a procedure finished.
+    pub fn run_finished(&self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A `Reject` of `p` with `status`.
+    pub fn reject(&self, p: &Packet<&[u8]>, status: Status) -> Header {
+        Header {
+            status,
+            flags: p.flags() & flags::CHECKSUM,
+            binding: p.binding(),
+            slot: p.slot(),
+            seq: p.seq(),
+            procedure: p.procedure(),
+            incarnation: self.config.incarnation,
+            token: p.token(),
+            ..Header::new(Kind::Reject)
+        }
+    }
+
+    /// The binding with this id, if its token matches.
+    pub fn lookup(&self, id: u32, token: u128) -> Option<Arc<Binding<A, E>>> {
+        let table = self.bindings.read().unwrap_or_else(|p| p.into_inner());
+        let b = table.get((id as usize).checked_sub(1)?)?.as_ref()?;
+        // Compared in full: the token is a capability, not a hint.
+        (b.token == token).then(|| b.clone())
+    }
+
+    /// Grants a binding to `from`'s request `nonce` (the bind machine admitted it), or returns the
+    /// one already granted to a duplicate of the same request; with whether it is new. `None` when
+    /// the table is full.
+    pub fn grant(
+        &self,
+        from: A,
+        nonce: u64,
+        export: E,
+        token: u128,
+        max_datagram: usize,
+        now: Instant,
+    ) -> Option<(Arc<Binding<A, E>>, bool)> {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&id) = recent.get(&(from, nonce)) {
+            let table = self.bindings.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(Some(b)) = table.get(id as usize - 1) {
+                return Some((b.clone(), false));
+            }
+        }
+        let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
+        let index = match table.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if table.len() < self.config.max_bindings => {
+                table.push(None);
+                table.len() - 1
+            }
+            None => return None,
+        };
+        let binding =
+            Arc::new(Binding::new(&self.config, index as u32 + 1, token, export, max_datagram, self.nanos(now)));
+        table[index] = Some(binding.clone());
+        if recent.len() >= RECENT_BINDS {
+            recent.clear();
+        }
+        recent.insert((from, nonce), binding.id);
+        Some((binding, true))
+    }
+
+    /// Forgets bindings unheard from for `binding_idle` that no thread is using; returns how many.
+    pub fn expire(&self, now: Instant) -> usize {
+        let cutoff = self.nanos(now).saturating_sub(self.config.binding_idle.as_nanos() as u64);
+        let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
+        let mut freed = Vec::new();
+        for entry in table.iter_mut() {
+            let idle = entry
+                .as_ref()
+                .is_some_and(|b| b.last_active.load(Ordering::Relaxed) < cutoff && Arc::strong_count(b) == 1);
+            if idle {
+                if let Some(b) = entry.take() {
+                    freed.push(b.id);
+                }
+            }
+        }
+        drop(table);
+        if !freed.is_empty() {
+            self.recent.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, id| !freed.contains(id));
+        }
+        freed.len()
+    }
+
+    /// Number of bindings held.
+    pub fn len(&self) -> usize {
+        self.bindings.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().count()
+    }
+
+    /// Whether no binding is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests;
