@@ -11,8 +11,8 @@ mod common;
 use common::Quiet;
 use libfuzzer_sys::fuzz_target;
 use tiercel::interface::{Export, Results};
-use tiercel::seeds::TestServer;
 use tiercel::{In, InOut, Out, Wire};
+use tiercel_bench::seeds::TestServer;
 
 #[derive(Wire, Debug, Clone, PartialEq)]
 pub struct Point {

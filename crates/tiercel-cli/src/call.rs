@@ -2,10 +2,12 @@
 
 use std::time::Instant;
 
-use tiercel::seeds::{self, TestClient, BIG_BUFFER, MAX_BUFFER};
 use tiercel::{Client, ClientConfig, In, InOut, Out};
+use tiercel_bench::seeds::{self, TestClient, BIG_BUFFER, MAX_BUFFER};
 
-use crate::summary::Summary;
+use tiercel_bench::summary::Summary;
+
+use crate::Error;
 
 /// Options of `tiercel call`.
 #[derive(clap::Args)]
@@ -20,17 +22,19 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     repeat: u32,
     #[command(flatten)]
-    secret: crate::SecretArgs,
+    secret: tiercel_bench::SecretArgs,
 }
 
 pub fn run(args: Args) -> crate::Result<()> {
     let bind_start = Instant::now();
     let config = ClientConfig { secret: args.secret.load()?, ..ClientConfig::default() };
-    let client: TestClient =
-        Client::connect(args.addr.as_str()).and_then(|c| c.with_config(config).import()).map_err(|e| e.to_string())?;
+    let client: TestClient = Client::connect(args.addr.as_str()).and_then(|c| c.with_config(config).import())?;
     let bind_time = bind_start.elapsed();
     let int = |i: usize, default: i64| -> crate::Result<i64> {
-        args.args.get(i).map(|s| s.parse::<i64>().map_err(|e| format!("argument {s:?}: {e}"))).unwrap_or(Ok(default))
+        args.args
+            .get(i)
+            .map(|s| s.parse::<i64>().map_err(|e| Error::Usage(format!("argument {s:?}: {e}"))))
+            .unwrap_or(Ok(default))
     };
     let size = |default: usize| -> crate::Result<usize> { int(0, default as i64).map(|n| n.max(0) as usize) };
     let mut summary = Summary::new();
@@ -69,9 +73,9 @@ pub fn run(args: Args) -> crate::Result<()> {
                     format!("big_in_out({n} bytes) = {n} bytes, each byte + 1: {ok}")
                 })
             }
-            other => return Err(format!("unknown procedure {other:?}; see `tiercel call --help`")),
+            other => return Err(Error::Usage(format!("unknown procedure {other:?}; see `tiercel call --help`"))),
         }
-        .map_err(|e| format!("{} failed: {e} (the procedure {})", args.procedure, execution(&e)))?;
+        .map_err(|source| Error::Call { procedure: args.procedure.clone(), source })?;
         summary.record(start.elapsed());
     }
     println!("{shown}");
@@ -87,12 +91,4 @@ pub fn run(args: Args) -> crate::Result<()> {
         println!("latency {:.1} µs (bind {:.1} µs)", summary.median_us(), bind_time.as_secs_f64() * 1e6);
     }
     Ok(())
-}
-
-fn execution(e: &tiercel::Error) -> &'static str {
-    match e.execution() {
-        tiercel::Execution::NeverRan => "never ran",
-        tiercel::Execution::MayHaveRun => "may have run",
-        tiercel::Execution::Ran => "ran and failed",
-    }
 }

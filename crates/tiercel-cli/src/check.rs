@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiercel::seeds::{self, CheckFailure, TestClient};
 use tiercel::{Client, ClientConfig, Error};
+use tiercel_bench::seeds::{self, CheckFailure, TestClient};
 
 /// Options of `tiercel check`.
 #[derive(clap::Args)]
@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long)]
     reimport: bool,
     #[command(flatten)]
-    secret: crate::SecretArgs,
+    secret: tiercel_bench::SecretArgs,
 }
 
 fn import(addr: &str, config: &ClientConfig) -> Result<TestClient, Error> {
@@ -38,7 +38,7 @@ fn binding_lost(e: &Error) -> bool {
 
 pub fn run(args: Args) -> crate::Result<()> {
     let config = ClientConfig { secret: args.secret.load()?, ..ClientConfig::default() };
-    let client = import(&args.addr, &config).map_err(|e| e.to_string())?;
+    let client = import(&args.addr, &config)?;
     let transport = match client.binding().transport() {
         tiercel::Transport::Udp => "UDP",
         tiercel::Transport::SharedMemory => "shared memory",
@@ -64,7 +64,9 @@ pub fn run(args: Args) -> crate::Result<()> {
                                 match import(&addr, &config) {
                                     Ok(fresh) => break fresh,
                                     Err(_) if Instant::now() < give_up => std::thread::sleep(Duration::from_millis(50)),
-                                    Err(e) => return Err(format!("thread {t}: import again: {e}")),
+                                    Err(e) => {
+                                        return Err(crate::Error::Check(format!("thread {t}: import again: {e}")))
+                                    }
                                 }
                             };
                             let old = c.binding().stats().retransmissions.load(Ordering::Relaxed);
@@ -72,7 +74,7 @@ pub fn run(args: Args) -> crate::Result<()> {
                             c = fresh;
                             reimports.fetch_add(1, Ordering::Relaxed);
                         }
-                        Err(f) => return Err(format!("thread {t} round {round}: {f}")),
+                        Err(f) => return Err(crate::Error::Check(format!("thread {t} round {round}: {f}"))),
                     }
                 }
                 retransmissions
@@ -82,7 +84,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         })
         .collect();
     for t in threads {
-        t.join().map_err(|_| "a caller thread panicked".to_string())??;
+        t.join().map_err(|_| crate::Error::Check("a caller thread panicked".into()))??;
     }
     let calls = args.rounds as u64 * args.threads.max(1) as u64 * seeds::CHECK_CALLS;
     println!(

@@ -6,8 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tiercel::seeds::{SeedTest, TestServer};
 use tiercel::{Server, ServerConfig, Timing};
+use tiercel_bench::seeds::{SeedTest, TestServer};
 
 const TIERCEL: &str = env!("CARGO_BIN_EXE_tiercel");
 
@@ -96,7 +96,7 @@ fn clients_import_again_after_a_restart() {
     let out = client.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains(&format!("ok: {} calls", 30_000 * 2 * tiercel::seeds::CHECK_CALLS)), "{stdout}");
+    assert!(stdout.contains(&format!("ok: {} calls", 30_000 * 2 * tiercel_bench::seeds::CHECK_CALLS)), "{stdout}");
     assert!(!stdout.contains(", 0 imports again"), "both threads imported again: {stdout}");
     assert!(restarted.stats().calls.load(Ordering::Relaxed) > 0);
 }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use tiercel::seeds::{self, TestClient};
 use tiercel::Client;
+use tiercel_bench::seeds::{self, TestClient};
 use tiercel_proto::bind::{BindClient, InterfaceSpec};
 use tiercel_proto::wire::{flags, Header, Kind, Status, HEADER_LEN};
 
@@ -242,7 +242,7 @@ fn a_flooded_server_keeps_serving_and_drops_what_is_bad() {
     assert!(stats["malformed"] <= malformed_sent, "good packets counted as malformed");
     assert!(stats["rejected"] >= forged_sent / 2, "rejected {} of {forged_sent} forged", stats["rejected"]);
     // Each round calls every procedure once; forged calls ran none.
-    assert_eq!(stats["calls"], rounds * tiercel::seeds::CHECK_CALLS, "only legitimate calls ran");
+    assert_eq!(stats["calls"], rounds * tiercel_bench::seeds::CHECK_CALLS, "only legitimate calls ran");
     assert_eq!(stats["panics"], 0);
     assert!(stats["bindings"] <= 1 + 500, "one binding per distinct request at most");
     // Memory stayed bounded: well under what the flood's claimed sizes would need (4 GiB per

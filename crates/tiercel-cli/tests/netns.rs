@@ -73,5 +73,5 @@ fn hundred_thousand_calls_of_every_procedure_across_namespaces() {
     drop(out);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(result.status.success(), "{stdout}{}", String::from_utf8_lossy(&result.stderr));
-    assert!(stdout.contains(&format!("ok: {} calls", 100_000 * tiercel::seeds::CHECK_CALLS)), "{stdout}");
+    assert!(stdout.contains(&format!("ok: {} calls", 100_000 * tiercel_bench::seeds::CHECK_CALLS)), "{stdout}");
 }

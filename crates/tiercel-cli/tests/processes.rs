@@ -43,9 +43,9 @@ fn check(addr: &str, rounds: u32, threads: u32) -> String {
 fn hundred_thousand_calls_of_every_procedure_across_processes() {
     let (_server, addr) = serve();
     let out = check(&addr, 100_000, 1);
-    assert!(out.contains(&format!("ok: {} calls", 100_000 * tiercel::seeds::CHECK_CALLS)), "{out}");
+    assert!(out.contains(&format!("ok: {} calls", 100_000 * tiercel_bench::seeds::CHECK_CALLS)), "{out}");
     let out = check(&addr, 2_000, 8);
-    assert!(out.contains(&format!("ok: {} calls", 2_000 * 8 * tiercel::seeds::CHECK_CALLS)), "{out}");
+    assert!(out.contains(&format!("ok: {} calls", 2_000 * 8 * tiercel_bench::seeds::CHECK_CALLS)), "{out}");
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn a_server_with_a_secret_file_binds_only_clients_that_hold_it() {
         )
     };
     let (ok, text) = run(&["--secret-file", &secret_arg(&right)]);
-    assert!(ok && text.contains(&format!("ok: {} calls", 100 * tiercel::seeds::CHECK_CALLS)), "{text}");
+    assert!(ok && text.contains(&format!("ok: {} calls", 100 * tiercel_bench::seeds::CHECK_CALLS)), "{text}");
     let (ok, text) = run(&[]);
     assert!(!ok && text.contains("requires a shared secret"), "{text}");
     let (ok, text) = run(&["--secret-file", &secret_arg(&wrong)]);

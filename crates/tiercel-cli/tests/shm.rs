@@ -36,16 +36,20 @@ fn every_procedure_across_processes_with_one_to_eight_threads() {
     let out = check(&addr, 100_000, 1);
     assert!(
         out.contains("through shared memory")
-            && out.contains(&format!("ok: {} calls", 100_000 * tiercel::seeds::CHECK_CALLS)),
+            && out.contains(&format!("ok: {} calls", 100_000 * tiercel_bench::seeds::CHECK_CALLS)),
         "{out}"
     );
     for threads in [2, 4, 8] {
         let out = check(&format!("shm:{}", addr), 2_000, threads);
-        assert!(out.contains(&format!("ok: {} calls", 2_000 * threads as u64 * tiercel::seeds::CHECK_CALLS)), "{out}");
+        assert!(
+            out.contains(&format!("ok: {} calls", 2_000 * threads as u64 * tiercel_bench::seeds::CHECK_CALLS)),
+            "{out}"
+        );
     }
     let out = check(&format!("udp://{}", addr), 1_000, 2);
     assert!(
-        out.contains("through UDP") && out.contains(&format!("ok: {} calls", 1_000 * 2 * tiercel::seeds::CHECK_CALLS)),
+        out.contains("through UDP")
+            && out.contains(&format!("ok: {} calls", 1_000 * 2 * tiercel_bench::seeds::CHECK_CALLS)),
         "{out}"
     );
 }
@@ -92,5 +96,5 @@ fn a_killed_client_has_its_binding_freed() {
     }
     // And the server goes on serving.
     let out = check(&addr, 100, 1);
-    assert!(out.contains(&format!("ok: {} calls", 100 * tiercel::seeds::CHECK_CALLS)), "{out}");
+    assert!(out.contains(&format!("ok: {} calls", 100 * tiercel_bench::seeds::CHECK_CALLS)), "{out}");
 }

@@ -39,7 +39,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// Lets the crate's own interfaces (`seeds`) use the generated `::tiercel::` paths.
+// Lets the unit tests' own `#[derive(Wire)]` types use the generated `::tiercel::` paths.
+#[cfg(test)]
 extern crate self as tiercel;
 
 pub mod address;
@@ -49,7 +50,6 @@ mod client;
 pub mod config;
 mod error;
 pub mod interface;
-pub mod seeds;
 mod server;
 mod shm;
 mod spin;

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiercel::seeds::{self, SeedTest, TestClient, TestServer};
 use tiercel::{Client, ClientConfig, Error, Execution, In, InOut, Out, Server, Spin, Timing, Wire};
+use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
 
 #[derive(Wire, Debug, Clone, PartialEq)]
 pub struct Point {

@@ -5,8 +5,8 @@
 use std::alloc::System;
 
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use tiercel::seeds::{self, SeedTest, TestClient, TestServer};
 use tiercel::{Client, In, InOut, Out, Server};
+use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;

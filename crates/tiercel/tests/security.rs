@@ -5,8 +5,8 @@ use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tiercel::seeds::{self, SeedTest, TestClient, TestServer};
 use tiercel::{Client, ClientConfig, Error, Execution, RunningServer, Secret, Server, ServerConfig};
+use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
 use tiercel_proto::bind::wire::{BindChallenge, BindProof, BindRequest, CHALLENGE_LEN, CHALLENGE_MSG_LEN, PROOF_LEN};
 use tiercel_proto::wire::{Header, Kind, Packet, Status};
 

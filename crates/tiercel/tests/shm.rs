@@ -6,8 +6,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tiercel::seeds::{self, SeedTest, TestClient, TestServer};
 use tiercel::{Client, ClientConfig, Error, Execution, In, InOut, Out, Secret, Server, ServerConfig, Transport};
+use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
 
 #[tiercel::interface]
 pub trait Store {

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use tiercel::seeds::{SeedTest, TestClient, TestServer};
 use tiercel::{Client, InOut, Server, Transport};
+use tiercel_bench::seeds::{SeedTest, TestClient, TestServer};
 
 /// Resident shared memory of this process (both mappings of the region count), MiB.
 fn shmem_mib() -> f64 {

@@ -1,7 +1,7 @@
 //! Shared by the fuzz targets.
 
-use tiercel::seeds::Test;
 use tiercel::{In, InOut, Out};
+use tiercel_bench::seeds::Test;
 
 /// The seeds' `Test` interface, implemented without the reference version's pattern assertions
 /// (which panic on purpose, to report corrupted buffers).

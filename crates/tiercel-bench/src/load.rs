@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::seeds::TestClient;
 use rand::{Rng, SeedableRng};
-use tiercel::seeds::TestClient;
 use tiercel::{Client, ClientConfig, Spin};
 
-use crate::bench::Medium;
+use crate::harness::Medium;
 use crate::progress::outln;
 use crate::summary::Summary;
 
@@ -51,7 +51,7 @@ pub struct Row {
 fn client(medium: Medium, addr: &str) -> crate::Result<TestClient> {
     let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
     let config = ClientConfig { spin: Spin::Never, ..ClientConfig::default() };
-    Client::connect(format!("{scheme}{addr}")).and_then(|c| c.with_config(config).import()).map_err(|e| e.to_string())
+    Client::connect(format!("{scheme}{addr}")).and_then(|c| c.with_config(config).import()).map_err(crate::Error::from)
 }
 
 /// Runs `CALLERS` threads on `cpu` for `time`; each makes calls of `service_us`, at Poisson times of
@@ -89,7 +89,7 @@ fn generate(
                     if t0 >= end {
                         return Ok(s);
                     }
-                    c.work(service_us).map_err(|e| e.to_string())?;
+                    c.work(service_us).map_err(crate::Error::from)?;
                     s.record(t0.elapsed());
                     done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -118,7 +118,7 @@ pub fn table(
     let mut unloaded = Summary::new();
     for i in 0..2_200 {
         let t = Instant::now();
-        client.work(service_us).map_err(|e| e.to_string())?;
+        client.work(service_us).map_err(crate::Error::from)?;
         if i >= 200 {
             unloaded.record(t.elapsed());
         }

@@ -9,7 +9,7 @@ pub const SERVER_IP: &str = "192.0.2.2";
 fn run(program: &str, args: &[&str]) -> crate::Result<()> {
     let out = Command::new(program).args(args).output().map_err(|e| format!("{program}: {e}"))?;
     if !out.status.success() {
-        return Err(format!("{program} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!("{program} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()).into());
     }
     Ok(())
 }

@@ -9,13 +9,21 @@ pub struct Summary {
     histogram: Histogram<u64>,
 }
 
+impl Default for Summary {
+    fn default() -> Summary {
+        Summary::new()
+    }
+}
+
 impl Summary {
+    /// An empty summary.
     pub fn new() -> Summary {
         // Three significant digits from 1 ns to 60 s: the bounds are valid, so creation cannot fail.
         let histogram = Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap_or_else(|_| unreachable!());
         Summary { histogram }
     }
 
+    /// Records one duration.
     pub fn record(&mut self, d: Duration) {
         let _ = self.histogram.record((d.as_nanos() as u64).clamp(1, 60_000_000_000));
     }
@@ -25,6 +33,12 @@ impl Summary {
         let _ = self.histogram.add(&other.histogram);
     }
 
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of samples.
     pub fn len(&self) -> u64 {
         self.histogram.len()
     }

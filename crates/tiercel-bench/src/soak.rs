@@ -3,8 +3,7 @@
 //! or fails with a clear error, that no call body runs twice, and that every result is intact.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -12,6 +11,7 @@ use std::time::{Duration, Instant};
 use tiercel::{Client, ClientConfig, In, Out, Server, ServerStats, Timing};
 use tiercel_sys::faults::{self, FaultConfig};
 
+use crate::harness::start;
 use crate::netns;
 
 /// Port of the soak server in the namespaces.
@@ -170,10 +170,10 @@ fn fault_env(c: &FaultConfig) -> String {
 pub fn server(args: ServerArgs) -> crate::Result<()> {
     let ledger = LedgerImpl { runs: Mutex::new(HashMap::new()) };
     let server = Server::bind(args.addr.as_str())
-        .map_err(|e| e.to_string())?
+        .map_err(crate::Error::from)?
         .export(LedgerServer::new(ledger))
         .start()
-        .map_err(|e| e.to_string())?;
+        .map_err(crate::Error::from)?;
     let _ = writeln!(std::io::stdout(), "listening udp://{}", server.addr());
     let _ = std::io::stdout().flush();
     // The ledger reports the server's counters too.
@@ -185,45 +185,22 @@ pub fn server(args: ServerArgs) -> crate::Result<()> {
 /// The soak server's counters, for the ledger's report.
 static STATS: OnceLock<Arc<ServerStats>> = OnceLock::new();
 
-struct Spawned(Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(cmd: &mut Command) -> crate::Result<(Spawned, String)> {
-    let mut child = cmd.stdout(Stdio::piped()).spawn().map_err(|e| format!("start soak server: {e}"))?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let mut reader = BufReader::new(stdout);
-    let mut line = String::new();
-    let read = reader.read_line(&mut line);
-    let child = Spawned(child, reader);
-    read.map_err(|e| e.to_string())?;
-    let addr = line.trim().strip_prefix("listening ").ok_or(format!("soak server said {line:?}"))?.to_string();
-    Ok((child, addr))
-}
-
+/// Runs `tiercel soak`.
 pub fn run(args: Args) -> crate::Result<()> {
     if let Some(addr) = &args.addr {
         return client(&args, addr);
     }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let exe = exe.to_str().ok_or("executable path is not UTF-8")?.to_string();
     if args.netns {
         let pair = netns::Pair::new(PORT, args.loss)?;
         let server_addr = format!("udp://{}:{PORT}", netns::SERVER_IP);
         let faults = fault_env(&fault_config(&args, false));
-        let (_server, addr) = spawn(
-            Command::new("ip")
-                .args(["netns", "exec", &pair.b, &exe, "soak-server", "--addr", &server_addr])
+        let (_server, addr) = start(
+            crate::helpers::command_in_namespace(&pair.b)?
+                .args(["soak-server", "--addr", &server_addr])
                 .env("TIERCEL_FAULTS", &faults),
         )?;
-        let mut child_args: Vec<String> =
-            vec!["netns".into(), "exec".into(), pair.a.clone(), exe.clone(), "soak".into()];
-        child_args.extend(
+        let mut client = crate::helpers::command_in_namespace(&pair.a)?;
+        client.arg("soak").args(
             [
                 "--addr",
                 &addr,
@@ -250,13 +227,14 @@ pub fn run(args: Args) -> crate::Result<()> {
             "soak across namespaces {} (client) and {} (server): nftables drops {}% of UDP each way",
             pair.a, pair.b, args.loss
         );
-        let status = Command::new("ip").args(&child_args).status().map_err(|e| e.to_string())?;
+        let status = client.status()?;
         drop(pair);
         return if status.success() { Ok(()) } else { Err("soak failed".into()) };
     }
     let faults = fault_env(&fault_config(&args, true));
-    let (_server, addr) =
-        spawn(Command::new(&exe).args(["soak-server", "--addr", "udp://127.0.0.1:0"]).env("TIERCEL_FAULTS", &faults))?;
+    let (_server, addr) = start(
+        crate::helpers::command()?.args(["soak-server", "--addr", "udp://127.0.0.1:0"]).env("TIERCEL_FAULTS", &faults),
+    )?;
     println!("soak on loopback: the fault layer drops {}% of packets on both sides", args.loss);
     client(&args, &addr)
 }
@@ -273,7 +251,7 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
     let timing = Timing { dead_after: Duration::from_secs(10), ..Timing::default() };
     let config = ClientConfig { timing, checksum: true, ..ClientConfig::default() };
     let ledger: LedgerClient =
-        Client::connect(addr).and_then(|c| c.with_config(config).import()).map_err(|e| e.to_string())?;
+        Client::connect(addr).and_then(|c| c.with_config(config).import()).map_err(crate::Error::from)?;
     let tally = Arc::new(Tally::default());
     let start = Instant::now();
     let per_thread = args.calls.div_ceil(args.threads.max(1));
@@ -362,6 +340,6 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
         println!("soak passed: every call returned intact or failed with an error; none ran twice");
         Ok(())
     } else {
-        Err(problems.join("; "))
+        Err(problems.join("; ").into())
     }
 }

@@ -7,7 +7,7 @@
 //! implementation checks what it receives and fills what it returns with [`pattern`], so that a
 //! client can verify every byte.
 
-use crate::{In, InOut, Out};
+use tiercel::{In, InOut, Out};
 
 /// Buffer size of MaxArg and MaxResult.
 pub const MAX_BUFFER: usize = 1440;
@@ -32,7 +32,7 @@ pub fn check(buf: &[u8]) -> bool {
 }
 
 /// The seeds' test interface.
-#[crate::interface]
+#[tiercel::interface]
 pub trait Test {
     /// Does nothing: the cost of the call itself.
     fn null(&self);
@@ -135,7 +135,7 @@ impl Test for SeedTest {
 #[derive(Debug)]
 pub enum CheckFailure {
     /// A procedure failed with an error.
-    Call(&'static str, crate::Error),
+    Call(&'static str, tiercel::Error),
     /// A procedure returned a wrong result.
     Wrong(String),
 }
@@ -145,9 +145,9 @@ impl core::fmt::Display for CheckFailure {
         match self {
             CheckFailure::Call(p, e) => {
                 let ran = match e.execution() {
-                    crate::Execution::NeverRan => "never ran",
-                    crate::Execution::MayHaveRun => "may have run",
-                    crate::Execution::Ran => "ran and failed",
+                    tiercel::Execution::NeverRan => "never ran",
+                    tiercel::Execution::MayHaveRun => "may have run",
+                    tiercel::Execution::Ran => "ran and failed",
                 };
                 write!(f, "{p}: {e} (the procedure {ran})")
             }
@@ -163,7 +163,7 @@ pub const CHECK_CALLS: u64 = 17;
 
 /// Calls every procedure of [`Test`] once with the seeds' buffer sizes and checks every result.
 pub fn check_all(client: &TestClient, round: u32) -> Result<(), CheckFailure> {
-    let e = |p: &'static str| move |err: crate::Error| CheckFailure::Call(p, err);
+    let e = |p: &'static str| move |err: tiercel::Error| CheckFailure::Call(p, err);
     let wrong = |w: &str| Err(CheckFailure::Wrong(w.to_string()));
     client.null().map_err(e("null"))?;
     let a = round as i32;

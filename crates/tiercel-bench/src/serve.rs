@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use tiercel::seeds::{SeedTest, TestServer};
+use crate::seeds::{SeedTest, TestServer};
 use tiercel::{Server, ServerConfig};
 
 /// Options of `tiercel serve`.
@@ -43,11 +43,11 @@ pub fn run(args: Args) -> crate::Result<()> {
         ..ServerConfig::default()
     };
     let server = Server::bind(args.addr.as_str())
-        .map_err(|e| e.to_string())?
+        .map_err(crate::Error::from)?
         .with_config(config)
         .export(TestServer::new(SeedTest))
         .start()
-        .map_err(|e| e.to_string())?;
+        .map_err(crate::Error::from)?;
     // The first line is the address, for scripts and for `tiercel bench`. A closed stdout must not
     // stop the server, so write errors are ignored.
     let mut out = std::io::stdout();

@@ -67,17 +67,17 @@ fn word(region: &Region, at: usize) -> &AtomicU32 {
 /// goes away.
 pub fn echo(args: EchoArgs) -> crate::Result<()> {
     if let Some(cpu) = args.cpu {
-        tiercel_sys::cpu::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+        tiercel_sys::cpu::pin_current_thread(cpu).map_err(crate::Error::from)?;
     }
     let name = format!("tiercel-raw-shm/{}", std::process::id());
     let listener = UnixAddr::from_abstract_name(name.as_bytes())
         .and_then(|a| UnixListener::bind_addr(&a))
-        .map_err(|e| e.to_string())?;
+        .map_err(crate::Error::from)?;
     println!("listening {name}");
     let _ = std::io::stdout().flush();
-    let (stream, _) = listener.accept().map_err(|e| e.to_string())?;
-    let region = Region::create("tiercel-raw-shm", REGION).map_err(|e| e.to_string())?;
-    tiercel_sys::shm::send_with_fd(&stream, b"r", Some(region.fd())).map_err(|e| e.to_string())?;
+    let (stream, _) = listener.accept().map_err(crate::Error::from)?;
+    let region = Region::create("tiercel-raw-shm", REGION).map_err(crate::Error::from)?;
+    tiercel_sys::shm::send_with_fd(&stream, b"r", Some(region.fd())).map_err(crate::Error::from)?;
     let (request, response) = (word(&region, REQUEST), word(&region, RESPONSE));
     let mut scratch = vec![0u8; AREA];
     let reply = vec![0x5au8; AREA];
@@ -147,8 +147,8 @@ impl Connection {
             .and_then(|a| UnixStream::connect_addr(&a))
             .map_err(|e| format!("connecting to {name}: {e}"))?;
         let mut b = [0u8; 1];
-        let (_, fd) = tiercel_sys::shm::recv_with_fd(&stream, &mut b).map_err(|e| e.to_string())?;
-        let region = Region::from_fd(fd.ok_or("no region received")?, REGION).map_err(|e| e.to_string())?;
+        let (_, fd) = tiercel_sys::shm::recv_with_fd(&stream, &mut b).map_err(crate::Error::from)?;
+        let region = Region::from_fd(fd.ok_or("no region received")?, REGION).map_err(crate::Error::from)?;
         Ok(std::rc::Rc::new(std::cell::RefCell::new(Connection { region, _stream: stream, seq: 0 })))
     }
 }

@@ -1,5 +1,5 @@
-//! `tiercel explain`: where the time of a Null and a MaxResult call goes, on each transport, the way
-//! Firefly's Tables VI–VIII and Peregrine's Table 4 account for it.
+//! The accounting of a call: where the time of a Null and a MaxResult call goes, on each transport,
+//! the way Firefly's Tables VI–VIII and Peregrine's Table 4 account for it.
 //!
 //! Every step on both sides is timed from the running system: the client and server threads take a
 //! tick-counter timestamp at each point of the fast path (`tiercel::steps`; the points cost one load
@@ -11,49 +11,27 @@
 
 use std::time::Duration;
 
-use tiercel::seeds::{SeedTest, TestClient, TestServer, MAX_BUFFER};
 use tiercel::steps::{self, mark, Point, Step};
 use tiercel::{Client, ClientConfig, Out, Server, ServerConfig, Spin};
 use tiercel_sys::clock::{ticks, ticks_to_ns};
 
-use crate::bench::{spawn, Baseline, Medium, HEADER};
+use crate::harness::{spawn, Baseline, Medium, HEADER};
 use crate::progress::outln;
 use crate::raw::{PingPong, Stamps};
 use crate::raw_shm::ShmPingPong;
+use crate::seeds::{SeedTest, TestClient, TestServer, MAX_BUFFER};
 use crate::summary::Summary;
-
-/// Options of `tiercel explain`.
-#[derive(clap::Args)]
-pub struct Args {
-    /// Timed calls per measurement (each call is measured with timestamps off, then on).
-    #[arg(long, default_value_t = 20_000)]
-    calls: u32,
-    /// CPU of the calling thread.
-    #[arg(long, default_value_t = 0)]
-    client_cpu: usize,
-    /// CPU of the server's thread and of the raw echo servers.
-    #[arg(long, default_value_t = 1)]
-    server_cpu: usize,
-    /// The accounting only over this transport: `udp` or `shm` (default both).
-    #[arg(long)]
-    transport: Option<String>,
-    /// Also write the accounting as JSON to this file.
-    #[arg(long, value_name = "FILE")]
-    json: Option<std::path::PathBuf>,
-    /// Also draw the accounting as stacked bars in DIR/breakdown.svg.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<std::path::PathBuf>,
-}
 
 /// A procedure accounted for.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Procedure {
+pub enum Procedure {
     Null,
     MaxResult,
 }
 
 impl Procedure {
-    fn name(self) -> &'static str {
+    /// The procedure's name.
+    pub fn name(self) -> &'static str {
         match self {
             Procedure::Null => "Null",
             Procedure::MaxResult => "MaxResult",
@@ -61,7 +39,8 @@ impl Procedure {
     }
 
     /// Marshaled bytes of the call and of the result (without tiercel's header).
-    fn sizes(self) -> (usize, usize) {
+    /// Bytes of its call and its result.
+    pub fn sizes(self) -> (usize, usize) {
         match self {
             Procedure::Null => (0, 0),
             Procedure::MaxResult => (4, MAX_BUFFER),
@@ -170,25 +149,25 @@ const SERVER: &[Point] = &[
 
 /// The raw baseline of one size: its round trip and its steps.
 pub struct Raw {
-    round_trip: Summary,
-    stamps: Stamps,
+    pub round_trip: Summary,
+    pub stamps: Stamps,
 }
 
 /// The tiercel calls of one procedure: timestamps off, then on.
-struct Measured {
-    off: Summary,
-    off_mean_us: f64,
-    on_mean_us: f64,
-    steps: Vec<Step>,
-    calls: u64,
+pub struct Measured {
+    pub off: Summary,
+    pub off_mean_us: f64,
+    pub on_mean_us: f64,
+    pub steps: Vec<Step>,
+    pub calls: u64,
 }
 
-fn us_since(t0: u64) -> Duration {
+pub fn us_since(t0: u64) -> Duration {
     Duration::from_nanos(ticks_to_ns(ticks().wrapping_sub(t0) as f64) as u64)
 }
 
 /// The raw ping-pongs of Null's and MaxResult's sizes over `medium`, with `spin` or blocking.
-fn raw(medium: Medium, spin: bool, server_cpu: usize, calls: u32) -> crate::Result<Vec<Raw>> {
+pub fn raw(medium: Medium, spin: bool, server_cpu: usize, calls: u32) -> crate::Result<Vec<Raw>> {
     let echo = if medium == Medium::Udp { "raw-echo" } else { "raw-shm-echo" };
     let mut args = vec![echo.to_string(), "--cpu".into(), server_cpu.to_string(), "--stamp".into()];
     if spin {
@@ -238,7 +217,7 @@ fn raw(medium: Medium, spin: bool, server_cpu: usize, calls: u32) -> crate::Resu
 
 /// A server of the seeds' Test interface in this process, on the server CPU, spinning (10 ms after
 /// each call) or blocking at once, and a client of it over `medium`.
-fn tiercel_pair(
+pub fn tiercel_pair(
     medium: Medium,
     spin: bool,
     checksum: bool,
@@ -254,7 +233,7 @@ fn tiercel_pair(
     };
     let server = Server::bind("udp://127.0.0.1:0")
         .and_then(|s| s.with_config(config).export(TestServer::new(SeedTest)).start())
-        .map_err(|e| e.to_string())?;
+        .map_err(crate::Error::from)?;
     let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
     let config = ClientConfig {
         spin: if spin { Spin::Fixed(Duration::from_secs(1)) } else { Spin::Never },
@@ -263,19 +242,19 @@ fn tiercel_pair(
     };
     let client: TestClient = Client::connect(format!("{scheme}{}", server.addr()))
         .and_then(|c| c.with_config(config).import())
-        .map_err(|e| e.to_string())?;
+        .map_err(crate::Error::from)?;
     Ok((server, client))
 }
 
 /// Times `calls` calls of `p` with timestamps off, then (if `record`) `calls` more with them on.
-fn measure(client: &TestClient, p: Procedure, calls: u32, record: bool) -> crate::Result<Measured> {
+pub fn measure(client: &TestClient, p: Procedure, calls: u32, record: bool) -> crate::Result<Measured> {
     let mut out = vec![0u8; MAX_BUFFER];
     let mut call = || -> crate::Result<()> {
         match p {
             Procedure::Null => client.null(),
             Procedure::MaxResult => client.max_result(Out(&mut out)),
         }
-        .map_err(|e| e.to_string())
+        .map_err(crate::Error::from)
     };
     for _ in 0..2_000 {
         call()?;
@@ -313,11 +292,11 @@ fn measure(client: &TestClient, p: Procedure, calls: u32, record: bool) -> crate
 }
 
 /// Mean duration in µs of the step `from → to`, if every recorded call took it.
-fn step_us(steps: &[Step], from: Point, to: Point) -> Option<f64> {
+pub fn step_us(steps: &[Step], from: Point, to: Point) -> Option<f64> {
     steps.iter().find(|s| s.from == from && s.to == to).map(|s| s.mean_ns() / 1e3)
 }
 
-fn name(medium: Medium) -> &'static str {
+pub fn name(medium: Medium) -> &'static str {
     if medium == Medium::Udp {
         "udp"
     } else {
@@ -326,7 +305,7 @@ fn name(medium: Medium) -> &'static str {
 }
 
 /// Builds the accounting of one procedure from its measured steps and its raw baseline.
-fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw) -> Account {
+pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw) -> Account {
     let client = if medium == Medium::Udp { CLIENT_UDP } else { CLIENT_SHM };
     let mut lines = Vec::new();
     let chain = |side: &'static str, points: &[Point], lines: &mut Vec<Line>| -> f64 {
@@ -386,7 +365,7 @@ fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw) ->
     }
 }
 
-fn print_account(a: &Account, placement: &str) {
+pub fn print_account(a: &Account, placement: &str) {
     outln!(
         "\n{} over {}, {} on both sides\n({placement}); mean of {} calls, µs",
         a.procedure,
@@ -448,7 +427,7 @@ fn print_account(a: &Account, placement: &str) {
 }
 
 /// Mean time in µs of `f` over many runs.
-fn time_us(mut f: impl FnMut()) -> f64 {
+pub fn time_us(mut f: impl FnMut()) -> f64 {
     let n = 100_000u32;
     let t0 = ticks();
     for _ in 0..n {
@@ -490,133 +469,4 @@ pub fn accounts(
         }
     }
     Ok((accounts, base))
-}
-
-pub fn run(args: Args) -> crate::Result<()> {
-    if !steps::enable(false) {
-        return Err("this tiercel was built without the `explain` feature".into());
-    }
-    tiercel_sys::cpu::pin_current_thread(args.client_cpu).map_err(|e| e.to_string())?;
-    let media: Vec<Medium> = match args.transport.as_deref() {
-        None => vec![Medium::Udp, Medium::Shm],
-        Some("udp") => vec![Medium::Udp],
-        Some("shm") => vec![Medium::Shm],
-        Some(t) => return Err(format!("unknown transport {t:?} (udp, shm)")),
-    };
-    let calls = args.calls.max(100);
-    outln!(
-        "tiercel explain: tick counter at {:.3} GHz; caller pinned to CPU {}, server thread (in this process) and raw \
-         echo servers (processes) pinned to CPU {}",
-        tiercel_sys::clock::ticks_per_second() / 1e9,
-        args.client_cpu,
-        args.server_cpu
-    );
-    let mut report = Report { client_cpu: args.client_cpu, server_cpu: args.server_cpu, ..Report::default() };
-    crate::progress::start(3 * media.len() as u64);
-    let (accounts, base) = accounts(&media, &[true, false], calls, args.client_cpu, args.server_cpu)?;
-    report.accounts = accounts;
-    outln!("\nWhat a call would cost with a step changed (Firefly §4.2), mean µs; estimates from the steps and");
-    outln!("raw baselines above and from timing the added work alone; measured where the change is a setting");
-    let mean = |medium: Medium, spin: bool, p: &str| {
-        report
-            .accounts
-            .iter()
-            .find(|a| {
-                a.transport == name(medium) && a.waiting == if spin { "spin" } else { "block" } && a.procedure == p
-            })
-            .map(|a| a.off_mean_us)
-    };
-    let mut estimates = Vec::new();
-    for &medium in &media {
-        let raw_of = |spin: bool| base.iter().find(|(m, s, _)| *m == medium && *s == spin).map(|(_, _, r)| r);
-        let (Some(raw_spin), Some(raw_block)) = (raw_of(true), raw_of(false)) else { continue };
-        crate::progress::doing(&format!("estimates {}", name(medium)));
-        let checksummed = if medium == Medium::Udp {
-            let (_server, client) = tiercel_pair(medium, true, true, args.server_cpu)?;
-            Some([
-                measure(&client, Procedure::Null, calls, false)?,
-                measure(&client, Procedure::MaxResult, calls, false)?,
-            ])
-        } else {
-            None
-        };
-        for (i, p) in [Procedure::Null, Procedure::MaxResult].into_iter().enumerate() {
-            let (Some(spinning), Some(blocking)) = (mean(medium, true, p.name()), mean(medium, false, p.name())) else {
-                continue;
-            };
-            let wake = raw_block[i].round_trip.mean_us() - raw_spin[i].round_trip.mean_us();
-            let what = if medium == Medium::Udp { "UDP: block in poll" } else { "shm: sleep on futexes" };
-            estimates.push(Estimate {
-                change: format!("{what} instead of spinning (raw blocking − raw spinning round trip)"),
-                procedure: p.name(),
-                base_us: spinning,
-                estimate_us: spinning + wake,
-                measured_us: Some(blocking),
-            });
-            let (call, result) = p.sizes();
-            let header = if medium == Medium::Udp { HEADER } else { 0 };
-            let (call, result) = (header + call, header + result);
-            let src = vec![0x5au8; call.max(result)];
-            let mut dst = vec![0u8; call.max(result)];
-            let copy = time_us(|| {
-                dst[..call].copy_from_slice(std::hint::black_box(&src[..call]));
-                dst[..result].copy_from_slice(std::hint::black_box(&src[..result]));
-                std::hint::black_box(&dst);
-            });
-            estimates.push(Estimate {
-                change: format!("{}: one copy more of the call and of the result", name(medium)),
-                procedure: p.name(),
-                base_us: spinning,
-                estimate_us: spinning + copy,
-                measured_us: None,
-            });
-            if let Some(measured) = &checksummed {
-                // Each packet is summed by its sender and checked by its receiver.
-                let sum = time_us(|| {
-                    std::hint::black_box(tiercel_proto::wire::checksum([std::hint::black_box(&src[..call])]));
-                    std::hint::black_box(tiercel_proto::wire::checksum([std::hint::black_box(&src[..result])]));
-                });
-                estimates.push(Estimate {
-                    change: "udp: CRC32C checksum on every packet, computed and checked".into(),
-                    procedure: p.name(),
-                    base_us: spinning,
-                    estimate_us: spinning + 2.0 * sum,
-                    measured_us: Some(measured[i].off_mean_us),
-                });
-            }
-            if medium == Medium::Shm {
-                let staged = report
-                    .accounts
-                    .iter()
-                    .find(|a| a.transport == "shm" && a.waiting == "spin" && a.procedure == p.name())
-                    .and_then(|a| a.lines.iter().find(|l| l.step.starts_with(Point::ResultCopied.describe())))
-                    .map_or(0.0, |l| l.mean_us);
-                estimates.push(Estimate {
-                    change: "shm: without the client's staging copy of the result out of the slot".into(),
-                    procedure: p.name(),
-                    base_us: spinning,
-                    estimate_us: spinning - staged,
-                    measured_us: None,
-                });
-            }
-        }
-        crate::progress::step();
-    }
-    crate::progress::finish();
-    outln!("{:<86} {:<10} {:>8} {:>9} {:>9}", "change", "procedure", "as is", "estimate", "measured");
-    for e in &estimates {
-        let measured = e.measured_us.map_or("—".to_string(), |m| format!("{m:.3}"));
-        outln!("{:<86} {:<10} {:>8.3} {:>9.3} {:>9}", e.change, e.procedure, e.base_us, e.estimate_us, measured);
-    }
-    report.estimates = estimates;
-    if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(path, json).map_err(|e| format!("{}: {e}", path.display()))?;
-        outln!("\nwrote {}", path.display());
-    }
-    if let Some(dir) = &args.plot {
-        let path = crate::plot::breakdown(dir, &report.accounts)?;
-        outln!("wrote {}", path.display());
-    }
-    Ok(())
 }

@@ -10,10 +10,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tiercel::seeds::TestClient;
+use crate::seeds::TestClient;
 use tiercel::{Client, ClientConfig, In, InOut, Spin};
 
-use crate::bench::{spawn, Medium, HEADER};
+use crate::harness::{spawn, Medium, HEADER};
 use crate::progress::outln;
 use crate::raw::PingPong;
 use crate::raw_shm::ShmPingPong;
@@ -89,7 +89,7 @@ fn repeat(budget: Duration, min: u32, mut f: impl FnMut() -> crate::Result<bool>
     Ok((s, lost))
 }
 
-fn echo(medium: Medium, spin: bool, server_cpu: usize) -> crate::Result<(crate::bench::Spawned, String)> {
+fn echo(medium: Medium, spin: bool, server_cpu: usize) -> crate::Result<(crate::harness::Spawned, String)> {
     let mut args = vec![
         if medium == Medium::Udp { "raw-echo" } else { "raw-shm-echo" }.to_string(),
         "--cpu".into(),
@@ -102,7 +102,9 @@ fn echo(medium: Medium, spin: bool, server_cpu: usize) -> crate::Result<(crate::
 }
 
 fn socket_addr(addr: &str) -> crate::Result<SocketAddr> {
-    addr.strip_prefix("udp://").and_then(|a| a.parse().ok()).ok_or_else(|| format!("echo address {addr:?}"))
+    addr.strip_prefix("udp://")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| crate::Error::from(format!("echo address {addr:?}")))
 }
 
 /// Table 1: half the raw UDP round trip of two packets of each size, busy-polling and blocking.
@@ -244,7 +246,7 @@ pub fn table5(
     let config = ClientConfig { spin: Spin::Fixed(Duration::from_secs(1)), ..ClientConfig::default() };
     let client: TestClient = Client::connect(format!("{scheme}{rpc_addr}"))
         .and_then(|c| c.with_config(config).import())
-        .map_err(|e| e.to_string())?;
+        .map_err(crate::Error::from)?;
     let (_echo, addr) = echo(medium, true, server_cpu)?;
     let header = if medium == Medium::Udp { HEADER } else { 0 };
     let mut penalties = Penalties {
@@ -256,7 +258,7 @@ pub fn table5(
         shm: if medium == Medium::Shm { Some(crate::raw_shm::Connection::new(&addr)?) } else { None },
     };
     let mut buf = vec![0u8; 16 << 20];
-    tiercel::seeds::fill(&mut buf);
+    crate::seeds::fill(&mut buf);
     let mut rows = Vec::new();
     for c in calls() {
         let penalty = penalties.one_way(header + c.call)? + penalties.one_way(header + c.result)?;
@@ -268,7 +270,7 @@ pub fn table5(
                 Kind::InOut => client.bulk_in_out(InOut(&mut buf[..c.size])),
             }
             .map(|()| true)
-            .map_err(|e| format!("{}: {e}", c.name))
+            .map_err(|e| crate::Error::from(format!("{}: {e}", c.name)))
         };
         for _ in 0..if c.size > 1 << 20 { 2 } else { 50 } {
             call()?;

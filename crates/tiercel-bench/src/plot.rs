@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use crate::explain::Account;
+use crate::accounting::Account;
 
 /// A named series of points.
 pub struct Series {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use tiercel::seeds::{SeedTest, TestClient, TestServer, BIG_BUFFER, MAX_BUFFER};
+use crate::seeds::{SeedTest, TestClient, TestServer, BIG_BUFFER, MAX_BUFFER};
 use tiercel::{Client, In, InOut, Out, Server, ServerConfig};
 use tiercel_sys::cpu;
 
@@ -109,10 +109,10 @@ fn procedures(
     server: Option<u32>,
 ) -> crate::Result<Vec<MachRow>> {
     let mut max = vec![0u8; MAX_BUFFER];
-    tiercel::seeds::fill(&mut max);
+    crate::seeds::fill(&mut max);
     let mut big = vec![0u8; BIG_BUFFER];
     let mut rows = Vec::new();
-    let e = |e: tiercel::Error| e.to_string();
+    let e = crate::Error::Rpc;
     let mut run = |name: &str, f: &mut dyn FnMut() -> crate::Result<()>| -> crate::Result<()> {
         let (calls, elapsed, user, system) = timed(time, server, f)?;
         rows.push(MachRow { test: format!("{prefix}{name}"), transport, calls, elapsed, user, system });
@@ -156,9 +156,9 @@ pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Re
     let config = ServerConfig { cpus: vec![server_cpu], ..ServerConfig::default() };
     let inproc = Server::bind("udp://127.0.0.1:0")
         .and_then(|s| s.with_config(config).export(TestServer::new(SeedTest)).start())
-        .map_err(|e| e.to_string())?;
+        .map_err(crate::Error::from)?;
     let client: TestClient =
-        Client::connect(format!("shm:{}", inproc.addr())).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+        Client::connect(format!("shm:{}", inproc.addr())).and_then(|c| c.import()).map_err(crate::Error::from)?;
     for r in procedures(&client, "local", "shm, same process", time, None)? {
         out.push(r.print());
     }
@@ -170,7 +170,7 @@ pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Re
         [("local", "shm:", "shm, 2 processes"), ("remote", "udp://", "UDP loopback, 2 processes")]
     {
         let client: TestClient =
-            Client::connect(format!("{scheme}{addr}")).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+            Client::connect(format!("{scheme}{addr}")).and_then(|c| c.import()).map_err(crate::Error::from)?;
         for r in procedures(&client, prefix, transport, time, Some(pid))? {
             out.push(r.print());
         }
@@ -204,11 +204,11 @@ pub struct RemoteArgs {
 pub fn mach_remote(args: RemoteArgs) -> crate::Result<()> {
     let _ = cpu::pin_current_thread(0);
     let client: TestClient =
-        Client::connect(format!("udp://{}", args.addr)).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+        Client::connect(format!("udp://{}", args.addr)).and_then(|c| c.import()).map_err(crate::Error::from)?;
     let rows =
         procedures(&client, "remote", "UDP, 2 netns, veth", Duration::from_millis(args.millis), Some(args.server_pid))?;
     let json: Vec<MachJson> = rows.iter().map(MachRow::json).collect();
-    println!("{}", serde_json::to_string(&json).map_err(|e| e.to_string())?);
+    println!("{}", serde_json::to_string(&json).map_err(crate::Error::from)?);
     Ok(())
 }
 
@@ -220,27 +220,24 @@ fn remote_across_namespaces(server_cpu: usize, time: Duration) -> crate::Result<
     }
     const PORT: u16 = 7575;
     let pair = crate::netns::Pair::new(PORT, 0.0)?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let exe = exe.to_str().ok_or("executable path is not UTF-8")?;
     let addr = format!("{}:{PORT}", crate::netns::SERVER_IP);
     let cpu = server_cpu.to_string();
     let serve: Vec<String> =
-        ["netns", "exec", &pair.b, exe, "serve", "--addr", &format!("udp://{addr}"), "--cpus", &cpu]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-    let (server, _) = crate::bench::spawn_program("ip", &serve)?;
-    let out = std::process::Command::new("ip")
-        .args(["netns", "exec", &pair.a, exe, "mach-remote", &addr])
+        ["serve", "--addr", &format!("udp://{addr}"), "--cpus", &cpu].iter().map(|s| s.to_string()).collect();
+    let (server, _) = crate::harness::spawn_in_namespace(&pair.b, &serve)?;
+    let out = crate::helpers::command_in_namespace(&pair.a)?
+        .args(["mach-remote", &addr])
         .args(["--server-pid", &server.0.id().to_string(), "--millis", &time.as_millis().to_string()])
-        .output()
-        .map_err(|e| e.to_string())?;
+        .output()?;
     drop(server);
     drop(pair);
     if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        return Err(crate::Error::Helper {
+            what: "mach-remote".into(),
+            why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("mach-remote printed something else: {e}"))
+    Ok(serde_json::from_slice(&out.stdout)?)
 }
 
 fn is_root() -> bool {
@@ -266,7 +263,7 @@ pub fn firefly_table1(addr: &str, calls: u32) -> crate::Result<Vec<Table1Json>> 
     );
     for (scheme, transport) in [("shm:", "shm, 2 processes"), ("udp://", "UDP loopback")] {
         let client: TestClient =
-            Client::connect(format!("{scheme}{addr}")).and_then(|c| c.import()).map_err(|e| e.to_string())?;
+            Client::connect(format!("{scheme}{addr}")).and_then(|c| c.import()).map_err(crate::Error::from)?;
         for threads in 1..=8u32 {
             let run = |max_result: bool| -> crate::Result<Duration> {
                 let per_thread = calls.div_ceil(threads);
@@ -274,13 +271,13 @@ pub fn firefly_table1(addr: &str, calls: u32) -> crate::Result<Vec<Table1Json>> 
                 let handles: Vec<_> = (0..threads)
                     .map(|_| {
                         let c = client.clone();
-                        std::thread::spawn(move || -> Result<(), String> {
+                        std::thread::spawn(move || -> crate::Result<()> {
                             let mut out = vec![0u8; MAX_BUFFER];
                             for _ in 0..per_thread {
                                 if max_result {
-                                    c.max_result(Out(&mut out)).map_err(|e| e.to_string())?;
+                                    c.max_result(Out(&mut out)).map_err(crate::Error::from)?;
                                 } else {
-                                    c.null().map_err(|e| e.to_string())?;
+                                    c.null().map_err(crate::Error::from)?;
                                 }
                             }
                             Ok(())
@@ -337,11 +334,11 @@ pub fn firefly_marshaling(addr: &str, calls: u32) -> crate::Result<Vec<MarshalJs
     let config = tiercel::ClientConfig { spin: tiercel::Spin::Fixed(Duration::from_secs(1)), ..Default::default() };
     let client: TestClient = Client::connect(format!("shm:{addr}"))
         .and_then(|c| c.with_config(config).import())
-        .map_err(|e| e.to_string())?;
-    let e = |e: tiercel::Error| e.to_string();
+        .map_err(crate::Error::from)?;
+    let e = crate::Error::Rpc;
     let fixed400 = [7u8; 400];
     let mut var = vec![0u8; MAX_BUFFER];
-    tiercel::seeds::fill(&mut var);
+    crate::seeds::fill(&mut var);
     let s128 = "x".repeat(128);
     type Row<'a> = (&'static str, &'static str, Box<dyn Fn() -> crate::Result<()> + 'a>);
     let rows: Vec<Row<'_>> = vec![

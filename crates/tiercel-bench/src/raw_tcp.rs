@@ -59,26 +59,26 @@ fn write_all(stream: &mut TcpStream, mut buf: &[u8]) -> std::io::Result<()> {
 /// Serves one connection until the client closes it.
 pub fn echo(args: EchoArgs) -> crate::Result<()> {
     if let Some(cpu) = args.cpu {
-        tiercel_sys::cpu::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+        tiercel_sys::cpu::pin_current_thread(cpu).map_err(crate::Error::from)?;
     }
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    println!("listening tcp://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(crate::Error::from)?;
+    println!("listening tcp://{}", listener.local_addr().map_err(crate::Error::from)?);
     let _ = std::io::stdout().flush();
-    let (mut stream, _) = listener.accept().map_err(|e| e.to_string())?;
-    stream.set_nodelay(true).and_then(|()| stream.set_nonblocking(args.spin)).map_err(|e| e.to_string())?;
+    let (mut stream, _) = listener.accept().map_err(crate::Error::from)?;
+    stream.set_nodelay(true).and_then(|()| stream.set_nonblocking(args.spin)).map_err(crate::Error::from)?;
     let reply = vec![0x5au8; MAX];
     let mut request = vec![0u8; MAX];
     let mut header = [0u8; 8];
     loop {
-        if !read_full(&mut stream, &mut header, args.spin).map_err(|e| e.to_string())? {
+        if !read_full(&mut stream, &mut header, args.spin).map_err(crate::Error::from)? {
             return Ok(());
         }
         let want = (u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize).min(MAX);
         let len = (u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize).min(MAX);
-        if !read_full(&mut stream, &mut request[..len], args.spin).map_err(|e| e.to_string())? {
+        if !read_full(&mut stream, &mut request[..len], args.spin).map_err(crate::Error::from)? {
             return Ok(());
         }
-        write_all(&mut stream, &reply[..want]).map_err(|e| e.to_string())?;
+        write_all(&mut stream, &reply[..want]).map_err(crate::Error::from)?;
     }
 }
 
@@ -94,7 +94,7 @@ impl TcpPingPong {
     /// `request_len` payload bytes one way, `reply_len` the other.
     pub fn new(server: SocketAddr, request_len: usize, reply_len: usize, spin: bool) -> crate::Result<TcpPingPong> {
         let stream = TcpStream::connect(server).map_err(|e| format!("connecting to {server}: {e}"))?;
-        stream.set_nodelay(true).and_then(|()| stream.set_nonblocking(spin)).map_err(|e| e.to_string())?;
+        stream.set_nodelay(true).and_then(|()| stream.set_nonblocking(spin)).map_err(crate::Error::from)?;
         let (request_len, reply_len) = (request_len.min(MAX), reply_len.min(MAX));
         let mut request = vec![0u8; 8 + request_len];
         request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
@@ -104,7 +104,7 @@ impl TcpPingPong {
 
     /// One round trip; false if the echo went away.
     pub fn round_trip(&mut self) -> crate::Result<bool> {
-        write_all(&mut self.stream, &self.request).map_err(|e| e.to_string())?;
-        read_full(&mut self.stream, &mut self.reply, self.spin).map_err(|e| e.to_string())
+        write_all(&mut self.stream, &self.request).map_err(crate::Error::from)?;
+        read_full(&mut self.stream, &mut self.reply, self.spin).map_err(crate::Error::from)
     }
 }

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::bench::{spawn, Baseline, HEADER};
+use crate::harness::{spawn, Baseline, HEADER};
 use crate::progress::outln;
 use crate::raw::PingPong;
 use crate::raw_shm::ShmPingPong;
@@ -47,7 +47,7 @@ fn udp_addr(addr: &str) -> crate::Result<SocketAddr> {
     addr.strip_prefix("udp://")
         .or_else(|| addr.strip_prefix("tcp://"))
         .and_then(|a| a.parse().ok())
-        .ok_or_else(|| format!("echo address {addr:?}"))
+        .ok_or_else(|| crate::Error::from(format!("echo address {addr:?}")))
 }
 
 /// Measures every baseline for about `time` each; `progress` is told as each row ends.
@@ -134,7 +134,7 @@ pub fn run(server_cpu: usize, time: Duration, mut progress: impl FnMut()) -> cra
             if ok {
                 Ok(())
             } else {
-                Err(format!("{name}: the echo stopped answering"))
+                Err(format!("{name}: the echo stopped answering").into())
             }
         };
         for _ in 0..500 {

@@ -37,10 +37,10 @@ pub struct EchoArgs {
 
 pub fn echo(args: EchoArgs) -> crate::Result<()> {
     if let Some(cpu) = args.cpu {
-        tiercel_sys::cpu::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+        tiercel_sys::cpu::pin_current_thread(cpu).map_err(crate::Error::from)?;
     }
-    let socket = udp::bind(args.addr, false).map_err(|e| e.to_string())?;
-    println!("listening udp://{}", socket.local_addr().map_err(|e| e.to_string())?);
+    let socket = udp::bind(args.addr, false).map_err(crate::Error::from)?;
+    println!("listening udp://{}", socket.local_addr().map_err(crate::Error::from)?);
     let _ = std::io::stdout().flush();
     let mut reply = vec![0x5au8; tiercel::config::MAX_UDP_PAYLOAD];
     let (mut turn_ticks, mut turns) = (0u64, 0u64);
@@ -51,7 +51,7 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
     let mut idle_checks = 0u32;
     let mut last = Instant::now();
     loop {
-        match udp::recv_from_nowait(&socket, &mut rx).map_err(|e| e.to_string())? {
+        match udp::recv_from_nowait(&socket, &mut rx).map_err(crate::Error::from)? {
             Some((Received::Datagram(n), from)) if n >= 4 => {
                 if n >= 12 {
                     let count = u32::from_le_bytes([rx[4], rx[5], rx[6], rx[7]]);
@@ -138,7 +138,7 @@ impl Stamps {
 
 impl PingPong {
     pub fn new(server: SocketAddr, request_len: usize, reply_len: usize, spin: bool) -> crate::Result<PingPong> {
-        let socket = udp::connect(server).map_err(|e| e.to_string())?;
+        let socket = udp::connect(server).map_err(crate::Error::from)?;
         let mut request = vec![0u8; request_len.max(4)];
         request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
         Ok(PingPong {
@@ -172,12 +172,12 @@ impl PingPong {
         }
         let deadline = Instant::now() + Duration::from_secs(1);
         loop {
-            match udp::recv_nowait(&self.socket, &mut self.rx).map_err(|e| e.to_string())? {
+            match udp::recv_nowait(&self.socket, &mut self.rx).map_err(crate::Error::from)? {
                 Received::Datagram(_) => return Ok(true),
                 _ if Instant::now() > deadline => return Ok(false),
                 _ if self.spin => core::hint::spin_loop(),
                 _ => {
-                    udp::wait_readable(&self.socket, Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+                    udp::wait_readable(&self.socket, Some(Duration::from_millis(100))).map_err(crate::Error::from)?;
                 }
             }
         }
@@ -186,11 +186,11 @@ impl PingPong {
     /// One round trip; false if the reply did not come within a second (a lost packet).
     pub fn round_trip(&mut self) -> crate::Result<bool> {
         let t0 = if self.stamps.is_some() { ticks() } else { 0 };
-        udp::send_gather(&self.socket, &[IoSlice::new(&self.request)]).map_err(|e| e.to_string())?;
+        udp::send_gather(&self.socket, &[IoSlice::new(&self.request)]).map_err(crate::Error::from)?;
         let t1 = if self.stamps.is_some() { ticks() } else { 0 };
         let deadline = Instant::now() + Duration::from_secs(1);
         loop {
-            if let Received::Datagram(n) = udp::recv_nowait(&self.socket, &mut self.rx).map_err(|e| e.to_string())? {
+            if let Received::Datagram(n) = udp::recv_nowait(&self.socket, &mut self.rx).map_err(crate::Error::from)? {
                 if let Some(s) = &mut self.stamps {
                     let t2 = ticks();
                     s.send += t1 - t0;
@@ -208,7 +208,7 @@ impl PingPong {
                 if Instant::now() > deadline {
                     return Ok(false);
                 }
-            } else if !udp::wait_readable(&self.socket, Some(Duration::from_secs(1))).map_err(|e| e.to_string())? {
+            } else if !udp::wait_readable(&self.socket, Some(Duration::from_secs(1))).map_err(crate::Error::from)? {
                 return Ok(false);
             }
         }

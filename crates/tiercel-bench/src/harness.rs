@@ -1,0 +1,114 @@
+//! What every measurement shares: the media measured and their raw baselines, helper processes
+//! started as this program, and a pinned Test server.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use crate::raw::PingPong;
+use crate::raw_shm::ShmPingPong;
+
+/// Header bytes of every tiercel packet.
+pub const HEADER: usize = 56;
+
+/// A transport and the raw mechanism beneath it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    /// UDP over loopback.
+    Udp,
+    /// Shared memory.
+    Shm,
+}
+
+/// The raw baseline of a medium.
+pub enum Baseline {
+    /// A raw UDP ping-pong.
+    Udp(PingPong),
+    /// A raw shared-memory ping-pong.
+    Shm(ShmPingPong),
+}
+
+impl Baseline {
+    /// One round trip; false if it was lost.
+    pub fn round_trip(&mut self) -> crate::Result<bool> {
+        match self {
+            Baseline::Udp(p) => p.round_trip(),
+            Baseline::Shm(p) => p.round_trip(),
+        }
+    }
+
+    /// Where the round trips' steps are summed, if they are.
+    pub fn stamps_mut(&mut self) -> &mut Option<crate::raw::Stamps> {
+        match self {
+            Baseline::Udp(p) => &mut p.stamps,
+            Baseline::Shm(p) => &mut p.stamps,
+        }
+    }
+}
+
+/// A child process killed when dropped; its stdout stays open so that it can go on printing.
+pub struct Spawned(pub std::process::Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts this program as a helper (`args`: its role and options) and reads the address (or name)
+/// it listens on.
+pub fn spawn(args: &[String]) -> crate::Result<(Spawned, String)> {
+    start(crate::helpers::command()?.args(args))
+}
+
+/// Starts this program as a helper inside network namespace `ns`, and reads its address.
+pub fn spawn_in_namespace(ns: &str, args: &[String]) -> crate::Result<(Spawned, String)> {
+    start(crate::helpers::command_in_namespace(ns)?.args(args))
+}
+
+/// Starts `command` and reads the first line it prints, `listening ADDRESS`.
+pub fn start(command: &mut Command) -> crate::Result<(Spawned, String)> {
+    let what = format!("{:?}", command.get_args().collect::<Vec<_>>());
+    let helper = |why: String| crate::Error::Helper { what: what.clone(), why };
+    let mut child =
+        command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().map_err(|e| helper(e.to_string()))?;
+    let stdout = child.stdout.take().ok_or_else(|| helper("no stdout".into()))?;
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    let read = reader.read_line(&mut line);
+    let child = Spawned(child, reader);
+    read?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .map(str::to_string)
+        .ok_or_else(|| helper(format!("printed {line:?} instead of its address")))?;
+    Ok((child, addr))
+}
+
+/// Starts a `tiercel serve` with one worker on `cpu`, spinning 2 ms past each call (`spin`) or
+/// blocking at once, and returns it with its `host:port`.
+pub fn serve_pinned(cpu: usize, spin: bool) -> crate::Result<(Spawned, String)> {
+    // Spinning servers spin 2 ms past their last call, then block: the raw and tiercel servers share
+    // the server CPU, and each must leave it to the other while the other is being measured.
+    let spin_us = if spin { "2000" } else { "0" };
+    let cpu = cpu.to_string();
+    let args: Vec<String> = [
+        "serve",
+        "--addr",
+        "udp://127.0.0.1:0",
+        "--workers",
+        "1",
+        "--spin-us",
+        spin_us,
+        "--spin-fixed",
+        "--cpus",
+        &cpu,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (server, addr) = spawn(&args)?;
+    let addr = addr.strip_prefix("udp://").unwrap_or(&addr).to_string();
+    Ok((server, addr))
+}

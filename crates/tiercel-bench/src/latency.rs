@@ -1,0 +1,220 @@
+//! The latency tables: Null, Add, BigIn, BigInOut and MaxResult over a transport against the raw
+//! ping-pong of the same sizes, measured in interleaved rounds with the same placement and waiting.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tiercel::{Client, ClientConfig, In, InOut, Out, Spin};
+
+use crate::harness::{serve_pinned, spawn, Baseline, Medium, HEADER};
+use crate::progress::outln;
+use crate::raw::PingPong;
+use crate::raw_shm::ShmPingPong;
+use crate::seeds::{TestClient, BIG_BUFFER, MAX_BUFFER};
+use crate::summary::Summary;
+
+/// One latency table: a transport and a waiting policy, each row against its raw baseline.
+#[derive(serde::Serialize)]
+pub struct LatencyTable {
+    transport: &'static str,
+    waiting: &'static str,
+    baseline: &'static str,
+    rows: Vec<LatencyRow>,
+}
+
+#[derive(serde::Serialize)]
+struct LatencyRow {
+    procedure: &'static str,
+    call_bytes: usize,
+    result_bytes: usize,
+    calls: u64,
+    raw_median_us: f64,
+    raw_p99_us: f64,
+    rpc_median_us: f64,
+    rpc_p99_us: f64,
+    ratio_median: f64,
+    ratio_p99: f64,
+}
+
+/// One procedure's round trips, raw and through tiercel.
+pub struct Row {
+    pub name: &'static str,
+    pub call_bytes: usize,
+    pub result_bytes: usize,
+    pub raw: Summary,
+    pub rpc: Summary,
+}
+
+/// Measures the latency table of `medium`, spinning or blocking, with the caller on this thread and
+/// the servers on `server_cpu`.
+pub fn measure(
+    server_cpu: usize,
+    medium: Medium,
+    spin: bool,
+    calls: u32,
+    rounds: u32,
+    deadline: Instant,
+) -> crate::Result<Vec<Row>> {
+    let cpu = server_cpu.to_string();
+    let echo = if medium == Medium::Udp { "raw-echo" } else { "raw-shm-echo" };
+    let mut raw_args = vec![echo.to_string(), "--cpu".into(), cpu.clone()];
+    if spin {
+        raw_args.push("--spin".into());
+    }
+    let (_raw_server, raw_addr) = spawn(&raw_args)?;
+    let (_rpc_server, rpc_addr) = serve_pinned(server_cpu, spin)?;
+    let policy = if spin { Spin::Fixed(Duration::from_secs(3600)) } else { Spin::Never };
+    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+    let client: TestClient = Client::connect(format!("{scheme}{rpc_addr}"))
+        .and_then(|c| c.with_config(ClientConfig { spin: policy, ..ClientConfig::default() }).import())
+        .map_err(crate::Error::from)?;
+    let mut out = vec![0u8; MAX_BUFFER];
+    let mut big = vec![0u8; BIG_BUFFER];
+    let mut max = vec![0u8; MAX_BUFFER];
+    crate::seeds::fill(&mut max);
+    // LRPC's Table IV (Null, Add, BigIn, BigInOut) and Firefly's MaxResult. Sizes are the marshaled
+    // data each way (a buffer travels with its 4-byte length); over UDP each adds a packet header.
+    let header = if medium == Medium::Udp { HEADER } else { 0 };
+    let row = |name, call: usize, result: usize| Row {
+        name,
+        call_bytes: header + call,
+        result_bytes: header + result,
+        raw: Summary::new(),
+        rpc: Summary::new(),
+    };
+    let mut rows = vec![
+        row("Null", 0, 0),
+        row("Add", 8, 4),
+        row("BigIn", 4 + BIG_BUFFER, 0),
+        row("BigInOut", 4 + BIG_BUFFER, BIG_BUFFER),
+        row("MaxResult", 4, MAX_BUFFER),
+    ];
+    let shm_conn = match medium {
+        Medium::Shm => Some(crate::raw_shm::Connection::new(&raw_addr)?),
+        Medium::Udp => None,
+    };
+    let mut pings: Vec<Baseline> = rows
+        .iter()
+        .map(|r| match medium {
+            Medium::Udp => raw_addr
+                .strip_prefix("udp://")
+                .and_then(|a| a.parse::<SocketAddr>().ok())
+                .ok_or_else(|| crate::Error::from(format!("raw echo address {raw_addr:?}")))
+                .and_then(|a| PingPong::new(a, r.call_bytes, r.result_bytes, spin))
+                .map(Baseline::Udp),
+            Medium::Shm => shm_conn
+                .as_ref()
+                .map(|c| Baseline::Shm(ShmPingPong::new(c, r.call_bytes, r.result_bytes, spin)))
+                .ok_or_else(|| crate::Error::from("no raw shared-memory connection")),
+        })
+        .collect::<crate::Result<_>>()?;
+    let mut rpc_call = |row: usize, out: &mut [u8]| -> crate::Result<()> {
+        match row {
+            0 => client.null(),
+            1 => client.add(2, 3).map(|_| ()),
+            2 => client.big_in(In(&max[..BIG_BUFFER])),
+            3 => client.big_in_out(InOut(&mut big)),
+            _ => client.max_result(Out(out)),
+        }
+        .map_err(crate::Error::from)
+    };
+    let mut warmup_lost = 0u64;
+    // Raw and tiercel warm up in turn, not call by call: their servers share a CPU, and a spinning
+    // server must have gone quiet before the other one runs.
+    for (i, ping) in pings.iter_mut().enumerate() {
+        for _ in 0..2_000 {
+            if !ping.round_trip()? {
+                warmup_lost += 1;
+            }
+        }
+        for _ in 0..2_000 {
+            rpc_call(i, &mut out)?;
+        }
+    }
+    if warmup_lost > 0 {
+        outln!("({warmup_lost} raw round trips lost a packet during the warm-up)");
+    }
+    let per_round = calls.div_ceil(rounds);
+    let mut lost = 0u64;
+    'rounds: for _ in 0..rounds {
+        for (i, row) in rows.iter_mut().enumerate() {
+            if Instant::now() > deadline {
+                outln!("(time limit reached: rows hold fewer calls)");
+                break 'rounds;
+            }
+            for _ in 0..per_round {
+                let t = Instant::now();
+                if pings[i].round_trip()? {
+                    row.raw.record(t.elapsed());
+                } else {
+                    lost += 1;
+                }
+            }
+            for _ in 0..per_round {
+                let t = Instant::now();
+                rpc_call(i, &mut out)?;
+                row.rpc.record(t.elapsed());
+            }
+        }
+    }
+    if lost > 0 {
+        outln!("({lost} raw round trips lost a packet and were left out)");
+    }
+    let retransmissions = client.binding().stats().retransmissions.load(std::sync::atomic::Ordering::Relaxed);
+    outln!("tiercel retransmissions during the run: {retransmissions}");
+    Ok(rows)
+}
+
+pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
+    outln!(
+        "{:<10} {:>13} | {:>10} {:>10} | {:>10} {:>10} | {:>8} {:>8}",
+        "procedure",
+        "bytes c/r",
+        "raw med",
+        "raw p99",
+        "rpc med",
+        "rpc p99",
+        "ratio",
+        "p99 rat."
+    );
+    for r in rows {
+        outln!(
+            "{:<10} {:>13} | {:>8.2}µs {:>8.2}µs | {:>8.2}µs {:>8.2}µs | {:>7.3}× {:>7.3}×",
+            r.name,
+            format!("{}/{}", r.call_bytes, r.result_bytes),
+            r.raw.median_us(),
+            r.raw.p99_us(),
+            r.rpc.median_us(),
+            r.rpc.p99_us(),
+            r.rpc.median_us() / r.raw.median_us(),
+            r.rpc.p99_us() / r.raw.p99_us(),
+        );
+    }
+    let n = rows.first().map(|r| r.rpc.len()).unwrap_or(0);
+    let raw = match (medium, spin) {
+        (Medium::Udp, _) => "UDP ping-pong of the same datagram sizes",
+        (Medium::Shm, true) => "shared-memory spin ping-pong copying the same data sizes",
+        (Medium::Shm, false) => "futex ping-pong copying the same data sizes",
+    };
+    outln!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
+    LatencyTable {
+        transport: if medium == Medium::Udp { "udp" } else { "shm" },
+        waiting: if spin { "spin" } else { "block" },
+        baseline: raw,
+        rows: rows
+            .iter()
+            .map(|r| LatencyRow {
+                procedure: r.name,
+                call_bytes: r.call_bytes,
+                result_bytes: r.result_bytes,
+                calls: r.rpc.len(),
+                raw_median_us: r.raw.median_us(),
+                raw_p99_us: r.raw.p99_us(),
+                rpc_median_us: r.rpc.median_us(),
+                rpc_p99_us: r.rpc.p99_us(),
+                ratio_median: r.rpc.median_us() / r.raw.median_us(),
+                ratio_p99: r.rpc.p99_us() / r.raw.p99_us(),
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,119 @@
+//! tiercel's measurements: the seed papers' tables, each against the raw mechanism beneath it
+//! measured in the same run, the per-step accounting of a call, and the lossy-network soak; and the
+//! seeds' `Test` interface they all call.
+//!
+//! The layers point one way:
+//!
+//! ```text
+//! bench, explain, soak              the commands: options, the run, printing, JSON, plots
+//!   tables, latency, load,          one table each (Mach list, Firefly I-V; latency per transport;
+//!   peregrine, baselines, plot        Lampson's load; Peregrine 1/3/5; raw baselines; SVG charts)
+//!     accounting                    per-step timestamps of running calls, added up
+//!       raw, raw_shm, raw_tcp       raw ping-pongs and their echo servers
+//!         harness                   helper processes, placement, the media measured
+//!           seeds, summary,         the Test interface; medians and percentiles; progress output;
+//!           progress, netns           network namespaces joined by a veth pair
+//! ```
+//!
+//! Every server the measurements talk to runs in a process of its own: this program started again
+//! as a helper ([`helpers`]), so that client and server can be pinned to CPUs of their own.
+
+#![forbid(unsafe_code)]
+
+pub mod accounting;
+pub mod baselines;
+pub mod bench;
+pub mod explain;
+pub mod harness;
+pub mod helpers;
+pub mod latency;
+pub mod load;
+pub mod netns;
+pub mod peregrine;
+pub mod plot;
+pub mod progress;
+pub mod raw;
+pub mod raw_shm;
+pub mod raw_tcp;
+pub mod seeds;
+pub mod serve;
+#[cfg(feature = "fault-injection")]
+pub mod soak;
+pub mod summary;
+pub mod tables;
+
+/// Why a measurement could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A call of the measured system failed.
+    #[error("{0}")]
+    Rpc(#[from] tiercel::Error),
+    /// A local socket, file or process error.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// A helper process did not start or did not answer as it should.
+    #[error("helper {what}: {why}")]
+    Helper {
+        /// Which helper.
+        what: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// JSON output could not be written or a helper's JSON read.
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A measurement went wrong in a way described by the message (a lost packet in a raw
+    /// ping-pong, a result that did not verify, a plot that could not be drawn, a bad option).
+    #[error("{0}")]
+    Measure(String),
+}
+
+impl From<String> for Error {
+    fn from(message: String) -> Error {
+        Error::Measure(message)
+    }
+}
+
+impl From<&str> for Error {
+    fn from(message: &str) -> Error {
+        Error::Measure(message.to_string())
+    }
+}
+
+/// The result of a measurement.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Peak resident set size of this process (VmHWM), KiB.
+pub fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// Parses a comma-separated CPU list such as `0,1`.
+pub fn parse_cpus(s: &str) -> Result<Vec<usize>> {
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',').map(|c| c.trim().parse::<usize>().map_err(|e| Error::Measure(format!("bad CPU {c:?}: {e}")))).collect()
+}
+
+/// The `--secret-file` option of the commands that serve or bind.
+#[derive(clap::Args, Clone)]
+pub struct SecretArgs {
+    /// File holding a shared secret: at least 16 bytes, readable by its owner only (make one with
+    /// `(umask 077; head -c 32 /dev/urandom > tiercel.secret)`). A server with one binds only clients
+    /// that prove it; a client with one binds only to a server that proves it back.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<std::path::PathBuf>,
+}
+
+impl SecretArgs {
+    /// The secret in the file, if one was named.
+    pub fn load(&self) -> std::result::Result<Option<tiercel::Secret>, tiercel::Error> {
+        self.secret_file.as_ref().map(tiercel::Secret::from_file).transpose()
+    }
+}
