@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use tiercel::steps::{self, mark, Point, Step};
-use tiercel::{Client, ClientConfig, Out, Server, ServerConfig, Spin};
+use tiercel::{ClientConfig, Out, Server, ServerConfig, Spin};
 use tiercel_sys::clock::{ticks, ticks_to_ns};
 
 use crate::harness::{spawn, Baseline, Medium, HEADER};
@@ -240,9 +240,7 @@ pub fn tiercel_pair(
         checksum,
         ..ClientConfig::default()
     };
-    let client: TestClient = Client::connect(format!("{scheme}{}", server.addr()))
-        .and_then(|c| c.with_config(config).import())
-        .map_err(crate::Error::from)?;
+    let client: TestClient = crate::harness::import(format!("{scheme}{}", server.addr()), config)?;
     Ok((server, client))
 }
 

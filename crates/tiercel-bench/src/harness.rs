@@ -45,6 +45,11 @@ impl Baseline {
     }
 }
 
+/// Imports `T` from the server at `addr` with `config`.
+pub fn import<T: tiercel::Import>(addr: impl tiercel::ToAddress, config: tiercel::ClientConfig) -> crate::Result<T> {
+    Ok(tiercel::Client::connect(addr)?.with_config(config).import()?)
+}
+
 /// A child process killed when dropped; its stdout stays open so that it can go on printing.
 pub struct Spawned(pub std::process::Child, #[allow(dead_code)] BufReader<std::process::ChildStdout>);
 

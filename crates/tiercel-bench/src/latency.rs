@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tiercel::{Client, ClientConfig, In, InOut, Out, Spin};
+use tiercel::{ClientConfig, In, InOut, Out, Spin};
 
 use crate::harness::{serve_pinned, spawn, Baseline, Medium, HEADER};
 use crate::progress::outln;
@@ -65,9 +65,10 @@ pub fn measure(
     let (_rpc_server, rpc_addr) = serve_pinned(server_cpu, spin)?;
     let policy = if spin { Spin::Fixed(Duration::from_secs(3600)) } else { Spin::Never };
     let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
-    let client: TestClient = Client::connect(format!("{scheme}{rpc_addr}"))
-        .and_then(|c| c.with_config(ClientConfig { spin: policy, ..ClientConfig::default() }).import())
-        .map_err(crate::Error::from)?;
+    let client: TestClient = crate::harness::import(
+        format!("{scheme}{rpc_addr}"),
+        ClientConfig { spin: policy, ..ClientConfig::default() },
+    )?;
     let mut out = vec![0u8; MAX_BUFFER];
     let mut big = vec![0u8; BIG_BUFFER];
     let mut max = vec![0u8; MAX_BUFFER];

@@ -69,6 +69,24 @@ pub enum Error {
     Measure(String),
 }
 
+macro_rules! from_tiercel {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Error {
+                Error::Rpc(e.into())
+            }
+        }
+    )*};
+}
+
+from_tiercel!(
+    tiercel::CallError,
+    tiercel::BindError,
+    tiercel::ServerError,
+    tiercel::AddressError,
+    tiercel::SecretError
+);
+
 impl From<String> for Error {
     fn from(message: String) -> Error {
         Error::Measure(message)
@@ -113,7 +131,7 @@ pub struct SecretArgs {
 
 impl SecretArgs {
     /// The secret in the file, if one was named.
-    pub fn load(&self) -> std::result::Result<Option<tiercel::Secret>, tiercel::Error> {
+    pub fn load(&self) -> std::result::Result<Option<tiercel::Secret>, tiercel::SecretError> {
         self.secret_file.as_ref().map(tiercel::Secret::from_file).transpose()
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::seeds::TestClient;
 use rand::{Rng, SeedableRng};
-use tiercel::{Client, ClientConfig, Spin};
+use tiercel::{ClientConfig, Spin};
 
 use crate::harness::Medium;
 use crate::progress::outln;
@@ -51,7 +51,7 @@ pub struct Row {
 fn client(medium: Medium, addr: &str) -> crate::Result<TestClient> {
     let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
     let config = ClientConfig { spin: Spin::Never, ..ClientConfig::default() };
-    Client::connect(format!("{scheme}{addr}")).and_then(|c| c.with_config(config).import()).map_err(crate::Error::from)
+    crate::harness::import(format!("{scheme}{addr}"), config)
 }
 
 /// Runs `CALLERS` threads on `cpu` for `time`; each makes calls of `service_us`, at Poisson times of

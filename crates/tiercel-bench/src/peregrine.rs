@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::seeds::TestClient;
-use tiercel::{Client, ClientConfig, In, InOut, Spin};
+use tiercel::{ClientConfig, In, InOut, Spin};
 
 use crate::harness::{spawn, Medium, HEADER};
 use crate::progress::outln;
@@ -244,9 +244,7 @@ pub fn table5(
 ) -> crate::Result<()> {
     let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
     let config = ClientConfig { spin: Spin::Fixed(Duration::from_secs(1)), ..ClientConfig::default() };
-    let client: TestClient = Client::connect(format!("{scheme}{rpc_addr}"))
-        .and_then(|c| c.with_config(config).import())
-        .map_err(crate::Error::from)?;
+    let client: TestClient = crate::harness::import(format!("{scheme}{rpc_addr}"), config)?;
     let (_echo, addr) = echo(medium, true, server_cpu)?;
     let header = if medium == Medium::Udp { HEADER } else { 0 };
     let mut penalties = Penalties {

@@ -135,7 +135,7 @@ impl Test for SeedTest {
 #[derive(Debug)]
 pub enum CheckFailure {
     /// A procedure failed with an error.
-    Call(&'static str, tiercel::Error),
+    Call(&'static str, tiercel::CallError),
     /// A procedure returned a wrong result.
     Wrong(String),
 }
@@ -163,7 +163,7 @@ pub const CHECK_CALLS: u64 = 17;
 
 /// Calls every procedure of [`Test`] once with the seeds' buffer sizes and checks every result.
 pub fn check_all(client: &TestClient, round: u32) -> Result<(), CheckFailure> {
-    let e = |p: &'static str| move |err: tiercel::Error| CheckFailure::Call(p, err);
+    let e = |p: &'static str| move |err: tiercel::CallError| CheckFailure::Call(p, err);
     let wrong = |w: &str| Err(CheckFailure::Wrong(w.to_string()));
     client.null().map_err(e("null"))?;
     let a = round as i32;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tiercel::{Client, ClientConfig, In, Out, Server, ServerStats, Timing};
+use tiercel::{ClientConfig, In, Out, Server, ServerStats, Timing};
 use tiercel_sys::faults::{self, FaultConfig};
 
 use crate::harness::start;
@@ -250,8 +250,7 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
     faults::install(fault_config(args, true));
     let timing = Timing { dead_after: Duration::from_secs(10), ..Timing::default() };
     let config = ClientConfig { timing, checksum: true, ..ClientConfig::default() };
-    let ledger: LedgerClient =
-        Client::connect(addr).and_then(|c| c.with_config(config).import()).map_err(crate::Error::from)?;
+    let ledger: LedgerClient = crate::harness::import(addr, config)?;
     let tally = Arc::new(Tally::default());
     let start = Instant::now();
     let per_thread = args.calls.div_ceil(args.threads.max(1));

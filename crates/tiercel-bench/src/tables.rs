@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::seeds::{SeedTest, TestClient, TestServer, BIG_BUFFER, MAX_BUFFER};
-use tiercel::{Client, In, InOut, Out, Server, ServerConfig};
+use tiercel::{In, InOut, Out, Server, ServerConfig};
 use tiercel_sys::cpu;
 
 use crate::progress::outln;
@@ -112,7 +112,7 @@ fn procedures(
     crate::seeds::fill(&mut max);
     let mut big = vec![0u8; BIG_BUFFER];
     let mut rows = Vec::new();
-    let e = crate::Error::Rpc;
+    let e = crate::Error::from;
     let mut run = |name: &str, f: &mut dyn FnMut() -> crate::Result<()>| -> crate::Result<()> {
         let (calls, elapsed, user, system) = timed(time, server, f)?;
         rows.push(MachRow { test: format!("{prefix}{name}"), transport, calls, elapsed, user, system });
@@ -158,7 +158,7 @@ pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Re
         .and_then(|s| s.with_config(config).export(TestServer::new(SeedTest)).start())
         .map_err(crate::Error::from)?;
     let client: TestClient =
-        Client::connect(format!("shm:{}", inproc.addr())).and_then(|c| c.import()).map_err(crate::Error::from)?;
+        crate::harness::import(format!("shm:{}", inproc.addr()), tiercel::ClientConfig::default())?;
     for r in procedures(&client, "local", "shm, same process", time, None)? {
         out.push(r.print());
     }
@@ -169,8 +169,7 @@ pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Re
     for (prefix, scheme, transport) in
         [("local", "shm:", "shm, 2 processes"), ("remote", "udp://", "UDP loopback, 2 processes")]
     {
-        let client: TestClient =
-            Client::connect(format!("{scheme}{addr}")).and_then(|c| c.import()).map_err(crate::Error::from)?;
+        let client: TestClient = crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())?;
         for r in procedures(&client, prefix, transport, time, Some(pid))? {
             out.push(r.print());
         }
@@ -203,8 +202,7 @@ pub struct RemoteArgs {
 /// The remote rows, measured from inside the client's namespace and printed as JSON.
 pub fn mach_remote(args: RemoteArgs) -> crate::Result<()> {
     let _ = cpu::pin_current_thread(0);
-    let client: TestClient =
-        Client::connect(format!("udp://{}", args.addr)).and_then(|c| c.import()).map_err(crate::Error::from)?;
+    let client: TestClient = crate::harness::import(format!("udp://{}", args.addr), tiercel::ClientConfig::default())?;
     let rows =
         procedures(&client, "remote", "UDP, 2 netns, veth", Duration::from_millis(args.millis), Some(args.server_pid))?;
     let json: Vec<MachJson> = rows.iter().map(MachRow::json).collect();
@@ -262,8 +260,7 @@ pub fn firefly_table1(addr: &str, calls: u32) -> crate::Result<Vec<Table1Json>> 
         "Mbit/s"
     );
     for (scheme, transport) in [("shm:", "shm, 2 processes"), ("udp://", "UDP loopback")] {
-        let client: TestClient =
-            Client::connect(format!("{scheme}{addr}")).and_then(|c| c.import()).map_err(crate::Error::from)?;
+        let client: TestClient = crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())?;
         for threads in 1..=8u32 {
             let run = |max_result: bool| -> crate::Result<Duration> {
                 let per_thread = calls.div_ceil(threads);
@@ -332,10 +329,8 @@ pub struct MarshalJson {
 /// is measured in rounds alternating with Null, so that drift hits both alike.
 pub fn firefly_marshaling(addr: &str, calls: u32) -> crate::Result<Vec<MarshalJson>> {
     let config = tiercel::ClientConfig { spin: tiercel::Spin::Fixed(Duration::from_secs(1)), ..Default::default() };
-    let client: TestClient = Client::connect(format!("shm:{addr}"))
-        .and_then(|c| c.with_config(config).import())
-        .map_err(crate::Error::from)?;
-    let e = crate::Error::Rpc;
+    let client: TestClient = crate::harness::import(format!("shm:{addr}"), config)?;
+    let e = crate::Error::from;
     let fixed400 = [7u8; 400];
     let mut var = vec![0u8; MAX_BUFFER];
     crate::seeds::fill(&mut var);

@@ -28,7 +28,7 @@ pub struct Args {
 pub fn run(args: Args) -> crate::Result<()> {
     let bind_start = Instant::now();
     let config = ClientConfig { secret: args.secret.load()?, ..ClientConfig::default() };
-    let client: TestClient = Client::connect(args.addr.as_str()).and_then(|c| c.with_config(config).import())?;
+    let client: TestClient = Client::connect(args.addr.as_str())?.with_config(config).import()?;
     let bind_time = bind_start.elapsed();
     let int = |i: usize, default: i64| -> crate::Result<i64> {
         args.args

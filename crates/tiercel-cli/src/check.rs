@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiercel::{Client, ClientConfig, Error};
+use tiercel::{CallError, Client, ClientConfig, Error};
 use tiercel_bench::seeds::{self, CheckFailure, TestClient};
 
 /// Options of `tiercel check`.
@@ -28,12 +28,18 @@ pub struct Args {
 }
 
 fn import(addr: &str, config: &ClientConfig) -> Result<TestClient, Error> {
-    Client::connect(addr)?.with_config(config.clone()).import()
+    Ok(Client::connect(addr)?.with_config(config.clone()).import()?)
 }
 
 /// Whether an error means the binding is gone (the server restarted, or is down for now).
-fn binding_lost(e: &Error) -> bool {
-    matches!(e, Error::ServerRestarted | Error::UnknownBinding | Error::Unreachable { .. })
+fn binding_lost(e: &CallError) -> bool {
+    matches!(
+        e,
+        CallError::ServerRestarted
+            | CallError::UnknownBinding
+            | CallError::Unreachable { .. }
+            | CallError::ServerGone { .. }
+    )
 }
 
 pub fn run(args: Args) -> crate::Result<()> {

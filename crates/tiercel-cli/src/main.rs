@@ -41,15 +41,15 @@ enum Command {
 #[derive(Debug, thiserror::Error)]
 enum Error {
     /// A call, an import or a server start of tiercel failed.
-    #[error("{0} (the procedure {ran})", ran = execution(.0))]
+    #[error("{0} (the procedure {ran})", ran = said(.0.execution()))]
     Rpc(#[from] tiercel::Error),
     /// A procedure called with `tiercel call` failed.
-    #[error("{procedure} failed: {source} (the procedure {ran})", ran = execution(source))]
+    #[error("{procedure} failed: {source} (the procedure {ran})", ran = said(source.execution()))]
     Call {
         /// The procedure's name.
         procedure: String,
         /// How it failed.
-        source: tiercel::Error,
+        source: tiercel::CallError,
     },
     /// A measurement failed.
     #[error("{0}")]
@@ -62,9 +62,27 @@ enum Error {
     Check(String),
 }
 
-/// What an error says of whether the procedure ran, in words.
-fn execution(e: &tiercel::Error) -> &'static str {
-    match e.execution() {
+macro_rules! from_tiercel {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Error {
+                Error::Rpc(e.into())
+            }
+        }
+    )*};
+}
+
+from_tiercel!(
+    tiercel::CallError,
+    tiercel::BindError,
+    tiercel::ServerError,
+    tiercel::AddressError,
+    tiercel::SecretError
+);
+
+/// Whether the procedure ran, in words.
+fn said(e: tiercel::Execution) -> &'static str {
+    match e {
         tiercel::Execution::NeverRan => "never ran",
         tiercel::Execution::MayHaveRun => "may have run",
         tiercel::Execution::Ran => "ran and failed",

@@ -359,7 +359,7 @@ fn generate_client(m: &Interface) -> TokenStream {
         let span = method.name.span();
         quote_spanned! {span=>
             #(#attrs)*
-            pub fn #name(&self, #(#params),*) -> ::core::result::Result<#ret_ty, ::tiercel::Error> {
+            pub fn #name(&self, #(#params),*) -> ::core::result::Result<#ret_ty, ::tiercel::CallError> {
                 let mut __call = self.binding.call(#index)?;
                 {
                     let mut __w = __call.writer();

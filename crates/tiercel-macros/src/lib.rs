@@ -15,7 +15,9 @@ use proc_macro::TokenStream;
 ///
 /// Generates, beside the trait itself:
 /// * `<Trait>Client`: one method per procedure, taking the same arguments and returning
-///   `Result<R, tiercel::Error>`;
+///   `Result<R, tiercel::CallError>` (a procedure that returns `Result<T, E>` comes back as
+///   `Result<Result<T, E>, tiercel::CallError>`: the outer error is the call's, the inner the
+///   procedure's own);
 /// * `<Trait>Server<T>`: wraps an implementation of the trait and dispatches calls to it by
 ///   procedure number (the declaration order).
 ///

@@ -5,7 +5,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use crate::Error;
+use crate::AddressError;
 
 /// A transport: what an address asks for, and what a binding got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,18 +20,18 @@ pub enum Transport {
 pub trait ToAddress {
     /// Resolves to the transport the address insists on (`None`: the binder chooses) and the server's
     /// socket address.
-    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), Error>;
+    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), AddressError>;
 }
 
 impl ToAddress for SocketAddr {
-    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), Error> {
+    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), AddressError> {
         Ok((None, *self))
     }
 }
 
 impl ToAddress for str {
-    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), Error> {
-        let bad = |why: &str| Error::Address(self.to_owned(), why.to_owned());
+    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), AddressError> {
+        let bad = |why: &str| AddressError { address: self.to_owned(), reason: why.to_owned() };
         let (transport, rest) = if let Some(rest) = self.strip_prefix("shm://").or_else(|| self.strip_prefix("shm:")) {
             (Some(Transport::SharedMemory), rest)
         } else {
@@ -53,13 +53,13 @@ impl ToAddress for str {
 }
 
 impl ToAddress for &str {
-    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), Error> {
+    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), AddressError> {
         (**self).to_address()
     }
 }
 
 impl ToAddress for String {
-    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), Error> {
+    fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), AddressError> {
         self.as_str().to_address()
     }
 }
@@ -77,7 +77,8 @@ mod tests {
             (Some(Transport::SharedMemory), "127.0.0.1:7".parse().unwrap())
         );
         assert_eq!("shm://127.0.0.1:7".to_address().unwrap().0, Some(Transport::SharedMemory));
-        assert!(matches!("tcp://127.0.0.1:7".to_address(), Err(Error::Address(..))));
-        assert!(matches!("nonsense".to_address(), Err(Error::Address(..))));
+        let err = "tcp://127.0.0.1:7".to_address().unwrap_err();
+        assert_eq!(err.address, "tcp://127.0.0.1:7");
+        assert!("nonsense".to_address().is_err());
     }
 }

@@ -15,7 +15,7 @@ use std::time::Instant;
 use tiercel_proto::bind::wire::{CHALLENGE_LEN, PROOF_LEN};
 use tiercel_proto::bind::{Challenges, Keyed};
 
-use crate::Error;
+use crate::SecretError;
 
 /// A shared secret: 32 bytes derived from key material of at least 16 bytes. Its `Debug` output
 /// does not show it, and comparing two takes the same time wherever they differ.
@@ -30,9 +30,9 @@ pub const MIN_SECRET_LEN: usize = 16;
 impl Secret {
     /// A secret derived from `material`, which must hold at least [`MIN_SECRET_LEN`] bytes (for
     /// example 32 random bytes, or their hex).
-    pub fn new(material: &[u8]) -> Result<Secret, Error> {
+    pub fn new(material: &[u8]) -> Result<Secret, SecretError> {
         if material.len() < MIN_SECRET_LEN {
-            return Err(Error::BadSecret(format!(
+            return Err(SecretError(format!(
                 "{} bytes of key material; at least {MIN_SECRET_LEN} needed",
                 material.len()
             )));
@@ -43,27 +43,24 @@ impl Secret {
     /// A secret read from a file (trailing whitespace ignored, so that `echo` and editors may add a
     /// newline). Like ssh with its keys, refuses a file that users other than its owner may read.
     /// Make one with `(umask 077; head -c 32 /dev/urandom > tiercel.secret)`.
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Secret, Error> {
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Secret, SecretError> {
         let path = path.as_ref();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let meta = std::fs::metadata(path).map_err(|e| Error::BadSecret(format!("{}: {e}", path.display())))?;
+            let meta = std::fs::metadata(path).map_err(|e| SecretError(format!("{}: {e}", path.display())))?;
             let mode = meta.permissions().mode();
             if mode & 0o077 != 0 {
-                return Err(Error::BadSecret(format!(
+                return Err(SecretError(format!(
                     "{}: readable by others (mode {:o}); make it private with chmod 600",
                     path.display(),
                     mode & 0o777
                 )));
             }
         }
-        let bytes = std::fs::read(path).map_err(|e| Error::BadSecret(format!("{}: {e}", path.display())))?;
+        let bytes = std::fs::read(path).map_err(|e| SecretError(format!("{}: {e}", path.display())))?;
         let end = bytes.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
-        Secret::new(&bytes[..end]).map_err(|e| match e {
-            Error::BadSecret(m) => Error::BadSecret(format!("{}: {m}", path.display())),
-            e => e,
-        })
+        Secret::new(&bytes[..end]).map_err(|SecretError(m)| SecretError(format!("{}: {m}", path.display())))
     }
 }
 
@@ -104,7 +101,7 @@ pub(crate) struct Challenger {
 
 impl Challenger {
     /// A challenger with a fresh random key.
-    pub(crate) fn new() -> Result<Challenger, Error> {
+    pub(crate) fn new() -> std::io::Result<Challenger> {
         Ok(Challenger { key: crate::client::random_bytes32()?, epoch: Instant::now() })
     }
 
@@ -160,7 +157,7 @@ mod tests {
 
     #[test]
     fn secrets_need_enough_material_and_hide_themselves() {
-        assert!(matches!(Secret::new(b"short"), Err(Error::BadSecret(_))));
+        assert!(matches!(Secret::new(b"short"), Err(SecretError(_))));
         let a = Secret::new(b"0123456789abcdef").unwrap();
         assert_eq!(a, Secret::new(b"0123456789abcdef").unwrap());
         assert_ne!(a, Secret::new(b"0123456789abcdeF").unwrap());

@@ -1,4 +1,8 @@
-//! The errors a call, an import or a server start can end with.
+//! The errors of each operation: an address, a secret, an import (binding), a call, a server start;
+//! and [`Error`], any of them, for code that lets `?` carry them all.
+//!
+//! Whether a remote procedure ran is a property of a call's failure ([`CallError::execution`]): an
+//! import, an address, a secret or a server start runs no procedure at all.
 
 use std::io;
 use std::net::SocketAddr;
@@ -16,42 +20,37 @@ pub enum Execution {
     Ran,
 }
 
-/// Why a call, an import or a server start failed.
+/// An address that does not parse or resolve (`Client::connect`, `Server::bind`).
+#[derive(Debug, thiserror::Error)]
+#[error("bad address {address:?}: {reason}")]
+pub struct AddressError {
+    /// The address as given.
+    pub address: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// A shared secret that could not be read, or has too little key material (`Secret::new`,
+/// `Secret::from_file`).
+#[derive(Debug, thiserror::Error)]
+#[error("bad shared secret: {0}")]
+pub struct SecretError(pub String);
+
+/// Why an import failed. No procedure ran: an import only binds, so it may always be retried.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
-    /// Nothing was heard from the server for the configured `dead_after` time: it is dead, restarting
-    /// or unreachable. `acknowledged` says whether it had confirmed receiving the call.
-    #[error("server {server} did not answer (call acknowledged: {acknowledged}); it may be dead or unreachable")]
-    Unreachable {
-        /// The server's address.
-        server: SocketAddr,
-        /// Whether the server had acknowledged the call (it then certainly started it).
-        acknowledged: bool,
-    },
-    /// The server's process went away during the call (its shared-memory binding's connection closed).
-    #[error("server {server} went away during the call (its process exited or dropped the binding)")]
-    ServerGone {
-        /// The server's address.
-        server: SocketAddr,
-    },
+pub enum BindError {
     /// Nothing listens at the server's address: the kernel answered the bind request with a port
-    /// unreachable (ICMP), so there is no server there now.
+    /// unreachable (ICMP). Start the server, or check the address.
     #[error("no server at {0}: connection refused")]
     NoServer(SocketAddr),
+    /// No answer to the bind request within `dead_after`: the server is down, restarting, or
+    /// unreachable (a firewall, a wrong address on a network that drops silently).
+    #[error("server {0} did not answer the bind request; it may be down or unreachable")]
+    Unreachable(SocketAddr),
     /// The address asks for shared memory, and no server of that address on this host offers it.
     #[error("no server offering shared memory at {0} on this host")]
     NoSharedMemory(SocketAddr),
-    /// The call's deadline passed before its result arrived.
-    #[error("deadline exceeded")]
-    DeadlineExceeded,
-    /// The server restarted (a new incarnation) since the binding was made; calls from before the
-    /// restart are never run by the new incarnation. Import again to go on.
-    #[error("server restarted since the binding was made; import again")]
-    ServerRestarted,
-    /// The server does not know this binding (it expired or was never granted). Import again.
-    #[error("server does not know this binding; import again")]
-    UnknownBinding,
     /// The server does not export this interface.
     #[error("server does not export interface {name}")]
     UnknownInterface {
@@ -78,7 +77,62 @@ pub enum Error {
         /// Where the two copies first differ, naming both.
         difference: String,
     },
-    /// The server's interface has no such procedure.
+    /// The server requires proof of a shared secret and this client has none
+    /// (`ClientConfig::secret`).
+    #[error("server requires a shared secret to bind; configure the client with one")]
+    AuthenticationRequired,
+    /// The shared secret did not match: the server refused the client's proof, or the server could
+    /// not prove the client's secret back.
+    #[error("authentication failed: {0}")]
+    AuthenticationFailed(&'static str),
+    /// The server has no room for another binding (its `max_bindings`, or the memory or threads a
+    /// shared-memory binding needs). Existing bindings are not affected; try again later.
+    #[error("server is busy: no room for another binding")]
+    Busy,
+    /// A local socket error, or a bind answer that breaks the protocol.
+    #[error("I/O error while binding: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl BindError {
+    /// Always [`Execution::NeverRan`]: an import binds, it runs no procedure. (Here so that every
+    /// error of an operation that may be retried answers the same question.)
+    pub fn execution(&self) -> Execution {
+        Execution::NeverRan
+    }
+}
+
+/// Why a call failed, and from that, whether its procedure ran ([`CallError::execution`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// Nothing was heard from the server for the configured `dead_after` time: it is dead,
+    /// restarting or unreachable. `acknowledged` says whether it had confirmed receiving the call.
+    #[error("server {server} did not answer (call acknowledged: {acknowledged}); it may be dead or unreachable")]
+    Unreachable {
+        /// The server's address.
+        server: SocketAddr,
+        /// Whether the server had acknowledged the call (it then certainly started it).
+        acknowledged: bool,
+    },
+    /// The server's process went away during the call (its shared-memory binding's connection closed).
+    #[error("server {server} went away during the call (its process exited or dropped the binding)")]
+    ServerGone {
+        /// The server's address.
+        server: SocketAddr,
+    },
+    /// The call's deadline passed before its result arrived.
+    #[error("deadline exceeded")]
+    DeadlineExceeded,
+    /// The server restarted (a new incarnation) since the binding was made; calls from before the
+    /// restart are never run by the new incarnation. Import again to go on.
+    #[error("server restarted since the binding was made; import again")]
+    ServerRestarted,
+    /// The server does not know this binding (it expired or was never granted). Import again.
+    #[error("server does not know this binding; import again")]
+    UnknownBinding,
+    /// The server's interface has no such procedure (only a hand-built call can name one: a bound
+    /// client agrees with the server on every procedure).
     #[error("server has no procedure {0}")]
     UnknownProcedure(u16),
     /// The server could not decode the arguments.
@@ -95,35 +149,54 @@ pub enum Error {
     /// memory budget, so the server sent this error instead. Any effect of the procedure stands.
     #[error("the procedure ran, but its result is too large: {0}")]
     ResultTooLarge(String),
-    /// The server broke the protocol: it answered with something no tiercel server sends there.
-    /// Whether the procedure ran cannot be told.
-    #[error("protocol violation: {0}")]
-    Protocol(String),
-    /// The result did not decode: client and server disagree about the interface.
+    /// The result did not decode: client and server disagree about a type's encoding.
     #[error("could not decode the result: {0}")]
     BadResult(DecodeError),
     /// Every client slot of the binding is in use by another thread.
     #[error("all {0} client slots of the binding are busy")]
     NoFreeSlot(u32),
-    /// The server has no room for another binding.
-    #[error("server is busy: no room for another binding")]
-    Busy,
     /// The server refused the call as busy (every worker running a call) for the whole `dead_after`
     /// time, while the client backed off and retried. Each refusal means the server did not take the
     /// call; an earlier copy still queued could have been taken, hence "may have run".
     #[error("server overloaded: the call was refused as busy until the client gave up")]
     Overloaded,
-    /// The server requires proof of a shared secret and this client has none
-    /// (`ClientConfig::secret`).
-    #[error("server requires a shared secret to bind; configure the client with one")]
-    AuthenticationRequired,
-    /// The shared secret did not match: the server refused the client's proof, or the server could
-    /// not prove the client's secret back.
-    #[error("authentication failed: {0}")]
-    AuthenticationFailed(&'static str),
-    /// A shared secret that could not be read or has too little key material.
-    #[error("bad shared secret: {0}")]
-    BadSecret(String),
+    /// The server broke the protocol: it answered with something no tiercel server sends there.
+    /// Whether the procedure ran cannot be told.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    /// A local socket error during the call.
+    #[error("I/O error during the call: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl CallError {
+    /// Whether the procedure ran: never, maybe (at most once), or it ran and failed.
+    pub fn execution(&self) -> Execution {
+        match self {
+            CallError::Unreachable { .. }
+            | CallError::DeadlineExceeded
+            | CallError::ServerRestarted
+            | CallError::UnknownBinding
+            | CallError::Overloaded
+            | CallError::ServerGone { .. }
+            | CallError::Protocol(_)
+            | CallError::Io(_) => Execution::MayHaveRun,
+            CallError::UnknownProcedure(_)
+            | CallError::BadArguments(_)
+            | CallError::TooLarge(_)
+            | CallError::NoFreeSlot(_) => Execution::NeverRan,
+            CallError::Panicked(_) | CallError::BadResult(_) | CallError::ResultTooLarge(_) => Execution::Ran,
+        }
+    }
+}
+
+/// Why a server could not be set up or started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The address does not parse or resolve.
+    #[error(transparent)]
+    Address(#[from] AddressError),
     /// The server could not take its address: another process has it (`Address in use`), it is not
     /// one of this host's, or the port needs privileges.
     #[error("cannot serve at {addr}: {source}")]
@@ -133,42 +206,39 @@ pub enum Error {
         /// What the system said.
         source: io::Error,
     },
-    /// An address that does not parse or resolve.
-    #[error("bad address {0:?}: {1}")]
-    Address(String, String),
-    /// A local socket or thread error.
-    #[error("I/O error: {0}")]
+    /// A thread or a random number could not be had.
+    #[error("I/O error starting the server: {0}")]
     Io(#[from] io::Error),
 }
 
+/// Any error of tiercel, for code that handles them together (`?` converts each into it).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An address did not parse or resolve.
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    /// A secret could not be read.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// An import failed.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// A call failed.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// A server could not start.
+    #[error(transparent)]
+    Server(#[from] ServerError),
+}
+
 impl Error {
-    /// Whether the procedure ran: never, maybe (at most once), or it ran and failed.
+    /// Whether a remote procedure ran: for a call's failure, as [`CallError::execution`] says; every
+    /// other operation runs none.
     pub fn execution(&self) -> Execution {
         match self {
-            Error::Unreachable { .. }
-            | Error::DeadlineExceeded
-            | Error::ServerRestarted
-            | Error::UnknownBinding
-            | Error::Overloaded
-            | Error::ServerGone { .. }
-            | Error::Protocol(_)
-            | Error::Io(_) => Execution::MayHaveRun,
-            Error::UnknownInterface { .. }
-            | Error::VersionMismatch { .. }
-            | Error::InterfaceMismatch { .. }
-            | Error::NoServer(_)
-            | Error::UnknownProcedure(_)
-            | Error::BadArguments(_)
-            | Error::TooLarge(_)
-            | Error::NoFreeSlot(_)
-            | Error::Busy
-            | Error::AuthenticationRequired
-            | Error::AuthenticationFailed(_)
-            | Error::BadSecret(_)
-            | Error::NoSharedMemory(_)
-            | Error::Address(..)
-            | Error::Listen { .. } => Execution::NeverRan,
-            Error::Panicked(_) | Error::BadResult(_) | Error::ResultTooLarge(_) => Execution::Ran,
+            Error::Call(e) => e.execution(),
+            Error::Address(_) | Error::Secret(_) | Error::Bind(_) | Error::Server(_) => Execution::NeverRan,
         }
     }
 }

@@ -62,7 +62,7 @@ pub use auth::{Secret, MIN_SECRET_LEN};
 pub use buffers::{In, InOut, Out};
 pub use client::{Binding, Call, Client, ClientStats, Reply};
 pub use config::{ClientConfig, ServerConfig, Spin, Timing};
-pub use error::{Error, Execution};
+pub use error::{AddressError, BindError, CallError, Error, Execution, SecretError, ServerError};
 pub use interface::{DispatchError, Export, Import, InterfaceInfo, Results};
 pub use server::{RunningServer, Server, ServerStats};
 pub use tiercel_macros::{interface, Wire};

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiercel::{Client, ClientConfig, Error, Execution, In, InOut, Out, Server, Spin, Timing, Wire};
+use tiercel::{BindError, CallError, Client, ClientConfig, Execution, In, InOut, Out, Server, Spin, Timing, Wire};
 use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
 
 #[derive(Wire, Debug, Clone, PartialEq)]
@@ -168,7 +168,7 @@ fn oversized_call_is_refused_before_sending() {
     let (_server, k) = kitchen();
     let data = vec![0u8; (16 << 20) + 1];
     let err = k.big(In(&data), Out(&mut []), InOut(&mut [])).unwrap_err();
-    assert!(matches!(err, Error::TooLarge(_)), "{err:?}");
+    assert!(matches!(err, CallError::TooLarge(_)), "{err:?}");
     assert_eq!(err.execution(), Execution::NeverRan);
 }
 
@@ -177,7 +177,7 @@ fn panicking_procedure_reports_and_server_keeps_serving() {
     let (server, k) = kitchen();
     let err = k.boom("kaboom".into()).unwrap_err();
     match &err {
-        Error::Panicked(m) => assert!(m.contains("kaboom"), "{m}"),
+        CallError::Panicked(m) => assert!(m.contains("kaboom"), "{m}"),
         other => panic!("expected Panicked, got {other:?}"),
     }
     assert_eq!(err.execution(), Execution::Ran);
@@ -189,7 +189,7 @@ fn panicking_procedure_reports_and_server_keeps_serving() {
 fn unknown_interface_and_version_are_clear_errors() {
     let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();
     let err = Client::connect(udp(server.addr())).unwrap().import::<KitchenClient>().unwrap_err();
-    assert!(matches!(err, Error::UnknownInterface { name: "Kitchen" }), "{err:?}");
+    assert!(matches!(err, BindError::UnknownInterface { name: "Kitchen" }), "{err:?}");
     assert_eq!(err.execution(), Execution::NeverRan);
 
     mod v2 {
@@ -201,7 +201,7 @@ fn unknown_interface_and_version_are_clear_errors() {
     }
     let (server, _k) = kitchen();
     let err = Client::connect(udp(server.addr())).unwrap().import::<v2::KitchenClient>().unwrap_err();
-    assert!(matches!(err, Error::VersionMismatch { client: 2, server: 3, .. }), "{err:?}");
+    assert!(matches!(err, BindError::VersionMismatch { client: 2, server: 3, .. }), "{err:?}");
 }
 
 #[test]
@@ -211,12 +211,12 @@ fn unknown_procedures_and_undecodable_arguments_are_clear_errors() {
     // arguments that do not decode.
     let (server, k) = kitchen();
     let err = k.binding().call(9).unwrap().invoke().map(drop).unwrap_err();
-    assert!(matches!(err, Error::UnknownProcedure(9)), "{err:?}");
+    assert!(matches!(err, CallError::UnknownProcedure(9)), "{err:?}");
     assert_eq!(err.execution(), Execution::NeverRan);
     let mut call = k.binding().call(2).unwrap(); // area(Shape): a variant index no Shape has
     call.writer().put(&[200, 0, 0, 0]);
     let err = call.invoke().map(drop).unwrap_err();
-    assert!(matches!(err, Error::BadArguments(_)), "{err:?}");
+    assert!(matches!(err, CallError::BadArguments(_)), "{err:?}");
     assert_eq!(err.execution(), Execution::NeverRan);
     assert_eq!(k.echo_str("ok").unwrap(), "ok");
     drop(server);
@@ -275,7 +275,7 @@ fn dead_server_fails_within_the_configured_time() {
     server.stop();
     let start = Instant::now();
     let err = k.echo_str("y").unwrap_err();
-    assert!(matches!(err, Error::Unreachable { acknowledged: false, .. }), "{err:?}");
+    assert!(matches!(err, CallError::Unreachable { acknowledged: false, .. }), "{err:?}");
     assert_eq!(err.execution(), Execution::MayHaveRun);
     assert!(start.elapsed() < Duration::from_secs(5), "fails after dead_after, not forever");
 }
@@ -284,7 +284,7 @@ fn dead_server_fails_within_the_configured_time() {
 fn deadline_exceeded() {
     let (_server, k) = kitchen();
     let err = k.with_deadline(Duration::from_millis(50)).sleep_ms(400).unwrap_err();
-    assert!(matches!(err, Error::DeadlineExceeded), "{err:?}");
+    assert!(matches!(err, CallError::DeadlineExceeded), "{err:?}");
     assert_eq!(err.execution(), Execution::MayHaveRun);
     // The slot was busy with the abandoned call; the next call waits it out and then runs.
     assert_eq!(k.echo_str("after").unwrap(), "after");
@@ -316,7 +316,7 @@ fn restarted_server_never_runs_old_calls() {
     let server = Server::bind(addr).unwrap().export(TestServer::new(SeedTest)).start().unwrap();
     assert_ne!(server.incarnation(), old);
     let err = client.null().unwrap_err();
-    assert!(matches!(err, Error::UnknownBinding | Error::ServerRestarted), "{err:?}");
+    assert!(matches!(err, CallError::UnknownBinding | CallError::ServerRestarted), "{err:?}");
     assert_eq!(err.execution(), Execution::MayHaveRun);
     assert_eq!(server.stats().calls.load(Ordering::Relaxed), 0, "nothing of the old binding ran");
     let client: TestClient = Client::connect(udp(addr)).unwrap().import().unwrap();

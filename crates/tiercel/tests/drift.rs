@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tiercel::{Client, Error, Execution, Import, RunningServer, Server};
+use tiercel::{BindError, Client, Error, Execution, Import, RunningServer, Server};
 
 #[tiercel::interface]
 pub trait Bank {
@@ -89,15 +89,17 @@ fn bank() -> RunningServer {
 }
 
 /// The error importing `T` ends with, through `transport` ("udp" or "shm").
-fn refused<T: Import>(server: &RunningServer, transport: &str) -> (String, Error) {
+/// Returns where the two sides differ, and the error's message.
+fn refused<T: Import>(server: &RunningServer, transport: &str) -> (String, String) {
     let addr = match transport {
         "udp" => format!("udp://{}", server.addr()),
         _ => format!("shm:{}", server.addr()),
     };
     let err = Client::connect(addr.as_str()).unwrap().import::<T>().map(drop).unwrap_err();
-    assert_eq!(err.execution(), Execution::NeverRan, "{err}");
-    let Error::InterfaceMismatch { name: "Bank", difference } = &err else { panic!("{transport}: {err:?}") };
-    (difference.clone(), err)
+    let BindError::InterfaceMismatch { name: "Bank", difference } = &err else { panic!("{transport}: {err:?}") };
+    let (difference, message) = (difference.clone(), err.to_string());
+    assert_eq!(Error::from(err).execution(), Execution::NeverRan, "an import runs no procedure");
+    (difference, message)
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tiercel::{Client, ClientConfig, Error, Execution, RunningServer, Secret, Server, ServerConfig};
+use tiercel::{BindError, Client, ClientConfig, Execution, RunningServer, Secret, Server, ServerConfig};
 use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
 use tiercel_proto::bind::wire::{BindChallenge, BindProof, BindRequest, CHALLENGE_LEN, CHALLENGE_MSG_LEN, PROOF_LEN};
 use tiercel_proto::wire::{Header, Kind, Packet, Status};
@@ -20,9 +20,9 @@ fn server(secret: Option<Secret>) -> RunningServer {
 }
 
 /// Imports over UDP (`tests/shm.rs` checks the secret over shared memory).
-fn import(server: &RunningServer, secret: Option<Secret>) -> Result<TestClient, Error> {
+fn import(server: &RunningServer, secret: Option<Secret>) -> Result<TestClient, BindError> {
     let config = ClientConfig { secret, ..ClientConfig::default() };
-    Client::connect(format!("udp://{}", server.addr()))?.with_config(config).import()
+    Client::connect(format!("udp://{}", server.addr())).unwrap().with_config(config).import()
 }
 
 #[test]
@@ -39,7 +39,7 @@ fn a_client_that_proves_the_secret_binds_and_calls() {
 fn a_client_without_the_secret_gets_no_binding() {
     let s = server(Some(secret(1)));
     let err = import(&s, None).unwrap_err();
-    assert!(matches!(err, Error::AuthenticationRequired), "{err}");
+    assert!(matches!(err, BindError::AuthenticationRequired), "{err}");
     assert_eq!(err.execution(), Execution::NeverRan);
     assert_eq!(s.bindings(), 0);
 }
@@ -48,7 +48,7 @@ fn a_client_without_the_secret_gets_no_binding() {
 fn a_client_with_another_secret_is_refused() {
     let s = server(Some(secret(1)));
     let err = import(&s, Some(secret(2))).unwrap_err();
-    assert!(matches!(err, Error::AuthenticationFailed(_)), "{err}");
+    assert!(matches!(err, BindError::AuthenticationFailed(_)), "{err}");
     assert!(err.to_string().contains("secrets differ"), "{err}");
     assert_eq!(s.stats().auth_failed.load(Ordering::Relaxed), 1);
     assert_eq!(s.bindings(), 0);
@@ -58,7 +58,7 @@ fn a_client_with_another_secret_is_refused() {
 fn a_client_with_a_secret_will_not_bind_to_a_server_that_cannot_prove_it() {
     let s = server(None);
     let err = import(&s, Some(secret(1))).unwrap_err();
-    assert!(matches!(err, Error::AuthenticationFailed(_)), "{err}");
+    assert!(matches!(err, BindError::AuthenticationFailed(_)), "{err}");
 }
 
 /// Sends a bind request from `socket` and returns the first answer.

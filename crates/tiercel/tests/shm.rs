@@ -6,7 +6,10 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tiercel::{Client, ClientConfig, Error, Execution, In, InOut, Out, Secret, Server, ServerConfig, Transport};
+use tiercel::{
+    BindError, CallError, Client, ClientConfig, Error, Execution, In, InOut, Out, Secret, Server, ServerConfig,
+    Transport,
+};
 use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
 
 #[tiercel::interface]
@@ -82,8 +85,8 @@ fn a_server_without_shared_memory_is_reached_over_udp_unless_shm_is_forced() {
     let plain: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
     assert_eq!(plain.binding().transport(), Transport::Udp);
     let err = Client::connect(format!("shm:{}", s.addr())).unwrap().import::<TestClient>().unwrap_err();
-    assert!(matches!(err, Error::NoSharedMemory(_)), "{err}");
-    assert_eq!(err.execution(), Execution::NeverRan);
+    assert!(matches!(err, BindError::NoSharedMemory(_)), "{err}");
+    assert_eq!(Error::from(err).execution(), Execution::NeverRan);
 }
 
 #[test]
@@ -115,7 +118,7 @@ fn large_buffers_up_to_the_message_limit() {
     }
     let too_big = vec![0u8; (16 << 20) + 1];
     let err = k.echo(In(&too_big), Out(&mut []), InOut(&mut [])).unwrap_err();
-    assert!(matches!(err, Error::TooLarge(_)), "{err}");
+    assert!(matches!(err, CallError::TooLarge(_)), "{err}");
     assert_eq!(err.execution(), Execution::NeverRan);
 }
 
@@ -146,13 +149,13 @@ fn errors_are_clear_and_say_whether_the_procedure_ran() {
     let s = server();
     let k: StoreClient = Client::connect(s.addr()).unwrap().import().unwrap();
     let err = k.boom().unwrap_err();
-    assert!(matches!(&err, Error::Panicked(m) if m.contains("boom on purpose")), "{err}");
+    assert!(matches!(&err, CallError::Panicked(m) if m.contains("boom on purpose")), "{err}");
     assert_eq!(err.execution(), Execution::Ran);
     assert_eq!(k.put("still".into(), vec![]).unwrap(), 5, "the server goes on after a panic");
     let slow = k.with_deadline(Duration::from_millis(50));
     let start = Instant::now();
     let err = slow.sleep_ms(400).unwrap_err();
-    assert!(matches!(err, Error::DeadlineExceeded), "{err}");
+    assert!(matches!(err, CallError::DeadlineExceeded), "{err}");
     assert!(start.elapsed() < Duration::from_millis(350), "the deadline is kept");
     // The abandoned call still finishes on the server; the next call on this thread waits for it.
     assert_eq!(k.put("after".into(), vec![1]).unwrap(), 6);
@@ -167,10 +170,10 @@ fn secrets_are_proven_over_shared_memory_too() {
     assert_eq!(ok.binding().transport(), Transport::SharedMemory);
     seeds::check_all(&ok, 1).unwrap();
     let err = Client::connect(s.addr()).unwrap().import::<TestClient>().unwrap_err();
-    assert!(matches!(err, Error::AuthenticationRequired), "{err}");
+    assert!(matches!(err, BindError::AuthenticationRequired), "{err}");
     let wrong = ClientConfig { secret: Some(Secret::new(&[6; 32]).unwrap()), ..ClientConfig::default() };
     let err = Client::connect(s.addr()).unwrap().with_config(wrong).import::<TestClient>().unwrap_err();
-    assert!(matches!(err, Error::AuthenticationFailed(_)), "{err}");
+    assert!(matches!(err, BindError::AuthenticationFailed(_)), "{err}");
     assert_eq!(s.stats().auth_failed.load(Ordering::Relaxed), 1);
 }
 
@@ -191,7 +194,7 @@ fn a_stopped_server_fails_the_call_in_progress_clearly() {
     match result {
         Ok(()) => {}
         Err(e) => {
-            assert!(matches!(e, Error::ServerGone { .. }), "{e}");
+            assert!(matches!(e, CallError::ServerGone { .. }), "{e}");
             assert_eq!(e.execution(), Execution::MayHaveRun);
         }
     }

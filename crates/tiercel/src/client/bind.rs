@@ -10,7 +10,7 @@ use tiercel_sys::udp;
 
 use crate::config::ClientConfig;
 use crate::interface::{fingerprint, InterfaceInfo};
-use crate::Error;
+use crate::BindError;
 
 /// IPv4 and UDP headers: what a datagram adds to its payload on the path.
 const IPV4_UDP_OVERHEAD: usize = 20 + 8;
@@ -34,7 +34,7 @@ pub(super) fn bind_udp(
     server: SocketAddr,
     info: &'static InterfaceInfo,
     config: &ClientConfig,
-) -> Result<UdpGrant, Error> {
+) -> Result<UdpGrant, BindError> {
     let socket = udp::connect(server)?;
     let overhead = if server.is_ipv4() { IPV4_UDP_OVERHEAD } else { IPV6_UDP_OVERHEAD };
     let mtu_payload = udp::path_mtu(&socket).map(|m| m as usize - overhead);
@@ -49,13 +49,13 @@ pub(super) fn bind_udp(
     let mut rto = config.timing.retransmit_initial;
     'send: loop {
         if start.elapsed() >= config.timing.dead_after {
-            return Err(Error::Unreachable { server, acknowledged: false });
+            return Err(BindError::Unreachable(server));
         }
         let packet = machine.packet();
         match crate::transmit::send(&socket, None, &[std::io::IoSlice::new(&packet)], config.checksum) {
             Ok(_) => {}
             // An ICMP port-unreachable for an earlier request: nobody listens there.
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(Error::NoServer(server)),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(BindError::NoServer(server)),
             Err(e) => return Err(e.into()),
         }
         let until = Instant::now() + rto;
@@ -65,7 +65,7 @@ pub(super) fn bind_udp(
             }
             let n = match udp::recv_nowait(&socket, &mut rx) {
                 Ok(udp::Received::Datagram(n)) => n,
-                Ok(udp::Received::Refused) => return Err(Error::NoServer(server)),
+                Ok(udp::Received::Refused) => return Err(BindError::NoServer(server)),
                 Ok(udp::Received::Truncated(_) | udp::Received::Nothing) => continue,
                 Err(e) => return Err(e.into()),
             };
@@ -92,18 +92,18 @@ pub(super) fn bind_udp(
 }
 
 /// The error a refused bind ends with.
-pub(super) fn refusal_error(info: &'static InterfaceInfo, refusal: Refusal<'_>) -> Error {
+pub(super) fn refusal_error(info: &'static InterfaceInfo, refusal: Refusal<'_>) -> BindError {
     match refusal {
-        Refusal::UnknownInterface => Error::UnknownInterface { name: info.name },
+        Refusal::UnknownInterface => BindError::UnknownInterface { name: info.name },
         Refusal::VersionMismatch(r) => {
-            Error::VersionMismatch { name: info.name, client: info.version, server: r.version }
+            BindError::VersionMismatch { name: info.name, client: info.version, server: r.version }
         }
         Refusal::InterfaceMismatch(r) => {
-            Error::InterfaceMismatch { name: info.name, difference: difference(info, r.fingerprint, r.signature) }
+            BindError::InterfaceMismatch { name: info.name, difference: difference(info, r.fingerprint, r.signature) }
         }
-        Refusal::AuthRequired => Error::AuthenticationRequired,
-        Refusal::AuthFailed(why) => Error::AuthenticationFailed(why),
-        Refusal::Busy => Error::Busy,
+        Refusal::AuthRequired => BindError::AuthenticationRequired,
+        Refusal::AuthFailed(why) => BindError::AuthenticationFailed(why),
+        Refusal::Busy => BindError::Busy,
     }
 }
 

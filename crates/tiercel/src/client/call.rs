@@ -4,7 +4,7 @@ use std::cell::RefCell;
 
 use crate::steps::{mark, Point};
 use crate::wire::{Reader, Segments, Writer};
-use crate::{Binding, Error};
+use crate::{Binding, CallError};
 
 use super::endpoint::{self, Endpoint};
 use super::shm::ShmEndpoint;
@@ -22,7 +22,7 @@ enum Engine {
 }
 
 impl Engine {
-    fn take(binding: &Binding) -> Result<Engine, Error> {
+    fn take(binding: &Binding) -> Result<Engine, CallError> {
         let Some(link) = &binding.inner.shm else { return endpoint::take(binding).map(Engine::Udp) };
         match endpoint::take_cached(&SHM_ENDPOINTS, binding.inner.uid) {
             Some(ep) => Ok(Engine::Shm(ep)),
@@ -61,7 +61,7 @@ pub struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    pub(super) fn new(binding: &'a Binding, procedure: u16) -> Result<Call<'a>, Error> {
+    pub(super) fn new(binding: &'a Binding, procedure: u16) -> Result<Call<'a>, CallError> {
         mark(Point::CallStart);
         let mut engine = Engine::take(binding)?;
         match &mut engine {
@@ -82,7 +82,7 @@ impl<'a> Call<'a> {
     }
 
     /// Sends the call and waits for its result.
-    pub fn invoke(mut self) -> Result<Reply, Error> {
+    pub fn invoke(mut self) -> Result<Reply, CallError> {
         mark(Point::Marshaled);
         let Some(mut engine) = self.engine.take() else { unreachable!("a call has its endpoint until invoked") };
         let b = self.binding;
@@ -125,8 +125,8 @@ impl Reply {
     }
 
     /// Maps a result decoding error.
-    pub fn bad_result(e: crate::wire::DecodeError) -> Error {
-        Error::BadResult(e)
+    pub fn bad_result(e: crate::wire::DecodeError) -> CallError {
+        CallError::BadResult(e)
     }
 }
 

@@ -22,7 +22,7 @@ use crate::spin::SpinBudget;
 use crate::steps::{mark, Point};
 use crate::transmit;
 use crate::wire::{Segments, MAX_SEGMENTS};
-use crate::{Binding, Error};
+use crate::{Binding, CallError};
 
 thread_local! {
     // Boxed so that taking an endpoint out for a call and putting it back moves a pointer, not the
@@ -79,7 +79,7 @@ impl Cached for Endpoint {
 }
 
 /// Takes this thread's endpoint for `binding`, creating it on the thread's first call.
-pub(super) fn take(binding: &Binding) -> Result<Box<Endpoint>, Error> {
+pub(super) fn take(binding: &Binding) -> Result<Box<Endpoint>, CallError> {
     match take_cached(&ENDPOINTS, binding.inner.uid) {
         Some(ep) => Ok(ep),
         None => Endpoint::new(&binding.inner).map(Box::new),
@@ -115,7 +115,7 @@ pub(crate) struct Endpoint {
 const KEEP_LARGE_BUFFERS: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Endpoint {
-    fn new(inner: &Arc<BindingInner>) -> Result<Endpoint, Error> {
+    fn new(inner: &Arc<BindingInner>) -> Result<Endpoint, CallError> {
         let (slot, seq) = inner.take_slot()?;
         let socket = match udp::connect(inner.server) {
             Ok(s) => s,
@@ -177,14 +177,14 @@ impl Endpoint {
     }
 
     /// Makes the call: send, wait, and leave the results where [`Endpoint::result`] finds them.
-    pub(super) fn run(&mut self, binding: &Binding, procedure: u16, segs: &Segments<'_>) -> Result<(), Error> {
+    pub(super) fn run(&mut self, binding: &Binding, procedure: u16, segs: &Segments<'_>) -> Result<(), CallError> {
         let inner = &*binding.inner;
         let len = segs.message_len(&self.scratch);
         self.seq = self.seq.wrapping_add(1);
         let start = Instant::now();
         self.call.start(self.seq, len, start, binding.deadline.map(|d| start + d));
         if let Some(Outcome::Failed(Failure::TooLarge)) = self.call.outcome() {
-            return Err(Error::TooLarge(format!(
+            return Err(CallError::TooLarge(format!(
                 "call of {len} bytes exceeds the limit of {} bytes",
                 inner.config.timing.max_message
             )));
@@ -204,7 +204,7 @@ impl Endpoint {
     }
 
     /// Sends every packet the protocol asks for.
-    fn flush(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize) -> Result<(), Error> {
+    fn flush(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize) -> Result<(), CallError> {
         while let Some(t) = self.call.poll_transmit() {
             let sent = match t {
                 Transmit::CallFragment { index, please_ack } => {
@@ -272,7 +272,7 @@ impl Endpoint {
     }
 
     /// Spins, then blocks, until the call completes or fails.
-    fn wait(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize, start: Instant) -> Result<(), Error> {
+    fn wait(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize, start: Instant) -> Result<(), CallError> {
         let spin_until = start + self.spin.budget();
         loop {
             match udp::recv_nowait(&self.socket, &mut self.rx)? {
@@ -340,7 +340,7 @@ impl Endpoint {
     }
 
     /// Turns the call's outcome into the result location or an error.
-    fn finish(&mut self, inner: &BindingInner, procedure: u16) -> Result<(), Error> {
+    fn finish(&mut self, inner: &BindingInner, procedure: u16) -> Result<(), CallError> {
         let server = inner.server;
         match self.call.outcome() {
             Some(Outcome::Result { status, reassembled }) => {
@@ -357,26 +357,26 @@ impl Endpoint {
                 Err(status_error(status, procedure, message))
             }
             Some(Outcome::Failed(f)) => Err(match f {
-                Failure::Unreachable { acknowledged } => Error::Unreachable { server, acknowledged },
-                Failure::DeadlineExceeded => Error::DeadlineExceeded,
-                Failure::Rejected(Status::Busy) => Error::Overloaded,
+                Failure::Unreachable { acknowledged } => CallError::Unreachable { server, acknowledged },
+                Failure::DeadlineExceeded => CallError::DeadlineExceeded,
+                Failure::Rejected(Status::Busy) => CallError::Overloaded,
                 Failure::Rejected(status) => status_error(status, procedure, String::new()),
-                Failure::TooLarge => Error::TooLarge("call exceeds the message limit".into()),
+                Failure::TooLarge => CallError::TooLarge("call exceeds the message limit".into()),
             }),
-            None => Err(Error::Io(std::io::Error::other("call ended without an outcome"))),
+            None => Err(CallError::Io(std::io::Error::other("call ended without an outcome"))),
         }
     }
 }
 
-pub(super) fn status_error(status: Status, procedure: u16, message: String) -> Error {
+pub(super) fn status_error(status: Status, procedure: u16, message: String) -> CallError {
     match status {
-        Status::UnknownProcedure => Error::UnknownProcedure(procedure),
-        Status::BadArguments => Error::BadArguments(message),
-        Status::Panicked => Error::Panicked(message),
-        Status::UnknownBinding | Status::BadSlot => Error::UnknownBinding,
-        Status::WrongIncarnation => Error::ServerRestarted,
-        Status::TooLarge => Error::TooLarge(message),
-        Status::ResultTooLarge => Error::ResultTooLarge(message),
+        Status::UnknownProcedure => CallError::UnknownProcedure(procedure),
+        Status::BadArguments => CallError::BadArguments(message),
+        Status::Panicked => CallError::Panicked(message),
+        Status::UnknownBinding | Status::BadSlot => CallError::UnknownBinding,
+        Status::WrongIncarnation => CallError::ServerRestarted,
+        Status::TooLarge => CallError::TooLarge(message),
+        Status::ResultTooLarge => CallError::ResultTooLarge(message),
         // Statuses that answer a bind request, a refusal as busy (a `Reject`, handled by the call
         // machine's backoff), or success, are no failure of a call's result: a server that sends
         // them as one breaks the protocol.
@@ -386,7 +386,7 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> E
         | Status::InterfaceMismatch
         | Status::AuthRequired
         | Status::AuthFailed
-        | Status::Ok => Error::Protocol(format!("the server answered a call with status {status:?}")),
+        | Status::Ok => CallError::Protocol(format!("the server answered a call with status {status:?}")),
     }
 }
 
@@ -394,6 +394,44 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         if let Some(inner) = self.binding.upgrade() {
             inner.give_slot(self.slot, self.seq);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Execution;
+
+    #[test]
+    fn every_status_maps_to_the_error_of_where_the_call_stopped() {
+        let ran = |s: Status| status_error(s, 3, "why".into()).execution();
+        assert!(matches!(status_error(Status::UnknownProcedure, 3, String::new()), CallError::UnknownProcedure(3)));
+        assert_eq!(ran(Status::UnknownProcedure), Execution::NeverRan);
+        assert!(
+            matches!(status_error(Status::BadArguments, 3, "why".into()), CallError::BadArguments(m) if m == "why")
+        );
+        assert_eq!(ran(Status::BadArguments), Execution::NeverRan);
+        assert_eq!(ran(Status::TooLarge), Execution::NeverRan, "refused before it ran");
+        assert_eq!(ran(Status::ResultTooLarge), Execution::Ran, "refused after it ran");
+        assert_eq!(ran(Status::Panicked), Execution::Ran);
+        assert!(matches!(status_error(Status::UnknownBinding, 3, String::new()), CallError::UnknownBinding));
+        assert!(matches!(status_error(Status::BadSlot, 3, String::new()), CallError::UnknownBinding));
+        assert!(matches!(status_error(Status::WrongIncarnation, 3, String::new()), CallError::ServerRestarted));
+        assert_eq!(ran(Status::WrongIncarnation), Execution::MayHaveRun);
+        // What no server sends as a call's result is a protocol violation, not a guess.
+        for s in [
+            Status::Ok,
+            Status::Busy,
+            Status::UnknownInterface,
+            Status::VersionMismatch,
+            Status::InterfaceMismatch,
+            Status::AuthRequired,
+            Status::AuthFailed,
+        ] {
+            let e = status_error(s, 3, String::new());
+            assert!(matches!(e, CallError::Protocol(_)), "{s:?}: {e:?}");
+            assert_eq!(e.execution(), Execution::MayHaveRun);
         }
     }
 }

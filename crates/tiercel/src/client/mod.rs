@@ -15,7 +15,7 @@ pub use call::{Call, Reply};
 use crate::address::{ToAddress, Transport};
 use crate::config::ClientConfig;
 use crate::interface::{Import, InterfaceInfo};
-use crate::Error;
+use crate::{AddressError, BindError, CallError};
 
 /// A client of one server: imports interfaces from it.
 #[derive(Debug, Clone)]
@@ -29,7 +29,7 @@ impl Client {
     /// A client of the server at `addr`: a `SocketAddr` or `"host:port"` (shared memory if the server
     /// is on this host, else UDP), `"udp://host:port"` or `"shm:host:port"`. Nothing is sent until
     /// [`Client::import`].
-    pub fn connect(addr: impl ToAddress) -> Result<Client, Error> {
+    pub fn connect(addr: impl ToAddress) -> Result<Client, AddressError> {
         let (transport, server) = addr.to_address()?;
         Ok(Client { server, transport, config: ClientConfig::default() })
     }
@@ -47,7 +47,7 @@ impl Client {
 
     /// Binds to interface `T` on the server: one round trip that checks the interface and its version
     /// and returns the generated client stub.
-    pub fn import<T: Import>(&self) -> Result<T, Error> {
+    pub fn import<T: Import>(&self) -> Result<T, BindError> {
         Binding::bind(self.server, self.transport, T::INFO, self.config.clone()).map(T::from_binding)
     }
 }
@@ -84,7 +84,7 @@ pub(crate) struct BindingInner {
 
 impl BindingInner {
     /// A client slot for a new thread endpoint, with the sequence number it must use next.
-    pub(crate) fn take_slot(&self) -> Result<(u32, u32), Error> {
+    pub(crate) fn take_slot(&self) -> Result<(u32, u32), CallError> {
         let mut free = self.free_slots.lock().unwrap_or_else(|p| p.into_inner());
         match free.0.pop() {
             Some(s) => Ok(s),
@@ -92,7 +92,7 @@ impl BindingInner {
                 free.1 += 1;
                 Ok((free.1 - 1, 0))
             }
-            None => Err(Error::NoFreeSlot(self.slots)),
+            None => Err(CallError::NoFreeSlot(self.slots)),
         }
     }
 
@@ -129,7 +129,7 @@ impl Binding {
         transport: Option<Transport>,
         info: &'static InterfaceInfo,
         config: ClientConfig,
-    ) -> Result<Binding, Error> {
+    ) -> Result<Binding, BindError> {
         let try_shm = match transport {
             Some(Transport::SharedMemory) => true,
             Some(Transport::Udp) => false,
@@ -158,14 +158,14 @@ impl Binding {
                         deadline,
                     });
                 }
-                None if transport == Some(Transport::SharedMemory) => return Err(Error::NoSharedMemory(server)),
+                None if transport == Some(Transport::SharedMemory) => return Err(BindError::NoSharedMemory(server)),
                 None => {}
             }
         }
         Self::bind_udp(server, info, config)
     }
 
-    fn bind_udp(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig) -> Result<Binding, Error> {
+    fn bind_udp(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig) -> Result<Binding, BindError> {
         let bind::UdpGrant { granted, max_datagram } = bind::bind_udp(server, info, &config)?;
         let deadline = config.deadline;
         Ok(Binding {
@@ -187,7 +187,7 @@ impl Binding {
         })
     }
 
-    /// A clone of this binding whose calls fail with [`Error::DeadlineExceeded`] after `deadline`.
+    /// A clone of this binding whose calls fail with [`CallError::DeadlineExceeded`] after `deadline`.
     pub fn with_deadline(&self, deadline: Duration) -> Binding {
         Binding { inner: self.inner.clone(), deadline: Some(deadline) }
     }
@@ -234,22 +234,23 @@ impl Binding {
     /// Starts a call of procedure `procedure`: marshal the arguments into [`Call::writer`], then
     /// [`Call::invoke`]. Used by generated stubs.
     #[doc(hidden)]
-    pub fn call(&self, procedure: u16) -> Result<Call<'_>, Error> {
+    pub fn call(&self, procedure: u16) -> Result<Call<'_>, CallError> {
         Call::new(self, procedure)
     }
 }
 
-pub(crate) fn random_bytes() -> Result<[u8; 16], Error> {
+/// 16 bytes from the OS random source (a token, a nonce, an incarnation).
+pub(crate) fn random_bytes() -> std::io::Result<[u8; 16]> {
     random_array()
 }
 
 /// 32 bytes from the OS random source (a key).
-pub(crate) fn random_bytes32() -> Result<[u8; 32], Error> {
+pub(crate) fn random_bytes32() -> std::io::Result<[u8; 32]> {
     random_array()
 }
 
-fn random_array<const N: usize>() -> Result<[u8; N], Error> {
+fn random_array<const N: usize>() -> std::io::Result<[u8; N]> {
     let mut b = [0u8; N];
-    getrandom::fill(&mut b).map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+    getrandom::fill(&mut b).map_err(|e| std::io::Error::other(e.to_string()))?;
     Ok(b)
 }

@@ -27,7 +27,7 @@ use crate::shm as rendezvous;
 use crate::spin::SpinBudget;
 use crate::steps::{mark, Point};
 use crate::wire::{Segments, MAX_SEGMENTS};
-use crate::Error;
+use crate::{BindError, CallError};
 
 /// How long a blocked caller sleeps before looking whether the server's process is still there.
 const LIVENESS: Duration = Duration::from_millis(50);
@@ -66,10 +66,14 @@ pub(crate) fn connect(server: SocketAddr) -> Option<UnixStream> {
 }
 
 /// The bind exchange over a connected rendezvous socket, decided by the client's bind machine.
-pub(crate) fn bind(stream: UnixStream, info: &'static InterfaceInfo, config: &ClientConfig) -> Result<Granted, Error> {
+pub(crate) fn bind(
+    stream: UnixStream,
+    info: &'static InterfaceInfo,
+    config: &ClientConfig,
+) -> Result<Granted, BindError> {
     // Measure the tick counter's rate (2 ms) now, not on the first call.
     let _ = clock::ticks_per_second();
-    let bad = |why: &str| Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
+    let bad = |why: &str| BindError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
     stream.set_read_timeout(Some(config.timing.dead_after))?;
     let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
     let mut machine = BindClient::new(&info.spec(), 0, nonce, false);
@@ -80,7 +84,7 @@ pub(crate) fn bind(stream: UnixStream, info: &'static InterfaceInfo, config: &Cl
         let (msg, fd) = match rendezvous::recv(&stream) {
             Ok(m) => m,
             // The server closes a connection unanswered only when it has no room for another binding.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(Error::Busy),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(BindError::Busy),
             Err(e) => return Err(e.into()),
         };
         let p = Packet::new_checked(&msg[..]).map_err(|_| bad("malformed bind answer"))?;
@@ -133,7 +137,7 @@ fn word(region: &Region, at: usize) -> &AtomicU32 {
 }
 
 impl ShmEndpoint {
-    pub(super) fn new(inner: &Arc<BindingInner>, link: &Link) -> Result<ShmEndpoint, Error> {
+    pub(super) fn new(inner: &Arc<BindingInner>, link: &Link) -> Result<ShmEndpoint, CallError> {
         let (slot, _) = inner.take_slot()?;
         // The server scans the slots below the high-water mark.
         word(&link.region, header::SLOTS_USED).fetch_max(slot + 1, Ordering::SeqCst);
@@ -176,7 +180,7 @@ impl ShmEndpoint {
         deadline: Option<Duration>,
         procedure: u16,
         segs: &Segments<'_>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), CallError> {
         let (region, layout) = (&link.region, link.layout);
         let base = layout.slot(self.slot);
         let data = layout.data(self.slot);
@@ -193,7 +197,7 @@ impl ShmEndpoint {
         }
         let len = segs.message_len(&self.scratch);
         if len > layout.data {
-            return Err(Error::TooLarge(format!("call of {len} bytes exceeds the slot's {} bytes", layout.data)));
+            return Err(CallError::TooLarge(format!("call of {len} bytes exceeds the slot's {} bytes", layout.data)));
         }
         let mut io = [std::io::IoSlice::new(&[]); MAX_SEGMENTS];
         let n = segs.io_slices(&self.scratch, &mut io);
@@ -214,7 +218,7 @@ impl ShmEndpoint {
         let status = word(region, base + slot::STATUS).load(Ordering::Relaxed);
         let Some((rlen, status)) = proto::validate_result(rlen, status, layout.data) else {
             proto::client_reset(state);
-            return Err(Error::Io(std::io::Error::new(
+            return Err(CallError::Io(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!("server wrote an impossible result (length {rlen}, status {status})"),
             )));
@@ -254,7 +258,7 @@ impl ShmEndpoint {
         waiting: &AtomicU32,
         start: u64,
         deadline: Option<Instant>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), CallError> {
         let spin = clock::ticks_in(self.spin.budget());
         // Look at the clock only every 64 checks: the result is noticed within a load, not a clock read.
         let mut checks = 0u32;
@@ -280,11 +284,11 @@ impl ShmEndpoint {
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 self.abandoned = true;
-                return Err(Error::DeadlineExceeded);
+                return Err(CallError::DeadlineExceeded);
             }
             if tiercel_sys::shm::peer_closed(&link.stream) {
                 self.abandoned = true;
-                return Err(Error::ServerGone { server: inner.server });
+                return Err(CallError::ServerGone { server: inner.server });
             }
         }
     }

@@ -15,7 +15,7 @@ use tiercel_sys::udp;
 use crate::address::ToAddress;
 use crate::config::ServerConfig;
 use crate::interface::Export;
-use crate::Error;
+use crate::ServerError;
 
 /// A server being set up: bound to an address, collecting exports.
 pub struct Server {
@@ -32,9 +32,9 @@ impl core::fmt::Debug for Server {
 
 impl Server {
     /// Binds the server's socket to `addr` (`"udp://127.0.0.1:0"` picks a free port).
-    pub fn bind(addr: impl ToAddress) -> Result<Server, Error> {
+    pub fn bind(addr: impl ToAddress) -> Result<Server, ServerError> {
         let (_, addr) = addr.to_address()?;
-        let socket = udp::bind(addr, false).map_err(|source| Error::Listen { addr, source })?;
+        let socket = udp::bind(addr, false).map_err(|source| ServerError::Listen { addr, source })?;
         Ok(Server { socket, config: ServerConfig::default(), exports: Vec::new() })
     }
 
@@ -51,7 +51,7 @@ impl Server {
     }
 
     /// Starts the worker threads.
-    pub fn start(self) -> Result<RunningServer, Error> {
+    pub fn start(self) -> Result<RunningServer, ServerError> {
         let addr = self.socket.local_addr()?;
         let incarnation = u64::from_le_bytes(crate::client::random_bytes()?[..8].try_into().unwrap_or_default());
         let workers = self.config.workers.max(1);
