@@ -161,7 +161,10 @@ impl std::error::Error for CheckFailure {}
 /// How many calls one [`check_all`] makes: one of each procedure of [`Test`].
 pub const CHECK_CALLS: u64 = 17;
 
-/// Calls every procedure of [`Test`] once with the seeds' buffer sizes and checks every result.
+/// Calls every procedure of [`Test`] once with the seeds' buffer sizes and checks every result: each
+/// value returned and every byte of every buffer that comes back (the server checks the bytes of
+/// `max_arg`'s and `big_in`'s arguments). The procedures of Firefly's marshaling tables take
+/// arguments and return nothing: for them it checks that the call completes.
 pub fn check_all(client: &TestClient, round: u32) -> Result<(), CheckFailure> {
     let e = |p: &'static str| move |err: tiercel::CallError| CheckFailure::Call(p, err);
     let wrong = |w: &str| Err(CheckFailure::Wrong(w.to_string()));

@@ -1,9 +1,13 @@
 //! `tiercel serve`.
 
 use std::io::Write;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::seeds::{SeedTest, TestServer};
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use crate::seeds::{SeedTest, TestClient, TestServer};
 use tiercel::{Server, ServerConfig};
 
 /// Options of `tiercel serve`.
@@ -33,6 +37,7 @@ pub struct Args {
     secret: crate::SecretArgs,
 }
 
+/// Runs a Test server until SIGINT or SIGTERM, then shuts it down gracefully.
 pub fn run(args: Args) -> crate::Result<()> {
     let config = ServerConfig {
         workers: args.workers,
@@ -52,23 +57,42 @@ pub fn run(args: Args) -> crate::Result<()> {
     // stop the server, so write errors are ignored.
     let mut out = std::io::stdout();
     let _ = writeln!(out, "listening udp://{}", server.addr());
-    let _ = writeln!(out, "exporting Test v1 (null, add, max_arg, max_result, big_in, big_out, big_in_out)");
-    let _ = writeln!(out, "incarnation {:016x}; stop with Ctrl-C", server.incarnation());
+    let info = <TestClient as tiercel::Import>::INFO;
+    let _ = writeln!(out, "exporting {} v{} ({})", info.name, info.version, info.procedures.join(", "));
+    let _ = writeln!(
+        out,
+        "incarnation {:016x}; Ctrl-C or SIGTERM shuts down gracefully (calls under way finish)",
+        server.incarnation()
+    );
     let _ = out.flush();
-    if args.stats_every == 0 {
-        server.wait();
-        return Ok(());
+    // SIGINT and SIGTERM begin a graceful shutdown; the signal handler only sets a flag.
+    let signalled = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(signal, signalled.clone())?;
     }
-    loop {
-        std::thread::sleep(Duration::from_secs(args.stats_every));
-        let mut out = std::io::stdout();
-        let _ = writeln!(
-            out,
-            "stats {} bindings_held={} peak_rss_kib={}",
-            server.stats(),
-            server.bindings(),
-            crate::peak_rss_kib()
-        );
-        let _ = out.flush();
+    let handle = server.shutdown_handle();
+    let every = (args.stats_every > 0).then(|| Duration::from_secs(args.stats_every));
+    let mut next_stats = every.map(|d| Instant::now() + d);
+    while !signalled.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+        if let (Some(at), Some(every)) = (next_stats, every) {
+            if Instant::now() >= at {
+                next_stats = Some(at + every);
+                let mut out = std::io::stdout();
+                let _ = writeln!(
+                    out,
+                    "stats {} bindings_held={} peak_rss_kib={}",
+                    server.stats(),
+                    server.bindings(),
+                    crate::peak_rss_kib()
+                );
+                let _ = out.flush();
+            }
+        }
     }
+    let _ = writeln!(std::io::stdout(), "shutting down: refusing new bindings and calls, finishing calls under way");
+    handle.shutdown();
+    server.wait();
+    let _ = writeln!(std::io::stdout(), "stopped");
+    Ok(())
 }

@@ -13,13 +13,41 @@ use proc_macro::TokenStream;
 
 /// Turns a trait into an RPC interface.
 ///
+/// ```ignore
+/// #[tiercel::interface]
+/// pub trait Store {
+///     fn put(&self, key: String, value: tiercel::In<&[u8]>) -> Result<u64, String>;
+///     fn get(&self, key: &str, into: tiercel::Out<&mut [u8]>) -> usize;
+/// }
+/// ```
+///
+/// What a trait may hold: only methods, none generic, async, unsafe or variadic, each taking
+/// `&self` (the server runs calls concurrently on one shared implementation) and arguments with
+/// plain names. An argument is one of:
+/// * a value of any type that implements `tiercel::Wire` (integers, floats, `bool`, `char`,
+///   `String`, `Vec<T>`, `Option<T>`, `Result<T, E>`, tuples, arrays, and your own types with
+///   `#[derive(tiercel::Wire)]`), passed by value;
+/// * `&[u8]` or `&str`, borrowed: the server's procedure reads them straight from the received
+///   packet, without a copy;
+/// * `In<T>`: sent on the call only; `In<&[u8]>` goes from the caller's buffer with no staging copy;
+/// * `Out<&mut [u8]>`: the caller's buffer, filled in place by the result (only its length travels
+///   on the call);
+/// * `InOut<&mut [u8]>`: sent on the call and filled from the result.
+///
+/// A procedure returns nothing or an owned `Wire` value (no references: return `Vec<u8>` or
+/// `String`, or fill an `Out` buffer). Misuse is a compile error pointing at the offending tokens.
+///
 /// Generates, beside the trait itself:
 /// * `<Trait>Client`: one method per procedure, taking the same arguments and returning
 ///   `Result<R, tiercel::CallError>` (a procedure that returns `Result<T, E>` comes back as
 ///   `Result<Result<T, E>, tiercel::CallError>`: the outer error is the call's, the inner the
 ///   procedure's own);
+///   Each client also has `binding()` (the `tiercel::Binding`: transport, server, incarnation,
+///   counters) and `with_deadline(duration)` (a clone whose calls fail with
+///   `CallError::DeadlineExceeded` after that long). Clones share the binding; each thread that
+///   calls gets its own client slot, up to the server's `slots_per_binding`;
 /// * `<Trait>Server<T>`: wraps an implementation of the trait and dispatches calls to it by
-///   procedure number (the declaration order).
+///   procedure number (the declaration order), for `Server::export`.
 ///
 /// Binding compares the whole interface: its name, its version, and a fingerprint of its procedures
 /// in order with their names and the types of their arguments and results as written. A client

@@ -332,7 +332,9 @@ impl ClientCall {
                 self.blast.take_new();
                 self.retransmitted = true;
                 self.rto = (self.rto * 2).min(self.timing.retransmit_max);
-                self.timer = Some(now + self.rto);
+                // Try once more when `dead_after` of refusals is up, rather than let the backoff
+                // outlast it: a server that is still refusing then is overloaded, not dead.
+                self.timer = Some((now + self.rto).min(since + self.timing.dead_after));
                 Handled::Progress
             }
             Kind::Reject => {

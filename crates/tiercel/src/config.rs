@@ -32,23 +32,28 @@ impl Default for Spin {
 /// Client settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientConfig {
-    /// How a calling thread waits for its result.
+    /// How a calling thread waits for its result. Default: adaptive, at most 200 µs, then block.
     pub spin: Spin,
     /// Protocol timers and limits; `timing.dead_after` bounds how long a call to a dead server waits.
+    /// Default: [`Timing::default`] (retransmission after 20 ms, doubling up to 500 ms; probes every
+    /// 500 ms; dead after 5 s of silence; 32 fragments in flight; messages up to 16 MiB).
     pub timing: Timing,
-    /// Largest datagram to send or accept; the path MTU found at bind time may lower it.
+    /// Largest datagram to send or accept; the path MTU found at bind time may lower it. Default:
+    /// 65,507 bytes (the most a UDP datagram over IPv4 carries).
     pub max_datagram: usize,
-    /// Deadline applied to every call, unless a binding sets its own.
+    /// Deadline applied to every call, unless a binding sets its own. Default: none.
     pub deadline: Option<Duration>,
     /// End every packet of the binding, both ways, with a CRC32C checksum, and drop packets that fail
     /// it. UDP's own checksum already catches corruption on the wire (loopback skips it); this one
     /// also catches corruption below or beside the network stack, for about 50 ns per 1,500 bytes.
+    /// Default: off.
     pub checksum: bool,
     /// The shared secret to prove when a server asks for one at bind time. With a secret the client
     /// also requires the server to prove it back, so it binds only to a holder of the secret.
+    /// Default: none.
     pub secret: Option<crate::Secret>,
     /// When the address lets the binder choose, bind through shared memory if the server is on this
-    /// host and offers it (else UDP). `false` always chooses UDP.
+    /// host and offers it (else UDP). `false` always chooses UDP. Default: on.
     pub shared_memory: bool,
 }
 
@@ -75,41 +80,47 @@ pub struct ServerConfig {
     /// Worker threads receiving and running calls. Each runs procedures inline; while one runs a long
     /// procedure the others keep receiving, so probes and other clients are still answered. With three
     /// or more, one is always kept free to receive: a new call arriving while all the others run
-    /// procedures is refused at once as busy, and its client backs off and retries.
+    /// procedures is refused at once as busy, and its client backs off and retries. Default: 4.
     pub workers: usize,
     /// How long an idle worker spins for the next packet before blocking. Only `spinners` workers spin
     /// at once, so that idle workers do not take every core. A shared-memory binding's thread spins
-    /// at most this long after each call (see `adaptive_spin`), then sleeps on a futex.
+    /// at most this long after each call (see `adaptive_spin`), then sleeps on a futex. Default: 1 ms.
     pub spin: Duration,
-    /// Most workers spinning at the same time.
+    /// Most workers spinning at the same time. Default: 1.
     pub spinners: usize,
     /// CPUs to pin worker `i` to (`cpus[i % cpus.len()]`); empty leaves placement to the kernel.
+    /// Default: empty.
     pub cpus: Vec<usize>,
-    /// Client slots per binding: the most threads of one client that can call at once.
+    /// Client slots per binding: the most threads of one client that can call at once. Default: 64
+    /// (also the most a shared-memory binding has).
     pub slots_per_binding: u32,
-    /// Most bindings held at once.
+    /// Most bindings held at once (UDP and shared memory each). Default: 4,096.
     pub max_bindings: usize,
-    /// Largest datagram to send or accept.
+    /// Largest datagram to send or accept. Default: 65,507 bytes.
     pub max_datagram: usize,
-    /// Protocol limits (message size, window).
+    /// Protocol limits (message size, window). Default: [`Timing::default`] (messages up to 16 MiB).
     pub timing: Timing,
     /// Bytes one binding may hold in multi-packet calls being reassembled and results being sent.
+    /// Default: 64 MiB.
     pub binding_memory: usize,
     /// A binding from which nothing has been heard for this long is forgotten, with its slots and
     /// saved results (a client that died, or stopped calling). Its client's next call fails with
-    /// `Error::UnknownBinding` and imports again. Never less than twice `timing.dead_after`, so that
-    /// a client still retrying a call has given up before its binding can go.
+    /// `CallError::UnknownBinding` and imports again. Never less than twice `timing.dead_after`, so that
+    /// a client still retrying a call has given up before its binding can go. Default: 10 minutes.
     pub binding_idle: Duration,
     /// A shared secret every client must prove before it gets a binding (see `docs/security.md`).
-    /// Without one, any client that can reach the server may bind.
+    /// Without one, any client that can reach the server may bind. Default: none.
     pub secret: Option<crate::Secret>,
     /// Whether a shared-memory binding's thread adapts its spin to the gaps between calls (about twice
     /// the recent gap, at most `spin`; no spin at all while gaps are longer than `spin`), or spins
-    /// `spin` after every call.
+    /// `spin` after every call. Default: adaptive.
     pub adaptive_spin: bool,
     /// Also offer shared-memory bindings to clients on this host (through an abstract UNIX socket
-    /// named after the server's address, in the server's network namespace).
+    /// named after the server's address, in the server's network namespace). Default: on.
     pub shared_memory: bool,
+    /// How long a graceful shutdown ([`crate::ShutdownHandle::shutdown`]) waits for the calls under
+    /// way to finish before the workers stop anyway. Default: 5 s.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServerConfig {
@@ -128,6 +139,7 @@ impl Default for ServerConfig {
             secret: None,
             adaptive_spin: true,
             shared_memory: true,
+            shutdown_grace: Duration::from_secs(5),
         }
     }
 }

@@ -43,6 +43,11 @@
 #[cfg(test)]
 extern crate self as tiercel;
 
+// The README's example runs with the doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExample;
+
 pub mod address;
 mod auth;
 mod buffers;
@@ -64,7 +69,7 @@ pub use client::{Binding, Call, Client, ClientStats, Reply};
 pub use config::{ClientConfig, ServerConfig, Spin, Timing};
 pub use error::{AddressError, BindError, CallError, Error, Execution, SecretError, ServerError};
 pub use interface::{DispatchError, Export, Import, InterfaceInfo, Results};
-pub use server::{RunningServer, Server, ServerStats};
+pub use server::{RunningServer, Server, ServerStats, ShutdownHandle};
 pub use tiercel_macros::{interface, Wire};
 pub use wire::{DecodeError, Reader, Wire, Writer};
 

@@ -274,10 +274,12 @@ mod hostile {
             self.region.u32_at(at).unwrap()
         }
 
-        /// Publishes whatever is in slot `i` and waits for the server's answer.
+        /// Publishes whatever is in slot `i` and waits for the server's answer. Claims every slot
+        /// number in use (far more than the region has), which the server must bound by the
+        /// region's own geometry.
         pub fn call(&self, i: u32) -> Status {
             let base = self.layout.slot(i);
-            self.word(header::SLOTS_USED).store(self.layout.slots, Ordering::SeqCst);
+            self.word(header::SLOTS_USED).store(u32::MAX, Ordering::SeqCst);
             proto::client_publish(
                 self.word(base + slot::STATE),
                 self.word(header::SERVER_SLEEPING),

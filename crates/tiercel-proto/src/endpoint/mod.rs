@@ -21,7 +21,7 @@ pub use binding::{Binding, Fragment, SlotCell};
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -80,6 +80,8 @@ pub struct ServerEndpoint<A, E> {
     /// Bind requests granted lately, by sender and nonce, so that a duplicate gets the same binding.
     recent: Mutex<HashMap<(A, u64), u32>>,
     running: AtomicUsize,
+    /// Shutting down: no new binding, no new call; calls under way finish.
+    draining: AtomicBool,
 }
 
 impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
@@ -91,7 +93,26 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             bindings: RwLock::new(Vec::new()),
             recent: Mutex::new(HashMap::new()),
             running: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
         }
+    }
+
+    /// Begins a graceful shutdown: from now on new calls are refused as busy (their clients back
+    /// off, and fail as overloaded if the server never comes back) and the transport should refuse
+    /// new bindings ([`ServerEndpoint::is_draining`]); duplicates, acknowledgements and probes of
+    /// calls under way are still answered, so those calls finish.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether [`ServerEndpoint::drain`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Procedures running now.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Acquire)
     }
 
     /// The settings.
@@ -131,8 +152,8 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
 
     /// The slot packet `p` from `from` is for, locked, with `from` as the slot's peer. Refused with a
     /// `Reject` header when the slot is outside the binding, or when `p` starts a new call and
-    /// `max_running` calls are running (not recorded: the client's retry after backing off is a
-    /// fresh attempt).
+    /// `max_running` calls are running or the endpoint is draining (not recorded: the client's retry
+    /// after backing off is a fresh attempt).
     pub fn enter<'b>(
         &self,
         binding: &'b Binding<A, E>,
@@ -141,7 +162,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     ) -> Result<MutexGuard<'b, SlotCell<A>>, Header> {
         let Some(mut cell) = binding.slot(p.slot()) else { return Err(self.reject(p, Status::BadSlot)) };
         if p.kind() == Kind::Call
-            && self.running.load(Ordering::Acquire) >= self.config.max_running
+            && (self.running.load(Ordering::Acquire) >= self.config.max_running || self.is_draining())
             && cell.proto.is_new(p.seq())
         {
             return Err(self.reject(p, Status::Busy));
@@ -241,6 +262,11 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             self.recent.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, id| !freed.contains(id));
         }
         freed.len()
+    }
+
+    /// Bytes charged now to the bindings' memory budgets, all together.
+    pub fn memory(&self) -> usize {
+        self.bindings.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().map(|b| b.memory()).sum()
     }
 
     /// Number of bindings held.

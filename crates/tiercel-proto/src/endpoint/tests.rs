@@ -89,6 +89,11 @@ fn slots_outside_the_binding_and_new_calls_beyond_max_running_are_refused() {
     drop(cell);
     e.run_finished();
     assert!(e.enter(&b, &Packet::new_checked(&second[..]).unwrap(), 1).is_ok());
+    // Draining: new calls are refused, calls under way are still answered.
+    e.drain();
+    let third = call(1, 2);
+    assert_eq!(e.enter(&b, &Packet::new_checked(&third[..]).unwrap(), 1).unwrap_err().status, Status::Busy);
+    assert!(e.enter(&b, &p, 1).is_ok(), "a duplicate of an earlier call gets its answer");
 }
 
 #[test]
@@ -165,6 +170,7 @@ fn multi_packet_messages_are_charged_to_the_binding_budget() {
     let ack = [&ack.to_bytes()[..], &AckInfo { prefix: 3, mask: 0 }.to_bytes()].concat();
     cell.on_result_ack(&b, &Packet::new_checked(&ack[..]).unwrap(), now);
     assert_eq!(b.memory(), 0, "the acknowledged result gave its bytes back");
+    assert_eq!(e.memory(), 0);
     // A result beyond the budget, after the procedure ran, becomes ResultTooLarge.
     let third = fragment(b.id, 3, 0, 1, 1, &[1]);
     let p = Packet::new_checked(&third[..]).unwrap();

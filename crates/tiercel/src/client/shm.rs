@@ -78,13 +78,20 @@ pub(crate) fn bind(
     let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
     let mut machine = BindClient::new(&info.spec(), 0, nonce, false);
     let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
-    rendezvous::send(&stream, &machine.packet(), None)?;
+    // A server with no room closes the connection at once: writing to it may fail already.
+    rendezvous::send(&stream, &machine.packet(), None).map_err(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => BindError::Busy,
+        _ => BindError::Io(e),
+    })?;
     // At most two answers: a challenge, then the grant or refusal.
     for _ in 0..2 {
         let (msg, fd) = match rendezvous::recv(&stream) {
             Ok(m) => m,
-            // The server closes a connection unanswered only when it has no room for another binding.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(BindError::Busy),
+            // The server closes a connection unanswered only when it has no room for another binding
+            // or is shutting down (closed with the request unread, the close comes as a reset).
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset) => {
+                return Err(BindError::Busy)
+            }
             Err(e) => return Err(e.into()),
         };
         let p = Packet::new_checked(&msg[..]).map_err(|_| bad("malformed bind answer"))?;

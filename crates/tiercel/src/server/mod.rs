@@ -85,6 +85,7 @@ impl Server {
             exports: self.exports,
             incarnation,
             stop: AtomicBool::new(false),
+            shutdown_by: std::sync::Mutex::new(None),
             spinners: AtomicUsize::new(0),
             stats: Arc::new(ServerStats::default()),
             shm_bindings: AtomicUsize::new(0),
@@ -121,6 +122,8 @@ pub(crate) struct Shared {
     endpoint: ServerEndpoint<SocketAddr, Arc<dyn Export>>,
     incarnation: u64,
     stop: AtomicBool,
+    /// When a graceful shutdown must stop the workers even if calls are still running.
+    shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
     spinners: AtomicUsize,
     stats: Arc<ServerStats>,
 }
@@ -202,6 +205,51 @@ impl core::fmt::Display for ServerStats {
     }
 }
 
+impl Shared {
+    /// Begins a graceful shutdown (idempotent).
+    fn begin_shutdown(&self) {
+        let mut by = self.shutdown_by.lock().unwrap_or_else(|p| p.into_inner());
+        if by.is_none() {
+            *by = Some(std::time::Instant::now() + self.config.shutdown_grace);
+            self.endpoint.drain();
+        }
+    }
+
+    /// Whether a graceful shutdown is done draining: no procedure runs, or the grace is over. Then
+    /// the workers stop.
+    pub(crate) fn drained(&self, now: std::time::Instant) -> bool {
+        let by = *self.shutdown_by.lock().unwrap_or_else(|p| p.into_inner());
+        by.is_some_and(|by| self.endpoint.running() == 0 || now >= by)
+    }
+
+    /// Whether new bindings are refused (a graceful shutdown has begun).
+    pub(crate) fn refusing_bindings(&self) -> bool {
+        self.endpoint.is_draining()
+    }
+}
+
+/// Shuts a running server down gracefully from any thread (or a signal handler's thread): new
+/// bindings and new calls are refused, calls under way finish and their results go out, then the
+/// workers stop and [`RunningServer::wait`] returns.
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    shared: Arc<Shared>,
+}
+
+impl core::fmt::Debug for ShutdownHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ShutdownHandle").finish_non_exhaustive()
+    }
+}
+
+impl ShutdownHandle {
+    /// Begins the shutdown and returns at once. Calls still running after
+    /// `ServerConfig::shutdown_grace` do not hold it up further.
+    pub fn shutdown(&self) {
+        self.shared.begin_shutdown();
+    }
+}
+
 /// A running server. Dropping it stops the workers.
 pub struct RunningServer {
     shared: Arc<Shared>,
@@ -241,24 +289,37 @@ impl RunningServer {
         self.shared.endpoint.len() + self.shared.shm_bindings.load(Ordering::Relaxed)
     }
 
-    /// Bytes held by one binding in multi-packet buffers (for memory-bound tests and monitoring).
-    pub fn binding_memory(&self, binding: u32, token: u128) -> Option<usize> {
-        self.shared.endpoint.lookup(binding, token).map(|b| b.memory())
+    /// Bytes the UDP bindings hold now in multi-packet messages: calls being reassembled and
+    /// results not yet acknowledged (each binding at most `ServerConfig::binding_memory`).
+    pub fn message_memory(&self) -> usize {
+        self.shared.endpoint.memory()
     }
 
-    /// Stops the workers and waits for them (at most about 100 ms after the calls they are running).
+    /// A handle that shuts the server down gracefully from another thread.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle { shared: self.shared.clone() }
+    }
+
+    /// Shuts down gracefully (see [`ShutdownHandle`]) and waits until the workers have stopped.
+    pub fn shutdown(self) {
+        self.shared.begin_shutdown();
+        self.wait();
+    }
+
+    /// Stops the workers at once and waits for them (at most about 100 ms after the procedures they
+    /// are running return); results not yet sent are lost, and their clients report "may have run".
     pub fn stop(mut self) {
-        self.shutdown();
+        self.stop_now();
     }
 
-    /// Blocks until the server stops (it stops only when dropped or stopped from another thread).
+    /// Blocks until the server stops: after [`ShutdownHandle::shutdown`] from another thread.
     pub fn wait(mut self) {
         for h in self.handles.drain(..) {
             let _ = h.join();
         }
     }
 
-    fn shutdown(&mut self) {
+    fn stop_now(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         for h in self.handles.drain(..) {
             let _ = h.join();
@@ -268,6 +329,6 @@ impl RunningServer {
 
 impl Drop for RunningServer {
     fn drop(&mut self) {
-        self.shutdown();
+        self.stop_now();
     }
 }

@@ -43,7 +43,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
         match listener.accept() {
             Ok((stream, _)) => {
                 let _ = stream.set_nonblocking(false);
-                if live.load(Ordering::Relaxed) >= shared.config.max_bindings {
+                if live.load(Ordering::Relaxed) >= shared.config.max_bindings || shared.refusing_bindings() {
                     // No room: closing the connection unread tells the client (it reads end of file).
                     shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
                     continue;

@@ -71,6 +71,10 @@ impl Worker {
                 next_sweep = Instant::now() + SWEEP_INTERVAL;
                 self.sweep();
             }
+            if self.index == 0 && self.shared.refusing_bindings() && self.shared.drained(Instant::now()) {
+                // A graceful shutdown has drained: every worker stops.
+                self.shared.stop.store(true, Ordering::Release);
+            }
             match udp::recv_from_nowait(&self.shared.socket, &mut self.rx) {
                 Ok(Some((Received::Datagram(n), from))) => {
                     mark(Point::ServerArrived);
@@ -339,6 +343,10 @@ impl Worker {
             BindDecision::Answer { packet, refused } => {
                 self.shared.count_refusal(refused);
                 return self.send_packet(from, &packet, checksummed(p));
+            }
+            BindDecision::Admit(a) if self.shared.refusing_bindings() => {
+                stats.rejected.fetch_add(1, Ordering::Relaxed);
+                return self.send_packet(from, &a.busy(&machine), checksummed(p));
             }
             BindDecision::Admit(a) => a,
         };

@@ -1,0 +1,60 @@
+//! Graceful shutdown: started from another thread, it refuses new bindings and new calls, lets the
+//! calls under way finish with their results delivered, and then the server stops.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tiercel::{BindError, CallError, Client, ClientConfig, Server, Timing};
+
+#[tiercel::interface]
+pub trait Slow {
+    fn sleep_ms(&self, ms: u64) -> u64;
+    fn ping(&self) -> u64;
+}
+
+struct Sleeper(Arc<AtomicU64>);
+
+impl Slow for Sleeper {
+    fn sleep_ms(&self, ms: u64) -> u64 {
+        std::thread::sleep(Duration::from_millis(ms));
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+    fn ping(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
+#[test]
+fn calls_under_way_finish_and_new_ones_are_refused() {
+    for transport in ["udp://", "shm:"] {
+        let ran = Arc::new(AtomicU64::new(0));
+        let server =
+            Server::bind("udp://127.0.0.1:0").unwrap().export(SlowServer::new(Sleeper(ran.clone()))).start().unwrap();
+        let addr = format!("{transport}{}", server.addr());
+        // Clients that give up quickly on a server that refuses them.
+        let quick = ClientConfig {
+            timing: Timing { dead_after: Duration::from_millis(400), ..Timing::default() },
+            ..ClientConfig::default()
+        };
+        let early: SlowClient = Client::connect(addr.as_str()).unwrap().with_config(quick.clone()).import().unwrap();
+        let slow: SlowClient = Client::connect(addr.as_str()).unwrap().import().unwrap();
+        let under_way = std::thread::spawn(move || slow.sleep_ms(1200));
+        std::thread::sleep(Duration::from_millis(150));
+        let handle = server.shutdown_handle();
+        handle.shutdown();
+        // New bindings are refused at once.
+        let err = Client::connect(addr.as_str()).unwrap().import::<SlowClient>().map(drop).unwrap_err();
+        assert!(matches!(err, BindError::Busy), "{transport}: {err:?}");
+        if transport == "udp://" {
+            // A new call on an existing binding is refused as busy until its client gives up, and
+            // never runs.
+            let err = early.ping().unwrap_err();
+            assert!(matches!(err, CallError::Overloaded), "{err:?}");
+        }
+        // The call under way finishes and its result is delivered.
+        assert_eq!(under_way.join().unwrap().unwrap(), 1, "{transport}: the call under way ran, alone");
+        server.wait();
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "{transport}: nothing else ran");
+    }
+}
