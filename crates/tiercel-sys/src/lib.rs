@@ -11,6 +11,7 @@
 //! a `// SAFETY:` note.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 pub mod clock;

@@ -23,6 +23,9 @@ use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
 };
 
+/// Bytes of a page: the granularity in which memory is mapped and given back.
+const PAGE: usize = 4096;
+
 /// A shared mapping of a sealed memfd.
 pub struct Region {
     ptr: NonNull<u8>,
@@ -111,8 +114,16 @@ impl Region {
             return false;
         }
         // SAFETY: the source range is inside the mapping (checked above) and cannot overlap `out`,
-        // which is private memory. A peer writing the range at the same time can only change which
-        // bytes we get.
+        // which is private memory. The peer process may write the same bytes while we copy them: a
+        // race that the Rust memory model does not define, accepted here on purpose, as for memory
+        // written by a device. What makes it harmless: (1) the bytes are `u8`, for which every bit
+        // pattern is a valid value, so a torn copy yields other bytes, never an invalid value;
+        // (2) the copy is one call into the platform's `memcpy` through a pointer that came from
+        // `mmap`, which the compiler cannot reason about or assume unchanging, and nothing reads
+        // the source twice; (3) callers decode and validate the private copy only, never the shared
+        // bytes (the protocol's control words, which order the copies, are atomics: `u32_at`).
+        // An element-wise atomic copy would make the race defined at the cost of the vectorized
+        // copy that 16 MiB transfers depend on.
         unsafe { core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
         true
     }
@@ -123,7 +134,9 @@ impl Region {
             return false;
         }
         // SAFETY: the destination range is inside the mapping (checked above), which no Rust
-        // reference points into, and does not overlap `data`, which is private memory.
+        // reference points into, and does not overlap `data`, which is private memory. The peer may
+        // read (or, misbehaving, write) these bytes meanwhile; as in `read`, that race is accepted:
+        // the peer validates what it copies out, and nothing here reads the bytes back.
         unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
         true
     }
@@ -144,9 +157,8 @@ impl Region {
     /// Gives the memory behind `offset..offset + len` back to the system (the range reads as zeros
     /// afterwards); used after a large transfer so that an idle slot does not keep megabytes.
     pub fn discard(&self, offset: usize, len: usize) {
-        let page = 4096;
-        let start = offset.div_ceil(page) * page;
-        let end = offset.saturating_add(len).min(self.len) / page * page;
+        let start = offset.div_ceil(PAGE) * PAGE;
+        let end = offset.saturating_add(len).min(self.len) / PAGE * PAGE;
         if end > start {
             let _ = rustix::fs::fallocate(
                 &self.fd,

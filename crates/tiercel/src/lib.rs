@@ -27,7 +27,7 @@
 //! client thread                                      server worker thread
 //!   generated stub: marshal args into the slot's       recvfrom into the worker's buffer
 //!     scratch buffer, large slices by reference        check the header once, find binding and
-//!   Endpoint::run: write seq and procedure into the      slot by index, suppress duplicates
+//!   UdpEndpoint::run: write seq and procedure into the   slot by index, suppress duplicates
 //!     prebuilt header, one sendmsg (header + args)     generated stub: borrow args from the packet,
 //!   wait on the thread's own socket: spin, then poll     run the procedure, marshal results behind
 //!   unmarshal from the received packet                   the slot's prebuilt header, one sendmsg
@@ -55,8 +55,8 @@ mod client;
 pub mod config;
 mod error;
 pub mod interface;
+mod rendezvous;
 mod server;
-mod shm;
 mod spin;
 pub mod steps;
 mod transmit;

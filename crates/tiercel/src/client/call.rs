@@ -1,39 +1,31 @@
 //! One call in progress, as a generated stub drives it: marshal, invoke, unmarshal.
 
-use std::cell::RefCell;
-
 use crate::steps::{mark, Point};
 use crate::wire::{Reader, Segments, Writer};
 use crate::{Binding, CallError};
 
-use super::endpoint::{self, Endpoint};
+use super::cache;
 use super::shm::ShmEndpoint;
-
-thread_local! {
-    // This thread's slots in shared-memory bindings (the UDP endpoints have their own cache).
-    #[allow(clippy::vec_box)]
-    static SHM_ENDPOINTS: RefCell<Vec<Box<ShmEndpoint>>> = const { RefCell::new(Vec::new()) };
-}
+use super::udp::UdpEndpoint;
 
 /// The calling thread's endpoint on the binding's transport.
 enum Engine {
-    Udp(Box<Endpoint>),
+    Udp(Box<UdpEndpoint>),
     Shm(Box<ShmEndpoint>),
 }
 
 impl Engine {
     fn take(binding: &Binding) -> Result<Engine, CallError> {
-        let Some(link) = &binding.inner.shm else { return endpoint::take(binding).map(Engine::Udp) };
-        match endpoint::take_cached(&SHM_ENDPOINTS, binding.inner.uid) {
-            Some(ep) => Ok(Engine::Shm(ep)),
-            None => ShmEndpoint::new(&binding.inner, link).map(|e| Engine::Shm(Box::new(e))),
+        match &binding.inner.shm {
+            None => cache::take_udp(&binding.inner).map(Engine::Udp),
+            Some(link) => cache::take_shm(&binding.inner, link).map(Engine::Shm),
         }
     }
 
     fn give_back(self) {
         match self {
-            Engine::Udp(ep) => endpoint::give_back(ep),
-            Engine::Shm(ep) => endpoint::give_back_cached(&SHM_ENDPOINTS, ep),
+            Engine::Udp(ep) => cache::give_back_udp(ep),
+            Engine::Shm(ep) => cache::give_back_shm(ep),
         }
     }
 

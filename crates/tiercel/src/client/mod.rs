@@ -1,9 +1,10 @@
 //! The client: importing an interface (binding), and the per-thread endpoints calls go through.
 
-mod bind;
+mod cache;
 mod call;
-mod endpoint;
 mod shm;
+mod udp;
+mod udp_bind;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -166,7 +167,7 @@ impl Binding {
     }
 
     fn bind_udp(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig) -> Result<Binding, BindError> {
-        let bind::UdpGrant { granted, max_datagram } = bind::bind_udp(server, info, &config)?;
+        let udp_bind::UdpGrant { granted, max_datagram } = udp_bind::bind_udp(server, info, &config)?;
         let deadline = config.deadline;
         Ok(Binding {
             inner: Arc::new(BindingInner {

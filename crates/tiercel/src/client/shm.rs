@@ -23,12 +23,15 @@ use tiercel_sys::shm::{futex_wait, futex_wake, Region};
 use super::BindingInner;
 use crate::config::ClientConfig;
 use crate::interface::InterfaceInfo;
-use crate::shm as rendezvous;
+use crate::rendezvous;
 use crate::spin::SpinBudget;
 use crate::steps::{mark, Point};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{BindError, CallError};
 
+/// Bytes the private argument and result buffers start with: a page, enough for every call but
+/// those with large buffers, which grow them.
+const SCRATCH: usize = 4096;
 /// How long a blocked caller sleeps before looking whether the server's process is still there.
 const LIVENESS: Duration = Duration::from_millis(50);
 /// Results larger than this give their memory back to the system once read.
@@ -101,7 +104,7 @@ pub(crate) fn bind(
                 rendezvous::send(&stream, &machine.packet(), None)?;
                 continue;
             }
-            BindEvent::Refused(r) => return Err(super::bind::refusal_error(info, r)),
+            BindEvent::Refused(r) => return Err(super::udp_bind::refusal_error(info, r)),
             BindEvent::Granted(g) => g,
         };
         let grant = granted.grant;
@@ -152,8 +155,8 @@ impl ShmEndpoint {
             uid: inner.uid,
             binding: Arc::downgrade(inner),
             slot,
-            scratch: Vec::with_capacity(4096),
-            result: Vec::with_capacity(4096),
+            scratch: Vec::with_capacity(SCRATCH),
+            result: Vec::with_capacity(SCRATCH),
             spin: SpinBudget::new(inner.config.spin),
             abandoned: false,
             last_large: None,
@@ -167,8 +170,8 @@ impl ShmEndpoint {
         if self.last_large.is_some_and(|t| t.elapsed() >= DISCARD_EVERY) {
             // No large call for a while: give back the private buffers they grew.
             self.last_large = None;
-            self.scratch = Vec::with_capacity(4096);
-            self.result = Vec::with_capacity(4096);
+            self.scratch = Vec::with_capacity(SCRATCH);
+            self.result = Vec::with_capacity(SCRATCH);
         }
     }
 
@@ -250,7 +253,7 @@ impl ShmEndpoint {
             Status::Ok => Ok(()),
             s => {
                 let message = String::from_utf8_lossy(&self.result).into_owned();
-                Err(super::endpoint::status_error(s, procedure, message))
+                Err(super::udp::status_error(s, procedure, message))
             }
         }
     }
@@ -313,7 +316,7 @@ impl Drop for ShmEndpoint {
     }
 }
 
-impl super::endpoint::Cached for ShmEndpoint {
+impl super::cache::Cached for ShmEndpoint {
     fn uid(&self) -> u64 {
         self.uid
     }

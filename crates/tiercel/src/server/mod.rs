@@ -2,7 +2,7 @@
 
 mod dispatch;
 mod shm;
-mod worker;
+mod udp;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use tiercel_proto::endpoint::{EndpointConfig, ServerEndpoint};
-use tiercel_sys::udp;
 
 use crate::address::ToAddress;
 use crate::config::ServerConfig;
@@ -34,7 +33,7 @@ impl Server {
     /// Binds the server's socket to `addr` (`"udp://127.0.0.1:0"` picks a free port).
     pub fn bind(addr: impl ToAddress) -> Result<Server, ServerError> {
         let (_, addr) = addr.to_address()?;
-        let socket = udp::bind(addr, false).map_err(|source| ServerError::Listen { addr, source })?;
+        let socket = tiercel_sys::udp::bind(addr, false).map_err(|source| ServerError::Listen { addr, source })?;
         Ok(Server { socket, config: ServerConfig::default(), exports: Vec::new() })
     }
 
@@ -96,7 +95,7 @@ impl Server {
             let shared = shared.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("tiercel-worker-{i}"))
-                .spawn(move || worker::Worker::new(shared, i).run())?;
+                .spawn(move || udp::UdpWorker::new(shared, i).run())?;
             handles.push(handle);
         }
         if shared.config.shared_memory {

@@ -15,7 +15,7 @@ use tiercel_sys::clock;
 use tiercel_sys::shm::{futex_wait, futex_wake, Region};
 
 use super::Shared;
-use crate::shm as rendezvous;
+use crate::rendezvous;
 use crate::steps::{self, mark, Point};
 
 /// How long a blocked server thread sleeps before looking whether its client is still there.

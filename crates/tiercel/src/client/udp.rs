@@ -1,11 +1,11 @@
-//! A calling thread's endpoint on a binding: its client slot, socket, buffers and prebuilt header.
+//! The client side of the UDP transport: a calling thread's endpoint on a binding, with its client
+//! slot, socket, buffers and prebuilt header.
 //!
-//! The fast path of a call is all here: [`Endpoint::run`] writes the changing header fields into the
+//! The fast path of a call is all here: [`UdpEndpoint::run`] writes the changing header fields into the
 //! template, sends header, scratch and borrowed argument slices with one `sendmsg`, then waits on the
 //! endpoint's own socket (spinning, then blocking), so the result arrives at this thread with no
 //! dispatcher and no handoff. Nothing on this path allocates once the endpoint exists.
 
-use std::cell::RefCell;
 use std::io::{ErrorKind, IoSlice};
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
@@ -24,52 +24,7 @@ use crate::transmit;
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{Binding, CallError};
 
-thread_local! {
-    // Boxed so that taking an endpoint out for a call and putting it back moves a pointer, not the
-    // endpoint.
-    #[allow(clippy::vec_box)]
-    static ENDPOINTS: RefCell<Vec<Box<Endpoint>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A thread's endpoint on a binding, kept in a thread-local cache between calls.
-pub(super) trait Cached {
-    /// The binding's unique id.
-    fn uid(&self) -> u64;
-    /// Whether the binding still exists.
-    fn is_live(&self) -> bool;
-}
-
-/// Takes this thread's cached endpoint for binding `uid` out of `cache`, if there is one.
-#[allow(clippy::vec_box)]
-pub(super) fn take_cached<E: Cached + 'static>(
-    cache: &'static std::thread::LocalKey<RefCell<Vec<Box<E>>>>,
-    uid: u64,
-) -> Option<Box<E>> {
-    cache
-        .try_with(|c| {
-            let mut c = c.borrow_mut();
-            c.iter().position(|e| e.uid() == uid).map(|i| c.swap_remove(i))
-        })
-        .ok()
-        .flatten()
-}
-
-/// Puts an endpoint back into `cache`, dropping those of bindings that no longer exist.
-#[allow(clippy::vec_box)]
-pub(super) fn give_back_cached<E: Cached + 'static>(
-    cache: &'static std::thread::LocalKey<RefCell<Vec<Box<E>>>>,
-    ep: Box<E>,
-) {
-    let _ = cache.try_with(move |c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= 8 {
-            c.retain(|e| e.is_live());
-        }
-        c.push(ep);
-    });
-}
-
-impl Cached for Endpoint {
+impl super::cache::Cached for UdpEndpoint {
     fn uid(&self) -> u64 {
         self.uid
     }
@@ -78,20 +33,7 @@ impl Cached for Endpoint {
     }
 }
 
-/// Takes this thread's endpoint for `binding`, creating it on the thread's first call.
-pub(super) fn take(binding: &Binding) -> Result<Box<Endpoint>, CallError> {
-    match take_cached(&ENDPOINTS, binding.inner.uid) {
-        Some(ep) => Ok(ep),
-        None => Endpoint::new(&binding.inner).map(Box::new),
-    }
-}
-
-/// Returns an endpoint to this thread's cache.
-pub(super) fn give_back(ep: Box<Endpoint>) {
-    give_back_cached(&ENDPOINTS, ep);
-}
-
-pub(crate) struct Endpoint {
+pub(crate) struct UdpEndpoint {
     uid: u64,
     binding: Weak<BindingInner>,
     socket: UdpSocket,
@@ -114,8 +56,8 @@ pub(crate) struct Endpoint {
 /// How long a thread's endpoint keeps the buffers of large messages after the last one.
 const KEEP_LARGE_BUFFERS: std::time::Duration = std::time::Duration::from_secs(1);
 
-impl Endpoint {
-    fn new(inner: &Arc<BindingInner>) -> Result<Endpoint, CallError> {
+impl UdpEndpoint {
+    pub(super) fn new(inner: &Arc<BindingInner>) -> Result<UdpEndpoint, CallError> {
         let (slot, seq) = inner.take_slot()?;
         let socket = match udp::connect(inner.server) {
             Ok(s) => s,
@@ -132,7 +74,7 @@ impl Endpoint {
             ..Header::new(Kind::Call)
         };
         let frag_payload = inner.max_datagram - HEADER_LEN;
-        Ok(Endpoint {
+        Ok(UdpEndpoint {
             uid: inner.uid,
             binding: Arc::downgrade(inner),
             socket,
@@ -176,7 +118,7 @@ impl Endpoint {
         }
     }
 
-    /// Makes the call: send, wait, and leave the results where [`Endpoint::result`] finds them.
+    /// Makes the call: send, wait, and leave the results where [`UdpEndpoint::result`] finds them.
     pub(super) fn run(&mut self, binding: &Binding, procedure: u16, segs: &Segments<'_>) -> Result<(), CallError> {
         let inner = &*binding.inner;
         let len = segs.message_len(&self.scratch);
@@ -390,7 +332,7 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
     }
 }
 
-impl Drop for Endpoint {
+impl Drop for UdpEndpoint {
     fn drop(&mut self) {
         if let Some(inner) = self.binding.upgrade() {
             inner.give_slot(self.slot, self.seq);

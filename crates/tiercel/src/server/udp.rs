@@ -1,6 +1,6 @@
-//! A server worker thread: receive, validate, find the slot, run the procedure inline, send the result.
+//! The server side of the UDP transport: a worker thread: receive, validate, find the slot, run the procedure inline, send the result.
 //!
-//! The fast path of the server is `Worker::run` → `handle` → `on_call` → `execute`: one `recvfrom`
+//! The fast path of the server is `UdpWorker::run` → `handle` → `on_call` → `execute`: one `recvfrom`
 //! into the worker's buffer, an O(1) header check, the binding and slot found by index, the procedure
 //! run with arguments borrowed from that buffer, results marshaled into the slot's result buffer behind
 //! a prebuilt header, one `sendmsg`. The slot's lock is not held while the procedure runs.
@@ -31,7 +31,7 @@ fn checksummed(p: &Packet<&[u8]>) -> bool {
 /// How often worker 0 looks for idle bindings.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
-pub(super) struct Worker {
+pub(super) struct UdpWorker {
     shared: Arc<Shared>,
     index: usize,
     rx: Vec<u8>,
@@ -50,13 +50,13 @@ struct Spares {
     result: Vec<u8>,
 }
 
-impl Worker {
-    pub(super) fn new(shared: Arc<Shared>, index: usize) -> Worker {
+impl UdpWorker {
+    pub(super) fn new(shared: Arc<Shared>, index: usize) -> UdpWorker {
         let rx = vec![0; shared.config.max_datagram];
         // Each worker waits through its own exclusive waiter, so that a packet wakes one blocked
         // worker, not all of them (falling back to `poll` if epoll is refused).
         let waiter = udp::ExclusiveWaiter::new(&shared.socket).ok();
-        Worker { shared, index, rx, spinning: false, waiter, spares: RefCell::default() }
+        UdpWorker { shared, index, rx, spinning: false, waiter, spares: RefCell::default() }
     }
 
     pub(super) fn run(mut self) {
