@@ -56,8 +56,11 @@ pub mod config;
 mod error;
 pub mod interface;
 mod rendezvous;
+mod retention;
 mod server;
 mod spin;
+// Timestamps of the fast path for `tiercel explain` (tiercel-bench); not part of the user API.
+#[doc(hidden)]
 pub mod steps;
 mod transmit;
 pub mod wire;
@@ -65,7 +68,10 @@ pub mod wire;
 pub use address::{ToAddress, Transport};
 pub use auth::{Secret, MIN_SECRET_LEN};
 pub use buffers::{In, InOut, Out};
-pub use client::{Binding, Call, Client, ClientStats, Reply};
+pub use client::{Binding, Client, ClientStats};
+// What generated client stubs drive; not called by users.
+#[doc(hidden)]
+pub use client::{Call, Reply};
 pub use config::{ClientConfig, ServerConfig, Spin, Timing};
 pub use error::{AddressError, BindError, CallError, Error, Execution, SecretError, ServerError};
 pub use interface::{DispatchError, Export, Import, InterfaceInfo, Results};

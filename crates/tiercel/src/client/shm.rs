@@ -24,6 +24,7 @@ use super::BindingInner;
 use crate::config::ClientConfig;
 use crate::interface::InterfaceInfo;
 use crate::rendezvous;
+use crate::retention::{self, Retention};
 use crate::spin::SpinBudget;
 use crate::steps::{mark, Point};
 use crate::wire::{Segments, MAX_SEGMENTS};
@@ -34,11 +35,6 @@ use crate::{BindError, CallError};
 const SCRATCH: usize = 4096;
 /// How long a blocked caller sleeps before looking whether the server's process is still there.
 const LIVENESS: Duration = Duration::from_millis(50);
-/// Results larger than this give their memory back to the system once read.
-const DISCARD_ABOVE: usize = 1 << 20;
-/// Slot pages are given back at most this often, and private buffers kept this long after the last
-/// large call.
-const DISCARD_EVERY: Duration = Duration::from_secs(1);
 
 /// A binding's shared region and the connection that keeps it alive.
 pub(crate) struct Link {
@@ -137,9 +133,8 @@ pub(crate) struct ShmEndpoint {
     spin: SpinBudget,
     /// A call abandoned at its deadline is still in the slot: wait for it before the next one.
     abandoned: bool,
-    /// When this endpoint last moved more than `DISCARD_ABOVE` bytes, and last gave slot pages back.
-    last_large: Option<Instant>,
-    last_discard: Option<Instant>,
+    /// When large calls last passed and the slot's pages were last given back.
+    retention: Retention,
 }
 
 fn word(region: &Region, at: usize) -> &AtomicU32 {
@@ -159,17 +154,15 @@ impl ShmEndpoint {
             result: Vec::with_capacity(SCRATCH),
             spin: SpinBudget::new(inner.config.spin),
             abandoned: false,
-            last_large: None,
-            last_discard: None,
+            retention: Retention::default(),
         })
     }
 
     pub(super) fn begin(&mut self) {
         self.scratch.clear();
         self.result.clear();
-        if self.last_large.is_some_and(|t| t.elapsed() >= DISCARD_EVERY) {
+        if self.retention.idle(Instant::now()) {
             // No large call for a while: give back the private buffers they grew.
-            self.last_large = None;
             self.scratch = Vec::with_capacity(SCRATCH);
             self.result = Vec::with_capacity(SCRATCH);
         }
@@ -239,15 +232,10 @@ impl ShmEndpoint {
         mark(Point::ResultCopied);
         proto::client_reset(state);
         let extent = rlen.max(len);
-        if extent > DISCARD_ABOVE {
-            // Give the slot's pages back, but at most once a second: a stream of large calls would
-            // otherwise fault them in anew (and zero them) on every call.
-            let now = Instant::now();
-            self.last_large = Some(now);
-            if self.last_discard.is_none_or(|t| now - t >= DISCARD_EVERY) {
-                region.discard(data, extent);
-                self.last_discard = Some(now);
-            }
+        if extent > retention::LARGE && self.retention.large(Instant::now()) {
+            // Give the slot's pages back, but not on every call: a stream of large calls would
+            // otherwise fault them in anew (and zero them) each time.
+            region.discard(data, extent);
         }
         match status {
             Status::Ok => Ok(()),

@@ -18,6 +18,7 @@ use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_sys::udp::{self, Received};
 
 use super::BindingInner;
+use crate::retention::Retention;
 use crate::spin::SpinBudget;
 use crate::steps::{mark, Point};
 use crate::transmit;
@@ -49,12 +50,9 @@ pub(crate) struct UdpEndpoint {
     spin: SpinBudget,
     /// `flags::CHECKSUM` when the binding checksums its packets, else 0.
     flag_base: u8,
-    /// When this endpoint last sent or received a multi-packet message.
-    last_large: Option<Instant>,
+    /// When large messages last passed (their buffers are kept a while).
+    retention: Retention,
 }
-
-/// How long a thread's endpoint keeps the buffers of large messages after the last one.
-const KEEP_LARGE_BUFFERS: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl UdpEndpoint {
     pub(super) fn new(inner: &Arc<BindingInner>) -> Result<UdpEndpoint, CallError> {
@@ -89,7 +87,7 @@ impl UdpEndpoint {
             call: ClientCall::new(inner.config.timing, frag_payload, Instant::now()),
             spin: SpinBudget::new(inner.config.spin),
             flag_base: if inner.config.checksum { flags::CHECKSUM } else { 0 },
-            last_large: None,
+            retention: Retention::default(),
         })
     }
 
@@ -98,9 +96,8 @@ impl UdpEndpoint {
         if let Some(buf) = self.big_result.take() {
             // The next multi-packet result is reassembled in this one's buffer.
             self.call.recycle(buf);
-        } else if self.last_large.is_some_and(|t| t.elapsed() >= KEEP_LARGE_BUFFERS) {
+        } else if self.retention.idle(Instant::now()) {
             // No large message for a while: give back the buffers large ones grew.
-            self.last_large = None;
             self.call.drop_spare();
         }
         self.result_len = 0;
@@ -135,7 +132,7 @@ impl UdpEndpoint {
         p.set_seq(self.seq);
         p.set_procedure(procedure);
         if len > self.frag_payload {
-            self.last_large = Some(start);
+            self.retention.large(start);
         }
         mark(Point::HeaderReady);
         self.flush(inner, segs, len)?;
@@ -288,7 +285,7 @@ impl UdpEndpoint {
             Some(Outcome::Result { status, reassembled }) => {
                 if reassembled {
                     self.big_result = self.call.take_message();
-                    self.last_large = Some(Instant::now());
+                    self.retention.large(Instant::now());
                 }
                 if status == Status::Ok {
                     return Ok(());

@@ -16,16 +16,13 @@ use tiercel_sys::shm::{futex_wait, futex_wake, Region};
 
 use super::Shared;
 use crate::rendezvous;
+use crate::retention::{self, Retention};
 use crate::steps::{self, mark, Point};
 
 /// How long a blocked server thread sleeps before looking whether its client is still there.
 const LIVENESS: Duration = Duration::from_millis(100);
 /// How long a client has to complete the bind exchange.
 const BIND_TIMEOUT: Duration = Duration::from_secs(5);
-/// Transfers larger than this give their memory back to the system once done.
-const DISCARD_ABOVE: usize = 1 << 20;
-/// Slot pages are given back at most this often per slot.
-const DISCARD_EVERY: Duration = Duration::from_secs(1);
 
 /// Listens for shared-memory bind requests until the server stops. Returns `None` when the name is
 /// taken (another server of this address in this network namespace): clients then use UDP.
@@ -84,7 +81,7 @@ fn serve_connection(shared: &Arc<Shared>, stream: UnixStream) {
     }
     shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
     shared.shm_bindings.fetch_add(1, Ordering::Relaxed);
-    let last_discard = vec![None; layout.slots as usize];
+    let retention = vec![Retention::default(); layout.slots as usize];
     SlotServer {
         shared,
         stream: &stream,
@@ -93,7 +90,7 @@ fn serve_connection(shared: &Arc<Shared>, stream: UnixStream) {
         binding,
         args: Vec::new(),
         out: Vec::new(),
-        last_discard,
+        retention,
     }
     .run();
     shared.shm_bindings.fetch_sub(1, Ordering::Relaxed);
@@ -156,8 +153,8 @@ struct SlotServer<'a> {
     binding: Arc<dyn crate::interface::Export>,
     args: Vec<u8>,
     out: Vec<u8>,
-    /// When each slot last gave pages back (see `DISCARD_EVERY`).
-    last_discard: Vec<Option<Instant>>,
+    /// When each slot last moved a large call and gave pages back.
+    retention: Vec<Retention>,
 }
 
 /// A control word of the region. Offsets come from the layout the region was created with, so they
@@ -233,10 +230,10 @@ impl<'a> SlotServer<'a> {
             if clock::elapsed(last_result, clock::ticks()) >= LIVENESS {
                 // Idle a while: give back the private copies of large arguments and results (kept
                 // while calls come, so that a stream of large calls does not fault them in anew).
-                if self.args.capacity() > DISCARD_ABOVE {
+                if self.args.capacity() > retention::LARGE {
                     self.args = Vec::new();
                 }
-                if self.out.capacity() > DISCARD_ABOVE {
+                if self.out.capacity() > retention::LARGE {
                     self.out = Vec::new();
                 }
             }
@@ -298,15 +295,11 @@ impl<'a> SlotServer<'a> {
         self.region.write(data, &self.out);
         self.word(base + slot::LEN).store(self.out.len() as u32, Ordering::Relaxed);
         self.word(base + slot::STATUS).store(status as u32, Ordering::Relaxed);
-        if len > DISCARD_ABOVE && len > self.out.len() {
+        if len > retention::LARGE && len > self.out.len() {
             // The arguments were large: give back the part of the slot the result does not cover,
-            // at most once a second per slot (a stream of large calls would otherwise fault the
-            // pages in anew on every call).
-            let now = Instant::now();
-            let last = self.last_discard.get_mut(i as usize);
-            if let Some(last) = last.filter(|l| l.is_none_or(|t| now - t >= DISCARD_EVERY)) {
+            // but not on every call (a stream of large calls would fault the pages in anew).
+            if self.retention.get_mut(i as usize).is_some_and(|r| r.large(Instant::now())) {
                 self.region.discard(data + self.out.len(), len - self.out.len());
-                *last = Some(now);
             }
         }
         let (state, waiting) = (self.word(base + slot::STATE), self.word(base + slot::CLIENT_WAITING));

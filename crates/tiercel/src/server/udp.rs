@@ -20,6 +20,7 @@ use tiercel_sys::udp::{self, Received};
 
 use super::dispatch::run_procedure;
 use super::{Shared, UdpBinding, UdpSlot};
+use crate::retention::SPARES_IDLE;
 use crate::steps::{self, mark, Point};
 use crate::transmit;
 
@@ -101,11 +102,11 @@ impl UdpWorker {
                 self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
             }
             let ready = match &self.waiter {
-                Some(w) => w.wait(Some(Duration::from_millis(100))),
-                None => udp::wait_readable(&self.shared.socket, Some(Duration::from_millis(100))),
+                Some(w) => w.wait(Some(SPARES_IDLE)),
+                None => udp::wait_readable(&self.shared.socket, Some(SPARES_IDLE)),
             };
             if matches!(ready, Ok(false)) {
-                // 100 ms without a packet: give the spare buffers back.
+                // A while without a packet: give the spare buffers back.
                 self.spares.take();
             }
         }
