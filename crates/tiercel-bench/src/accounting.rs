@@ -86,6 +86,10 @@ pub struct Account {
     pub off_mean_us: f64,
     pub off_median_us: f64,
     pub off_p99_us: f64,
+    /// Share of the recorded calls in which the client slept waiting for its result, and in which
+    /// the server slept waiting for the call (0 when both sides spin).
+    pub client_slept_percent: f64,
+    pub server_slept_percent: f64,
 }
 
 /// A Firefly §4.2-style estimate: what a call would cost with a step added or removed.
@@ -160,6 +164,8 @@ pub struct Measured {
     pub on_mean_us: f64,
     pub steps: Vec<Step>,
     pub calls: u64,
+    /// Sleeps of the client and of the server during the recorded calls.
+    pub sleeps: (u64, u64),
 }
 
 pub fn us_since(t0: u64) -> Duration {
@@ -268,6 +274,7 @@ pub fn measure(client: &TestClient, p: Procedure, calls: u32, record: bool) -> c
     }
     let mut on_ticks = 0u64;
     let mut steps = Vec::new();
+    let mut sleeps = (0, 0);
     if record {
         steps::reset();
         steps::enable(true);
@@ -284,9 +291,10 @@ pub fn measure(client: &TestClient, p: Procedure, calls: u32, record: bool) -> c
         std::thread::sleep(Duration::from_millis(20));
         steps::enable(false);
         steps = steps::snapshot();
+        sleeps = steps::sleeps();
     }
     let mean = |t: u64| ticks_to_ns(t as f64) / 1e3 / calls.max(1) as f64;
-    Ok(Measured { off, off_mean_us: mean(off_ticks), on_mean_us: mean(on_ticks), steps, calls: calls as u64 })
+    Ok(Measured { off, off_mean_us: mean(off_ticks), on_mean_us: mean(on_ticks), steps, calls: calls as u64, sleeps })
 }
 
 /// Mean duration in µs of the step `from → to`, if every recorded call took it.
@@ -302,8 +310,12 @@ pub fn name(medium: Medium) -> &'static str {
     }
 }
 
-/// Builds the accounting of one procedure from its measured steps and its raw baseline.
-pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw) -> Account {
+/// Builds the accounting of one procedure from its measured steps and its raw baseline. Without a
+/// spin budget a side sleeps only when the other has not answered yet: each way, the share of calls
+/// in which the receiving side slept is charged the blocking baseline's one-way time (a wake-up),
+/// the rest the spinning baseline's (`spinning`, the raw ping-pong of the same sizes with both sides
+/// spinning).
+pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw, spinning: &Raw) -> Account {
     let client = if medium == Medium::Udp { CLIENT_UDP } else { CLIENT_SHM };
     let mut lines = Vec::new();
     let chain = |side: &'static str, points: &[Point], lines: &mut Vec<Line>| -> f64 {
@@ -313,7 +325,10 @@ pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw
                 Some(us) => (w[1].describe().to_string(), us),
                 None => (format!("{} (not recorded)", w[1].describe()), 0.0),
             };
-            let overlapped = medium == Medium::Shm && matches!(w[1], Point::Sent | Point::ResultSent);
+            // Spinning, a side's publishing fence overlaps the cache-line transfer it starts; without a
+            // spin budget publishing also wakes a sleeping peer, a system call that the raw baseline's
+            // one-way time leaves out (its sides wake each other outside the timed wait): then it is added.
+            let overlapped = medium == Medium::Shm && spin && matches!(w[1], Point::Sent | Point::ResultSent);
             if !overlapped {
                 sum += mean_us;
             }
@@ -324,22 +339,35 @@ pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw
     let split = client.iter().position(|&x| x == Point::Sent).unwrap_or(0);
     let before = chain("client", &client[..=split], &mut lines);
     let (_, raw_wait, raw_turn) = raw.stamps.means_us();
-    let wire = (raw_wait - raw_turn).max(0.0) / 2.0;
-    let (wire_name, back_name) = match (medium, spin) {
-        (Medium::Udp, true) => ("kernel and loopback to the server, busy-polled (raw UDP ping-pong)", "the same back"),
-        (Medium::Udp, false) => {
-            ("kernel and loopback to the server, woken from poll (raw UDP ping-pong)", "the same back")
-        }
-        (Medium::Shm, true) => ("cache-line transfer to the spinning server (raw shm ping-pong)", "the same back"),
-        (Medium::Shm, false) => ("futex wake of the sleeping server (raw futex ping-pong)", "the same back"),
+    let one_way = |r: &Raw| {
+        let (_, wait, turn) = r.stamps.means_us();
+        (wait - turn).max(0.0) / 2.0
     };
-    lines.push(Line { side: "wire", step: wire_name.into(), mean_us: wire, overlapped: false });
+    let calls = m.calls.max(1) as f64;
+    let (client_slept, server_slept) =
+        if spin { (0.0, 0.0) } else { ((m.sleeps.0 as f64 / calls).min(1.0), (m.sleeps.1 as f64 / calls).min(1.0)) };
+    let (woken, spun) = (one_way(raw), one_way(spinning));
+    let to_server = if spin { spun } else { server_slept * woken + (1.0 - server_slept) * spun };
+    let to_client = if spin { spun } else { client_slept * woken + (1.0 - client_slept) * spun };
+    let (wake, transfer) = match medium {
+        Medium::Udp => ("woken from poll (raw blocking UDP ping-pong)", "busy-polled (raw UDP ping-pong)"),
+        Medium::Shm => ("futex wake (raw futex ping-pong)", "cache-line transfer (raw shm ping-pong)"),
+    };
+    let way = |to: &str, slept: f64| {
+        let path = if medium == Medium::Udp { "kernel and loopback" } else { "shared memory" };
+        if spin {
+            format!("{path} to the {to}, {transfer}")
+        } else {
+            format!("{path} to the {to}: {wake} in {:.0}% of calls, else {transfer}", 100.0 * slept)
+        }
+    };
+    lines.push(Line { side: "wire", step: way("server", server_slept), mean_us: to_server, overlapped: false });
     let server = chain("server", SERVER, &mut lines);
     // All the server's steps, the overlapped publish included: what the client's wait covers.
     let server_busy: f64 = SERVER.windows(2).filter_map(|w| step_us(&m.steps, w[0], w[1])).sum();
-    lines.push(Line { side: "wire", step: back_name.into(), mean_us: wire, overlapped: false });
+    lines.push(Line { side: "wire", step: way("client", client_slept), mean_us: to_client, overlapped: false });
     let after = chain("client", &client[split + 1..], &mut lines);
-    let sum = before + 2.0 * wire + server + after;
+    let sum = before + to_server + to_client + server + after;
     let measured = m.on_mean_us;
     let gap = measured - sum;
     Account {
@@ -360,6 +388,8 @@ pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw
         off_mean_us: m.off_mean_us,
         off_median_us: m.off.median_us(),
         off_p99_us: m.off.p99_us(),
+        client_slept_percent: 100.0 * client_slept,
+        server_slept_percent: 100.0 * server_slept,
     }
 }
 
@@ -399,6 +429,14 @@ pub fn print_account(a: &Account, placement: &str) {
         a.raw_wait_us
     );
     outln!("  echo's turnaround {:.3}; raw round trip {:.3}).", a.raw_turnaround_us, a.raw_round_trip_us);
+    if a.waiting == "block" {
+        outln!(
+            "  without a spin budget the client slept in {:.0}% of the calls and the server in {:.0}%: the wire lines \
+             charge\n  those the blocking baseline, the others the spinning one.",
+            a.client_slept_percent,
+            a.server_slept_percent
+        );
+    }
     if a.gap_percent.abs() > 10.0 {
         let why = match (a.transport, a.waiting) {
             ("shm", "spin") => {
@@ -406,8 +444,10 @@ pub fn print_account(a: &Account, placement: &str) {
                  start, and the raw\n  ping-pong has no fence: the split between steps and transfer is approximate."
             }
             (_, "block") => {
-                "  Without a spin budget a side still finds the other's answer without sleeping when it comes fast \
-                 enough, so calls\n  mix sleeps and none, unlike the raw blocking ping-pong, which always sleeps."
+                "  Calls mix sleeps and none; each way is charged the blocking baseline's one-way time in the share \
+                 of calls\n  whose receiving side slept, but what a wake-up costs depends on how long the thread \
+                 slept and on what its\n  CPU did meanwhile, which the raw blocking ping-pong (every wait a sleep) \
+                 does not reproduce."
             }
             _ => "  The steps were measured with timestamps on; a slow moment of the machine weighs on the means.",
         };
@@ -453,10 +493,23 @@ pub fn accounts(
         for &spin in modes {
             crate::progress::doing(&format!("accounting {} {}", name(medium), if spin { "spin" } else { "block" }));
             let raws = raw(medium, spin, server_cpu, calls)?;
+            // Without a spin budget some waits find the answer there already: they are charged
+            // the spinning baseline, measured here unless this run already has it.
+            let measured_spinning = base.iter().find(|(m, s, _): &&(Medium, bool, Vec<Raw>)| *m == medium && *s);
+            let spinning = match (spin, measured_spinning) {
+                (true, _) => None,
+                (false, Some(_)) => None,
+                (false, None) => Some(raw(medium, true, server_cpu, calls)?),
+            };
+            let spinning: &[Raw] = match (&spinning, measured_spinning) {
+                (Some(own), _) => own,
+                (None, Some((_, _, found))) => found,
+                (None, None) => &raws,
+            };
             let (server, client) = tiercel_pair(medium, spin, false, server_cpu)?;
-            for (p, r) in [Procedure::Null, Procedure::MaxResult].into_iter().zip(&raws) {
+            for (i, p) in [Procedure::Null, Procedure::MaxResult].into_iter().enumerate() {
                 let m = measure(&client, p, calls, true)?;
-                let a = account(medium, spin, p, &m, r);
+                let a = account(medium, spin, p, &m, &raws[i], &spinning[i]);
                 print_account(&a, &placement);
                 accounts.push(a);
             }

@@ -351,6 +351,15 @@ fn explain_accounts_for_every_step_and_writes_json_and_a_plot() {
             (a["sum_us"].as_f64().unwrap(), a["measured_us"].as_f64().unwrap(), a["gap_us"].as_f64().unwrap());
         assert!((measured - sum - gap).abs() < 1e-6, "the gap is measured − sum");
         assert_eq!(a["calls"].as_u64(), Some(300));
+        // Which calls paid a wake-up is counted per side: none while spinning, a share without a
+        // spin budget, and the wire lines say so.
+        for side in ["client_slept_percent", "server_slept_percent"] {
+            let slept = a[side].as_f64().unwrap();
+            match a["waiting"].as_str().unwrap() {
+                "spin" => assert_eq!(slept, 0.0, "{side}"),
+                _ => assert!((0.0..=100.0).contains(&slept), "{side} {slept}"),
+            }
+        }
     }
     // The output says whether the parts add up, and says it right: one verdict per account, in the
     // order of the JSON, "NOT within" exactly where the gap is over 10%.

@@ -146,6 +146,9 @@ mod imp {
     /// Every thread that has recorded a step.
     pub(super) static THREADS: Mutex<Vec<Arc<Sums>>> = Mutex::new(Vec::new());
 
+    /// Sleeps of the client and of the server sides.
+    pub(super) static SLEEPS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
     /// Most points one thread records between closes; later ones are dropped.
     const MAX_MARKS: usize = 32;
 
@@ -247,6 +250,9 @@ pub fn enable(on: bool) -> bool {
 pub fn reset() {
     #[cfg(feature = "explain")]
     {
+        for s in &imp::SLEEPS {
+            s.store(0, Ordering::Relaxed);
+        }
         for sums in imp::THREADS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             for (t, c) in sums.ticks.iter().zip(&sums.counts) {
                 t.store(0, Ordering::Relaxed);
@@ -254,6 +260,39 @@ pub fn reset() {
             }
         }
         imp::clear();
+    }
+}
+
+/// Which side of a call went to sleep (blocked in `poll` or on a futex) while waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The calling thread, waiting for its result.
+    Client,
+    /// A server thread, waiting for a call.
+    Server,
+}
+
+/// Counts a sleep of `side` while recording is on (so that the accounting can tell how many calls
+/// paid a wake-up, and charge each its own baseline). Off, it loads one flag.
+#[inline(always)]
+pub fn slept(side: Side) {
+    #[cfg(feature = "explain")]
+    if imp::ON.0.load(Ordering::Relaxed) {
+        imp::SLEEPS[side as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    #[cfg(not(feature = "explain"))]
+    let _ = side;
+}
+
+/// Sleeps counted since the last [`reset`]: (client, server).
+pub fn sleeps() -> (u64, u64) {
+    #[cfg(feature = "explain")]
+    {
+        (imp::SLEEPS[0].load(Ordering::Relaxed), imp::SLEEPS[1].load(Ordering::Relaxed))
+    }
+    #[cfg(not(feature = "explain"))]
+    {
+        (0, 0)
     }
 }
 

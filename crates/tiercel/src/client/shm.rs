@@ -26,7 +26,7 @@ use crate::interface::InterfaceInfo;
 use crate::rendezvous;
 use crate::retention::{self, Retention};
 use crate::spin::SpinBudget;
-use crate::steps::{mark, Point};
+use crate::steps::{self, mark, Point};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{BindError, CallError};
 
@@ -274,6 +274,7 @@ impl ShmEndpoint {
             if proto::client_prepare_block(state, waiting) {
                 let now = Instant::now();
                 let timeout = deadline.map_or(LIVENESS, |d| d.saturating_duration_since(now).min(LIVENESS));
+                steps::slept(steps::Side::Client);
                 futex_wait(state, proto::state::CALL, Some(timeout));
             }
             proto::client_woke(waiting);

@@ -247,6 +247,7 @@ impl UdpEndpoint {
                 continue;
             }
             let timeout = self.call.poll_timeout().map(|t| t.saturating_duration_since(now));
+            crate::steps::slept(crate::steps::Side::Client);
             udp::wait_readable(&self.socket, timeout)?;
         }
     }

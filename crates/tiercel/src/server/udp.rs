@@ -101,6 +101,7 @@ impl UdpWorker {
                 self.spinning = false;
                 self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
             }
+            steps::slept(steps::Side::Server);
             let ready = match &self.waiter {
                 Some(w) => w.wait(Some(SPARES_IDLE)),
                 None => udp::wait_readable(&self.shared.socket, Some(SPARES_IDLE)),
