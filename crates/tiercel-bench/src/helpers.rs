@@ -1,64 +1,12 @@
-//! The helper processes of the measurements: servers started as this same program with
+//! Starting the helper processes of the measurements: servers started as this same program with
 //! [`HELPER_ENV`] set, so that they run in processes of their own (pinned, or in a network
-//! namespace) without the command carrying hidden subcommands. A program that uses this crate calls
-//! [`run_if_helper`] first thing in `main`.
+//! namespace) without the command carrying hidden subcommands. What a helper runs is in
+//! the `roles` module (which sits above everything, as it runs them).
 
-use std::process::{Command, ExitCode};
-
-use clap::{Parser, Subcommand};
+use std::process::Command;
 
 /// Set in the environment of a helper process.
 pub const HELPER_ENV: &str = "TIERCEL_BENCH_HELPER";
-
-#[derive(Parser)]
-#[command(name = "tiercel-bench-helper")]
-struct Helper {
-    #[command(subcommand)]
-    role: Role,
-}
-
-#[derive(Subcommand)]
-enum Role {
-    /// A server of the Test interface.
-    Serve(crate::serve::Args),
-    /// The raw UDP echo server.
-    RawEcho(crate::raw::EchoArgs),
-    /// The raw shared-memory echo server.
-    RawShmEcho(crate::raw_shm::EchoArgs),
-    /// The raw TCP echo server.
-    RawTcpEcho(crate::raw_tcp::EchoArgs),
-    /// The remote rows of the Mach list, from inside a network namespace.
-    MachRemote(crate::tables::RemoteArgs),
-    /// The soak's ledger server.
-    #[cfg(feature = "fault-injection")]
-    SoakServer(crate::soak::ServerArgs),
-    /// The soak's client, against a server in another namespace.
-    #[cfg(feature = "fault-injection")]
-    Soak(crate::soak::Args),
-}
-
-/// When this process was started as a helper, runs the helper and returns its exit code.
-pub fn run_if_helper() -> Option<ExitCode> {
-    std::env::var_os(HELPER_ENV)?;
-    let result = match Helper::parse().role {
-        Role::Serve(a) => crate::serve::run(a),
-        Role::RawEcho(a) => crate::raw::echo(a),
-        Role::RawShmEcho(a) => crate::raw_shm::echo(a),
-        Role::RawTcpEcho(a) => crate::raw_tcp::echo(a),
-        Role::MachRemote(a) => crate::tables::mach_remote(a),
-        #[cfg(feature = "fault-injection")]
-        Role::SoakServer(a) => crate::soak::server(a),
-        #[cfg(feature = "fault-injection")]
-        Role::Soak(a) => crate::soak::run(a),
-    };
-    Some(match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tiercel helper: {e}");
-            ExitCode::FAILURE
-        }
-    })
-}
 
 /// A command running this program as a helper (`role` and its options follow as arguments).
 pub fn command() -> crate::Result<Command> {

@@ -5,18 +5,20 @@
 //! The layers point one way:
 //!
 //! ```text
+//! roles                             what a helper process runs (dispatch, first thing in `main`)
 //! bench, explain, soak              the commands: options, the run, printing, JSON, plots
 //!   tables, latency, load,          one table each (Mach list, Firefly I-V; latency per transport;
 //!   peregrine, baselines, plot        Lampson's load; Peregrine 1/3/5; raw baselines; SVG charts)
 //!     accounting                    per-step timestamps of running calls, added up
-//!       raw, raw_shm, raw_tcp       raw ping-pongs and their echo servers
-//!         harness                   helper processes, placement, the media measured
+//!       harness                     the media measured and their baselines, helpers started
+//!         helpers, serve,           starting this program as a helper; the Test server;
+//!         raw, raw_shm, raw_tcp       raw ping-pongs and their echo servers
 //!           seeds, summary,         the Test interface; medians and percentiles; progress output;
 //!           progress, netns           network namespaces joined by a veth pair
 //! ```
 //!
 //! Every server the measurements talk to runs in a process of its own: this program started again
-//! as a helper ([`helpers`]), so that client and server can be pinned to CPUs of their own.
+//! as a helper ([`helpers`], [`roles`]), so that client and server can be pinned to CPUs of their own.
 
 #![forbid(unsafe_code)]
 
@@ -35,6 +37,7 @@ pub mod progress;
 pub mod raw;
 pub mod raw_shm;
 pub mod raw_tcp;
+pub mod roles;
 pub mod seeds;
 pub mod serve;
 #[cfg(feature = "fault-injection")]

@@ -2,8 +2,8 @@
 
 use std::time::Instant;
 
-use tiercel::{Client, ClientConfig, In, InOut, Out};
-use tiercel_bench::seeds::{self, TestClient, BIG_BUFFER, MAX_BUFFER};
+use tiercel::{In, InOut, Out};
+use tiercel_bench::seeds::{self, BIG_BUFFER, MAX_BUFFER};
 
 use tiercel_bench::summary::Summary;
 
@@ -27,8 +27,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> crate::Result<()> {
     let bind_start = Instant::now();
-    let config = ClientConfig { secret: args.secret.load()?, ..ClientConfig::default() };
-    let client: TestClient = Client::connect(args.addr.as_str())?.with_config(config).import()?;
+    let client = crate::check::import(&args.addr, args.secret.load().map_err(tiercel::Error::from)?)?;
     let bind_time = bind_start.elapsed();
     let int = |i: usize, default: i64| -> crate::Result<i64> {
         args.args

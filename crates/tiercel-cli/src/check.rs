@@ -27,8 +27,10 @@ pub struct Args {
     secret: tiercel_bench::SecretArgs,
 }
 
-fn import(addr: &str, config: &ClientConfig) -> Result<TestClient, Error> {
-    Ok(Client::connect(addr)?.with_config(config.clone()).import()?)
+/// Imports the Test interface from `addr`, proving `secret` if there is one.
+pub(crate) fn import(addr: &str, secret: Option<tiercel::Secret>) -> Result<TestClient, Error> {
+    let config = ClientConfig { secret, ..ClientConfig::default() };
+    Ok(Client::connect(addr)?.with_config(config).import()?)
 }
 
 /// Whether an error means the binding is gone (the server restarted, or is down for now).
@@ -43,8 +45,8 @@ fn binding_lost(e: &CallError) -> bool {
 }
 
 pub fn run(args: Args) -> crate::Result<()> {
-    let config = ClientConfig { secret: args.secret.load()?, ..ClientConfig::default() };
-    let client = import(&args.addr, &config)?;
+    let secret = args.secret.load().map_err(Error::from)?;
+    let client = import(&args.addr, secret.clone())?;
     let transport = match client.binding().transport() {
         tiercel::Transport::Udp => "UDP",
         tiercel::Transport::SharedMemory => "shared memory",
@@ -56,7 +58,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     let threads: Vec<_> = (0..args.threads.max(1))
         .map(|t| {
             let mut c = client.clone();
-            let (rounds, reimport, addr, config) = (args.rounds, args.reimport, args.addr.clone(), config.clone());
+            let (rounds, reimport, addr, secret) = (args.rounds, args.reimport, args.addr.clone(), secret.clone());
             let (reimports, retransmissions) = (reimports.clone(), retransmissions.clone());
             std::thread::spawn(move || -> crate::Result<()> {
                 let mut round = 0;
@@ -67,7 +69,7 @@ pub fn run(args: Args) -> crate::Result<()> {
                             eprintln!("thread {t} round {round}: {p}: {e}; importing again");
                             let give_up = Instant::now() + Duration::from_secs(30);
                             let fresh = loop {
-                                match import(&addr, &config) {
+                                match import(&addr, secret.clone()) {
                                     Ok(fresh) => break fresh,
                                     Err(_) if Instant::now() < give_up => std::thread::sleep(Duration::from_millis(50)),
                                     Err(e) => {

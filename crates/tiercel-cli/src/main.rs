@@ -62,24 +62,6 @@ enum Error {
     Check(String),
 }
 
-macro_rules! from_tiercel {
-    ($($t:ty),*) => {$(
-        impl From<$t> for Error {
-            fn from(e: $t) -> Error {
-                Error::Rpc(e.into())
-            }
-        }
-    )*};
-}
-
-from_tiercel!(
-    tiercel::CallError,
-    tiercel::BindError,
-    tiercel::ServerError,
-    tiercel::AddressError,
-    tiercel::SecretError
-);
-
 /// Whether the procedure ran, in words.
 fn said(e: tiercel::Execution) -> &'static str {
     match e {
@@ -92,7 +74,7 @@ fn said(e: tiercel::Execution) -> &'static str {
 type Result<T> = std::result::Result<T, Error>;
 
 fn main() -> ExitCode {
-    if let Some(code) = tiercel_bench::helpers::run_if_helper() {
+    if let Some(code) = tiercel_bench::roles::run_if_helper() {
         return code;
     }
     let cli = Cli::parse();
