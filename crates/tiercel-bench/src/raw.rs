@@ -14,7 +14,7 @@ use tiercel_sys::udp::{self, Received};
 /// How long a spinning echo server goes on spinning without a request before it blocks.
 pub const SPIN_WHILE_IDLE: Duration = Duration::from_millis(2);
 
-/// Options of the hidden `tiercel raw-echo`.
+/// Options of the `raw-echo` helper role.
 #[derive(clap::Args)]
 pub struct EchoArgs {
     /// Address to listen on.

@@ -32,7 +32,7 @@ const DATA: usize = 4096;
 const AREA: usize = 16 << 20;
 const REGION: usize = DATA + 2 * AREA;
 
-/// Options of the hidden `tiercel raw-shm-echo`.
+/// Options of the `raw-shm-echo` helper role.
 #[derive(clap::Args)]
 pub struct EchoArgs {
     /// CPU to pin to.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 /// Largest request or reply.
 const MAX: usize = 64 * 1024;
 
-/// Options of the hidden `tiercel raw-tcp-echo`.
+/// Options of the `raw-tcp-echo` helper role.
 #[derive(clap::Args)]
 pub struct EchoArgs {
     /// CPU to pin to.

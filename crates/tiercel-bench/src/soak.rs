@@ -53,7 +53,7 @@ pub struct Args {
     addr: Option<String>,
 }
 
-/// Options of the hidden `tiercel soak-server`.
+/// Options of the `soak-server` helper role.
 #[derive(clap::Args)]
 pub struct ServerArgs {
     #[arg(long, default_value = "udp://127.0.0.1:0")]

@@ -186,7 +186,7 @@ pub fn mach(served: (u32, &str), server_cpu: usize, time: Duration) -> crate::Re
     Ok(out)
 }
 
-/// Options of the hidden `tiercel mach-remote`.
+/// Options of the `mach-remote` helper role.
 #[derive(clap::Args)]
 pub struct RemoteArgs {
     /// The server, `host:port`.
