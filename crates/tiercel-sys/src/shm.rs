@@ -179,14 +179,17 @@ impl Drop for Region {
 }
 
 /// Waits while `word` holds `expected`, for at most `timeout`. Returns when woken, when the word
-/// changed, on a signal, or at the timeout (callers re-check the word either way).
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+/// changed, on a signal, or at the timeout (callers re-check the word either way); false when it
+/// returned at once because the word no longer held `expected` (the thread did not sleep).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> bool {
     let ts = timeout.map(|d| rustix::thread::futex::Timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
         tv_nsec: d.subsec_nanos() as _,
     });
     // Shared (not process-private) futex: the word lives in memory mapped by two processes.
-    let _ = rustix::thread::futex::wait(word, rustix::thread::futex::Flags::empty(), expected, ts.as_ref());
+    let waited = rustix::thread::futex::wait(word, rustix::thread::futex::Flags::empty(), expected, ts.as_ref());
+    // EAGAIN: the word no longer held `expected`, so the thread never slept.
+    waited != Err(rustix::io::Errno::AGAIN)
 }
 
 /// Wakes up to `n` waiters on `word`.

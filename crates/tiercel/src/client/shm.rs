@@ -274,8 +274,9 @@ impl ShmEndpoint {
             if proto::client_prepare_block(state, waiting) {
                 let now = Instant::now();
                 let timeout = deadline.map_or(LIVENESS, |d| d.saturating_duration_since(now).min(LIVENESS));
-                steps::slept(steps::Side::Client);
-                futex_wait(state, proto::state::CALL, Some(timeout));
+                if futex_wait(state, proto::state::CALL, Some(timeout)) {
+                    steps::slept(steps::Side::Client);
+                }
             }
             proto::client_woke(waiting);
             if proto::client_done(state) {

@@ -224,8 +224,9 @@ impl<'a> SlotServer<'a> {
             }
             let any_call = || states[..used()].iter().any(|s| proto::server_has_call(*s));
             if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, any_call) {
-                steps::slept(steps::Side::Server);
-                futex_wait(doorbell, bell, Some(LIVENESS));
+                if futex_wait(doorbell, bell, Some(LIVENESS)) {
+                    steps::slept(steps::Side::Server);
+                }
             }
             proto::server_woke(sleeping);
             if clock::elapsed(last_result, clock::ticks()) >= LIVENESS {
