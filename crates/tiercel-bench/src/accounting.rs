@@ -173,53 +173,102 @@ pub fn us_since(t0: u64) -> Duration {
     Duration::from_nanos(ticks_to_ns(ticks().wrapping_sub(t0) as f64) as u64)
 }
 
-/// The raw ping-pongs of Null's and MaxResult's sizes over `medium`, with `spin` or blocking.
-pub fn raw(medium: Medium, spin: bool, server_cpu: usize, calls: u32) -> crate::Result<Vec<Raw>> {
-    let echo = if medium == Medium::Udp { "raw-echo" } else { "raw-shm-echo" };
-    let mut args = vec![echo.to_string(), "--cpu".into(), server_cpu.to_string(), "--stamp".into()];
-    if spin {
-        args.push("--spin".into());
-    }
-    let (_echo, addr) = spawn(&args)?;
-    let header = if medium == Medium::Udp { HEADER } else { 0 };
-    let shm = match medium {
-        Medium::Shm => Some(crate::raw_shm::Connection::new(&addr)?),
-        Medium::Udp => None,
-    };
-    let mut out = Vec::new();
-    for p in [Procedure::Null, Procedure::MaxResult] {
-        let (call, result) = p.sizes();
-        let (call, result) = (header + call, header + result);
-        let mut ping = match &shm {
-            None => {
-                let server = addr
-                    .strip_prefix("udp://")
-                    .and_then(|a| a.parse().ok())
-                    .ok_or_else(|| format!("raw echo address {addr:?}"))?;
-                Baseline::Udp(PingPong::new(server, call, result, spin)?)
-            }
-            Some(conn) => Baseline::Shm(ShmPingPong::new(conn, call, result, spin)),
+/// Rounds the measurements of an accounting are split into: each round times the raw ping-pong and
+/// then tiercel, so that both see the same moments of the machine (a VM's wake-up cost and its
+/// neighbours drift within a run).
+pub const ROUNDS: u32 = 10;
+
+/// Untimed round trips before each round's timed ones: the echo or server may be napping or asleep
+/// after the other was measured.
+const WARMUP: u32 = 500;
+
+/// Pause after each round so that a spinning server or echo gives up the server CPU (tiercel's
+/// spinning server spins 10 ms past its last call) before the other is measured.
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// A raw echo helper and its ping-pongs of Null's and MaxResult's sizes, timed in chunks.
+pub struct RawRun {
+    pings: Vec<Baseline>,
+    totals: Vec<Raw>,
+    _shm: Option<std::rc::Rc<std::cell::RefCell<crate::raw_shm::Connection>>>,
+    _echo: crate::harness::Spawned,
+}
+
+impl RawRun {
+    /// Starts the raw echo of `medium`, spinning or blocking, on `server_cpu`.
+    pub fn start(medium: Medium, spin: bool, server_cpu: usize) -> crate::Result<RawRun> {
+        let echo = if medium == Medium::Udp { "raw-echo" } else { "raw-shm-echo" };
+        let mut args = vec![echo.to_string(), "--cpu".into(), server_cpu.to_string(), "--stamp".into()];
+        if spin {
+            args.push("--spin".into());
+        }
+        let (echo, addr) = spawn(&args)?;
+        let header = if medium == Medium::Udp { HEADER } else { 0 };
+        let shm = match medium {
+            Medium::Shm => Some(crate::raw_shm::Connection::new(&addr)?),
+            Medium::Udp => None,
         };
+        let mut pings = Vec::new();
+        for p in [Procedure::Null, Procedure::MaxResult] {
+            let (call, result) = p.sizes();
+            let (call, result) = (header + call, header + result);
+            pings.push(match &shm {
+                None => {
+                    let server = addr
+                        .strip_prefix("udp://")
+                        .and_then(|a| a.parse().ok())
+                        .ok_or_else(|| format!("raw echo address {addr:?}"))?;
+                    Baseline::Udp(PingPong::new(server, call, result, spin)?)
+                }
+                Some(conn) => Baseline::Shm(ShmPingPong::new(conn, call, result, spin)),
+            });
+        }
+        let totals = (0..pings.len()).map(|_| Raw { round_trip: Summary::new(), stamps: Stamps::default() }).collect();
+        Ok(RawRun { pings, totals, _shm: shm, _echo: echo })
+    }
+
+    /// Times `calls` round trips of procedure `i`'s sizes (after an untimed warm-up) and adds them
+    /// to its totals.
+    pub fn chunk(&mut self, i: usize, calls: u32) -> crate::Result<()> {
+        let ping = &mut self.pings[i];
         *ping.stamps_mut() = Some(Stamps::default());
-        for _ in 0..2_000 {
+        for _ in 0..WARMUP {
             ping.round_trip()?;
         }
         // The echo's sums run from its start: keep what it had reported before the timed calls.
         let before = ping.stamps_mut().take().unwrap_or_default();
         *ping.stamps_mut() = Some(Stamps::default());
-        let mut round_trip = Summary::new();
+        let total = &mut self.totals[i];
         for _ in 0..calls {
             let t0 = ticks();
             if ping.round_trip()? {
-                round_trip.record(us_since(t0));
+                total.round_trip.record(us_since(t0));
             }
         }
-        let mut stamps = ping.stamps_mut().take().unwrap_or_default();
-        stamps.echo_turnaround -= before.echo_turnaround.min(stamps.echo_turnaround);
-        stamps.echo_turns -= before.echo_turns.min(stamps.echo_turns);
-        out.push(Raw { round_trip, stamps });
+        let s = ping.stamps_mut().take().unwrap_or_default();
+        let t = &mut total.stamps;
+        t.send += s.send;
+        t.wait += s.wait;
+        t.round_trips += s.round_trips;
+        t.echo_turnaround += s.echo_turnaround.saturating_sub(before.echo_turnaround);
+        t.echo_turns += s.echo_turns.saturating_sub(before.echo_turns);
+        Ok(())
     }
-    Ok(out)
+
+    /// The totals of every chunk, by procedure.
+    pub fn finish(self) -> Vec<Raw> {
+        self.totals
+    }
+}
+
+/// The raw ping-pongs of Null's and MaxResult's sizes over `medium`, with `spin` or blocking, in
+/// one go.
+pub fn raw(medium: Medium, spin: bool, server_cpu: usize, calls: u32) -> crate::Result<Vec<Raw>> {
+    let mut run = RawRun::start(medium, spin, server_cpu)?;
+    for i in 0..2 {
+        run.chunk(i, calls)?;
+    }
+    Ok(run.finish())
 }
 
 /// A server of the seeds' Test interface in this process, on the server CPU, spinning (10 ms after
@@ -251,51 +300,96 @@ pub fn tiercel_pair(
     Ok((server, client))
 }
 
-/// Times `calls` calls of `p` with timestamps off, then (if `record`) `calls` more with them on.
-pub fn measure(client: &TestClient, p: Procedure, calls: u32, record: bool) -> crate::Result<Measured> {
-    let mut out = vec![0u8; MAX_BUFFER];
-    let mut call = || -> crate::Result<()> {
-        match p {
-            Procedure::Null => client.null(),
-            Procedure::MaxResult => client.max_result(Out(&mut out)),
+/// The tiercel calls of one procedure, timed in chunks: timestamps off, then on.
+pub struct Measurer<'a> {
+    client: &'a TestClient,
+    p: Procedure,
+    out: Vec<u8>,
+    off: Summary,
+    off_ticks: u64,
+    off_calls: u64,
+    on_ticks: u64,
+    on_calls: u64,
+}
+
+impl<'a> Measurer<'a> {
+    /// Starts measuring `p` through `client`; forgets the steps recorded so far.
+    pub fn new(client: &'a TestClient, p: Procedure) -> Measurer<'a> {
+        steps::enable(false);
+        steps::reset();
+        Measurer {
+            client,
+            p,
+            out: vec![0u8; MAX_BUFFER],
+            off: Summary::new(),
+            off_ticks: 0,
+            off_calls: 0,
+            on_ticks: 0,
+            on_calls: 0,
+        }
+    }
+
+    fn call(&mut self) -> crate::Result<()> {
+        match self.p {
+            Procedure::Null => self.client.null(),
+            Procedure::MaxResult => self.client.max_result(Out(&mut self.out)),
         }
         .map_err(crate::Error::from)
-    };
-    for _ in 0..2_000 {
-        call()?;
     }
-    let mut off = Summary::new();
-    let mut off_ticks = 0u64;
-    for _ in 0..calls {
-        let t0 = ticks();
-        call()?;
-        let t = ticks().wrapping_sub(t0);
-        off_ticks += t;
-        off.record(Duration::from_nanos(ticks_to_ns(t as f64) as u64));
-    }
-    let mut on_ticks = 0u64;
-    let mut steps = Vec::new();
-    let mut sleeps = (0, 0);
-    if record {
-        steps::reset();
-        steps::enable(true);
+
+    /// Times `calls` calls with timestamps off (after an untimed warm-up), then, if `record`,
+    /// `calls` more with them on; then lets the server go idle.
+    pub fn chunk(&mut self, calls: u32, record: bool) -> crate::Result<()> {
+        for _ in 0..WARMUP {
+            self.call()?;
+        }
         for _ in 0..calls {
             let t0 = ticks();
-            mark(Point::Begin);
-            let r = call();
-            mark(Point::End);
-            on_ticks += ticks().wrapping_sub(t0);
-            steps::close();
-            r?;
+            self.call()?;
+            let t = ticks().wrapping_sub(t0);
+            self.off_ticks += t;
+            self.off.record(Duration::from_nanos(ticks_to_ns(t as f64) as u64));
         }
-        // Let the server close its trace of the last call.
-        std::thread::sleep(Duration::from_millis(20));
+        self.off_calls += u64::from(calls);
+        if record {
+            steps::enable(true);
+            for _ in 0..calls {
+                let t0 = ticks();
+                mark(Point::Begin);
+                let r = self.call();
+                mark(Point::End);
+                self.on_ticks += ticks().wrapping_sub(t0);
+                steps::close();
+                r?;
+            }
+            self.on_calls += u64::from(calls);
+        }
+        // Let the server close its trace of the last call, and give up the server CPU.
+        std::thread::sleep(SETTLE);
         steps::enable(false);
-        steps = steps::snapshot();
-        sleeps = steps::sleeps();
+        Ok(())
     }
-    let mean = |t: u64| ticks_to_ns(t as f64) / 1e3 / calls.max(1) as f64;
-    Ok(Measured { off, off_mean_us: mean(off_ticks), on_mean_us: mean(on_ticks), steps, calls: calls as u64, sleeps })
+
+    /// What the chunks measured.
+    pub fn finish(self) -> Measured {
+        let mean = |t: u64, n: u64| ticks_to_ns(t as f64) / 1e3 / n.max(1) as f64;
+        let recorded = self.on_calls > 0;
+        Measured {
+            off_mean_us: mean(self.off_ticks, self.off_calls),
+            on_mean_us: mean(self.on_ticks, self.on_calls),
+            off: self.off,
+            steps: if recorded { steps::snapshot() } else { Vec::new() },
+            calls: self.on_calls,
+            sleeps: if recorded { steps::sleeps() } else { (0, 0) },
+        }
+    }
+}
+
+/// Times `calls` calls of `p` with timestamps off, then (if `record`) `calls` more with them on.
+pub fn measure(client: &TestClient, p: Procedure, calls: u32, record: bool) -> crate::Result<Measured> {
+    let mut m = Measurer::new(client, p);
+    m.chunk(calls, record)?;
+    Ok(m.finish())
 }
 
 /// Mean duration in µs of the step `from → to`, if every recorded call took it.
@@ -483,7 +577,9 @@ pub fn time_us(mut f: impl FnMut()) -> f64 {
 pub type Raws = Vec<(Medium, bool, Vec<Raw>)>;
 
 /// Measures and prints the accounting of Null and MaxResult over each of `media`, spinning and/or
-/// blocking as `modes` say (true: spinning). The calling thread must be pinned to `client_cpu`.
+/// blocking as `modes` say (true: spinning). The raw ping-pong and tiercel are timed in turn, in
+/// [`ROUNDS`] rounds of `calls / ROUNDS` calls each. The calling thread must be pinned to
+/// `client_cpu`.
 pub fn accounts(
     media: &[Medium],
     modes: &[bool],
@@ -492,34 +588,41 @@ pub fn accounts(
     server_cpu: usize,
 ) -> crate::Result<(Vec<Account>, Raws)> {
     let placement = format!("caller CPU {client_cpu}, server CPU {server_cpu}");
+    let chunk = calls.div_ceil(ROUNDS).max(1);
     let mut accounts = Vec::new();
-    let mut base = Vec::new();
+    let mut base: Raws = Vec::new();
     for &medium in media {
         for &spin in modes {
             crate::progress::doing(&format!("accounting {} {}", name(medium), if spin { "spin" } else { "block" }));
-            let raws = raw(medium, spin, server_cpu, calls)?;
             // Without a spin budget some waits find the answer there already: they are charged
             // the spinning baseline, measured here unless this run already has it.
-            let measured_spinning = base.iter().find(|(m, s, _): &&(Medium, bool, Vec<Raw>)| *m == medium && *s);
-            let spinning = match (spin, measured_spinning) {
-                (true, _) => None,
-                (false, Some(_)) => None,
-                (false, None) => Some(raw(medium, true, server_cpu, calls)?),
-            };
-            let spinning: &[Raw] = match (&spinning, measured_spinning) {
+            let measured_spinning = base.iter().any(|(m, s, _)| *m == medium && *s);
+            let own_spinning =
+                if !spin && !measured_spinning { Some(raw(medium, true, server_cpu, calls)?) } else { None };
+            let mut raw_run = RawRun::start(medium, spin, server_cpu)?;
+            let (server, client) = tiercel_pair(medium, spin, false, server_cpu)?;
+            let mut measured = Vec::new();
+            for (i, p) in [Procedure::Null, Procedure::MaxResult].into_iter().enumerate() {
+                let mut m = Measurer::new(&client, p);
+                for _ in 0..ROUNDS {
+                    raw_run.chunk(i, chunk)?;
+                    m.chunk(chunk, true)?;
+                }
+                measured.push(m.finish());
+            }
+            drop(client);
+            drop(server);
+            let raws = raw_run.finish();
+            let spinning: &[Raw] = match (&own_spinning, base.iter().find(|(m, s, _)| *m == medium && *s)) {
                 (Some(own), _) => own,
                 (None, Some((_, _, found))) => found,
                 (None, None) => &raws,
             };
-            let (server, client) = tiercel_pair(medium, spin, false, server_cpu)?;
-            for (i, p) in [Procedure::Null, Procedure::MaxResult].into_iter().enumerate() {
-                let m = measure(&client, p, calls, true)?;
-                let a = account(medium, spin, p, &m, &raws[i], &spinning[i]);
+            for (i, (p, m)) in [Procedure::Null, Procedure::MaxResult].into_iter().zip(&measured).enumerate() {
+                let a = account(medium, spin, p, m, &raws[i], &spinning[i]);
                 print_account(&a, &placement);
                 accounts.push(a);
             }
-            drop(client);
-            drop(server);
             base.push((medium, spin, raws));
             crate::progress::step();
         }
