@@ -43,6 +43,9 @@ fuzz_target!(|input: Input| {
         }
         let ack = r.ack();
         assert!(ack.prefix <= input.count);
+        // Memory grows with the fragments that came: no further than the window past the prefix.
+        assert!(r.held() <= r.message_len());
+        assert!(r.held() <= (usize::from(ack.prefix) + 65) * frag_payload);
         assert_eq!(r.is_complete(), inserted.iter().all(|&b| b));
     }
     for (i, &got) in inserted.iter().enumerate() {

@@ -10,19 +10,23 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Route, ServerEndpoint, SlotCell};
+use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Refusal, Route, ServerEndpoint, SlotCell};
 use tiercel_proto::server::{CallAction, ProbeAction};
 use tiercel_proto::wire::{Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_proto::Timing;
 
 const BUDGET: usize = 4096;
+/// Bytes all bindings together may hold: less than three bindings' budgets, so that it binds.
+const SERVER_BUDGET: usize = 6144;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
     /// A packet from `peer`; `binding` picks one of the granted bindings (or a wrong one) and
-    /// `good_token` whether it carries that binding's token.
+    /// `good_token` whether it carries that binding's token; `prove` whether its sender answers an
+    /// address challenge, as a client does.
     Packet {
         peer: u8,
+        prove: bool,
         kind: u8,
         binding: u8,
         good_token: bool,
@@ -64,12 +68,15 @@ fuzz_target!(|ops: Vec<Op>| {
         max_bindings: 3,
         slots_per_binding: 2,
         binding_memory: BUDGET,
+        memory: SERVER_BUDGET,
+        stalled_after: Duration::from_millis(300),
         binding_idle: Duration::from_millis(500),
         max_running: 2,
         timing,
     };
     let mut now = Instant::now();
-    let endpoint: ServerEndpoint<u8, ()> = ServerEndpoint::new(config, now);
+    let endpoint: ServerEndpoint<u8, ()> =
+        ServerEndpoint::new(config, now, Box::new(tiercel_proto::bind::InsecureChallenges));
     // Bindings granted (id and token; the endpoint holds them), and the next token to give.
     let mut granted: Vec<(u32, u128)> = Vec::new();
     let mut next_token = 1u128;
@@ -87,6 +94,7 @@ fuzz_target!(|ops: Vec<Op>| {
             }
             Op::Packet {
                 peer,
+                prove,
                 kind,
                 binding,
                 good_token,
@@ -126,10 +134,43 @@ fuzz_target!(|ops: Vec<Op>| {
                     Route::Bind | Route::Malformed => continue,
                 };
                 assert!(good_token && !old_incarnation, "only the right token and incarnation reach a binding");
-                let Ok(mut cell) = endpoint.enter(&b, &p, peer) else { continue };
+                let mut cell = match endpoint.enter(&b, &p, peer) {
+                    Ok(cell) => cell,
+                    Err(Refusal::Reject(h)) => {
+                        assert_eq!((h.kind, h.payload_len), (Kind::Reject, 0));
+                        continue;
+                    }
+                    Err(Refusal::Challenge(h, challenge)) => {
+                        // No larger than the packet it answers, plus the challenge.
+                        assert_eq!((h.kind, h.status), (Kind::Reject, Status::AddressUnproven));
+                        assert!(HEADER_LEN + challenge.len() <= bytes.len() + 16);
+                        if !prove {
+                            continue;
+                        }
+                        let probe = Header {
+                            flags: tiercel_proto::wire::flags::ADDRESS_PROOF,
+                            payload_len: challenge.len() as u32,
+                            ..Header::new(Kind::Probe)
+                        };
+                        let probe = Header { binding: h.binding, slot: h.slot, token: h.token, incarnation: 2, ..probe };
+                        let proof = [&probe.to_bytes()[..], &challenge].concat();
+                        let proof = Packet::new_checked(&proof[..]).expect("a valid probe");
+                        let cell = endpoint.enter(&b, &proof, peer).expect("an echoed challenge proves the address");
+                        assert_eq!(cell.peer, Some(peer));
+                        continue;
+                    }
+                };
+                assert_eq!(cell.peer, Some(peer), "only a proven address enters its slot");
                 match kind {
                     Kind::Call => match cell.on_call(&b, &p, now, &timing) {
-                        CallAction::Execute | CallAction::ExecuteMessage(_) => {
+                        CallAction::ExecuteMessage(m) => {
+                            assert!(executed.insert((b.token, p.slot(), p.seq())), "a call ran twice");
+                            b.release(m.len());
+                            endpoint.run_started();
+                            drop(cell);
+                            running.push((b.clone(), bytes.clone()));
+                        }
+                        CallAction::Execute => {
                             // Tokens are never reused, so a token names one binding for good.
                             assert!(executed.insert((b.token, p.slot(), p.seq())), "a call ran twice");
                             endpoint.run_started();
@@ -144,7 +185,7 @@ fuzz_target!(|ops: Vec<Op>| {
                             cell.resend_result();
                             drain(&b, &mut cell);
                         }
-                        CallAction::Ack(_) | CallAction::Drop(_) => {}
+                        CallAction::Ack(_) | CallAction::Drop(_) | CallAction::Busy => {}
                     },
                     Kind::Ack => {
                         cell.on_result_ack(&b, &p, now);
@@ -158,7 +199,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     }
                     _ => unreachable!("routed only calls, acks and probes"),
                 }
-                assert!(b.memory() <= BUDGET);
+                assert!(b.memory() <= BUDGET && endpoint.memory() <= SERVER_BUDGET);
             }
             Op::Complete { result_len } => {
                 if running.is_empty() {
@@ -174,11 +215,12 @@ fuzz_target!(|ops: Vec<Op>| {
                     assert!(status == Status::Ok || status == Status::ResultTooLarge);
                     drain(&b, &mut cell);
                 }
-                assert!(b.memory() <= BUDGET);
+                assert!(b.memory() <= BUDGET && endpoint.memory() <= SERVER_BUDGET);
             }
             Op::Wait { ms } => {
                 now += Duration::from_millis(u64::from(ms));
                 endpoint.expire(now);
+                endpoint.reclaim(now);
             }
         }
     }

@@ -87,6 +87,10 @@ fuzz_target!(|input: Input| {
                                 assert!(executed.insert(seq), "call {seq} executed twice");
                                 assert_eq!(m.len(), message_len as usize);
                                 assert!(m.len() <= timing.max_message);
+                                // The whole message was reserved as its fragments came; it is
+                                // given back once the call has run.
+                                assert!(m.len() <= reserved);
+                                reserved -= m.len();
                                 running = Some(seq);
                             }
                             CallAction::Refuse(_) => {
@@ -121,5 +125,6 @@ fuzz_target!(|input: Input| {
         while slot.poll_transmit().is_some() {}
         reserved = reserved.saturating_sub(slot.take_released());
         assert!(slot.reassembly_bytes() <= timing.max_message);
+        assert!(slot.reassembly_bytes() <= reserved, "a call holds only memory it reserved");
     }
 });

@@ -107,9 +107,14 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// Peak resident set size of this process (VmHWM), KiB.
 pub fn peak_rss_kib() -> u64 {
+    rss_kib("VmHWM:")
+}
+
+/// A `/proc/self/status` figure in KiB (`VmRSS:` resident now, `VmHWM:` its peak), 0 if unknown.
+pub fn rss_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(|l| l.to_string()))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
         .unwrap_or(0)
 }

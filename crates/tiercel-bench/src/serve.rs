@@ -33,6 +33,10 @@ pub struct Args {
     /// Print the server's counters every this many seconds (0: never).
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
     stats_every: u64,
+    /// MiB all bindings together may hold in multi-packet calls and results (calls beyond are
+    /// refused as busy).
+    #[arg(long, default_value_t = ServerConfig::default().message_memory >> 20, value_name = "MIB")]
+    message_memory_mib: usize,
     #[command(flatten)]
     secret: crate::SecretArgs,
 }
@@ -45,6 +49,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         cpus: crate::parse_cpus(&args.cpus)?,
         secret: args.secret.load()?,
         adaptive_spin: !args.spin_fixed,
+        message_memory: args.message_memory_mib << 20,
         ..ServerConfig::default()
     };
     let server = Server::bind(args.addr.as_str())
@@ -81,9 +86,11 @@ pub fn run(args: Args) -> crate::Result<()> {
                 let mut out = std::io::stdout();
                 let _ = writeln!(
                     out,
-                    "stats {} bindings_held={} peak_rss_kib={}",
+                    "stats {} bindings_held={} message_memory_kib={} rss_kib={} peak_rss_kib={}",
                     server.stats(),
                     server.bindings(),
+                    server.message_memory() >> 10,
+                    crate::rss_kib("VmRSS:"),
                     crate::peak_rss_kib()
                 );
                 let _ = out.flush();

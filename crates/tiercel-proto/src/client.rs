@@ -31,6 +31,12 @@ pub enum Transmit {
         /// Ask for the fragments the ack does not cover.
         resend: bool,
     },
+    /// A probe with [`flags::ADDRESS_PROOF`] echoing the server's challenge: proves that this slot's
+    /// address receives (sent when the server answered `AddressUnproven`).
+    AddressProof {
+        /// The challenge, as received.
+        challenge: [u8; crate::bind::wire::CHALLENGE_LEN],
+    },
 }
 
 /// Why a call failed in the protocol.
@@ -110,6 +116,8 @@ pub struct ClientCall {
     srtt: Option<core::time::Duration>,
     rttvar: core::time::Duration,
     busy_since: Option<Instant>,
+    /// When this slot last proved its address (at most once a retransmission interval).
+    proved_at: Option<Instant>,
 }
 
 impl ClientCall {
@@ -137,6 +145,7 @@ impl ClientCall {
             srtt: None,
             rttvar: core::time::Duration::ZERO,
             busy_since: None,
+            proved_at: None,
         }
     }
 
@@ -265,6 +274,13 @@ impl ClientCall {
         if self.timer.is_none_or(|t| now < t) {
             return;
         }
+        self.resend();
+        self.backoff(now);
+    }
+
+    /// Queues what the current phase sends again: the unacknowledged call fragments, a probe, or
+    /// an acknowledgement asking for the missing result fragments.
+    fn resend(&mut self) {
         match self.phase {
             Phase::Sending => {
                 let first = self.transmits.len();
@@ -287,7 +303,6 @@ impl ClientCall {
             }
             Phase::Idle | Phase::Done => {}
         }
-        self.backoff(now);
     }
 
     /// Handles a checked packet addressed to this client slot. The caller has already matched its
@@ -335,6 +350,22 @@ impl ClientCall {
                 // Try once more when `dead_after` of refusals is up, rather than let the backoff
                 // outlast it: a server that is still refusing then is overloaded, not dead.
                 self.timer = Some((now + self.rto).min(since + self.timing.dead_after));
+                Handled::Progress
+            }
+            Kind::Reject if packet.status() == Status::AddressUnproven => {
+                // The server has not seen this slot's address prove that it receives (this thread's
+                // first packet, or the address changed): echo its challenge and send again what it
+                // refused. Nothing ran. At most once a retransmission interval, so that a server
+                // that keeps refusing is left to the timers.
+                let Ok(challenge) = packet.payload().try_into() else { return Handled::Ignored };
+                if self.proved_at.is_some_and(|t| now.saturating_duration_since(t) < self.rto) {
+                    return Handled::Ignored;
+                }
+                self.proved_at = Some(now);
+                self.last_heard = now;
+                self.retransmitted = true;
+                self.transmits.push(Transmit::AddressProof { challenge });
+                self.resend();
                 Handled::Progress
             }
             Kind::Reject => {

@@ -89,6 +89,19 @@ impl Blast {
         self.sent_upto = r.end;
         r
     }
+    /// One fragment to send again when the receiver asks without saying what it holds (a duplicate
+    /// request, a probe): the first unacknowledged one sent, else the next new one the window allows.
+    /// Its acknowledgement then says what else is missing.
+    pub fn take_one(&mut self) -> Option<u16> {
+        if let Some(i) = self.unacked().next() {
+            return Some(i);
+        }
+        let limit = self.count.min(self.acked.prefix.saturating_add(self.window));
+        (self.sent_upto < limit).then(|| {
+            self.sent_upto += 1;
+            self.sent_upto - 1
+        })
+    }
     /// Records an acknowledgement; stale ones (smaller prefix) are ignored. Returns whether it advanced.
     pub fn on_ack(&mut self, ack: AckInfo) -> bool {
         let prefix = ack.prefix.min(self.count);
@@ -121,6 +134,12 @@ pub enum ReassemblyError {
     /// Fragment count, message length or fragment length disagree with each other or with earlier fragments.
     #[error("fragment does not fit the message")]
     Inconsistent,
+    /// A fragment further past the received prefix than any sender's window reaches.
+    #[error("fragment beyond the window")]
+    OutOfWindow,
+    /// The buffer for the message could not be reserved.
+    #[error("no memory for the message")]
+    NoMemory,
 }
 
 /// Result of inserting a fragment.
@@ -135,12 +154,22 @@ pub enum Inserted {
 }
 
 /// Reassembles one message into a single contiguous buffer.
+///
+/// The buffer's room for the whole message is reserved at the start (address space, which the
+/// kernel backs with memory only when written), but the buffer is written, and grows, only up to the
+/// last fragment received: a sender that declares a large message holds memory for the bytes it has
+/// sent, not for the bytes it claims. A fragment is accepted only within [`MAX_WINDOW`] fragments of
+/// the received prefix (no sender's window reaches further), so the buffer holds at most that many
+/// fragments beyond what has arrived.
 #[derive(Debug)]
 pub struct Reassembly {
     buf: Vec<u8>,
+    len: usize,
     have: Vec<u64>,
     count: u16,
     received: u16,
+    /// Every fragment below this index has arrived.
+    prefix: u16,
     frag_payload: usize,
     since_ack: u16,
 }
@@ -153,8 +182,7 @@ impl Reassembly {
     }
 
     /// As [`Reassembly::new`], in `buf` (a buffer of an earlier message, so that a stream of large
-    /// messages does not allocate, fault in and zero a fresh one each time). Its old bytes are
-    /// overwritten by the fragments before the message is complete; only a complete message is read.
+    /// messages does not allocate, fault in and zero a fresh one each time).
     pub fn reusing(
         mut buf: Vec<u8>,
         message_len: u32,
@@ -162,26 +190,35 @@ impl Reassembly {
         frag_payload: usize,
         limit: usize,
     ) -> Result<Reassembly, ReassemblyError> {
-        if message_len as usize > limit {
+        let len = message_len as usize;
+        if len > limit {
             return Err(ReassemblyError::TooLarge { len: message_len, limit });
         }
-        if frag_payload == 0 || fragment_count(message_len as usize, frag_payload) != Some(count) {
+        if frag_payload == 0 || fragment_count(len, frag_payload) != Some(count) {
             return Err(ReassemblyError::Inconsistent);
         }
-        buf.truncate(message_len as usize);
-        buf.resize(message_len as usize, 0);
+        buf.clear();
+        buf.try_reserve_exact(len).map_err(|_| ReassemblyError::NoMemory)?;
         Ok(Reassembly {
             buf,
+            len,
             have: vec![0; (count as usize).div_ceil(64)],
             count,
             received: 0,
+            prefix: 0,
             frag_payload,
             since_ack: 0,
         })
     }
 
-    /// Bytes the buffer holds (for memory accounting).
+    /// Bytes of the message.
     pub fn message_len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes the buffer holds now (written up to the furthest fragment received): what the
+    /// reassembly costs in memory.
+    pub fn held(&self) -> usize {
         self.buf.len()
     }
 
@@ -189,7 +226,8 @@ impl Reassembly {
         self.have[i as usize / 64] & (1 << (i % 64)) != 0
     }
 
-    /// Copies one fragment into place.
+    /// Copies one fragment into place, growing the buffer to reach it (the bytes of fragments not yet
+    /// arrived in between are zeroed, and overwritten when they come).
     pub fn insert(
         &mut self,
         index: u16,
@@ -197,20 +235,48 @@ impl Reassembly {
         message_len: u32,
         payload: &[u8],
     ) -> Result<Inserted, ReassemblyError> {
-        if count != self.count || message_len as usize != self.buf.len() || index >= count {
+        self.insert_within(index, count, message_len, payload, |_| true)
+    }
+
+    /// As [`Reassembly::insert`], asking `reserve` for the bytes the buffer must grow by before it
+    /// grows ([`ReassemblyError::NoMemory`] if refused; nothing changes then). `reserve` is asked
+    /// only for a fragment that is consistent, within the window and new, so what it granted is
+    /// always held ([`Reassembly::held`]).
+    pub fn insert_within(
+        &mut self,
+        index: u16,
+        count: u16,
+        message_len: u32,
+        payload: &[u8],
+        reserve: impl FnOnce(usize) -> bool,
+    ) -> Result<Inserted, ReassemblyError> {
+        if count != self.count || message_len as usize != self.len || index >= count {
             return Err(ReassemblyError::Inconsistent);
         }
-        let range = fragment_range(index, self.buf.len(), self.frag_payload);
+        let range = fragment_range(index, self.len, self.frag_payload);
         if payload.len() != range.len() {
             return Err(ReassemblyError::Inconsistent);
         }
+        if u32::from(index) > u32::from(self.prefix) + u32::from(MAX_WINDOW) {
+            return Err(ReassemblyError::OutOfWindow);
+        }
         if self.has(index) {
             return Ok(Inserted::Duplicate);
+        }
+        if range.end > self.buf.len() {
+            if !reserve(range.end - self.buf.len()) {
+                return Err(ReassemblyError::NoMemory);
+            }
+            // Within the capacity reserved at the start: no reallocation, no copy.
+            self.buf.resize(range.end, 0);
         }
         self.buf[range].copy_from_slice(payload);
         self.have[index as usize / 64] |= 1 << (index % 64);
         self.received += 1;
         self.since_ack += 1;
+        while self.prefix < self.count && self.has(self.prefix) {
+            self.prefix += 1;
+        }
         Ok(if self.received == self.count { Inserted::Complete } else { Inserted::New })
     }
 
@@ -232,10 +298,7 @@ impl Reassembly {
 
     /// What has arrived, as an acknowledgement.
     pub fn ack(&self) -> AckInfo {
-        let mut prefix = 0u16;
-        while prefix < self.count && self.has(prefix) {
-            prefix += 1;
-        }
+        let prefix = self.prefix;
         let mut mask = 0u64;
         for i in 0..64u16 {
             let idx = prefix as u32 + 1 + i as u32;
@@ -249,7 +312,7 @@ impl Reassembly {
         AckInfo { prefix, mask }
     }
 
-    /// The reassembled message (complete or not).
+    /// The bytes received so far, up to the furthest fragment (the whole message once complete).
     pub fn message(&self) -> &[u8] {
         &self.buf
     }
@@ -313,6 +376,28 @@ mod tests {
         assert_eq!(r.insert(0, 3, 250, &[0; 99]), Err(ReassemblyError::Inconsistent));
         assert_eq!(r.insert(0, 4, 250, &[0; 100]), Err(ReassemblyError::Inconsistent));
         assert_eq!(r.insert(0, 3, 251, &[0; 100]), Err(ReassemblyError::Inconsistent));
+    }
+
+    #[test]
+    fn reassembly_holds_what_arrived_not_what_was_claimed() {
+        let mut r = Reassembly::new(1 << 20, 10_486, 100, 1 << 20).unwrap();
+        assert_eq!(r.held(), 0, "nothing written before a fragment comes");
+        r.insert(0, 10_486, 1 << 20, &[1; 100]).unwrap();
+        assert_eq!(r.held(), 100);
+        r.insert(64, 10_486, 1 << 20, &[1; 100]).unwrap();
+        assert_eq!(r.held(), 6500, "up to the furthest fragment, within the window");
+        assert_eq!(r.insert(66, 10_486, 1 << 20, &[1; 100]), Err(ReassemblyError::OutOfWindow));
+        // A refused reservation changes nothing.
+        assert_eq!(r.insert_within(1, 10_486, 1 << 20, &[2; 100], |_| false), Ok(Inserted::New), "no growth");
+        assert_eq!(r.insert_within(65, 10_486, 1 << 20, &[2; 100], |_| false), Err(ReassemblyError::NoMemory));
+        assert_eq!((r.held(), r.ack().prefix), (6500, 2));
+        let mut asked = 0;
+        r.insert_within(65, 10_486, 1 << 20, &[2; 100], |n| {
+            asked = n;
+            true
+        })
+        .unwrap();
+        assert_eq!((asked, r.held()), (100, 6600));
     }
 
     #[test]

@@ -28,6 +28,10 @@ pub enum CallAction {
     /// Answer a new call with this refusal status as its result, without running anything, then
     /// call [`Slot::complete`]. Used for a call too large to accept.
     Refuse(crate::wire::Status),
+    /// Answer with a `Reject` of status `Busy`, recording nothing: the call is not accepted now (the
+    /// memory budget has no room for it, or its partial message was reclaimed), and the client backs
+    /// off and sends it again from its first fragment. It never ran.
+    Busy,
     /// Nothing to do.
     Drop(DropReason),
 }
@@ -41,7 +45,7 @@ pub enum DropReason {
     Duplicate,
     /// The slot is still running an earlier call; the client will retransmit.
     SlotBusy,
-    /// A fragment that contradicts the message it belongs to.
+    /// A fragment that contradicts the message it belongs to, or lies beyond any sender's window.
     Malformed,
     /// Nothing to answer (for example the result was already acknowledged).
     Nothing,
@@ -73,6 +77,12 @@ enum State {
 #[derive(Debug)]
 pub struct Slot {
     seq: Option<u32>,
+    /// The slot's sequence number before the call being reassembled: what it goes back to when that
+    /// call is given up for want of memory or progress, so that the client's new attempt is new.
+    prev_seq: Option<u32>,
+    /// A call whose partial message was reclaimed: its fragments other than the first are refused as
+    /// busy, so that the client starts it again from the first.
+    reclaimed: Option<u32>,
     state: State,
     last_activity: Option<Instant>,
     released: usize,
@@ -95,6 +105,8 @@ impl Slot {
     pub const fn new() -> Slot {
         Slot {
             seq: None,
+            prev_seq: None,
+            reclaimed: None,
             state: State::Idle,
             last_activity: None,
             released: 0,
@@ -157,12 +169,38 @@ impl Slot {
         matches!(self.state, State::Done(_))
     }
 
-    /// Bytes held by a call being reassembled.
+    /// Bytes held by a call being reassembled (what it has been granted by `reserve`).
     pub fn reassembly_bytes(&self) -> usize {
         match &self.state {
-            State::Receiving(r) => r.message_len(),
+            State::Receiving(r) => r.held(),
             _ => 0,
         }
+    }
+
+    /// Gives up a call being reassembled that has not heard from its client for `after`: its bytes
+    /// are returned (for the caller's memory budget) and its later fragments refused as busy until
+    /// the client starts it again. Returns the bytes freed, if it gave a call up.
+    pub fn reclaim_stale(&mut self, now: Instant, after: core::time::Duration) -> Option<usize> {
+        let stale = self.last_activity.is_some_and(|t| now.saturating_duration_since(t) >= after);
+        if !stale || !matches!(self.state, State::Receiving(_)) {
+            return None;
+        }
+        self.reclaimed = self.seq;
+        Some(self.give_up())
+    }
+
+    /// Drops the call being reassembled as if it had never come; returns the bytes it held.
+    fn give_up(&mut self) -> usize {
+        let State::Receiving(r) = core::mem::replace(&mut self.state, State::Acknowledged) else { return 0 };
+        self.seq = self.prev_seq;
+        let held = r.held();
+        // Its buffer goes back to be lent again, unless one is lent already.
+        if self.lent.capacity() == 0 {
+            let mut buf = r.into_message();
+            buf.clear();
+            self.lent = buf;
+        }
+        held
     }
 
     /// Bytes of reassembly buffers dropped since the last call (a call abandoned by its client for a
@@ -172,7 +210,9 @@ impl Slot {
     }
 
     /// Handles a checked `Call` packet for this slot. `frag_payload` is the binding's fragment size;
-    /// `reserve` is asked before a multi-packet call allocates its reassembly buffer and may refuse.
+    /// `reserve` is asked before a multi-packet call's reassembly buffer grows (by the bytes of the
+    /// fragments that arrived, never by what the header claims) and may refuse: the call is then
+    /// given up and refused as busy ([`CallAction::Busy`]).
     pub fn on_call(
         &mut self,
         packet: &Packet<&[u8]>,
@@ -189,8 +229,12 @@ impl Slot {
             if matches!(self.state, State::Running) {
                 return CallAction::Drop(DropReason::SlotBusy);
             }
+            if self.reclaimed == Some(seq) && packet.frag_index() != 0 {
+                return CallAction::Busy;
+            }
+            self.reclaimed = None;
             if let State::Receiving(abandoned) = &self.state {
-                self.released += abandoned.message_len();
+                self.released += abandoned.held();
                 self.state = State::Idle;
             }
             let count = packet.frag_count();
@@ -203,7 +247,7 @@ impl Slot {
             if fragment_count(len, frag_payload) != Some(count) {
                 return CallAction::Drop(DropReason::Malformed);
             }
-            if len > timing.max_message || !reserve(len) {
+            if len > timing.max_message {
                 self.seq = Some(seq);
                 self.state = State::Running;
                 return CallAction::Refuse(crate::wire::Status::TooLarge);
@@ -211,6 +255,7 @@ impl Slot {
             let buf = core::mem::take(&mut self.lent);
             match Reassembly::reusing(buf, packet.message_len(), count, frag_payload, timing.max_message) {
                 Ok(r) => {
+                    self.prev_seq = self.seq;
                     self.seq = Some(seq);
                     self.state = State::Receiving(r);
                 }
@@ -219,6 +264,7 @@ impl Slot {
                     self.state = State::Running;
                     return CallAction::Refuse(crate::wire::Status::TooLarge);
                 }
+                Err(ReassemblyError::NoMemory) => return CallAction::Busy,
                 Err(_) => return CallAction::Drop(DropReason::Malformed),
             }
         } else if Some(seq) != self.seq {
@@ -226,7 +272,12 @@ impl Slot {
         }
         match &mut self.state {
             State::Receiving(r) => {
-                match r.insert(packet.frag_index(), packet.frag_count(), packet.message_len(), packet.payload()) {
+                let (index, count, len) = (packet.frag_index(), packet.frag_count(), packet.message_len());
+                match r.insert_within(index, count, len, packet.payload(), reserve) {
+                    Err(ReassemblyError::NoMemory) => {
+                        self.released += self.give_up();
+                        CallAction::Busy
+                    }
                     Err(_) => CallAction::Drop(DropReason::Malformed),
                     Ok(Inserted::Complete) => {
                         let State::Receiving(r) = core::mem::replace(&mut self.state, State::Running) else {
@@ -264,17 +315,18 @@ impl Slot {
         self.state = State::Done(blast);
     }
 
-    /// Queues each saved-result fragment the client has not acknowledged, and any the window now
-    /// allows.
+    /// Queues one fragment of the saved result (a duplicate call or a probe asked for it): the first
+    /// the client has not acknowledged. Never more than one, whatever the packet that asked, so that
+    /// a small request never draws a window of fragments; the client's acknowledgement of it, which
+    /// says what it holds, brings the rest ([`Slot::on_result_ack`]).
     pub fn resend_result(&mut self) {
         let Slot { state, transmits, .. } = self;
         if let State::Done(blast) = state {
             if blast.count() == 1 {
                 transmits.push(0);
-                return;
+            } else if let Some(i) = blast.take_one() {
+                transmits.push(i);
             }
-            transmits.extend(blast.unacked());
-            transmits.extend(blast.take_new());
         }
     }
 

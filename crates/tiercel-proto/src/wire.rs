@@ -97,6 +97,9 @@ pub mod flags {
     /// The datagram ends with a 4-byte CRC32C of everything before it (header and payload). Set on
     /// every packet of a binding made with checksums; a packet failing it is dropped as corrupt.
     pub const CHECKSUM: u8 = 0x08;
+    /// On a `Probe` from a client: its payload is the challenge of an `AddressUnproven` reject,
+    /// echoed from the address it was sent to, proving that the address receives.
+    pub const ADDRESS_PROOF: u8 = 0x10;
 }
 
 /// Length of the checksum trailer of a packet with [`flags::CHECKSUM`].
@@ -146,6 +149,10 @@ pub enum Status {
     /// The procedure ran, and its result exceeds the server's size limit or memory budget; the
     /// payload says how large it was. (A call refused for its own size is `TooLarge`: it never ran.)
     ResultTooLarge = 14,
+    /// The packet came from an address that has not proven it receives for this client slot (a
+    /// client thread's first packet, or a packet whose source may be spoofed); the payload holds a
+    /// challenge to echo in a `Probe` with [`flags::ADDRESS_PROOF`] from that address. Nothing ran.
+    AddressUnproven = 15,
 }
 
 impl Status {
@@ -167,6 +174,7 @@ impl Status {
             12 => Status::AuthFailed,
             13 => Status::InterfaceMismatch,
             14 => Status::ResultTooLarge,
+            15 => Status::AddressUnproven,
             _ => return None,
         })
     }

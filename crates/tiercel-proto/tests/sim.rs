@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
-use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Route, ServerEndpoint};
+use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Refusal, Route, ServerEndpoint};
 use tiercel_proto::fragment::fragment_range;
 use tiercel_proto::server::{CallAction, ProbeAction};
 use tiercel_proto::wire::{checksum, flags, Header, Kind, Packet, Status, HEADER_LEN};
@@ -50,6 +50,8 @@ struct Scenario {
     corrupted: u64,
     /// New calls the endpoint refused as busy.
     busy: u64,
+    /// Packets answered with an address challenge (a slot's first, and after a restart).
+    challenges: u64,
     delay: (u64, u64),
     timing: Timing,
     frag: usize,
@@ -80,11 +82,13 @@ impl Server {
             max_bindings: 1,
             slots_per_binding: slots as u32,
             binding_memory: 1 << 20,
+            memory: 1 << 20,
+            stalled_after: Duration::from_secs(3600),
             binding_idle: Duration::from_secs(3600),
             max_running,
             timing,
         };
-        let endpoint = ServerEndpoint::new(config, base);
+        let endpoint = ServerEndpoint::new(config, base, Box::new(tiercel_proto::bind::InsecureChallenges));
         let (binding, _) = endpoint.grant(0, 0, (), TOKEN, HEADER_LEN + frag, base).expect("an empty table has room");
         Server { alive: true, endpoint, binding, running: vec![None; slots], service: (0, 0) }
     }
@@ -186,12 +190,18 @@ impl Scenario {
             Route::Reject(h) => return self.send(Dest::Client(slot), Self::packet(h, &[])),
             Route::Bind | Route::Malformed => panic!("the sim's clients send only calls, acks and probes"),
         };
+        // Each slot's client sends from its own address (a thread's socket), and proves it on its
+        // first packet.
         let entered = self.server.endpoint.enter(&binding, &p, slot);
         let mut cell = match entered {
             Ok(cell) => cell,
-            Err(h) => {
+            Err(Refusal::Reject(h)) => {
                 self.busy += u64::from(h.status == Status::Busy);
                 return self.send(Dest::Client(slot), Self::packet(h, &[]));
+            }
+            Err(Refusal::Challenge(h, challenge)) => {
+                self.challenges += 1;
+                return self.send(Dest::Client(slot), Self::packet(h, &challenge));
             }
         };
         let timing = self.timing;
@@ -209,6 +219,10 @@ impl Scenario {
                 }
                 CallAction::ResendResult => cell.resend_result(),
                 CallAction::Refuse(status) => cell.refuse(&binding, &p, status, &timing),
+                CallAction::Busy => {
+                    self.busy += 1;
+                    reply = Some(Self::packet(self.server.endpoint.reject(&p, Status::Busy), &[]));
+                }
                 CallAction::Drop(_) => {}
             },
             Kind::Ack => {
@@ -298,6 +312,11 @@ impl Scenario {
                     h.flags = if resend { flags::RESEND } else { 0 };
                     Self::packet(h, &ack.to_bytes())
                 }
+                Transmit::AddressProof { challenge } => {
+                    h.kind = Kind::Probe;
+                    h.flags = flags::ADDRESS_PROOF;
+                    Self::packet(h, &challenge)
+                }
             };
             self.send(Dest::Server, bytes);
         }
@@ -380,6 +399,7 @@ struct Totals {
     packets: u64,
     corrupted: u64,
     busy: u64,
+    challenges: u64,
 }
 
 fn run(seed: u64) -> Totals {
@@ -433,6 +453,7 @@ fn run(seed: u64) -> Totals {
         corrupt,
         corrupted: 0,
         busy: 0,
+        challenges: 0,
         delay,
         timing,
         frag,
@@ -509,7 +530,7 @@ fn run(seed: u64) -> Totals {
             }
         }
     }
-    Totals { ok, failed, packets: s.packets, corrupted: s.corrupted, busy: s.busy }
+    Totals { ok, failed, packets: s.packets, corrupted: s.corrupted, busy: s.busy, challenges: s.challenges }
 }
 
 fn restart_or_crash(s: &Scenario) -> bool {
@@ -527,13 +548,15 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         t.packets += r.packets;
         t.corrupted += r.corrupted;
         t.busy += r.busy;
+        t.challenges += r.challenges;
     }
     println!(
         "{n} scenarios: {} calls returned, {} failed after a crash, {} packets sent, {} corrupted, {} calls \
-         refused as busy",
-        t.ok, t.failed, t.packets, t.corrupted, t.busy
+         refused as busy, {} address challenges",
+        t.ok, t.failed, t.packets, t.corrupted, t.busy, t.challenges
     );
     assert!(t.ok > 0);
+    assert!(t.challenges > 0, "every slot proves its address");
     if n >= 100 {
         assert!(t.corrupted > 0 && t.busy > 0, "the scenarios exercise corruption and admission");
     }

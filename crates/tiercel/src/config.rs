@@ -103,6 +103,15 @@ pub struct ServerConfig {
     /// Bytes one binding may hold in multi-packet calls being reassembled and results being sent.
     /// Default: 64 MiB.
     pub binding_memory: usize,
+    /// Bytes all UDP bindings together may hold in such messages, whatever their number: a call
+    /// that would take more is refused as busy (its client backs off and tries again), a result
+    /// that would is replaced by `CallError::ResultTooLarge`. A call being reassembled is charged
+    /// for the fragments that have arrived, not for the size its header claims. Default: 256 MiB.
+    pub message_memory: usize,
+    /// A multi-packet call whose client has sent nothing more for this long is given up and its
+    /// memory reclaimed (checked about once a second); the client's next fragment is refused as
+    /// busy, and it sends the call again from the start. Default: 1 s.
+    pub stalled_call: Duration,
     /// A binding from which nothing has been heard for this long is forgotten, with its slots and
     /// saved results (a client that died, or stopped calling). Its client's next call fails with
     /// `CallError::UnknownBinding` and imports again. Never less than twice `timing.dead_after`, so that
@@ -135,6 +144,8 @@ impl Default for ServerConfig {
             max_datagram: MAX_UDP_PAYLOAD,
             timing: Timing::default(),
             binding_memory: 64 << 20,
+            message_memory: 256 << 20,
+            stalled_call: Duration::from_secs(1),
             binding_idle: Duration::from_secs(600),
             secret: None,
             adaptive_spin: true,

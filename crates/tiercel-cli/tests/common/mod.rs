@@ -25,11 +25,17 @@ impl Drop for Served {
 
 /// Starts `tiercel serve --addr ADDR --stats-every 1`.
 pub fn serve(addr: &str) -> Served {
-    let mut child = Command::new(TIERCEL)
+    let child = Command::new(TIERCEL)
         .args(["serve", "--addr", addr, "--stats-every", "1"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    collect(child)
+}
+
+/// A started server process with its stdout piped: reads the address it prints first, then
+/// collects its output lines as they come.
+pub fn collect(mut child: Child) -> Served {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     out.read_line(&mut first).unwrap();

@@ -1,10 +1,11 @@
 //! A binding on the server: its client slots, each with its protocol state and saved result, and
 //! the binding's memory budget.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use super::budget::Budget;
 use crate::fragment::{fragment_count, fragment_range};
 use crate::server::{CallAction, Slot};
 use crate::timing::Timing;
@@ -24,8 +25,10 @@ pub struct Binding<A, E> {
     pub max_datagram: usize,
     incarnation: u64,
     slots: Box<[Mutex<SlotCell<A>>]>,
-    memory: AtomicUsize,
-    memory_limit: usize,
+    /// Bytes of this binding's messages, within `binding_memory`.
+    memory: Budget,
+    /// The whole server's, within `EndpointConfig::memory`.
+    server_memory: Arc<Budget>,
     /// Nanoseconds after the endpoint's base time when a packet of the binding last arrived.
     pub(super) last_active: AtomicU64,
 }
@@ -40,10 +43,11 @@ pub struct SlotCell<A> {
     result: Vec<u8>,
     /// The header of the saved result's first fragment.
     header: Header,
-    /// Where the slot's results go: the source of its latest valid packet.
-    pub peer: Option<A>,
     /// Bytes of `result` charged to the binding's memory budget.
     charged: usize,
+    /// The address this slot's client has proven it receives at (it echoed a challenge sent there):
+    /// the only one the slot's packets are taken from and its answers sent to.
+    pub peer: Option<A>,
 }
 
 /// How to send one fragment of a saved result.
@@ -62,6 +66,7 @@ impl<A, E> Binding<A, E> {
         token: u128,
         export: E,
         max_datagram: usize,
+        server_memory: Arc<Budget>,
         now: u64,
     ) -> Binding<A, E> {
         Binding {
@@ -76,13 +81,13 @@ impl<A, E> Binding<A, E> {
                         proto: Slot::new(),
                         result: Vec::new(),
                         header: Header::new(Kind::Result),
-                        peer: None,
                         charged: 0,
+                        peer: None,
                     })
                 })
                 .collect(),
-            memory: AtomicUsize::new(0),
-            memory_limit: config.binding_memory,
+            memory: Budget::new(config.binding_memory),
+            server_memory,
             last_active: AtomicU64::new(now),
         }
     }
@@ -102,30 +107,37 @@ impl<A, E> Binding<A, E> {
         self.slots.get(index as usize).map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Charges `bytes` to the binding's memory budget; false if that would exceed it.
+    /// Slot `index`, locked, unless another thread holds it (or it is outside the slot table).
+    pub fn try_slot(&self, index: u32) -> Option<MutexGuard<'_, SlotCell<A>>> {
+        match self.slots.get(index as usize)?.try_lock() {
+            Ok(cell) => Some(cell),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Charges `bytes` to the binding's memory budget and to the server's; false (nothing charged)
+    /// if that would exceed either.
     pub fn reserve(&self, bytes: usize) -> bool {
-        let mut used = self.memory.load(Ordering::Relaxed);
-        loop {
-            if used + bytes > self.memory_limit {
-                return false;
-            }
-            match self.memory.compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(u) => used = u,
-            }
+        if !self.memory.reserve(bytes) {
+            return false;
         }
+        if !self.server_memory.reserve(bytes) {
+            self.memory.release(bytes);
+            return false;
+        }
+        true
     }
 
-    /// Returns `bytes` to the budget.
+    /// Returns `bytes` to both budgets.
     pub fn release(&self, bytes: usize) {
-        if bytes > 0 {
-            self.memory.fetch_sub(bytes, Ordering::AcqRel);
-        }
+        self.memory.release(bytes);
+        self.server_memory.release(bytes);
     }
 
-    /// Bytes charged to the budget now.
+    /// Bytes charged to this binding now.
     pub fn memory(&self) -> usize {
-        self.memory.load(Ordering::Relaxed)
+        self.memory.used()
     }
 
     /// The header of a packet of `kind` answering `p` on this binding, with a payload of `len` bytes.

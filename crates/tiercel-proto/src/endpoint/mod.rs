@@ -16,8 +16,10 @@
 //! lock per slot, never held while a procedure runs), and the simulation drives the same code.
 
 mod binding;
+mod budget;
 
 pub use binding::{Binding, Fragment, SlotCell};
+pub use budget::Budget;
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -25,6 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::bind::wire::CHALLENGE_LEN;
+use crate::bind::Challenges;
 use crate::timing::Timing;
 use crate::wire::{flags, Header, Kind, Packet, Status};
 
@@ -45,6 +49,12 @@ pub struct EndpointConfig {
     /// Bytes of multi-packet messages (calls being reassembled, results not yet acknowledged) one
     /// binding may hold.
     pub binding_memory: usize,
+    /// Bytes of such messages all bindings together may hold: a call that would take more is
+    /// refused as busy, a result that would is replaced by a `ResultTooLarge` error.
+    pub memory: usize,
+    /// A call being reassembled that has not heard from its client for this long is given up and
+    /// its memory reclaimed ([`ServerEndpoint::reclaim`]).
+    pub stalled_after: Duration,
     /// A binding unheard from for this long is forgotten.
     pub binding_idle: Duration,
     /// Most calls running at once; a new call beyond is refused as busy.
@@ -67,6 +77,58 @@ pub enum Route<A, E> {
     Malformed,
 }
 
+/// Why [`ServerEndpoint::enter`] refused a packet, and the answer to send back to its source.
+#[derive(Debug, Clone, Copy)]
+pub enum Refusal {
+    /// Answer with this `Reject` header alone.
+    Reject(Header),
+    /// The source has not proven it receives for the slot: answer with this `Reject`
+    /// (`AddressUnproven`) header followed by the challenge, no larger than the packet it answers
+    /// give or take 16 bytes, so that a spoofed source draws no amplified answer.
+    Challenge(Header, [u8; CHALLENGE_LEN]),
+}
+
+impl Refusal {
+    /// The `Reject` header.
+    pub fn header(&self) -> &Header {
+        match self {
+            Refusal::Reject(h) | Refusal::Challenge(h, _) => h,
+        }
+    }
+}
+
+/// The bytes an address feeds a hasher, collected: what a challenge is bound to.
+struct AddressBytes {
+    buf: [u8; 64],
+    len: usize,
+}
+
+impl std::hash::Hasher for AddressBytes {
+    fn write(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+    }
+    fn finish(&self) -> u64 {
+        0
+    }
+}
+
+fn address_bytes<A: Hash>(a: &A) -> AddressBytes {
+    let mut b = AddressBytes { buf: [0; 64], len: 0 };
+    a.hash(&mut b);
+    b
+}
+
+/// The stateless challenges that prove addresses, supplied by the transport.
+struct Challenger(Box<dyn Challenges + Send + Sync>);
+
+impl core::fmt::Debug for Challenger {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Challenger")
+    }
+}
+
 /// The bindings, indexed by binding id - 1; a forgotten binding leaves its place empty for the next.
 type Table<A, E> = Vec<Option<Arc<Binding<A, E>>>>;
 
@@ -80,14 +142,24 @@ pub struct ServerEndpoint<A, E> {
     /// Bind requests granted lately, by sender and nonce, so that a duplicate gets the same binding.
     recent: Mutex<HashMap<(A, u64), u32>>,
     running: AtomicUsize,
+    memory: Arc<Budget>,
+    challenger: Challenger,
     /// Shutting down: no new binding, no new call; calls under way finish.
     draining: AtomicBool,
 }
 
 impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
-    /// An endpoint with no bindings; `now` is its base time.
-    pub fn new(config: EndpointConfig, now: Instant) -> ServerEndpoint<A, E> {
+    /// An endpoint with no bindings; `now` is its base time. `challenges` makes and checks the
+    /// challenges by which a client's address proves it receives (a keyed hash with a key of this
+    /// endpoint's own).
+    pub fn new(
+        config: EndpointConfig,
+        now: Instant,
+        challenges: Box<dyn Challenges + Send + Sync>,
+    ) -> ServerEndpoint<A, E> {
         ServerEndpoint {
+            challenger: Challenger(challenges),
+            memory: Arc::new(Budget::new(config.memory)),
             config,
             base: now,
             bindings: RwLock::new(Vec::new()),
@@ -150,24 +222,50 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         Route::Binding(binding)
     }
 
-    /// The slot packet `p` from `from` is for, locked, with `from` as the slot's peer. Refused with a
-    /// `Reject` header when the slot is outside the binding, or when `p` starts a new call and
-    /// `max_running` calls are running or the endpoint is draining (not recorded: the client's retry
-    /// after backing off is a fresh attempt).
+    /// The slot packet `p` from `from` is for, locked. Refused when the slot is outside the
+    /// binding (`BadSlot`); when `from` has not proven that it receives for this slot
+    /// ([`Refusal::Challenge`]: the token proves who bound, not where a packet comes from, which
+    /// may be spoofed); or when `p` starts a new call and `max_running` calls are running or the
+    /// endpoint is draining (`Busy`, not recorded: the client's retry after backing off is a fresh
+    /// attempt).
+    ///
+    /// An address proves itself by echoing the challenge in a `Probe` with
+    /// [`flags::ADDRESS_PROOF`]; it then becomes the slot's peer, the only address the slot's
+    /// packets are taken from and its answers go to, until another proves itself. So the server
+    /// sends an address that has not proven itself nothing but `Reject` headers, each no larger
+    /// than the packet it answers plus a 16-byte challenge.
     pub fn enter<'b>(
         &self,
         binding: &'b Binding<A, E>,
         p: &Packet<&[u8]>,
         from: A,
-    ) -> Result<MutexGuard<'b, SlotCell<A>>, Header> {
-        let Some(mut cell) = binding.slot(p.slot()) else { return Err(self.reject(p, Status::BadSlot)) };
+    ) -> Result<MutexGuard<'b, SlotCell<A>>, Refusal> {
+        let Some(mut cell) = binding.slot(p.slot()) else {
+            return Err(Refusal::Reject(self.reject(p, Status::BadSlot)));
+        };
+        if cell.peer != Some(from) {
+            let address = address_bytes(&from);
+            let address = &address.buf[..address.len];
+            let nonce = (binding.token as u64) ^ (u64::from(binding.id) << 32 | u64::from(p.slot()));
+            let proof = p.kind() == Kind::Probe && p.flags() & flags::ADDRESS_PROOF != 0;
+            let proven = proof
+                && p.payload()
+                    .try_into()
+                    .is_ok_and(|c: &[u8; CHALLENGE_LEN]| self.challenger.0.check(address, nonce, c));
+            if !proven {
+                let mut h = self.reject(p, Status::AddressUnproven);
+                h.payload_len = CHALLENGE_LEN as u32;
+                h.message_len = CHALLENGE_LEN as u32;
+                return Err(Refusal::Challenge(h, self.challenger.0.challenge(address, nonce)));
+            }
+            cell.peer = Some(from);
+        }
         if p.kind() == Kind::Call
             && (self.running.load(Ordering::Acquire) >= self.config.max_running || self.is_draining())
             && cell.proto.is_new(p.seq())
         {
-            return Err(self.reject(p, Status::Busy));
+            return Err(Refusal::Reject(self.reject(p, Status::Busy)));
         }
-        cell.peer = Some(from);
         Ok(cell)
     }
 
@@ -232,8 +330,15 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             }
             None => return None,
         };
-        let binding =
-            Arc::new(Binding::new(&self.config, index as u32 + 1, token, export, max_datagram, self.nanos(now)));
+        let binding = Arc::new(Binding::new(
+            &self.config,
+            index as u32 + 1,
+            token,
+            export,
+            max_datagram,
+            self.memory.clone(),
+            self.nanos(now),
+        ));
         table[index] = Some(binding.clone());
         if recent.len() >= RECENT_BINDS {
             recent.clear();
@@ -264,9 +369,28 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         freed.len()
     }
 
-    /// Bytes charged now to the bindings' memory budgets, all together.
+    /// Bytes of messages charged now, all bindings together (never more than `config.memory`).
     pub fn memory(&self) -> usize {
-        self.bindings.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().map(|b| b.memory()).sum()
+        self.memory.used()
+    }
+
+    /// Gives up the calls being reassembled that have not heard from their clients for
+    /// `stalled_after`, returning their memory; returns how many. Slots busy with another thread
+    /// are left for the next sweep.
+    pub fn reclaim(&self, now: Instant) -> usize {
+        let bindings: Vec<_> =
+            self.bindings.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().cloned().collect();
+        let mut reclaimed = 0;
+        for b in bindings {
+            for i in 0..b.slots() {
+                let Some(mut cell) = b.try_slot(i) else { continue };
+                if let Some(freed) = cell.proto.reclaim_stale(now, self.config.stalled_after) {
+                    b.release(freed);
+                    reclaimed += 1;
+                }
+            }
+        }
+        reclaimed
     }
 
     /// Number of bindings held.

@@ -11,9 +11,11 @@ fn config() -> EndpointConfig {
         max_bindings: 2,
         slots_per_binding: 2,
         binding_memory: 1000,
+        memory: 1500,
+        stalled_after: Duration::from_secs(2),
         binding_idle: Duration::from_secs(10),
         max_running: 1,
-        timing: Timing::default(),
+        timing: Timing { max_message: 10_000, ..Timing::default() },
     }
 }
 
@@ -38,10 +40,41 @@ fn fragment(binding: u32, seq: u32, index: u16, count: u16, message_len: u32, pa
 }
 
 fn endpoint(now: Instant) -> (ServerEndpoint<u8, ()>, Arc<Binding<u8, ()>>) {
-    let e = ServerEndpoint::new(config(), now);
+    let e = ServerEndpoint::new(config(), now, Box::new(crate::bind::InsecureChallenges));
     let (b, new) = e.grant(1, 77, (), TOKEN, HEADER_LEN + 100, now).unwrap();
     assert!(new);
     (e, b)
+}
+
+/// A probe of slot `slot` of `b` echoing `challenge`.
+fn proof(b: &Binding<u8, ()>, slot: u32, challenge: [u8; 16]) -> Vec<u8> {
+    let h = Header {
+        binding: b.id,
+        token: TOKEN,
+        incarnation: 9,
+        slot,
+        flags: flags::ADDRESS_PROOF,
+        payload_len: 16,
+        ..Header::new(Kind::Probe)
+    };
+    [&h.to_bytes()[..], &challenge].concat()
+}
+
+/// Enters as a client does: answering the address challenge first when there is one.
+fn enter<'b>(
+    e: &ServerEndpoint<u8, ()>,
+    b: &'b Binding<u8, ()>,
+    p: &Packet<&[u8]>,
+    from: u8,
+) -> Result<MutexGuard<'b, SlotCell<u8>>, Header> {
+    match e.enter(b, p, from) {
+        Err(Refusal::Challenge(_, c)) => {
+            let probe = proof(b, p.slot(), c);
+            drop(e.enter(b, &Packet::new_checked(&probe[..]).unwrap(), from).expect("the proof is taken"));
+            e.enter(b, p, from).map_err(|r| *r.header())
+        }
+        r => r.map_err(|r| *r.header()),
+    }
 }
 
 fn route(e: &ServerEndpoint<u8, ()>, bytes: &[u8], now: Instant) -> Route<u8, ()> {
@@ -72,28 +105,28 @@ fn slots_outside_the_binding_and_new_calls_beyond_max_running_are_refused() {
     let (e, b) = endpoint(now);
     let call = |slot, seq| packet(Kind::Call, b.id, TOKEN, 9, slot, seq);
     let bytes = call(2, 1);
-    let err = e.enter(&b, &Packet::new_checked(&bytes[..]).unwrap(), 1).unwrap_err();
+    let err = enter(&e, &b, &Packet::new_checked(&bytes[..]).unwrap(), 1).unwrap_err();
     assert_eq!(err.status, Status::BadSlot);
     let first = call(0, 1);
     let p = Packet::new_checked(&first[..]).unwrap();
-    let mut cell = e.enter(&b, &p, 1).unwrap();
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
     assert_eq!(cell.on_call(&b, &p, now, &e.config().timing), CallAction::Execute);
     drop(cell);
     e.run_started();
     let second = call(1, 1);
-    let err = e.enter(&b, &Packet::new_checked(&second[..]).unwrap(), 1).unwrap_err();
+    let err = enter(&e, &b, &Packet::new_checked(&second[..]).unwrap(), 1).unwrap_err();
     assert_eq!(err.status, Status::Busy, "the one call allowed is running");
     // A duplicate of the running call is no new call: it is let through (and suppressed there).
-    let mut cell = e.enter(&b, &p, 1).unwrap();
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
     assert!(matches!(cell.on_call(&b, &p, now, &e.config().timing), CallAction::Drop(_)));
     drop(cell);
     e.run_finished();
-    assert!(e.enter(&b, &Packet::new_checked(&second[..]).unwrap(), 1).is_ok());
+    assert!(enter(&e, &b, &Packet::new_checked(&second[..]).unwrap(), 1).is_ok());
     // Draining: new calls are refused, calls under way are still answered.
     e.drain();
     let third = call(1, 2);
-    assert_eq!(e.enter(&b, &Packet::new_checked(&third[..]).unwrap(), 1).unwrap_err().status, Status::Busy);
-    assert!(e.enter(&b, &p, 1).is_ok(), "a duplicate of an earlier call gets its answer");
+    assert_eq!(enter(&e, &b, &Packet::new_checked(&third[..]).unwrap(), 1).unwrap_err().status, Status::Busy);
+    assert!(enter(&e, &b, &p, 1).is_ok(), "a duplicate of an earlier call gets its answer");
 }
 
 #[test]
@@ -126,10 +159,12 @@ fn multi_packet_messages_are_charged_to_the_binding_budget() {
     let now = Instant::now();
     let (e, b) = endpoint(now);
     let timing = e.config().timing;
-    // A 2,000-byte call does not fit the 1,000-byte budget: refused before anything is allocated.
-    let big = fragment(b.id, 1, 0, 20, 2000, &[0; 100]);
-    let p = Packet::new_checked(&big[..]).unwrap();
-    let mut cell = e.enter(&b, &p, 1).unwrap();
+    // A call larger than the message limit is refused at once as too large (it never runs).
+    let len = timing.max_message as u32 + 1;
+    let count = crate::fragment::fragment_count(len as usize, 100).unwrap();
+    let huge = fragment(b.id, 1, 0, count, len, &[0; 100]);
+    let p = Packet::new_checked(&huge[..]).unwrap();
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
     assert_eq!(cell.on_call(&b, &p, now, &timing), CallAction::Refuse(Status::TooLarge));
     assert_eq!(b.memory(), 0);
     cell.refuse(&b, &p, Status::TooLarge, &timing);
@@ -138,10 +173,12 @@ fn multi_packet_messages_are_charged_to_the_binding_budget() {
     assert!(cell.poll_transmit(&b).is_none());
     // A 300-byte call is charged while it is reassembled, and given back once it runs.
     let parts: Vec<Vec<u8>> = (0..3).map(|i| fragment(b.id, 2, i, 3, 300, &[i as u8; 100])).collect();
+    let p = Packet::new_checked(&parts[1][..]).unwrap();
+    cell.on_call(&b, &p, now, &timing);
+    assert_eq!(b.memory(), 200, "fragment 1 first: the buffer reaches it, and no further");
     let p = Packet::new_checked(&parts[0][..]).unwrap();
     assert!(matches!(cell.on_call(&b, &p, now, &timing), CallAction::Drop(_) | CallAction::Ack(_)));
-    assert_eq!(b.memory(), 300);
-    cell.on_call(&b, &Packet::new_checked(&parts[1][..]).unwrap(), now, &timing);
+    assert_eq!(b.memory(), 200);
     let last = Packet::new_checked(&parts[2][..]).unwrap();
     let CallAction::ExecuteMessage(m) = cell.on_call(&b, &last, now, &timing) else { panic!() };
     assert_eq!(m.len(), 300);
@@ -183,4 +220,160 @@ fn multi_packet_messages_are_charged_to_the_binding_budget() {
     assert_eq!((r.status(), r.frag_count()), (Status::ResultTooLarge, 1));
     assert!(String::from_utf8_lossy(r.payload()).contains("5000 bytes"));
     assert_eq!(b.memory(), 0);
+}
+
+/// Sends fragments `indexes` of call `seq` (of `count` 100-byte fragments) on `slot` of `b`, from
+/// `from`; the actions.
+#[allow(clippy::too_many_arguments)]
+fn send_fragments(
+    e: &ServerEndpoint<u8, ()>,
+    b: &Binding<u8, ()>,
+    from: u8,
+    slot: u32,
+    seq: u32,
+    count: u16,
+    indexes: impl IntoIterator<Item = u16>,
+    now: Instant,
+) -> Vec<CallAction> {
+    let len = u32::from(count) * 100;
+    indexes
+        .into_iter()
+        .map(|i| {
+            let h = Header {
+                binding: b.id,
+                token: TOKEN,
+                incarnation: 9,
+                slot,
+                seq,
+                frag_index: i,
+                frag_count: count,
+                payload_len: 100,
+                message_len: len,
+                ..Header::new(Kind::Call)
+            };
+            let bytes = [&h.to_bytes()[..], &[i as u8; 100]].concat();
+            let p = Packet::new_checked(&bytes[..]).unwrap();
+            let mut cell = enter(e, b, &p, from).unwrap();
+            cell.on_call(b, &p, now, &e.config().timing)
+        })
+        .collect()
+}
+
+fn quiet(a: &CallAction) -> bool {
+    matches!(a, CallAction::Drop(_) | CallAction::Ack(_))
+}
+
+#[test]
+fn a_call_is_charged_for_the_fragments_that_came_not_for_what_it_claims() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    // A first fragment that claims 2,000 bytes holds 100.
+    assert!(send_fragments(&e, &b, 1, 0, 1, 20, [0], now).iter().all(quiet));
+    assert_eq!((b.memory(), e.memory()), (100, 100));
+    // The buffer reaches the furthest fragment that came.
+    assert!(send_fragments(&e, &b, 1, 0, 1, 20, [9], now).iter().all(quiet));
+    assert_eq!(b.memory(), 1000);
+    // One more fragment would pass the binding's 1,000 bytes: the call is given up and refused as
+    // busy, its memory returned.
+    assert_eq!(send_fragments(&e, &b, 1, 0, 1, 20, [10], now), vec![CallAction::Busy]);
+    assert_eq!((b.memory(), e.memory()), (0, 0));
+    // The client's new attempt of the same call is a new call again.
+    assert!(send_fragments(&e, &b, 1, 0, 1, 20, [0], now).iter().all(quiet));
+    assert_eq!(b.memory(), 100);
+}
+
+#[test]
+fn fragments_beyond_the_window_are_dropped_without_being_charged() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let actions = send_fragments(&e, &b, 1, 1, 1, 100, [0, 66], now);
+    assert!(quiet(&actions[0]));
+    assert_eq!(actions[1], CallAction::Drop(crate::server::DropReason::Malformed));
+    assert_eq!(b.memory(), 100);
+}
+
+#[test]
+fn no_combination_of_bindings_passes_the_server_budget() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let (c, _) = e.grant(2, 1, (), TOKEN, HEADER_LEN + 100, now).unwrap();
+    assert!(send_fragments(&e, &b, 1, 0, 1, 20, 0..9, now).iter().all(quiet));
+    assert!(send_fragments(&e, &c, 2, 0, 1, 20, 0..6, now).iter().all(quiet));
+    assert_eq!((b.memory(), c.memory(), e.memory()), (900, 600, 1500));
+    // `c` has 400 bytes of its own budget left, the server none.
+    assert_eq!(send_fragments(&e, &c, 2, 0, 1, 20, [6], now), vec![CallAction::Busy]);
+    assert_eq!((c.memory(), e.memory()), (0, 900));
+}
+
+#[test]
+fn a_stalled_call_is_reclaimed_and_its_client_told_to_start_again() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    assert!(send_fragments(&e, &b, 1, 0, 1, 20, 0..3, now).iter().all(quiet));
+    assert_eq!(e.reclaim(now + Duration::from_secs(1)), 0, "not stalled long enough");
+    assert_eq!(e.memory(), 300);
+    let later = now + Duration::from_secs(2);
+    assert_eq!(e.reclaim(later), 1);
+    assert_eq!((b.memory(), e.memory()), (0, 0));
+    // Its later fragments are refused as busy (the client backs off and starts again)...
+    assert_eq!(send_fragments(&e, &b, 1, 0, 1, 20, [3], later), vec![CallAction::Busy]);
+    // ... and its first fragment starts it again.
+    assert!(send_fragments(&e, &b, 1, 0, 1, 20, [0, 1], later).iter().all(quiet));
+    assert_eq!(b.memory(), 200);
+}
+
+#[test]
+fn an_address_is_answered_only_after_it_proves_it_receives() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let bytes = packet(Kind::Call, b.id, TOKEN, 9, 0, 1);
+    let p = Packet::new_checked(&bytes[..]).unwrap();
+    assert!(matches!(e.route(&p, now), Route::Binding(_)), "the token is right");
+    // A first packet from an address: a challenge, no larger than the packet plus 16 bytes.
+    let Err(Refusal::Challenge(h, c)) = e.enter(&b, &p, 1) else { panic!("challenged") };
+    assert_eq!((h.kind, h.status, h.payload_len as usize), (Kind::Reject, Status::AddressUnproven, c.len()));
+    // A wrong echo, or the right one from another address, proves nothing.
+    assert!(matches!(
+        e.enter(&b, &Packet::new_checked(&proof(&b, 0, [0; 16])[..]).unwrap(), 1),
+        Err(Refusal::Challenge(..))
+    ));
+    assert!(matches!(e.enter(&b, &Packet::new_checked(&proof(&b, 0, c)[..]).unwrap(), 2), Err(Refusal::Challenge(..))));
+    // The echo from the address it was sent to: the slot's peer from now on.
+    let cell = e.enter(&b, &Packet::new_checked(&proof(&b, 0, c)[..]).unwrap(), 1).unwrap();
+    assert_eq!(cell.peer, Some(1));
+    drop(cell);
+    assert!(e.enter(&b, &p, 1).is_ok());
+    // Another address with the right token (a spoofed source) is challenged, and the peer stays.
+    assert!(matches!(e.enter(&b, &p, 2), Err(Refusal::Challenge(..))));
+    assert_eq!(b.slot(0).unwrap().peer, Some(1));
+    // The proof is per slot.
+    let other = packet(Kind::Call, b.id, TOKEN, 9, 1, 1);
+    assert!(matches!(e.enter(&b, &Packet::new_checked(&other[..]).unwrap(), 1), Err(Refusal::Challenge(..))));
+}
+
+#[test]
+fn a_duplicate_or_probe_draws_one_result_fragment_not_the_window() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let timing = e.config().timing;
+    let bytes = packet(Kind::Call, b.id, TOKEN, 9, 0, 1);
+    let p = Packet::new_checked(&bytes[..]).unwrap();
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    assert_eq!(cell.on_call(&b, &p, now, &timing), CallAction::Execute);
+    let mut out = cell.take_result(&b);
+    out.resize(HEADER_LEN + 500, 7);
+    cell.complete(&b, &p, Status::Ok, out, &timing);
+    let mut first = 0;
+    while cell.poll_transmit(&b).is_some() {
+        first += 1;
+    }
+    assert_eq!(first, 5, "the whole result goes once");
+    assert_eq!(cell.on_call(&b, &p, now, &timing), CallAction::ResendResult);
+    cell.resend_result();
+    assert!(matches!(cell.poll_transmit(&b), Some(Fragment::Parts(..))), "one fragment");
+    assert!(cell.poll_transmit(&b).is_none(), "and only one");
+    assert_eq!(cell.proto.on_probe(1, now), crate::server::ProbeAction::ResendResult);
+    cell.resend_result();
+    assert!(cell.poll_transmit(&b).is_some());
+    assert!(cell.poll_transmit(&b).is_none(), "a probe draws one too");
 }

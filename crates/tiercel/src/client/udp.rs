@@ -187,6 +187,9 @@ impl UdpEndpoint {
                     }
                     self.send_control(Kind::Ack, flag, &ack.to_bytes())
                 }
+                Transmit::AddressProof { challenge } => {
+                    self.send_control(Kind::Probe, flags::ADDRESS_PROOF, &challenge)
+                }
             };
             match sent {
                 Ok(_) => {}
@@ -317,10 +320,11 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
         Status::WrongIncarnation => CallError::ServerRestarted,
         Status::TooLarge => CallError::TooLarge(message),
         Status::ResultTooLarge => CallError::ResultTooLarge(message),
-        // Statuses that answer a bind request, a refusal as busy (a `Reject`, handled by the call
-        // machine's backoff), or success, are no failure of a call's result: a server that sends
-        // them as one breaks the protocol.
+        // Statuses that answer a bind request, a refusal as busy or a challenge of the address
+        // (`Reject`s the call machine handles), or success, are no failure of a call's result: a
+        // server that sends them as one breaks the protocol.
         Status::Busy
+        | Status::AddressUnproven
         | Status::UnknownInterface
         | Status::VersionMismatch
         | Status::InterfaceMismatch
@@ -363,6 +367,7 @@ mod tests {
         for s in [
             Status::Ok,
             Status::Busy,
+            Status::AddressUnproven,
             Status::UnknownInterface,
             Status::VersionMismatch,
             Status::InterfaceMismatch,

@@ -67,6 +67,8 @@ impl Server {
                 max_bindings: config.max_bindings,
                 slots_per_binding: config.slots_per_binding,
                 binding_memory: config.binding_memory,
+                memory: config.message_memory,
+                stalled_after: config.stalled_call,
                 binding_idle: config.binding_idle,
                 // One worker is kept free to receive (probes, duplicates, and the quick "busy"
                 // answer to new calls) when there are three or more.
@@ -74,6 +76,7 @@ impl Server {
                 timing: config.timing,
             },
             std::time::Instant::now(),
+            Box::new(crate::auth::Challenger::new()?),
         );
         let shared = Arc::new(Shared {
             challenger,
@@ -169,12 +172,19 @@ pub struct ServerStats {
     pub rejected: AtomicU64,
     /// Procedures that panicked.
     pub panics: AtomicU64,
-    /// New calls refused as busy because every worker that may run calls was running one.
+    /// New calls refused as busy: every worker that may run calls was running one, or the
+    /// memory budgets (`binding_memory`, `message_memory`) had no room for the call's fragments.
     pub busy: AtomicU64,
     /// Bindings granted.
     pub bindings: AtomicU64,
     /// Bindings forgotten after `binding_idle` without a packet.
     pub expired: AtomicU64,
+    /// Multi-packet calls given up after `stalled_call` without a fragment, their memory reclaimed.
+    pub reclaimed: AtomicU64,
+    /// Packets from an address that had not proven it receives for their client slot, answered
+    /// with a challenge (each thread of a client pays one on its first call; a spoofed source gets
+    /// nothing more).
+    pub challenged_addresses: AtomicU64,
     /// Bind requests answered with a challenge for the shared secret.
     pub challenged: AtomicU64,
     /// Bind requests whose proof of the shared secret was wrong or stale.
@@ -188,7 +198,7 @@ impl core::fmt::Display for ServerStats {
         write!(
             f,
             "calls={} duplicates={} resent={} malformed={} rejected={} panics={} busy={} bindings={} expired={} \
-             challenged={} auth_failed={}",
+             reclaimed={} challenged_addresses={} challenged={} auth_failed={}",
             l(&self.calls),
             l(&self.duplicates),
             l(&self.resent),
@@ -198,6 +208,8 @@ impl core::fmt::Display for ServerStats {
             l(&self.busy),
             l(&self.bindings),
             l(&self.expired),
+            l(&self.reclaimed),
+            l(&self.challenged_addresses),
             l(&self.challenged),
             l(&self.auth_failed),
         )
@@ -289,7 +301,8 @@ impl RunningServer {
     }
 
     /// Bytes the UDP bindings hold now in multi-packet messages: calls being reassembled and
-    /// results not yet acknowledged (each binding at most `ServerConfig::binding_memory`).
+    /// results not yet acknowledged (each binding at most `ServerConfig::binding_memory`, all of them
+    /// at most `ServerConfig::message_memory`).
     pub fn message_memory(&self) -> usize {
         self.shared.endpoint.memory()
     }

@@ -13,7 +13,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::BindDecision;
-use tiercel_proto::endpoint::{Fragment, Route};
+use tiercel_proto::endpoint::{Fragment, Refusal, Route};
 use tiercel_proto::server::{CallAction, ProbeAction};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_sys::udp::{self, Received};
@@ -116,10 +116,14 @@ impl UdpWorker {
         }
     }
 
-    /// Forgets idle bindings (worker 0, about once a second).
+    /// Forgets idle bindings and reclaims the memory of stalled calls (worker 0, about once a
+    /// second).
     fn sweep(&self) {
-        let n = self.shared.endpoint.expire(Instant::now());
+        let now = Instant::now();
+        let n = self.shared.endpoint.expire(now);
         self.shared.stats.expired.fetch_add(n as u64, Ordering::Relaxed);
+        let n = self.shared.endpoint.reclaim(now);
+        self.shared.stats.reclaimed.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     fn try_spin(&mut self) -> bool {
@@ -156,7 +160,7 @@ impl UdpWorker {
         let binding = match endpoint.route(&p, now) {
             Route::Binding(b) => b,
             Route::Bind => return self.on_bind(&p, from),
-            Route::Reject(h) => return self.send_reject(h, from),
+            Route::Reject(h) => return self.send_reject(h, &[], from),
             Route::Malformed => {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -164,11 +168,15 @@ impl UdpWorker {
         };
         let mut cell = match endpoint.enter(&binding, &p, from) {
             Ok(cell) => cell,
-            Err(h) => {
+            Err(Refusal::Reject(h)) => {
                 if h.status == Status::Busy {
                     stats.busy.fetch_add(1, Ordering::Relaxed);
                 }
-                return self.send_reject(h, from);
+                return self.send_reject(h, &[], from);
+            }
+            Err(Refusal::Challenge(h, challenge)) => {
+                stats.challenged_addresses.fetch_add(1, Ordering::Relaxed);
+                return self.send_reject(h, &challenge, from);
             }
         };
         match p.kind() {
@@ -227,6 +235,14 @@ impl UdpWorker {
             CallAction::Ack(a) => {
                 if let Some(peer) = cell.peer {
                     self.send_control(binding, p, peer, Kind::Ack, &a.to_bytes());
+                }
+            }
+            CallAction::Busy => {
+                let peer = cell.peer;
+                drop(cell);
+                self.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
+                if let Some(peer) = peer {
+                    self.send_reject(self.shared.endpoint.reject(p, Status::Busy), &[], peer);
                 }
             }
             CallAction::ResendResult => {
@@ -325,10 +341,13 @@ impl UdpWorker {
         );
     }
 
-    fn send_reject(&self, h: Header, to: SocketAddr) {
+    /// Sends a `Reject` header `h` and its payload (empty, or an address challenge) to `to`.
+    fn send_reject(&self, h: Header, payload: &[u8], to: SocketAddr) {
         self.shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         let checksum = h.flags & flags::CHECKSUM != 0;
-        let _ = transmit::send(&self.shared.socket, Some(&to), &[IoSlice::new(&h.to_bytes())], checksum);
+        let header = h.to_bytes();
+        let io = [IoSlice::new(&header), IoSlice::new(payload)];
+        let _ = transmit::send(&self.shared.socket, Some(&to), &io, checksum);
     }
 
     /// Answers a bind request through the server's bind machine: a binding from the table, or the
