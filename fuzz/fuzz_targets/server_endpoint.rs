@@ -152,7 +152,8 @@ fuzz_target!(|ops: Vec<Op>| {
                             payload_len: challenge.len() as u32,
                             ..Header::new(Kind::Probe)
                         };
-                        let probe = Header { binding: h.binding, slot: h.slot, token: h.token, incarnation: 2, ..probe };
+                        let probe =
+                            Header { binding: h.binding, slot: h.slot, token: h.token, incarnation: 2, ..probe };
                         let proof = [&probe.to_bytes()[..], &challenge].concat();
                         let proof = Packet::new_checked(&proof[..]).expect("a valid probe");
                         let cell = endpoint.enter(&b, &proof, peer).expect("an echoed challenge proves the address");
