@@ -193,14 +193,8 @@ impl Slot {
     fn give_up(&mut self) -> usize {
         let State::Receiving(r) = core::mem::replace(&mut self.state, State::Acknowledged) else { return 0 };
         self.seq = self.prev_seq;
-        let held = r.held();
-        // Its buffer goes back to be lent again, unless one is lent already.
-        if self.lent.capacity() == 0 {
-            let mut buf = r.into_message();
-            buf.clear();
-            self.lent = buf;
-        }
-        held
+        // Its buffer is freed, not kept: memory no longer charged to a budget must not stay held.
+        r.held()
     }
 
     /// Bytes of reassembly buffers dropped since the last call (a call abandoned by its client for a
