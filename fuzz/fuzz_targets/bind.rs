@@ -1,13 +1,14 @@
 //! The shipped bind machines fed arbitrary packets: the server's, with and without a shared secret,
 //! as every transport drives it; the client's, with and without one. Nothing panics, no answer is
 //! longer than the budget the server was given, only a request carrying the right fingerprint and a
-//! good proof is admitted, and a client is bound only by a grant that echoes its nonce.
+//! good proof is admitted, a client is bound only by a grant that echoes its nonce, and only a
+//! client that asked for a rendezvous is ever sent to one.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tiercel_proto::bind::wire::{BindRequest, CHALLENGE_LEN, PROOF_LEN};
 use tiercel_proto::bind::{
-    BindClient, BindDecision, BindEvent, BindServer, Challenges, InterfaceSpec, Keyed, ServerAuth,
+    BindClient, BindDecision, BindEvent, BindServer, Challenges, InterfaceSpec, Keyed, Rendezvous, ServerAuth,
 };
 use tiercel_proto::wire::{Packet, HEADER_LEN};
 
@@ -66,14 +67,28 @@ fuzz_target!(|data: &[u8]| {
                 }
                 let grant = a.grant(&server, 1, 2, 3, 0);
                 Packet::new_checked(&grant[..]).expect("grants are valid packets");
+                let place = a.rendezvous(&server, Rendezvous { name: [1; 16], pid: 2, uid: 3 });
+                Packet::new_checked(&place[..]).expect("rendezvous answers are valid packets");
             }
             BindDecision::Malformed => {}
         }
         for keyed in [None, Some(&secret as &dyn Keyed)] {
-            let mut client = BindClient::new(&BANK, 1472, 5, false);
-            if let BindEvent::Granted(g) = client.handle(&p, keyed) {
-                assert_eq!(g.grant.nonce, 5, "bound only by a grant for this request");
-                assert!(g.grant.slots > 0);
+            for asking in [false, true] {
+                let mut client = BindClient::new(&BANK, 1472, 5, false);
+                if asking {
+                    client = client.asking_rendezvous();
+                }
+                match client.handle(&p, keyed) {
+                    BindEvent::Granted(g) => {
+                        assert_eq!(g.grant.nonce, 5, "bound only by a grant for this request");
+                        assert!(g.grant.slots > 0 && g.grant.rendezvous.is_none());
+                    }
+                    BindEvent::Rendezvous { .. } => {
+                        assert!(asking, "a rendezvous answers only a request that asked for one");
+                        assert_eq!(p.binding(), 0, "and grants nothing");
+                    }
+                    _ => {}
+                }
             }
         }
     }

@@ -33,10 +33,16 @@ pub struct Args {
     /// Print the server's counters every this many seconds (0: never).
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
     stats_every: u64,
-    /// MiB all bindings together may hold in multi-packet calls and results (calls beyond are
-    /// refused as busy).
+    /// MiB all bindings together may hold for messages: multi-packet calls and results over UDP,
+    /// slot pages and argument copies through shared memory (calls beyond are refused as busy).
     #[arg(long, default_value_t = ServerConfig::default().message_memory >> 20, value_name = "MIB")]
     message_memory_mib: usize,
+    /// MiB one binding may hold for messages (calls beyond are refused as busy).
+    #[arg(long, default_value_t = ServerConfig::default().binding_memory >> 20, value_name = "MIB")]
+    binding_memory_mib: usize,
+    /// Serve over UDP only: offer no shared memory to clients on this host.
+    #[arg(long)]
+    no_shared_memory: bool,
     #[command(flatten)]
     secret: crate::SecretArgs,
 }
@@ -50,6 +56,8 @@ pub fn run(args: Args) -> crate::Result<()> {
         secret: args.secret.load()?,
         adaptive_spin: !args.spin_fixed,
         message_memory: args.message_memory_mib << 20,
+        binding_memory: args.binding_memory_mib << 20,
+        shared_memory: !args.no_shared_memory,
         ..ServerConfig::default()
     };
     let server = Server::bind(args.addr.as_str())
@@ -64,6 +72,14 @@ pub fn run(args: Args) -> crate::Result<()> {
     let _ = writeln!(out, "listening udp://{}", server.addr());
     let info = <TestClient as tiercel::Import>::INFO;
     let _ = writeln!(out, "exporting {} v{} ({})", info.name, info.version, info.procedures.join(", "));
+    match server.rendezvous() {
+        Some(name) => {
+            let _ = writeln!(out, "shared memory for clients on this host: rendezvous @{name} (told over UDP)");
+        }
+        None => {
+            let _ = writeln!(out, "shared memory: off (--no-shared-memory); clients on this host use UDP");
+        }
+    }
     let _ = writeln!(
         out,
         "incarnation {:016x}; Ctrl-C or SIGTERM shuts down gracefully (calls under way finish)",
@@ -86,12 +102,13 @@ pub fn run(args: Args) -> crate::Result<()> {
                 let mut out = std::io::stdout();
                 let _ = writeln!(
                     out,
-                    "stats {} bindings_held={} message_memory_kib={} rss_kib={} peak_rss_kib={}",
+                    "stats {} bindings_held={} message_memory_kib={} rss_kib={} peak_rss_kib={} threads={}",
                     server.stats(),
                     server.bindings(),
                     server.message_memory() >> 10,
                     crate::rss_kib("VmRSS:"),
-                    crate::peak_rss_kib()
+                    crate::peak_rss_kib(),
+                    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
                 );
                 let _ = out.flush();
             }

@@ -26,7 +26,7 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet: "tc".
 pub const MAGIC: u16 = u16::from_le_bytes(*b"tc");
 /// Protocol version carried in every packet.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 
 mod field {
     use core::ops::Range;

@@ -168,6 +168,23 @@ impl Region {
             );
         }
     }
+
+    /// Drops this process's mapping of the pages behind `offset..offset + len` without changing
+    /// what they hold (the peer still sees the bytes; a later access here maps them again): they no
+    /// longer count as this process's memory.
+    pub fn forget(&self, offset: usize, len: usize) {
+        let start = offset.div_ceil(PAGE) * PAGE;
+        let end = offset.saturating_add(len).min(self.len) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: the range is whole pages inside our mapping. For a shared mapping of a file
+            // (the memfd), `MADV_DONTNEED` only removes the page-table entries: the file keeps the
+            // bytes, and the next access faults them back in unchanged, so no Rust-visible value
+            // (the atomics handed out by `u32_at` included) changes.
+            let _ = unsafe {
+                rustix::mm::madvise(self.ptr.as_ptr().add(start).cast(), end - start, rustix::mm::Advice::LinuxDontNeed)
+            };
+        }
+    }
 }
 
 impl Drop for Region {
@@ -235,6 +252,18 @@ pub fn recv_with_fd(socket: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, O
     Ok((msg.bytes, received))
 }
 
+/// The process id and user id of the process at the other end of a connected UNIX socket, as the
+/// kernel recorded them when the connection was made (`SO_PEERCRED`): a peer cannot lie about them.
+pub fn peer_credentials(socket: &UnixStream) -> io::Result<(u32, u32)> {
+    let cred = rustix::net::sockopt::socket_peercred(socket)?;
+    Ok((cred.pid.as_raw_nonzero().get() as u32, cred.uid.as_raw()))
+}
+
+/// This process's id and effective user id: what a peer's [`peer_credentials`] must show.
+pub fn own_credentials() -> (u32, u32) {
+    (rustix::process::getpid().as_raw_nonzero().get() as u32, rustix::process::geteuid().as_raw())
+}
+
 /// Whether the peer of a connected stream socket has closed it (it died, or dropped the binding),
 /// without blocking and without consuming data.
 pub fn peer_closed(socket: &UnixStream) -> bool {
@@ -272,6 +301,19 @@ mod tests {
     }
 
     #[test]
+    fn forgotten_pages_keep_their_bytes() {
+        let r = Region::create("tiercel-test", 4 * PAGE).unwrap();
+        assert!(r.write(PAGE, &[7; PAGE]));
+        r.forget(PAGE, 2 * PAGE);
+        let mut out = [0u8; PAGE];
+        assert!(r.read(PAGE, &mut out));
+        assert_eq!(out, [7; PAGE], "forgetting a shared mapping's pages keeps the file's bytes");
+        r.discard(PAGE, PAGE);
+        assert!(r.read(PAGE, &mut out));
+        assert_eq!(out, [0; PAGE], "discarding gives them back to the system");
+    }
+
+    #[test]
     fn regions_of_the_wrong_size_or_unsealed_are_refused() {
         let a = Region::create("tiercel-test", 4096).unwrap();
         let dup = a.fd().try_clone_to_owned().unwrap();
@@ -297,6 +339,7 @@ mod tests {
         futex_wake(r.u32_at(0).unwrap(), 1);
         t.join().unwrap();
         let (x, y) = UnixStream::pair().unwrap();
+        assert_eq!(peer_credentials(&x).unwrap(), own_credentials(), "a pair's peer is this process");
         assert!(!peer_closed(&x));
         drop(y);
         assert!(peer_closed(&x));

@@ -123,6 +123,27 @@ pub fn wait_readable_fd(socket: impl std::os::fd::AsFd, timeout: Option<Duration
     }
 }
 
+/// Waits until any of `fds` is readable (or closed), for at most `timeout`; sets `ready[i]` for
+/// each one that is. Returns how many are.
+pub fn wait_any_readable(
+    fds: &[std::os::fd::BorrowedFd<'_>],
+    timeout: Option<Duration>,
+    ready: &mut Vec<bool>,
+) -> io::Result<usize> {
+    let ts = timeout.map(|d| Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
+    let mut polled: Vec<PollFd<'_>> = fds.iter().map(|fd| PollFd::new(fd, PollFlags::IN)).collect();
+    let n = loop {
+        match poll(&mut polled, ts.as_ref()) {
+            Ok(n) => break n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    ready.clear();
+    ready.extend(polled.iter().map(|p| !p.revents().is_empty()));
+    Ok(n)
+}
+
 /// A way for one of several threads sharing a socket to wait for it: a datagram wakes one waiting
 /// thread (`EPOLLEXCLUSIVE`), where `poll` would wake all of them only for one to get it.
 pub struct ExclusiveWaiter {

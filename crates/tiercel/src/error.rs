@@ -48,9 +48,21 @@ pub enum BindError {
     /// unreachable (a firewall, a wrong address on a network that drops silently).
     #[error("server {0} did not answer the bind request; it may be down or unreachable")]
     Unreachable(SocketAddr),
-    /// The address asks for shared memory, and no server of that address on this host offers it.
+    /// The address asks for shared memory, and the server at that address does not offer it to
+    /// this client: it has shared memory off, or is on another host (or network namespace), or
+    /// sees this client's requests come from an address other than loopback or its own.
     #[error("no server offering shared memory at {0} on this host")]
     NoSharedMemory(SocketAddr),
+    /// The address asks for shared memory, the server told where to bind, and binding there
+    /// failed: the process holding the rendezvous is not the server that answered (another
+    /// process, possibly of another user, took its name), or the server had no room.
+    #[error("shared memory of server {server} unavailable: {reason}")]
+    SharedMemoryUnavailable {
+        /// The server's address.
+        server: SocketAddr,
+        /// What went wrong.
+        reason: String,
+    },
     /// The server does not export this interface.
     #[error("server does not export interface {name}")]
     UnknownInterface {
@@ -206,6 +218,11 @@ pub enum ServerError {
         /// What the system said.
         source: io::Error,
     },
+    /// The server was configured to offer shared memory (`ServerConfig::shared_memory`, the
+    /// default) and cannot: its rendezvous socket could not be bound. Fix the cause, or turn shared
+    /// memory off to serve over UDP only.
+    #[error("cannot offer shared memory (set ServerConfig::shared_memory to false to serve over UDP only): {0}")]
+    SharedMemory(io::Error),
     /// A thread or a random number could not be had.
     #[error("I/O error starting the server: {0}")]
     Io(#[from] io::Error),

@@ -93,6 +93,7 @@ fn challenges_are_bound_to_the_asking_address_and_nonce_and_proofs_cannot_be_for
         nonce: 77,
         fingerprint: info.fingerprint,
         proof: None,
+        rendezvous: false,
     };
     let a = raw_socket(&s);
     let (h, payload) = exchange(&a, &request);

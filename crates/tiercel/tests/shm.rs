@@ -239,8 +239,7 @@ mod hostile {
     }
 
     impl Hostile {
-        pub fn bind(server: std::net::SocketAddr) -> Hostile {
-            let name = format!("tiercel/{server}");
+        pub fn bind(name: &str) -> Hostile {
             let stream = UnixStream::connect_addr(&UnixAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
             let info = <super::TestClient as Import>::INFO;
             let req = BindRequest {
@@ -250,6 +249,7 @@ mod hostile {
                 nonce: 1,
                 fingerprint: info.fingerprint,
                 proof: None,
+                rendezvous: false,
             };
             let payload = req.to_bytes(0);
             let h = tiercel_proto::wire::Header {
@@ -303,7 +303,7 @@ fn a_hostile_client_cannot_crash_the_server_or_touch_another_binding() {
     let s = server();
     let honest: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
     seeds::check_all(&honest, 0).unwrap();
-    let h = hostile::Hostile::bind(s.addr());
+    let h = hostile::Hostile::bind(s.rendezvous().unwrap());
     let base = h.layout.slot(0);
     use tiercel_proto::shm::slot;
     use tiercel_proto::wire::Status;

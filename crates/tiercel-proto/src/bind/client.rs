@@ -1,6 +1,8 @@
 //! The client's side of binding: the request, the proof of a shared secret, and what an answer means.
 
-use super::wire::{BindChallenge, BindGrant, BindProof, BindRefusal, BindRequest, CHALLENGE_LEN, REQUEST_LEN};
+use super::wire::{
+    BindChallenge, BindGrant, BindProof, BindRefusal, BindRequest, Rendezvous, CHALLENGE_LEN, REQUEST_LEN,
+};
 use super::{InterfaceSpec, Keyed};
 use crate::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
@@ -57,6 +59,14 @@ pub enum BindEvent<'p> {
     SendAgain,
     /// Bound.
     Granted(Granted),
+    /// Not bound: the server takes this client's bind through shared memory, at `rendezvous` (only
+    /// ever the answer to a request that asked for it, proven like a grant).
+    Rendezvous {
+        /// Where, and which process must be found there.
+        rendezvous: Rendezvous,
+        /// The server's incarnation.
+        incarnation: u64,
+    },
     /// Refused: the exchange is over.
     Refused(Refusal<'p>),
 }
@@ -73,10 +83,18 @@ impl BindClient {
                 nonce,
                 fingerprint: interface.fingerprint,
                 proof: None,
+                rendezvous: false,
             },
             flags: if checksum { flags::CHECKSUM } else { 0 },
             challenge: None,
         }
+    }
+
+    /// The same request, asking for the server's shared-memory rendezvous instead of a binding (the
+    /// client is on the server's host); a server without one answers with a binding all the same.
+    pub fn asking_rendezvous(mut self) -> BindClient {
+        self.request.rendezvous = true;
+        self
     }
 
     /// The request as it stands: header and request padded to [`PADDED_REQUEST`] bytes in all (a
@@ -103,7 +121,12 @@ impl BindClient {
                 let Some(grant) = BindGrant::parse(payload).filter(|g| g.nonce == self.request.nonce) else {
                     return BindEvent::Ignored;
                 };
-                if grant.slots == 0 || grant.version != self.request.version {
+                let acceptable = match grant.rendezvous {
+                    // A rendezvous answers only a request that asked for one, and grants nothing.
+                    Some(_) => self.request.rendezvous && grant.slots == 0 && p.binding() == 0 && p.token() == 0,
+                    None => grant.slots != 0,
+                };
+                if !acceptable || grant.version != self.request.version {
                     return BindEvent::Ignored;
                 }
                 let granted = Granted { binding: p.binding(), token: p.token(), incarnation: p.incarnation(), grant };
@@ -120,7 +143,10 @@ impl BindClient {
                         ));
                     }
                 }
-                BindEvent::Granted(granted)
+                match grant.rendezvous {
+                    Some(rendezvous) => BindEvent::Rendezvous { rendezvous, incarnation: p.incarnation() },
+                    None => BindEvent::Granted(granted),
+                }
             }
             (Kind::Reject, Status::AuthRequired) => {
                 let Some(c) = BindChallenge::parse(payload).filter(|c| c.nonce == self.request.nonce) else {
@@ -323,6 +349,40 @@ mod tests {
         let unproven = a.grant(&server(&[BANK], None), 4, 44, 8, 0);
         assert!(matches!(
             c.handle(&Packet::new_checked(&unproven[..]).unwrap(), Some(&secret)),
+            BindEvent::Refused(Refusal::AuthFailed(_))
+        ));
+    }
+
+    #[test]
+    fn a_rendezvous_answers_only_a_request_that_asked_and_is_proven_like_a_grant() {
+        let place = Rendezvous { name: [9; 16], pid: 4242, uid: 1000 };
+        let s = server(&[BANK], None);
+        let mut asked = BindClient::new(&BANK, 1472, 5, false).asking_rendezvous();
+        let reply = admitted(decide(&s, &asked)).rendezvous(&s, place);
+        assert_eq!(
+            asked.handle(&Packet::new_checked(&reply[..]).unwrap(), None),
+            BindEvent::Rendezvous { rendezvous: place, incarnation: 7 }
+        );
+        // A client that did not ask (or whose request an attacker answers with a rendezvous) ignores it.
+        let mut plain = BindClient::new(&BANK, 1472, 5, false);
+        assert!(!admitted(decide(&s, &plain)).request.rendezvous);
+        assert_eq!(plain.handle(&Packet::new_checked(&reply[..]).unwrap(), None), BindEvent::Ignored);
+        // With a secret, the rendezvous is proven: a holder of another secret cannot redirect.
+        let (secret, challenges) = (Toy(1), Toy(2));
+        let s = server(&[BANK], Some(ServerAuth { secret: &secret, challenges: &challenges }));
+        let mut c = BindClient::new(&BANK, 1472, 5, false).asking_rendezvous();
+        let BindDecision::Answer { packet, .. } = decide(&s, &c) else { panic!("no challenge") };
+        assert_eq!(c.handle(&Packet::new_checked(&packet[..]).unwrap(), Some(&secret)), BindEvent::SendAgain);
+        let a = admitted(decide(&s, &c));
+        let proven = a.rendezvous(&s, place);
+        assert!(matches!(
+            c.clone().handle(&Packet::new_checked(&proven[..]).unwrap(), Some(&secret)),
+            BindEvent::Rendezvous { rendezvous, .. } if rendezvous == place
+        ));
+        let impostor = server(&[BANK], Some(ServerAuth { secret: &Toy(9), challenges: &challenges }));
+        let forged = a.rendezvous(&impostor, Rendezvous { pid: 1, ..place });
+        assert!(matches!(
+            c.handle(&Packet::new_checked(&forged[..]).unwrap(), Some(&secret)),
             BindEvent::Refused(Refusal::AuthFailed(_))
         ));
     }

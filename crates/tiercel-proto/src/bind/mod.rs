@@ -24,6 +24,7 @@ pub mod wire;
 
 pub use client::{BindClient, BindEvent, Granted, Refusal, PADDED_REQUEST};
 pub use server::{Admission, BindDecision, BindServer, Refused, ServerAuth};
+pub use wire::Rendezvous;
 
 use wire::{CHALLENGE_LEN, PROOF_LEN};
 

@@ -1,6 +1,6 @@
 //! The server's side of binding: which requests get a binding, and what every other one is told.
 
-use super::wire::{BindChallenge, BindGrant, BindRefusal, BindRequest, CHALLENGE_LEN};
+use super::wire::{BindChallenge, BindGrant, BindRefusal, BindRequest, Rendezvous, CHALLENGE_LEN};
 use super::{Challenges, InterfaceSpec, Keyed};
 use crate::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
 
@@ -163,14 +163,35 @@ impl Admission {
     /// The grant of binding `binding` with capability `token`, `slots` client slots and (through
     /// shared memory) `region` bytes of data per slot; proven with the secret if the server has one.
     pub fn grant(&self, server: &BindServer<'_>, binding: u32, token: u128, slots: u32, region: u64) -> Vec<u8> {
-        let mut grant = BindGrant {
+        let grant = BindGrant {
             slots,
             max_datagram: self.max_datagram,
             version: self.request.version,
             nonce: self.request.nonce,
             region,
             proof: None,
+            rendezvous: None,
         };
+        self.reply(server, binding, token, grant)
+    }
+
+    /// Instead of a binding, where the server takes shared-memory binds: the answer to a request
+    /// that asked for it ([`BindRequest::rendezvous`]) from a client on the server's host, proven
+    /// with the secret like a grant.
+    pub fn rendezvous(&self, server: &BindServer<'_>, rendezvous: Rendezvous) -> Vec<u8> {
+        let grant = BindGrant {
+            slots: 0,
+            max_datagram: 0,
+            version: self.request.version,
+            nonce: self.request.nonce,
+            region: 0,
+            proof: None,
+            rendezvous: Some(rendezvous),
+        };
+        self.reply(server, 0, 0, grant)
+    }
+
+    fn reply(&self, server: &BindServer<'_>, binding: u32, token: u128, mut grant: BindGrant) -> Vec<u8> {
         if let (Some(auth), Some(challenge)) = (&server.auth, &self.challenge) {
             let transcript = grant.proof_transcript(binding, token, server.incarnation, challenge);
             grant.proof = Some(auth.secret.prove(&transcript));

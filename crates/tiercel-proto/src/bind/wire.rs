@@ -9,6 +9,7 @@
 //!          33..36 zero  36 challenge (16)  52 proof (32)  84 padding to the datagram the client chose
 //! grant    0 slots  4 max datagram  8 version  12 nonce  20 region bytes  28 flags  29..32 zero
 //!          32 proof (32)                        (binding id, token and incarnation: in the header)
+//!          with the rendezvous flag: 64 rendezvous name (16)  80 server pid  84 server uid
 //! challenge 0 nonce  8 challenge (16)           (a Reject with status AuthRequired)
 //! refusal  0 nonce  8 exported version  12 exported fingerprint  20 exported signature (UTF-8, cut
 //!          to what the server may send back)    (a Reject with the refusal's status)
@@ -20,8 +21,10 @@ pub const CHALLENGE_LEN: usize = 16;
 pub const PROOF_LEN: usize = 32;
 /// Encoded size of a [`BindRequest`] before its padding.
 pub const REQUEST_LEN: usize = 84;
-/// Encoded size of a [`BindGrant`].
+/// Encoded size of a [`BindGrant`] without a rendezvous.
 pub const GRANT_LEN: usize = 64;
+/// Encoded size of a [`BindGrant`] with a [`Rendezvous`].
+pub const RENDEZVOUS_GRANT_LEN: usize = GRANT_LEN + 24;
 /// Encoded size of a [`BindChallenge`].
 pub const CHALLENGE_MSG_LEN: usize = 24;
 /// Encoded size of a [`BindRefusal`] before the exported signature.
@@ -53,6 +56,9 @@ mod field {
         pub const FLAGS: usize = 28;
         pub const RESERVED: Range<usize> = 29..32;
         pub const PROOF: Range<usize> = 32..64;
+        pub const NAME: Range<usize> = 64..80;
+        pub const PID: Range<usize> = 80..84;
+        pub const UID: Range<usize> = 84..88;
     }
 
     pub mod challenge {
@@ -72,6 +78,9 @@ mod field {
 
 /// Flag of a request or grant: the proof fields are filled in.
 const HAS_PROOF: u8 = 1;
+/// Flag of a request: the client is on the server's host and asks where to bind through shared
+/// memory. Flag of a grant: the answer is that place (a [`Rendezvous`]), not a binding.
+const RENDEZVOUS: u8 = 2;
 
 fn zero(b: &[u8]) -> bool {
     b.iter().all(|&x| x == 0)
@@ -121,6 +130,10 @@ pub struct BindRequest {
     pub fingerprint: u64,
     /// Proof of the server's shared secret, once the server has asked for it.
     pub proof: Option<BindProof>,
+    /// Whether the client asks for the server's shared-memory [`Rendezvous`] rather than a
+    /// binding over this transport (a server that offers none, or sees the client elsewhere,
+    /// grants a binding as usual).
+    pub rendezvous: bool,
 }
 
 impl BindRequest {
@@ -134,8 +147,11 @@ impl BindRequest {
         buf[f::MAX_DATAGRAM].copy_from_slice(&self.max_datagram.to_le_bytes());
         buf[f::NONCE].copy_from_slice(&self.nonce.to_le_bytes());
         buf[f::FINGERPRINT].copy_from_slice(&self.fingerprint.to_le_bytes());
+        if self.rendezvous {
+            buf[f::FLAGS] |= RENDEZVOUS;
+        }
         if let Some(p) = &self.proof {
-            buf[f::FLAGS] = HAS_PROOF;
+            buf[f::FLAGS] |= HAS_PROOF;
             buf[f::CHALLENGE].copy_from_slice(&p.challenge);
             buf[f::PROOF].copy_from_slice(&p.mac);
         }
@@ -152,7 +168,7 @@ impl BindRequest {
     /// short, has unknown flags, non-zero reserved bytes, or proof bytes without the proof flag.
     pub fn parse(b: &[u8]) -> Option<BindRequest> {
         use field::request as f;
-        if b.len() < REQUEST_LEN || b[f::FLAGS] & !HAS_PROOF != 0 || !zero(&b[f::RESERVED]) {
+        if b.len() < REQUEST_LEN || b[f::FLAGS] & !(HAS_PROOF | RENDEZVOUS) != 0 || !zero(&b[f::RESERVED]) {
             return None;
         }
         if b[f::FLAGS] & HAS_PROOF == 0 && !zero(&b[f::CHALLENGE.start..f::PROOF.end]) {
@@ -167,18 +183,19 @@ impl BindRequest {
             nonce: u64_at(b, f::NONCE),
             fingerprint: u64_at(b, f::FINGERPRINT),
             proof,
+            rendezvous: b[f::FLAGS] & RENDEZVOUS != 0,
         })
     }
 
-    /// What the client's proof hashes: a label, every field of the request but the proof, and the
-    /// challenge.
-    pub fn proof_transcript(&self, challenge: &[u8; CHALLENGE_LEN]) -> [u8; 16 + 32 + CHALLENGE_LEN] {
-        let mut t = [0u8; 16 + 32 + CHALLENGE_LEN];
-        t[..16].copy_from_slice(b"tiercel bind rq2");
+    /// What the client's proof hashes: a label, every field of the request but the proof (its
+    /// flags included), and the challenge.
+    pub fn proof_transcript(&self, challenge: &[u8; CHALLENGE_LEN]) -> [u8; 16 + 33 + CHALLENGE_LEN] {
+        let mut t = [0u8; 16 + 33 + CHALLENGE_LEN];
+        t[..16].copy_from_slice(b"tiercel bind rq3");
         let mut fields = [0u8; REQUEST_LEN];
         BindRequest { proof: None, ..*self }.emit(&mut fields);
-        t[16..48].copy_from_slice(&fields[..32]);
-        t[48..].copy_from_slice(challenge);
+        t[16..49].copy_from_slice(&fields[..33]);
+        t[49..].copy_from_slice(challenge);
         t
     }
 }
@@ -200,30 +217,57 @@ pub struct BindGrant {
     /// From a server with a shared secret: a keyed hash of the grant ([`BindGrant::proof_transcript`]),
     /// so that the client knows the binding comes from a holder of the secret.
     pub proof: Option<[u8; PROOF_LEN]>,
+    /// Instead of a binding (no slots), where this server takes shared-memory binds: the answer to
+    /// a request that asked for it.
+    pub rendezvous: Option<Rendezvous>,
+}
+
+/// Where a server takes shared-memory binds, told over the transport the client reached it by:
+/// an abstract UNIX socket name, random for each incarnation of the server, and the process that
+/// must be found listening there (its id and user, which the client checks against the
+/// credentials of the socket's peer, so that another process holding the name is never used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rendezvous {
+    /// The random part of the socket's name.
+    pub name: [u8; 16],
+    /// The server's process id.
+    pub pid: u32,
+    /// The server's user id.
+    pub uid: u32,
 }
 
 impl BindGrant {
-    /// The grant as [`GRANT_LEN`] bytes.
-    pub fn to_bytes(&self) -> [u8; GRANT_LEN] {
+    /// The grant as [`GRANT_LEN`] bytes, or [`RENDEZVOUS_GRANT_LEN`] with a rendezvous.
+    pub fn to_bytes(&self) -> Vec<u8> {
         use field::grant as f;
-        let mut b = [0u8; GRANT_LEN];
+        let mut b = vec![0u8; if self.rendezvous.is_some() { RENDEZVOUS_GRANT_LEN } else { GRANT_LEN }];
         b[f::SLOTS].copy_from_slice(&self.slots.to_le_bytes());
         b[f::MAX_DATAGRAM].copy_from_slice(&self.max_datagram.to_le_bytes());
         b[f::VERSION].copy_from_slice(&self.version.to_le_bytes());
         b[f::NONCE].copy_from_slice(&self.nonce.to_le_bytes());
         b[f::REGION].copy_from_slice(&self.region.to_le_bytes());
         if let Some(p) = &self.proof {
-            b[f::FLAGS] = HAS_PROOF;
+            b[f::FLAGS] |= HAS_PROOF;
             b[f::PROOF].copy_from_slice(p);
+        }
+        if let Some(r) = &self.rendezvous {
+            b[f::FLAGS] |= RENDEZVOUS;
+            b[f::NAME].copy_from_slice(&r.name);
+            b[f::PID].copy_from_slice(&r.pid.to_le_bytes());
+            b[f::UID].copy_from_slice(&r.uid.to_le_bytes());
         }
         b
     }
 
-    /// Decodes a grant payload. `None` when it has the wrong length, unknown flags, non-zero
-    /// reserved bytes, or proof bytes without the proof flag.
+    /// Decodes a grant payload. `None` when it has the wrong length for its flags, unknown flags,
+    /// non-zero reserved bytes, or proof bytes without the proof flag.
     pub fn parse(b: &[u8]) -> Option<BindGrant> {
         use field::grant as f;
-        if b.len() != GRANT_LEN || b[f::FLAGS] & !HAS_PROOF != 0 || !zero(&b[f::RESERVED]) {
+        if b.len() < GRANT_LEN || b[f::FLAGS] & !(HAS_PROOF | RENDEZVOUS) != 0 || !zero(&b[f::RESERVED]) {
+            return None;
+        }
+        let with_rendezvous = b[f::FLAGS] & RENDEZVOUS != 0;
+        if b.len() != if with_rendezvous { RENDEZVOUS_GRANT_LEN } else { GRANT_LEN } {
             return None;
         }
         if b[f::FLAGS] & HAS_PROOF == 0 && !zero(&b[f::PROOF]) {
@@ -236,25 +280,36 @@ impl BindGrant {
             nonce: u64_at(b, f::NONCE),
             region: u64_at(b, f::REGION),
             proof: (b[f::FLAGS] & HAS_PROOF != 0).then(|| array_at(b, f::PROOF)),
+            rendezvous: with_rendezvous.then(|| Rendezvous {
+                name: array_at(b, f::NAME),
+                pid: u32_at(b, f::PID),
+                uid: u32_at(b, f::UID),
+            }),
         })
     }
 
     /// What the server's proof hashes: a label, the grant (binding id, token and incarnation from
-    /// the header, and every field of the grant but the proof) and the challenge the client answered.
+    /// the header, and every field of the grant but the proof, its flags and rendezvous included)
+    /// and the challenge the client answered.
     pub fn proof_transcript(
         &self,
         binding: u32,
         token: u128,
         incarnation: u64,
         challenge: &[u8; CHALLENGE_LEN],
-    ) -> [u8; 16 + 28 + 28 + CHALLENGE_LEN] {
-        let mut t = [0u8; 16 + 28 + 28 + CHALLENGE_LEN];
-        t[..16].copy_from_slice(b"tiercel bind ok2");
+    ) -> [u8; 16 + 28 + 29 + 24 + CHALLENGE_LEN] {
+        use field::grant as f;
+        let mut t = [0u8; 16 + 28 + 29 + 24 + CHALLENGE_LEN];
+        t[..16].copy_from_slice(b"tiercel bind ok3");
         t[16..20].copy_from_slice(&binding.to_le_bytes());
         t[20..36].copy_from_slice(&token.to_le_bytes());
         t[36..44].copy_from_slice(&incarnation.to_le_bytes());
-        t[44..72].copy_from_slice(&BindGrant { proof: None, ..*self }.to_bytes()[..28]);
-        t[72..].copy_from_slice(challenge);
+        let fields = BindGrant { proof: None, ..*self }.to_bytes();
+        t[44..73].copy_from_slice(&fields[..29]);
+        if self.rendezvous.is_some() {
+            t[73..97].copy_from_slice(&fields[f::NAME.start..f::UID.end]);
+        }
+        t[97..].copy_from_slice(challenge);
         t
     }
 }
@@ -334,16 +389,25 @@ mod tests {
 
     #[test]
     fn requests_round_trip_with_and_without_proof_and_padding() {
-        let mut r =
-            BindRequest { interface: 1 << 40, version: 3, max_datagram: 1472, nonce: 9, fingerprint: 77, proof: None };
+        let mut r = BindRequest {
+            interface: 1 << 40,
+            version: 3,
+            max_datagram: 1472,
+            nonce: 9,
+            fingerprint: 77,
+            proof: None,
+            rendezvous: false,
+        };
         assert_eq!(r.to_bytes(0).len(), REQUEST_LEN);
         assert_eq!(BindRequest::parse(&r.to_bytes(0)), Some(r));
         assert_eq!(BindRequest::parse(&r.to_bytes(1000)), Some(r), "padding is ignored");
         r.proof = Some(BindProof { challenge: [7; CHALLENGE_LEN], mac: [8; PROOF_LEN] });
         assert_eq!(BindRequest::parse(&r.to_bytes(200)), Some(r));
         assert_eq!(BindRequest::parse(&r.to_bytes(0)[..REQUEST_LEN - 1]), None, "truncated");
+        let asking = BindRequest { rendezvous: true, ..r };
+        assert_eq!(BindRequest::parse(&asking.to_bytes(0)), Some(asking));
         let mut bad = r.to_bytes(0);
-        bad[32] = 2;
+        bad[32] = 4;
         assert_eq!(BindRequest::parse(&bad), None, "unknown flag");
         let mut bad = r.to_bytes(0);
         bad[34] = 1;
@@ -355,8 +419,24 @@ mod tests {
 
     #[test]
     fn grants_challenges_and_refusals_round_trip() {
-        let mut g = BindGrant { slots: 64, max_datagram: 65000, version: 3, nonce: 5, region: 1 << 20, proof: None };
+        let mut g = BindGrant {
+            slots: 64,
+            max_datagram: 65000,
+            version: 3,
+            nonce: 5,
+            region: 1 << 20,
+            proof: None,
+            rendezvous: None,
+        };
+        assert_eq!(g.to_bytes().len(), GRANT_LEN);
         assert_eq!(BindGrant::parse(&g.to_bytes()), Some(g));
+        let there = BindGrant { rendezvous: Some(Rendezvous { name: [4; 16], pid: 77, uid: 1000 }), ..g };
+        assert_eq!(there.to_bytes().len(), RENDEZVOUS_GRANT_LEN);
+        assert_eq!(BindGrant::parse(&there.to_bytes()), Some(there));
+        assert_eq!(BindGrant::parse(&there.to_bytes()[..GRANT_LEN]), None, "the flag without the rendezvous");
+        let mut longer = g.to_bytes();
+        longer.extend_from_slice(&[0; 24]);
+        assert_eq!(BindGrant::parse(&longer), None, "a rendezvous without the flag");
         g.proof = Some([1; PROOF_LEN]);
         assert_eq!(BindGrant::parse(&g.to_bytes()), Some(g));
         assert_eq!(BindGrant::parse(&g.to_bytes()[1..]), None);
@@ -377,7 +457,15 @@ mod tests {
 
     #[test]
     fn transcripts_bind_every_field() {
-        let r = BindRequest { interface: 1, version: 2, max_datagram: 3, nonce: 4, fingerprint: 5, proof: None };
+        let r = BindRequest {
+            interface: 1,
+            version: 2,
+            max_datagram: 3,
+            nonce: 4,
+            fingerprint: 5,
+            proof: None,
+            rendezvous: false,
+        };
         let base = r.proof_transcript(&[0; CHALLENGE_LEN]);
         assert_ne!(base, r.proof_transcript(&[1; CHALLENGE_LEN]));
         for other in [
@@ -386,10 +474,11 @@ mod tests {
             BindRequest { max_datagram: 9, ..r },
             BindRequest { nonce: 9, ..r },
             BindRequest { fingerprint: 9, ..r },
+            BindRequest { rendezvous: true, ..r },
         ] {
             assert_ne!(base, other.proof_transcript(&[0; CHALLENGE_LEN]), "{other:?}");
         }
-        let g = BindGrant { slots: 1, max_datagram: 2, version: 3, nonce: 4, region: 5, proof: None };
+        let g = BindGrant { slots: 1, max_datagram: 2, version: 3, nonce: 4, region: 5, proof: None, rendezvous: None };
         let base = g.proof_transcript(1, 2, 3, &[0; CHALLENGE_LEN]);
         assert_ne!(base, g.proof_transcript(1, 3, 3, &[0; CHALLENGE_LEN]));
         assert_ne!(base, g.proof_transcript(1, 2, 4, &[0; CHALLENGE_LEN]));
@@ -400,6 +489,10 @@ mod tests {
             BindGrant { version: 9, ..g },
             BindGrant { nonce: 9, ..g },
             BindGrant { region: 9, ..g },
+            BindGrant { rendezvous: Some(Rendezvous { name: [0; 16], pid: 0, uid: 0 }), ..g },
+            BindGrant { rendezvous: Some(Rendezvous { name: [1; 16], pid: 0, uid: 0 }), ..g },
+            BindGrant { rendezvous: Some(Rendezvous { name: [0; 16], pid: 1, uid: 0 }), ..g },
+            BindGrant { rendezvous: Some(Rendezvous { name: [0; 16], pid: 0, uid: 1 }), ..g },
         ] {
             assert_ne!(base, other.proof_transcript(1, 2, 3, &[0; CHALLENGE_LEN]), "{other:?}");
         }

@@ -374,6 +374,12 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         self.memory.used()
     }
 
+    /// The server-wide budget the bindings charge, to share with other transports of the same
+    /// server (so that `config.memory` bounds them all together).
+    pub fn budget(&self) -> Arc<Budget> {
+        self.memory.clone()
+    }
+
     /// Gives up the calls being reassembled that have not heard from their clients for
     /// `stalled_after`, returning their memory; returns how many. Slots busy with another thread
     /// are left for the next sweep.

@@ -136,40 +136,67 @@ impl Binding {
             Some(Transport::Udp) => false,
             None => config.shared_memory,
         };
-        if try_shm {
-            match shm::connect(server) {
-                Some(stream) => {
-                    let granted = shm::bind(stream, info, &config)?;
-                    let deadline = config.deadline;
-                    return Ok(Binding {
-                        inner: Arc::new(BindingInner {
-                            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
-                            server,
-                            id: granted.id,
-                            token: 0,
-                            incarnation: granted.incarnation,
-                            max_datagram: 0,
-                            slots: granted.slots,
-                            free_slots: Mutex::new((Vec::new(), 0)),
-                            shm: Some(granted.link),
-                            config,
-                            info,
-                            stats: ClientStats::default(),
-                        }),
-                        deadline,
-                    });
-                }
-                None if transport == Some(Transport::SharedMemory) => return Err(BindError::NoSharedMemory(server)),
-                None => {}
-            }
+        if !try_shm {
+            return Self::bind_udp(server, info, config);
         }
-        Self::bind_udp(server, info, config)
+        // Ask the server where to bind through shared memory; a server elsewhere (or without it)
+        // answers with a binding over UDP.
+        let forced = transport == Some(Transport::SharedMemory);
+        let place = match udp_bind::bind_udp(server, info, &config, true)? {
+            udp_bind::UdpBound::Granted(_) if forced => return Err(BindError::NoSharedMemory(server)),
+            udp_bind::UdpBound::Granted(grant) => return Ok(Self::udp_binding(server, info, config, grant)),
+            udp_bind::UdpBound::Rendezvous(place) => place,
+        };
+        match shm::connect(server, &place).and_then(|stream| shm::bind(stream, info, &config)) {
+            Ok(granted) => {
+                let deadline = config.deadline;
+                Ok(Binding {
+                    inner: Arc::new(BindingInner {
+                        uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+                        server,
+                        id: granted.id,
+                        token: 0,
+                        incarnation: granted.incarnation,
+                        max_datagram: 0,
+                        slots: granted.slots,
+                        free_slots: Mutex::new((Vec::new(), 0)),
+                        shm: Some(granted.link),
+                        config,
+                        info,
+                        stats: ClientStats::default(),
+                    }),
+                    deadline,
+                })
+            }
+            // No shared memory to be had (the wrong process at the rendezvous, no room, a broken
+            // connection): over UDP instead, unless the address asked for shared memory only.
+            Err(BindError::SharedMemoryUnavailable { .. } | BindError::Busy | BindError::Io(_)) if !forced => {
+                Self::bind_udp(server, info, config)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn bind_udp(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig) -> Result<Binding, BindError> {
-        let udp_bind::UdpGrant { granted, max_datagram } = udp_bind::bind_udp(server, info, &config)?;
+        match udp_bind::bind_udp(server, info, &config, false)? {
+            udp_bind::UdpBound::Granted(grant) => Ok(Self::udp_binding(server, info, config, grant)),
+            // Never the answer to a request that did not ask for it (the bind machine ignores it).
+            udp_bind::UdpBound::Rendezvous(_) => Err(BindError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a rendezvous answered a request that did not ask for one",
+            ))),
+        }
+    }
+
+    fn udp_binding(
+        server: SocketAddr,
+        info: &'static InterfaceInfo,
+        config: ClientConfig,
+        grant: udp_bind::UdpGrant,
+    ) -> Binding {
+        let udp_bind::UdpGrant { granted, max_datagram } = grant;
         let deadline = config.deadline;
-        Ok(Binding {
+        Binding {
             inner: Arc::new(BindingInner {
                 uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
                 server,
@@ -185,7 +212,7 @@ impl Binding {
                 stats: ClientStats::default(),
             }),
             deadline,
-        })
+        }
     }
 
     /// A clone of this binding whose calls fail with [`CallError::DeadlineExceeded`] after `deadline`.

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::bind::{BindClient, BindEvent, Keyed};
+use tiercel_proto::bind::{BindClient, BindEvent, Keyed, Rendezvous};
 use tiercel_proto::shm::{self as proto, header, slot, Layout};
 use tiercel_proto::wire::{Packet, Status};
 use tiercel_sys::clock;
@@ -51,17 +51,25 @@ pub(crate) struct Granted {
     pub(crate) slots: u32,
 }
 
-/// Connects to the rendezvous of a server bound to `server` (or to the unspecified address and its
-/// port). `None` when there is none: the server is on another host or offers no shared memory.
-pub(crate) fn connect(server: SocketAddr) -> Option<UnixStream> {
-    let unspecified = match server {
-        SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], server.port())),
-        SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], server.port())),
-    };
-    [server, unspecified].into_iter().find_map(|a| {
-        let name = rendezvous::rendezvous_name(a);
-        UnixAddr::from_abstract_name(name.as_bytes()).and_then(|addr| UnixStream::connect_addr(&addr)).ok()
-    })
+/// Connects to the rendezvous the server at `server` told over UDP, and checks that the process
+/// found there is the one the server said it is (`SO_PEERCRED`): another process holding the name
+/// is never used.
+pub(crate) fn connect(server: SocketAddr, place: &Rendezvous) -> Result<UnixStream, BindError> {
+    let unavailable = |reason: String| BindError::SharedMemoryUnavailable { server, reason };
+    let name = rendezvous::socket_name(&place.name);
+    let stream = UnixAddr::from_abstract_name(name.as_bytes())
+        .and_then(|addr| UnixStream::connect_addr(&addr))
+        .map_err(|e| unavailable(format!("cannot connect to its rendezvous @{name}: {e}")))?;
+    let (pid, uid) = tiercel_sys::shm::peer_credentials(&stream)
+        .map_err(|e| unavailable(format!("cannot read the credentials of @{name}: {e}")))?;
+    if (pid, uid) != (place.pid, place.uid) {
+        return Err(unavailable(format!(
+            "its rendezvous @{name} is held by process {pid} of user {uid}, not by the server that answered \
+             (process {} of user {})",
+            place.pid, place.uid
+        )));
+    }
+    Ok(stream)
 }
 
 /// The bind exchange over a connected rendezvous socket, decided by the client's bind machine.
@@ -95,7 +103,7 @@ pub(crate) fn bind(
         };
         let p = Packet::new_checked(&msg[..]).map_err(|_| bad("malformed bind answer"))?;
         let granted = match machine.handle(&p, secret) {
-            BindEvent::Ignored => return Err(bad("bind answer for another request")),
+            BindEvent::Ignored | BindEvent::Rendezvous { .. } => return Err(bad("bind answer for another request")),
             BindEvent::SendAgain => {
                 rendezvous::send(&stream, &machine.packet(), None)?;
                 continue;
@@ -239,6 +247,8 @@ impl ShmEndpoint {
         }
         match status {
             Status::Ok => Ok(()),
+            // The server's memory budgets had no room: the call was refused unread.
+            Status::Busy => Err(CallError::Overloaded),
             s => {
                 let message = String::from_utf8_lossy(&self.result).into_owned();
                 Err(super::udp::status_error(s, procedure, message))

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use tiercel_proto::bind::{BindClient, BindEvent, Granted, Keyed, Refusal};
+use tiercel_proto::bind::{BindClient, BindEvent, Granted, Keyed, Refusal, Rendezvous};
 use tiercel_proto::wire::{Packet, CHECKSUM_LEN, HEADER_LEN};
 use tiercel_sys::udp;
 
@@ -28,13 +28,23 @@ pub(super) struct UdpGrant {
     pub(super) max_datagram: usize,
 }
 
+/// The answer to a UDP bind request.
+pub(super) enum UdpBound {
+    /// A binding over UDP.
+    Granted(UdpGrant),
+    /// Where to bind through shared memory (only when asked for).
+    Rendezvous(Rendezvous),
+}
+
 /// Binds to `info` at `server` over UDP: sends the request, retransmitted with backoff until an
-/// answer or `dead_after`, and answers a challenge at once.
+/// answer or `dead_after`, and answers a challenge at once. With `ask_rendezvous`, a server on
+/// this host answers with its shared-memory rendezvous instead of a binding.
 pub(super) fn bind_udp(
     server: SocketAddr,
     info: &'static InterfaceInfo,
     config: &ClientConfig,
-) -> Result<UdpGrant, BindError> {
+    ask_rendezvous: bool,
+) -> Result<UdpBound, BindError> {
     let socket = udp::connect(server)?;
     let overhead = if server.is_ipv4() { IPV4_UDP_OVERHEAD } else { IPV6_UDP_OVERHEAD };
     let mtu_payload = udp::path_mtu(&socket).map(|m| m as usize - overhead);
@@ -43,6 +53,9 @@ pub(super) fn bind_udp(
     let max_datagram = config.max_datagram.min(mtu_payload.unwrap_or(ETHERNET_PAYLOAD)).max(MIN_DATAGRAM) - trailer;
     let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
     let mut machine = BindClient::new(&info.spec(), max_datagram as u32, nonce, config.checksum);
+    if ask_rendezvous {
+        machine = machine.asking_rendezvous();
+    }
     let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
     let mut rx = vec![0u8; max_datagram.max(tiercel_proto::bind::PADDED_REQUEST) + trailer];
     let start = Instant::now();
@@ -82,8 +95,9 @@ pub(super) fn bind_udp(
                     if max_datagram <= HEADER_LEN {
                         continue;
                     }
-                    return Ok(UdpGrant { granted, max_datagram });
+                    return Ok(UdpBound::Granted(UdpGrant { granted, max_datagram }));
                 }
+                BindEvent::Rendezvous { rendezvous, .. } => return Ok(UdpBound::Rendezvous(rendezvous)),
                 BindEvent::Refused(refusal) => return Err(refusal_error(info, refusal)),
             }
         }

@@ -61,6 +61,11 @@ impl Server {
             None => None,
         };
         let specs = self.exports.iter().map(|e| e.info().spec()).collect();
+        // A server that is to offer shared memory and cannot says so now, not by silence later.
+        let listener = match config.shared_memory {
+            true => Some(shm::open().map_err(ServerError::SharedMemory)?),
+            false => None,
+        };
         let endpoint = ServerEndpoint::new(
             EndpointConfig {
                 incarnation,
@@ -79,6 +84,8 @@ impl Server {
             Box::new(crate::auth::Challenger::new()?),
         );
         let shared = Arc::new(Shared {
+            memory: endpoint.budget(),
+            rendezvous: listener.as_ref().map(|l| (l.rendezvous, l.name.clone())),
             challenger,
             specs,
             endpoint,
@@ -101,8 +108,8 @@ impl Server {
                 .spawn(move || udp::UdpWorker::new(shared, i).run())?;
             handles.push(handle);
         }
-        if shared.config.shared_memory {
-            handles.extend(shm::listen(&shared, addr));
+        if let Some(listener) = listener {
+            handles.push(shm::listen(&shared, listener)?);
         }
         Ok(RunningServer { shared, handles, addr })
     }
@@ -115,6 +122,11 @@ pub(crate) struct Shared {
     challenger: Option<crate::auth::Challenger>,
     /// Shared-memory bindings being served.
     shm_bindings: AtomicUsize,
+    /// Where clients on this host bind through shared memory, and the socket's name.
+    rendezvous: Option<(tiercel_proto::bind::Rendezvous, String)>,
+    /// The server-wide budget for messages (`ServerConfig::message_memory`), charged by both
+    /// transports.
+    memory: Arc<tiercel_proto::endpoint::Budget>,
     /// Id of the next shared-memory binding.
     next_shm_binding: std::sync::atomic::AtomicU32,
     exports: Vec<Arc<dyn Export>>,
@@ -300,11 +312,19 @@ impl RunningServer {
         self.shared.endpoint.len() + self.shared.shm_bindings.load(Ordering::Relaxed)
     }
 
-    /// Bytes the UDP bindings hold now in multi-packet messages: calls being reassembled and
-    /// results not yet acknowledged (each binding at most `ServerConfig::binding_memory`, all of them
-    /// at most `ServerConfig::message_memory`).
+    /// Bytes the bindings hold now for messages: over UDP, calls being reassembled and results not
+    /// yet acknowledged; through shared memory, the slot pages the server maps, its private copies
+    /// of arguments and results, and each region's control pages (each binding at most
+    /// `ServerConfig::binding_memory`, all of them at most `ServerConfig::message_memory`).
     pub fn message_memory(&self) -> usize {
-        self.shared.endpoint.memory()
+        self.shared.memory.used()
+    }
+
+    /// The abstract UNIX socket name (without the leading NUL) where clients on this host bind
+    /// through shared memory: random for each incarnation, and told to clients over UDP. `None`
+    /// when shared memory is off.
+    pub fn rendezvous(&self) -> Option<&str> {
+        self.shared.rendezvous.as_ref().map(|(_, name)| name.as_str())
     }
 
     /// A handle that shuts the server down gracefully from another thread.

@@ -1,6 +1,13 @@
 //! The server side of the shared-memory transport: the rendezvous listener, and one thread per
 //! binding that serves its slots, spinning for `ServerConfig::spin` after each call and then sleeping
 //! on the region's doorbell futex.
+//!
+//! Before a client has a binding it costs no thread: the rendezvous thread runs every bind exchange
+//! itself, on non-blocking sockets, at most [`MAX_HANDSHAKES`] at once, each within [`HANDSHAKE`]
+//! from its connection. A binding's memory (the slot pages the server has mapped, and its private
+//! copies of arguments and results) is charged to `ServerConfig::binding_memory` and to the
+//! server-wide `ServerConfig::message_memory` before it is touched; a call that does not fit is
+//! answered `Busy` without reading it.
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
@@ -8,8 +15,9 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiercel_proto::bind::{BindDecision, Refused};
-use tiercel_proto::shm::{self as proto, header, slot, Layout};
+use tiercel_proto::bind::{BindDecision, Refused, Rendezvous};
+use tiercel_proto::endpoint::Budget;
+use tiercel_proto::shm::{self as proto, header, slot, Layout, PAGE};
 use tiercel_proto::wire::{Packet, Status};
 use tiercel_sys::clock;
 use tiercel_sys::shm::{futex_wait, futex_wake, Region};
@@ -21,46 +29,183 @@ use crate::steps::{self, mark, Point};
 
 /// How long a blocked server thread sleeps before looking whether its client is still there.
 const LIVENESS: Duration = Duration::from_millis(100);
-/// How long a client has to complete the bind exchange.
-const BIND_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a connection has, from its arrival, to complete the bind exchange.
+pub(crate) const HANDSHAKE: Duration = Duration::from_secs(2);
+/// Connections in the bind exchange at once; more are closed at once (their clients bind over UDP).
+pub(crate) const MAX_HANDSHAKES: usize = 16;
 
-/// Listens for shared-memory bind requests until the server stops. Returns `None` when the name is
-/// taken (another server of this address in this network namespace): clients then use UDP.
-pub(super) fn listen(shared: &Arc<Shared>, addr: std::net::SocketAddr) -> Option<std::thread::JoinHandle<()>> {
-    let name = rendezvous::rendezvous_name(addr);
-    let listener = UnixAddr::from_abstract_name(name.as_bytes()).and_then(|a| UnixListener::bind_addr(&a)).ok()?;
-    listener.set_nonblocking(true).ok()?;
+/// The rendezvous socket of a server, bound under a name random for this incarnation.
+pub(super) struct Listener {
+    listener: UnixListener,
+    /// What the server tells clients on its host that ask where to bind.
+    pub(super) rendezvous: Rendezvous,
+    /// The abstract socket name.
+    pub(super) name: String,
+}
+
+/// Binds the rendezvous socket under a fresh random name.
+pub(super) fn open() -> std::io::Result<Listener> {
+    let random = crate::client::random_bytes()?;
+    let name = rendezvous::socket_name(&random);
+    let listener = UnixListener::bind_addr(&UnixAddr::from_abstract_name(name.as_bytes())?)?;
+    listener.set_nonblocking(true)?;
+    let (pid, uid) = tiercel_sys::shm::own_credentials();
+    Ok(Listener { listener, rendezvous: Rendezvous { name: random, pid, uid }, name })
+}
+
+/// Serves bind exchanges on `listener` until the server stops.
+pub(super) fn listen(shared: &Arc<Shared>, listener: Listener) -> std::io::Result<std::thread::JoinHandle<()>> {
     let shared = shared.clone();
-    std::thread::Builder::new().name("tiercel-shm-rendezvous".into()).spawn(move || accept_loop(shared, listener)).ok()
+    std::thread::Builder::new()
+        .name("tiercel-shm-rendezvous".into())
+        .spawn(move || accept_loop(shared, listener.listener))
+}
+
+/// A connection in the bind exchange: no binding, no thread, no region yet.
+struct Handshake {
+    stream: UnixStream,
+    arrived: Instant,
+    /// What has arrived of the current request.
+    partial: Vec<u8>,
+    /// Requests answered so far (a challenge allows a second).
+    answered: u8,
+    /// Stands for the peer's address in challenges: they are bound to this connection.
+    peer: [u8; 16],
+}
+
+/// Where a handshake stands after some progress.
+enum Step {
+    /// Waiting for more bytes.
+    Wait,
+    /// Over: bound (its thread runs), refused, or failed.
+    Done,
 }
 
 fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
     let live = Arc::new(AtomicUsize::new(0));
+    let mut pending: Vec<Handshake> = Vec::new();
+    let mut ready = Vec::new();
     while !shared.stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let _ = stream.set_nonblocking(false);
-                if live.load(Ordering::Relaxed) >= shared.config.max_bindings || shared.refusing_bindings() {
-                    // No room: closing the connection unread tells the client (it reads end of file).
-                    shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                    continue;
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let Ok(peer) = crate::client::random_bytes() else { continue };
+                    if pending.len() >= MAX_HANDSHAKES
+                        || shared.refusing_bindings()
+                        || stream.set_nonblocking(true).is_err()
+                    {
+                        // No room: closing the connection unread tells the client (it reads end of
+                        // file, and binds over UDP).
+                        shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    pending.push(Handshake { stream, arrived: Instant::now(), partial: Vec::new(), answered: 0, peer });
                 }
-                live.fetch_add(1, Ordering::Relaxed);
-                let (shared_, live_) = (shared.clone(), live.clone());
-                let spawned = std::thread::Builder::new().name("tiercel-shm-binding".into()).spawn(move || {
-                    serve_connection(&shared_, stream);
-                    live_.fetch_sub(1, Ordering::Relaxed);
-                });
-                if spawned.is_err() {
-                    live.fetch_sub(1, Ordering::Relaxed);
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    // Out of descriptors, for example: try again a little later.
+                    std::thread::sleep(Duration::from_millis(10));
+                    break;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                let _ = tiercel_sys::udp::wait_readable_fd(&listener, Some(LIVENESS));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
+        let now = Instant::now();
+        pending.retain_mut(|h| {
+            if now.saturating_duration_since(h.arrived) >= HANDSHAKE {
+                shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            matches!(progress(&shared, &live, h), Step::Wait)
+        });
+        let wait = pending
+            .iter()
+            .map(|h| (h.arrived + HANDSHAKE).saturating_duration_since(now))
+            .min()
+            .unwrap_or(LIVENESS)
+            .min(LIVENESS);
+        let wait = wait.max(Duration::from_millis(1));
+        if pending.is_empty() {
+            // Idle: wait on the listener alone, allocating nothing.
+            let _ = tiercel_sys::udp::wait_readable_fd(&listener, Some(wait));
+            continue;
+        }
+        let fds: Vec<_> = std::iter::once(std::os::fd::AsFd::as_fd(&listener))
+            .chain(pending.iter().map(|h| std::os::fd::AsFd::as_fd(&h.stream)))
+            .collect();
+        let _ = tiercel_sys::udp::wait_any_readable(&fds, Some(wait), &mut ready);
     }
+}
+
+/// Reads what a handshake's client sent and answers it, through the server's bind machine.
+fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) -> Step {
+    let msg = match rendezvous::recv_nonblocking(&h.stream, &mut h.partial) {
+        Ok(Some(msg)) => msg,
+        Ok(None) => return Step::Wait,
+        Err(e) => {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            }
+            return Step::Done;
+        }
+    };
+    let Ok(p) = Packet::new_checked(&msg[..]) else {
+        shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+        return Step::Done;
+    };
+    let machine = shared.bind_machine(0);
+    let admission = match machine.on_request(&p, &h.peer, rendezvous::MAX_MESSAGE) {
+        BindDecision::Malformed => {
+            shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return Step::Done;
+        }
+        BindDecision::Answer { packet, refused } => {
+            shared.count_refusal(refused);
+            h.answered += 1;
+            // A fresh connection's socket buffer takes an answer this small whole.
+            let sent = rendezvous::send(&h.stream, &packet, None).is_ok();
+            return if sent && refused == Refused::Challenged && h.answered < 2 { Step::Wait } else { Step::Done };
+        }
+        BindDecision::Admit(a) => a,
+    };
+    let slots = shared.config.slots_per_binding.clamp(1, proto::MAX_SLOTS);
+    // The header and the slots' control pages are the server's from the start.
+    let control = PAGE * (1 + slots as usize);
+    let budget = Arc::new(Budget::new(shared.config.binding_memory));
+    let mut charged = Charge::new(budget, shared.memory.clone());
+    let room = live.load(Ordering::Relaxed) < shared.config.max_bindings && !shared.refusing_bindings();
+    let made = (room && charged.reserve(control))
+        .then(|| Layout::new(slots, shared.config.timing.max_message))
+        .flatten()
+        .and_then(|layout| {
+            let region = Region::create("tiercel-binding", layout.region_len()?).ok()?;
+            for (at, v) in layout.header_words() {
+                region.u32_at(at)?.store(v, Ordering::Relaxed);
+            }
+            Some((region, layout))
+        });
+    let Some((region, layout)) = made else {
+        shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        let _ = rendezvous::send(&h.stream, &admission.busy(&machine), None);
+        return Step::Done;
+    };
+    let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
+    let reply = admission.grant(&machine, id, 0, slots, layout.data as u64);
+    let Ok(stream) = h.stream.try_clone() else { return Step::Done };
+    if rendezvous::send(&stream, &reply, Some(region.fd())).is_err() || stream.set_nonblocking(false).is_err() {
+        return Step::Done;
+    }
+    let export = shared.exports[admission.export].clone();
+    live.fetch_add(1, Ordering::Relaxed);
+    let (shared_, live_) = (shared.clone(), live.clone());
+    let spawned = std::thread::Builder::new().name("tiercel-shm-binding".into()).spawn(move || {
+        serve_binding(&shared_, stream, export, region, layout, charged, control);
+        live_.fetch_sub(1, Ordering::Relaxed);
+    });
+    if spawned.is_err() {
+        // No thread: the connection (and with it the region) goes, and the client sees it closed.
+        live.fetch_sub(1, Ordering::Relaxed);
+    }
+    Step::Done
 }
 
 /// Which of the server's CPUs a new binding thread takes (round robin).
@@ -68,13 +213,18 @@ fn binding_index(shared: &Shared) -> usize {
     shared.shm_bindings.load(Ordering::Relaxed)
 }
 
-/// One binding: the bind exchange, then serving its slots until the client goes away.
-fn serve_connection(shared: &Arc<Shared>, stream: UnixStream) {
+/// One binding, granted: serves its slots until the client goes away.
+fn serve_binding(
+    shared: &Arc<Shared>,
+    stream: UnixStream,
+    binding: Arc<dyn crate::interface::Export>,
+    region: Region,
+    layout: Layout,
+    charge: Charge,
+    control: usize,
+) {
     // Measure the tick counter's rate now, not on the first call.
     let _ = clock::ticks_per_second();
-    let _ = stream.set_read_timeout(Some(BIND_TIMEOUT));
-    let Some((binding, region, layout)) = bind(shared, &stream) else { return };
-    let _ = stream.set_read_timeout(None);
     let cpus = &shared.config.cpus;
     if !cpus.is_empty() {
         let _ = tiercel_sys::cpu::pin_current_thread(cpus[binding_index(shared) % cpus.len()]);
@@ -91,58 +241,60 @@ fn serve_connection(shared: &Arc<Shared>, stream: UnixStream) {
         args: Vec::new(),
         out: Vec::new(),
         retention,
+        held: vec![0; layout.slots as usize],
+        held_total: 0,
+        control,
+        charge,
     }
     .run();
     shared.shm_bindings.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// The bind exchange, decided by the server's bind machine. Returns the binding's export, its
-/// region and layout, or `None` after telling the client why not.
-fn bind(shared: &Shared, stream: &UnixStream) -> Option<(Arc<dyn crate::interface::Export>, Region, Layout)> {
-    let machine = shared.bind_machine(0);
-    // Challenges are bound to this connection: a random id stands for the peer's address.
-    let peer: [u8; 16] = crate::client::random_bytes().ok()?;
-    // At most two requests: the first, and the one with the proof a challenge asked for.
-    for _ in 0..2 {
-        let (msg, _) = rendezvous::recv(stream).ok()?;
-        let Ok(p) = Packet::new_checked(&msg[..]) else {
-            shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-            return None;
-        };
-        let admission = match machine.on_request(&p, &peer, rendezvous::MAX_MESSAGE) {
-            BindDecision::Malformed => {
-                shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
-            BindDecision::Answer { packet, refused } => {
-                shared.count_refusal(refused);
-                rendezvous::send(stream, &packet, None).ok()?;
-                if refused == Refused::Challenged {
-                    continue;
-                }
-                return None;
-            }
-            BindDecision::Admit(a) => a,
-        };
-        let slots = shared.config.slots_per_binding.clamp(1, proto::MAX_SLOTS);
-        let made = Layout::new(slots, shared.config.timing.max_message).and_then(|layout| {
-            let region = Region::create("tiercel-binding", layout.region_len()?).ok()?;
-            for (at, v) in layout.header_words() {
-                region.u32_at(at)?.store(v, Ordering::Relaxed);
-            }
-            Some((region, layout))
-        });
-        let Some((region, layout)) = made else {
-            shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-            let _ = rendezvous::send(stream, &admission.busy(&machine), None);
-            return None;
-        };
-        let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
-        let reply = admission.grant(&machine, id, 0, slots, layout.data as u64);
-        rendezvous::send(stream, &reply, Some(region.fd())).ok()?;
-        return Some((shared.exports[admission.export].clone(), region, layout));
+/// Bytes charged to a binding's budget and to the server's, given back when dropped.
+struct Charge {
+    binding: Arc<Budget>,
+    server: Arc<Budget>,
+    charged: usize,
+}
+
+impl Charge {
+    fn new(binding: Arc<Budget>, server: Arc<Budget>) -> Charge {
+        Charge { binding, server, charged: 0 }
     }
-    None
+
+    /// Charges `bytes` more to both budgets; false (nothing charged) if either has no room.
+    fn reserve(&mut self, bytes: usize) -> bool {
+        if !self.binding.reserve(bytes) {
+            return false;
+        }
+        if !self.server.reserve(bytes) {
+            self.binding.release(bytes);
+            return false;
+        }
+        self.charged += bytes;
+        true
+    }
+
+    /// Makes the charge `total`: more if there is room (false if not, the charge unchanged),
+    /// or less.
+    fn settle(&mut self, total: usize) -> bool {
+        match total.checked_sub(self.charged) {
+            Some(more) => self.reserve(more),
+            None => {
+                let less = self.charged - total;
+                self.binding.release(less);
+                self.server.release(less);
+                self.charged = total;
+                true
+            }
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.settle(0);
+    }
 }
 
 struct SlotServer<'a> {
@@ -155,6 +307,15 @@ struct SlotServer<'a> {
     out: Vec<u8>,
     /// When each slot last moved a large call and gave pages back.
     retention: Vec<Retention>,
+    /// Bytes of each slot's data this thread has mapped (read arguments from, written results to)
+    /// and not given back or forgotten since: whole pages.
+    held: Vec<usize>,
+    /// The sum of `held`.
+    held_total: usize,
+    /// Bytes of the region's header and control pages.
+    control: usize,
+    /// What all of it is charged to the budgets.
+    charge: Charge,
 }
 
 /// A control word of the region. Offsets come from the layout the region was created with, so they
@@ -231,13 +392,16 @@ impl<'a> SlotServer<'a> {
             proto::server_woke(sleeping);
             if clock::elapsed(last_result, clock::ticks()) >= LIVENESS {
                 // Idle a while: give back the private copies of large arguments and results (kept
-                // while calls come, so that a stream of large calls does not fault them in anew).
+                // while calls come, so that a stream of large calls does not fault them in anew),
+                // and stop mapping the slot pages whose results the client has taken.
                 if self.args.capacity() > retention::LARGE {
                     self.args = Vec::new();
                 }
                 if self.out.capacity() > retention::LARGE {
                     self.out = Vec::new();
                 }
+                self.forget_taken(None);
+                self.charge.settle(self.footprint());
             }
             if self.shared.stop.load(Ordering::Relaxed) || tiercel_sys::shm::peer_closed(self.stream) {
                 // The client died or dropped the binding: its region goes with this thread.
@@ -247,11 +411,61 @@ impl<'a> SlotServer<'a> {
         }
     }
 
+    /// Bytes this binding holds: control pages, mapped slot data, private buffers.
+    fn footprint(&self) -> usize {
+        self.control + self.held_total + self.args.capacity() + self.out.capacity()
+    }
+
+    fn set_held(&mut self, i: usize, bytes: usize) {
+        self.held_total = self.held_total - self.held[i] + bytes;
+        self.held[i] = bytes;
+    }
+
+    /// Stops mapping the data pages of slots (but `except`) whose client has taken the result, so
+    /// that they no longer count as this binding's memory. The client keeps the bytes; the
+    /// server maps them again if it reads them.
+    #[cold]
+    #[inline(never)]
+    fn forget_taken(&mut self, except: Option<usize>) {
+        for j in 0..self.held.len() {
+            if self.held[j] == 0 || Some(j) == except {
+                continue;
+            }
+            let state = self.word(self.layout.slot(j as u32) + slot::STATE).load(Ordering::Acquire);
+            if state == proto::state::IDLE {
+                self.region.forget(self.layout.data(j as u32), self.held[j]);
+                self.set_held(j, 0);
+            }
+        }
+    }
+
+    /// Charges what the binding holds with slot `i` holding `held` bytes and the argument buffer
+    /// `args` bytes; if the budgets have no room, first gives back what can be given back.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, i: usize, held: usize, args: usize) -> bool {
+        let grow = held.saturating_sub(self.held[i]);
+        let need = |s: &Self| s.footprint() + grow + args.saturating_sub(s.args.capacity());
+        let room = self.charge.settle(need(self)) || {
+            self.forget_taken(Some(i));
+            if self.args.capacity() > args {
+                self.args = Vec::new();
+            }
+            self.out = Vec::new();
+            self.charge.settle(need(self))
+        };
+        if room {
+            self.set_held(i, self.held[i].max(held));
+        }
+        room
+    }
+
     /// Runs the call in slot `i`: reads what the client wrote once into private memory, validates it,
     /// runs the procedure, writes the result in place and publishes it.
     fn serve(&mut self, i: u32) {
         let base = self.layout.slot(i);
         let data = self.layout.data(i);
+        let at = i as usize;
         // Each control word is read once; the call is validated before anything uses it.
         let procedure = self.word(base + slot::PROCEDURE).load(Ordering::Relaxed);
         let len = self.word(base + slot::LEN).load(Ordering::Relaxed);
@@ -259,7 +473,16 @@ impl<'a> SlotServer<'a> {
         let call = proto::validate_call(procedure, len, self.layout.data);
         mark(Point::ServerValidated);
         let len = call.map_or(0, |c| c.len);
+        // The pages the call's arguments (and at least an error message) take, charged before they
+        // are touched; the fast path finds them charged already.
+        let pages = len.max(1).next_multiple_of(PAGE);
+        let fits = self.held[at] >= pages && self.args.capacity() >= len || self.make_room(at, pages, len);
         let status = match call {
+            _ if !fits => {
+                // No room in the budgets: refused unread, nothing written to the slot's data.
+                self.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
+                Status::Busy
+            }
             None => {
                 super::dispatch::error_message(
                     &mut self.out,
@@ -268,6 +491,9 @@ impl<'a> SlotServer<'a> {
                 Status::BadArguments
             }
             Some(call) => {
+                if self.args.capacity() < call.len {
+                    self.args.reserve_exact(call.len - self.args.len());
+                }
                 self.args.resize(call.len, 0);
                 self.region.read(data, &mut self.args);
                 mark(Point::ServerAccepted);
@@ -291,17 +517,25 @@ impl<'a> SlotServer<'a> {
                     );
                     status = Status::ResultTooLarge;
                 }
+                if self.out.len() > self.held[at] || self.footprint() > self.charge.charged {
+                    status = self.charge_result(at, status);
+                }
                 status
             }
         };
         self.region.write(data, &self.out);
         self.word(base + slot::LEN).store(self.out.len() as u32, Ordering::Relaxed);
         self.word(base + slot::STATUS).store(status as u32, Ordering::Relaxed);
-        if len > retention::LARGE && len > self.out.len() {
+        let extent = self.held[at];
+        let result = self.out.len().next_multiple_of(PAGE);
+        if len > retention::LARGE && extent > result {
             // The arguments were large: give back the part of the slot the result does not cover,
-            // but not on every call (a stream of large calls would fault the pages in anew).
-            if self.retention.get_mut(i as usize).is_some_and(|r| r.large(Instant::now())) {
-                self.region.discard(data + self.out.len(), len - self.out.len());
+            // but not on every call (a stream of large calls would fault the pages in anew) unless
+            // the binding holds more than half its budget.
+            let pressed = self.charge.charged > self.charge.binding.limit() / 2;
+            if self.retention.get_mut(at).is_some_and(|r| r.large(Instant::now())) || pressed {
+                self.region.discard(data + result, extent - result);
+                self.set_held(at, result);
             }
         }
         let (state, waiting) = (self.word(base + slot::STATE), self.word(base + slot::CLIENT_WAITING));
@@ -310,5 +544,34 @@ impl<'a> SlotServer<'a> {
             futex_wake(state, 1);
         }
         mark(Point::ResultSent);
+    }
+
+    /// Charges the pages a result written to slot `i` takes, and the buffers the procedure grew.
+    /// A result the budgets have no room for is replaced by an error that says so (the procedure
+    /// ran), as over UDP.
+    #[cold]
+    #[inline(never)]
+    fn charge_result(&mut self, i: usize, status: Status) -> Status {
+        let before = self.held[i];
+        self.set_held(i, before.max(self.out.len().next_multiple_of(PAGE)));
+        if self.charge.settle(self.footprint()) {
+            return status;
+        }
+        // The arguments are no longer needed.
+        self.args = Vec::new();
+        self.forget_taken(Some(i));
+        if self.charge.settle(self.footprint()) {
+            return status;
+        }
+        let n = self.out.len();
+        self.out = Vec::new();
+        super::dispatch::error_message(
+            &mut self.out,
+            &format!("result of {n} bytes exceeds the server's shared-memory budget"),
+        );
+        self.set_held(i, before);
+        // At most a page of message, in a page charged before the call ran.
+        self.charge.settle(self.footprint());
+        Status::ResultTooLarge
     }
 }

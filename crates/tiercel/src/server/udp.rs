@@ -371,6 +371,15 @@ impl UdpWorker {
             }
             BindDecision::Admit(a) => a,
         };
+        if let Some((rendezvous, _)) = self.shared.rendezvous.as_ref().filter(|_| admission.request.rendezvous) {
+            // A client on this host asks where to bind through shared memory. Only a source on this
+            // host is told: loopback, or the very address the server is bound to.
+            let ip = from.ip().to_canonical();
+            let local = self.shared.socket.local_addr().is_ok_and(|a| a.ip().to_canonical() == ip);
+            if ip.is_loopback() || local {
+                return self.send_packet(from, &admission.rendezvous(&machine, *rendezvous), checksummed(p));
+            }
+        }
         let config = &self.shared.config;
         let granted = crate::client::random_bytes().ok().map(u128::from_le_bytes).and_then(|token| {
             let export = self.shared.exports[admission.export].clone();
