@@ -32,3 +32,27 @@ pub(crate) fn send(
         None => udp::send_gather(socket, &io[..k]),
     }
 }
+
+/// Whether a send that failed is, to the protocol, a lost packet that its timers recover: a full
+/// socket buffer (`EAGAIN`, `ENOBUFS`) or a local firewall that dropped it (`EPERM`, what netfilter's
+/// drop in the output path returns). Other errors (a bad address, a closed socket) are real failures.
+pub(crate) fn is_loss(e: &io::Error) -> bool {
+    const EPERM: i32 = 1;
+    const ENOBUFS: i32 = 105;
+    e.kind() == io::ErrorKind::WouldBlock || matches!(e.raw_os_error(), Some(EPERM | ENOBUFS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_buffers_and_firewall_drops_are_losses_other_errors_are_not() {
+        for errno in [1, 105, 11] {
+            assert!(is_loss(&io::Error::from_raw_os_error(errno)), "errno {errno}");
+        }
+        for errno in [9, 22, 101] {
+            assert!(!is_loss(&io::Error::from_raw_os_error(errno)), "errno {errno}");
+        }
+    }
+}

@@ -193,10 +193,9 @@ impl UdpEndpoint {
             };
             match sent {
                 Ok(_) => {}
-                // A full socket buffer or an ICMP error from an earlier packet: the packet is as good
-                // as lost, and the protocol's timers recover.
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::ConnectionRefused) => {}
-                Err(e) if e.raw_os_error() == Some(105) => {} // ENOBUFS
+                // A full socket buffer, a local firewall's drop or an ICMP error from an earlier
+                // packet: the packet is as good as lost, and the protocol's timers recover.
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused || transmit::is_loss(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

@@ -69,6 +69,8 @@ pub(super) fn bind_udp(
             Ok(_) => {}
             // An ICMP port-unreachable for an earlier request: nobody listens there.
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(BindError::NoServer(server)),
+            // Lost (a full buffer, a firewall's drop): retransmitted like a request lost on the way.
+            Err(e) if crate::transmit::is_loss(&e) => {}
             Err(e) => return Err(e.into()),
         }
         let until = Instant::now() + rto;
