@@ -92,6 +92,8 @@ pub struct Slot {
     /// first not yet taken. Kept (cleared) between calls, so that sending allocates nothing.
     transmits: Vec<u16>,
     next: usize,
+    /// Result fragments queued that had been sent before, since [`Slot::take_resent`].
+    resent: u32,
 }
 
 impl Default for Slot {
@@ -113,7 +115,14 @@ impl Slot {
             lent: Vec::new(),
             transmits: Vec::new(),
             next: 0,
+            resent: 0,
         }
+    }
+
+    /// How many result fragments queued since the last call of this had been sent before (a
+    /// retransmission), not for the first time; resets the count.
+    pub fn take_resent(&mut self) -> u32 {
+        core::mem::take(&mut self.resent)
     }
 
     /// The next result fragment to send, by index; call until `None` after every input.
@@ -314,12 +323,14 @@ impl Slot {
     /// a small request never draws a window of fragments; the client's acknowledgement of it, which
     /// says what it holds, brings the rest ([`Slot::on_result_ack`]).
     pub fn resend_result(&mut self) {
-        let Slot { state, transmits, .. } = self;
+        let Slot { state, transmits, resent, .. } = self;
         if let State::Done(blast) = state {
-            if blast.count() == 1 {
-                transmits.push(0);
-            } else if let Some(i) = blast.take_one() {
+            // Every fragment of a one-fragment result, and every unacknowledged one, went out before.
+            let again = blast.count() == 1 || blast.unacked().next().is_some();
+            let one = if blast.count() == 1 { Some(0) } else { blast.take_one() };
+            if let Some(i) = one {
                 transmits.push(i);
+                *resent += u32::from(again);
             }
         }
     }
@@ -332,7 +343,7 @@ impl Slot {
             return false;
         }
         let Some(ack) = AckInfo::parse(packet.payload()) else { return false };
-        let Slot { state, transmits, .. } = self;
+        let Slot { state, transmits, resent, .. } = self;
         let State::Done(blast) = state else { return false };
         blast.on_ack(ack);
         if blast.is_acked() {
@@ -340,7 +351,9 @@ impl Slot {
             return true;
         }
         if packet.flags() & flags::RESEND != 0 {
+            let before = transmits.len();
             transmits.extend(blast.unacked());
+            *resent += (transmits.len() - before) as u32;
         }
         transmits.extend(blast.take_new());
         false

@@ -157,6 +157,19 @@ fn multi_packet_calls_and_results_reassemble() {
         assert!(out.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
         assert!(both.iter().enumerate().all(|(i, &b)| b == (i % 7) as u8));
     }
+    // The counters say what happened, no more: a fragment received for the first time is not a
+    // duplicate, and one sent for the first time is not resent. Loopback never duplicates a packet,
+    // so every duplicate the server saw is one the client sent again (it does, when a window of
+    // 64 KiB datagrams overflows a socket buffer), and without retransmissions there is none.
+    let stats = server.stats();
+    let (duplicates, resent) = (stats.duplicates.load(Ordering::Relaxed), stats.resent.load(Ordering::Relaxed));
+    let retransmissions = k.binding().stats().retransmissions.load(Ordering::Relaxed);
+    assert!(duplicates <= retransmissions, "{duplicates} duplicates from {retransmissions} retransmissions");
+    if retransmissions == 0 {
+        assert_eq!((duplicates, resent), (0, 0), "no retransmission, yet counted as duplicates and resent");
+    }
+    assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
+    assert_eq!(stats.bindings.load(Ordering::Relaxed), 1);
     // Once acknowledged, a big result no longer holds memory in the server's budget (the
     // acknowledgement is on its way when the call returns: wait for it, boundedly).
     let give_up = Instant::now() + Duration::from_secs(5);

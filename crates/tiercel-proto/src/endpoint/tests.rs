@@ -368,12 +368,36 @@ fn a_duplicate_or_probe_draws_one_result_fragment_not_the_window() {
         first += 1;
     }
     assert_eq!(first, 5, "the whole result goes once");
+    assert_eq!(cell.proto.take_resent(), 0, "sent for the first time: nothing resent");
     assert_eq!(cell.on_call(&b, &p, now, &timing), CallAction::ResendResult);
     cell.resend_result();
     assert!(matches!(cell.poll_transmit(&b), Some(Fragment::Parts(..))), "one fragment");
     assert!(cell.poll_transmit(&b).is_none(), "and only one");
+    assert_eq!(cell.proto.take_resent(), 1, "counted as resent");
     assert_eq!(cell.proto.on_probe(1, now), crate::server::ProbeAction::ResendResult);
     cell.resend_result();
     assert!(cell.poll_transmit(&b).is_some());
     assert!(cell.poll_transmit(&b).is_none(), "a probe draws one too");
+    assert_eq!(cell.proto.take_resent(), 1);
+    // An acknowledgement of the first two fragments lets no new one go (all five went), and one
+    // asking for the rest again resends the three it lacks.
+    let info = crate::fragment::AckInfo { prefix: 2, mask: 0 }.to_bytes();
+    let h = Header {
+        binding: b.id,
+        token: TOKEN,
+        incarnation: 9,
+        seq: 1,
+        flags: crate::wire::flags::RESEND,
+        payload_len: info.len() as u32,
+        message_len: info.len() as u32,
+        ..Header::new(Kind::Ack)
+    };
+    let ack = [&h.to_bytes()[..], &info].concat();
+    let a = Packet::new_checked(&ack[..]).unwrap();
+    assert!(cell.on_result_ack(&b, &a, now).is_none());
+    let mut again = 0;
+    while cell.poll_transmit(&b).is_some() {
+        again += 1;
+    }
+    assert_eq!((again, cell.proto.take_resent()), (3, 3), "the unacknowledged three, each counted once");
 }

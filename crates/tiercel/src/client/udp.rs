@@ -47,6 +47,8 @@ pub(crate) struct UdpEndpoint {
     result_len: usize,
     big_result: Option<Vec<u8>>,
     call: ClientCall,
+    /// `call.retransmissions()` as already added to the binding's counter.
+    counted_retransmissions: u64,
     spin: SpinBudget,
     /// `flags::CHECKSUM` when the binding checksums its packets, else 0.
     flag_base: u8,
@@ -85,6 +87,7 @@ impl UdpEndpoint {
             result_len: 0,
             big_result: None,
             call: ClientCall::new(inner.config.timing, frag_payload, Instant::now()),
+            counted_retransmissions: 0,
             spin: SpinBudget::new(inner.config.spin),
             flag_base: if inner.config.checksum { flags::CHECKSUM } else { 0 },
             retention: Retention::default(),
@@ -144,13 +147,18 @@ impl UdpEndpoint {
 
     /// Sends every packet the protocol asks for.
     fn flush(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize) -> Result<(), CallError> {
+        // Every packet the machine queued as a retransmission: each fragment of a window sent again,
+        // each probe, each request for missing result fragments.
+        let retransmissions = self.call.retransmissions();
+        if retransmissions != self.counted_retransmissions {
+            let new = retransmissions - self.counted_retransmissions;
+            inner.stats.retransmissions.fetch_add(new, Ordering::Relaxed);
+            self.counted_retransmissions = retransmissions;
+        }
         while let Some(t) = self.call.poll_transmit() {
             let sent = match t {
                 Transmit::CallFragment { index, please_ack } => {
                     let flag = self.flag_base | if please_ack { flags::PLEASE_ACK } else { 0 };
-                    if please_ack {
-                        inner.stats.retransmissions.fetch_add(1, Ordering::Relaxed);
-                    }
                     if len <= self.frag_payload {
                         let mut p = Packet::new_unchecked(&mut self.template[..]);
                         p.set_fragment(0, 1);
@@ -176,15 +184,9 @@ impl UdpEndpoint {
                         transmit::send(&self.socket, None, &io[..n + 1], self.flag_base != 0)
                     }
                 }
-                Transmit::Probe => {
-                    inner.stats.retransmissions.fetch_add(1, Ordering::Relaxed);
-                    self.send_control(Kind::Probe, 0, &[])
-                }
+                Transmit::Probe => self.send_control(Kind::Probe, 0, &[]),
                 Transmit::Ack { ack, resend } => {
                     let flag = if resend { flags::RESEND } else { 0 };
-                    if resend {
-                        inner.stats.retransmissions.fetch_add(1, Ordering::Relaxed);
-                    }
                     self.send_control(Kind::Ack, flag, &ack.to_bytes())
                 }
                 Transmit::AddressProof { challenge } => {

@@ -174,9 +174,12 @@ impl Shared {
 pub struct ServerStats {
     /// Calls run (procedure bodies entered).
     pub calls: AtomicU64,
-    /// Duplicate call packets answered from saved state instead of running again.
+    /// Call packets received again (a fragment already held, a call already running or finished),
+    /// dropped or answered from saved state, never run again. A fragment received for the first
+    /// time is not counted.
     pub duplicates: AtomicU64,
-    /// Result fragments sent again (duplicates, probes, acknowledgements asking for them).
+    /// Result fragments sent again (for duplicates, probes, acknowledgements asking for them); a
+    /// fragment sent for the first time, when an acknowledgement opens the window, is not counted.
     pub resent: AtomicU64,
     /// Packets dropped because they failed validation (bad header, truncated, inconsistent fragment).
     pub malformed: AtomicU64,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::BindDecision;
 use tiercel_proto::endpoint::{Fragment, Refusal, Route};
-use tiercel_proto::server::{CallAction, ProbeAction};
+use tiercel_proto::server::{CallAction, DropReason, ProbeAction};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_sys::udp::{self, Received};
 
@@ -189,14 +189,14 @@ impl UdpWorker {
                         spares.result = big;
                     }
                 }
-                self.flush(&binding, &mut cell, true);
+                self.flush(&binding, &mut cell);
             }
             _ => match cell.proto.on_probe(p.seq(), now) {
                 ProbeAction::Alive => self.send_control(&binding, &p, from, Kind::ProbeReply, &[]),
                 ProbeAction::Ack(a) => self.send_control(&binding, &p, from, Kind::Ack, &a.to_bytes()),
                 ProbeAction::ResendResult => {
                     cell.resend_result();
-                    self.flush(&binding, &mut cell, true);
+                    self.flush(&binding, &mut cell);
                 }
                 ProbeAction::Drop => {}
             },
@@ -248,15 +248,21 @@ impl UdpWorker {
             CallAction::ResendResult => {
                 self.shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
                 cell.resend_result();
-                self.flush(binding, &mut cell, true);
+                self.flush(binding, &mut cell);
             }
             CallAction::Refuse(status) => {
                 cell.refuse(binding, p, status, timing);
-                self.flush(binding, &mut cell, false);
+                self.flush(binding, &mut cell);
             }
-            CallAction::Drop(_) => {
+            CallAction::Drop(DropReason::Duplicate) => {
                 self.shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
             }
+            CallAction::Drop(DropReason::Malformed) => {
+                self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            }
+            // A new fragment held (`Nothing`), a packet of an older call, or of a new one while the
+            // slot still runs the last: nothing to count.
+            CallAction::Drop(DropReason::Nothing | DropReason::Stale | DropReason::SlotBusy) => {}
         }
     }
 
@@ -304,18 +310,19 @@ impl UdpWorker {
         let Some(mut cell) = binding.slot(p.slot()) else { return };
         mark(Point::ResultReady);
         cell.complete(binding, p, status, out, &self.shared.config.timing);
-        self.flush(binding, &mut cell, false);
+        self.flush(binding, &mut cell);
         mark(Point::ResultSent);
     }
 
-    /// Sends the result fragments the slot has queued; `resent` counts them as sent again.
-    fn flush(&self, binding: &UdpBinding, cell: &mut UdpSlot, resent: bool) {
+    /// Sends the result fragments the slot has queued, counting those sent before as resent.
+    fn flush(&self, binding: &UdpBinding, cell: &mut UdpSlot) {
         let Some(peer) = cell.peer else { return };
+        let again = cell.proto.take_resent();
+        if again > 0 {
+            self.shared.stats.resent.fetch_add(u64::from(again), Ordering::Relaxed);
+        }
         let checksum = cell.checksummed();
         while let Some(fragment) = cell.poll_transmit(binding) {
-            if resent {
-                self.shared.stats.resent.fetch_add(1, Ordering::Relaxed);
-            }
             // A failed send is a lost packet: the client's timers ask again.
             let _ = match fragment {
                 Fragment::Whole(datagram) => {
