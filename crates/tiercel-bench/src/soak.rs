@@ -44,6 +44,11 @@ pub struct Args {
     /// Seed of the fault layer.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Calls that may fail with an error before the soak fails: the network only loses,
+    /// duplicates, delays and corrupts packets, and the client waits long enough to recover from
+    /// all of it, so by default none may.
+    #[arg(long, default_value_t = 0)]
+    max_failed: u64,
     /// Run across two network namespaces joined by a veth pair, with nftables dropping packets
     /// (needs root, ip and nft); otherwise on loopback with the fault layer dropping them.
     #[arg(long)]
@@ -220,6 +225,8 @@ pub fn run(args: Args) -> crate::Result<()> {
                 &args.big_every.to_string(),
                 "--seed",
                 &args.seed.to_string(),
+                "--max-failed",
+                &args.max_failed.to_string(),
             ]
             .map(String::from),
         );
@@ -299,7 +306,7 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
     println!("calls:                 {} in {:.1} s from {} threads", args.calls, elapsed.as_secs_f64(), args.threads);
     println!("returned intact:       {ok}");
     println!("returned wrong:        {wrong}");
-    println!("failed with an error:  {failed_total}");
+    println!("failed with an error:  {failed_total} (at most {} allowed)", args.max_failed);
     for (kind, n) in &failed {
         println!("    {n:>8}  {kind}");
     }
@@ -327,6 +334,9 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
     if wrong > 0 {
         problems.push(format!("{wrong} results were wrong"));
     }
+    if failed_total > args.max_failed {
+        problems.push(format!("{failed_total} calls failed, more than the {} allowed", args.max_failed));
+    }
     if ok + wrong + failed_total != args.threads.max(1) * per_thread {
         problems.push("some calls neither returned nor failed".into());
     }
@@ -336,7 +346,11 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
             .push(format!("server ran {} distinct calls for {ok} returned and {failed_total} failed", report.distinct));
     }
     if problems.is_empty() {
-        println!("soak passed: every call returned intact or failed with an error; none ran twice");
+        println!(
+            "soak passed: every call returned intact or failed with an error ({failed_total}, at most {} allowed); \
+             none ran twice",
+            args.max_failed
+        );
         Ok(())
     } else {
         Err(problems.join("; ").into())

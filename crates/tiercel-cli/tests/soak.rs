@@ -20,4 +20,5 @@ fn lossy_network_soak_runs_every_call_at_most_once() {
     assert!(stdout.contains("soak passed"), "{stdout}");
     assert!(stdout.contains("ran twice: 0"), "{stdout}");
     assert!(stdout.contains("returned wrong:        0"), "{stdout}");
+    assert!(stdout.contains("failed with an error:  0 "), "no call may fail on a network that only loses: {stdout}");
 }
