@@ -62,6 +62,8 @@ pub struct Report {
     pub firefly_marshaling: Vec<crate::tables::MarshalJson>,
     pub peregrine: crate::peregrine::Json,
     pub load: Vec<crate::load::Row>,
+    /// 1 MiB calls across two namespaces at 0%, 1% and 10% loss each way.
+    pub loss: Vec<crate::loss::Row>,
     /// The accounting of Null and MaxResult per transport (as `tiercel explain` prints it, spinning).
     pub breakdown: Vec<crate::accounting::Account>,
 }
@@ -75,6 +77,7 @@ struct Budget {
     peregrine_row: Duration,
     load_row: Duration,
     accounting_calls: u32,
+    loss_calls: usize,
 }
 
 /// Runs `tiercel bench`.
@@ -88,6 +91,7 @@ pub fn run(args: Args) -> crate::Result<()> {
             peregrine_row: Duration::from_millis(100),
             load_row: Duration::from_millis(300),
             accounting_calls: 5_000,
+            loss_calls: 10,
         }
     } else {
         Budget {
@@ -98,6 +102,7 @@ pub fn run(args: Args) -> crate::Result<()> {
             peregrine_row: Duration::from_millis(400),
             load_row: Duration::from_millis(1500),
             accounting_calls: 20_000,
+            loss_calls: 40,
         }
     };
     let calls = budget.calls;
@@ -133,7 +138,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     crate::progress::start(
         (media.len() * modes.len()) as u64
             + if full {
-                7 + 3 + 1 + (media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
+                7 + 3 + 1 + 1 + (media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
             } else {
                 0
             },
@@ -175,6 +180,9 @@ pub fn run(args: Args) -> crate::Result<()> {
         report.firefly_table1 = crate::tables::firefly_table1(&addr, 10_000)?;
         crate::progress::step();
         drop(server);
+        crate::progress::doing("loss recovery");
+        report.loss = crate::loss::table(args.server_cpu, budget.loss_calls, Duration::from_secs(90))?;
+        crate::progress::step();
         let (_spinning, addr) = serve_pinned(args.server_cpu, true)?;
         crate::progress::doing("Firefly Tables II-V");
         report.firefly_marshaling = crate::tables::firefly_marshaling(&addr, budget.marshal_calls)?;

@@ -7,8 +7,9 @@
 //! ```text
 //! roles                             what a helper process runs (dispatch, first thing in `main`)
 //! bench, explain, soak              the commands: options, the run, printing, JSON, plots
-//!   tables, latency, load,          one table each (Mach list, Firefly I-V; latency per transport;
-//!   peregrine, baselines, plot        Lampson's load; Peregrine 1/3/5; raw baselines; SVG charts)
+//!   tables, latency, load, loss,    one table each (Mach list, Firefly I-V; latency per transport;
+//!   peregrine, baselines, plot        Lampson's load; loss recovery; Peregrine 1/3/5; raw baselines;
+//!                                     SVG charts)
 //!     accounting                    per-step timestamps of running calls, added up
 //!       harness                     the media measured and their baselines, helpers started
 //!         helpers, serve,           starting this program as a helper; the Test server;
@@ -30,6 +31,7 @@ pub mod harness;
 pub mod helpers;
 pub mod latency;
 pub mod load;
+pub mod loss;
 pub mod netns;
 pub mod peregrine;
 pub mod plot;
@@ -104,6 +106,14 @@ impl From<&str> for Error {
 
 /// The result of a measurement.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Whether this process runs as root (and may create network namespaces).
+pub(crate) fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
 
 /// Peak resident set size of this process (VmHWM), KiB.
 pub fn peak_rss_kib() -> u64 {

@@ -26,6 +26,8 @@ enum Role {
     RawTcpEcho(crate::raw_tcp::EchoArgs),
     /// The remote rows of the Mach list, from inside a network namespace.
     MachRemote(crate::tables::RemoteArgs),
+    /// The loss-recovery rows, from inside a network namespace.
+    LossRemote(crate::loss::RemoteArgs),
     /// The soak's ledger server.
     #[cfg(feature = "fault-injection")]
     SoakServer(crate::soak::ServerArgs),
@@ -43,6 +45,7 @@ pub fn run_if_helper() -> Option<ExitCode> {
         Role::RawShmEcho(a) => crate::raw_shm::echo(a),
         Role::RawTcpEcho(a) => crate::raw_tcp::echo(a),
         Role::MachRemote(a) => crate::tables::mach_remote(a),
+        Role::LossRemote(a) => crate::loss::remote(a),
         #[cfg(feature = "fault-injection")]
         Role::SoakServer(a) => crate::soak::server(a),
         #[cfg(feature = "fault-injection")]

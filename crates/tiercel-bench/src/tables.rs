@@ -213,7 +213,7 @@ pub fn mach_remote(args: RemoteArgs) -> crate::Result<()> {
 /// The remote rows across two network namespaces joined by a veth pair (root only): a server in one,
 /// the client in the other, both in processes of their own.
 fn remote_across_namespaces(server_cpu: usize, time: Duration) -> crate::Result<Vec<MachJson>> {
-    if !is_root() {
+    if !crate::is_root() {
         return Err("needs root to create network namespaces".into());
     }
     const PORT: u16 = 7575;
@@ -236,13 +236,6 @@ fn remote_across_namespaces(server_cpu: usize, time: Duration) -> crate::Result<
         });
     }
     Ok(serde_json::from_slice(&out.stdout)?)
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false)
 }
 
 /// Firefly's Table I: 10,000 calls made by 1 to 8 caller threads sharing one binding.

@@ -118,6 +118,13 @@ pub struct ClientCall {
     busy_since: Option<Instant>,
     /// When this slot last proved its address (at most once a retransmission interval).
     proved_at: Option<Instant>,
+    /// When the newest call fragments went out for the first time, and the fragment after them:
+    /// an acknowledgement of the newest measures a round trip of the path, not of the whole call
+    /// (which, for a large one, is mostly its transfer).
+    window_sent_at: Option<Instant>,
+    window_end: u16,
+    /// Whether fragments went out again since (Karn: then a sample is ambiguous).
+    window_resent: bool,
 }
 
 impl ClientCall {
@@ -146,6 +153,9 @@ impl ClientCall {
             rttvar: core::time::Duration::ZERO,
             busy_since: None,
             proved_at: None,
+            window_sent_at: None,
+            window_end: 0,
+            window_resent: false,
         }
     }
 
@@ -197,11 +207,18 @@ impl ClientCall {
         self.outcome = None;
         self.phase = Phase::Sending;
         self.blast = Blast::new(count, self.timing.window);
-        self.queue_new();
+        self.window_sent_at = None;
+        self.queue_new(now);
     }
 
-    fn queue_new(&mut self) {
-        for index in self.blast.take_new() {
+    fn queue_new(&mut self, now: Instant) {
+        let new = self.blast.take_new();
+        if !new.is_empty() {
+            self.window_sent_at = Some(now);
+            self.window_end = new.end;
+            self.window_resent = false;
+        }
+        for index in new {
             self.transmits.push(Transmit::CallFragment { index, please_ack: false });
         }
     }
@@ -283,6 +300,7 @@ impl ClientCall {
     fn resend(&mut self) {
         match self.phase {
             Phase::Sending => {
+                self.window_resent = true;
                 let first = self.transmits.len();
                 for index in self.blast.unacked().take(crate::fragment::MAX_WINDOW as usize) {
                     self.transmits.push(Transmit::CallFragment { index, please_ack: false });
@@ -317,11 +335,23 @@ impl ClientCall {
                 let Some(ack) = AckInfo::parse(packet.payload()) else { return Handled::Ignored };
                 self.last_heard = now;
                 if self.phase == Phase::Sending && self.blast.on_ack(ack) {
+                    if let Some(sent) = self.window_sent_at.filter(|_| !self.window_resent) {
+                        if ack.has(self.window_end.saturating_sub(1)) {
+                            self.sample_rtt(now.saturating_duration_since(sent));
+                            self.window_sent_at = None;
+                        }
+                    }
                     self.rto = self.base_rto();
+                    // Fragments the acknowledgement shows lost go again at once.
+                    let first = self.transmits.len();
+                    for index in self.blast.take_lost() {
+                        self.transmits.push(Transmit::CallFragment { index, please_ack: false });
+                    }
+                    self.retransmissions += (self.transmits.len() - first) as u64;
                     if self.blast.is_acked() {
                         self.server_has_call(now);
                     } else {
-                        self.queue_new();
+                        self.queue_new(now);
                         self.timer = Some(now + self.rto);
                     }
                 }
@@ -377,7 +407,9 @@ impl ClientCall {
     }
 
     fn complete(&mut self, status: Status, reassembled: bool, now: Instant) {
-        if !self.retransmitted {
+        // A call of one packet each way measures a round trip (and the procedure's time); a larger
+        // one is sampled from the acknowledgements of its fragments instead.
+        if !self.retransmitted && !reassembled && self.blast.count() == 1 {
             self.sample_rtt(now.saturating_duration_since(self.started));
         }
         self.finish(Outcome::Result { status, reassembled });
@@ -413,7 +445,7 @@ impl ClientCall {
             Ok(Inserted::New) => {
                 self.rto = base_rto;
                 self.timer = Some(now + self.rto);
-                if r.since_ack() >= (self.timing.window / 2).max(1) || packet.flags() & flags::PLEASE_ACK != 0 {
+                if r.wants_ack(self.timing.window) || packet.flags() & flags::PLEASE_ACK != 0 {
                     let ack = r.take_ack();
                     self.transmits.push(Transmit::Ack { ack, resend: false });
                 }

@@ -67,12 +67,24 @@ pub struct Blast {
     window: u16,
     acked: AckInfo,
     sent_upto: u16,
+    /// Fragments below this were already retransmitted as lost ([`Blast::take_lost`]).
+    fast_upto: u16,
+    /// The first fragment sent after the last such retransmission: once one at or past it has
+    /// arrived, the retransmitted fragments still missing were lost again.
+    fast_mark: Option<u16>,
 }
 
 impl Blast {
     /// A blast of `count` fragments with at most `window` beyond the acknowledged prefix in flight.
     pub fn new(count: u16, window: u16) -> Blast {
-        Blast { count, window: window.clamp(1, MAX_WINDOW), acked: AckInfo::default(), sent_upto: 0 }
+        Blast {
+            count,
+            window: window.clamp(1, MAX_WINDOW),
+            acked: AckInfo::default(),
+            sent_upto: 0,
+            fast_upto: 0,
+            fast_mark: None,
+        }
     }
     /// Number of fragments.
     pub fn count(&self) -> u16 {
@@ -116,6 +128,32 @@ impl Blast {
     /// Fragments already sent but not acknowledged, in order: what a retransmission resends.
     pub fn unacked(&self) -> impl Iterator<Item = u16> + '_ {
         (self.acked.prefix..self.sent_upto).filter(move |&i| !self.acked.has(i))
+    }
+
+    /// Fragments the last acknowledgement shows lost, to send again now rather than at the
+    /// retransmission timeout (selective fast retransmission): missing, yet a later fragment has
+    /// arrived, so they are not merely still on their way. Each is returned once; if it is lost
+    /// again, the timeout resends it.
+    pub fn take_lost(&mut self) -> impl Iterator<Item = u16> {
+        let acked = self.acked;
+        // The highest fragment held beyond the prefix: bit `b` of the mask is fragment prefix + 1 + b.
+        let beyond = match acked.mask {
+            0 => acked.prefix,
+            m => acked.prefix.saturating_add(64 - m.leading_zeros() as u16),
+        };
+        if self.fast_mark.is_some_and(|mark| beyond >= mark) {
+            // A fragment sent after the last retransmission has arrived, and one retransmitted is
+            // still missing: lost again, so it may go again.
+            self.fast_upto = acked.prefix;
+            self.fast_mark = None;
+        }
+        let from = self.fast_upto.max(acked.prefix);
+        let to = beyond.min(self.sent_upto);
+        self.fast_upto = self.fast_upto.max(to);
+        if (from..to).any(|i| !acked.has(i)) {
+            self.fast_mark = Some(self.sent_upto);
+        }
+        (from..to.max(from)).filter(move |&i| !acked.has(i))
     }
 }
 
@@ -172,6 +210,11 @@ pub struct Reassembly {
     prefix: u16,
     frag_payload: usize,
     since_ack: u16,
+    /// The prefix at which a hole was last reported: one is reported at once, then left to the
+    /// acknowledgements' usual pace until the prefix moves.
+    hole_reported_at: Option<u16>,
+    /// Something the sender should hear now: a hole appeared, or a retransmission filled one.
+    urgent: bool,
 }
 
 impl Reassembly {
@@ -208,6 +251,8 @@ impl Reassembly {
             prefix: 0,
             frag_payload,
             since_ack: 0,
+            hole_reported_at: None,
+            urgent: false,
         })
     }
 
@@ -274,8 +319,17 @@ impl Reassembly {
         self.have[index as usize / 64] |= 1 << (index % 64);
         self.received += 1;
         self.since_ack += 1;
+        let before = self.prefix;
         while self.prefix < self.count && self.has(self.prefix) {
             self.prefix += 1;
+        }
+        if index > before && self.hole_reported_at != Some(before) {
+            // Arrived past a missing fragment: tell the sender now, so that it resends the hole.
+            self.hole_reported_at = Some(before);
+            self.urgent = true;
+        } else if self.prefix > before + 1 {
+            // A resent fragment filled a hole: the sender's window may move on.
+            self.urgent = true;
         }
         Ok(if self.received == self.count { Inserted::Complete } else { Inserted::New })
     }
@@ -290,9 +344,17 @@ impl Reassembly {
         self.since_ack
     }
 
+    /// Whether to acknowledge now, for a sender with `window` fragments in flight: every half
+    /// window, and at once when a fragment arrives past a hole (so that the sender resends it
+    /// without waiting for its timer) or a resent one fills a hole.
+    pub fn wants_ack(&self, window: u16) -> bool {
+        self.urgent || self.since_ack >= (window / 2).max(1)
+    }
+
     /// What has arrived, as an acknowledgement; resets the count behind [`Reassembly::since_ack`].
     pub fn take_ack(&mut self) -> AckInfo {
         self.since_ack = 0;
+        self.urgent = false;
         self.ack()
     }
 
@@ -411,6 +473,53 @@ mod tests {
         assert!(!b.on_ack(AckInfo { prefix: 0, mask: 0 }), "stale ack ignored");
         b.on_ack(AckInfo { prefix: 10, mask: 0 });
         assert!(b.is_acked());
+    }
+
+    #[test]
+    fn an_acknowledgement_past_a_hole_resends_the_hole_once() {
+        let mut b = Blast::new(20, 8);
+        assert_eq!(b.take_new(), 0..8);
+        // Holds 0..2, then 3 and 5: 2 and 4 are lost (a later one arrived); 6 and 7 may be on the way.
+        b.on_ack(AckInfo { prefix: 2, mask: 0b101 });
+        assert_eq!(b.take_lost().collect::<Vec<_>>(), vec![2, 4]);
+        assert_eq!(b.take_lost().count(), 0, "each only once");
+        // 7 arrives too: 6 is now lost as well, 2 and 4 are left to the timer.
+        b.on_ack(AckInfo { prefix: 2, mask: 0b1_0101 });
+        assert_eq!(b.take_lost().collect::<Vec<_>>(), vec![6]);
+        b.on_ack(AckInfo { prefix: 8, mask: 0 });
+        assert_eq!(b.take_lost().count(), 0, "nothing missing");
+    }
+
+    #[test]
+    fn a_retransmission_lost_again_goes_again_once_a_later_fragment_arrives() {
+        let mut b = Blast::new(20, 8);
+        assert_eq!(b.take_new(), 0..8);
+        b.on_ack(AckInfo { prefix: 2, mask: 0b10 }); // holds 0, 1, 4: 2 and 3 lost
+        assert_eq!(b.take_lost().collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(b.take_new(), 8..10, "the window moved on past the holes' retransmission");
+        // 3's retransmission arrived, 2's did not; fragments up to 7 arrived, sent before it: wait.
+        b.on_ack(AckInfo { prefix: 2, mask: 0b1_1111 });
+        assert_eq!(b.take_lost().count(), 0, "nothing sent after the retransmission has arrived yet");
+        // 8 arrives, sent after the retransmission of 2: 2 was lost again.
+        b.on_ack(AckInfo { prefix: 2, mask: 0b11_1111 });
+        assert_eq!(b.take_lost().collect::<Vec<_>>(), vec![2]);
+    }
+
+    #[test]
+    fn the_receiver_acknowledges_at_once_past_a_hole_and_when_it_fills() {
+        let mut r = Reassembly::new(10 * 100, 10, 100, 1 << 20).unwrap();
+        let part = [7u8; 100];
+        r.insert(0, 10, 1000, &part).unwrap();
+        r.insert(1, 10, 1000, &part).unwrap();
+        assert!(!r.wants_ack(32), "in order: at the usual pace");
+        r.insert(3, 10, 1000, &part).unwrap();
+        assert!(r.wants_ack(32), "past the hole at 2: at once");
+        assert_eq!(r.take_ack(), AckInfo { prefix: 2, mask: 0b1 });
+        r.insert(4, 10, 1000, &part).unwrap();
+        assert!(!r.wants_ack(32), "the same hole is reported once");
+        r.insert(2, 10, 1000, &part).unwrap();
+        assert!(r.wants_ack(32), "the hole filled: at once");
+        assert_eq!(r.take_ack().prefix, 5);
     }
 
     #[test]

@@ -289,7 +289,7 @@ impl Slot {
                         CallAction::ExecuteMessage(r.into_message())
                     }
                     Ok(inserted) => {
-                        if please_ack || r.since_ack() >= (timing.window / 2).max(1) {
+                        if please_ack || r.wants_ack(timing.window) {
                             CallAction::Ack(r.take_ack())
                         } else if inserted == Inserted::Duplicate {
                             CallAction::Drop(DropReason::Duplicate)
@@ -350,11 +350,14 @@ impl Slot {
             *state = State::Acknowledged;
             return true;
         }
+        let before = transmits.len();
         if packet.flags() & flags::RESEND != 0 {
-            let before = transmits.len();
             transmits.extend(blast.unacked());
-            *resent += (transmits.len() - before) as u32;
+        } else {
+            // Fragments the acknowledgement shows lost go again at once.
+            transmits.extend(blast.take_lost());
         }
+        *resent += (transmits.len() - before) as u32;
         transmits.extend(blast.take_new());
         false
     }
