@@ -86,7 +86,7 @@ pub fn table(server_cpu: usize, calls: usize, budget: Duration) -> crate::Result
         return Ok(Vec::new());
     }
     outln!(
-        "{:<10} {:<8} {:>6} | {:>10} {:>10} | {:>9}",
+        "{:<13} {:<8} {:>6} | {:>10} {:>10} | {:>9}",
         "loss each way",
         "call",
         "calls",
