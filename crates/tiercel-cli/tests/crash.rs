@@ -30,7 +30,7 @@ fn serve_process(addr: &str) -> (Killed, BufReader<std::process::ChildStdout>) {
     let mut out = BufReader::new(child.0.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), format!("listening {addr}"));
+    assert_eq!(line.trim(), format!("listening udp://{}", addr.trim_start_matches("udp://")));
     (child, out)
 }
 
@@ -82,23 +82,27 @@ fn restarted_server_never_runs_calls_from_before_the_restart() {
 
 #[test]
 fn clients_import_again_after_a_restart() {
-    let addr = format!("udp://127.0.0.1:{}", free_port());
-    let (server, _out) = serve_process(&addr);
-    let client = Command::new(TIERCEL)
-        .args(["check", &addr, "--rounds", "30000", "--threads", "2", "--reimport"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    drop(server);
-    let restarted = server_with(&addr, ServerConfig::default());
-    let out = client.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains(&format!("ok: {} calls", 30_000 * 2 * tiercel_bench::seeds::CHECK_CALLS)), "{stdout}");
-    assert!(!stdout.contains(", 0 imports again"), "both threads imported again: {stdout}");
-    assert!(restarted.stats().calls.load(Ordering::Relaxed) > 0);
+    // Over UDP, and through shared memory (a plain address on this host).
+    for (scheme, transport) in [("udp://", "UDP"), ("", "shared memory")] {
+        let addr = format!("{scheme}127.0.0.1:{}", free_port());
+        let (server, _out) = serve_process(&addr);
+        let client = Command::new(TIERCEL)
+            .args(["check", &addr, "--rounds", "30000", "--threads", "2", "--reimport"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(server);
+        let restarted = server_with(&format!("udp://{}", addr.trim_start_matches("udp://")), ServerConfig::default());
+        let out = client.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{transport}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(&format!("through {transport}")), "{stdout}");
+        assert!(stdout.contains(&format!("ok: {} calls", 30_000 * 2 * tiercel_bench::seeds::CHECK_CALLS)), "{stdout}");
+        assert!(!stdout.contains(", 0 imports again"), "{transport}: both threads imported again: {stdout}");
+        assert!(restarted.stats().calls.load(Ordering::Relaxed) > 0);
+    }
 }
 
 #[test]
