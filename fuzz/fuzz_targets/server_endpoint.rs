@@ -134,7 +134,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     Route::Bind | Route::Malformed => continue,
                 };
                 assert!(good_token && !old_incarnation, "only the right token and incarnation reach a binding");
-                let mut cell = match endpoint.enter(&b, &p, peer) {
+                let mut cell = match endpoint.enter(&b, &p, peer, now) {
                     Ok(cell) => cell,
                     Err(Refusal::Reject(h)) => {
                         assert_eq!((h.kind, h.payload_len), (Kind::Reject, 0));
@@ -156,7 +156,8 @@ fuzz_target!(|ops: Vec<Op>| {
                             Header { binding: h.binding, slot: h.slot, token: h.token, incarnation: 2, ..probe };
                         let proof = [&probe.to_bytes()[..], &challenge].concat();
                         let proof = Packet::new_checked(&proof[..]).expect("a valid probe");
-                        let cell = endpoint.enter(&b, &proof, peer).expect("an echoed challenge proves the address");
+                        let cell =
+                            endpoint.enter(&b, &proof, peer, now).expect("an echoed challenge proves the address");
                         assert_eq!(cell.peer, Some(peer));
                         continue;
                     }

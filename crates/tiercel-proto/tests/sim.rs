@@ -192,7 +192,7 @@ impl Scenario {
         };
         // Each slot's client sends from its own address (a thread's socket), and proves it on its
         // first packet.
-        let entered = self.server.endpoint.enter(&binding, &p, slot);
+        let entered = self.server.endpoint.enter(&binding, &p, slot, now);
         let mut cell = match entered {
             Ok(cell) => cell,
             Err(Refusal::Reject(h)) => {

@@ -377,3 +377,49 @@ fn overloaded_server_refuses_new_calls_and_clients_back_off() {
     assert_eq!(runs, vec![1, 2, 3, 4, 5], "every call ran exactly once");
     assert!(server.stats().busy.load(Ordering::Relaxed) > 0, "some calls were refused as busy first");
 }
+
+#[test]
+fn a_client_with_one_thread_is_served_while_clients_with_many_keep_every_worker_busy() {
+    // Three workers: two may run calls. Three clients with four threads each keep both busy with
+    // 400-ms calls, asking again the moment one returns; a fourth client, with one thread, must
+    // still get its calls in (before: it backed off while the busy clients' threads took every
+    // freed worker, and failed after `dead_after` as overloaded).
+    let config = tiercel::ServerConfig { workers: 3, ..tiercel::ServerConfig::default() };
+    let server = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(KitchenServer::new(KitchenImpl { slept: AtomicU32::new(0) }))
+        .start()
+        .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hogs: Vec<_> = (0..3)
+        .flat_map(|_| {
+            let k: KitchenClient = Client::connect(udp(server.addr())).unwrap().import().unwrap();
+            (0..4).map(move |_| (k.clone(), ()))
+        })
+        .map(|(k, ())| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut done = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    if k.sleep_ms(400).is_ok() {
+                        done += 1;
+                    }
+                }
+                done
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let timing = Timing { dead_after: Duration::from_secs(3), ..Timing::default() };
+    let config = ClientConfig { timing, ..ClientConfig::default() };
+    let small: KitchenClient = Client::connect(udp(server.addr())).unwrap().with_config(config).import().unwrap();
+    for i in 0..5 {
+        let s = format!("call {i}");
+        assert_eq!(small.echo_str(&s).expect("the one-thread client gets its turn"), s);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let hog_calls: u32 = hogs.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(hog_calls > 0, "the busy clients were served too");
+    assert!(server.stats().busy.load(Ordering::Relaxed) > 0, "the workers were contended");
+}

@@ -21,7 +21,7 @@ mod budget;
 pub use binding::{Binding, Fragment, SlotCell};
 pub use budget::Budget;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -142,11 +142,20 @@ pub struct ServerEndpoint<A, E> {
     /// Bind requests granted lately, by sender and nonce, so that a duplicate gets the same binding.
     recent: Mutex<HashMap<(A, u64), u32>>,
     running: AtomicUsize,
+    /// Bindings refused as busy, in the order they were first refused, with when last refused
+    /// (ns since `base`): while any waits, a worker that comes free goes to the first of them,
+    /// not to whichever binding asks first (a client with many threads would always win).
+    waiting: Mutex<VecDeque<(u32, u64)>>,
+    /// `waiting.len()`, read without the lock on the fast path.
+    waiting_len: AtomicUsize,
     memory: Arc<Budget>,
     challenger: Challenger,
     /// Shutting down: no new binding, no new call; calls under way finish.
     draining: AtomicBool,
 }
+
+/// Most bindings waiting for a worker that are remembered (more are refused without a place).
+const MAX_WAITING: usize = 256;
 
 impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// An endpoint with no bindings; `now` is its base time. `challenges` makes and checks the
@@ -165,6 +174,8 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             bindings: RwLock::new(Vec::new()),
             recent: Mutex::new(HashMap::new()),
             running: AtomicUsize::new(0),
+            waiting: Mutex::new(VecDeque::new()),
+            waiting_len: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
         }
     }
@@ -225,9 +236,11 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// The slot packet `p` from `from` is for, locked. Refused when the slot is outside the
     /// binding (`BadSlot`); when `from` has not proven that it receives for this slot
     /// ([`Refusal::Challenge`]: the token proves who bound, not where a packet comes from, which
-    /// may be spoofed); or when `p` starts a new call and `max_running` calls are running or the
-    /// endpoint is draining (`Busy`, not recorded: the client's retry after backing off is a fresh
-    /// attempt).
+    /// may be spoofed); or when `p` starts a new call and `max_running` calls are running, or
+    /// another binding refused so before still waits for a worker, or the endpoint is draining
+    /// (`Busy`, not recorded: the client's retry after backing off is a fresh attempt). Bindings
+    /// refused as busy take freed workers in the order they were first refused, so that a client
+    /// with a few threads is not starved by clients with many.
     ///
     /// An address proves itself by echoing the challenge in a `Probe` with
     /// [`flags::ADDRESS_PROOF`]; it then becomes the slot's peer, the only address the slot's
@@ -239,6 +252,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         binding: &'b Binding<A, E>,
         p: &Packet<&[u8]>,
         from: A,
+        now: Instant,
     ) -> Result<MutexGuard<'b, SlotCell<A>>, Refusal> {
         let Some(mut cell) = binding.slot(p.slot()) else {
             return Err(Refusal::Reject(self.reject(p, Status::BadSlot)));
@@ -260,13 +274,39 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             }
             cell.peer = Some(from);
         }
-        if p.kind() == Kind::Call
-            && (self.running.load(Ordering::Acquire) >= self.config.max_running || self.is_draining())
-            && cell.proto.is_new(p.seq())
-        {
-            return Err(Refusal::Reject(self.reject(p, Status::Busy)));
+        if p.kind() == Kind::Call && cell.proto.is_new(p.seq()) {
+            let full = self.running.load(Ordering::Acquire) >= self.config.max_running;
+            let contended = full || self.waiting_len.load(Ordering::Acquire) > 0;
+            if self.is_draining() || contended && !self.admit(binding.id, full, now) {
+                return Err(Refusal::Reject(self.reject(p, Status::Busy)));
+            }
         }
         Ok(cell)
+    }
+
+    /// Whether a new call of binding `id` may take a worker while workers are contended (`full`:
+    /// none is free): only if one is free and no other binding has waited longer. A refused
+    /// binding joins the queue; one that has not asked again for `timing.retransmit_max` twice
+    /// over (its client gave up, or got its call in) leaves it.
+    fn admit(&self, id: u32, full: bool, now: Instant) -> bool {
+        let t = self.nanos(now);
+        let stale = 2 * self.config.timing.retransmit_max.as_nanos() as u64;
+        let mut queue = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        queue.retain(|&(_, at)| t.saturating_sub(at) < stale);
+        let admitted = match queue.front() {
+            _ if full => false,
+            None => true,
+            Some(&(first, _)) => first == id,
+        };
+        if admitted {
+            queue.pop_front();
+        } else if let Some(entry) = queue.iter_mut().find(|(b, _)| *b == id) {
+            entry.1 = t;
+        } else if queue.len() < MAX_WAITING {
+            queue.push_back((id, t));
+        }
+        self.waiting_len.store(queue.len(), Ordering::Release);
+        admitted
     }
 
     /// Notes that a procedure starts running (admission counts it until [`ServerEndpoint::run_finished`]).

@@ -67,11 +67,12 @@ fn enter<'b>(
     p: &Packet<&[u8]>,
     from: u8,
 ) -> Result<MutexGuard<'b, SlotCell<u8>>, Header> {
-    match e.enter(b, p, from) {
+    let now = Instant::now();
+    match e.enter(b, p, from, now) {
         Err(Refusal::Challenge(_, c)) => {
             let probe = proof(b, p.slot(), c);
-            drop(e.enter(b, &Packet::new_checked(&probe[..]).unwrap(), from).expect("the proof is taken"));
-            e.enter(b, p, from).map_err(|r| *r.header())
+            drop(e.enter(b, &Packet::new_checked(&probe[..]).unwrap(), from, now).expect("the proof is taken"));
+            e.enter(b, p, from, now).map_err(|r| *r.header())
         }
         r => r.map_err(|r| *r.header()),
     }
@@ -127,6 +128,44 @@ fn slots_outside_the_binding_and_new_calls_beyond_max_running_are_refused() {
     let third = call(1, 2);
     assert_eq!(enter(&e, &b, &Packet::new_checked(&third[..]).unwrap(), 1).unwrap_err().status, Status::Busy);
     assert!(enter(&e, &b, &p, 1).is_ok(), "a duplicate of an earlier call gets its answer");
+}
+
+#[test]
+fn a_freed_worker_goes_to_the_binding_that_waited_first() {
+    let now = Instant::now();
+    let (e, a) = endpoint(now);
+    let (b, _) = e.grant(2, 78, (), TOKEN, HEADER_LEN + 100, now).unwrap();
+    let call = |binding: u32, slot, seq| packet(Kind::Call, binding, TOKEN, 9, slot, seq);
+    let start = |bytes: &[u8], binding: &Binding<u8, ()>, from| {
+        let p = Packet::new_checked(bytes).unwrap();
+        enter(&e, binding, &p, from).map(|mut cell| {
+            assert_eq!(cell.on_call(binding, &p, now, &e.config().timing), CallAction::Execute);
+        })
+    };
+    // A's call takes the one worker; B's is refused and B waits.
+    start(&call(a.id, 0, 1), &a, 1).unwrap();
+    e.run_started();
+    assert_eq!(start(&call(b.id, 0, 1), &b, 2).unwrap_err().status, Status::Busy);
+    e.run_finished();
+    // The worker is free, but A (whose threads ask again at once) does not get it before B.
+    assert_eq!(start(&call(a.id, 1, 1), &a, 1).unwrap_err().status, Status::Busy, "B waited first");
+    start(&call(b.id, 0, 1), &b, 2).expect("B's retry takes the worker");
+    e.run_started();
+    e.run_finished();
+    // Then A, which waited next.
+    start(&call(a.id, 1, 1), &a, 1).expect("A's turn");
+    e.run_started();
+    e.run_finished();
+    // No one waits: first come, first served again.
+    start(&call(b.id, 1, 1), &b, 2).unwrap();
+    // A binding that stops asking leaves the queue after twice the longest backoff.
+    e.run_started();
+    assert_eq!(start(&call(a.id, 0, 2), &a, 1).unwrap_err().status, Status::Busy);
+    e.run_finished();
+    let later = now + 3 * e.config().timing.retransmit_max;
+    let p = call(b.id, 1, 2);
+    let p = Packet::new_checked(&p[..]).unwrap();
+    assert!(e.enter(&b, &p, 2, later).is_ok(), "A gave up: B is not held back");
 }
 
 #[test]
@@ -330,25 +369,28 @@ fn an_address_is_answered_only_after_it_proves_it_receives() {
     let p = Packet::new_checked(&bytes[..]).unwrap();
     assert!(matches!(e.route(&p, now), Route::Binding(_)), "the token is right");
     // A first packet from an address: a challenge, no larger than the packet plus 16 bytes.
-    let Err(Refusal::Challenge(h, c)) = e.enter(&b, &p, 1) else { panic!("challenged") };
+    let Err(Refusal::Challenge(h, c)) = e.enter(&b, &p, 1, now) else { panic!("challenged") };
     assert_eq!((h.kind, h.status, h.payload_len as usize), (Kind::Reject, Status::AddressUnproven, c.len()));
     // A wrong echo, or the right one from another address, proves nothing.
     assert!(matches!(
-        e.enter(&b, &Packet::new_checked(&proof(&b, 0, [0; 16])[..]).unwrap(), 1),
+        e.enter(&b, &Packet::new_checked(&proof(&b, 0, [0; 16])[..]).unwrap(), 1, now),
         Err(Refusal::Challenge(..))
     ));
-    assert!(matches!(e.enter(&b, &Packet::new_checked(&proof(&b, 0, c)[..]).unwrap(), 2), Err(Refusal::Challenge(..))));
+    assert!(matches!(
+        e.enter(&b, &Packet::new_checked(&proof(&b, 0, c)[..]).unwrap(), 2, now),
+        Err(Refusal::Challenge(..))
+    ));
     // The echo from the address it was sent to: the slot's peer from now on.
-    let cell = e.enter(&b, &Packet::new_checked(&proof(&b, 0, c)[..]).unwrap(), 1).unwrap();
+    let cell = e.enter(&b, &Packet::new_checked(&proof(&b, 0, c)[..]).unwrap(), 1, now).unwrap();
     assert_eq!(cell.peer, Some(1));
     drop(cell);
-    assert!(e.enter(&b, &p, 1).is_ok());
+    assert!(e.enter(&b, &p, 1, now).is_ok());
     // Another address with the right token (a spoofed source) is challenged, and the peer stays.
-    assert!(matches!(e.enter(&b, &p, 2), Err(Refusal::Challenge(..))));
+    assert!(matches!(e.enter(&b, &p, 2, now), Err(Refusal::Challenge(..))));
     assert_eq!(b.slot(0).unwrap().peer, Some(1));
     // The proof is per slot.
     let other = packet(Kind::Call, b.id, TOKEN, 9, 1, 1);
-    assert!(matches!(e.enter(&b, &Packet::new_checked(&other[..]).unwrap(), 1), Err(Refusal::Challenge(..))));
+    assert!(matches!(e.enter(&b, &Packet::new_checked(&other[..]).unwrap(), 1, now), Err(Refusal::Challenge(..))));
 }
 
 #[test]

@@ -166,7 +166,7 @@ impl UdpWorker {
                 return;
             }
         };
-        let mut cell = match endpoint.enter(&binding, &p, from) {
+        let mut cell = match endpoint.enter(&binding, &p, from, now) {
             Ok(cell) => cell,
             Err(Refusal::Reject(h)) => {
                 if h.status == Status::Busy {
