@@ -58,6 +58,8 @@ struct Scenario {
     server: Server,
     clients: Vec<Client>,
     crash_at: Option<u64>,
+    /// When the server crashed, once it has.
+    crashed_at: Option<u64>,
     restart_after: Option<u64>,
     packets: u64,
 }
@@ -108,7 +110,8 @@ struct Client {
     message: Vec<u8>,
     expected: Vec<u8>,
     done: bool,
-    outcomes: Vec<Result<(), Failure>>,
+    /// Each call's outcome, with the virtual time it ended.
+    outcomes: Vec<(u64, Result<(), Failure>)>,
 }
 
 fn result_for(args: &[u8]) -> Vec<u8> {
@@ -369,7 +372,8 @@ impl Scenario {
 
     fn finish_call(&mut self, k: usize, r: Result<(), Failure>) {
         let failed = r.is_err();
-        self.clients[k].outcomes.push(r);
+        let now = self.now;
+        self.clients[k].outcomes.push((now, r));
         if self.clients[k].remaining == 0 || (failed && self.crash_at.is_some()) {
             self.clients[k].done = true;
         } else {
@@ -460,6 +464,7 @@ fn run(seed: u64) -> Totals {
         server: Server { service, ..Server::new(1, n_clients, frag, timing, max_running, base) },
         clients,
         crash_at,
+        crashed_at: None,
         restart_after,
         packets: 0,
     };
@@ -484,6 +489,7 @@ fn run(seed: u64) -> Totals {
         s.now = s.now.max(t);
         if next_crash == Some(t) {
             s.server.alive = false;
+            s.crashed_at = Some(t);
             if let Some(after) = s.restart_after {
                 // Restart later with a new incarnation and empty state.
                 s.crash_at = None;
@@ -513,13 +519,15 @@ fn run(seed: u64) -> Totals {
     let mut ok = 0;
     let mut failed = 0;
     for c in &s.clients {
-        for o in &c.outcomes {
+        for (ended, o) in &c.outcomes {
             match o {
                 Ok(()) => ok += 1,
                 Err(f) => {
+                    // Only a crash explains a failure, and only of a call that ended after it.
                     assert!(
-                        s.crash_at.is_some() || restart_or_crash(&s),
-                        "seed {seed}: call failed with {f:?} without a crash (loss {loss:.2})"
+                        s.crashed_at.is_some_and(|at| *ended >= at),
+                        "seed {seed}: call failed with {f:?} at {ended} ns, crash at {:?} (loss {loss:.2})",
+                        s.crashed_at
                     );
                     assert!(
                         matches!(f, Failure::Unreachable { .. } | Failure::Rejected(Status::WrongIncarnation)),
@@ -531,10 +539,6 @@ fn run(seed: u64) -> Totals {
         }
     }
     Totals { ok, failed, packets: s.packets, corrupted: s.corrupted, busy: s.busy, challenges: s.challenges }
-}
-
-fn restart_or_crash(s: &Scenario) -> bool {
-    !s.server.alive || s.server.endpoint.incarnation() != 1
 }
 
 #[test]
