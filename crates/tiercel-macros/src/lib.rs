@@ -25,7 +25,8 @@ use proc_macro::TokenStream;
 /// `&self` (the server runs calls concurrently on one shared implementation) and arguments with
 /// plain names. An argument is one of:
 /// * a value of any type that implements `tiercel::Wire` (integers, floats, `bool`, `char`,
-///   `String`, `Vec<T>`, `Option<T>`, `Result<T, E>`, tuples, arrays, and your own types with
+///   `String`, `Vec<T>`, `Option<T>`, `Result<T, E>`, maps and sets of the standard library, tuples,
+///   arrays, and your own types with
 ///   `#[derive(tiercel::Wire)]`), passed by value;
 /// * `&[u8]` or `&str`, borrowed: the server's procedure reads them straight from the received
 ///   packet, without a copy;

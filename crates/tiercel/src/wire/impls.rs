@@ -134,6 +134,115 @@ impl<'de, T: Wire<'de>> Wire<'de> for Vec<T> {
     }
 }
 
+/// Checks that `n` entries of `size` bytes each fit in `MAX_EXPANSION` times the bytes left (as
+/// for a vector), and how many to reserve room for up front.
+fn collection_len(r: &Reader<'_>, n: usize, size: usize) -> Result<usize, DecodeError> {
+    if n.saturating_mul(size) > r.remaining().saturating_mul(super::MAX_EXPANSION).max(1 << 20) {
+        return Err(DecodeError::BadLength(n as u64));
+    }
+    Ok(n.min(r.remaining().max(4096) / size.max(1)))
+}
+
+/// Maps travel as a length and then their entries, key then value, in the map's iteration order;
+/// a key that comes twice is refused. Sets likewise, one element after another.
+impl<'de, K: Wire<'de> + Eq + std::hash::Hash, V: Wire<'de>, S: std::hash::BuildHasher + Default> Wire<'de>
+    for std::collections::HashMap<K, V, S>
+{
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put_len(self.len());
+        for (k, v) in self {
+            k.encode(w);
+            v.encode(w);
+        }
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        let n = r.len_prefix(1)?;
+        let reserve = collection_len(r, n, core::mem::size_of::<(K, V)>())?;
+        r.nested(|r| {
+            let mut m = Self::with_capacity_and_hasher(reserve, S::default());
+            for _ in 0..n {
+                let k = K::decode(r)?;
+                let v = V::decode(r)?;
+                if m.insert(k, v).is_some() {
+                    return Err(DecodeError::Invalid("HashMap key given twice"));
+                }
+            }
+            Ok(m)
+        })
+    }
+}
+
+impl<'de, K: Wire<'de> + Ord, V: Wire<'de>> Wire<'de> for std::collections::BTreeMap<K, V> {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put_len(self.len());
+        for (k, v) in self {
+            k.encode(w);
+            v.encode(w);
+        }
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        let n = r.len_prefix(1)?;
+        collection_len(r, n, core::mem::size_of::<(K, V)>())?;
+        r.nested(|r| {
+            let mut m = Self::new();
+            for _ in 0..n {
+                let k = K::decode(r)?;
+                let v = V::decode(r)?;
+                if m.insert(k, v).is_some() {
+                    return Err(DecodeError::Invalid("BTreeMap key given twice"));
+                }
+            }
+            Ok(m)
+        })
+    }
+}
+
+impl<'de, T: Wire<'de> + Eq + std::hash::Hash, S: std::hash::BuildHasher + Default> Wire<'de>
+    for std::collections::HashSet<T, S>
+{
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put_len(self.len());
+        for v in self {
+            v.encode(w);
+        }
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        let n = r.len_prefix(1)?;
+        let reserve = collection_len(r, n, core::mem::size_of::<T>())?;
+        r.nested(|r| {
+            let mut set = Self::with_capacity_and_hasher(reserve, S::default());
+            for _ in 0..n {
+                if !set.insert(T::decode(r)?) {
+                    return Err(DecodeError::Invalid("HashSet element given twice"));
+                }
+            }
+            Ok(set)
+        })
+    }
+}
+
+impl<'de, T: Wire<'de> + Ord> Wire<'de> for std::collections::BTreeSet<T> {
+    fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
+        w.put_len(self.len());
+        for v in self {
+            v.encode(w);
+        }
+    }
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        let n = r.len_prefix(1)?;
+        collection_len(r, n, core::mem::size_of::<T>())?;
+        r.nested(|r| {
+            let mut set = Self::new();
+            for _ in 0..n {
+                if !set.insert(T::decode(r)?) {
+                    return Err(DecodeError::Invalid("BTreeSet element given twice"));
+                }
+            }
+            Ok(set)
+        })
+    }
+}
+
 impl<'de, T: Wire<'de>> Wire<'de> for Box<T> {
     fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
         (**self).encode(w);
@@ -240,6 +349,28 @@ mod tests {
     }
 
     #[test]
+    fn maps_and_sets_round_trip_and_refuse_repeated_keys() {
+        use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+        let h: HashMap<String, u32> = [("a".to_string(), 1), ("b".to_string(), 2)].into();
+        assert_eq!(from_slice::<HashMap<String, u32>>(&to_vec(&h)).unwrap(), h);
+        let b: BTreeMap<u8, Vec<u16>> = [(1, vec![1, 2]), (9, vec![])].into();
+        assert_eq!(from_slice::<BTreeMap<u8, Vec<u16>>>(&to_vec(&b)).unwrap(), b);
+        let hs: HashSet<i64> = [-1, 5, 7].into();
+        assert_eq!(from_slice::<HashSet<i64>>(&to_vec(&hs)).unwrap(), hs);
+        let bs: BTreeSet<char> = ['x', 'y'].into();
+        assert_eq!(from_slice::<BTreeSet<char>>(&to_vec(&bs)).unwrap(), bs);
+        // Two entries with the same key: a peer's lie, not a map.
+        let twice = to_vec(&vec![(1u8, 2u8), (1, 3)]);
+        assert!(matches!(from_slice::<BTreeMap<u8, u8>>(&twice), Err(DecodeError::Invalid(_))));
+        assert!(matches!(from_slice::<HashMap<u8, u8>>(&twice), Err(DecodeError::Invalid(_))));
+        let twice = to_vec(&vec![4u32, 4]);
+        assert!(matches!(from_slice::<HashSet<u32>>(&twice), Err(DecodeError::Invalid(_))));
+        assert!(matches!(from_slice::<BTreeSet<u32>>(&twice), Err(DecodeError::Invalid(_))));
+        // A length beyond what the message holds is refused before anything is reserved.
+        assert!(from_slice::<HashMap<u8, u8>>(&u32::MAX.to_le_bytes()).is_err());
+    }
+
+    #[test]
     fn bad_input_is_an_error_not_a_panic_or_allocation() {
         assert_eq!(from_slice::<bool>(&[2]), Err(DecodeError::Invalid("bool")));
         assert_eq!(from_slice::<Vec<u64>>(&[0xff, 0xff, 0xff, 0xff]), Err(DecodeError::BadLength(u32::MAX as u64)));
@@ -343,6 +474,7 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic(bytes: Vec<u8>) {
             let _ = from_slice::<(u8, Vec<String>, Option<&[u8]>, [char; 2], Result<i32, &str>)>(&bytes);
+            let _ = from_slice::<(std::collections::HashMap<u16, String>, std::collections::BTreeSet<i8>)>(&bytes);
         }
     }
 }

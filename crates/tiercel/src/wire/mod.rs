@@ -15,7 +15,8 @@ use std::io::IoSlice;
 ///
 /// `'de` is the lifetime of the received message: `&'de [u8]` and `&'de str` borrow from it.
 /// Implemented for integers, floats, `bool`, `char`, `()`, fixed arrays, tuples, `&[u8]`, `&str`,
-/// `Vec<T>`, `String`, `Option<T>`, `Result<T, E>`, and any struct or enum with `#[derive(Wire)]`.
+/// `Vec<T>`, `String`, `Option<T>`, `Result<T, E>`, `HashMap`, `BTreeMap`, `HashSet`, `BTreeSet`, and any
+/// struct or enum with `#[derive(Wire)]`.
 pub trait Wire<'de>: Sized {
     /// Appends the encoding of `self`. Large byte slices may be recorded by reference, so the writer
     /// borrows `self` for `'a`.
