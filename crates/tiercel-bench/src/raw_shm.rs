@@ -27,9 +27,9 @@ const RESPONSE: usize = 12;
 const TURN_TICKS: usize = 64;
 const TURNS: usize = 72;
 const DATA: usize = 4096;
-// Each way's area holds the largest message tiercel sends (16 MiB); the memfd's pages are only
-// allocated as they are touched.
-const AREA: usize = 16 << 20;
+// Each way's area holds the largest message tiercel sends (`tiercel::config::MAX_MESSAGE`) and a
+// header; the memfd's pages are only allocated as they are touched.
+const AREA: usize = tiercel::config::MAX_MESSAGE + 4096;
 const REGION: usize = DATA + 2 * AREA;
 
 /// Options of the `raw-shm-echo` helper role.

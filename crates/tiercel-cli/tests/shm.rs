@@ -98,3 +98,33 @@ fn a_killed_client_has_its_binding_freed() {
     let out = check(&addr, 100, 1);
     assert!(out.contains(&format!("ok: {} calls", 100 * tiercel_bench::seeds::CHECK_CALLS)), "{out}");
 }
+
+#[test]
+fn a_stopped_server_fails_the_call_after_dead_after_on_either_transport() {
+    // SIGSTOP: the process neither dies nor answers. Over UDP nothing is heard; through shared
+    // memory the server's heartbeat stands still. Either way the call fails after `dead_after`
+    // (before: a shared-memory caller waited for as long as the server was stopped).
+    let (served, addr) = serve();
+    let pid = served.child.id().to_string();
+    let signal = |sig: &str| assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    for (scheme, transport) in [("", tiercel::Transport::SharedMemory), ("udp://", tiercel::Transport::Udp)] {
+        let timing = tiercel::Timing { dead_after: Duration::from_secs(1), ..tiercel::Timing::default() };
+        let client: tiercel_bench::seeds::TestClient = tiercel::Client::connect(format!("{scheme}{addr}"))
+            .unwrap()
+            .with_config(tiercel::ClientConfig { timing, ..tiercel::ClientConfig::default() })
+            .import()
+            .unwrap();
+        assert_eq!(client.binding().transport(), transport);
+        client.null().unwrap();
+        signal("-STOP");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let caller = std::thread::spawn(move || tx.send(client.null()).unwrap());
+        // A watchdog, so that a caller blocked for good fails the test instead of hanging it.
+        let outcome = rx.recv_timeout(Duration::from_secs(30));
+        signal("-CONT");
+        let err = outcome.expect("the call returned while the server was stopped").unwrap_err();
+        caller.join().unwrap();
+        assert!(matches!(err, tiercel::CallError::Unreachable { .. }), "{transport:?}: {err}");
+        assert_eq!(err.execution(), tiercel::Execution::MayHaveRun);
+    }
+}

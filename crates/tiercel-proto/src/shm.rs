@@ -4,7 +4,8 @@
 //! A binding's region is a header followed by one slot per client thread (LRPC's argument stacks):
 //!
 //! ```text
-//! header (first page): magic, version, slots, data capacity, doorbell (futex), server_sleeping
+//! header (first page): magic, version, slots, data capacity, doorbell (futex), server_sleeping,
+//!                       slots_used, heartbeat
 //! slot i at PAGE + i * stride (a page of control words, then the data):
 //!   state (futex)  IDLE 0 | CALL 1 | RESULT 2         who owns the slot: CALL the server, else the client
 //!   client_waiting 1 while the client is blocked on `state`
@@ -34,8 +35,8 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 /// Magic of a region header: "tcsm".
 pub const MAGIC: u32 = u32::from_le_bytes(*b"tcsm");
-/// Layout version.
-pub const VERSION: u32 = 1;
+/// Layout version (2: the heartbeat word).
+pub const VERSION: u32 = 2;
 /// The region header, and each slot's control words, take a page, so that slot data is
 /// page-aligned (and can be given back to the system page by page after a large transfer).
 pub const PAGE: usize = 4096;
@@ -66,6 +67,10 @@ pub mod header {
     pub const SERVER_SLEEPING: usize = 20;
     /// One more than the highest slot a client has taken into use: the server scans the slots below.
     pub const SLOTS_USED: usize = 24;
+    /// Bumped by the server's process about every 100 ms while it lives and runs (by a thread
+    /// other than the one serving the binding): a client whose call sees it stand still for
+    /// `dead_after` gives up, as over UDP when nothing is heard.
+    pub const HEARTBEAT: usize = 28;
 }
 
 /// Offsets of a slot's words, from the slot's start.

@@ -17,9 +17,13 @@ pub struct Timing {
     pub dead_after: Duration,
     /// Fragments in flight beyond the acknowledged prefix of a multi-packet message (at most 64).
     pub window: u16,
-    /// Largest call or result message, in bytes.
+    /// Largest call or result message, in bytes ([`MAX_MESSAGE`] by default).
     pub max_message: usize,
 }
+
+/// The default largest message: 16 MiB of data, and 4 KiB more for the marshaling around it
+/// (length prefixes, the other arguments), so that a 16 MiB buffer or `Vec<u8>` goes whole.
+pub const MAX_MESSAGE: usize = (16 << 20) + 4096;
 
 impl Default for Timing {
     fn default() -> Timing {
@@ -30,7 +34,7 @@ impl Default for Timing {
             probe_interval: Duration::from_millis(500),
             dead_after: Duration::from_secs(5),
             window: 32,
-            max_message: 16 << 20,
+            max_message: MAX_MESSAGE,
         }
     }
 }

@@ -74,6 +74,10 @@ impl Default for ClientConfig {
 /// Largest payload of a UDP datagram over IPv4.
 pub const MAX_UDP_PAYLOAD: usize = 65_507;
 
+/// The default largest call or result message (`Timing::max_message`): 16 MiB of data, and 4 KiB
+/// more for the marshaling around it, so that a 16 MiB buffer goes whole.
+pub const MAX_MESSAGE: usize = tiercel_proto::timing::MAX_MESSAGE;
+
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {

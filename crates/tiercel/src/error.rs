@@ -133,9 +133,14 @@ pub enum CallError {
         /// The server's address.
         server: SocketAddr,
     },
-    /// The call's deadline passed before its result arrived.
-    #[error("deadline exceeded")]
-    DeadlineExceeded,
+    /// The call's deadline passed before its result arrived. `may_have_run` is false when the call
+    /// had not gone out yet (through shared memory, the thread's slot was still held by an earlier
+    /// call abandoned at its deadline).
+    #[error("deadline exceeded{}", if *may_have_run { "" } else { " before the call went out" })]
+    DeadlineExceeded {
+        /// Whether the call had gone out to the server.
+        may_have_run: bool,
+    },
     /// The server restarted (a new incarnation) since the binding was made; calls from before the
     /// restart are never run by the new incarnation. Import again to go on.
     #[error("server restarted since the binding was made; import again")]
@@ -186,7 +191,7 @@ impl CallError {
     pub fn execution(&self) -> Execution {
         match self {
             CallError::Unreachable { .. }
-            | CallError::DeadlineExceeded
+            | CallError::DeadlineExceeded { may_have_run: true }
             | CallError::ServerRestarted
             | CallError::UnknownBinding
             | CallError::Overloaded
@@ -196,6 +201,7 @@ impl CallError {
             CallError::UnknownProcedure(_)
             | CallError::BadArguments(_)
             | CallError::TooLarge(_)
+            | CallError::DeadlineExceeded { may_have_run: false }
             | CallError::NoFreeSlot(_) => Execution::NeverRan,
             CallError::Panicked(_) | CallError::BadResult(_) | CallError::ResultTooLarge(_) => Execution::Ran,
         }

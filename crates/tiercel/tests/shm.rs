@@ -116,7 +116,7 @@ fn large_buffers_up_to_the_message_limit() {
         assert_eq!(out, data, "{size} bytes out");
         assert!(both.iter().enumerate().all(|(i, &b)| b == !((i % 7) as u8)), "{size} bytes in-out");
     }
-    let too_big = vec![0u8; (16 << 20) + 1];
+    let too_big = vec![0u8; tiercel::config::MAX_MESSAGE + 1];
     let err = k.echo(In(&too_big), Out(&mut []), InOut(&mut [])).unwrap_err();
     assert!(matches!(err, CallError::TooLarge(_)), "{err}");
     assert_eq!(err.execution(), Execution::NeverRan);
@@ -155,9 +155,26 @@ fn errors_are_clear_and_say_whether_the_procedure_ran() {
     let slow = k.with_deadline(Duration::from_millis(50));
     let start = Instant::now();
     let err = slow.sleep_ms(400).unwrap_err();
-    assert!(matches!(err, CallError::DeadlineExceeded), "{err}");
+    assert!(matches!(err, CallError::DeadlineExceeded { .. }), "{err}");
     assert!(start.elapsed() < Duration::from_millis(350), "the deadline is kept");
     // The abandoned call still finishes on the server; the next call on this thread waits for it.
+    assert_eq!(k.put("after".into(), vec![1]).unwrap(), 6);
+}
+
+#[test]
+fn a_call_behind_an_abandoned_one_keeps_its_own_deadline_and_never_went_out() {
+    let s = server();
+    let k: StoreClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    let err = k.with_deadline(Duration::from_millis(50)).sleep_ms(1000).unwrap_err();
+    assert!(matches!(err, CallError::DeadlineExceeded { may_have_run: true }), "{err}");
+    assert_eq!(err.execution(), Execution::MayHaveRun);
+    // The abandoned call holds the thread's slot for most of a second yet: the next call's own
+    // 100-ms deadline passes first (before: it waited for the abandoned one, then ran), and it says
+    // that it never went out.
+    let err = k.with_deadline(Duration::from_millis(100)).put("x".into(), vec![]).unwrap_err();
+    assert!(matches!(err, CallError::DeadlineExceeded { may_have_run: false }), "{err}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+    // Without a deadline, the next call waits for the slot and runs.
     assert_eq!(k.put("after".into(), vec![1]).unwrap(), 6);
 }
 

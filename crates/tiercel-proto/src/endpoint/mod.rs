@@ -424,10 +424,11 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// `stalled_after`, returning their memory; returns how many. Slots busy with another thread
     /// are left for the next sweep.
     pub fn reclaim(&self, now: Instant) -> usize {
-        let bindings: Vec<_> =
-            self.bindings.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().cloned().collect();
+        // Under the table's read lock (slots are only tried, never waited for), and without
+        // collecting the bindings first: the sweep allocates nothing.
+        let table = self.bindings.read().unwrap_or_else(|p| p.into_inner());
         let mut reclaimed = 0;
-        for b in bindings {
+        for b in table.iter().flatten() {
             for i in 0..b.slots() {
                 let Some(mut cell) = b.try_slot(i) else { continue };
                 if let Some(freed) = cell.proto.reclaim_stale(now, self.config.stalled_after) {

@@ -201,8 +201,9 @@ impl ShmEndpoint {
         let start = clock::ticks();
         let deadline = deadline.map(|d| Instant::now() + d);
         if self.abandoned {
-            // The call given up at its deadline still owns the slot until the server answers it.
-            self.wait(inner, link, state, waiting, start, None)?;
+            // The call given up at its deadline still owns the slot until the server answers it;
+            // this call's deadline runs meanwhile (and if it passes, this call never went out).
+            self.wait(inner, link, state, waiting, start, deadline, false)?;
             proto::client_reset(state);
             self.abandoned = false;
         }
@@ -221,7 +222,7 @@ impl ShmEndpoint {
             futex_wake(doorbell, 1);
         }
         mark(Point::Sent);
-        self.wait(inner, link, state, waiting, start, deadline)?;
+        self.wait(inner, link, state, waiting, start, deadline, true)?;
         mark(Point::Arrived);
         self.spin.observe(clock::elapsed(start, clock::ticks()));
         // Read what the server wrote once, into private memory, and check it before use.
@@ -256,8 +257,11 @@ impl ShmEndpoint {
         }
     }
 
-    /// Spins, then sleeps on the slot's futex, until the result is published, the deadline passes
-    /// or the server's process is gone.
+    /// Spins, then sleeps on the slot's futex, until the result is published, the deadline passes,
+    /// the server's process is gone, or its heartbeat has stood still for `dead_after` (stopped or
+    /// hung, as a UDP server that answers nothing). `ours`: the call in the slot is this one (else
+    /// an earlier one abandoned at its deadline, and this one has not gone out).
+    #[allow(clippy::too_many_arguments)]
     fn wait(
         &mut self,
         inner: &BindingInner,
@@ -266,6 +270,7 @@ impl ShmEndpoint {
         waiting: &AtomicU32,
         start: u64,
         deadline: Option<Instant>,
+        ours: bool,
     ) -> Result<(), CallError> {
         let spin = clock::ticks_in(self.spin.budget());
         // Look at the clock only every 64 checks: the result is noticed within a load, not a clock read.
@@ -280,6 +285,8 @@ impl ShmEndpoint {
             }
             core::hint::spin_loop();
         }
+        let heartbeat = word(&link.region, header::HEARTBEAT);
+        let (mut beat, mut beat_seen) = (heartbeat.load(Ordering::Acquire), Instant::now());
         loop {
             if proto::client_prepare_block(state, waiting) {
                 let now = Instant::now();
@@ -292,13 +299,21 @@ impl ShmEndpoint {
             if proto::client_done(state) {
                 return Ok(());
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
                 self.abandoned = true;
-                return Err(CallError::DeadlineExceeded);
+                return Err(CallError::DeadlineExceeded { may_have_run: ours });
             }
             if tiercel_sys::shm::peer_closed(&link.stream) {
                 self.abandoned = true;
                 return Err(CallError::ServerGone { server: inner.server });
+            }
+            let b = heartbeat.load(Ordering::Acquire);
+            if b != beat {
+                (beat, beat_seen) = (b, now);
+            } else if now.saturating_duration_since(beat_seen) >= inner.config.timing.dead_after {
+                self.abandoned = true;
+                return Err(CallError::Unreachable { server: inner.server, acknowledged: false });
             }
         }
     }

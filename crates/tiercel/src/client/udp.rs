@@ -302,7 +302,7 @@ impl UdpEndpoint {
             }
             Some(Outcome::Failed(f)) => Err(match f {
                 Failure::Unreachable { acknowledged } => CallError::Unreachable { server, acknowledged },
-                Failure::DeadlineExceeded => CallError::DeadlineExceeded,
+                Failure::DeadlineExceeded => CallError::DeadlineExceeded { may_have_run: true },
                 Failure::Rejected(Status::Busy) => CallError::Overloaded,
                 Failure::Rejected(status) => status_error(status, procedure, String::new()),
                 Failure::TooLarge => CallError::TooLarge("call exceeds the message limit".into()),

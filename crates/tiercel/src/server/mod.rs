@@ -85,6 +85,7 @@ impl Server {
         );
         let shared = Arc::new(Shared {
             memory: endpoint.budget(),
+            shm_regions: std::sync::Mutex::new(Vec::new()),
             rendezvous: listener.as_ref().map(|l| (l.rendezvous, l.name.clone())),
             challenger,
             specs,
@@ -122,6 +123,8 @@ pub(crate) struct Shared {
     challenger: Option<crate::auth::Challenger>,
     /// Shared-memory bindings being served.
     shm_bindings: AtomicUsize,
+    /// The regions of the shared-memory bindings, whose heartbeat the rendezvous thread bumps.
+    shm_regions: std::sync::Mutex<Vec<std::sync::Weak<tiercel_sys::shm::Region>>>,
     /// Where clients on this host bind through shared memory, and the socket's name.
     rendezvous: Option<(tiercel_proto::bind::Rendezvous, String)>,
     /// The server-wide budget for messages (`ServerConfig::message_memory`), charged by both

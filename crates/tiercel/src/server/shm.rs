@@ -81,11 +81,33 @@ enum Step {
     Done,
 }
 
+/// How often the rendezvous thread bumps every binding's heartbeat.
+const HEARTBEAT: Duration = Duration::from_millis(50);
+
+/// Bumps the heartbeat word of every live binding's region, and forgets the regions gone.
+fn beat(shared: &Shared) {
+    let mut regions = shared.shm_regions.lock().unwrap_or_else(|p| p.into_inner());
+    regions.retain(|r| match r.upgrade() {
+        Some(region) => {
+            word(&region, header::HEARTBEAT).fetch_add(1, Ordering::Release);
+            true
+        }
+        None => false,
+    });
+}
+
 fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
     let live = Arc::new(AtomicUsize::new(0));
     let mut pending: Vec<Handshake> = Vec::new();
     let mut ready = Vec::new();
+    let mut last_beat = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
+        if last_beat.elapsed() >= HEARTBEAT {
+            // This thread, not a binding's (which may be running a long procedure), shows that
+            // the process lives: a stopped or hung process stops the beat.
+            beat(&shared);
+            last_beat = Instant::now();
+        }
         loop {
             match listener.accept() {
                 Ok((stream, _)) => {
@@ -121,8 +143,8 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
             .iter()
             .map(|h| (h.arrived + HANDSHAKE).saturating_duration_since(now))
             .min()
-            .unwrap_or(LIVENESS)
-            .min(LIVENESS);
+            .unwrap_or(HEARTBEAT)
+            .min(HEARTBEAT);
         let wait = wait.max(Duration::from_millis(1));
         if pending.is_empty() {
             // Idle: wait on the listener alone, allocating nothing.
@@ -188,6 +210,8 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
         let _ = rendezvous::send(&h.stream, &admission.busy(&machine), None);
         return Step::Done;
     };
+    let region = Arc::new(region);
+    shared.shm_regions.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::downgrade(&region));
     let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
     let reply = admission.grant(&machine, id, 0, slots, layout.data as u64);
     let Ok(stream) = h.stream.try_clone() else { return Step::Done };
@@ -218,7 +242,7 @@ fn serve_binding(
     shared: &Arc<Shared>,
     stream: UnixStream,
     binding: Arc<dyn crate::interface::Export>,
-    region: Region,
+    region: Arc<Region>,
     layout: Layout,
     charge: Charge,
     control: usize,
