@@ -8,6 +8,11 @@
 //! and the server decodes them as slices of the received packet.
 
 mod impls;
+#[cfg(feature = "serde")]
+mod serde;
+
+#[cfg(feature = "serde")]
+pub use self::serde::Serde;
 
 use std::io::IoSlice;
 
@@ -262,6 +267,16 @@ impl<'s, 'a> Writer<'s, 'a> {
     #[inline]
     pub fn encode<'de, T: Wire<'de>>(&mut self, value: &'a T) {
         value.encode(self);
+    }
+
+    /// Appends a length prefix and then the bytes `fill` appends to the buffer it is given (the
+    /// prefix is their count): for encodings written by other libraries, without a copy.
+    pub fn put_with_len(&mut self, fill: impl FnOnce(&mut Vec<u8>)) {
+        let at = self.scratch.len();
+        self.put(&[0; 4]);
+        fill(self.scratch);
+        let len = (self.scratch.len() - at - 4).min(u32::MAX as usize) as u32;
+        self.scratch[at..at + 4].copy_from_slice(&len.to_le_bytes());
     }
 
     /// Appends `len` zero bytes and returns them to be filled in place (an `Out` buffer).
