@@ -43,6 +43,10 @@ pub struct Args {
     /// Serve over UDP only: offer no shared memory to clients on this host.
     #[arg(long)]
     no_shared_memory: bool,
+    /// Expose per-procedure call counts and latency histograms for Prometheus to scrape at
+    /// `http://ADDR/metrics` (for example `127.0.0.1:9187`).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     #[command(flatten)]
     secret: crate::SecretArgs,
 }
@@ -58,8 +62,18 @@ pub fn run(args: Args) -> crate::Result<()> {
         message_memory: args.message_memory_mib << 20,
         binding_memory: args.binding_memory_mib << 20,
         shared_memory: !args.no_shared_memory,
+        metrics: args.metrics.is_some(),
         ..ServerConfig::default()
     };
+    if let Some(addr) = args.metrics {
+        // Installed before the server starts, so that its handles register with it.
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .set_buckets(&[1e-6, 4e-6, 16e-6, 64e-6, 256e-6, 1e-3, 4e-3, 16e-3, 64e-3, 0.25, 1.0, 4.0])
+            .map_err(|e| crate::Error::Measure(format!("metrics: {e}")))?
+            .install()
+            .map_err(|e| crate::Error::Measure(format!("metrics at {addr}: {e}")))?;
+    }
     let server = Server::bind(args.addr.as_str())
         .map_err(crate::Error::from)?
         .with_config(config)
@@ -72,6 +86,9 @@ pub fn run(args: Args) -> crate::Result<()> {
     let _ = writeln!(out, "listening udp://{}", server.addr());
     let info = <TestClient as tiercel::Import>::INFO;
     let _ = writeln!(out, "exporting {} v{} ({})", info.name, info.version, info.procedures.join(", "));
+    if let Some(addr) = args.metrics {
+        let _ = writeln!(out, "metrics for Prometheus at http://{addr}/metrics");
+    }
     match server.rendezvous() {
         Some(name) => {
             let _ = writeln!(out, "shared memory for clients on this host: rendezvous @{name} (told over UDP)");

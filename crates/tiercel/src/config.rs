@@ -36,7 +36,7 @@ pub struct ClientConfig {
     pub spin: Spin,
     /// Protocol timers and limits; `timing.dead_after` bounds how long a call to a dead server waits.
     /// Default: [`Timing::default`] (retransmission after 20 ms, doubling up to 500 ms; probes every
-    /// 500 ms; dead after 5 s of silence; 32 fragments in flight; messages up to 16 MiB).
+    /// 500 ms; dead after 5 s of silence; 32 fragments in flight; messages up to 16 MiB + 4 KiB).
     pub timing: Timing,
     /// Largest datagram to send or accept; the path MTU found at bind time may lower it. Default:
     /// 65,507 bytes (the most a UDP datagram over IPv4 carries).
@@ -55,6 +55,11 @@ pub struct ClientConfig {
     /// When the address lets the binder choose, bind through shared memory if the server is on this
     /// host and offers it (else UDP). `false` always chooses UDP. Default: on.
     pub shared_memory: bool,
+    /// Record each call's outcome and time through the `metrics` facade, labelled with the
+    /// interface, procedure and server (`tiercel_client_calls_total`, `tiercel_client_call_seconds`),
+    /// in the recorder installed when the binding is made. Only with the crate feature `metrics`;
+    /// costs two clock reads and a histogram record per call. Default: off.
+    pub metrics: bool,
 }
 
 impl Default for ClientConfig {
@@ -67,6 +72,7 @@ impl Default for ClientConfig {
             checksum: false,
             secret: None,
             shared_memory: true,
+            metrics: false,
         }
     }
 }
@@ -129,8 +135,14 @@ pub struct ServerConfig {
     /// `spin` after every call. Default: adaptive.
     pub adaptive_spin: bool,
     /// Also offer shared-memory bindings to clients on this host (through an abstract UNIX socket
-    /// named after the server's address, in the server's network namespace). Default: on.
+    /// whose name is random for each start and told to clients on this host over UDP, in the
+    /// server's network namespace). A server that cannot offer them fails to start. Default: on.
     pub shared_memory: bool,
+    /// Record each procedure's outcome and run time through the `metrics` facade, labelled with
+    /// the interface and procedure (`tiercel_server_calls_total`, `tiercel_server_call_seconds`), in
+    /// the recorder installed when the server starts. Only with the crate feature `metrics`; costs
+    /// two clock reads and a histogram record per call. Default: off.
+    pub metrics: bool,
     /// How long a graceful shutdown ([`crate::ShutdownHandle::shutdown`]) waits for the calls under
     /// way to finish before the workers stop anyway. Default: 5 s.
     pub shutdown_grace: Duration,
@@ -154,6 +166,7 @@ impl Default for ServerConfig {
             secret: None,
             adaptive_spin: true,
             shared_memory: true,
+            metrics: false,
             shutdown_grace: Duration::from_secs(5),
         }
     }

@@ -55,6 +55,7 @@ mod client;
 pub mod config;
 mod error;
 pub mod interface;
+mod metrics;
 mod rendezvous;
 mod retention;
 mod server;

@@ -24,6 +24,7 @@ impl Drop for Served {
 }
 
 /// Starts `tiercel serve --addr ADDR --stats-every 1`.
+#[allow(dead_code)] // not every test binary uses every helper
 pub fn serve(addr: &str) -> Served {
     let child = Command::new(TIERCEL)
         .args(["serve", "--addr", addr, "--stats-every", "1"])

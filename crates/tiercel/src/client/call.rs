@@ -78,11 +78,15 @@ impl<'a> Call<'a> {
         mark(Point::Marshaled);
         let Some(mut engine) = self.engine.take() else { unreachable!("a call has its endpoint until invoked") };
         let b = self.binding;
+        let timed = b.inner.metrics.get(self.procedure as usize).map(|m| (m, m.start()));
         let outcome = match (&mut engine, &b.inner.shm) {
             (Engine::Udp(ep), _) => ep.run(b, self.procedure, &self.segments),
             (Engine::Shm(ep), Some(link)) => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
             (Engine::Shm(_), None) => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
         };
+        if let Some((m, started)) = timed {
+            m.finish(started, outcome.is_ok());
+        }
         match outcome {
             Ok(()) => {
                 mark(Point::Finished);

@@ -81,6 +81,8 @@ pub(crate) struct BindingInner {
     config: ClientConfig,
     info: &'static InterfaceInfo,
     stats: ClientStats,
+    /// Each procedure's metrics handles (feature `metrics`; empty types without it).
+    metrics: Vec<crate::metrics::Procedure>,
 }
 
 impl BindingInner {
@@ -150,6 +152,7 @@ impl Binding {
         match shm::connect(server, &place).and_then(|stream| shm::bind(stream, info, &config)) {
             Ok(granted) => {
                 let deadline = config.deadline;
+                let metrics = crate::metrics::procedures(info, "client", Some(server.to_string()), config.metrics);
                 Ok(Binding {
                     inner: Arc::new(BindingInner {
                         uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
@@ -164,6 +167,7 @@ impl Binding {
                         config,
                         info,
                         stats: ClientStats::default(),
+                        metrics,
                     }),
                     deadline,
                 })
@@ -196,6 +200,7 @@ impl Binding {
     ) -> Binding {
         let udp_bind::UdpGrant { granted, max_datagram } = grant;
         let deadline = config.deadline;
+        let metrics = crate::metrics::procedures(info, "client", Some(server.to_string()), config.metrics);
         Binding {
             inner: Arc::new(BindingInner {
                 uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
@@ -210,6 +215,7 @@ impl Binding {
                 config,
                 info,
                 stats: ClientStats::default(),
+                metrics,
             }),
             deadline,
         }

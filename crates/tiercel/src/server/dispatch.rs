@@ -15,16 +15,22 @@ const MAX_ERROR_MESSAGE: usize = 1024;
 /// Runs `procedure` of `export` with marshaled `args`, appending its marshaled results (or, on
 /// failure, an error message) to `out` after its first `start` bytes. Catches a panic.
 pub(crate) fn run_procedure(
-    export: &dyn Export,
+    shared: &super::Shared,
+    export: &std::sync::Arc<dyn Export>,
     procedure: u16,
     args: &[u8],
     out: &mut Vec<u8>,
     start: usize,
     limit: usize,
-    stats: &super::ServerStats,
 ) -> Status {
+    let stats = &shared.stats;
+    let metrics = shared.procedure_metrics(export);
+    let timed = metrics.get(procedure as usize).map(|m| (m, m.start()));
     let outcome = catch_unwind(AssertUnwindSafe(|| export.dispatch(procedure, args, &mut Results::new(out, limit))));
     mark(Point::ResultsEncoded);
+    if let Some((m, started)) = timed {
+        m.finish(started, matches!(outcome, Ok(Ok(()))));
+    }
     match outcome {
         Ok(Ok(())) => Status::Ok,
         Ok(Err(DispatchError::UnknownProcedure)) => {

@@ -61,6 +61,8 @@ impl Server {
             None => None,
         };
         let specs = self.exports.iter().map(|e| e.info().spec()).collect();
+        let metrics =
+            self.exports.iter().map(|e| crate::metrics::procedures(e.info(), "server", None, config.metrics)).collect();
         // A server that is to offer shared memory and cannot says so now, not by silence later.
         let listener = match config.shared_memory {
             true => Some(shm::open().map_err(ServerError::SharedMemory)?),
@@ -88,6 +90,7 @@ impl Server {
             shm_regions: std::sync::Mutex::new(Vec::new()),
             rendezvous: listener.as_ref().map(|l| (l.rendezvous, l.name.clone())),
             challenger,
+            metrics,
             specs,
             endpoint,
             socket: self.socket,
@@ -133,6 +136,9 @@ pub(crate) struct Shared {
     /// Id of the next shared-memory binding.
     next_shm_binding: std::sync::atomic::AtomicU32,
     exports: Vec<Arc<dyn Export>>,
+    /// Each export's procedures' metrics handles, in the same order (feature `metrics`).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    metrics: Vec<Vec<crate::metrics::Procedure>>,
     /// The exports as the bind machine sees them, in the same order.
     specs: Vec<tiercel_proto::bind::InterfaceSpec<'static>>,
     /// Routing, bindings and their slots, admission and expiry of the UDP transport.
@@ -158,6 +164,24 @@ impl Shared {
             _ => None,
         };
         tiercel_proto::bind::BindServer { exports: &self.specs, auth, incarnation: self.incarnation, max_datagram }
+    }
+
+    /// The metrics handles of `export`'s procedures (none without feature `metrics`).
+    pub(crate) fn procedure_metrics(&self, export: &Arc<dyn Export>) -> &[crate::metrics::Procedure] {
+        #[cfg(feature = "metrics")]
+        {
+            if !self.config.metrics {
+                return &[];
+            }
+            let at = Arc::as_ptr(export) as *const ();
+            let found = self.exports.iter().position(|e| Arc::as_ptr(e) as *const () == at);
+            found.map_or(&[], |i| &self.metrics[i])
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = export;
+            &[]
+        }
     }
 
     /// Counts a bind request answered without a binding.

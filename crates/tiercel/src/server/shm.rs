@@ -524,13 +524,13 @@ impl<'a> SlotServer<'a> {
                 self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
                 let limit = self.layout.data;
                 let mut status = super::dispatch::run_procedure(
-                    &*self.binding,
+                    self.shared,
+                    &self.binding,
                     call.procedure,
                     &self.args,
                     &mut self.out,
                     0,
                     limit,
-                    &self.shared.stats,
                 );
                 if self.out.len() > limit {
                     let n = self.out.len();

@@ -290,13 +290,13 @@ impl UdpWorker {
         self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
         endpoint.run_started();
         let status = run_procedure(
-            &*binding.export,
+            &self.shared,
+            &binding.export,
             p.procedure(),
             args,
             &mut out,
             HEADER_LEN,
             self.shared.config.timing.max_message,
-            &self.shared.stats,
         );
         endpoint.run_finished();
         if large && out.len() <= binding.max_datagram && out.capacity() > binding.max_datagram {
