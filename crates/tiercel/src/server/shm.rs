@@ -45,7 +45,12 @@ pub(super) struct Listener {
 
 /// Binds the rendezvous socket under a fresh random name.
 pub(super) fn open() -> std::io::Result<Listener> {
-    let random = crate::client::random_bytes()?;
+    open_named(crate::client::random_bytes()?)
+}
+
+/// Binds the rendezvous socket under `random`'s name; an error when the name is taken (what
+/// makes `Server::start` fail with `ServerError::SharedMemory` rather than serve without it).
+fn open_named(random: [u8; 16]) -> std::io::Result<Listener> {
     let name = rendezvous::socket_name(&random);
     let listener = UnixListener::bind_addr(&UnixAddr::from_abstract_name(name.as_bytes())?)?;
     listener.set_nonblocking(true)?;
@@ -597,5 +602,22 @@ impl<'a> SlotServer<'a> {
         // At most a page of message, in a page charged before the call ran.
         self.charge.settle(self.footprint());
         Status::ResultTooLarge
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rendezvous_name_already_held_is_an_error_not_a_silent_fallback() {
+        let random = crate::client::random_bytes().unwrap();
+        let first = open_named(random).expect("a fresh name binds");
+        assert_eq!(first.rendezvous.name, random);
+        assert_eq!((first.rendezvous.pid, first.rendezvous.uid), tiercel_sys::shm::own_credentials());
+        let again = open_named(random).err().expect("a name already held is refused");
+        assert_eq!(again.kind(), std::io::ErrorKind::AddrInUse);
+        let started = crate::ServerError::SharedMemory(again).to_string();
+        assert!(started.contains("cannot offer shared memory"), "{started}");
     }
 }
