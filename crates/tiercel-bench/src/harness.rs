@@ -117,3 +117,32 @@ pub fn serve_pinned(cpu: usize, spin: bool) -> crate::Result<(Spawned, String)> 
     let addr = addr.strip_prefix("udp://").unwrap_or(&addr).to_string();
     Ok((server, addr))
 }
+
+/// Starts a `tiercel serve` pinned to `server_cpu` in the server namespace of a new pair of network
+/// namespaces (nftables dropping `loss_percent` of the server's UDP packets each way), then the
+/// helper role `role` in the client namespace with `args(server's pid, server's host:port)`, and
+/// returns what the helper printed. Both processes and the namespaces are gone when it returns.
+pub fn across_namespaces(
+    port: u16,
+    loss_percent: f64,
+    server_cpu: usize,
+    role: &str,
+    args: impl FnOnce(u32, &str) -> Vec<String>,
+) -> crate::Result<Vec<u8>> {
+    let pair = crate::netns::Pair::new(port, loss_percent)?;
+    let addr = format!("{}:{port}", crate::netns::SERVER_IP);
+    let cpu = server_cpu.to_string();
+    let serve: Vec<String> =
+        ["serve", "--addr", &format!("udp://{addr}"), "--cpus", &cpu].iter().map(|s| s.to_string()).collect();
+    let (server, _) = spawn_in_namespace(&pair.b, &serve)?;
+    let out = crate::helpers::command_in_namespace(&pair.a)?.arg(role).args(args(server.0.id(), &addr)).output()?;
+    drop(server);
+    drop(pair);
+    if !out.status.success() {
+        return Err(crate::Error::Helper {
+            what: role.to_string(),
+            why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out.stdout)
+}

@@ -101,24 +101,10 @@ pub fn table(server_cpu: usize, calls: usize, budget: Duration) -> crate::Result
             outln!("(stopped: the time budget of {budget:?} is spent)");
             break;
         }
-        let pair = crate::netns::Pair::new(PORT, loss)?;
-        let addr = format!("{}:{PORT}", crate::netns::SERVER_IP);
-        let cpu = server_cpu.to_string();
-        let serve: Vec<String> =
-            ["serve", "--addr", &format!("udp://{addr}"), "--cpus", &cpu].iter().map(|s| s.to_string()).collect();
-        let (server, _) = crate::harness::spawn_in_namespace(&pair.b, &serve)?;
-        let out = crate::helpers::command_in_namespace(&pair.a)?
-            .args(["loss-remote", &addr, "--calls", &calls.to_string()])
-            .output()?;
-        drop(server);
-        drop(pair);
-        if !out.status.success() {
-            return Err(crate::Error::Helper {
-                what: "loss-remote".into(),
-                why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        let times: [Vec<f64>; 2] = serde_json::from_slice(&out.stdout)?;
+        let out = crate::harness::across_namespaces(PORT, loss, server_cpu, "loss-remote", |_, addr| {
+            vec![addr.to_string(), "--calls".into(), calls.to_string()]
+        })?;
+        let times: [Vec<f64>; 2] = serde_json::from_slice(&out)?;
         for (procedure, mut t) in ["In", "InOut"].into_iter().zip(times) {
             t.sort_by(f64::total_cmp);
             let (median, p99) = (percentile(&t, 0.5), percentile(&t, 0.99));

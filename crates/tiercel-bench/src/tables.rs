@@ -216,26 +216,11 @@ fn remote_across_namespaces(server_cpu: usize, time: Duration) -> crate::Result<
     if !crate::is_root() {
         return Err("needs root to create network namespaces".into());
     }
-    const PORT: u16 = 7575;
-    let pair = crate::netns::Pair::new(PORT, 0.0)?;
-    let addr = format!("{}:{PORT}", crate::netns::SERVER_IP);
-    let cpu = server_cpu.to_string();
-    let serve: Vec<String> =
-        ["serve", "--addr", &format!("udp://{addr}"), "--cpus", &cpu].iter().map(|s| s.to_string()).collect();
-    let (server, _) = crate::harness::spawn_in_namespace(&pair.b, &serve)?;
-    let out = crate::helpers::command_in_namespace(&pair.a)?
-        .args(["mach-remote", &addr])
-        .args(["--server-pid", &server.0.id().to_string(), "--millis", &time.as_millis().to_string()])
-        .output()?;
-    drop(server);
-    drop(pair);
-    if !out.status.success() {
-        return Err(crate::Error::Helper {
-            what: "mach-remote".into(),
-            why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(serde_json::from_slice(&out.stdout)?)
+    let out = crate::harness::across_namespaces(7575, 0.0, server_cpu, "mach-remote", |pid, addr| {
+        let millis = time.as_millis().to_string();
+        [addr, "--server-pid", &pid.to_string(), "--millis", &millis].iter().map(|s| s.to_string()).collect()
+    })?;
+    Ok(serde_json::from_slice(&out)?)
 }
 
 /// Firefly's Table I: 10,000 calls made by 1 to 8 caller threads sharing one binding.

@@ -17,7 +17,7 @@ use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
 mod common;
 
-use common::{Served, TIERCEL};
+use common::{null_latency, Served, TIERCEL};
 
 /// The server's budget for messages in flight in these tests, MiB.
 const BUDGET_MIB: u64 = 64;
@@ -72,19 +72,6 @@ fn prove(socket: &UdpSocket, g: &Granted, slot: u32) {
             return;
         }
     }
-}
-
-/// Median and p99 of `n` Null calls, µs.
-fn null_latency(client: &TestClient, n: usize) -> (f64, f64) {
-    let mut t: Vec<f64> = (0..n)
-        .map(|_| {
-            let t0 = Instant::now();
-            client.null().expect("a legitimate call during the attack");
-            t0.elapsed().as_secs_f64() * 1e6
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    (t[n / 2], t[n * 99 / 100])
 }
 
 #[test]

@@ -25,7 +25,7 @@ use tiercel_sys::shm::Region;
 
 mod common;
 
-use common::{Served, TIERCEL};
+use common::{null_latency, Served, TIERCEL};
 
 /// The server's budget for messages in flight in the memory test, MiB.
 const BUDGET_MIB: u64 = 64;
@@ -118,19 +118,6 @@ impl HandBinding {
         }
         published
     }
-}
-
-/// Median and p99 of `n` Null calls, µs.
-fn null_latency(client: &TestClient, n: usize) -> (f64, f64) {
-    let mut t: Vec<f64> = (0..n)
-        .map(|_| {
-            let t0 = Instant::now();
-            client.null().expect("a legitimate call during the attack");
-            t0.elapsed().as_secs_f64() * 1e6
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    (t[n / 2], t[n * 99 / 100])
 }
 
 #[test]

@@ -207,7 +207,18 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         text.contains("UDP, 2 netns, veth") || text.contains("remote rows across two network namespaces skipped"),
         "{text}"
     );
+    assert!(text.contains("Loss recovery: "), "{text}");
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    // As root, every loss rate's row for both calls; otherwise a note why not.
+    let loss = report["loss"].as_array().unwrap();
+    if text.contains("(skipped: needs root") {
+        assert!(loss.is_empty());
+    } else {
+        assert_eq!(loss.len(), 6, "{text}");
+        for row in loss {
+            assert!(row["median_ms"].as_f64().unwrap() > 0.0 && row["calls"].as_u64() == Some(10), "{row}");
+        }
+    }
 
     let baselines = names(&report["baselines"], "name");
     for b in [

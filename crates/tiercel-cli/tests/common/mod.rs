@@ -78,3 +78,17 @@ impl Served {
         }
     }
 }
+
+/// Median and p99 of `n` Null calls, µs (each must succeed: a legitimate client during an attack).
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn null_latency(client: &tiercel_bench::seeds::TestClient, n: usize) -> (f64, f64) {
+    let mut t: Vec<f64> = (0..n)
+        .map(|_| {
+            let t0 = Instant::now();
+            client.null().expect("a legitimate call during the attack");
+            t0.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    (t[n / 2], t[n * 99 / 100])
+}

@@ -143,57 +143,79 @@ fn collection_len(r: &Reader<'_>, n: usize, size: usize) -> Result<usize, Decode
     Ok(n.min(r.remaining().max(4096) / size.max(1)))
 }
 
-/// Maps travel as a length and then their entries, key then value, in the map's iteration order;
-/// a key that comes twice is refused. Sets likewise, one element after another.
+/// Maps travel as a length and then their entries, key then value, in the map's iteration order.
+fn encode_map<'a, 'de, K: Wire<'de> + 'a, V: Wire<'de> + 'a>(
+    w: &mut Writer<'_, 'a>,
+    len: usize,
+    entries: impl Iterator<Item = (&'a K, &'a V)>,
+) {
+    w.put_len(len);
+    for (k, v) in entries {
+        k.encode(w);
+        v.encode(w);
+    }
+}
+
+/// Decodes a map's entries into `new(reserve)` with `insert` (false when the key was there: a key
+/// given twice is refused, as `what`).
+fn decode_map<'de, K: Wire<'de>, V: Wire<'de>, M>(
+    r: &mut Reader<'de>,
+    what: &'static str,
+    new: impl FnOnce(usize) -> M,
+    mut insert: impl FnMut(&mut M, K, V) -> bool,
+) -> Result<M, DecodeError> {
+    let n = r.len_prefix(1)?;
+    let reserve = collection_len(r, n, core::mem::size_of::<(K, V)>())?;
+    r.nested(|r| {
+        let mut m = new(reserve);
+        for _ in 0..n {
+            let k = K::decode(r)?;
+            let v = V::decode(r)?;
+            if !insert(&mut m, k, v) {
+                return Err(DecodeError::Invalid(what));
+            }
+        }
+        Ok(m)
+    })
+}
+
+/// Sets travel as a length and then their elements, in the set's iteration order.
+fn encode_set<'a, 'de, T: Wire<'de> + 'a>(w: &mut Writer<'_, 'a>, len: usize, items: impl Iterator<Item = &'a T>) {
+    w.put_len(len);
+    for v in items {
+        v.encode(w);
+    }
+}
+
+/// Decodes a set's elements into `new(reserve)` with `insert` (false for an element given twice,
+/// refused as `what`).
+fn decode_set<'de, T: Wire<'de>, S>(
+    r: &mut Reader<'de>,
+    what: &'static str,
+    new: impl FnOnce(usize) -> S,
+    mut insert: impl FnMut(&mut S, T) -> bool,
+) -> Result<S, DecodeError> {
+    decode_map(r, what, new, |s, t: T, ()| insert(s, t))
+}
+
 impl<'de, K: Wire<'de> + Eq + std::hash::Hash, V: Wire<'de>, S: std::hash::BuildHasher + Default> Wire<'de>
     for std::collections::HashMap<K, V, S>
 {
     fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
-        w.put_len(self.len());
-        for (k, v) in self {
-            k.encode(w);
-            v.encode(w);
-        }
+        encode_map(w, self.len(), self.iter());
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        let n = r.len_prefix(1)?;
-        let reserve = collection_len(r, n, core::mem::size_of::<(K, V)>())?;
-        r.nested(|r| {
-            let mut m = Self::with_capacity_and_hasher(reserve, S::default());
-            for _ in 0..n {
-                let k = K::decode(r)?;
-                let v = V::decode(r)?;
-                if m.insert(k, v).is_some() {
-                    return Err(DecodeError::Invalid("HashMap key given twice"));
-                }
-            }
-            Ok(m)
-        })
+        let new = |n| Self::with_capacity_and_hasher(n, S::default());
+        decode_map(r, "HashMap key given twice", new, |m, k, v| m.insert(k, v).is_none())
     }
 }
 
 impl<'de, K: Wire<'de> + Ord, V: Wire<'de>> Wire<'de> for std::collections::BTreeMap<K, V> {
     fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
-        w.put_len(self.len());
-        for (k, v) in self {
-            k.encode(w);
-            v.encode(w);
-        }
+        encode_map(w, self.len(), self.iter());
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        let n = r.len_prefix(1)?;
-        collection_len(r, n, core::mem::size_of::<(K, V)>())?;
-        r.nested(|r| {
-            let mut m = Self::new();
-            for _ in 0..n {
-                let k = K::decode(r)?;
-                let v = V::decode(r)?;
-                if m.insert(k, v).is_some() {
-                    return Err(DecodeError::Invalid("BTreeMap key given twice"));
-                }
-            }
-            Ok(m)
-        })
+        decode_map(r, "BTreeMap key given twice", |_| Self::new(), |m, k, v| m.insert(k, v).is_none())
     }
 }
 
@@ -201,45 +223,20 @@ impl<'de, T: Wire<'de> + Eq + std::hash::Hash, S: std::hash::BuildHasher + Defau
     for std::collections::HashSet<T, S>
 {
     fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
-        w.put_len(self.len());
-        for v in self {
-            v.encode(w);
-        }
+        encode_set(w, self.len(), self.iter());
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        let n = r.len_prefix(1)?;
-        let reserve = collection_len(r, n, core::mem::size_of::<T>())?;
-        r.nested(|r| {
-            let mut set = Self::with_capacity_and_hasher(reserve, S::default());
-            for _ in 0..n {
-                if !set.insert(T::decode(r)?) {
-                    return Err(DecodeError::Invalid("HashSet element given twice"));
-                }
-            }
-            Ok(set)
-        })
+        let new = |n| Self::with_capacity_and_hasher(n, S::default());
+        decode_set(r, "HashSet element given twice", new, |s, t| s.insert(t))
     }
 }
 
 impl<'de, T: Wire<'de> + Ord> Wire<'de> for std::collections::BTreeSet<T> {
     fn encode<'a>(&'a self, w: &mut Writer<'_, 'a>) {
-        w.put_len(self.len());
-        for v in self {
-            v.encode(w);
-        }
+        encode_set(w, self.len(), self.iter());
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        let n = r.len_prefix(1)?;
-        collection_len(r, n, core::mem::size_of::<T>())?;
-        r.nested(|r| {
-            let mut set = Self::new();
-            for _ in 0..n {
-                if !set.insert(T::decode(r)?) {
-                    return Err(DecodeError::Invalid("BTreeSet element given twice"));
-                }
-            }
-            Ok(set)
-        })
+        decode_set(r, "BTreeSet element given twice", |_| Self::new(), |s, t| s.insert(t))
     }
 }
 
