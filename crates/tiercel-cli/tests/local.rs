@@ -191,6 +191,8 @@ fn slow_handshakes_hold_no_thread_and_keep_no_local_client_from_binding() {
     let name = rendezvous_of(&served);
     let n = served.lines.lock().unwrap().len();
     let before = served.wait_stats_since(n)["threads"];
+    let udp: TestClient = Client::connect(served.addr.as_str()).unwrap().import().unwrap();
+    let quiet = null_latency(&udp, 2000);
 
     // Forty connections to the rendezvous, each sending a byte of a bind request every half second
     // (before: each held a thread and a binding place, with a fresh 5-s timeout at every byte).
@@ -213,13 +215,18 @@ fn slow_handshakes_hold_no_thread_and_keep_no_local_client_from_binding() {
         Client::connect(served.addr.trim_start_matches("udp://")).unwrap().import().expect("a local client binds");
     let took = t0.elapsed();
     tiercel_bench::seeds::check_all(&client, 3).unwrap();
+    let attacked = null_latency(&client, 2000);
     let n = served.lines.lock().unwrap().len();
     let during = served.wait_stats_since(n);
     eprintln!(
         "slow handshakes: bound over {:?} in {took:?} while they held the rendezvous; server threads {before} \
-         before, {} during",
+         before, {} during; Null over UDP median/p99 {:.1}/{:.1} µs quiet, {:.1}/{:.1} µs during",
         client.binding().transport(),
-        during["threads"]
+        during["threads"],
+        quiet.0,
+        quiet.1,
+        attacked.0,
+        attacked.1
     );
     assert_eq!(client.binding().transport(), Transport::Udp, "no room for a handshake: UDP instead");
     assert_eq!(during["threads"], before, "an unauthenticated connection costs no thread");
