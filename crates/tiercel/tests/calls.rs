@@ -366,16 +366,22 @@ fn checksummed_binding_works_both_ways() {
     assert!(out.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
 }
 
-#[test]
-fn overloaded_server_refuses_new_calls_and_clients_back_off() {
-    // Three workers: two may run calls, one stays free to receive and answer "busy".
+/// A Kitchen server with three workers: two may run calls, one stays free to receive and answer
+/// "busy".
+fn three_workers() -> tiercel::RunningServer {
     let config = tiercel::ServerConfig { workers: 3, ..tiercel::ServerConfig::default() };
-    let server = Server::bind("udp://127.0.0.1:0")
+    Server::bind("udp://127.0.0.1:0")
         .unwrap()
         .with_config(config)
         .export(KitchenServer::new(KitchenImpl { slept: AtomicU32::new(0) }))
         .start()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn overloaded_server_refuses_new_calls_and_clients_back_off() {
+    // Three workers: two may run calls, one stays free to receive and answer "busy".
+    let server = three_workers();
     let k: KitchenClient = Client::connect(udp(server.addr())).unwrap().import().unwrap();
     let threads: Vec<_> = (0..5)
         .map(|_| {
@@ -395,13 +401,7 @@ fn a_client_with_one_thread_is_served_while_clients_with_many_keep_every_worker_
     // 400-ms calls, asking again the moment one returns; a fourth client, with one thread, must
     // still get its calls in (before: it backed off while the busy clients' threads took every
     // freed worker, and failed after `dead_after` as overloaded).
-    let config = tiercel::ServerConfig { workers: 3, ..tiercel::ServerConfig::default() };
-    let server = Server::bind("udp://127.0.0.1:0")
-        .unwrap()
-        .with_config(config)
-        .export(KitchenServer::new(KitchenImpl { slept: AtomicU32::new(0) }))
-        .start()
-        .unwrap();
+    let server = three_workers();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let hogs: Vec<_> = (0..3)
         .flat_map(|_| {
