@@ -117,6 +117,13 @@ fn a_stopped_server_fails_the_call_after_dead_after_on_either_transport() {
         assert_eq!(client.binding().transport(), transport);
         client.null().unwrap();
         signal("-STOP");
+        // kill(2) only queues the signal: wait until every thread of the process is stopped, or a spinning
+        // server thread may still answer the call below.
+        let stopped = Instant::now();
+        while !all_threads_stopped(&pid) {
+            assert!(stopped.elapsed() < Duration::from_secs(5), "the server did not stop");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         let caller = std::thread::spawn(move || tx.send(client.null()).unwrap());
         // A watchdog, so that a caller blocked for good fails the test instead of hanging it.
@@ -127,4 +134,14 @@ fn a_stopped_server_fails_the_call_after_dead_after_on_either_transport() {
         assert!(matches!(err, tiercel::CallError::Unreachable { .. }), "{transport:?}: {err}");
         assert_eq!(err.execution(), tiercel::Execution::MayHaveRun);
     }
+}
+
+/// Whether every thread of a process is stopped (state `T` in `/proc/PID/task/TID/stat`).
+fn all_threads_stopped(pid: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The command name in parentheses may hold spaces: the state follows its closing parenthesis.
+        stat.rfind(')').and_then(|end| stat[end + 1..].trim_start().chars().next()) == Some('T')
+    })
 }
