@@ -101,7 +101,10 @@ fn parse_trait(item: &ItemTrait, version: u32) -> syn::Result<Interface> {
             errors.push(sig.generics.span(), "a remote procedure cannot be generic");
         }
         if let Some(a) = &sig.asyncness {
-            errors.push(a.span(), "a remote procedure cannot be async; the client stub is synchronous");
+            errors.push(
+                a.span(),
+                "a remote procedure is a plain `fn`; its async client stub is generated beside the synchronous one",
+            );
         }
         if let Some(u) = &sig.unsafety {
             errors.push(u.span(), "a remote procedure cannot be unsafe");
@@ -322,59 +325,82 @@ fn info_tokens(m: &Interface) -> TokenStream {
     }
 }
 
+/// The client stubs' methods, one per procedure: synchronous, or `async` (awaiting the slot and the
+/// result).
+fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
+    m.methods
+        .iter()
+        .enumerate()
+        .map(|(index, method)| {
+            let index = index as u16;
+            let name = &method.name;
+            let attrs = method.attrs.iter().filter(|a| a.path().is_ident("doc"));
+            let params = method.args.iter().map(|a| {
+                let (n, t) = (&a.name, &a.ty);
+                quote!(#n: #t)
+            });
+            let encode = method.args.iter().map(|a| {
+                let n = &a.name;
+                let span = a.ty.span();
+                match a.kind {
+                    ArgKind::Value => quote_spanned!(span=> ::tiercel::Wire::encode(&#n, &mut __w);),
+                    ArgKind::In => quote_spanned!(span=> ::tiercel::Wire::encode(&#n.0, &mut __w);),
+                    ArgKind::Out => quote!(__w.put_len(#n.0.len());),
+                    ArgKind::InOut => quote! {
+                        __w.put_len(#n.0.len());
+                        __w.put_borrowed(&*#n.0);
+                    },
+                }
+            });
+            let read_back = method.args.iter().filter(|a| matches!(a.kind, ArgKind::Out | ArgKind::InOut)).map(|a| {
+                let n = &a.name;
+                quote!(__r.read_into(#n.0).map_err(::tiercel::Reply::bad_result)?;)
+            });
+            let ret_ty = method.ret.clone().unwrap_or_else(|| syn::parse_quote!(()));
+            let ret_span = ret_ty.span();
+            let decode_ret =
+                quote_spanned!(ret_span=> let __ret: #ret_ty = __r.decode().map_err(::tiercel::Reply::bad_result)?;);
+            let span = method.name.span();
+            let (asyncness, start, invoke) = if asynchronous {
+                (quote!(async), quote!(self.binding.call_async(#index).await?), quote!(__call.invoke().await?))
+            } else {
+                (quote!(), quote!(self.binding.call(#index)?), quote!(__call.invoke()?))
+            };
+            quote_spanned! {span=>
+                #(#attrs)*
+                pub #asyncness fn #name(&self, #(#params),*) -> ::core::result::Result<#ret_ty, ::tiercel::CallError> {
+                    let mut __call = #start;
+                    {
+                        let mut __w = __call.writer();
+                        #(#encode)*
+                        let _ = &mut __w;
+                    }
+                    let __reply = #invoke;
+                    let mut __r = __reply.reader();
+                    #(#read_back)*
+                    #decode_ret
+                    __r.finish().map_err(::tiercel::Reply::bad_result)?;
+                    ::core::result::Result::Ok(__ret)
+                }
+            }
+        })
+        .collect()
+}
+
 fn generate_client(m: &Interface) -> TokenStream {
     let vis = &m.vis;
     let client = format_ident!("{}Client", m.name);
+    let async_client = format_ident!("{}AsyncClient", m.name);
     let info = info_tokens(m);
     let doc = format!("Client stub of the `{}` interface: one method per remote procedure.", m.name);
-    let methods = m.methods.iter().enumerate().map(|(index, method)| {
-        let index = index as u16;
-        let name = &method.name;
-        let attrs = method.attrs.iter().filter(|a| a.path().is_ident("doc"));
-        let params = method.args.iter().map(|a| {
-            let (n, t) = (&a.name, &a.ty);
-            quote!(#n: #t)
-        });
-        let encode = method.args.iter().map(|a| {
-            let n = &a.name;
-            let span = a.ty.span();
-            match a.kind {
-                ArgKind::Value => quote_spanned!(span=> ::tiercel::Wire::encode(&#n, &mut __w);),
-                ArgKind::In => quote_spanned!(span=> ::tiercel::Wire::encode(&#n.0, &mut __w);),
-                ArgKind::Out => quote!(__w.put_len(#n.0.len());),
-                ArgKind::InOut => quote! {
-                    __w.put_len(#n.0.len());
-                    __w.put_borrowed(&*#n.0);
-                },
-            }
-        });
-        let read_back = method.args.iter().filter(|a| matches!(a.kind, ArgKind::Out | ArgKind::InOut)).map(|a| {
-            let n = &a.name;
-            quote!(__r.read_into(#n.0).map_err(::tiercel::Reply::bad_result)?;)
-        });
-        let ret_ty = method.ret.clone().unwrap_or_else(|| syn::parse_quote!(()));
-        let ret_span = ret_ty.span();
-        let decode_ret =
-            quote_spanned!(ret_span=> let __ret: #ret_ty = __r.decode().map_err(::tiercel::Reply::bad_result)?;);
-        let span = method.name.span();
-        quote_spanned! {span=>
-            #(#attrs)*
-            pub fn #name(&self, #(#params),*) -> ::core::result::Result<#ret_ty, ::tiercel::CallError> {
-                let mut __call = self.binding.call(#index)?;
-                {
-                    let mut __w = __call.writer();
-                    #(#encode)*
-                    let _ = &mut __w;
-                }
-                let __reply = __call.invoke()?;
-                let mut __r = __reply.reader();
-                #(#read_back)*
-                #decode_ret
-                __r.finish().map_err(::tiercel::Reply::bad_result)?;
-                ::core::result::Result::Ok(__ret)
-            }
-        }
-    });
+    let async_doc = format!(
+        "Async client stub of the `{}` interface (crate feature `async`): one `async` method per remote \
+         procedure, for tokio tasks. Calls wait without holding a thread; when every slot of the binding \
+         is in use they queue; dropping a call's future cancels it.",
+        m.name
+    );
+    let methods = client_methods(m, false);
+    let async_methods = client_methods(m, true);
     quote! {
         #[doc = #doc]
         #[derive(Debug, Clone)]
@@ -388,7 +414,7 @@ fn generate_client(m: &Interface) -> TokenStream {
                 &self.binding
             }
 
-            /// A clone whose calls fail with `Error::DeadlineExceeded` after `deadline`.
+            /// A clone whose calls fail with `CallError::DeadlineExceeded` after `deadline`.
             pub fn with_deadline(&self, deadline: ::core::time::Duration) -> Self {
                 Self { binding: self.binding.with_deadline(deadline) }
             }
@@ -400,6 +426,47 @@ fn generate_client(m: &Interface) -> TokenStream {
             const INFO: &'static ::tiercel::InterfaceInfo = #info;
             fn from_binding(binding: ::tiercel::Binding) -> Self {
                 Self { binding }
+            }
+        }
+
+        ::tiercel::__async_client! {
+            #[doc = #async_doc]
+            #[derive(Debug, Clone)]
+            #vis struct #async_client {
+                binding: ::tiercel::Binding,
+            }
+
+            impl #async_client {
+                /// The binding this stub calls through.
+                pub fn binding(&self) -> &::tiercel::Binding {
+                    &self.binding
+                }
+
+                /// A clone whose calls fail with `CallError::DeadlineExceeded` after `deadline`.
+                pub fn with_deadline(&self, deadline: ::core::time::Duration) -> Self {
+                    Self { binding: self.binding.with_deadline(deadline) }
+                }
+
+                /// The synchronous stub on the same binding.
+                pub fn to_sync(&self) -> #client {
+                    #client { binding: self.binding.clone() }
+                }
+
+                #(#async_methods)*
+            }
+
+            impl #client {
+                /// The async stub on the same binding (crate feature `async`).
+                pub fn to_async(&self) -> #async_client {
+                    #async_client { binding: self.binding.clone() }
+                }
+            }
+
+            impl ::tiercel::Import for #async_client {
+                const INFO: &'static ::tiercel::InterfaceInfo = <#client as ::tiercel::Import>::INFO;
+                fn from_binding(binding: ::tiercel::Binding) -> Self {
+                    Self { binding }
+                }
             }
         }
     }

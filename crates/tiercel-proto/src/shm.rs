@@ -5,10 +5,11 @@
 //!
 //! ```text
 //! header (first page): magic, version, slots, data capacity, doorbell (futex), server_sleeping,
-//!                       slots_used, heartbeat
+//!                       slots_used, heartbeat, client doorbell (futex)
 //! slot i at PAGE + i * stride (a page of control words, then the data):
 //!   state (futex)  IDLE 0 | CALL 1 | RESULT 2         who owns the slot: CALL the server, else the client
-//!   client_waiting 1 while the client is blocked on `state`
+//!   client_waiting 1 while the client is blocked on `state`; 2 while an async call waits for the
+//!                  client doorbell
 //!   procedure      written by the client before CALL
 //!   len            argument bytes (client, before CALL) / result bytes (server, before RESULT)
 //!   status         the result's status (server, before RESULT)
@@ -21,9 +22,13 @@
 //! * client calls: writes data, procedure and len; `state = CALL`; if `server_sleeping`, bumps the
 //!   doorbell and wakes it.
 //! * server serves: finds `state == CALL`, copies what it needs out, runs the procedure, writes the
-//!   result, len and status; `state = RESULT`; if `client_waiting`, wakes `state`.
+//!   result, len and status; `state = RESULT`; if `client_waiting` is 1, wakes `state`; if 2, bumps
+//!   the client doorbell and wakes it.
 //! * client waits: spins on `state`; to block, `client_waiting = 1` then re-checks `state` and waits on
-//!   it while it is still `CALL`.
+//!   it while it is still `CALL`. An async call instead sets `client_waiting = 2`, re-checks `state`,
+//!   and leaves the waiting to one thread of the client's process that reads the client doorbell,
+//!   looks at the slots of the calls waiting, wakes the tasks of those done, and waits on the
+//!   doorbell while its value is unchanged (so a bump between its read and its wait is not lost).
 //! * server sleeps: reads the doorbell, `server_sleeping = 1`, re-checks every slot in use (clients
 //!   raise `slots_used` before their first call on a new slot), and waits on the doorbell while its
 //!   value is unchanged.
@@ -35,8 +40,9 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 /// Magic of a region header: "tcsm".
 pub const MAGIC: u32 = u32::from_le_bytes(*b"tcsm");
-/// Layout version (2: the heartbeat word).
-pub const VERSION: u32 = 2;
+/// Layout version (2: the heartbeat word; 3: the client doorbell, the cancel and deadline words,
+/// the context flag of the procedure word).
+pub const VERSION: u32 = 3;
 /// The region header, and each slot's control words, take a page, so that slot data is
 /// page-aligned (and can be given back to the system page by page after a large transfer).
 pub const PAGE: usize = 4096;
@@ -71,13 +77,17 @@ pub mod header {
     /// other than the one serving the binding): a client whose call sees it stand still for
     /// `dead_after` gives up, as over UDP when nothing is heard.
     pub const HEARTBEAT: usize = 28;
+    /// Futex of the client's async calls: the server bumps it and wakes it when it publishes the
+    /// result of a slot whose `client_waiting` is 2.
+    pub const CLIENT_DOORBELL: usize = 32;
 }
 
 /// Offsets of a slot's words, from the slot's start.
 pub mod slot {
     /// Slot state, see [`super::state`]; also the futex the client sleeps on.
     pub const STATE: usize = 0;
-    /// Nonzero while the client is asleep (or about to be).
+    /// 1 while the client's thread is asleep on `STATE` (or about to be), 2 while an async call
+    /// waits for the client doorbell, else 0.
     pub const CLIENT_WAITING: usize = 4;
     /// Procedure number of the call.
     pub const PROCEDURE: usize = 8;
@@ -226,6 +236,14 @@ pub fn client_prepare_block<W: Word>(state: &W, client_waiting: &W) -> bool {
     state.load(Acquire) == state::CALL
 }
 
+/// Client: an async call is about to wait for the client doorbell. Returns true when the result is
+/// still not in; the server will then bump the client doorbell when it publishes it.
+pub fn client_prepare_wait_async<W: Word>(state: &W, client_waiting: &W) -> bool {
+    client_waiting.store(2, Relaxed);
+    W::fence_seq_cst();
+    state.load(Acquire) == state::CALL
+}
+
 /// Client: done blocking.
 pub fn client_woke(client_waiting: &impl Word) {
     client_waiting.store(0, SeqCst);
@@ -242,12 +260,26 @@ pub fn server_has_call(state: &impl Word) -> bool {
     state.load(Acquire) == state::CALL
 }
 
-/// Server: publishes the result written into the slot. Returns true when the client may be asleep
-/// and must be woken on `state`.
-pub fn server_publish<W: Word>(state: &W, client_waiting: &W) -> bool {
+/// Whom a published result must wake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// Nobody: the client is spinning (or gone).
+    Nobody,
+    /// The client's thread asleep on the slot's `state`.
+    Slot,
+    /// The client's async waiter: bump the client doorbell and wake it.
+    Doorbell,
+}
+
+/// Server: publishes the result written into the slot, and says whom to wake.
+pub fn server_publish<W: Word>(state: &W, client_waiting: &W) -> Wake {
     state.store(state::RESULT, Release);
     W::fence_seq_cst();
-    client_waiting.load(Relaxed) != 0
+    match client_waiting.load(Relaxed) {
+        0 => Wake::Nobody,
+        2 => Wake::Doorbell,
+        _ => Wake::Slot,
+    }
 }
 
 /// Server: about to sleep. `any_call` looks at the slots (after the fence, so that it also sees
@@ -311,7 +343,7 @@ mod tests {
         server_woke(&sleeping);
         assert!(server_has_call(&st) && !client_done(&st));
         assert!(client_prepare_block(&st, &waiting));
-        assert!(server_publish(&st, &waiting), "a blocked client is woken");
+        assert_eq!(server_publish(&st, &waiting), Wake::Slot, "a blocked client is woken");
         assert!(client_done(&st));
         client_woke(&waiting);
         client_reset(&st);

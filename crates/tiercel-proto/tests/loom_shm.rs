@@ -91,7 +91,7 @@ fn no_lost_wakeup_and_results_are_seen_whole() {
                     }
                     let args = r.data.load(Ordering::Relaxed);
                     r.data.store(args * 10, Ordering::Relaxed);
-                    if shm::server_publish(&r.state, &r.client_waiting) {
+                    if shm::server_publish(&r.state, &r.client_waiting) != shm::Wake::Nobody {
                         r.state_futex.wake();
                     }
                 }

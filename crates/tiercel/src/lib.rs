@@ -71,6 +71,9 @@ pub use auth::{Secret, MIN_SECRET_LEN};
 pub use buffers::{In, InOut, Out};
 pub use client::{Binding, Client, ClientStats};
 // What generated client stubs drive; not called by users.
+#[cfg(feature = "async")]
+#[doc(hidden)]
+pub use client::AsyncCall;
 #[doc(hidden)]
 pub use client::{Call, Reply};
 pub use config::{ClientConfig, ServerConfig, Spin, Timing};
@@ -79,6 +82,22 @@ pub use interface::{DispatchError, Export, Import, InterfaceInfo, Results};
 pub use server::{RunningServer, Server, ServerStats, ShutdownHandle};
 pub use tiercel_macros::{interface, Wire};
 pub use wire::{DecodeError, Reader, Wire, Writer};
+
+/// Expands to the async client stub a generated interface carries with the crate feature `async`.
+#[doc(hidden)]
+#[cfg(feature = "async")]
+#[macro_export]
+macro_rules! __async_client {
+    ($($stub:tt)*) => { $($stub)* };
+}
+
+/// Without the crate feature `async`, the generated interface has no async client stub.
+#[doc(hidden)]
+#[cfg(not(feature = "async"))]
+#[macro_export]
+macro_rules! __async_client {
+    ($($stub:tt)*) => {};
+}
 
 /// Re-exports for generated code; not part of the public API.
 #[doc(hidden)]

@@ -4,14 +4,19 @@ use crate::steps::{mark, Point};
 use crate::wire::{Reader, Segments, Writer};
 use crate::{Binding, CallError};
 
+#[cfg(feature = "async")]
+use super::asynch::{AsyncEndpoint, AsyncState};
 use super::cache;
 use super::shm::ShmEndpoint;
 use super::udp::UdpEndpoint;
 
-/// The calling thread's endpoint on the binding's transport.
+/// The calling thread's endpoint on the binding's transport, or an async call's from the binding's
+/// pool.
 enum Engine {
     Udp(Box<UdpEndpoint>),
     Shm(Box<ShmEndpoint>),
+    #[cfg(feature = "async")]
+    Async(Box<AsyncEndpoint>, std::sync::Arc<super::BindingInner>),
 }
 
 impl Engine {
@@ -26,6 +31,8 @@ impl Engine {
         match self {
             Engine::Udp(ep) => cache::give_back_udp(ep),
             Engine::Shm(ep) => cache::give_back_shm(ep),
+            #[cfg(feature = "async")]
+            Engine::Async(ep, inner) => inner.asynch.release(ep),
         }
     }
 
@@ -33,6 +40,8 @@ impl Engine {
         match self {
             Engine::Udp(ep) => ep.scratch_mut(),
             Engine::Shm(ep) => ep.scratch_mut(),
+            #[cfg(feature = "async")]
+            Engine::Async(ep, _) => ep.scratch_mut(),
         }
     }
 
@@ -40,6 +49,8 @@ impl Engine {
         match self {
             Engine::Udp(ep) => ep.result(),
             Engine::Shm(ep) => ep.result(),
+            #[cfg(feature = "async")]
+            Engine::Async(ep, _) => ep.result(),
         }
     }
 }
@@ -59,6 +70,8 @@ impl<'a> Call<'a> {
         match &mut engine {
             Engine::Udp(ep) => ep.begin(),
             Engine::Shm(ep) => ep.begin(),
+            #[cfg(feature = "async")]
+            Engine::Async(..) => unreachable!("a synchronous call takes the thread's endpoint"),
         }
         mark(Point::EndpointReady);
         Ok(Call { binding, engine: Some(engine), segments: Segments::new(0), procedure })
@@ -83,6 +96,8 @@ impl<'a> Call<'a> {
             (Engine::Udp(ep), _) => ep.run(b, self.procedure, &self.segments),
             (Engine::Shm(ep), Some(link)) => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
             (Engine::Shm(_), None) => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
+            #[cfg(feature = "async")]
+            (Engine::Async(..), _) => unreachable!("a synchronous call takes the thread's endpoint"),
         };
         if let Some((m, started)) = timed {
             m.finish(started, outcome.is_ok());
@@ -104,6 +119,64 @@ impl Drop for Call<'_> {
     fn drop(&mut self) {
         if let Some(engine) = self.engine.take() {
             engine.give_back();
+        }
+    }
+}
+
+/// An async call being marshaled: [`AsyncCall::writer`], then [`AsyncCall::invoke`]. Dropping it
+/// (or the future of `invoke`) before the result is in cancels the call.
+#[cfg(feature = "async")]
+pub struct AsyncCall<'a> {
+    binding: &'a Binding,
+    engine: Option<Box<AsyncEndpoint>>,
+    segments: Segments<'a>,
+    procedure: u16,
+}
+
+#[cfg(feature = "async")]
+impl<'a> AsyncCall<'a> {
+    pub(super) async fn new(binding: &'a Binding, procedure: u16) -> Result<AsyncCall<'a>, CallError> {
+        let mut ep = AsyncState::acquire(&binding.inner).await?;
+        ep.begin();
+        Ok(AsyncCall { binding, engine: Some(ep), segments: Segments::new(0), procedure })
+    }
+
+    /// Where the arguments are marshaled.
+    pub fn writer(&mut self) -> Writer<'_, 'a> {
+        match &mut self.engine {
+            Some(engine) => Writer::gathering(engine.scratch_mut(), &mut self.segments),
+            None => unreachable!("a call has its endpoint until invoked"),
+        }
+    }
+
+    /// Sends the call and waits for its result without blocking the thread.
+    pub async fn invoke(mut self) -> Result<Reply, CallError> {
+        let b = self.binding;
+        let timed = b.inner.metrics.get(self.procedure as usize).map(|m| (m, m.start()));
+        let (flight, alone) = b.inner.asynch.fly();
+        let outcome = match &mut self.engine {
+            Some(ep) => ep.run(b, self.procedure, &self.segments, alone).await,
+            None => unreachable!("a call has its endpoint until invoked"),
+        };
+        drop(flight);
+        if let Some((m, started)) = timed {
+            m.finish(started, outcome.is_ok());
+        }
+        outcome?;
+        match self.engine.take() {
+            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep, b.inner.clone())) }),
+            None => unreachable!("a call has its endpoint until invoked"),
+        }
+    }
+}
+
+#[cfg(feature = "async")]
+impl Drop for AsyncCall<'_> {
+    fn drop(&mut self) {
+        // Done, failed, never sent, or dropped mid-call (a shared-memory slot is then marked as
+        // abandoned until the server answers): the endpoint goes back to the pool either way.
+        if let Some(ep) = self.engine.take() {
+            self.binding.inner.asynch.release(ep);
         }
     }
 }

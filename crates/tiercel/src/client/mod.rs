@@ -1,5 +1,7 @@
 //! The client: importing an interface (binding), and the per-thread endpoints calls go through.
 
+#[cfg(feature = "async")]
+mod asynch;
 mod cache;
 mod call;
 mod shm;
@@ -11,6 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[cfg(feature = "async")]
+pub use call::AsyncCall;
 pub use call::{Call, Reply};
 
 use crate::address::{ToAddress, Transport};
@@ -51,6 +55,18 @@ impl Client {
     pub fn import<T: Import>(&self) -> Result<T, BindError> {
         Binding::bind(self.server, self.transport, T::INFO, self.config.clone()).map(T::from_binding)
     }
+
+    /// [`Client::import`] from async code: the bind exchange (a round trip, more when packets are
+    /// lost) runs on tokio's blocking pool, not on the task's thread. Import an async stub
+    /// (`FooAsyncClient`) to call with `.await`. Crate feature `async`.
+    #[cfg(feature = "async")]
+    pub async fn import_async<T: Import + Send + 'static>(&self) -> Result<T, BindError> {
+        let client = self.clone();
+        match tokio::task::spawn_blocking(move || client.import::<T>()).await {
+            Ok(bound) => bound,
+            Err(e) => Err(BindError::Io(std::io::Error::other(format!("the bind task failed: {e}")))),
+        }
+    }
 }
 
 /// Counters of a binding's slow path, summed over its threads.
@@ -83,6 +99,9 @@ pub(crate) struct BindingInner {
     stats: ClientStats,
     /// Each procedure's metrics handles (feature `metrics`; empty types without it).
     metrics: Vec<crate::metrics::Procedure>,
+    /// The pool of endpoints of async calls.
+    #[cfg(feature = "async")]
+    asynch: asynch::AsyncState,
 }
 
 impl BindingInner {
@@ -168,6 +187,8 @@ impl Binding {
                         info,
                         stats: ClientStats::default(),
                         metrics,
+                        #[cfg(feature = "async")]
+                        asynch: Default::default(),
                     }),
                     deadline,
                 })
@@ -216,6 +237,8 @@ impl Binding {
                 info,
                 stats: ClientStats::default(),
                 metrics,
+                #[cfg(feature = "async")]
+                asynch: Default::default(),
             }),
             deadline,
         }
@@ -270,6 +293,14 @@ impl Binding {
     #[doc(hidden)]
     pub fn call(&self, procedure: u16) -> Result<Call<'_>, CallError> {
         Call::new(self, procedure)
+    }
+
+    /// Starts an async call of procedure `procedure`, waiting for a free slot if every one is in
+    /// use. Used by generated async stubs.
+    #[doc(hidden)]
+    #[cfg(feature = "async")]
+    pub async fn call_async(&self, procedure: u16) -> Result<AsyncCall<'_>, CallError> {
+        AsyncCall::new(self, procedure).await
     }
 }
 

@@ -192,21 +192,38 @@ impl ShmEndpoint {
         procedure: u16,
         segs: &Segments<'_>,
     ) -> Result<(), CallError> {
-        let (region, layout) = (&link.region, link.layout);
-        let base = layout.slot(self.slot);
-        let data = layout.data(self.slot);
-        let state = word(region, base + slot::STATE);
-        let waiting = word(region, base + slot::CLIENT_WAITING);
         // The tick counter, not the system clock (a third of the cost): the fast path reads it twice.
         let start = clock::ticks();
         let deadline = deadline.map(|d| Instant::now() + d);
         if self.abandoned {
             // The call given up at its deadline still owns the slot until the server answers it;
             // this call's deadline runs meanwhile (and if it passes, this call never went out).
-            self.wait(inner, link, state, waiting, start, deadline, false)?;
-            proto::client_reset(state);
-            self.abandoned = false;
+            self.wait(inner, link, start, deadline, false)?;
+            self.reclaim(link);
         }
+        let len = self.publish(link, procedure, segs)?;
+        self.wait(inner, link, start, deadline, true)?;
+        mark(Point::Arrived);
+        self.spin.observe(clock::elapsed(start, clock::ticks()));
+        self.collect(link, procedure, len)
+    }
+
+    /// The slot's control word `at` (an offset from the slot's start).
+    fn slot_word<'l>(&self, link: &'l Link, at: usize) -> &'l AtomicU32 {
+        word(&link.region, link.layout.slot(self.slot) + at)
+    }
+
+    /// Takes the slot back from a call abandoned earlier, once its result is in.
+    pub(super) fn reclaim(&mut self, link: &Link) {
+        proto::client_reset(self.slot_word(link, slot::STATE));
+        self.abandoned = false;
+    }
+
+    /// Copies the call into the slot and publishes it. Returns the call's length.
+    pub(super) fn publish(&mut self, link: &Link, procedure: u16, segs: &Segments<'_>) -> Result<usize, CallError> {
+        let (region, layout) = (&link.region, link.layout);
+        let base = layout.slot(self.slot);
+        let data = layout.data(self.slot);
         let len = segs.message_len(&self.scratch);
         if len > layout.data {
             return Err(CallError::TooLarge(format!("call of {len} bytes exceeds the slot's {} bytes", layout.data)));
@@ -218,13 +235,20 @@ impl ShmEndpoint {
         word(region, base + slot::LEN).store(len as u32, Ordering::Relaxed);
         mark(Point::ArgsCopied);
         let doorbell = word(region, header::DOORBELL);
-        if proto::client_publish(state, word(region, header::SERVER_SLEEPING), doorbell) {
+        if proto::client_publish(word(region, base + slot::STATE), word(region, header::SERVER_SLEEPING), doorbell) {
             futex_wake(doorbell, 1);
         }
         mark(Point::Sent);
-        self.wait(inner, link, state, waiting, start, deadline, true)?;
-        mark(Point::Arrived);
-        self.spin.observe(clock::elapsed(start, clock::ticks()));
+        Ok(len)
+    }
+
+    /// Reads the published result of a call of `len` bytes into private memory, checks it, and
+    /// gives the slot back.
+    pub(super) fn collect(&mut self, link: &Link, procedure: u16, len: usize) -> Result<(), CallError> {
+        let (region, layout) = (&link.region, link.layout);
+        let base = layout.slot(self.slot);
+        let data = layout.data(self.slot);
+        let state = word(region, base + slot::STATE);
         // Read what the server wrote once, into private memory, and check it before use.
         let rlen = word(region, base + slot::LEN).load(Ordering::Relaxed);
         let status = word(region, base + slot::STATUS).load(Ordering::Relaxed);
@@ -257,36 +281,21 @@ impl ShmEndpoint {
         }
     }
 
-    /// Spins, then sleeps on the slot's futex, until the result is published, the deadline passes,
-    /// the server's process is gone, or its heartbeat has stood still for `dead_after` (stopped or
-    /// hung, as a UDP server that answers nothing). `ours`: the call in the slot is this one (else
-    /// an earlier one abandoned at its deadline, and this one has not gone out).
-    #[allow(clippy::too_many_arguments)]
+    /// Spins, then sleeps on the slot's futex, until the result is published or
+    /// [`ShmEndpoint::check_alive`] fails the call.
     fn wait(
         &mut self,
         inner: &BindingInner,
         link: &Link,
-        state: &AtomicU32,
-        waiting: &AtomicU32,
         start: u64,
         deadline: Option<Instant>,
         ours: bool,
     ) -> Result<(), CallError> {
-        let spin = clock::ticks_in(self.spin.budget());
-        // Look at the clock only every 64 checks: the result is noticed within a load, not a clock read.
-        let mut checks = 0u32;
-        loop {
-            if proto::client_done(state) {
-                return Ok(());
-            }
-            checks = checks.wrapping_add(1);
-            if checks.is_multiple_of(64) && clock::ticks().saturating_sub(start) >= spin {
-                break;
-            }
-            core::hint::spin_loop();
+        if self.spin_for_result(link, start) {
+            return Ok(());
         }
-        let heartbeat = word(&link.region, header::HEARTBEAT);
-        let (mut beat, mut beat_seen) = (heartbeat.load(Ordering::Acquire), Instant::now());
+        let (state, waiting) = (self.slot_word(link, slot::STATE), self.slot_word(link, slot::CLIENT_WAITING));
+        let mut liveness = self.liveness(link);
         loop {
             if proto::client_prepare_block(state, waiting) {
                 let now = Instant::now();
@@ -299,23 +308,120 @@ impl ShmEndpoint {
             if proto::client_done(state) {
                 return Ok(());
             }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                self.abandoned = true;
-                return Err(CallError::DeadlineExceeded { may_have_run: ours });
-            }
-            if tiercel_sys::shm::peer_closed(&link.stream) {
-                self.abandoned = true;
-                return Err(CallError::ServerGone { server: inner.server });
-            }
-            let b = heartbeat.load(Ordering::Acquire);
-            if b != beat {
-                (beat, beat_seen) = (b, now);
-            } else if now.saturating_duration_since(beat_seen) >= inner.config.timing.dead_after {
-                self.abandoned = true;
-                return Err(CallError::Unreachable { server: inner.server, acknowledged: false });
-            }
+            self.check_alive(inner, link, &mut liveness, deadline, ours)?;
         }
+    }
+
+    /// Spins on the slot until the result is in (true) or the spin budget, counted from `start`
+    /// (ticks), is spent (false).
+    #[inline]
+    pub(super) fn spin_for_result(&self, link: &Link, start: u64) -> bool {
+        let state = self.slot_word(link, slot::STATE);
+        let spin = clock::ticks_in(self.spin.budget());
+        // Look at the clock only every 64 checks: the result is noticed within a load, not a clock read.
+        let mut checks = 0u32;
+        loop {
+            if proto::client_done(state) {
+                return true;
+            }
+            checks = checks.wrapping_add(1);
+            if checks.is_multiple_of(64) && clock::ticks().saturating_sub(start) >= spin {
+                return false;
+            }
+            core::hint::spin_loop();
+        }
+    }
+
+    /// The server's heartbeat as seen now, for [`ShmEndpoint::check_alive`].
+    pub(super) fn liveness(&self, link: &Link) -> Liveness {
+        Liveness { beat: word(&link.region, header::HEARTBEAT).load(Ordering::Acquire), seen: Instant::now() }
+    }
+
+    /// After a wait that ended without the result: fails the call (leaving the slot abandoned) when
+    /// its deadline has passed, the server's process is gone, or its heartbeat has stood still for
+    /// `dead_after` (stopped or hung, as a UDP server that answers nothing). `ours`: the call in the
+    /// slot is this one (else an earlier one abandoned, and this one has not gone out).
+    pub(super) fn check_alive(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        liveness: &mut Liveness,
+        deadline: Option<Instant>,
+        ours: bool,
+    ) -> Result<(), CallError> {
+        let now = Instant::now();
+        let failure = if deadline.is_some_and(|d| now >= d) {
+            CallError::DeadlineExceeded { may_have_run: ours }
+        } else if tiercel_sys::shm::peer_closed(&link.stream) {
+            CallError::ServerGone { server: inner.server }
+        } else {
+            let b = word(&link.region, header::HEARTBEAT).load(Ordering::Acquire);
+            if b != liveness.beat {
+                *liveness = Liveness { beat: b, seen: now };
+                return Ok(());
+            }
+            if now.saturating_duration_since(liveness.seen) < inner.config.timing.dead_after {
+                return Ok(());
+            }
+            CallError::Unreachable { server: inner.server, acknowledged: false }
+        };
+        self.abandoned = true;
+        Err(failure)
+    }
+}
+
+/// The server's heartbeat word as last seen to change, and when.
+pub(super) struct Liveness {
+    beat: u32,
+    seen: Instant,
+}
+
+#[cfg(feature = "async")]
+impl ShmEndpoint {
+    pub(super) fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// Whether a call given up (its deadline, its future dropped) still holds the slot.
+    pub(super) fn is_abandoned(&self) -> bool {
+        self.abandoned
+    }
+
+    pub(super) fn set_abandoned(&mut self, abandoned: bool) {
+        self.abandoned = abandoned;
+    }
+
+    /// Records a completed call's round trip in the spin budget.
+    pub(super) fn observe(&mut self, rtt: Duration) {
+        self.spin.observe(rtt);
+    }
+
+    /// Says that an async call waits for the client doorbell; false when the result is in already.
+    pub(super) fn prepare_wait_async(&self, link: &Link) -> bool {
+        proto::client_prepare_wait_async(self.slot_word(link, slot::STATE), self.slot_word(link, slot::CLIENT_WAITING))
+    }
+
+    /// Done waiting.
+    pub(super) fn woke(&self, link: &Link) {
+        proto::client_woke(self.slot_word(link, slot::CLIENT_WAITING));
+    }
+}
+
+#[cfg(feature = "async")]
+impl Link {
+    /// Whether slot `i` holds no call of the client's that the server has yet to answer.
+    pub(super) fn slot_done(&self, i: u32) -> bool {
+        proto::client_done(word(&self.region, self.layout.slot(i) + slot::STATE))
+    }
+
+    /// The client doorbell's value.
+    pub(super) fn client_doorbell(&self) -> u32 {
+        word(&self.region, header::CLIENT_DOORBELL).load(Ordering::SeqCst)
+    }
+
+    /// Sleeps while the client doorbell holds `seen`, at most `timeout`.
+    pub(super) fn wait_client_doorbell(&self, seen: u32, timeout: Duration) {
+        futex_wait(word(&self.region, header::CLIENT_DOORBELL), seen, Some(timeout));
     }
 }
 

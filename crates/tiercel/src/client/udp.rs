@@ -120,6 +120,20 @@ impl UdpEndpoint {
 
     /// Makes the call: send, wait, and leave the results where [`UdpEndpoint::result`] finds them.
     pub(super) fn run(&mut self, binding: &Binding, procedure: u16, segs: &Segments<'_>) -> Result<(), CallError> {
+        let (len, start) = self.send_call(binding, procedure, segs)?;
+        self.wait(&binding.inner, segs, len, start)?;
+        self.spin.observe(start.elapsed());
+        self.finish(&binding.inner, procedure)
+    }
+
+    /// Starts the call: numbers it, and sends its first packets. Returns the message's length and
+    /// when the call started.
+    pub(super) fn send_call(
+        &mut self,
+        binding: &Binding,
+        procedure: u16,
+        segs: &Segments<'_>,
+    ) -> Result<(usize, Instant), CallError> {
         let inner = &*binding.inner;
         let len = segs.message_len(&self.scratch);
         self.seq = self.seq.wrapping_add(1);
@@ -140,9 +154,7 @@ impl UdpEndpoint {
         mark(Point::HeaderReady);
         self.flush(inner, segs, len)?;
         mark(Point::Sent);
-        self.wait(inner, segs, len, start)?;
-        self.spin.observe(start.elapsed());
-        self.finish(inner, procedure)
+        Ok((len, start))
     }
 
     /// Sends every packet the protocol asks for.
@@ -218,34 +230,11 @@ impl UdpEndpoint {
     fn wait(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize, start: Instant) -> Result<(), CallError> {
         let spin_until = start + self.spin.budget();
         loop {
-            match udp::recv_nowait(&self.socket, &mut self.rx)? {
-                Received::Datagram(n) => {
-                    mark(Point::Arrived);
-                    if self.on_datagram(inner, n) {
-                        mark(Point::Validated);
-                        self.flush(inner, segs, len)?;
-                        return Ok(());
-                    }
-                    self.flush(inner, segs, len)?;
-                    continue;
-                }
-                Received::Truncated(_) => {
-                    inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                // A refusal during a call is a lost packet to the protocol: a server restarting on
-                // the same port may still answer, and `dead_after` bounds the wait.
-                Received::Nothing | Received::Refused => {}
-            }
-            let now = Instant::now();
-            if self.call.poll_timeout().is_some_and(|t| now >= t) {
-                self.call.handle_timeout(now);
-                if self.call.outcome().is_some() {
-                    return Ok(());
-                }
-                self.flush(inner, segs, len)?;
-                continue;
-            }
+            let now = match self.step(inner, segs, len)? {
+                Step::Done => return Ok(()),
+                Step::Progress => continue,
+                Step::Idle(now) => now,
+            };
             if now < spin_until {
                 core::hint::spin_loop();
                 continue;
@@ -254,6 +243,40 @@ impl UdpEndpoint {
             crate::steps::slept(crate::steps::Side::Client);
             udp::wait_readable(&self.socket, timeout)?;
         }
+    }
+
+    /// One look at the socket and at the call's timers, without blocking: handles a datagram if one
+    /// is there, else a timer that is due, and sends what the protocol asks for.
+    #[inline]
+    pub(super) fn step(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize) -> Result<Step, CallError> {
+        match udp::recv_nowait(&self.socket, &mut self.rx)? {
+            Received::Datagram(n) => {
+                mark(Point::Arrived);
+                let done = self.on_datagram(inner, n);
+                if done {
+                    mark(Point::Validated);
+                }
+                self.flush(inner, segs, len)?;
+                return Ok(if done { Step::Done } else { Step::Progress });
+            }
+            Received::Truncated(_) => {
+                inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                return Ok(Step::Progress);
+            }
+            // A refusal during a call is a lost packet to the protocol: a server restarting on
+            // the same port may still answer, and `dead_after` bounds the wait.
+            Received::Nothing | Received::Refused => {}
+        }
+        let now = Instant::now();
+        if self.call.poll_timeout().is_some_and(|t| now >= t) {
+            self.call.handle_timeout(now);
+            if self.call.outcome().is_some() {
+                return Ok(Step::Done);
+            }
+            self.flush(inner, segs, len)?;
+            return Ok(Step::Progress);
+        }
+        Ok(Step::Idle(now))
     }
 
     /// Handles one received datagram; true when the call is over.
@@ -284,7 +307,7 @@ impl UdpEndpoint {
     }
 
     /// Turns the call's outcome into the result location or an error.
-    fn finish(&mut self, inner: &BindingInner, procedure: u16) -> Result<(), CallError> {
+    pub(super) fn finish(&mut self, inner: &BindingInner, procedure: u16) -> Result<(), CallError> {
         let server = inner.server;
         match self.call.outcome() {
             Some(Outcome::Result { status, reassembled }) => {
@@ -310,6 +333,39 @@ impl UdpEndpoint {
             None => Err(CallError::Io(std::io::Error::other("call ended without an outcome"))),
         }
     }
+}
+
+#[cfg(feature = "async")]
+impl UdpEndpoint {
+    /// When the call's next timer is due.
+    pub(super) fn next_timeout(&self) -> Option<Instant> {
+        self.call.poll_timeout()
+    }
+
+    /// The endpoint's socket.
+    pub(super) fn socket(&self) -> &UdpSocket {
+        &self.socket
+    }
+
+    /// Records a completed call's round trip in the spin budget.
+    pub(super) fn observe(&mut self, rtt: std::time::Duration) {
+        self.spin.observe(rtt);
+    }
+
+    /// How long to spin for a result before waiting on the socket.
+    pub(super) fn spin_budget(&self) -> std::time::Duration {
+        self.spin.budget()
+    }
+}
+
+/// What one look at the socket and the timers found.
+pub(super) enum Step {
+    /// The call is over (a result, or a failure).
+    Done,
+    /// Something was handled: look again at once.
+    Progress,
+    /// Nothing to do at this instant.
+    Idle(Instant),
 }
 
 pub(super) fn status_error(status: Status, procedure: u16, message: String) -> CallError {

@@ -569,8 +569,14 @@ impl<'a> SlotServer<'a> {
         }
         let (state, waiting) = (self.word(base + slot::STATE), self.word(base + slot::CLIENT_WAITING));
         mark(Point::ResultReady);
-        if proto::server_publish(state, waiting) {
-            futex_wake(state, 1);
+        match proto::server_publish(state, waiting) {
+            proto::Wake::Nobody => {}
+            proto::Wake::Slot => futex_wake(state, 1),
+            proto::Wake::Doorbell => {
+                let bell = self.word(header::CLIENT_DOORBELL);
+                bell.fetch_add(1, Ordering::SeqCst);
+                futex_wake(bell, i32::MAX as u32);
+            }
         }
         mark(Point::ResultSent);
     }

@@ -1,0 +1,358 @@
+//! The async client (feature `async`): the calls of a binding as futures, for tokio tasks.
+//!
+//! A call takes an endpoint (client slot, socket or shared-memory slot, buffers) from the binding's
+//! pool, sends from the task that awaits it, and waits without holding a thread: over UDP on the
+//! endpoint's own socket, registered with tokio's reactor, so the result is read by the task it is
+//! for, from the socket into the endpoint's buffer, with no handoff; through shared memory on the
+//! slot, whose result one thread of the client's process watches for every async call of the
+//! binding (the client doorbell), waking the task, which copies the result out itself. A call that is
+//! the only one of its binding in flight first spins for about the expected round trip, as a
+//! synchronous call does (waking a parked runtime thread costs more than a round trip on a small
+//! machine); with several in flight, each yields at once.
+//!
+//! When every slot of the binding is in use, a call waits for one to come back: calls queue, in
+//! the order they asked, rather than fail. Dropping a call's future before it completes cancels it:
+//! the slot goes back to the pool at once (a shared-memory slot becomes usable again when the server
+//! has answered the abandoned call), and the call may or may not have run.
+
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use tokio::io::Interest;
+use tokio::sync::Notify;
+
+use super::shm::{Link, ShmEndpoint};
+use super::udp::{Step, UdpEndpoint};
+use super::BindingInner;
+use crate::wire::Segments;
+use crate::{Binding, CallError};
+
+/// A binding's async side: its pool of endpoints and the calls in flight.
+#[derive(Default)]
+pub(crate) struct AsyncState {
+    pool: Mutex<Pool>,
+    /// Signalled when an endpoint comes back to the pool.
+    returned: Notify,
+    /// Async calls of the binding sent and not yet answered.
+    in_flight: AtomicUsize,
+    /// The thread that watches the shared-memory slots of async calls (started by the first).
+    waiter: Waiter,
+}
+
+#[derive(Default)]
+struct Pool {
+    // Boxed so that taking one out for a call and giving it back moves a pointer.
+    #[allow(clippy::vec_box)]
+    idle: Vec<Box<AsyncEndpoint>>,
+    /// Endpoints made for async calls, idle or not.
+    created: usize,
+}
+
+/// An endpoint of async calls (always boxed, so its size is that of a pointer wherever it goes).
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum AsyncEndpoint {
+    /// A UDP endpoint and its socket registered with the reactor (a duplicate of the endpoint's
+    /// descriptor, non-blocking: same socket, so readiness of one is readiness of the other).
+    Udp {
+        /// Readiness of the socket.
+        ready: tokio::net::UdpSocket,
+        /// The endpoint.
+        ep: UdpEndpoint,
+    },
+    /// A shared-memory slot.
+    Shm(ShmEndpoint),
+}
+
+impl AsyncEndpoint {
+    fn new(inner: &Arc<BindingInner>) -> Result<AsyncEndpoint, CallError> {
+        match &inner.shm {
+            None => {
+                let ep = UdpEndpoint::new(inner)?;
+                let socket = ep.socket().try_clone()?;
+                socket.set_nonblocking(true)?;
+                let ready = tokio::net::UdpSocket::from_std(socket)?;
+                Ok(AsyncEndpoint::Udp { ready, ep })
+            }
+            Some(link) => ShmEndpoint::new(inner, link).map(AsyncEndpoint::Shm),
+        }
+    }
+
+    pub(super) fn begin(&mut self) {
+        match self {
+            AsyncEndpoint::Udp { ep, .. } => ep.begin(),
+            AsyncEndpoint::Shm(ep) => ep.begin(),
+        }
+    }
+
+    pub(super) fn scratch_mut(&mut self) -> &mut Vec<u8> {
+        match self {
+            AsyncEndpoint::Udp { ep, .. } => ep.scratch_mut(),
+            AsyncEndpoint::Shm(ep) => ep.scratch_mut(),
+        }
+    }
+
+    pub(super) fn result(&self) -> &[u8] {
+        match self {
+            AsyncEndpoint::Udp { ep, .. } => ep.result(),
+            AsyncEndpoint::Shm(ep) => ep.result(),
+        }
+    }
+
+    /// Makes the call and leaves its result where [`AsyncEndpoint::result`] finds it. `alone`: no
+    /// other async call of the binding is in flight, so spinning first costs no other call.
+    pub(super) async fn run(
+        &mut self,
+        binding: &Binding,
+        procedure: u16,
+        segs: &Segments<'_>,
+        alone: bool,
+    ) -> Result<(), CallError> {
+        match self {
+            AsyncEndpoint::Udp { ready, ep } => run_udp(binding, ready, ep, procedure, segs, alone).await,
+            AsyncEndpoint::Shm(ep) => match &binding.inner.shm {
+                Some(link) => ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, alone).await,
+                None => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
+            },
+        }
+    }
+}
+
+async fn run_udp(
+    binding: &Binding,
+    ready: &tokio::net::UdpSocket,
+    ep: &mut UdpEndpoint,
+    procedure: u16,
+    segs: &Segments<'_>,
+    alone: bool,
+) -> Result<(), CallError> {
+    let inner = &*binding.inner;
+    let (len, start) = ep.send_call(binding, procedure, segs)?;
+    let spin_until = if alone { start + ep.spin_budget() } else { start };
+    loop {
+        // Clear the socket's readiness, then look: a datagram that arrives after the clear sets
+        // it again, so the wait below cannot miss it.
+        let _ = ready.try_io(Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+        let now = match ep.step(inner, segs, len)? {
+            Step::Done => break,
+            Step::Progress => continue,
+            Step::Idle(now) => now,
+        };
+        if now < spin_until {
+            core::hint::spin_loop();
+            continue;
+        }
+        crate::steps::slept(crate::steps::Side::Client);
+        match ep.next_timeout() {
+            // When it ends at the timer, the next step handles what is due.
+            Some(t) => {
+                if let Ok(readable) = tokio::time::timeout_at(t.into(), ready.readable()).await {
+                    readable?;
+                }
+            }
+            None => ready.readable().await?,
+        }
+    }
+    ep.observe(start.elapsed());
+    ep.finish(inner, procedure)
+}
+
+impl AsyncState {
+    /// An endpoint for a call: an idle one, a new one while the binding has free slots, else the
+    /// next one another call gives back.
+    pub(super) async fn acquire(inner: &Arc<BindingInner>) -> Result<Box<AsyncEndpoint>, CallError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(CallError::Io(std::io::Error::other(
+                "tiercel's async calls run inside a tokio runtime (with its I/O and time drivers)",
+            )));
+        }
+        let state = &inner.asynch;
+        loop {
+            let returned = state.returned.notified();
+            let mut returned = std::pin::pin!(returned);
+            returned.as_mut().enable();
+            {
+                let mut pool = state.pool.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(ep) = take_idle(&mut pool.idle) {
+                    return Ok(ep);
+                }
+                match AsyncEndpoint::new(inner) {
+                    Ok(ep) => {
+                        pool.created += 1;
+                        return Ok(Box::new(ep));
+                    }
+                    // Every slot is taken: wait for one of the async calls to give its back (when
+                    // none has one, the slots are all held by threads making synchronous calls).
+                    Err(CallError::NoFreeSlot(_)) if pool.created > 0 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            returned.await;
+        }
+    }
+
+    /// Gives an endpoint back to the pool.
+    pub(super) fn release(&self, ep: Box<AsyncEndpoint>) {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner()).idle.push(ep);
+        self.returned.notify_one();
+    }
+
+    /// Counts a call in flight until the returned guard drops; true when it is the only one.
+    pub(super) fn fly(&self) -> (InFlight<'_>, bool) {
+        let alone = self.in_flight.fetch_add(1, Ordering::AcqRel) == 0;
+        (InFlight(&self.in_flight), alone)
+    }
+}
+
+/// Prefers an endpoint whose slot is free now over one still held by an abandoned call.
+#[allow(clippy::vec_box)]
+fn take_idle(idle: &mut Vec<Box<AsyncEndpoint>>) -> Option<Box<AsyncEndpoint>> {
+    let free = idle.iter().rposition(|ep| !matches!(&**ep, AsyncEndpoint::Shm(s) if s.is_abandoned()));
+    match free {
+        Some(i) => Some(idle.swap_remove(i)),
+        None => idle.pop(),
+    }
+}
+
+/// A call in flight, counted until dropped.
+pub(super) struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How long the shared-memory waiter sleeps between looks when no doorbell rings, and how long an
+/// idle one parks before looking whether its binding still exists.
+const WAITER_TICK: Duration = Duration::from_millis(50);
+const WAITER_IDLE: Duration = Duration::from_secs(1);
+
+/// The tasks waiting for results in a shared-memory binding's slots, and the thread that wakes them.
+#[derive(Default)]
+pub(crate) struct Waiter {
+    inner: Mutex<WaiterInner>,
+}
+
+#[derive(Default)]
+struct WaiterInner {
+    wakers: Vec<(u32, Waker)>,
+    thread: Option<std::thread::Thread>,
+}
+
+impl Waiter {
+    /// Registers the task waiting for slot `slot`'s result, starting the waiting thread if need be.
+    pub(super) fn register(&self, binding: &Arc<BindingInner>, slot: u32, waker: &Waker) -> Result<(), CallError> {
+        let mut w = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match w.wakers.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, known)) => known.clone_from(waker),
+            None => w.wakers.push((slot, waker.clone())),
+        }
+        match &w.thread {
+            Some(t) => t.unpark(),
+            None => {
+                let weak = Arc::downgrade(binding);
+                let t = std::thread::Builder::new().name("tiercel-shm-wake".into()).spawn(move || watch(weak))?;
+                w.thread = Some(t.thread().clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Wakes the tasks whose slot holds its result; returns how many still wait.
+    fn wake_done(&self, link: &Link) -> usize {
+        let mut w = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        w.wakers.retain(|(slot, waker)| {
+            let done = link.slot_done(*slot);
+            if done {
+                waker.wake_by_ref();
+            }
+            !done
+        });
+        w.wakers.len()
+    }
+}
+
+/// The waiting thread: reads the client doorbell, wakes the tasks whose results are in, and sleeps
+/// on the doorbell while it holds the value read (a bump meanwhile ends the sleep at once).
+fn watch(binding: Weak<BindingInner>) {
+    loop {
+        let Some(inner) = binding.upgrade() else { return };
+        let Some(link) = &inner.shm else { return };
+        let seen = link.client_doorbell();
+        if inner.asynch.waiter.wake_done(link) > 0 {
+            link.wait_client_doorbell(seen, WAITER_TICK);
+        } else {
+            drop(inner);
+            std::thread::park_timeout(WAITER_IDLE);
+        }
+    }
+}
+
+impl ShmEndpoint {
+    /// [`ShmEndpoint::run`] for an async call.
+    pub(super) async fn run_async(
+        &mut self,
+        inner: &Arc<BindingInner>,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+        alone: bool,
+    ) -> Result<(), CallError> {
+        let deadline = deadline.map(|d| Instant::now() + d);
+        if self.is_abandoned() {
+            self.wait_async(inner, link, deadline, false, false).await?;
+            self.reclaim(link);
+        }
+        let started = Instant::now();
+        let len = self.publish(link, procedure, segs)?;
+        // Until the result is read, the slot is the server's: if this future is dropped meanwhile,
+        // the endpoint goes back to the pool as abandoned.
+        self.set_abandoned(true);
+        self.wait_async(inner, link, deadline, true, alone).await?;
+        self.set_abandoned(false);
+        self.observe(started.elapsed());
+        self.collect(link, procedure, len)
+    }
+
+    /// Waits for the slot's result without blocking the thread: spins first when `spin`, then
+    /// registers with the binding's waiting thread. Fails as the synchronous wait does.
+    async fn wait_async(
+        &mut self,
+        inner: &Arc<BindingInner>,
+        link: &Link,
+        deadline: Option<Instant>,
+        ours: bool,
+        spin: bool,
+    ) -> Result<(), CallError> {
+        if spin && self.spin_for_result(link, tiercel_sys::clock::ticks()) {
+            return Ok(());
+        }
+        let mut liveness = self.liveness(link);
+        loop {
+            let now = Instant::now();
+            let timeout = deadline.map_or(WAITER_TICK, |d| d.saturating_duration_since(now).min(WAITER_TICK));
+            let mut registered = Ok(());
+            let woken = poll_fn(|cx| {
+                if link.slot_done(self.slot()) {
+                    return Poll::Ready(());
+                }
+                registered = inner.asynch.waiter.register(inner, self.slot(), cx.waker());
+                if registered.is_err() || !self.prepare_wait_async(link) {
+                    return Poll::Ready(());
+                }
+                Poll::Pending
+            });
+            let _ = tokio::time::timeout(timeout, woken).await;
+            self.woke(link);
+            registered?;
+            if link.slot_done(self.slot()) {
+                return Ok(());
+            }
+            self.check_alive(inner, link, &mut liveness, deadline, ours)?;
+        }
+    }
+}
