@@ -382,6 +382,10 @@ impl ClientCall {
                 self.timer = Some((now + self.rto).min(since + self.timing.dead_after));
                 Handled::Progress
             }
+            // A refusal of a packet of this call after the server has shown it holds the call (an
+            // acknowledgement, a probe reply): a late or reordered answer to an earlier copy, or a
+            // refused duplicate. The call stands; the refusal says nothing about it.
+            Kind::Reject if packet.status() == Status::Busy => Handled::Ignored,
             Kind::Reject if packet.status() == Status::AddressUnproven => {
                 // The server has not seen this slot's address prove that it receives (this thread's
                 // first packet, or the address changed): echo its challenge and send again what it

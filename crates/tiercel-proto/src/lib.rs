@@ -17,6 +17,7 @@
 //! * [`wire`]: the fixed header, as a zero-copy view and as a value.
 //! * [`fragment`]: fragment arithmetic, the windowed blast sender, reassembly with hard limits.
 //! * [`client`]: the state machine of one call on a client slot.
+//! * [`context`]: the call context a call may carry (its deadline, its trace).
 //! * [`server`]: duplicate suppression and the saved result of one server slot.
 //! * [`endpoint`]: the server endpoint: routing, the binding and slot table with saved results,
 //!   admission of new calls, memory accounting and expiry.
@@ -30,6 +31,7 @@
 
 pub mod bind;
 pub mod client;
+pub mod context;
 pub mod endpoint;
 pub mod fragment;
 pub mod server;

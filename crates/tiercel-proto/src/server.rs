@@ -29,8 +29,9 @@ pub enum CallAction {
     /// call [`Slot::complete`]. Used for a call too large to accept.
     Refuse(crate::wire::Status),
     /// Answer with a `Reject` of status `Busy`, recording nothing: the call is not accepted now (the
-    /// memory budget has no room for it, or its partial message was reclaimed), and the client backs
-    /// off and sends it again from its first fragment. It never ran.
+    /// memory budget has no room for it, its partial message was reclaimed, or the slot still runs
+    /// a call its client gave up), and the client backs off and sends it again from its first
+    /// fragment. It never ran.
     Busy,
     /// Nothing to do.
     Drop(DropReason),
@@ -43,11 +44,20 @@ pub enum DropReason {
     Stale,
     /// A duplicate of a fragment already held, or of a call that is running and asked for no ack.
     Duplicate,
-    /// The slot is still running an earlier call; the client will retransmit.
-    SlotBusy,
     /// A fragment that contradicts the message it belongs to, or lies beyond any sender's window.
     Malformed,
     /// Nothing to answer (for example the result was already acknowledged).
+    Nothing,
+}
+
+/// What a cancellation freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// A partial call: these bytes of reassembly go back to the memory budget.
+    Reassembly(usize),
+    /// The saved result: release it as if acknowledged.
+    Result,
+    /// Nothing (the call runs, or is not the slot's).
     Nothing,
 }
 
@@ -230,7 +240,10 @@ impl Slot {
         let is_new = self.seq.is_none_or(|s| seq_after(seq, s));
         if is_new {
             if matches!(self.state, State::Running) {
-                return CallAction::Drop(DropReason::SlotBusy);
+                // The client gave the running call up (its deadline, a dropped future) and went on
+                // to the next: refused as busy, so that it backs off and tries again, rather than
+                // hear nothing and take the server for dead while the old call runs.
+                return CallAction::Busy;
             }
             if self.reclaimed == Some(seq) && packet.frag_index() != 0 {
                 return CallAction::Busy;
@@ -360,6 +373,25 @@ impl Slot {
         *resent += (transmits.len() - before) as u32;
         transmits.extend(blast.take_new());
         false
+    }
+
+    /// Handles the client's cancellation of call `seq`: a call being reassembled is given up (its
+    /// later fragments are dropped as those of a finished call), a saved result is dropped as if
+    /// acknowledged. A call running, or one not yet seen, is left alone: cancellation is best
+    /// effort, and the client treats the call as one that may have run.
+    pub fn on_cancel(&mut self, seq: u32, now: Instant) -> Cancelled {
+        self.last_activity = Some(now);
+        if self.seq != Some(seq) {
+            return Cancelled::Nothing;
+        }
+        match core::mem::replace(&mut self.state, State::Acknowledged) {
+            State::Receiving(r) => Cancelled::Reassembly(r.held()),
+            State::Done(_) => Cancelled::Result,
+            other => {
+                self.state = other;
+                Cancelled::Nothing
+            }
+        }
     }
 
     /// Handles a probe for call `seq`.

@@ -10,9 +10,13 @@
 //!   state (futex)  IDLE 0 | CALL 1 | RESULT 2         who owns the slot: CALL the server, else the client
 //!   client_waiting 1 while the client is blocked on `state`; 2 while an async call waits for the
 //!                  client doorbell
-//!   procedure      written by the client before CALL
+//!   procedure      written by the client before CALL (bit 16: the data starts with a call context)
 //!   len            argument bytes (client, before CALL) / result bytes (server, before RESULT)
 //!   status         the result's status (server, before RESULT)
+//!   deadline       two words: CLOCK_MONOTONIC nanoseconds (low, high) by which the call must have
+//!                  started, 0 for none (client, before CALL)
+//!   cancel         1 when the client gave the call up (its deadline passed, its future dropped):
+//!                  a server that has not started it answers `Cancelled` without running it
 //!   data           at slot + PAGE: arguments, then results in their place
 //! ```
 //!
@@ -95,6 +99,27 @@ pub mod slot {
     pub const LEN: usize = 12;
     /// Result status.
     pub const STATUS: usize = 16;
+    /// The call's deadline, low word (see [`super::deadline_words`]).
+    pub const DEADLINE_LO: usize = 20;
+    /// The call's deadline, high word.
+    pub const DEADLINE_HI: usize = 24;
+    /// Nonzero when the client has given the call up.
+    pub const CANCEL: usize = 28;
+}
+
+/// Bit of the procedure word: the slot's data starts with a call context block
+/// ([`crate::context`]).
+pub const CONTEXT: u32 = 1 << 16;
+
+/// A deadline as the two slot words that carry it: CLOCK_MONOTONIC nanoseconds, low then high.
+pub fn deadline_words(monotonic_ns: u64) -> (u32, u32) {
+    (monotonic_ns as u32, (monotonic_ns >> 32) as u32)
+}
+
+/// The deadline the two slot words carry, `None` for none (both zero).
+pub fn deadline_from_words(lo: u32, hi: u32) -> Option<u64> {
+    let ns = u64::from(hi) << 32 | u64::from(lo);
+    (ns != 0).then_some(ns)
 }
 
 /// Most slots a shared-memory binding has: each is a calling thread of the client, and the server
@@ -167,13 +192,20 @@ pub struct SlotCall {
     pub procedure: u16,
     /// Argument bytes at the start of the slot's data.
     pub len: usize,
+    /// The data starts with a call context block.
+    pub context: bool,
 }
 
-/// Validates a call's control words against the slot's data capacity.
+/// Validates a call's control words against the slot's data capacity: the procedure word (a
+/// procedure number and the [`CONTEXT`] bit, no other bit) and the length.
 pub fn validate_call(procedure: u32, len: u32, capacity: usize) -> Option<SlotCall> {
-    let procedure = u16::try_from(procedure).ok()?;
+    if procedure & !(CONTEXT | 0xffff) != 0 {
+        return None;
+    }
+    let context = procedure & CONTEXT != 0;
+    let procedure = (procedure & 0xffff) as u16;
     let len = len as usize;
-    (len <= capacity).then_some(SlotCall { procedure, len })
+    (len <= capacity).then_some(SlotCall { procedure, len, context })
 }
 
 /// Validates a result's control words, written by an untrusted server, against the slot's data
@@ -324,9 +356,13 @@ mod tests {
 
     #[test]
     fn control_words_are_validated() {
-        assert_eq!(validate_call(3, 10, 10), Some(SlotCall { procedure: 3, len: 10 }));
+        assert_eq!(validate_call(3, 10, 10), Some(SlotCall { procedure: 3, len: 10, context: false }));
+        assert_eq!(validate_call(3 | CONTEXT, 10, 10), Some(SlotCall { procedure: 3, len: 10, context: true }));
         assert_eq!(validate_call(3, 11, 10), None);
-        assert_eq!(validate_call(1 << 16, 0, 10), None);
+        assert_eq!(validate_call(1 << 17, 0, 10), None);
+        assert_eq!(deadline_from_words(0, 0), None);
+        let (lo, hi) = deadline_words(0x1234_5678_9abc_def0);
+        assert_eq!(deadline_from_words(lo, hi), Some(0x1234_5678_9abc_def0));
         assert_eq!(validate_result(4, 0, 4), Some((4, crate::wire::Status::Ok)));
         assert_eq!(validate_result(5, 0, 4), None);
         assert_eq!(validate_result(0, 200, 4), None);

@@ -26,7 +26,7 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet: "tc".
 pub const MAGIC: u16 = u16::from_le_bytes(*b"tc");
 /// Protocol version carried in every packet.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 
 mod field {
     use core::ops::Range;
@@ -67,6 +67,9 @@ pub enum Kind {
     Bind = 7,
     /// Grants a binding.
     BindReply = 8,
+    /// "I no longer want the result of call `seq`", client to server, best effort: the server gives
+    /// up reassembling it, or drops its saved result. A call already running runs to its end.
+    Cancel = 9,
 }
 
 impl Kind {
@@ -81,6 +84,7 @@ impl Kind {
             6 => Kind::Reject,
             7 => Kind::Bind,
             8 => Kind::BindReply,
+            9 => Kind::Cancel,
             _ => return None,
         })
     }
@@ -100,6 +104,9 @@ pub mod flags {
     /// On a `Probe` from a client: its payload is the challenge of an `AddressUnproven` reject,
     /// echoed from the address it was sent to, proving that the address receives.
     pub const ADDRESS_PROOF: u8 = 0x10;
+    /// On a `Call` fragment: the message starts with a call context block (a deadline, a trace),
+    /// see [`crate::context`].
+    pub const CONTEXT: u8 = 0x20;
 }
 
 /// Length of the checksum trailer of a packet with [`flags::CHECKSUM`].
@@ -153,6 +160,10 @@ pub enum Status {
     /// client thread's first packet, or a packet whose source may be spoofed); the payload holds a
     /// challenge to echo in a `Probe` with [`flags::ADDRESS_PROOF`] from that address. Nothing ran.
     AddressUnproven = 15,
+    /// The call's deadline had passed when the server was about to start it. It never ran.
+    DeadlineExceeded = 16,
+    /// The client gave the call up before the server started it. It never ran.
+    Cancelled = 17,
 }
 
 impl Status {
@@ -175,6 +186,8 @@ impl Status {
             13 => Status::InterfaceMismatch,
             14 => Status::ResultTooLarge,
             15 => Status::AddressUnproven,
+            16 => Status::DeadlineExceeded,
+            17 => Status::Cancelled,
             _ => return None,
         })
     }

@@ -4,7 +4,9 @@
 //! multi-packet, both ways) to a server whose procedures take random time, over a network that loses,
 //! duplicates, delays, reorders and corrupts packets; some scenarios let only one call run at once
 //! (the others are refused as busy and retried), some crash the server, and some restart it with a
-//! new incarnation. The server is the shipped `ServerEndpoint` (routing, the binding and slot table,
+//! new incarnation; some give calls deadlines, and some have clients give calls up mid-way (a
+//! dropped future), telling the server with a `Cancel` and going on to their next call on the
+//! same slot. The server is the shipped `ServerEndpoint` (routing, the binding and slot table,
 //! admission), the clients the shipped `ClientCall`; the harness only moves bytes and runs
 //! procedures. Every scenario asserts that each call completes with the right result or fails with
 //! an error, that no call body runs twice, and that a restarted server runs nothing sent to its
@@ -35,7 +37,16 @@ enum Dest {
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Deliver(Dest, Vec<u8>),
-    Complete { incarnation: u64, slot: usize, seq: u32 },
+    Complete {
+        incarnation: u64,
+        slot: usize,
+        seq: u32,
+    },
+    /// The client of `slot` gives call `seq` up, if it is still waiting for it.
+    Abandon {
+        slot: usize,
+        seq: u32,
+    },
 }
 
 struct Scenario {
@@ -62,6 +73,10 @@ struct Scenario {
     crashed_at: Option<u64>,
     restart_after: Option<u64>,
     packets: u64,
+    /// Each call gets a deadline this far ahead (a random time within the range).
+    deadlines: Option<(u64, u64)>,
+    /// The chance that a client gives a call up at a random time before its result.
+    abandon: f64,
 }
 
 struct Server {
@@ -112,6 +127,8 @@ struct Client {
     done: bool,
     /// Each call's outcome, with the virtual time it ended.
     outcomes: Vec<(u64, Result<(), Failure>)>,
+    /// Calls given up before their result (cancelled).
+    abandoned: u32,
 }
 
 fn result_for(args: &[u8]) -> Vec<u8> {
@@ -231,6 +248,9 @@ impl Scenario {
             Kind::Ack => {
                 cell.on_result_ack(&binding, &p, now);
             }
+            Kind::Cancel => {
+                cell.on_cancel(&binding, &p, now);
+            }
             Kind::Probe => match cell.proto.on_probe(p.seq(), now) {
                 ProbeAction::Alive => {
                     reply = Some(Self::packet(binding.reply_header(&p, Kind::ProbeReply, Status::Ok, 0), &[]))
@@ -325,6 +345,35 @@ impl Scenario {
         }
     }
 
+    /// Tells the server that client `k` gives up its current call (best effort, like any packet).
+    fn client_cancel(&mut self, k: usize) {
+        let h = Header {
+            binding: 1,
+            token: TOKEN,
+            incarnation: 1,
+            slot: k as u32,
+            seq: self.clients[k].seq,
+            ..Header::new(Kind::Cancel)
+        };
+        self.send(Dest::Server, Self::packet(h, &[]));
+    }
+
+    /// Client `k` gives up call `seq`, if it still waits for it, and goes on to its next call.
+    fn client_abandon(&mut self, k: usize, seq: u32) {
+        let c = &self.clients[k];
+        if c.done || c.seq != seq || c.call.outcome().is_some() {
+            return;
+        }
+        self.client_cancel(k);
+        let c = &mut self.clients[k];
+        c.abandoned += 1;
+        if c.remaining == 0 {
+            c.done = true;
+        } else {
+            self.client_start(k);
+        }
+    }
+
     fn client_start(&mut self, k: usize) {
         let big = self.rng.random_bool(0.3);
         let max = if big { self.frag * 20 } else { self.frag };
@@ -335,12 +384,18 @@ impl Scenario {
         m[..4].copy_from_slice(&res_len.to_le_bytes());
         let now = self.at(self.now);
         let c = &mut self.clients[k];
-        c.seq += 1;
+        c.seq = c.seq.wrapping_add(1);
         c.remaining -= 1;
         c.expected = result_for(&m);
         c.message = m;
         let (seq, len) = (c.seq, c.message.len());
-        c.call.start(seq, len, now, None);
+        let deadline = self.deadlines.map(|(lo, hi)| self.now + self.rng.random_range(lo..=hi));
+        let deadline = deadline.map(|d| self.at(d));
+        self.clients[k].call.start(seq, len, now, deadline);
+        if self.rng.random_bool(self.abandon) {
+            let at = self.now + self.rng.random_range(0..50_000_000u64);
+            self.push(at, Event::Abandon { slot: k, seq });
+        }
         self.client_flush(k);
     }
 
@@ -385,6 +440,10 @@ impl Scenario {
         let now = self.at(self.now);
         self.clients[k].call.handle_timeout(now);
         if let Some(Outcome::Failed(f)) = self.clients[k].call.outcome() {
+            if f == Failure::DeadlineExceeded {
+                // As the client does: the server may drop what it holds of the call.
+                self.client_cancel(k);
+            }
             self.finish_call(k, Err(f));
         }
         self.client_flush(k);
@@ -400,6 +459,8 @@ impl Scenario {
 struct Totals {
     ok: usize,
     failed: usize,
+    late: usize,
+    abandoned: usize,
     packets: u64,
     corrupted: u64,
     busy: u64,
@@ -434,6 +495,8 @@ fn run(seed: u64) -> Totals {
     let crash = rng.random_bool(0.1);
     let crash_at = crash.then(|| rng.random_range(0..200_000_000u64));
     let restart_after = (crash && rng.random_bool(0.5)).then(|| rng.random_range(0..2_000_000_000u64));
+    let deadlines = rng.random_bool(0.2).then(|| (1_000_000, rng.random_range(2_000_000..4_000_000_000u64)));
+    let abandon = if rng.random_bool(0.2) { rng.random_range(0.1..0.5) } else { 0.0 };
     let base = Instant::now();
     let clients = (0..n_clients)
         .map(|_| Client {
@@ -444,6 +507,7 @@ fn run(seed: u64) -> Totals {
             expected: Vec::new(),
             done: false,
             outcomes: Vec::new(),
+            abandoned: 0,
         })
         .collect();
     let mut s = Scenario {
@@ -467,6 +531,8 @@ fn run(seed: u64) -> Totals {
         crashed_at: None,
         restart_after,
         packets: 0,
+        deadlines,
+        abandon,
     };
     let mut log = Log { executions: HashMap::new(), by_incarnation: HashMap::new() };
     for k in 0..n_clients {
@@ -511,6 +577,7 @@ fn run(seed: u64) -> Totals {
                 s.server = Server { service, ..Server::new(2, n_clients, frag, timing, max_running, now) };
             }
             Event::Complete { incarnation, slot, seq } => s.complete(incarnation, slot, seq),
+            Event::Abandon { slot, seq } => s.client_abandon(slot, seq),
             Event::Deliver(Dest::Server, b) => s.server_receive(b, &mut log),
             Event::Deliver(Dest::Client(k), b) => s.client_receive(k, b),
         }
@@ -518,10 +585,15 @@ fn run(seed: u64) -> Totals {
     assert_eq!(log.by_incarnation.get(&2).copied().unwrap_or(0), 0, "seed {seed}: new incarnation ran an old call");
     let mut ok = 0;
     let mut failed = 0;
+    let mut late = 0;
+    let mut abandoned = 0;
     for c in &s.clients {
+        abandoned += c.abandoned as usize;
         for (ended, o) in &c.outcomes {
             match o {
                 Ok(()) => ok += 1,
+                // A call with a deadline may miss it (long procedures, a lossy network).
+                Err(Failure::DeadlineExceeded) if deadlines.is_some() => late += 1,
                 Err(f) => {
                     // Only a crash explains a failure, and only of a call that ended after it.
                     assert!(
@@ -538,7 +610,23 @@ fn run(seed: u64) -> Totals {
             }
         }
     }
-    Totals { ok, failed, packets: s.packets, corrupted: s.corrupted, busy: s.busy, challenges: s.challenges }
+    if s.crashed_at.is_none() && s.clients.iter().all(|c| c.done) {
+        // Every result was acknowledged, by the next call on its slot or by its client's ack, or
+        // dropped on a cancel; what remains charged is at most the results saved for the last call
+        // of each slot.
+        let held = s.server.binding.memory();
+        assert!(held <= n_clients * (HEADER_LEN + frag * 20), "seed {seed}: {held} bytes still charged");
+    }
+    Totals {
+        ok,
+        failed,
+        late,
+        abandoned,
+        packets: s.packets,
+        corrupted: s.corrupted,
+        busy: s.busy,
+        challenges: s.challenges,
+    }
 }
 
 #[test]
@@ -549,19 +637,22 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         let r = run(seed);
         t.ok += r.ok;
         t.failed += r.failed;
+        t.late += r.late;
+        t.abandoned += r.abandoned;
         t.packets += r.packets;
         t.corrupted += r.corrupted;
         t.busy += r.busy;
         t.challenges += r.challenges;
     }
     println!(
-        "{n} scenarios: {} calls returned, {} failed after a crash, {} packets sent, {} corrupted, {} calls \
-         refused as busy, {} address challenges",
-        t.ok, t.failed, t.packets, t.corrupted, t.busy, t.challenges
+        "{n} scenarios: {} calls returned, {} failed after a crash, {} missed their deadline, {} given up \
+         by their clients, {} packets sent, {} corrupted, {} calls refused as busy, {} address challenges",
+        t.ok, t.failed, t.late, t.abandoned, t.packets, t.corrupted, t.busy, t.challenges
     );
     assert!(t.ok > 0);
     assert!(t.challenges > 0, "every slot proves its address");
     if n >= 100 {
         assert!(t.corrupted > 0 && t.busy > 0, "the scenarios exercise corruption and admission");
+        assert!(t.late > 0 && t.abandoned > 0, "the scenarios exercise deadlines and cancellation");
     }
 }

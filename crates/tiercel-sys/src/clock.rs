@@ -55,6 +55,34 @@ pub fn ticks_in(d: Duration) -> u64 {
     (d.as_secs_f64() * ticks_per_second()).min(u64::MAX as f64) as u64
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process of the host (of one time
+/// namespace), so that one process can tell another when something is due (a shared-memory call's
+/// deadline).
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec as u64)
+}
+
+/// The `Instant` of a [`monotonic_ns`] reading: `Instant` is `CLOCK_MONOTONIC` too, so the two are
+/// related by the distance from now.
+pub fn instant_of_monotonic(ns: u64) -> Instant {
+    let (now, now_ns) = (Instant::now(), monotonic_ns());
+    if ns >= now_ns {
+        now + Duration::from_nanos(ns - now_ns)
+    } else {
+        now.checked_sub(Duration::from_nanos(now_ns - ns)).unwrap_or(now)
+    }
+}
+
+/// The [`monotonic_ns`] reading of a future or past `Instant`.
+pub fn monotonic_of_instant(at: Instant) -> u64 {
+    let (now, now_ns) = (Instant::now(), monotonic_ns());
+    match at.checked_duration_since(now) {
+        Some(ahead) => now_ns.saturating_add(ahead.as_nanos() as u64),
+        None => now_ns.saturating_sub(now.duration_since(at).as_nanos() as u64),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +100,16 @@ mod tests {
         assert_eq!(elapsed(b, a), Duration::ZERO, "backwards is zero, not a wrap");
         let t = ticks_in(Duration::from_millis(3));
         assert!((2.9e6..3.1e6).contains(&ticks_to_ns(t as f64)), "{t} ticks");
+    }
+
+    #[test]
+    fn monotonic_readings_and_instants_convert_both_ways() {
+        let at = Instant::now() + Duration::from_millis(250);
+        let back = instant_of_monotonic(monotonic_of_instant(at));
+        let off = if back > at { back - at } else { at - back };
+        assert!(off < Duration::from_millis(5), "{off:?} off");
+        let before = monotonic_ns();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(monotonic_ns() >= before + 2_000_000);
     }
 }

@@ -79,7 +79,7 @@ pub use client::{Call, Reply};
 pub use config::{ClientConfig, ServerConfig, Spin, Timing};
 pub use error::{AddressError, BindError, CallError, Error, Execution, SecretError, ServerError};
 pub use interface::{DispatchError, Export, Import, InterfaceInfo, Results};
-pub use server::{RunningServer, Server, ServerStats, ShutdownHandle};
+pub use server::{deadline, RunningServer, Server, ServerStats, ShutdownHandle};
 pub use tiercel_macros::{interface, Wire};
 pub use wire::{DecodeError, Reader, Wire, Writer};
 

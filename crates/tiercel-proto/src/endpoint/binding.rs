@@ -252,6 +252,24 @@ impl<A> SlotCell<A> {
         if !self.proto.on_result_ack(p, now) {
             return None;
         }
+        self.release_result(binding)
+    }
+
+    /// Handles the client's cancellation of call `p.seq()` ([`crate::server::Slot::on_cancel`]),
+    /// returning its memory to the budgets. Returns a large result buffer, as
+    /// [`SlotCell::on_result_ack`] does.
+    pub fn on_cancel<E>(&mut self, binding: &Binding<A, E>, p: &Packet<&[u8]>, now: Instant) -> Option<Vec<u8>> {
+        match self.proto.on_cancel(p.seq(), now) {
+            crate::server::Cancelled::Reassembly(bytes) => {
+                binding.release(bytes);
+                None
+            }
+            crate::server::Cancelled::Result => self.release_result(binding),
+            crate::server::Cancelled::Nothing => None,
+        }
+    }
+
+    fn release_result<E>(&mut self, binding: &Binding<A, E>) -> Option<Vec<u8>> {
         binding.release(core::mem::take(&mut self.charged));
         self.result.truncate(HEADER_LEN);
         if self.result.capacity() > binding.max_datagram {

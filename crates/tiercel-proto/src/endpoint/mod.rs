@@ -217,7 +217,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     pub fn route(&self, p: &Packet<&[u8]>, now: Instant) -> Route<A, E> {
         match p.kind() {
             Kind::Bind => return Route::Bind,
-            Kind::Call | Kind::Ack | Kind::Probe => {}
+            Kind::Call | Kind::Ack | Kind::Probe | Kind::Cancel => {}
             Kind::Result | Kind::ProbeReply | Kind::Reject | Kind::BindReply => return Route::Malformed,
         }
         let Some(binding) = self.lookup(p.binding(), p.token()) else {

@@ -443,3 +443,44 @@ fn a_duplicate_or_probe_draws_one_result_fragment_not_the_window() {
     }
     assert_eq!((again, cell.proto.take_resent()), (3, 3), "the unacknowledged three, each counted once");
 }
+
+#[test]
+fn a_cancel_frees_a_partial_call_or_a_saved_result_and_a_running_slot_answers_busy() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let timing = e.config().timing;
+    let cancel = |seq: u32| {
+        let bytes = packet(Kind::Cancel, b.id, TOKEN, 9, 0, seq);
+        let p = Packet::new_checked(&bytes[..]).unwrap();
+        assert!(matches!(route(&e, &bytes, now), Route::Binding(_)), "a cancel goes to its binding");
+        enter(&e, &b, &p, 1).unwrap().on_cancel(&b, &p, now);
+    };
+    // A partial call: its bytes go back, and its late fragments are dropped, not reassembled anew.
+    assert!(send_fragments(&e, &b, 1, 0, 1, 3, [0, 1], now).iter().all(quiet));
+    assert_eq!(b.memory(), 200);
+    cancel(1);
+    assert_eq!(b.memory(), 0, "the cancelled call's fragments were given back");
+    assert!(send_fragments(&e, &b, 1, 0, 1, 3, [2, 0], now).iter().all(quiet));
+    assert_eq!(b.memory(), 0, "late fragments of a cancelled call are not reassembled");
+    // A call running when its client gives it up and sends the next: the next is refused as busy
+    // (its client backs off), and the cancel of the running one changes nothing.
+    let one = fragment(b.id, 2, 0, 1, 1, &[1]);
+    let p = Packet::new_checked(&one[..]).unwrap();
+    assert_eq!(enter(&e, &b, &p, 1).unwrap().on_call(&b, &p, now, &timing), CallAction::Execute);
+    cancel(2);
+    let next = fragment(b.id, 3, 0, 1, 1, &[2]);
+    let q = Packet::new_checked(&next[..]).unwrap();
+    assert_eq!(enter(&e, &b, &q, 1).unwrap().on_call(&b, &q, now, &timing), CallAction::Busy);
+    // It finishes with a 250-byte result, charged until acknowledged; a cancel drops it.
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    let mut out = cell.take_result(&b);
+    out.resize(HEADER_LEN + 250, 3);
+    assert_eq!(cell.complete(&b, &p, Status::Ok, out, &timing), Status::Ok);
+    while cell.poll_transmit(&b).is_some() {}
+    drop(cell);
+    assert_eq!(b.memory(), 250);
+    cancel(2);
+    assert_eq!(b.memory(), 0, "the cancelled call's saved result was given back");
+    // The next call now runs.
+    assert_eq!(enter(&e, &b, &q, 1).unwrap().on_call(&b, &q, now, &timing), CallAction::Execute);
+}

@@ -80,10 +80,22 @@ impl AsyncEndpoint {
         }
     }
 
-    pub(super) fn begin(&mut self) {
+    pub(super) fn begin(&mut self, context: &tiercel_proto::context::Context) {
         match self {
-            AsyncEndpoint::Udp { ep, .. } => ep.begin(),
-            AsyncEndpoint::Shm(ep) => ep.begin(),
+            AsyncEndpoint::Udp { ep, .. } => ep.begin(context),
+            AsyncEndpoint::Shm(ep) => ep.begin(context),
+        }
+    }
+
+    /// Gives up the call in flight (its future was dropped): tells the server, best effort.
+    pub(super) fn cancel(&mut self, inner: &BindingInner) {
+        match self {
+            AsyncEndpoint::Udp { ep, .. } => ep.cancel(),
+            AsyncEndpoint::Shm(ep) => {
+                if let Some(link) = &inner.shm {
+                    ep.abandon(link);
+                }
+            }
         }
     }
 
@@ -308,9 +320,9 @@ impl ShmEndpoint {
             self.reclaim(link);
         }
         let started = Instant::now();
-        let len = self.publish(link, procedure, segs)?;
+        let len = self.publish(link, procedure, segs, deadline)?;
         // Until the result is read, the slot is the server's: if this future is dropped meanwhile,
-        // the endpoint goes back to the pool as abandoned.
+        // the endpoint goes back to the pool as abandoned (see `AsyncEndpoint::cancel`).
         self.set_abandoned(true);
         self.wait_async(inner, link, deadline, true, alone).await?;
         self.set_abandoned(false);

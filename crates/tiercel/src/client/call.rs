@@ -67,9 +67,10 @@ impl<'a> Call<'a> {
     pub(super) fn new(binding: &'a Binding, procedure: u16) -> Result<Call<'a>, CallError> {
         mark(Point::CallStart);
         let mut engine = Engine::take(binding)?;
+        let context = binding.context();
         match &mut engine {
-            Engine::Udp(ep) => ep.begin(),
-            Engine::Shm(ep) => ep.begin(),
+            Engine::Udp(ep) => ep.begin(&context),
+            Engine::Shm(ep) => ep.begin(&context),
             #[cfg(feature = "async")]
             Engine::Async(..) => unreachable!("a synchronous call takes the thread's endpoint"),
         }
@@ -131,14 +132,16 @@ pub struct AsyncCall<'a> {
     engine: Option<Box<AsyncEndpoint>>,
     segments: Segments<'a>,
     procedure: u16,
+    /// Sent and not yet answered: dropped now, the call is cancelled.
+    in_flight: bool,
 }
 
 #[cfg(feature = "async")]
 impl<'a> AsyncCall<'a> {
     pub(super) async fn new(binding: &'a Binding, procedure: u16) -> Result<AsyncCall<'a>, CallError> {
         let mut ep = AsyncState::acquire(&binding.inner).await?;
-        ep.begin();
-        Ok(AsyncCall { binding, engine: Some(ep), segments: Segments::new(0), procedure })
+        ep.begin(&binding.context());
+        Ok(AsyncCall { binding, engine: Some(ep), segments: Segments::new(0), procedure, in_flight: false })
     }
 
     /// Where the arguments are marshaled.
@@ -154,10 +157,12 @@ impl<'a> AsyncCall<'a> {
         let b = self.binding;
         let timed = b.inner.metrics.get(self.procedure as usize).map(|m| (m, m.start()));
         let (flight, alone) = b.inner.asynch.fly();
+        self.in_flight = true;
         let outcome = match &mut self.engine {
             Some(ep) => ep.run(b, self.procedure, &self.segments, alone).await,
             None => unreachable!("a call has its endpoint until invoked"),
         };
+        self.in_flight = false;
         drop(flight);
         if let Some((m, started)) = timed {
             m.finish(started, outcome.is_ok());
@@ -175,7 +180,10 @@ impl Drop for AsyncCall<'_> {
     fn drop(&mut self) {
         // Done, failed, never sent, or dropped mid-call (a shared-memory slot is then marked as
         // abandoned until the server answers): the endpoint goes back to the pool either way.
-        if let Some(ep) = self.engine.take() {
+        if let Some(mut ep) = self.engine.take() {
+            if self.in_flight {
+                ep.cancel(&self.binding.inner);
+            }
             self.binding.inner.asynch.release(ep);
         }
     }

@@ -245,8 +245,16 @@ impl Binding {
     }
 
     /// A clone of this binding whose calls fail with [`CallError::DeadlineExceeded`] after `deadline`.
+    /// The deadline travels with each call: a server that would start a call after it answers
+    /// `DeadlineExceeded { may_have_run: false }` without running it, and a procedure sees it
+    /// ([`crate::deadline`]). Cheap (a reference count): make one per call to give each its own.
     pub fn with_deadline(&self, deadline: Duration) -> Binding {
         Binding { inner: self.inner.clone(), deadline: Some(deadline) }
+    }
+
+    /// What a call through this binding carries besides its arguments.
+    fn context(&self) -> tiercel_proto::context::Context {
+        tiercel_proto::context::Context { deadline: self.deadline, trace: None }
     }
 
     /// The server's address.

@@ -15,6 +15,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::{BindClient, BindEvent, Keyed, Rendezvous};
+use tiercel_proto::context::Context;
 use tiercel_proto::shm::{self as proto, header, slot, Layout};
 use tiercel_proto::wire::{Packet, Status};
 use tiercel_sys::clock;
@@ -141,6 +142,8 @@ pub(crate) struct ShmEndpoint {
     spin: SpinBudget,
     /// A call abandoned at its deadline is still in the slot: wait for it before the next one.
     abandoned: bool,
+    /// The call being made starts with a context block.
+    context: bool,
     /// When large calls last passed and the slot's pages were last given back.
     retention: Retention,
 }
@@ -162,17 +165,27 @@ impl ShmEndpoint {
             result: Vec::with_capacity(SCRATCH),
             spin: SpinBudget::new(inner.config.spin),
             abandoned: false,
+            context: false,
             retention: Retention::default(),
         })
     }
 
-    pub(super) fn begin(&mut self) {
+    /// Prepares the endpoint for a call whose data starts with `context` (when not empty). A
+    /// deadline goes in the slot's own words, not in the block.
+    pub(super) fn begin(&mut self, context: &Context) {
         self.scratch.clear();
         self.result.clear();
+        let context = Context { deadline: None, ..*context };
+        self.context = !context.is_empty();
         if self.retention.idle(Instant::now()) {
             // No large call for a while: give back the private buffers they grew.
             self.scratch = Vec::with_capacity(SCRATCH);
             self.result = Vec::with_capacity(SCRATCH);
+        }
+        if self.context {
+            let mut block = [0u8; tiercel_proto::context::MAX_LEN];
+            let n = context.encode(&mut block);
+            self.scratch.extend_from_slice(&block[..n]);
         }
     }
 
@@ -201,7 +214,7 @@ impl ShmEndpoint {
             self.wait(inner, link, start, deadline, false)?;
             self.reclaim(link);
         }
-        let len = self.publish(link, procedure, segs)?;
+        let len = self.publish(link, procedure, segs, deadline)?;
         self.wait(inner, link, start, deadline, true)?;
         mark(Point::Arrived);
         self.spin.observe(clock::elapsed(start, clock::ticks()));
@@ -219,8 +232,15 @@ impl ShmEndpoint {
         self.abandoned = false;
     }
 
-    /// Copies the call into the slot and publishes it. Returns the call's length.
-    pub(super) fn publish(&mut self, link: &Link, procedure: u16, segs: &Segments<'_>) -> Result<usize, CallError> {
+    /// Copies the call into the slot and publishes it, with its deadline (by which the server must
+    /// have started it). Returns the call's length.
+    pub(super) fn publish(
+        &mut self,
+        link: &Link,
+        procedure: u16,
+        segs: &Segments<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<usize, CallError> {
         let (region, layout) = (&link.region, link.layout);
         let base = layout.slot(self.slot);
         let data = layout.data(self.slot);
@@ -231,8 +251,13 @@ impl ShmEndpoint {
         let mut io = [std::io::IoSlice::new(&[]); MAX_SEGMENTS];
         let n = segs.io_slices(&self.scratch, &mut io);
         region.write_vectored(data, &io[..n]);
-        word(region, base + slot::PROCEDURE).store(procedure as u32, Ordering::Relaxed);
+        let flag = if self.context { proto::CONTEXT } else { 0 };
+        word(region, base + slot::PROCEDURE).store(procedure as u32 | flag, Ordering::Relaxed);
         word(region, base + slot::LEN).store(len as u32, Ordering::Relaxed);
+        let (lo, hi) = proto::deadline_words(deadline.map_or(0, clock::monotonic_of_instant));
+        word(region, base + slot::DEADLINE_LO).store(lo, Ordering::Relaxed);
+        word(region, base + slot::DEADLINE_HI).store(hi, Ordering::Relaxed);
+        word(region, base + slot::CANCEL).store(0, Ordering::Relaxed);
         mark(Point::ArgsCopied);
         let doorbell = word(region, header::DOORBELL);
         if proto::client_publish(word(region, base + slot::STATE), word(region, header::SERVER_SLEEPING), doorbell) {
@@ -365,8 +390,17 @@ impl ShmEndpoint {
             }
             CallError::Unreachable { server: inner.server, acknowledged: false }
         };
-        self.abandoned = true;
+        self.abandon(link);
         Err(failure)
+    }
+}
+
+impl ShmEndpoint {
+    /// Gives up the call in the slot: the slot stays the server's until it answers, and a server
+    /// that has not started the call yet answers without running it.
+    pub(super) fn abandon(&mut self, link: &Link) {
+        self.abandoned = true;
+        self.slot_word(link, slot::CANCEL).store(1, Ordering::Relaxed);
     }
 }
 

@@ -13,6 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
+use tiercel_proto::context::{self, Context};
 use tiercel_proto::fragment::{fragment_count, fragment_range};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_sys::udp::{self, Received};
@@ -52,6 +53,11 @@ pub(crate) struct UdpEndpoint {
     spin: SpinBudget,
     /// `flags::CHECKSUM` when the binding checksums its packets, else 0.
     flag_base: u8,
+    /// `flags::CONTEXT` when the call being made starts with a context block, else 0.
+    context_flag: u8,
+    /// The deadline of the call being made, when its context carries one: refreshed in the block
+    /// before every send, so that a retransmission tells the time left then.
+    context_deadline: Option<Instant>,
     /// When large messages last passed (their buffers are kept a while).
     retention: Retention,
 }
@@ -90,12 +96,23 @@ impl UdpEndpoint {
             counted_retransmissions: 0,
             spin: SpinBudget::new(inner.config.spin),
             flag_base: if inner.config.checksum { flags::CHECKSUM } else { 0 },
+            context_flag: 0,
+            context_deadline: None,
             retention: Retention::default(),
         })
     }
 
-    pub(super) fn begin(&mut self) {
+    /// Prepares the endpoint for a call whose message starts with `context` (when not empty).
+    pub(super) fn begin(&mut self, context: &Context) {
         self.scratch.clear();
+        self.context_flag = 0;
+        self.context_deadline = None;
+        if !context.is_empty() {
+            let mut block = [0u8; context::MAX_LEN];
+            let n = context.encode(&mut block);
+            self.scratch.extend_from_slice(&block[..n]);
+            self.context_flag = flags::CONTEXT;
+        }
         if let Some(buf) = self.big_result.take() {
             // The next multi-packet result is reassembled in this one's buffer.
             self.call.recycle(buf);
@@ -138,7 +155,11 @@ impl UdpEndpoint {
         let len = segs.message_len(&self.scratch);
         self.seq = self.seq.wrapping_add(1);
         let start = Instant::now();
-        self.call.start(self.seq, len, start, binding.deadline.map(|d| start + d));
+        let deadline = binding.deadline.map(|d| start + d);
+        self.call.start(self.seq, len, start, deadline);
+        if self.context_flag != 0 {
+            self.context_deadline = deadline;
+        }
         if let Some(Outcome::Failed(Failure::TooLarge)) = self.call.outcome() {
             return Err(CallError::TooLarge(format!(
                 "call of {len} bytes exceeds the limit of {} bytes",
@@ -167,10 +188,17 @@ impl UdpEndpoint {
             inner.stats.retransmissions.fetch_add(new, Ordering::Relaxed);
             self.counted_retransmissions = retransmissions;
         }
+        if let Some(deadline) = self.context_deadline {
+            let left = context::micros(deadline.saturating_duration_since(Instant::now()));
+            let at = context::DEADLINE_AT;
+            if let Some(field) = self.scratch.get_mut(at..at + 4) {
+                field.copy_from_slice(&left.to_le_bytes());
+            }
+        }
         while let Some(t) = self.call.poll_transmit() {
             let sent = match t {
                 Transmit::CallFragment { index, please_ack } => {
-                    let flag = self.flag_base | if please_ack { flags::PLEASE_ACK } else { 0 };
+                    let flag = self.flag_base | self.context_flag | if please_ack { flags::PLEASE_ACK } else { 0 };
                     if len <= self.frag_payload {
                         let mut p = Packet::new_unchecked(&mut self.template[..]);
                         p.set_fragment(0, 1);
@@ -214,6 +242,12 @@ impl UdpEndpoint {
             }
         }
         Ok(())
+    }
+
+    /// Tells the server, best effort, that the call being made is given up (its deadline passed,
+    /// or its future was dropped): it stops reassembling it, or drops its saved result.
+    pub(super) fn cancel(&self) {
+        let _ = self.send_control(Kind::Cancel, 0, &[]);
     }
 
     fn send_control(&self, kind: Kind, flag: u8, payload: &[u8]) -> std::io::Result<usize> {
@@ -325,7 +359,10 @@ impl UdpEndpoint {
             }
             Some(Outcome::Failed(f)) => Err(match f {
                 Failure::Unreachable { acknowledged } => CallError::Unreachable { server, acknowledged },
-                Failure::DeadlineExceeded => CallError::DeadlineExceeded { may_have_run: true },
+                Failure::DeadlineExceeded => {
+                    self.cancel();
+                    CallError::DeadlineExceeded { may_have_run: true }
+                }
                 Failure::Rejected(Status::Busy) => CallError::Overloaded,
                 Failure::Rejected(status) => status_error(status, procedure, String::new()),
                 Failure::TooLarge => CallError::TooLarge("call exceeds the message limit".into()),
@@ -377,6 +414,7 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
         Status::WrongIncarnation => CallError::ServerRestarted,
         Status::TooLarge => CallError::TooLarge(message),
         Status::ResultTooLarge => CallError::ResultTooLarge(message),
+        Status::DeadlineExceeded => CallError::DeadlineExceeded { may_have_run: false },
         // Statuses that answer a bind request, a refusal as busy or a challenge of the address
         // (`Reject`s the call machine handles), or success, are no failure of a call's result: a
         // server that sends them as one breaks the protocol.
@@ -387,6 +425,8 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
         | Status::InterfaceMismatch
         | Status::AuthRequired
         | Status::AuthFailed
+        // Only the result of a call its client gave up, which no caller waits for.
+        | Status::Cancelled
         | Status::Ok => CallError::Protocol(format!("the server answered a call with status {status:?}")),
     }
 }
@@ -416,6 +456,10 @@ mod tests {
         assert_eq!(ran(Status::TooLarge), Execution::NeverRan, "refused before it ran");
         assert_eq!(ran(Status::ResultTooLarge), Execution::Ran, "refused after it ran");
         assert_eq!(ran(Status::Panicked), Execution::Ran);
+        assert!(matches!(
+            status_error(Status::DeadlineExceeded, 3, String::new()),
+            CallError::DeadlineExceeded { may_have_run: false }
+        ));
         assert!(matches!(status_error(Status::UnknownBinding, 3, String::new()), CallError::UnknownBinding));
         assert!(matches!(status_error(Status::BadSlot, 3, String::new()), CallError::UnknownBinding));
         assert!(matches!(status_error(Status::WrongIncarnation, 3, String::new()), CallError::ServerRestarted));
@@ -430,6 +474,7 @@ mod tests {
             Status::InterfaceMismatch,
             Status::AuthRequired,
             Status::AuthFailed,
+            Status::Cancelled,
         ] {
             let e = status_error(s, 3, String::new());
             assert!(matches!(e, CallError::Protocol(_)), "{s:?}: {e:?}");

@@ -1,8 +1,12 @@
 //! Running a procedure on the server, for every transport: the generated stub called with the
 //! arguments, its results marshaled, a panic caught and turned into an error result.
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tiercel_proto::context::Context;
 
 use tiercel_proto::wire::Status;
 
@@ -12,18 +16,64 @@ use crate::steps::{mark, Point};
 /// Longest error message sent back in a result.
 const MAX_ERROR_MESSAGE: usize = 1024;
 
+/// How a call arrived: what the transport knows of it besides its arguments.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrival {
+    /// When the call's last packet was received: the base of a relative deadline in the call's
+    /// context (none where the transport carries the deadline's instant itself).
+    pub(crate) at: Option<Instant>,
+    /// The arguments start with a call context block.
+    pub(crate) context: bool,
+    /// A deadline the transport carried itself (shared memory's slot words).
+    pub(crate) deadline: Option<Instant>,
+}
+
+thread_local! {
+    /// The deadline of the call this thread is running, if its caller set one.
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The deadline of the call the current thread is running, when its caller gave it one (with
+/// [`crate::Binding::with_deadline`] or `ClientConfig::deadline`): a procedure that would work past
+/// it can stop early, since its caller has given up by then. `None` outside a procedure, and for
+/// calls without a deadline. Over UDP the server counts the time its caller had left when it sent
+/// the call from when the call arrived (the time in flight is not known); through shared memory the
+/// deadline is the caller's own instant. Costs a thread-local read.
+pub fn deadline() -> Option<Instant> {
+    DEADLINE.with(Cell::get)
+}
+
 /// Runs `procedure` of `export` with marshaled `args`, appending its marshaled results (or, on
-/// failure, an error message) to `out` after its first `start` bytes. Catches a panic.
+/// failure, an error message) to `out` after its first `start` bytes. Catches a panic. A call whose
+/// deadline has passed is answered `DeadlineExceeded` without running.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_procedure(
     shared: &super::Shared,
     export: &std::sync::Arc<dyn Export>,
     procedure: u16,
     args: &[u8],
+    arrival: Arrival,
     out: &mut Vec<u8>,
     start: usize,
     limit: usize,
 ) -> Status {
     let stats = &shared.stats;
+    let (args, deadline) = if arrival.context {
+        match Context::parse(args) {
+            Ok((context, rest)) => (rest, arrival.deadline.or(arrival.at.zip(context.deadline).map(|(at, d)| at + d))),
+            Err(e) => {
+                error_message(out, &e.to_string());
+                return Status::BadArguments;
+            }
+        }
+    } else {
+        (args, arrival.deadline)
+    };
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        stats.late.fetch_add(1, Ordering::Relaxed);
+        return Status::DeadlineExceeded;
+    }
+    let _current = deadline.map(Current::set);
     let metrics = shared.procedure_metrics(export);
     let timed = metrics.get(procedure as usize).map(|m| (m, m.start()));
     let outcome = catch_unwind(AssertUnwindSafe(|| export.dispatch(procedure, args, &mut Results::new(out, limit))));
@@ -53,6 +103,22 @@ pub(crate) fn run_procedure(
             error_message(out, &msg);
             Status::Panicked
         }
+    }
+}
+
+/// The running call's deadline, set for the time a procedure runs.
+struct Current;
+
+impl Current {
+    fn set(deadline: Instant) -> Current {
+        DEADLINE.with(|d| d.set(Some(deadline)));
+        Current
+    }
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        DEADLINE.with(|d| d.set(None));
     }
 }
 

@@ -1,6 +1,8 @@
 //! The server: exports interfaces and runs calls on its worker threads.
 
 mod dispatch;
+
+pub use dispatch::deadline;
 mod shm;
 mod udp;
 
@@ -231,6 +233,13 @@ pub struct ServerStats {
     pub challenged: AtomicU64,
     /// Bind requests whose proof of the shared secret was wrong or stale.
     pub auth_failed: AtomicU64,
+    /// Calls answered `DeadlineExceeded` without running: their deadline had passed when they
+    /// were about to start.
+    pub late: AtomicU64,
+    /// Calls their clients gave up: through shared memory, those answered `Cancelled` without
+    /// running; over UDP, the `Cancel` packets received (each drops the call's partial message or
+    /// saved result, if the server holds one; a call running runs to its end).
+    pub cancelled: AtomicU64,
 }
 
 impl core::fmt::Display for ServerStats {
@@ -240,7 +249,7 @@ impl core::fmt::Display for ServerStats {
         write!(
             f,
             "calls={} duplicates={} resent={} malformed={} rejected={} panics={} busy={} bindings={} expired={} \
-             reclaimed={} challenged_addresses={} challenged={} auth_failed={}",
+             reclaimed={} challenged_addresses={} challenged={} auth_failed={} late={} cancelled={}",
             l(&self.calls),
             l(&self.duplicates),
             l(&self.resent),
@@ -254,6 +263,8 @@ impl core::fmt::Display for ServerStats {
             l(&self.challenged_addresses),
             l(&self.challenged),
             l(&self.auth_failed),
+            l(&self.late),
+            l(&self.cancelled),
         )
     }
 }

@@ -22,6 +22,7 @@ use tiercel_proto::wire::{Packet, Status};
 use tiercel_sys::clock;
 use tiercel_sys::shm::{futex_wait, futex_wake, Region};
 
+use super::dispatch::Arrival;
 use super::Shared;
 use crate::rendezvous;
 use crate::retention::{self, Retention};
@@ -498,6 +499,11 @@ impl<'a> SlotServer<'a> {
         // Each control word is read once; the call is validated before anything uses it.
         let procedure = self.word(base + slot::PROCEDURE).load(Ordering::Relaxed);
         let len = self.word(base + slot::LEN).load(Ordering::Relaxed);
+        let deadline = proto::deadline_from_words(
+            self.word(base + slot::DEADLINE_LO).load(Ordering::Relaxed),
+            self.word(base + slot::DEADLINE_HI).load(Ordering::Relaxed),
+        );
+        let cancelled = self.word(base + slot::CANCEL).load(Ordering::Relaxed) != 0;
         self.out.clear();
         let call = proto::validate_call(procedure, len, self.layout.data);
         mark(Point::ServerValidated);
@@ -519,6 +525,11 @@ impl<'a> SlotServer<'a> {
                 );
                 Status::BadArguments
             }
+            // Given up by its client (its deadline passed, its future dropped) before it started.
+            Some(_) if cancelled => {
+                self.shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                Status::Cancelled
+            }
             Some(call) => {
                 if self.args.capacity() < call.len {
                     self.args.reserve_exact(call.len - self.args.len());
@@ -533,6 +544,12 @@ impl<'a> SlotServer<'a> {
                     &self.binding,
                     call.procedure,
                     &self.args,
+                    Arrival {
+                        // A relative deadline is the network's: this transport carries the instant.
+                        at: None,
+                        context: call.context,
+                        deadline: deadline.map(tiercel_sys::clock::instant_of_monotonic),
+                    },
                     &mut self.out,
                     0,
                     limit,

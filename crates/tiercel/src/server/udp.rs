@@ -18,7 +18,7 @@ use tiercel_proto::server::{CallAction, DropReason, ProbeAction};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_sys::udp::{self, Received};
 
-use super::dispatch::run_procedure;
+use super::dispatch::{run_procedure, Arrival};
 use super::{Shared, UdpBinding, UdpSlot};
 use crate::retention::SPARES_IDLE;
 use crate::steps::{self, mark, Point};
@@ -191,6 +191,15 @@ impl UdpWorker {
                 }
                 self.flush(&binding, &mut cell);
             }
+            Kind::Cancel => {
+                stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                if let Some(big) = cell.on_cancel(&binding, &p, now) {
+                    let mut spares = self.spares.borrow_mut();
+                    if big.capacity() > spares.result.capacity() {
+                        spares.result = big;
+                    }
+                }
+            }
             _ => match cell.proto.on_probe(p.seq(), now) {
                 ProbeAction::Alive => self.send_control(&binding, &p, from, Kind::ProbeReply, &[]),
                 ProbeAction::Ack(a) => self.send_control(&binding, &p, from, Kind::Ack, &a.to_bytes()),
@@ -221,11 +230,11 @@ impl UdpWorker {
         match action {
             CallAction::Execute => {
                 mark(Point::ServerAccepted);
-                self.execute(binding, cell, p, p.payload(), false)
+                self.execute(binding, cell, p, p.payload(), now, false)
             }
             CallAction::ExecuteMessage(message) => {
                 let len = message.len();
-                self.execute(binding, cell, p, &message, true);
+                self.execute(binding, cell, p, &message, now, true);
                 binding.release(len);
                 let mut spares = self.spares.borrow_mut();
                 if message.capacity() > spares.message.capacity() {
@@ -260,9 +269,8 @@ impl UdpWorker {
             CallAction::Drop(DropReason::Malformed) => {
                 self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
             }
-            // A new fragment held (`Nothing`), a packet of an older call, or of a new one while the
-            // slot still runs the last: nothing to count.
-            CallAction::Drop(DropReason::Nothing | DropReason::Stale | DropReason::SlotBusy) => {}
+            // A new fragment held (`Nothing`), or a packet of an older call: nothing to count.
+            CallAction::Drop(DropReason::Nothing | DropReason::Stale) => {}
         }
     }
 
@@ -275,6 +283,7 @@ impl UdpWorker {
         mut cell: MutexGuard<'_, UdpSlot>,
         p: &Packet<&[u8]>,
         args: &[u8],
+        arrived: Instant,
         large: bool,
     ) {
         let mut out = cell.take_result(binding);
@@ -294,6 +303,7 @@ impl UdpWorker {
             &binding.export,
             p.procedure(),
             args,
+            Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None },
             &mut out,
             HEADER_LEN,
             self.shared.config.timing.max_message,
