@@ -66,6 +66,10 @@ pub struct Report {
     pub loss: Vec<crate::loss::Row>,
     /// The accounting of Null and MaxResult per transport (as `tiercel explain` prints it, spinning).
     pub breakdown: Vec<crate::accounting::Account>,
+    /// Async Null against the synchronous call and the raw ping-pong, per transport.
+    pub asynch: Vec<crate::asynch::Row>,
+    /// Null throughput of concurrent async tasks and of synchronous threads on one binding.
+    pub async_throughput: Vec<crate::asynch::Throughput>,
 }
 
 /// How long each part of the run measures.
@@ -76,6 +80,7 @@ struct Budget {
     marshal_calls: u32,
     peregrine_row: Duration,
     load_row: Duration,
+    async_row: Duration,
     accounting_calls: u32,
     loss_calls: usize,
 }
@@ -90,6 +95,7 @@ pub fn run(args: Args) -> crate::Result<()> {
             marshal_calls: 5_000,
             peregrine_row: Duration::from_millis(100),
             load_row: Duration::from_millis(300),
+            async_row: Duration::from_millis(300),
             accounting_calls: 5_000,
             loss_calls: 10,
         }
@@ -101,6 +107,7 @@ pub fn run(args: Args) -> crate::Result<()> {
             marshal_calls: 50_000,
             peregrine_row: Duration::from_millis(400),
             load_row: Duration::from_millis(1500),
+            async_row: Duration::from_millis(1000),
             accounting_calls: 20_000,
             loss_calls: 40,
         }
@@ -136,7 +143,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     );
     let full = !args.latency_only;
     crate::progress::start(
-        (media.len() * modes.len()) as u64
+        (media.len() * modes.len() + media.len()) as u64
             + if full {
                 7 + 3 + 1 + 1 + (media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
             } else {
@@ -166,6 +173,19 @@ pub fn run(args: Args) -> crate::Result<()> {
             latency.push((medium, spin, rows));
             crate::progress::step();
         }
+    }
+    {
+        let (_spinning, addr) = serve_pinned(args.server_cpu, true)?;
+        for (medium, _, rows) in latency.iter().filter(|(_, spin, _)| *spin) {
+            crate::progress::doing(&format!("async {}", if *medium == Medium::Udp { "udp" } else { "shm" }));
+            let Some(null) = rows.iter().find(|r| r.name == "Null") else { continue };
+            let (row, throughput) =
+                crate::asynch::table(*medium, &addr, args.client_cpu, calls, rounds, &null.raw, budget.async_row)?;
+            report.asynch.push(row);
+            report.async_throughput.extend(throughput);
+            crate::progress::step();
+        }
+        crate::asynch::print(&report.asynch, &report.async_throughput, rounds, calls, budget.async_row);
     }
     if full {
         let cpu = args.server_cpu.to_string();

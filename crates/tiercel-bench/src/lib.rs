@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod accounting;
+pub mod asynch;
 pub mod baselines;
 pub mod bench;
 pub mod explain;

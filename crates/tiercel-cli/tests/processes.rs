@@ -199,6 +199,8 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         "Load (Lampson's r = s/(1 − u)) over shared memory",
         "sum of the steps",
         "placement: caller thread pinned to CPU",
+        "Async calls: Null through `TestAsyncClient`",
+        "async tasks on one",
     ] {
         assert!(text.contains(heading), "missing {heading:?}:\n{text}");
     }
@@ -219,6 +221,18 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
             assert!(row["median_ms"].as_f64().unwrap() > 0.0 && row["calls"].as_u64() == Some(10), "{row}");
         }
     }
+
+    // Async Null on both transports, and 8 sync threads against 1, 8 and 64 async tasks on each.
+    let asynch = report["asynch"].as_array().unwrap();
+    assert_eq!(names(&report["asynch"], "transport"), ["udp", "shm"]);
+    for row in asynch {
+        for column in ["raw_median_us", "sync_median_us", "async_median_us", "async_p99_us"] {
+            assert!(row[column].as_f64().unwrap() > 0.0, "{column} in {row}");
+        }
+    }
+    let throughput = report["async_throughput"].as_array().unwrap();
+    assert_eq!(throughput.len(), 8, "{throughput:?}");
+    assert!(throughput.iter().all(|t| t["calls_per_second"].as_f64().unwrap() > 0.0), "{throughput:?}");
 
     let baselines = names(&report["baselines"], "name");
     for b in [

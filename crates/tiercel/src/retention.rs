@@ -35,6 +35,12 @@ impl Retention {
         discard
     }
 
+    /// Whether a large message passed and its buffers are still kept: only then is there anything
+    /// for [`Retention::idle`] to give back (so a caller need not read the clock otherwise).
+    pub(crate) fn holds_large(&self) -> bool {
+        self.last_large.is_some()
+    }
+
     /// True once, when [`KEEP_IDLE`] has passed since the last large message: drop what it grew.
     pub(crate) fn idle(&mut self, now: Instant) -> bool {
         let idle = self.last_large.is_some_and(|t| now.saturating_duration_since(t) >= KEEP_IDLE);

@@ -34,8 +34,10 @@ use crate::{Binding, CallError};
 #[derive(Default)]
 pub(crate) struct AsyncState {
     pool: Mutex<Pool>,
-    /// Signalled when an endpoint comes back to the pool.
+    /// Signalled when an endpoint comes back to the pool while calls are queued for one.
     returned: Notify,
+    /// Calls queued for an endpoint.
+    queued: AtomicUsize,
     /// Async calls of the binding sent and not yet answered.
     in_flight: AtomicUsize,
     /// The thread that watches the shared-memory slots of async calls (started by the first).
@@ -68,6 +70,7 @@ pub(crate) enum AsyncEndpoint {
 
 impl AsyncEndpoint {
     fn new(inner: &Arc<BindingInner>) -> Result<AsyncEndpoint, CallError> {
+        in_runtime()?;
         match &inner.shm {
             None => {
                 let ep = UdpEndpoint::new(inner)?;
@@ -132,6 +135,16 @@ impl AsyncEndpoint {
     }
 }
 
+/// Async calls wait on tokio's reactor and timers: outside a runtime they fail (rather than panic).
+fn in_runtime() -> Result<(), CallError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(CallError::Io(std::io::Error::other(
+            "tiercel's async calls run inside a tokio runtime (with its I/O and time drivers)",
+        ))),
+    }
+}
+
 async fn run_udp(
     binding: &Binding,
     ready: &tokio::net::UdpSocket,
@@ -157,6 +170,7 @@ async fn run_udp(
             continue;
         }
         crate::steps::slept(crate::steps::Side::Client);
+        in_runtime()?;
         match ep.next_timeout() {
             // When it ends at the timer, the next step handles what is due.
             Some(t) => {
@@ -175,40 +189,51 @@ impl AsyncState {
     /// An endpoint for a call: an idle one, a new one while the binding has free slots, else the
     /// next one another call gives back.
     pub(super) async fn acquire(inner: &Arc<BindingInner>) -> Result<Box<AsyncEndpoint>, CallError> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(CallError::Io(std::io::Error::other(
-                "tiercel's async calls run inside a tokio runtime (with its I/O and time drivers)",
-            )));
-        }
         let state = &inner.asynch;
         loop {
+            if let Some(ep) = state.try_take(inner)? {
+                return Ok(ep);
+            }
+            // Every slot is taken: wait for one of the async calls to give its back, looking once
+            // more after registering, so that one given back meanwhile is not missed.
             let returned = state.returned.notified();
             let mut returned = std::pin::pin!(returned);
             returned.as_mut().enable();
-            {
-                let mut pool = state.pool.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(ep) = take_idle(&mut pool.idle) {
-                    return Ok(ep);
-                }
-                match AsyncEndpoint::new(inner) {
-                    Ok(ep) => {
-                        pool.created += 1;
-                        return Ok(Box::new(ep));
-                    }
-                    // Every slot is taken: wait for one of the async calls to give its back (when
-                    // none has one, the slots are all held by threads making synchronous calls).
-                    Err(CallError::NoFreeSlot(_)) if pool.created > 0 => {}
-                    Err(e) => return Err(e),
-                }
+            state.queued.fetch_add(1, Ordering::SeqCst);
+            let taken = state.try_take(inner);
+            if !matches!(taken, Ok(None)) {
+                state.queued.fetch_sub(1, Ordering::SeqCst);
+                return taken.map(|ep| ep.unwrap_or_else(|| unreachable!("matched None above")));
             }
             returned.await;
+            state.queued.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
-    /// Gives an endpoint back to the pool.
+    /// An idle endpoint, or a new one while the binding has free slots; `None` when every slot is
+    /// taken by async calls (when none has one, they are all held by threads making synchronous
+    /// calls, and the call fails with `NoFreeSlot`).
+    fn try_take(&self, inner: &Arc<BindingInner>) -> Result<Option<Box<AsyncEndpoint>>, CallError> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ep) = take_idle(&mut pool.idle) {
+            return Ok(Some(ep));
+        }
+        match AsyncEndpoint::new(inner) {
+            Ok(ep) => {
+                pool.created += 1;
+                Ok(Some(Box::new(ep)))
+            }
+            Err(CallError::NoFreeSlot(_)) if pool.created > 0 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives an endpoint back to the pool, and to the first call queued for one.
     pub(super) fn release(&self, ep: Box<AsyncEndpoint>) {
         self.pool.lock().unwrap_or_else(|p| p.into_inner()).idle.push(ep);
-        self.returned.notify_one();
+        if self.queued.load(Ordering::SeqCst) > 0 {
+            self.returned.notify_one();
+        }
     }
 
     /// Counts a call in flight until the returned guard drops; true when it is the only one.
@@ -319,19 +344,36 @@ impl ShmEndpoint {
             self.wait_async(inner, link, deadline, false, false).await?;
             self.reclaim(link);
         }
-        let started = Instant::now();
+        let started = tiercel_sys::clock::ticks();
         let len = self.publish(link, procedure, segs, deadline)?;
         // Until the result is read, the slot is the server's: if this future is dropped meanwhile,
         // the endpoint goes back to the pool as abandoned (see `AsyncEndpoint::cancel`).
         self.set_abandoned(true);
         self.wait_async(inner, link, deadline, true, alone).await?;
         self.set_abandoned(false);
-        self.observe(started.elapsed());
+        self.observe(tiercel_sys::clock::elapsed(started, tiercel_sys::clock::ticks()));
         self.collect(link, procedure, len)
     }
 
-    /// Waits for the slot's result without blocking the thread: spins first when `spin`, then
-    /// registers with the binding's waiting thread. Fails as the synchronous wait does.
+    /// While other calls of the binding are in flight, the runtime has their tasks to run: this one
+    /// looks at its slot each time it is polled again, yielding in between, for the spin budget
+    /// (which adapts to the round trips seen, queueing included). True when the result came in.
+    async fn poll_for_result(&self, link: &Link) -> bool {
+        let (start, budget) = (tiercel_sys::clock::ticks(), tiercel_sys::clock::ticks_in(self.spin_budget()));
+        loop {
+            if link.slot_done(self.slot()) {
+                return true;
+            }
+            if tiercel_sys::clock::ticks().saturating_sub(start) >= budget {
+                return false;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Waits for the slot's result without holding the thread: spins first when `spin` (the only
+    /// call in flight), else looks between other tasks' turns ([`ShmEndpoint::poll_for_result`]),
+    /// then registers with the binding's waiting thread. Fails as the synchronous wait does.
     async fn wait_async(
         &mut self,
         inner: &Arc<BindingInner>,
@@ -340,9 +382,14 @@ impl ShmEndpoint {
         ours: bool,
         spin: bool,
     ) -> Result<(), CallError> {
-        if spin && self.spin_for_result(link, tiercel_sys::clock::ticks()) {
+        if spin {
+            if self.spin_for_result(link, tiercel_sys::clock::ticks()) {
+                return Ok(());
+            }
+        } else if self.poll_for_result(link).await {
             return Ok(());
         }
+        in_runtime()?;
         let mut liveness = self.liveness(link);
         loop {
             let now = Instant::now();

@@ -177,7 +177,7 @@ impl ShmEndpoint {
         self.result.clear();
         let context = Context { deadline: None, ..*context };
         self.context = !context.is_empty();
-        if self.retention.idle(Instant::now()) {
+        if self.retention.holds_large() && self.retention.idle(Instant::now()) {
             // No large call for a while: give back the private buffers they grew.
             self.scratch = Vec::with_capacity(SCRATCH);
             self.result = Vec::with_capacity(SCRATCH);
@@ -428,6 +428,11 @@ impl ShmEndpoint {
     /// Records a completed call's round trip in the spin budget.
     pub(super) fn observe(&mut self, rtt: Duration) {
         self.spin.observe(rtt);
+    }
+
+    /// How long to spin (or poll) for a result before waiting.
+    pub(super) fn spin_budget(&self) -> Duration {
+        self.spin.budget()
     }
 
     /// Says that an async call waits for the client doorbell; false when the result is in already.

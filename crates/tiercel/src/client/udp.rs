@@ -116,7 +116,7 @@ impl UdpEndpoint {
         if let Some(buf) = self.big_result.take() {
             // The next multi-packet result is reassembled in this one's buffer.
             self.call.recycle(buf);
-        } else if self.retention.idle(Instant::now()) {
+        } else if self.retention.holds_large() && self.retention.idle(Instant::now()) {
             // No large message for a while: give back the buffers large ones grew.
             self.call.drop_spare();
         }

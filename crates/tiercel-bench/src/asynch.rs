@@ -1,0 +1,236 @@
+//! Async calls (`TestAsyncClient`, a tokio current-thread runtime on the caller's CPU) against the
+//! synchronous call on the same binding and against the raw ping-pong of the same run: Null in
+//! interleaved rounds, then Null throughput of 1, 8 and 64 concurrent async tasks against 8 caller
+//! threads, all on one binding and one CPU, with the client's default settings.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::harness::Medium;
+use crate::progress::outln;
+use crate::seeds::{TestAsyncClient, TestClient};
+use crate::summary::Summary;
+
+/// A Null latency row, for `--json`.
+#[derive(serde::Serialize)]
+pub struct Row {
+    pub transport: &'static str,
+    pub raw_median_us: f64,
+    pub raw_p99_us: f64,
+    pub sync_median_us: f64,
+    pub sync_p99_us: f64,
+    pub async_median_us: f64,
+    pub async_p99_us: f64,
+}
+
+/// A throughput row, for `--json`.
+#[derive(serde::Serialize)]
+pub struct Throughput {
+    pub transport: &'static str,
+    /// `"async tasks"` or `"sync threads"`.
+    pub callers_are: &'static str,
+    pub callers: u32,
+    pub calls_per_second: f64,
+}
+
+/// Concurrent async callers measured.
+pub const ASYNC_CALLERS: [u32; 3] = [1, 8, 64];
+/// Caller threads the async callers are set against.
+const SYNC_THREADS: u32 = 8;
+
+fn runtime() -> crate::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+/// The async table over `medium` against the spinning one-worker `tiercel serve` at `addr`
+/// (host:port); this thread is pinned to the client CPU. `raw`: the raw Null ping-pong measured
+/// earlier in the run, spinning.
+pub fn table(
+    medium: Medium,
+    addr: &str,
+    client_cpu: usize,
+    calls: u32,
+    rounds: u32,
+    raw: &Summary,
+    time: Duration,
+) -> crate::Result<(Row, Vec<Throughput>)> {
+    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+    let sync: TestClient = crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())?;
+    let rt = runtime()?;
+    let client = sync.to_async();
+    let (mut s, mut a) = (Summary::new(), Summary::new());
+    let per_round = (calls / rounds).max(1);
+    for _ in 0..2_000 {
+        sync.null()?;
+    }
+    rt.block_on(async {
+        for _ in 0..2_000 {
+            client.null().await?;
+        }
+        Ok::<_, tiercel::CallError>(())
+    })?;
+    for _ in 0..rounds {
+        for _ in 0..per_round {
+            let t = Instant::now();
+            sync.null()?;
+            s.record(t.elapsed());
+        }
+        rt.block_on(async {
+            for _ in 0..per_round {
+                let t = Instant::now();
+                client.null().await?;
+                a.record(t.elapsed());
+            }
+            Ok::<_, tiercel::CallError>(())
+        })?;
+    }
+    let transport = if medium == Medium::Udp { "udp" } else { "shm" };
+    let row = Row {
+        transport,
+        raw_median_us: raw.median_us(),
+        raw_p99_us: raw.p99_us(),
+        sync_median_us: s.median_us(),
+        sync_p99_us: s.p99_us(),
+        async_median_us: a.median_us(),
+        async_p99_us: a.p99_us(),
+    };
+    let mut throughput = vec![Throughput {
+        transport,
+        callers_are: "sync threads",
+        callers: SYNC_THREADS,
+        calls_per_second: threads(&sync, client_cpu, time)?,
+    }];
+    for callers in ASYNC_CALLERS {
+        throughput.push(Throughput {
+            transport,
+            callers_are: "async tasks",
+            callers,
+            calls_per_second: rt.block_on(tasks(&client, callers, time))?,
+        });
+    }
+    Ok((row, throughput))
+}
+
+/// Null calls per second of `SYNC_THREADS` threads on `cpu`, for `time`.
+fn threads(client: &TestClient, cpu: usize, time: Duration) -> crate::Result<f64> {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..SYNC_THREADS)
+        .map(|_| {
+            let (c, done, stop) = (client.clone(), done.clone(), stop.clone());
+            std::thread::spawn(move || -> Result<(), tiercel::CallError> {
+                let _ = tiercel_sys::cpu::pin_current_thread(cpu);
+                while !stop.load(Ordering::Relaxed) {
+                    c.null()?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    // Let every thread make its first call (each binds its slot) before counting.
+    std::thread::sleep(Duration::from_millis(50));
+    let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
+    std::thread::sleep(time);
+    let n = done.load(Ordering::Relaxed) - before;
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().map_err(|_| "a caller thread panicked".to_string())??;
+    }
+    Ok(n as f64 / elapsed.as_secs_f64())
+}
+
+/// Null calls per second of `callers` concurrent tasks on this runtime, for `time`.
+async fn tasks(client: &TestAsyncClient, callers: u32, time: Duration) -> crate::Result<f64> {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..callers {
+        let (c, done, stop) = (client.clone(), done.clone(), stop.clone());
+        set.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                c.null().await?;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, tiercel::CallError>(())
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
+    tokio::time::sleep(time).await;
+    let n = done.load(Ordering::Relaxed) - before;
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    while let Some(r) = set.join_next().await {
+        r.map_err(|e| format!("an async caller failed: {e}"))??;
+    }
+    Ok(n as f64 / elapsed.as_secs_f64())
+}
+
+/// Prints the rows of every transport measured.
+pub fn print(rows: &[Row], throughput: &[Throughput], rounds: u32, calls: u32, time: Duration) {
+    outln!(
+        "\nAsync calls: Null through `TestAsyncClient` on a tokio current-thread runtime on the caller's CPU, \
+         against the"
+    );
+    outln!(
+        "synchronous call on the same binding ({calls} calls each, in {rounds} interleaved rounds) and the raw \
+         spinning ping-pong"
+    );
+    outln!(
+        "of the latency table above; default client settings (an async call spins only while it is its binding's \
+         only one in"
+    );
+    outln!("flight); µs");
+    outln!(
+        "{:>9} | {:>8} {:>8} | {:>8} {:>8} | {:>8} {:>8} | {:>10} {:>10} {:>10}",
+        "transport",
+        "raw",
+        "p99",
+        "sync",
+        "p99",
+        "async",
+        "p99",
+        "async/sync",
+        "async/raw",
+        "p99 a/s"
+    );
+    for r in rows {
+        outln!(
+            "{:>9} | {:>8.2} {:>8.2} | {:>8.2} {:>8.2} | {:>8.2} {:>8.2} | {:>9.2}× {:>9.2}× {:>9.2}×",
+            r.transport,
+            r.raw_median_us,
+            r.raw_p99_us,
+            r.sync_median_us,
+            r.sync_p99_us,
+            r.async_median_us,
+            r.async_p99_us,
+            r.async_median_us / r.sync_median_us,
+            r.async_median_us / r.raw_median_us,
+            r.async_p99_us / r.sync_p99_us
+        );
+    }
+    outln!(
+        "\nNull calls per second on one binding, every caller on the caller's CPU ({:.1} s per row): async tasks on \
+         one",
+        time.as_secs_f64()
+    );
+    outln!("current-thread runtime against {SYNC_THREADS} threads of synchronous calls");
+    outln!("{:>9} | {:>14} {:>8} | {:>12} | {:>12}", "transport", "callers", "", "calls/s", "vs 8 threads");
+    for t in throughput {
+        let threads = throughput
+            .iter()
+            .find(|x| x.transport == t.transport && x.callers_are == "sync threads")
+            .map_or(f64::NAN, |x| x.calls_per_second);
+        outln!(
+            "{:>9} | {:>14} {:>8} | {:>12.0} | {:>11.2}×",
+            t.transport,
+            t.callers_are,
+            t.callers,
+            t.calls_per_second,
+            t.calls_per_second / threads
+        );
+    }
+}
