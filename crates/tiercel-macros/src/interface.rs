@@ -28,6 +28,8 @@ struct Method {
     attrs: Vec<syn::Attribute>,
     args: Vec<Arg>,
     ret: Option<Type>,
+    /// An `async fn`: the server runs it on its tokio runtime, not on a worker.
+    asynchronous: bool,
 }
 
 struct Interface {
@@ -53,15 +55,34 @@ impl Errors {
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let version = parse_version(attr)?;
-    let item: ItemTrait = parse2(item)?;
+    let mut item: ItemTrait = parse2(item)?;
     let model = parse_trait(&item, version)?;
     let client = generate_client(&model);
     let server = generate_server(&model);
+    desugar_async(&mut item);
     Ok(quote! {
         #item
         #client
         #server
     })
+}
+
+/// Rewrites each `async fn` of the trait as a `fn` returning `impl Future<Output = R> + Send`, so
+/// that the server can run the procedure on a multi-threaded runtime; an implementation still
+/// writes `async fn`.
+fn desugar_async(item: &mut ItemTrait) {
+    for ti in &mut item.items {
+        let TraitItem::Fn(f) = ti else { continue };
+        let Some(asyncness) = f.sig.asyncness.take() else { continue };
+        let ret: Type = match &f.sig.output {
+            ReturnType::Default => syn::parse_quote!(()),
+            ReturnType::Type(_, ty) => (**ty).clone(),
+        };
+        let span = asyncness.span();
+        f.sig.output = syn::parse_quote_spanned! {span=>
+            -> impl ::core::future::Future<Output = #ret> + ::core::marker::Send
+        };
+    }
 }
 
 fn parse_version(attr: TokenStream) -> syn::Result<u32> {
@@ -100,11 +121,9 @@ fn parse_trait(item: &ItemTrait, version: u32) -> syn::Result<Interface> {
         if !sig.generics.params.is_empty() {
             errors.push(sig.generics.span(), "a remote procedure cannot be generic");
         }
-        if let Some(a) = &sig.asyncness {
-            errors.push(
-                a.span(),
-                "a remote procedure is a plain `fn`; its async client stub is generated beside the synchronous one",
-            );
+        let asynchronous = sig.asyncness.is_some();
+        if asynchronous && f.default.is_some() {
+            errors.push(f.default.span(), "an async remote procedure cannot have a default body");
         }
         if let Some(u) = &sig.unsafety {
             errors.push(u.span(), "a remote procedure cannot be unsafe");
@@ -131,6 +150,15 @@ fn parse_trait(item: &ItemTrait, version: u32) -> syn::Result<Interface> {
                         continue;
                     };
                     match classify(&pt.ty) {
+                        Ok(kind) if asynchronous && !matches!(kind, ArgKind::Value | ArgKind::In) => errors.push(
+                            pt.ty.span(),
+                            "an async remote procedure cannot take `Out` or `InOut` buffers: return the bytes",
+                        ),
+                        Ok(_) if asynchronous && find_reference(&pt.ty).is_some() => errors.push(
+                            pt.ty.span(),
+                            "an async remote procedure takes owned arguments (`String`, `Vec<u8>`): it runs after \
+                             the packet that carried them is gone",
+                        ),
                         Ok(kind) => args.push(Arg { name: pi.ident.clone(), ty: (*pt.ty).clone(), kind }),
                         Err((span, msg)) => errors.push(span, msg),
                     }
@@ -155,7 +183,7 @@ fn parse_trait(item: &ItemTrait, version: u32) -> syn::Result<Interface> {
                 Some((**ty).clone())
             }
         };
-        methods.push(Method { name: sig.ident.clone(), attrs: f.attrs.clone(), args, ret });
+        methods.push(Method { name: sig.ident.clone(), attrs: f.attrs.clone(), args, ret, asynchronous });
     }
     if methods.len() > u16::MAX as usize {
         errors.push(item.ident.span(), "an interface has at most 65535 procedures");
@@ -478,7 +506,7 @@ fn generate_server(m: &Interface) -> TokenStream {
     let client = format_ident!("{}Client", m.name);
     let server = format_ident!("{}Server", m.name);
     let doc = format!("Server stub of the `{}` interface: dispatches calls to an implementation.", m.name);
-    let arms = m.methods.iter().enumerate().map(|(index, method)| {
+    let arms = m.methods.iter().enumerate().filter(|(_, method)| !method.asynchronous).map(|(index, method)| {
         let index = index as u16;
         let name = &method.name;
         let decode = method.args.iter().map(|a| {
@@ -539,6 +567,31 @@ fn generate_server(m: &Interface) -> TokenStream {
             }
         }
     });
+    let asyncs: Vec<bool> = m.methods.iter().map(|x| x.asynchronous).collect();
+    let async_arms = m.methods.iter().enumerate().filter(|(_, method)| method.asynchronous).map(|(index, method)| {
+        let index = index as u16;
+        let name = &method.name;
+        let decode = method.args.iter().map(|a| {
+            let (n, t) = (&a.name, &a.ty);
+            let span = t.span();
+            match a.kind {
+                ArgKind::In => quote_spanned!(span=> let #n = ::tiercel::In(__r.decode()?);),
+                _ => quote_spanned!(span=> let #n: #t = __r.decode()?;),
+            }
+        });
+        let names = method.args.iter().map(|a| &a.name);
+        quote! {
+            #index => ::core::option::Option::Some(::std::boxed::Box::pin(async move {
+                let mut __r = ::tiercel::Reader::new(&__args);
+                #(#decode)*
+                __r.finish()?;
+                let __ret = __this.0.#name(#(#names),*).await;
+                let mut __out = ::std::vec::Vec::new();
+                ::tiercel::Results::new(&mut __out, __limit).encode(&__ret);
+                ::core::result::Result::Ok(__out)
+            })),
+        }
+    });
     quote! {
         #[doc = #doc]
         #vis struct #server<T>(T);
@@ -570,6 +623,25 @@ fn generate_server(m: &Interface) -> TokenStream {
                 match __procedure {
                     #(#arms)*
                     _ => ::core::result::Result::Err(::tiercel::DispatchError::UnknownProcedure),
+                }
+            }
+
+            fn is_async(&self, __procedure: u16) -> bool {
+                const ASYNC: &[bool] = &[#(#asyncs),*];
+                ASYNC.get(__procedure as usize).copied().unwrap_or(false)
+            }
+
+            #[allow(unused_mut, unused_variables, clippy::let_unit_value, clippy::unit_arg)]
+            fn dispatch_async(
+                self: ::std::sync::Arc<Self>,
+                __procedure: u16,
+                __args: ::std::vec::Vec<u8>,
+                __limit: usize,
+            ) -> ::core::option::Option<::tiercel::AsyncDispatch> {
+                let __this = self;
+                match __procedure {
+                    #(#async_arms)*
+                    _ => ::core::option::Option::None,
                 }
             }
         }

@@ -146,6 +146,13 @@ pub struct ServerConfig {
     /// How long a graceful shutdown ([`crate::ShutdownHandle::shutdown`]) waits for the calls under
     /// way to finish before the workers stop anyway. Default: 5 s.
     pub shutdown_grace: Duration,
+    /// Threads of the tokio runtime the server starts for async procedures (crate feature
+    /// `async`; only when an export has some, and no runtime was given with
+    /// `Server::with_runtime`). Default: 2.
+    pub async_threads: usize,
+    /// Most async procedures running at once; a call beyond is refused as busy (its client backs
+    /// off and tries again). Each holds a task and its arguments. Default: 4,096.
+    pub max_async_calls: usize,
 }
 
 impl Default for ServerConfig {
@@ -168,6 +175,8 @@ impl Default for ServerConfig {
             shared_memory: true,
             metrics: false,
             shutdown_grace: Duration::from_secs(5),
+            async_threads: 2,
+            max_async_calls: 4096,
         }
     }
 }

@@ -229,6 +229,10 @@ pub enum ServerError {
     /// memory off to serve over UDP only.
     #[error("cannot offer shared memory (set ServerConfig::shared_memory to false to serve over UDP only): {0}")]
     SharedMemory(io::Error),
+    /// An exported interface has `async fn` procedures, which run on a tokio runtime: build
+    /// tiercel with its `async` feature.
+    #[error("interface {0} has async procedures: enable tiercel's `async` feature to serve them")]
+    AsyncProcedures(&'static str),
     /// A thread or a random number could not be had.
     #[error("I/O error starting the server: {0}")]
     Io(#[from] io::Error),

@@ -110,6 +110,10 @@ impl<'r> Results<'r> {
     }
 }
 
+/// An async procedure started: resolves to its marshaled results, or why it could not run.
+pub type AsyncDispatch =
+    core::pin::Pin<Box<dyn core::future::Future<Output = Result<Vec<u8>, DispatchError>> + Send + 'static>>;
+
 /// The server side of an interface: generated as `<Trait>Server<T>` by `#[tiercel::interface]`.
 pub trait Export: Send + Sync + 'static {
     /// The interface this exports.
@@ -117,6 +121,31 @@ pub trait Export: Send + Sync + 'static {
 
     /// Runs procedure `procedure` with marshaled `args`, marshaling its results into `results`.
     fn dispatch(&self, procedure: u16, args: &[u8], results: &mut Results<'_>) -> Result<(), DispatchError>;
+
+    /// Whether procedure `procedure` is an `async fn`: the server runs it on its tokio runtime
+    /// (crate feature `async`) through [`Export::dispatch_async`], not inline on a worker.
+    fn is_async(&self, procedure: u16) -> bool {
+        let _ = procedure;
+        false
+    }
+
+    /// Starts async procedure `procedure` with marshaled `args` (owned: the procedure outlives the
+    /// packet they came in), its results at most `limit` bytes of buffers. `None` when the procedure
+    /// is not async. The future decodes the arguments, awaits the procedure and marshals its results.
+    fn dispatch_async(
+        self: std::sync::Arc<Self>,
+        procedure: u16,
+        args: Vec<u8>,
+        limit: usize,
+    ) -> Option<AsyncDispatch> {
+        let _ = (procedure, args, limit);
+        None
+    }
+
+    /// Whether any procedure is async (the server then needs a tokio runtime).
+    fn has_async(&self) -> bool {
+        (0..self.info().procedures.len()).any(|p| self.is_async(p as u16))
+    }
 }
 
 /// The client side of an interface: generated as `<Trait>Client` by `#[tiercel::interface]`.

@@ -33,14 +33,20 @@ thread_local! {
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// The deadline of the call the current thread is running, when its caller gave it one (with
+/// The deadline of the call the current thread (or, in an async procedure, task) is running, when
+/// its caller gave it one (with
 /// [`crate::Binding::with_deadline`] or `ClientConfig::deadline`): a procedure that would work past
 /// it can stop early, since its caller has given up by then. `None` outside a procedure, and for
 /// calls without a deadline. Over UDP the server counts the time its caller had left when it sent
 /// the call from when the call arrived (the time in flight is not known); through shared memory the
 /// deadline is the caller's own instant. Costs a thread-local read.
 pub fn deadline() -> Option<Instant> {
-    DEADLINE.with(Cell::get)
+    let inline = DEADLINE.with(Cell::get);
+    #[cfg(feature = "async")]
+    if inline.is_none() {
+        return super::asynch::TASK_DEADLINE.try_with(|d| *d).ok().flatten();
+    }
+    inline
 }
 
 /// Runs `procedure` of `export` with marshaled `args`, appending its marshaled results (or, on
@@ -58,21 +64,10 @@ pub(crate) fn run_procedure(
     limit: usize,
 ) -> Status {
     let stats = &shared.stats;
-    let (args, deadline) = if arrival.context {
-        match Context::parse(args) {
-            Ok((context, rest)) => (rest, arrival.deadline.or(arrival.at.zip(context.deadline).map(|(at, d)| at + d))),
-            Err(e) => {
-                error_message(out, &e.to_string());
-                return Status::BadArguments;
-            }
-        }
-    } else {
-        (args, arrival.deadline)
+    let (args, deadline) = match call_context(shared, args, arrival, out) {
+        Ok(c) => c,
+        Err(status) => return status,
     };
-    if deadline.is_some_and(|d| Instant::now() >= d) {
-        stats.late.fetch_add(1, Ordering::Relaxed);
-        return Status::DeadlineExceeded;
-    }
     let _current = deadline.map(Current::set);
     let metrics = shared.procedure_metrics(export);
     let timed = metrics.get(procedure as usize).map(|m| (m, m.start()));
@@ -95,15 +90,99 @@ pub(crate) fn run_procedure(
         Err(panic) => {
             stats.panics.fetch_add(1, Ordering::Relaxed);
             out.truncate(start);
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "panic with a non-string payload".into());
-            error_message(out, &msg);
+            error_message(out, &panic_message(&*panic));
             Status::Panicked
         }
     }
+}
+
+/// The message of a caught panic.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic with a non-string payload".into())
+}
+
+/// Starts the call of async procedure `procedure` of `export` on the server's runtime, when it is
+/// one (`None`: it is not; run it inline). The call context is read and the deadline checked as for
+/// any call; the arguments are copied out. `finish` gets the status and the marshaled results (or
+/// error message) when the procedure ends. `Some(Err(status))`: refused at once, with this answer
+/// (an error message, if any, in `out` after `start`), the procedure never started.
+#[cfg(feature = "async")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_async(
+    shared: &super::Shared,
+    export: &std::sync::Arc<dyn Export>,
+    procedure: u16,
+    args: &[u8],
+    arrival: Arrival,
+    out: &mut Vec<u8>,
+    limit: usize,
+    key: super::asynch::CallKey,
+    finish: impl FnOnce(Status, Vec<u8>) + Send + 'static,
+) -> Option<Result<(), Status>> {
+    if !export.is_async(procedure) {
+        return None;
+    }
+    let (args, deadline) = match call_context(shared, args, arrival, out) {
+        Ok(c) => c,
+        Err(status) => return Some(Err(status)),
+    };
+    let Some(runner) = &shared.asynch else {
+        return Some(Err(Status::UnknownProcedure));
+    };
+    let Some(future) = export.clone().dispatch_async(procedure, args.to_vec(), limit) else {
+        return Some(Err(Status::UnknownProcedure));
+    };
+    let metrics = shared.procedure_metrics(export).get(procedure as usize).cloned();
+    let started = metrics.as_ref().map(|m| m.start());
+    let stats = shared.stats.clone();
+    let finish = move |status: Status, results: Vec<u8>| {
+        if let (Some(m), Some(started)) = (metrics, started) {
+            m.finish(started, status == Status::Ok);
+        }
+        if status == Status::Panicked {
+            stats.panics.fetch_add(1, Ordering::Relaxed);
+        }
+        finish(status, results)
+    };
+    shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+    if runner.spawn(future, deadline, key, finish) {
+        Some(Ok(()))
+    } else {
+        shared.stats.calls.fetch_sub(1, Ordering::Relaxed);
+        shared.stats.busy.fetch_add(1, Ordering::Relaxed);
+        Some(Err(Status::Busy))
+    }
+}
+
+/// Reads the call context at the start of `args` (when the transport says there is one) and
+/// checks the deadline: the arguments after it and the deadline, or the status to answer with
+/// (an error message appended to `out`).
+fn call_context<'a>(
+    shared: &super::Shared,
+    args: &'a [u8],
+    arrival: Arrival,
+    out: &mut Vec<u8>,
+) -> Result<(&'a [u8], Option<Instant>), Status> {
+    let (args, deadline) = if arrival.context {
+        match Context::parse(args) {
+            Ok((context, rest)) => (rest, arrival.deadline.or(arrival.at.zip(context.deadline).map(|(at, d)| at + d))),
+            Err(e) => {
+                error_message(out, &e.to_string());
+                return Err(Status::BadArguments);
+            }
+        }
+    } else {
+        (args, arrival.deadline)
+    };
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        shared.stats.late.fetch_add(1, Ordering::Relaxed);
+        return Err(Status::DeadlineExceeded);
+    }
+    Ok((args, deadline))
 }
 
 /// The running call's deadline, set for the time a procedure runs.

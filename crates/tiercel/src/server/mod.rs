@@ -1,5 +1,7 @@
 //! The server: exports interfaces and runs calls on its worker threads.
 
+#[cfg(feature = "async")]
+mod asynch;
 mod dispatch;
 
 pub use dispatch::deadline;
@@ -23,6 +25,9 @@ pub struct Server {
     socket: UdpSocket,
     config: ServerConfig,
     exports: Vec<Arc<dyn Export>>,
+    /// The application's runtime for async procedures, if it gave one.
+    #[cfg(feature = "async")]
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl core::fmt::Debug for Server {
@@ -36,12 +41,28 @@ impl Server {
     pub fn bind(addr: impl ToAddress) -> Result<Server, ServerError> {
         let (_, addr) = addr.to_address()?;
         let socket = tiercel_sys::udp::bind(addr, false).map_err(|source| ServerError::Listen { addr, source })?;
-        Ok(Server { socket, config: ServerConfig::default(), exports: Vec::new() })
+        Ok(Server {
+            socket,
+            config: ServerConfig::default(),
+            exports: Vec::new(),
+            #[cfg(feature = "async")]
+            runtime: None,
+        })
     }
 
     /// Replaces the configuration.
     pub fn with_config(mut self, config: ServerConfig) -> Server {
         self.config = config;
+        self
+    }
+
+    /// Runs the exports' async procedures on the application's tokio runtime (a multi-threaded
+    /// one, so that procedures run while the application's own tasks do) rather than on one the
+    /// server starts for them (`ServerConfig::async_threads` threads, only when an export has async
+    /// procedures). Crate feature `async`.
+    #[cfg(feature = "async")]
+    pub fn with_runtime(mut self, runtime: tokio::runtime::Handle) -> Server {
+        self.runtime = Some(runtime);
         self
     }
 
@@ -63,6 +84,16 @@ impl Server {
             None => None,
         };
         let specs = self.exports.iter().map(|e| e.info().spec()).collect();
+        let asynchronous = self.exports.iter().find(|e| e.has_async());
+        #[cfg(not(feature = "async"))]
+        if let Some(e) = asynchronous {
+            return Err(ServerError::AsyncProcedures(e.info().name));
+        }
+        #[cfg(feature = "async")]
+        let asynch = match asynchronous {
+            Some(_) => Some(asynch::Runner::new(self.runtime, config.async_threads, config.max_async_calls)?),
+            None => None,
+        };
         let metrics =
             self.exports.iter().map(|e| crate::metrics::procedures(e.info(), "server", None, config.metrics)).collect();
         // A server that is to offer shared memory and cannot says so now, not by silence later.
@@ -105,6 +136,8 @@ impl Server {
             stats: Arc::new(ServerStats::default()),
             shm_bindings: AtomicUsize::new(0),
             next_shm_binding: std::sync::atomic::AtomicU32::new(1),
+            #[cfg(feature = "async")]
+            asynch,
         });
         let mut handles = Vec::with_capacity(workers);
         for i in 0..workers {
@@ -151,6 +184,9 @@ pub(crate) struct Shared {
     shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
     spinners: AtomicUsize,
     stats: Arc<ServerStats>,
+    /// The runtime of async procedures, when an export has some.
+    #[cfg(feature = "async")]
+    asynch: Option<asynch::Runner>,
 }
 
 /// A UDP binding on the server, and one of its client slots.
@@ -237,8 +273,9 @@ pub struct ServerStats {
     /// were about to start.
     pub late: AtomicU64,
     /// Calls their clients gave up: through shared memory, those answered `Cancelled` without
-    /// running; over UDP, the `Cancel` packets received (each drops the call's partial message or
-    /// saved result, if the server holds one; a call running runs to its end).
+    /// running, and async procedures aborted; over UDP, the `Cancel` packets received (each drops
+    /// the call's partial message or saved result, if the server holds one, and aborts an async
+    /// procedure running it; a plain procedure running runs to its end).
     pub cancelled: AtomicU64,
 }
 
@@ -283,7 +320,16 @@ impl Shared {
     /// the workers stop.
     pub(crate) fn drained(&self, now: std::time::Instant) -> bool {
         let by = *self.shutdown_by.lock().unwrap_or_else(|p| p.into_inner());
-        by.is_some_and(|by| self.endpoint.running() == 0 || now >= by)
+        by.is_some_and(|by| self.endpoint.running() == 0 && self.async_in_flight() == 0 || now >= by)
+    }
+
+    /// Async procedures running.
+    fn async_in_flight(&self) -> usize {
+        #[cfg(feature = "async")]
+        if let Some(runner) = &self.asynch {
+            return runner.in_flight();
+        }
+        0
     }
 
     /// Whether new bindings are refused (a graceful shutdown has begun).

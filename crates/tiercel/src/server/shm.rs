@@ -228,7 +228,7 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
     live.fetch_add(1, Ordering::Relaxed);
     let (shared_, live_) = (shared.clone(), live.clone());
     let spawned = std::thread::Builder::new().name("tiercel-shm-binding".into()).spawn(move || {
-        serve_binding(&shared_, stream, export, region, layout, charged, control);
+        serve_binding(&shared_, stream, export, region, id, layout, charged, control);
         live_.fetch_sub(1, Ordering::Relaxed);
     });
     if spawned.is_err() {
@@ -244,11 +244,13 @@ fn binding_index(shared: &Shared) -> usize {
 }
 
 /// One binding, granted: serves its slots until the client goes away.
+#[allow(clippy::too_many_arguments)]
 fn serve_binding(
     shared: &Arc<Shared>,
     stream: UnixStream,
     binding: Arc<dyn crate::interface::Export>,
     region: Arc<Region>,
+    id: u32,
     layout: Layout,
     charge: Charge,
     control: usize,
@@ -275,8 +277,11 @@ fn serve_binding(
         held_total: 0,
         control,
         charge,
+        #[cfg(feature = "async")]
+        asynch: AsyncSlots::new(shared, &region, id, layout.slots),
     }
     .run();
+    let _ = id;
     shared.shm_bindings.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -346,6 +351,44 @@ struct SlotServer<'a> {
     control: usize,
     /// What all of it is charged to the budgets.
     charge: Charge,
+    /// The binding's calls of async procedures under way.
+    #[cfg(feature = "async")]
+    asynch: AsyncSlots,
+}
+
+/// A shared-memory binding's calls of async procedures: each runs on the server's runtime while its
+/// slot stays published (`CALL`); its result comes back to the binding's thread, which writes it
+/// into the slot (the only thread that touches the slots and their memory accounting).
+#[cfg(feature = "async")]
+struct AsyncSlots {
+    /// Slots whose call runs on the runtime.
+    pending: Vec<bool>,
+    /// Slots whose running call has been aborted for its client.
+    aborted: Vec<bool>,
+    running: usize,
+    done: std::sync::mpsc::Sender<(u32, Status, Vec<u8>)>,
+    results: std::sync::mpsc::Receiver<(u32, Status, Vec<u8>)>,
+    region: Arc<Region>,
+    /// The binding's key among the runtime's calls (shared-memory ids are kept apart from UDP's).
+    id: u32,
+    shared: Arc<Shared>,
+}
+
+#[cfg(feature = "async")]
+impl AsyncSlots {
+    fn new(shared: &Arc<Shared>, region: &Arc<Region>, id: u32, slots: u32) -> AsyncSlots {
+        let (done, results) = std::sync::mpsc::channel();
+        AsyncSlots {
+            pending: vec![false; slots as usize],
+            aborted: vec![false; slots as usize],
+            running: 0,
+            done,
+            results,
+            region: region.clone(),
+            id: id | 1 << 31,
+            shared: shared.clone(),
+        }
+    }
 }
 
 /// A control word of the region. Offsets come from the layout the region was created with, so they
@@ -382,8 +425,12 @@ impl<'a> SlotServer<'a> {
         let mut idle = 0u32;
         loop {
             let mut served = false;
+            #[cfg(feature = "async")]
+            if self.asynch.running > 0 {
+                served |= self.finish_async();
+            }
             for (i, state) in states[..used()].iter().enumerate() {
-                if proto::server_has_call(*state) {
+                if proto::server_has_call(*state) && !self.runs_async(i) {
                     mark(Point::ServerArrived);
                     self.serve(i as u32);
                     steps::close();
@@ -413,7 +460,22 @@ impl<'a> SlotServer<'a> {
                 core::hint::spin_loop();
                 continue;
             }
-            let any_call = || states[..used()].iter().any(|s| proto::server_has_call(*s));
+            #[cfg(feature = "async")]
+            if self.asynch.running > 0 {
+                self.cancel_async();
+            }
+            let any_call = || {
+                let pending = |i: usize| {
+                    #[cfg(feature = "async")]
+                    return self.asynch.pending[i];
+                    #[cfg(not(feature = "async"))]
+                    return {
+                        let _ = i;
+                        false
+                    };
+                };
+                states[..used()].iter().enumerate().any(|(i, s)| proto::server_has_call(*s) && !pending(i))
+            };
             if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, any_call) {
                 if futex_wait(doorbell, bell, Some(LIVENESS)) {
                     steps::slept(steps::Side::Server);
@@ -537,6 +599,14 @@ impl<'a> SlotServer<'a> {
                 self.args.resize(call.len, 0);
                 self.region.read(data, &mut self.args);
                 mark(Point::ServerAccepted);
+                #[cfg(feature = "async")]
+                if self.binding.is_async(call.procedure) {
+                    match self.start_async(i, call, deadline) {
+                        // The result comes later, through `finish_async`.
+                        Ok(()) => return,
+                        Err(status) => return self.publish(i, status, 0),
+                    }
+                }
                 self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
                 let limit = self.layout.data;
                 let mut status = super::dispatch::run_procedure(
@@ -569,6 +639,15 @@ impl<'a> SlotServer<'a> {
                 status
             }
         };
+        self.publish(i, status, len);
+    }
+
+    /// Writes the result in `self.out` with `status` into slot `i` (whose call had `len` bytes of
+    /// arguments), and publishes it.
+    fn publish(&mut self, i: u32, status: Status, len: usize) {
+        let base = self.layout.slot(i);
+        let data = self.layout.data(i);
+        let at = i as usize;
         self.region.write(data, &self.out);
         self.word(base + slot::LEN).store(self.out.len() as u32, Ordering::Relaxed);
         self.word(base + slot::STATUS).store(status as u32, Ordering::Relaxed);
@@ -596,6 +675,103 @@ impl<'a> SlotServer<'a> {
             }
         }
         mark(Point::ResultSent);
+    }
+
+    /// Whether slot `i`'s call runs on the async runtime (so its published call is not new).
+    #[inline]
+    fn runs_async(&self, i: usize) -> bool {
+        #[cfg(feature = "async")]
+        return self.asynch.pending[i];
+        #[cfg(not(feature = "async"))]
+        return {
+            let _ = i;
+            false
+        };
+    }
+
+    /// Starts the call in slot `i` (its arguments in `self.args`) on the async runtime. Refused at
+    /// once: the status to answer with, its message in `self.out`.
+    #[cfg(feature = "async")]
+    fn start_async(&mut self, i: u32, call: proto::SlotCall, deadline: Option<u64>) -> Result<(), Status> {
+        let (done, region) = (self.asynch.done.clone(), self.asynch.region.clone());
+        let finish = move |status: Status, results: Vec<u8>| {
+            // The binding's thread writes the result; wake it if it sleeps. A binding gone since
+            // drops the result.
+            if done.send((i, status, results)).is_ok() {
+                let bell = word(&region, header::DOORBELL);
+                bell.fetch_add(1, Ordering::SeqCst);
+                futex_wake(bell, 1);
+            }
+        };
+        let arrival = Arrival {
+            at: None,
+            context: call.context,
+            deadline: deadline.map(tiercel_sys::clock::instant_of_monotonic),
+        };
+        let key = (self.asynch.id, i, 0);
+        let started = super::dispatch::start_async(
+            &self.asynch.shared,
+            &self.binding,
+            call.procedure,
+            &self.args,
+            arrival,
+            &mut self.out,
+            self.layout.data,
+            key,
+            finish,
+        );
+        match started {
+            Some(Ok(())) => {
+                self.asynch.pending[i as usize] = true;
+                self.asynch.running += 1;
+                Ok(())
+            }
+            Some(Err(status)) => Err(status),
+            None => unreachable!("the procedure is async"),
+        }
+    }
+
+    /// Writes the results of async calls that ended into their slots; true if there were any.
+    #[cfg(feature = "async")]
+    fn finish_async(&mut self) -> bool {
+        let mut any = false;
+        while let Ok((i, mut status, results)) = self.asynch.results.try_recv() {
+            let at = i as usize;
+            self.asynch.pending[at] = false;
+            self.asynch.aborted[at] = false;
+            self.asynch.running -= 1;
+            any = true;
+            self.out.clear();
+            let limit = self.layout.data;
+            if results.len() > limit {
+                super::dispatch::error_message(
+                    &mut self.out,
+                    &format!("result of {} bytes exceeds the slot's {limit}", results.len()),
+                );
+                status = Status::ResultTooLarge;
+            } else {
+                self.out.extend_from_slice(&results);
+            }
+            if self.out.len() > self.held[at] || self.footprint() > self.charge.charged {
+                status = self.charge_result(at, status);
+            }
+            self.publish(i, status, 0);
+        }
+        any
+    }
+
+    /// Aborts the async calls whose clients have given them up (the slot's cancel word).
+    #[cfg(feature = "async")]
+    fn cancel_async(&mut self) {
+        let Some(runner) = &self.shared.asynch else { return };
+        let AsyncSlots { pending, aborted, id, .. } = &mut self.asynch;
+        for (i, (_, aborted)) in pending.iter().zip(aborted.iter_mut()).enumerate().filter(|(_, (p, a))| **p && !**a) {
+            let cancel = word(self.region, self.layout.slot(i as u32) + slot::CANCEL);
+            if cancel.load(Ordering::Relaxed) != 0 && runner.cancel((*id, i as u32, 0)) {
+                *aborted = true;
+                self.shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Charges the pages a result written to slot `i` takes, and the buffers the procedure grew.

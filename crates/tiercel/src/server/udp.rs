@@ -193,6 +193,11 @@ impl UdpWorker {
             }
             Kind::Cancel => {
                 stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                // An async procedure running the call stops at its next await.
+                #[cfg(feature = "async")]
+                if let Some(runner) = &self.shared.asynch {
+                    runner.cancel((binding.id, p.slot(), p.seq()));
+                }
                 if let Some(big) = cell.on_cancel(&binding, &p, now) {
                     let mut spares = self.spares.borrow_mut();
                     if big.capacity() > spares.result.capacity() {
@@ -212,7 +217,7 @@ impl UdpWorker {
         }
     }
 
-    fn on_call(&self, binding: &UdpBinding, mut cell: MutexGuard<'_, UdpSlot>, p: &Packet<&[u8]>, now: Instant) {
+    fn on_call(&self, binding: &Arc<UdpBinding>, mut cell: MutexGuard<'_, UdpSlot>, p: &Packet<&[u8]>, now: Instant) {
         mark(Point::ServerValidated);
         let timing = &self.shared.config.timing;
         let multi_packet = p.frag_count() > 1;
@@ -279,13 +284,18 @@ impl UdpWorker {
     /// have large results. The slot's lock is not held while the procedure runs.
     fn execute(
         &self,
-        binding: &UdpBinding,
+        binding: &Arc<UdpBinding>,
         mut cell: MutexGuard<'_, UdpSlot>,
         p: &Packet<&[u8]>,
         args: &[u8],
         arrived: Instant,
         large: bool,
     ) {
+        #[cfg(feature = "async")]
+        if binding.export.is_async(p.procedure()) {
+            drop(cell);
+            return self.execute_async(binding, p, args, arrived);
+        }
         let mut out = cell.take_result(binding);
         if large {
             let mut spares = self.spares.borrow_mut();
@@ -324,28 +334,52 @@ impl UdpWorker {
         mark(Point::ResultSent);
     }
 
+    /// Starts a call of an async procedure on the server's runtime; its result is sent from there
+    /// when it ends. Meanwhile the slot runs it, as any long call (probes are answered, duplicates
+    /// dropped). A call refused at once (its deadline passed, too many in flight, a bad context)
+    /// is answered now.
+    #[cfg(feature = "async")]
+    fn execute_async(&self, binding: &Arc<UdpBinding>, p: &Packet<&[u8]>, args: &[u8], arrived: Instant) {
+        // The call's header alone, to answer it later.
+        let header = Header { payload_len: 0, message_len: 0, frag_index: 0, frag_count: 1, ..p.header() }.to_bytes();
+        let (shared, b) = (self.shared.clone(), binding.clone());
+        let finish = move |status: Status, results: Vec<u8>| {
+            let p = Packet::new_unchecked(&header[..]);
+            let Some(mut cell) = b.slot(p.slot()) else { return };
+            let mut out = cell.take_result(&b);
+            out.resize(HEADER_LEN, 0);
+            out.extend_from_slice(&results);
+            cell.complete(&b, &p, status, out, &shared.config.timing);
+            flush(&shared, &b, &mut cell);
+        };
+        let arrival = Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None };
+        let mut message = Vec::new();
+        let key = (binding.id, p.slot(), p.seq());
+        let limit = self.shared.config.timing.max_message;
+        let started = super::dispatch::start_async(
+            &self.shared,
+            &binding.export,
+            p.procedure(),
+            args,
+            arrival,
+            &mut message,
+            limit,
+            key,
+            finish,
+        );
+        if let Some(Err(status)) = started {
+            let Some(mut cell) = binding.slot(p.slot()) else { return };
+            let mut out = cell.take_result(binding);
+            out.resize(HEADER_LEN, 0);
+            out.extend_from_slice(&message);
+            cell.complete(binding, p, status, out, &self.shared.config.timing);
+            self.flush(binding, &mut cell);
+        }
+    }
+
     /// Sends the result fragments the slot has queued, counting those sent before as resent.
     fn flush(&self, binding: &UdpBinding, cell: &mut UdpSlot) {
-        let Some(peer) = cell.peer else { return };
-        let again = cell.proto.take_resent();
-        if again > 0 {
-            self.shared.stats.resent.fetch_add(u64::from(again), Ordering::Relaxed);
-        }
-        let checksum = cell.checksummed();
-        while let Some(fragment) = cell.poll_transmit(binding) {
-            // A failed send is a lost packet: the client's timers ask again.
-            let _ = match fragment {
-                Fragment::Whole(datagram) => {
-                    transmit::send(&self.shared.socket, Some(&peer), &[IoSlice::new(datagram)], checksum)
-                }
-                Fragment::Parts(header, body) => transmit::send(
-                    &self.shared.socket,
-                    Some(&peer),
-                    &[IoSlice::new(&header), IoSlice::new(body)],
-                    checksum,
-                ),
-            };
-        }
+        flush(&self.shared, binding, cell);
     }
 
     fn send_control(&self, binding: &UdpBinding, p: &Packet<&[u8]>, to: SocketAddr, kind: Kind, payload: &[u8]) {
@@ -423,5 +457,26 @@ impl UdpWorker {
     fn send_packet(&self, to: SocketAddr, packet: &[u8], checksum: bool) {
         // A failed send is a lost packet: the client retransmits its request.
         let _ = transmit::send(&self.shared.socket, Some(&to), &[IoSlice::new(packet)], checksum);
+    }
+}
+
+/// Sends the result fragments the slot has queued, counting those sent before as resent.
+fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot) {
+    let Some(peer) = cell.peer else { return };
+    let again = cell.proto.take_resent();
+    if again > 0 {
+        shared.stats.resent.fetch_add(u64::from(again), Ordering::Relaxed);
+    }
+    let checksum = cell.checksummed();
+    while let Some(fragment) = cell.poll_transmit(binding) {
+        // A failed send is a lost packet: the client's timers ask again.
+        let _ = match fragment {
+            Fragment::Whole(datagram) => {
+                transmit::send(&shared.socket, Some(&peer), &[IoSlice::new(datagram)], checksum)
+            }
+            Fragment::Parts(header, body) => {
+                transmit::send(&shared.socket, Some(&peer), &[IoSlice::new(&header), IoSlice::new(body)], checksum)
+            }
+        };
     }
 }
