@@ -43,3 +43,48 @@ fn the_example_client_calls_the_example_server_in_another_process() {
     assert!(status.success(), "{status:?}");
     assert_eq!(lines.next().as_deref(), Some("shutting down after 4 calls"));
 }
+
+/// A child process killed when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `example` with `args` and reads the address it prints (`listening ADDR`).
+fn listening(example_name: &str, args: &[&str]) -> (Killed, String) {
+    let mut child = Command::new(example(example_name)).args(args).stdout(Stdio::piped()).spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let child = Killed(child);
+    let first = BufReader::new(stdout).lines().next().expect("the server prints its address").unwrap();
+    let addr = first.strip_prefix("listening ").expect("a `listening ADDR` line").to_string();
+    (child, addr)
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn the_async_service_runs_across_three_processes_on_both_transports() {
+    // A stock server of plain procedures, a shop of async procedures that call it, and a client
+    // of 64 tasks placing orders through the async client, with deadlines expiring and futures
+    // dropped mid-call: every result checked, and no order reserved twice or after its caller
+    // gave up (the client checks with the stock server, and fails otherwise).
+    let (_stock, stock) = listening("async_service", &["stock", "udp://127.0.0.1:0"]);
+    let (_shop, shop) = listening("async_service", &["shop", "udp://127.0.0.1:0", &stock]);
+    for (addr, transport) in [(shop.clone(), "SharedMemory"), (format!("udp://{shop}"), "Udp")] {
+        let out = Command::new(example("async_service")).args(["client", &addr]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        for line in [
+            format!("bound over {transport}"),
+            "orders: 2048 ok, 256 past their deadline".to_string(),
+            "256 dropped".to_string(),
+            "stock: 2048 orders reserved, 0 reserved twice".to_string(),
+            "at-most-once: ok".to_string(),
+        ] {
+            assert!(text.contains(&line), "{line:?} in {text}");
+        }
+    }
+}
