@@ -60,6 +60,7 @@ mod rendezvous;
 mod retention;
 mod server;
 mod spin;
+mod trace;
 // Timestamps of the fast path for `tiercel explain` (tiercel-bench); not part of the user API.
 #[doc(hidden)]
 pub mod steps;

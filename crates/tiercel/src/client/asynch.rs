@@ -90,6 +90,14 @@ impl AsyncEndpoint {
         }
     }
 
+    /// Packets the last call retransmitted.
+    pub(super) fn call_retransmissions(&self) -> u64 {
+        match self {
+            AsyncEndpoint::Udp { ep, .. } => ep.call_retransmissions(),
+            AsyncEndpoint::Shm(_) => 0,
+        }
+    }
+
     /// Gives up the call in flight (its future was dropped): tells the server, best effort.
     pub(super) fn cancel(&mut self, inner: &BindingInner) {
         match self {

@@ -1,6 +1,7 @@
 //! One call in progress, as a generated stub drives it: marshal, invoke, unmarshal.
 
 use crate::steps::{mark, Point};
+use crate::trace::CallSpan;
 use crate::wire::{Reader, Segments, Writer};
 use crate::{Binding, CallError};
 
@@ -45,6 +46,16 @@ impl Engine {
         }
     }
 
+    /// Packets the last call retransmitted.
+    fn retransmissions(&self) -> u64 {
+        match self {
+            Engine::Udp(ep) => ep.call_retransmissions(),
+            Engine::Shm(_) => 0,
+            #[cfg(feature = "async")]
+            Engine::Async(ep, _) => ep.call_retransmissions(),
+        }
+    }
+
     fn result(&self) -> &[u8] {
         match self {
             Engine::Udp(ep) => ep.result(),
@@ -61,13 +72,14 @@ pub struct Call<'a> {
     engine: Option<Engine>,
     segments: Segments<'a>,
     procedure: u16,
+    span: CallSpan,
 }
 
 impl<'a> Call<'a> {
     pub(super) fn new(binding: &'a Binding, procedure: u16) -> Result<Call<'a>, CallError> {
         mark(Point::CallStart);
         let mut engine = Engine::take(binding)?;
-        let context = binding.context();
+        let (span, context) = binding.context(procedure);
         match &mut engine {
             Engine::Udp(ep) => ep.begin(&context),
             Engine::Shm(ep) => ep.begin(&context),
@@ -75,7 +87,7 @@ impl<'a> Call<'a> {
             Engine::Async(..) => unreachable!("a synchronous call takes the thread's endpoint"),
         }
         mark(Point::EndpointReady);
-        Ok(Call { binding, engine: Some(engine), segments: Segments::new(0), procedure })
+        Ok(Call { binding, engine: Some(engine), segments: Segments::new(0), procedure, span })
     }
 
     /// Where the arguments are marshaled.
@@ -93,6 +105,7 @@ impl<'a> Call<'a> {
         let Some(mut engine) = self.engine.take() else { unreachable!("a call has its endpoint until invoked") };
         let b = self.binding;
         let timed = b.inner.metrics.get(self.procedure as usize).map(|m| (m, m.start()));
+        let entered = self.span.enter();
         let outcome = match (&mut engine, &b.inner.shm) {
             (Engine::Udp(ep), _) => ep.run(b, self.procedure, &self.segments),
             (Engine::Shm(ep), Some(link)) => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
@@ -100,6 +113,9 @@ impl<'a> Call<'a> {
             #[cfg(feature = "async")]
             (Engine::Async(..), _) => unreachable!("a synchronous call takes the thread's endpoint"),
         };
+        #[allow(clippy::drop_non_drop)]
+        drop(entered);
+        self.span.finish(&outcome, engine.retransmissions());
         if let Some((m, started)) = timed {
             m.finish(started, outcome.is_ok());
         }
@@ -134,14 +150,16 @@ pub struct AsyncCall<'a> {
     procedure: u16,
     /// Sent and not yet answered: dropped now, the call is cancelled.
     in_flight: bool,
+    span: CallSpan,
 }
 
 #[cfg(feature = "async")]
 impl<'a> AsyncCall<'a> {
     pub(super) async fn new(binding: &'a Binding, procedure: u16) -> Result<AsyncCall<'a>, CallError> {
         let mut ep = AsyncState::acquire(&binding.inner).await?;
-        ep.begin(&binding.context());
-        Ok(AsyncCall { binding, engine: Some(ep), segments: Segments::new(0), procedure, in_flight: false })
+        let (span, context) = binding.context(procedure);
+        ep.begin(&context);
+        Ok(AsyncCall { binding, engine: Some(ep), segments: Segments::new(0), procedure, in_flight: false, span })
     }
 
     /// Where the arguments are marshaled.
@@ -159,11 +177,12 @@ impl<'a> AsyncCall<'a> {
         let (flight, alone) = b.inner.asynch.fly();
         self.in_flight = true;
         let outcome = match &mut self.engine {
-            Some(ep) => ep.run(b, self.procedure, &self.segments, alone).await,
+            Some(ep) => self.span.instrument(ep.run(b, self.procedure, &self.segments, alone)).await,
             None => unreachable!("a call has its endpoint until invoked"),
         };
         self.in_flight = false;
         drop(flight);
+        self.span.finish(&outcome, self.engine.as_ref().map_or(0, |ep| ep.call_retransmissions()));
         if let Some((m, started)) = timed {
             m.finish(started, outcome.is_ok());
         }

@@ -252,9 +252,11 @@ impl Binding {
         Binding { inner: self.inner.clone(), deadline: Some(deadline) }
     }
 
-    /// What a call through this binding carries besides its arguments.
-    fn context(&self) -> tiercel_proto::context::Context {
-        tiercel_proto::context::Context { deadline: self.deadline, trace: None }
+    /// A call's span (feature `tracing`), and what the call carries besides its arguments.
+    fn context(&self, procedure: u16) -> (crate::trace::CallSpan, tiercel_proto::context::Context) {
+        let transport = if self.inner.shm.is_some() { "shm" } else { "udp" };
+        let (span, trace) = crate::trace::client_span(self.inner.info, procedure, transport);
+        (span, tiercel_proto::context::Context { deadline: self.deadline, trace })
     }
 
     /// The server's address.

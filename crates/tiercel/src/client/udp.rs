@@ -50,6 +50,8 @@ pub(crate) struct UdpEndpoint {
     call: ClientCall,
     /// `call.retransmissions()` as already added to the binding's counter.
     counted_retransmissions: u64,
+    /// `call.retransmissions()` when the call being made started.
+    retransmissions_at_start: u64,
     spin: SpinBudget,
     /// `flags::CHECKSUM` when the binding checksums its packets, else 0.
     flag_base: u8,
@@ -94,6 +96,7 @@ impl UdpEndpoint {
             big_result: None,
             call: ClientCall::new(inner.config.timing, frag_payload, Instant::now()),
             counted_retransmissions: 0,
+            retransmissions_at_start: 0,
             spin: SpinBudget::new(inner.config.spin),
             flag_base: if inner.config.checksum { flags::CHECKSUM } else { 0 },
             context_flag: 0,
@@ -156,6 +159,7 @@ impl UdpEndpoint {
         self.seq = self.seq.wrapping_add(1);
         let start = Instant::now();
         let deadline = binding.deadline.map(|d| start + d);
+        self.retransmissions_at_start = self.call.retransmissions();
         self.call.start(self.seq, len, start, deadline);
         if self.context_flag != 0 {
             self.context_deadline = deadline;
@@ -242,6 +246,11 @@ impl UdpEndpoint {
             }
         }
         Ok(())
+    }
+
+    /// Packets the call being made (or last made) has retransmitted.
+    pub(super) fn call_retransmissions(&self) -> u64 {
+        self.call.retransmissions() - self.retransmissions_at_start
     }
 
     /// Tells the server, best effort, that the call being made is given up (its deadline passed,

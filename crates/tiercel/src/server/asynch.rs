@@ -15,11 +15,18 @@ use std::time::Instant;
 
 use tiercel_proto::wire::Status;
 
-use crate::interface::{AsyncDispatch, DispatchError};
+use tiercel_proto::context::Trace;
+
+use crate::interface::DispatchError;
 
 tokio::task_local! {
-    /// The deadline of the async call a task runs.
-    pub(crate) static TASK_DEADLINE: Option<Instant>;
+    /// The deadline and trace of the async call a task runs.
+    pub(crate) static TASK_CALL: (Option<Instant>, Option<Trace>);
+}
+
+/// The trace of the async procedure the current task runs, if any.
+pub(crate) fn task_trace() -> Option<Trace> {
+    TASK_CALL.try_with(|c| c.1).ok().flatten()
 }
 
 /// Which call a running async procedure belongs to: the transport's binding id, the slot, and the
@@ -62,14 +69,16 @@ impl Runner {
         self.in_flight.load(Ordering::Acquire)
     }
 
-    /// Starts `procedure` (a started async dispatch) with the call's `deadline`; `finish` gets its
+    /// Starts `procedure` (a started async dispatch) with the call's `deadline` and `trace` (what
+    /// the procedure's own calls continue); `finish` gets its
     /// status and marshaled results (or error message) on the runtime when it ends. False, and
     /// nothing started, when `limit` calls are in flight already: the caller refuses the call as
     /// busy.
     pub(crate) fn spawn(
         &self,
-        procedure: AsyncDispatch,
+        procedure: impl core::future::Future<Output = Result<Vec<u8>, DispatchError>> + Send + 'static,
         deadline: Option<Instant>,
+        trace: Option<Trace>,
         key: CallKey,
         finish: impl FnOnce(Status, Vec<u8>) + Send + 'static,
     ) -> bool {
@@ -77,7 +86,7 @@ impl Runner {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
             return false;
         }
-        let task = self.handle.spawn(TASK_DEADLINE.scope(deadline, procedure));
+        let task = self.handle.spawn(TASK_CALL.scope((deadline, trace), procedure));
         let (binding, slot, seq) = key;
         let running = self.running.clone();
         running.lock().unwrap_or_else(|p| p.into_inner()).insert((binding, slot), (seq, task.abort_handle()));

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use tiercel_proto::context::Context;
+use tiercel_proto::context::{Context, Trace};
 
 use tiercel_proto::wire::Status;
 
@@ -26,6 +26,8 @@ pub(crate) struct Arrival {
     pub(crate) context: bool,
     /// A deadline the transport carried itself (shared memory's slot words).
     pub(crate) deadline: Option<Instant>,
+    /// The transport, for the procedure's span: `"udp"` or `"shm"`.
+    pub(crate) transport: &'static str,
 }
 
 thread_local! {
@@ -44,7 +46,7 @@ pub fn deadline() -> Option<Instant> {
     let inline = DEADLINE.with(Cell::get);
     #[cfg(feature = "async")]
     if inline.is_none() {
-        return super::asynch::TASK_DEADLINE.try_with(|d| *d).ok().flatten();
+        return super::asynch::TASK_CALL.try_with(|c| c.0).ok().flatten();
     }
     inline
 }
@@ -64,10 +66,13 @@ pub(crate) fn run_procedure(
     limit: usize,
 ) -> Status {
     let stats = &shared.stats;
-    let (args, deadline) = match call_context(shared, args, arrival, out) {
+    let (args, deadline, trace) = match call_context(shared, args, arrival, out) {
         Ok(c) => c,
         Err(status) => return status,
     };
+    let (span, current) = crate::trace::server_span(export.info(), procedure, arrival.transport, trace);
+    let entered = span.enter();
+    let _current = crate::trace::enter_current(current);
     let _current = deadline.map(Current::set);
     let metrics = shared.procedure_metrics(export);
     let timed = metrics.get(procedure as usize).map(|m| (m, m.start()));
@@ -76,7 +81,7 @@ pub(crate) fn run_procedure(
     if let Some((m, started)) = timed {
         m.finish(started, matches!(outcome, Ok(Ok(()))));
     }
-    match outcome {
+    let status = match outcome {
         Ok(Ok(())) => Status::Ok,
         Ok(Err(DispatchError::UnknownProcedure)) => {
             out.truncate(start);
@@ -93,7 +98,11 @@ pub(crate) fn run_procedure(
             error_message(out, &panic_message(&*panic));
             Status::Panicked
         }
-    }
+    };
+    #[allow(clippy::drop_non_drop)]
+    drop(entered);
+    span.finish(status);
+    status
 }
 
 /// The message of a caught panic.
@@ -126,7 +135,7 @@ pub(crate) fn start_async(
     if !export.is_async(procedure) {
         return None;
     }
-    let (args, deadline) = match call_context(shared, args, arrival, out) {
+    let (args, deadline, trace) = match call_context(shared, args, arrival, out) {
         Ok(c) => c,
         Err(status) => return Some(Err(status)),
     };
@@ -136,10 +145,13 @@ pub(crate) fn start_async(
     let Some(future) = export.clone().dispatch_async(procedure, args.to_vec(), limit) else {
         return Some(Err(Status::UnknownProcedure));
     };
+    let (span, current) = crate::trace::server_span(export.info(), procedure, arrival.transport, trace);
+    let future = span.instrument(future);
     let metrics = shared.procedure_metrics(export).get(procedure as usize).cloned();
     let started = metrics.as_ref().map(|m| m.start());
     let stats = shared.stats.clone();
     let finish = move |status: Status, results: Vec<u8>| {
+        span.finish(status);
         if let (Some(m), Some(started)) = (metrics, started) {
             m.finish(started, status == Status::Ok);
         }
@@ -149,7 +161,7 @@ pub(crate) fn start_async(
         finish(status, results)
     };
     shared.stats.calls.fetch_add(1, Ordering::Relaxed);
-    if runner.spawn(future, deadline, key, finish) {
+    if runner.spawn(future, deadline, current, key, finish) {
         Some(Ok(()))
     } else {
         shared.stats.calls.fetch_sub(1, Ordering::Relaxed);
@@ -158,31 +170,37 @@ pub(crate) fn start_async(
     }
 }
 
+/// What a call carried besides its arguments: its deadline and its caller's trace.
+type CallContext<'a> = (&'a [u8], Option<Instant>, Option<Trace>);
+
 /// Reads the call context at the start of `args` (when the transport says there is one) and
-/// checks the deadline: the arguments after it and the deadline, or the status to answer with
-/// (an error message appended to `out`).
+/// checks the deadline: the arguments after it, the deadline and the trace, or the status to
+/// answer with (an error message appended to `out`).
 fn call_context<'a>(
     shared: &super::Shared,
     args: &'a [u8],
     arrival: Arrival,
     out: &mut Vec<u8>,
-) -> Result<(&'a [u8], Option<Instant>), Status> {
-    let (args, deadline) = if arrival.context {
+) -> Result<CallContext<'a>, Status> {
+    let (args, deadline, trace) = if arrival.context {
         match Context::parse(args) {
-            Ok((context, rest)) => (rest, arrival.deadline.or(arrival.at.zip(context.deadline).map(|(at, d)| at + d))),
+            Ok((context, rest)) => {
+                let relative = arrival.at.zip(context.deadline).map(|(at, d)| at + d);
+                (rest, arrival.deadline.or(relative), context.trace)
+            }
             Err(e) => {
                 error_message(out, &e.to_string());
                 return Err(Status::BadArguments);
             }
         }
     } else {
-        (args, arrival.deadline)
+        (args, arrival.deadline, None)
     };
     if deadline.is_some_and(|d| Instant::now() >= d) {
         shared.stats.late.fetch_add(1, Ordering::Relaxed);
         return Err(Status::DeadlineExceeded);
     }
-    Ok((args, deadline))
+    Ok((args, deadline, trace))
 }
 
 /// The running call's deadline, set for the time a procedure runs.

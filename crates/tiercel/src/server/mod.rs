@@ -4,6 +4,8 @@
 mod asynch;
 mod dispatch;
 
+#[cfg(feature = "async")]
+pub(crate) use asynch::task_trace;
 pub use dispatch::deadline;
 mod shm;
 mod udp;

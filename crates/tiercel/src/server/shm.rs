@@ -619,6 +619,7 @@ impl<'a> SlotServer<'a> {
                         at: None,
                         context: call.context,
                         deadline: deadline.map(tiercel_sys::clock::instant_of_monotonic),
+                        transport: "shm",
                     },
                     &mut self.out,
                     0,
@@ -707,6 +708,7 @@ impl<'a> SlotServer<'a> {
             at: None,
             context: call.context,
             deadline: deadline.map(tiercel_sys::clock::instant_of_monotonic),
+            transport: "shm",
         };
         let key = (self.asynch.id, i, 0);
         let started = super::dispatch::start_async(

@@ -313,7 +313,7 @@ impl UdpWorker {
             &binding.export,
             p.procedure(),
             args,
-            Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None },
+            Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "udp" },
             &mut out,
             HEADER_LEN,
             self.shared.config.timing.max_message,
@@ -352,7 +352,8 @@ impl UdpWorker {
             cell.complete(&b, &p, status, out, &shared.config.timing);
             flush(&shared, &b, &mut cell);
         };
-        let arrival = Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None };
+        let arrival =
+            Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "udp" };
         let mut message = Vec::new();
         let key = (binding.id, p.slot(), p.seq());
         let limit = self.shared.config.timing.max_message;

@@ -1,0 +1,253 @@
+//! Tracing spans of calls, on both sides (crate feature `tracing`): `tiercel.call` around a client's
+//! call and `tiercel.serve` around the procedure on the server, at debug level, with the interface,
+//! procedure, transport and outcome (and the client's retransmissions). Each carries W3C-style ids
+//! as fields: a 128-bit `trace_id` shared by every span of one trace, its own 64-bit `span_id`, and
+//! on the server the client span's id as `parent_id`; the client sends both ids in the call's
+//! context, so one trace covers both processes. A call made while a procedure runs (on the
+//! procedure's thread, or in its task for an async procedure) continues the procedure's trace;
+//! any other call starts a new one.
+//!
+//! Without a subscriber interested in these spans, a call pays one check of the callsite's cached
+//! interest and sends no context; without the feature, nothing at all.
+
+pub(crate) use imp::*;
+
+#[cfg(feature = "tracing")]
+mod imp {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    use tiercel_proto::context::Trace;
+    use tiercel_proto::wire::Status;
+    use tracing::field::{display, Empty};
+
+    use crate::interface::InterfaceInfo;
+
+    thread_local! {
+        /// The trace of the procedure this thread runs, with its span as the parent of calls it makes.
+        static CURRENT: Cell<Option<Trace>> = const { Cell::new(None) };
+    }
+
+    /// A call's span (disabled when no subscriber wants it).
+    pub(crate) struct CallSpan(tracing::Span);
+
+    /// Ids: a random start, then each id is a distinct 64-bit mix of the next counter value.
+    fn next_id() -> u64 {
+        static NEXT: OnceLock<AtomicU64> = OnceLock::new();
+        let counter = NEXT.get_or_init(|| {
+            let seed = crate::client::random_bytes()
+                .map_or(0x9e37_79b9_7f4a_7c15, |b| u64::from_le_bytes(b[..8].try_into().unwrap_or_default()));
+            AtomicU64::new(seed)
+        });
+        // SplitMix64: a bijection, so distinct counter values give distinct ids.
+        let mut z = counter.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)).max(1)
+    }
+
+    /// The trace the current procedure belongs to, if one runs here.
+    fn current() -> Option<Trace> {
+        let here = CURRENT.with(Cell::get);
+        #[cfg(feature = "async")]
+        if here.is_none() {
+            return crate::server::task_trace();
+        }
+        here
+    }
+
+    fn procedure_name(info: &InterfaceInfo, procedure: u16) -> &'static str {
+        info.procedures.get(procedure as usize).copied().unwrap_or("?")
+    }
+
+    /// A client call's span, and the trace context to send with the call (none when no subscriber
+    /// listens).
+    pub(crate) fn client_span(
+        info: &'static InterfaceInfo,
+        procedure: u16,
+        transport: &str,
+    ) -> (CallSpan, Option<Trace>) {
+        let span = tracing::debug_span!(
+            "tiercel.call",
+            interface = info.name,
+            procedure = procedure_name(info, procedure),
+            transport,
+            trace_id = Empty,
+            span_id = Empty,
+            outcome = Empty,
+            retransmissions = Empty,
+        );
+        if span.is_disabled() {
+            return (CallSpan(span), None);
+        }
+        let trace_id = current().map_or_else(|| u128::from(next_id()) << 64 | u128::from(next_id()), |t| t.trace_id);
+        let span_id = next_id();
+        span.record("trace_id", display(format_args!("{trace_id:032x}")));
+        span.record("span_id", display(format_args!("{span_id:016x}")));
+        (CallSpan(span), Some(Trace { trace_id, parent_id: span_id }))
+    }
+
+    impl CallSpan {
+        /// Enters the span for the time of a synchronous call.
+        pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
+            self.0.enter()
+        }
+
+        /// Runs `f` (an async call) inside the span.
+        pub(crate) fn instrument<F: core::future::Future>(
+            &self,
+            f: F,
+        ) -> impl core::future::Future<Output = F::Output> {
+            tracing::Instrument::instrument(f, self.0.clone())
+        }
+
+        /// Records how the call ended.
+        pub(crate) fn finish(&self, outcome: &Result<(), crate::CallError>, retransmissions: u64) {
+            if self.0.is_disabled() {
+                return;
+            }
+            match outcome {
+                Ok(()) => self.0.record("outcome", "ok"),
+                Err(e) => self.0.record("outcome", display(e)),
+            };
+            self.0.record("retransmissions", retransmissions);
+        }
+    }
+
+    /// The span of a procedure run for a call that carried `trace` (or none), and the trace the
+    /// procedure's own calls continue.
+    pub(crate) fn server_span(
+        info: &'static InterfaceInfo,
+        procedure: u16,
+        transport: &'static str,
+        trace: Option<Trace>,
+    ) -> (ServeSpan, Option<Trace>) {
+        let span = tracing::debug_span!(
+            "tiercel.serve",
+            interface = info.name,
+            procedure = procedure_name(info, procedure),
+            transport,
+            trace_id = Empty,
+            span_id = Empty,
+            parent_id = Empty,
+            outcome = Empty,
+        );
+        if span.is_disabled() {
+            return (ServeSpan(span), None);
+        }
+        let trace_id = trace.map_or_else(|| u128::from(next_id()) << 64 | u128::from(next_id()), |t| t.trace_id);
+        let span_id = next_id();
+        span.record("trace_id", display(format_args!("{trace_id:032x}")));
+        span.record("span_id", display(format_args!("{span_id:016x}")));
+        if let Some(t) = trace {
+            span.record("parent_id", display(format_args!("{:016x}", t.parent_id)));
+        }
+        (ServeSpan(span), Some(Trace { trace_id, parent_id: span_id }))
+    }
+
+    /// A procedure's span.
+    pub(crate) struct ServeSpan(tracing::Span);
+
+    impl ServeSpan {
+        /// Enters the span for the time a procedure runs inline.
+        pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
+            self.0.enter()
+        }
+
+        /// Runs `f` (an async procedure) inside the span.
+        pub(crate) fn instrument<F: core::future::Future>(
+            &self,
+            f: F,
+        ) -> impl core::future::Future<Output = F::Output> {
+            tracing::Instrument::instrument(f, self.0.clone())
+        }
+
+        /// Records the call's status.
+        pub(crate) fn finish(&self, status: Status) {
+            if !self.0.is_disabled() {
+                self.0.record("outcome", display(format_args!("{status:?}")));
+            }
+        }
+    }
+
+    /// Makes `trace` the current thread's while the guard lives (a procedure running inline).
+    pub(crate) fn enter_current(trace: Option<Trace>) -> Current {
+        let before = CURRENT.with(|c| c.replace(trace));
+        Current(before)
+    }
+
+    /// Restores the thread's trace when dropped.
+    pub(crate) struct Current(Option<Trace>);
+
+    impl Drop for Current {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+}
+
+#[cfg(not(feature = "tracing"))]
+mod imp {
+    use tiercel_proto::context::Trace;
+    use tiercel_proto::wire::Status;
+
+    use crate::interface::InterfaceInfo;
+
+    /// Without the feature: nothing.
+    pub(crate) struct CallSpan;
+    /// Without the feature: nothing.
+    pub(crate) struct ServeSpan;
+    /// Without the feature: nothing.
+    pub(crate) struct Current;
+    /// Without the feature: nothing entered.
+    pub(crate) struct Entered;
+
+    #[inline(always)]
+    pub(crate) fn client_span(_: &'static InterfaceInfo, _: u16, _: &str) -> (CallSpan, Option<Trace>) {
+        (CallSpan, None)
+    }
+
+    impl CallSpan {
+        #[inline(always)]
+        pub(crate) fn enter(&self) -> Entered {
+            Entered
+        }
+        #[inline(always)]
+        #[allow(dead_code)]
+        pub(crate) fn instrument<F: core::future::Future>(&self, f: F) -> F {
+            f
+        }
+        #[inline(always)]
+        pub(crate) fn finish(&self, _: &Result<(), crate::CallError>, _: u64) {}
+    }
+
+    #[inline(always)]
+    pub(crate) fn server_span(
+        _: &'static InterfaceInfo,
+        _: u16,
+        _: &'static str,
+        _: Option<Trace>,
+    ) -> (ServeSpan, Option<Trace>) {
+        (ServeSpan, None)
+    }
+
+    impl ServeSpan {
+        #[inline(always)]
+        pub(crate) fn enter(&self) -> Entered {
+            Entered
+        }
+        #[inline(always)]
+        #[allow(dead_code)]
+        pub(crate) fn instrument<F: core::future::Future>(&self, f: F) -> F {
+            f
+        }
+        #[inline(always)]
+        pub(crate) fn finish(&self, _: Status) {}
+    }
+
+    #[inline(always)]
+    pub(crate) fn enter_current(_: Option<Trace>) -> Current {
+        Current
+    }
+}
