@@ -70,6 +70,8 @@ pub struct Report {
     pub asynch: Vec<crate::asynch::Row>,
     /// Null throughput of concurrent async tasks and of synchronous threads on one binding.
     pub async_throughput: Vec<crate::asynch::Throughput>,
+    /// Null without and with a tracing subscriber, per transport.
+    pub tracing: Vec<crate::traced::Row>,
 }
 
 /// How long each part of the run measures.
@@ -143,7 +145,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     );
     let full = !args.latency_only;
     crate::progress::start(
-        (media.len() * modes.len() + media.len()) as u64
+        (media.len() * modes.len() + 2 * media.len()) as u64
             + if full {
                 7 + 3 + 1 + 1 + (media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
             } else {
@@ -186,6 +188,13 @@ pub fn run(args: Args) -> crate::Result<()> {
             crate::progress::step();
         }
         crate::asynch::print(&report.asynch, &report.async_throughput, rounds, calls, budget.async_row);
+        drop(_spinning);
+        for &medium in &media {
+            crate::progress::doing(&format!("tracing {}", if medium == Medium::Udp { "udp" } else { "shm" }));
+            report.tracing.push(crate::traced::row(medium, args.server_cpu, calls, rounds)?);
+            crate::progress::step();
+        }
+        crate::traced::print(&report.tracing, calls, rounds);
     }
     if full {
         let cpu = args.server_cpu.to_string();

@@ -94,6 +94,11 @@ pub fn start(command: &mut Command) -> crate::Result<(Spawned, String)> {
 /// Starts a `tiercel serve` with one worker on `cpu`, spinning 2 ms past each call (`spin`) or
 /// blocking at once, and returns it with its `host:port`.
 pub fn serve_pinned(cpu: usize, spin: bool) -> crate::Result<(Spawned, String)> {
+    serve_pinned_with(cpu, spin, &[])
+}
+
+/// [`serve_pinned`] with more `tiercel serve` options.
+pub fn serve_pinned_with(cpu: usize, spin: bool, more: &[&str]) -> crate::Result<(Spawned, String)> {
     // Spinning servers spin 2 ms past their last call, then block: the raw and tiercel servers share
     // the server CPU, and each must leave it to the other while the other is being measured.
     let spin_us = if spin { "2000" } else { "0" };
@@ -111,6 +116,7 @@ pub fn serve_pinned(cpu: usize, spin: bool) -> crate::Result<(Spawned, String)> 
         &cpu,
     ]
     .iter()
+    .chain(more)
     .map(|s| s.to_string())
     .collect();
     let (server, addr) = spawn(&args)?;

@@ -47,6 +47,7 @@ pub mod serve;
 pub mod soak;
 pub mod summary;
 pub mod tables;
+pub mod traced;
 
 /// Why a measurement could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +132,30 @@ pub fn rss_kib(field: &str) -> u64 {
 }
 
 /// Parses a comma-separated CPU list such as `0,1`.
+/// Where `--trace` sends each call's span.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TraceTo {
+    /// A line per span on stderr, when it closes.
+    Stderr,
+    /// Formatted as for stderr, then thrown away: what tracing costs, without the terminal's.
+    Nowhere,
+}
+
+/// Installs a subscriber that formats tiercel's call spans (debug level) as they close, with their
+/// fields (interface, procedure, transport, trace and span ids, outcome), to `to`.
+pub fn trace(to: TraceTo) {
+    use tracing_subscriber::fmt::format::FmtSpan;
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_target(false);
+    let _ = match to {
+        TraceTo::Stderr => builder.with_writer(std::io::stderr).try_init(),
+        TraceTo::Nowhere => builder.with_writer(std::io::sink).try_init(),
+    };
+}
+
 pub fn parse_cpus(s: &str) -> Result<Vec<usize>> {
     if s.is_empty() {
         return Ok(Vec::new());

@@ -47,6 +47,11 @@ pub struct Args {
     /// `http://ADDR/metrics` (for example `127.0.0.1:9187`).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// Print the span of each call served (`tiercel.serve`: procedure, transport, outcome, and the
+    /// trace and span ids that link it to the caller's `tiercel.call --trace`) to stderr as it
+    /// ends; `nowhere` formats them and throws them away (what tracing costs).
+    #[arg(long, value_name = "TO", num_args = 0..=1, default_missing_value = "stderr")]
+    trace: Option<crate::TraceTo>,
     #[command(flatten)]
     secret: crate::SecretArgs,
 }
@@ -65,6 +70,9 @@ pub fn run(args: Args) -> crate::Result<()> {
         metrics: args.metrics.is_some(),
         ..ServerConfig::default()
     };
+    if let Some(to) = args.trace {
+        crate::trace(to);
+    }
     if let Some(addr) = args.metrics {
         // Installed before the server starts, so that its handles register with it.
         metrics_exporter_prometheus::PrometheusBuilder::new()

@@ -21,11 +21,18 @@ pub struct Args {
     /// Make the call this many times and report the median and p99 latency.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
+    /// Print the span of each call (`tiercel.call`: procedure, transport, outcome, retransmissions,
+    /// and the trace and span ids the server's `serve --trace` shows too) to stderr as it ends.
+    #[arg(long)]
+    trace: bool,
     #[command(flatten)]
     secret: tiercel_bench::SecretArgs,
 }
 
 pub fn run(args: Args) -> crate::Result<()> {
+    if args.trace {
+        tiercel_bench::trace(tiercel_bench::TraceTo::Stderr);
+    }
     let bind_start = Instant::now();
     let client = crate::check::import(&args.addr, args.secret.load().map_err(tiercel::Error::from)?)?;
     let bind_time = bind_start.elapsed();
