@@ -4,6 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tiercel_proto::bind::wire::{BindChallenge, BindGrant, BindRefusal, BindRequest, REQUEST_LEN};
+use tiercel_proto::context::Context;
 use tiercel_proto::fragment::AckInfo;
 use tiercel_proto::wire::{checksum, flags, Packet, HEADER_LEN};
 
@@ -26,6 +27,14 @@ fuzz_target!(|data: &[u8]| {
     // The control payload decoders take any bytes.
     let payload = data.get(HEADER_LEN.min(data.len())..).unwrap_or_default();
     for b in [data, payload] {
+        // A call's context block: what parses survives a round trip, and the arguments are what
+        // follows the block.
+        if let Ok((context, args)) = Context::parse(b) {
+            let mut block = [0u8; tiercel_proto::context::MAX_LEN];
+            let n = context.encode(&mut block);
+            assert_eq!(Context::parse(&block[..n]), Ok((context, &[][..])));
+            assert!(b.ends_with(args) && args.len() < b.len());
+        }
         if let Some(r) = BindRequest::parse(b) {
             // The padding after the request's fields is not read; the fields survive a round trip.
             assert_eq!(&r.to_bytes(b.len())[..REQUEST_LEN], &b[..REQUEST_LEN]);

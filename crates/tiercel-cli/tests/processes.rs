@@ -201,6 +201,7 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         "placement: caller thread pinned to CPU",
         "Async calls: Null through `TestAsyncClient`",
         "async tasks on one",
+        "Tracing: Null with the `tracing` feature compiled in",
     ] {
         assert!(text.contains(heading), "missing {heading:?}:\n{text}");
     }
@@ -229,6 +230,10 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         for column in ["raw_median_us", "sync_median_us", "async_median_us", "async_p99_us"] {
             assert!(row[column].as_f64().unwrap() > 0.0, "{column} in {row}");
         }
+    }
+    assert_eq!(names(&report["tracing"], "transport"), ["udp", "shm"]);
+    for row in report["tracing"].as_array().unwrap() {
+        assert!(row["traced_median_us"].as_f64().unwrap() > 0.0 && row["quiet_median_us"].as_f64().unwrap() > 0.0);
     }
     let throughput = report["async_throughput"].as_array().unwrap();
     assert_eq!(throughput.len(), 8, "{throughput:?}");
