@@ -29,8 +29,16 @@ mod imp {
         static CURRENT: Cell<Option<Trace>> = const { Cell::new(None) };
     }
 
-    /// A call's span (disabled when no subscriber wants it).
-    pub(crate) struct CallSpan(tracing::Span);
+    /// A call's span (none when no subscriber wants it).
+    pub(crate) struct CallSpan(Option<tracing::Span>);
+
+    /// Whether any subscriber may want debug-level spans: one load of a global, the only cost of
+    /// a call when none listens.
+    #[inline(always)]
+    fn listening() -> bool {
+        tracing::Level::DEBUG <= tracing::level_filters::STATIC_MAX_LEVEL
+            && tracing::Level::DEBUG <= tracing::level_filters::LevelFilter::current()
+    }
 
     /// Ids: a random start, then each id is a distinct 64-bit mix of the next counter value.
     fn next_id() -> u64 {
@@ -63,11 +71,21 @@ mod imp {
 
     /// A client call's span, and the trace context to send with the call (none when no subscriber
     /// listens).
+    #[inline(always)]
     pub(crate) fn client_span(
         info: &'static InterfaceInfo,
         procedure: u16,
         transport: &str,
     ) -> (CallSpan, Option<Trace>) {
+        if !listening() {
+            return (CallSpan(None), None);
+        }
+        new_client_span(info, procedure, transport)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_client_span(info: &'static InterfaceInfo, procedure: u16, transport: &str) -> (CallSpan, Option<Trace>) {
         let span = tracing::debug_span!(
             "tiercel.call",
             interface = info.name,
@@ -79,19 +97,20 @@ mod imp {
             retransmissions = Empty,
         );
         if span.is_disabled() {
-            return (CallSpan(span), None);
+            return (CallSpan(None), None);
         }
         let trace_id = current().map_or_else(|| u128::from(next_id()) << 64 | u128::from(next_id()), |t| t.trace_id);
         let span_id = next_id();
         span.record("trace_id", display(format_args!("{trace_id:032x}")));
         span.record("span_id", display(format_args!("{span_id:016x}")));
-        (CallSpan(span), Some(Trace { trace_id, parent_id: span_id }))
+        (CallSpan(Some(span)), Some(Trace { trace_id, parent_id: span_id }))
     }
 
     impl CallSpan {
         /// Enters the span for the time of a synchronous call.
-        pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
-            self.0.enter()
+        #[inline(always)]
+        pub(crate) fn enter(&self) -> Option<tracing::span::Entered<'_>> {
+            self.0.as_ref().map(|s| s.enter())
         }
 
         /// Runs `f` (an async call) inside the span.
@@ -99,25 +118,40 @@ mod imp {
             &self,
             f: F,
         ) -> impl core::future::Future<Output = F::Output> {
-            tracing::Instrument::instrument(f, self.0.clone())
+            tracing::Instrument::instrument(f, self.0.clone().unwrap_or_else(tracing::Span::none))
         }
 
         /// Records how the call ended.
+        #[inline(always)]
         pub(crate) fn finish(&self, outcome: &Result<(), crate::CallError>, retransmissions: u64) {
-            if self.0.is_disabled() {
-                return;
+            if let Some(span) = &self.0 {
+                match outcome {
+                    Ok(()) => span.record("outcome", "ok"),
+                    Err(e) => span.record("outcome", display(e)),
+                };
+                span.record("retransmissions", retransmissions);
             }
-            match outcome {
-                Ok(()) => self.0.record("outcome", "ok"),
-                Err(e) => self.0.record("outcome", display(e)),
-            };
-            self.0.record("retransmissions", retransmissions);
         }
     }
 
     /// The span of a procedure run for a call that carried `trace` (or none), and the trace the
     /// procedure's own calls continue.
+    #[inline(always)]
     pub(crate) fn server_span(
+        info: &'static InterfaceInfo,
+        procedure: u16,
+        transport: &'static str,
+        trace: Option<Trace>,
+    ) -> (ServeSpan, Option<Trace>) {
+        if !listening() {
+            return (ServeSpan(None), None);
+        }
+        new_server_span(info, procedure, transport, trace)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_server_span(
         info: &'static InterfaceInfo,
         procedure: u16,
         transport: &'static str,
@@ -134,7 +168,7 @@ mod imp {
             outcome = Empty,
         );
         if span.is_disabled() {
-            return (ServeSpan(span), None);
+            return (ServeSpan(None), None);
         }
         let trace_id = trace.map_or_else(|| u128::from(next_id()) << 64 | u128::from(next_id()), |t| t.trace_id);
         let span_id = next_id();
@@ -143,16 +177,17 @@ mod imp {
         if let Some(t) = trace {
             span.record("parent_id", display(format_args!("{:016x}", t.parent_id)));
         }
-        (ServeSpan(span), Some(Trace { trace_id, parent_id: span_id }))
+        (ServeSpan(Some(span)), Some(Trace { trace_id, parent_id: span_id }))
     }
 
-    /// A procedure's span.
-    pub(crate) struct ServeSpan(tracing::Span);
+    /// A procedure's span (none when no subscriber wants it).
+    pub(crate) struct ServeSpan(Option<tracing::Span>);
 
     impl ServeSpan {
         /// Enters the span for the time a procedure runs inline.
-        pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
-            self.0.enter()
+        #[inline(always)]
+        pub(crate) fn enter(&self) -> Option<tracing::span::Entered<'_>> {
+            self.0.as_ref().map(|s| s.enter())
         }
 
         /// Runs `f` (an async procedure) inside the span.
@@ -160,21 +195,23 @@ mod imp {
             &self,
             f: F,
         ) -> impl core::future::Future<Output = F::Output> {
-            tracing::Instrument::instrument(f, self.0.clone())
+            tracing::Instrument::instrument(f, self.0.clone().unwrap_or_else(tracing::Span::none))
         }
 
         /// Records the call's status.
+        #[inline(always)]
         pub(crate) fn finish(&self, status: Status) {
-            if !self.0.is_disabled() {
-                self.0.record("outcome", display(format_args!("{status:?}")));
+            if let Some(span) = &self.0 {
+                span.record("outcome", display(format_args!("{status:?}")));
             }
         }
     }
 
-    /// Makes `trace` the current thread's while the guard lives (a procedure running inline).
-    pub(crate) fn enter_current(trace: Option<Trace>) -> Current {
-        let before = CURRENT.with(|c| c.replace(trace));
-        Current(before)
+    /// Makes `trace` the current thread's while the guard lives (a procedure running inline);
+    /// nothing when there is none.
+    #[inline(always)]
+    pub(crate) fn enter_current(trace: Option<Trace>) -> Option<Current> {
+        trace.map(|t| Current(CURRENT.with(|c| c.replace(Some(t)))))
     }
 
     /// Restores the thread's trace when dropped.
