@@ -213,8 +213,8 @@ pub fn print(rows: &[Row], throughput: &[Throughput], rounds: u32, calls: u32, t
         );
     }
     outln!(
-        "\nNull calls per second on one binding, every caller on the caller's CPU ({:.1} s per row): async tasks on \
-         one",
+        "\nThroughput of Null calls on one binding, every caller on the caller's CPU ({:.1} s per row): async tasks \
+         on one",
         time.as_secs_f64()
     );
     outln!("current-thread runtime against {SYNC_THREADS} threads of synchronous calls");

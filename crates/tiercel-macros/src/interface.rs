@@ -415,6 +415,32 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
         .collect()
 }
 
+/// A client stub: the struct holding the binding, its common methods, and `methods`.
+fn stub(vis: &Visibility, name: &Ident, doc: &str, methods: TokenStream) -> TokenStream {
+    quote! {
+        #[doc = #doc]
+        #[derive(Debug, Clone)]
+        #vis struct #name {
+            binding: ::tiercel::Binding,
+        }
+
+        impl #name {
+            /// The binding this stub calls through.
+            pub fn binding(&self) -> &::tiercel::Binding {
+                &self.binding
+            }
+
+            /// A clone whose calls carry `deadline`: each fails with `CallError::DeadlineExceeded`
+            /// when it passes, and the server does not start one after it.
+            pub fn with_deadline(&self, deadline: ::core::time::Duration) -> Self {
+                Self { binding: self.binding.with_deadline(deadline) }
+            }
+
+            #methods
+        }
+    }
+}
+
 fn generate_client(m: &Interface) -> TokenStream {
     let vis = &m.vis;
     let client = format_ident!("{}Client", m.name);
@@ -429,26 +455,18 @@ fn generate_client(m: &Interface) -> TokenStream {
     );
     let methods = client_methods(m, false);
     let async_methods = client_methods(m, true);
+    let sync_stub = stub(vis, &client, &doc, quote!(#(#methods)*));
+    let to_sync = quote! {
+        /// The synchronous stub on the same binding.
+        pub fn to_sync(&self) -> #client {
+            #client { binding: self.binding.clone() }
+        }
+
+        #(#async_methods)*
+    };
+    let async_stub = stub(vis, &async_client, &async_doc, to_sync);
     quote! {
-        #[doc = #doc]
-        #[derive(Debug, Clone)]
-        #vis struct #client {
-            binding: ::tiercel::Binding,
-        }
-
-        impl #client {
-            /// The binding this stub calls through.
-            pub fn binding(&self) -> &::tiercel::Binding {
-                &self.binding
-            }
-
-            /// A clone whose calls fail with `CallError::DeadlineExceeded` after `deadline`.
-            pub fn with_deadline(&self, deadline: ::core::time::Duration) -> Self {
-                Self { binding: self.binding.with_deadline(deadline) }
-            }
-
-            #(#methods)*
-        }
+        #sync_stub
 
         impl ::tiercel::Import for #client {
             const INFO: &'static ::tiercel::InterfaceInfo = #info;
@@ -458,30 +476,7 @@ fn generate_client(m: &Interface) -> TokenStream {
         }
 
         ::tiercel::__async_client! {
-            #[doc = #async_doc]
-            #[derive(Debug, Clone)]
-            #vis struct #async_client {
-                binding: ::tiercel::Binding,
-            }
-
-            impl #async_client {
-                /// The binding this stub calls through.
-                pub fn binding(&self) -> &::tiercel::Binding {
-                    &self.binding
-                }
-
-                /// A clone whose calls fail with `CallError::DeadlineExceeded` after `deadline`.
-                pub fn with_deadline(&self, deadline: ::core::time::Duration) -> Self {
-                    Self { binding: self.binding.with_deadline(deadline) }
-                }
-
-                /// The synchronous stub on the same binding.
-                pub fn to_sync(&self) -> #client {
-                    #client { binding: self.binding.clone() }
-                }
-
-                #(#async_methods)*
-            }
+            #async_stub
 
             impl #client {
                 /// The async stub on the same binding (crate feature `async`).

@@ -29,7 +29,7 @@ mod imp {
         static CURRENT: Cell<Option<Trace>> = const { Cell::new(None) };
     }
 
-    /// A call's span (none when no subscriber wants it).
+    /// The span of a call, or of the procedure it runs (none when no subscriber wants it).
     pub(crate) struct CallSpan(Option<tracing::Span>);
 
     /// Whether any subscriber may want debug-level spans: one load of a global, the only cost of
@@ -107,13 +107,13 @@ mod imp {
     }
 
     impl CallSpan {
-        /// Enters the span for the time of a synchronous call.
+        /// Enters the span for the time a call or procedure runs on this thread.
         #[inline(always)]
         pub(crate) fn enter(&self) -> Option<tracing::span::Entered<'_>> {
             self.0.as_ref().map(|s| s.enter())
         }
 
-        /// Runs `f` (an async call) inside the span.
+        /// Runs `f` (an async call or procedure) inside the span.
         pub(crate) fn instrument<F: core::future::Future>(
             &self,
             f: F,
@@ -121,7 +121,7 @@ mod imp {
             tracing::Instrument::instrument(f, self.0.clone().unwrap_or_else(tracing::Span::none))
         }
 
-        /// Records how the call ended.
+        /// Records how a client's call ended.
         #[inline(always)]
         pub(crate) fn finish(&self, outcome: &Result<(), crate::CallError>, retransmissions: u64) {
             if let Some(span) = &self.0 {
@@ -130,6 +130,14 @@ mod imp {
                     Err(e) => span.record("outcome", display(e)),
                 };
                 span.record("retransmissions", retransmissions);
+            }
+        }
+
+        /// Records the status a procedure's call ended with.
+        #[inline(always)]
+        pub(crate) fn finish_status(&self, status: Status) {
+            if let Some(span) = &self.0 {
+                span.record("outcome", display(format_args!("{status:?}")));
             }
         }
     }
@@ -142,9 +150,9 @@ mod imp {
         procedure: u16,
         transport: &'static str,
         trace: Option<Trace>,
-    ) -> (ServeSpan, Option<Trace>) {
+    ) -> (CallSpan, Option<Trace>) {
         if !listening() {
-            return (ServeSpan(None), None);
+            return (CallSpan(None), None);
         }
         new_server_span(info, procedure, transport, trace)
     }
@@ -156,7 +164,7 @@ mod imp {
         procedure: u16,
         transport: &'static str,
         trace: Option<Trace>,
-    ) -> (ServeSpan, Option<Trace>) {
+    ) -> (CallSpan, Option<Trace>) {
         let span = tracing::debug_span!(
             "tiercel.serve",
             interface = info.name,
@@ -168,7 +176,7 @@ mod imp {
             outcome = Empty,
         );
         if span.is_disabled() {
-            return (ServeSpan(None), None);
+            return (CallSpan(None), None);
         }
         let trace_id = trace.map_or_else(|| u128::from(next_id()) << 64 | u128::from(next_id()), |t| t.trace_id);
         let span_id = next_id();
@@ -177,34 +185,7 @@ mod imp {
         if let Some(t) = trace {
             span.record("parent_id", display(format_args!("{:016x}", t.parent_id)));
         }
-        (ServeSpan(Some(span)), Some(Trace { trace_id, parent_id: span_id }))
-    }
-
-    /// A procedure's span (none when no subscriber wants it).
-    pub(crate) struct ServeSpan(Option<tracing::Span>);
-
-    impl ServeSpan {
-        /// Enters the span for the time a procedure runs inline.
-        #[inline(always)]
-        pub(crate) fn enter(&self) -> Option<tracing::span::Entered<'_>> {
-            self.0.as_ref().map(|s| s.enter())
-        }
-
-        /// Runs `f` (an async procedure) inside the span.
-        pub(crate) fn instrument<F: core::future::Future>(
-            &self,
-            f: F,
-        ) -> impl core::future::Future<Output = F::Output> {
-            tracing::Instrument::instrument(f, self.0.clone().unwrap_or_else(tracing::Span::none))
-        }
-
-        /// Records the call's status.
-        #[inline(always)]
-        pub(crate) fn finish(&self, status: Status) {
-            if let Some(span) = &self.0 {
-                span.record("outcome", display(format_args!("{status:?}")));
-            }
-        }
+        (CallSpan(Some(span)), Some(Trace { trace_id, parent_id: span_id }))
     }
 
     /// Makes `trace` the current thread's while the guard lives (a procedure running inline);
@@ -234,8 +215,6 @@ mod imp {
     /// Without the feature: nothing.
     pub(crate) struct CallSpan;
     /// Without the feature: nothing.
-    pub(crate) struct ServeSpan;
-    /// Without the feature: nothing.
     pub(crate) struct Current;
     /// Without the feature: nothing entered.
     pub(crate) struct Entered;
@@ -257,6 +236,8 @@ mod imp {
         }
         #[inline(always)]
         pub(crate) fn finish(&self, _: &Result<(), crate::CallError>, _: u64) {}
+        #[inline(always)]
+        pub(crate) fn finish_status(&self, _: Status) {}
     }
 
     #[inline(always)]
@@ -265,22 +246,8 @@ mod imp {
         _: u16,
         _: &'static str,
         _: Option<Trace>,
-    ) -> (ServeSpan, Option<Trace>) {
-        (ServeSpan, None)
-    }
-
-    impl ServeSpan {
-        #[inline(always)]
-        pub(crate) fn enter(&self) -> Entered {
-            Entered
-        }
-        #[inline(always)]
-        #[allow(dead_code)]
-        pub(crate) fn instrument<F: core::future::Future>(&self, f: F) -> F {
-            f
-        }
-        #[inline(always)]
-        pub(crate) fn finish(&self, _: Status) {}
+    ) -> (CallSpan, Option<Trace>) {
+        (CallSpan, None)
     }
 
     #[inline(always)]

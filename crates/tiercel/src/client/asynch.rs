@@ -368,15 +368,20 @@ impl ShmEndpoint {
     /// (which adapts to the round trips seen, queueing included). True when the result came in.
     async fn poll_for_result(&self, link: &Link) -> bool {
         let (start, budget) = (tiercel_sys::clock::ticks(), tiercel_sys::clock::ticks_in(self.spin_budget()));
-        loop {
+        poll_fn(|cx| {
             if link.slot_done(self.slot()) {
-                return true;
+                return Poll::Ready(true);
             }
             if tiercel_sys::clock::ticks().saturating_sub(start) >= budget {
-                return false;
+                return Poll::Ready(false);
             }
-            tokio::task::yield_now().await;
-        }
+            // Back of the run queue at once (`tokio::task::yield_now` would wait for the runtime's
+            // next look at its I/O driver, a system call per round of the tasks); the runtime still
+            // polls its driver every few dozen tasks.
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
+        .await
     }
 
     /// Waits for the slot's result without holding the thread: spins first when `spin` (the only

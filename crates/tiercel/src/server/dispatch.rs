@@ -101,7 +101,7 @@ pub(crate) fn run_procedure(
     };
     #[allow(clippy::drop_non_drop)]
     drop(entered);
-    span.finish(status);
+    span.finish_status(status);
     status
 }
 
@@ -151,7 +151,7 @@ pub(crate) fn start_async(
     let started = metrics.as_ref().map(|m| m.start());
     let stats = shared.stats.clone();
     let finish = move |status: Status, results: Vec<u8>| {
-        span.finish(status);
+        span.finish_status(status);
         if let (Some(m), Some(started)) = (metrics, started) {
             m.finish(started, status == Status::Ok);
         }

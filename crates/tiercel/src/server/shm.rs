@@ -464,18 +464,8 @@ impl<'a> SlotServer<'a> {
             if self.asynch.running > 0 {
                 self.cancel_async();
             }
-            let any_call = || {
-                let pending = |i: usize| {
-                    #[cfg(feature = "async")]
-                    return self.asynch.pending[i];
-                    #[cfg(not(feature = "async"))]
-                    return {
-                        let _ = i;
-                        false
-                    };
-                };
-                states[..used()].iter().enumerate().any(|(i, s)| proto::server_has_call(*s) && !pending(i))
-            };
+            let any_call =
+                || states[..used()].iter().enumerate().any(|(i, s)| proto::server_has_call(*s) && !self.runs_async(i));
             if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, any_call) {
                 if futex_wait(doorbell, bell, Some(LIVENESS)) {
                     steps::slept(steps::Side::Server);
