@@ -145,7 +145,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     );
     let full = !args.latency_only;
     crate::progress::start(
-        (media.len() * modes.len() + 2 * media.len()) as u64
+        (media.len() * modes.len() + media.len() + 1) as u64
             + if full {
                 7 + 3 + 1 + 1 + (media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
             } else {
@@ -189,12 +189,10 @@ pub fn run(args: Args) -> crate::Result<()> {
         }
         crate::asynch::print(&report.asynch, &report.async_throughput, rounds, calls, budget.async_row);
         drop(_spinning);
-        for &medium in &media {
-            crate::progress::doing(&format!("tracing {}", if medium == Medium::Udp { "udp" } else { "shm" }));
-            report.tracing.push(crate::traced::row(medium, args.server_cpu, calls, rounds)?);
-            crate::progress::step();
-        }
-        crate::traced::print(&report.tracing, calls, rounds);
+        crate::progress::doing("tracing");
+        report.tracing = crate::traced::rows(&media, args.server_cpu, calls)?;
+        crate::progress::step();
+        crate::traced::print(&report.tracing, calls);
     }
     if full {
         let cpu = args.server_cpu.to_string();

@@ -1,7 +1,8 @@
 //! What tracing costs a call: Null with tiercel's `tracing` feature compiled in (as in this binary),
 //! with no subscriber (one check of each span's cached interest, no context on the wire) against a
 //! subscriber on both sides that formats every `tiercel.call` and `tiercel.serve` span and throws
-//! the text away, in interleaved rounds on the same CPUs. (Without the feature the spans are not
+//! the text away, on the same CPUs: the calls without a subscriber first (once a subscriber exists,
+//! tracing's global level is raised for the whole process). (Without the feature the spans are not
 //! compiled at all: a build of its own, measured apart.)
 
 use std::time::Instant;
@@ -32,50 +33,65 @@ fn subscriber() -> impl tracing::Subscriber + Send + Sync {
         .finish()
 }
 
-/// The row of `medium`: servers pinned to `server_cpu`, this thread the caller.
-pub fn row(medium: Medium, server_cpu: usize, calls: u32, rounds: u32) -> crate::Result<Row> {
-    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+/// The rows of `media`: servers pinned to `server_cpu`, this thread the caller.
+pub fn rows(media: &[Medium], server_cpu: usize, calls: u32) -> crate::Result<Vec<Row>> {
     let (_quiet_server, quiet_addr) = serve_pinned_with(server_cpu, true, &[])?;
     let (_traced_server, traced_addr) = serve_pinned_with(server_cpu, true, &["--trace", "nowhere"])?;
-    let config = tiercel::ClientConfig::default();
-    let quiet: TestClient = crate::harness::import(format!("{scheme}{quiet_addr}"), config.clone())?;
-    let traced: TestClient = crate::harness::import(format!("{scheme}{traced_addr}"), config)?;
-    let subscriber = tracing::Dispatch::new(subscriber());
-    let (mut q, mut t) = (Summary::new(), Summary::new());
-    let per_round = (calls / rounds.max(1)).max(1);
-    let timed = |client: &TestClient, s: &mut Summary, n: u32| -> Result<(), tiercel::CallError> {
+    let client = |medium: Medium, addr: &str| -> crate::Result<TestClient> {
+        let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+        crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())
+    };
+    let timed = |client: &TestClient, n: u32| -> Result<Summary, tiercel::CallError> {
+        let mut s = Summary::new();
         for _ in 0..n {
             let start = Instant::now();
             client.null()?;
             s.record(start.elapsed());
         }
-        Ok(())
+        Ok(s)
     };
-    let mut warm = Summary::new();
-    timed(&quiet, &mut warm, 2_000)?;
-    tracing::dispatcher::with_default(&subscriber, || timed(&traced, &mut warm, 2_000))?;
-    for _ in 0..rounds.max(1) {
-        timed(&quiet, &mut q, per_round)?;
-        tracing::dispatcher::with_default(&subscriber, || timed(&traced, &mut t, per_round))?;
+    // Every call without a subscriber first: a subscriber, once made, raises tracing's global
+    // level for the whole process, and every call then looks further.
+    // Each server (its UDP worker, each shared-memory binding's thread) spins 2 ms past its last
+    // call: a pause before each row, so that none spins on the shared server CPU while another is
+    // measured.
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(5));
+    let mut quiet = Vec::new();
+    for &medium in media {
+        pause();
+        let c = client(medium, &quiet_addr)?;
+        timed(&c, 2_000)?;
+        quiet.push(timed(&c, calls)?);
     }
-    Ok(Row {
-        transport: if medium == Medium::Udp { "udp" } else { "shm" },
-        quiet_median_us: q.median_us(),
-        quiet_p99_us: q.p99_us(),
-        traced_median_us: t.median_us(),
-        traced_p99_us: t.p99_us(),
-    })
+    let subscriber = tracing::Dispatch::new(subscriber());
+    let mut rows = Vec::new();
+    for (&medium, q) in media.iter().zip(quiet) {
+        pause();
+        let c = client(medium, &traced_addr)?;
+        let t = tracing::dispatcher::with_default(&subscriber, || {
+            timed(&c, 2_000)?;
+            timed(&c, calls)
+        })?;
+        rows.push(Row {
+            transport: if medium == Medium::Udp { "udp" } else { "shm" },
+            quiet_median_us: q.median_us(),
+            quiet_p99_us: q.p99_us(),
+            traced_median_us: t.median_us(),
+            traced_p99_us: t.p99_us(),
+        });
+    }
+    Ok(rows)
 }
 
 /// Prints the rows.
-pub fn print(rows: &[Row], calls: u32, rounds: u32) {
+pub fn print(rows: &[Row], calls: u32) {
     outln!(
         "\nTracing: Null with the `tracing` feature compiled in, no subscriber against a subscriber on both sides \
          that"
     );
     outln!(
-        "formats every span and discards the text; {calls} calls each in {rounds} interleaved rounds, one-worker \
-         spinning servers; µs"
+        "formats every span and discards the text; {calls} calls each, the calls without a subscriber first, \
+         one-worker spinning servers; µs"
     );
     outln!(
         "{:>9} | {:>10} {:>8} | {:>10} {:>8} | {:>7} {:>9}",
