@@ -647,8 +647,10 @@ impl<'a> SlotServer<'a> {
         if len > retention::LARGE && extent > result {
             // The arguments were large: give back the part of the slot the result does not cover,
             // but not on every call (a stream of large calls would fault the pages in anew) unless
-            // the binding holds more than half its budget.
-            let pressed = self.charge.charged > self.charge.binding.limit() / 2;
+            // the binding holds more than three quarters of its budget. (Not half: a maximum-size
+            // call's slot pages and private copy take half the default budget by themselves, and
+            // giving them back after every such call made a stream of them 13 times slower.)
+            let pressed = self.charge.charged > self.charge.binding.limit() / 4 * 3;
             if self.retention.get_mut(at).is_some_and(|r| r.large(Instant::now())) || pressed {
                 self.region.discard(data + result, extent - result);
                 self.set_held(at, result);
