@@ -255,6 +255,7 @@ impl Slot {
             }
             let count = packet.frag_count();
             if count == 1 {
+                self.prev_seq = self.seq;
                 self.seq = Some(seq);
                 self.state = State::Running;
                 return CallAction::Execute;
@@ -373,6 +374,19 @@ impl Slot {
         *resent += (transmits.len() - before) as u32;
         transmits.extend(blast.take_new());
         false
+    }
+
+    /// Takes back call `seq`, which the slot was about to run ([`CallAction::Execute`] or
+    /// [`CallAction::ExecuteMessage`]) and did not start after all (no room for it): the slot is as if
+    /// the call had never come, so that the client's next attempt, after a `Reject {Busy}`, is a new
+    /// call. True if the slot was running `seq`.
+    pub fn withdraw(&mut self, seq: u32) -> bool {
+        if self.seq != Some(seq) || !matches!(self.state, State::Running) {
+            return false;
+        }
+        self.seq = self.prev_seq;
+        self.state = State::Acknowledged;
+        true
     }
 
     /// Handles the client's cancellation of call `seq`: a call being reassembled is given up (its

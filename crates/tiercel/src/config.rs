@@ -113,10 +113,12 @@ pub struct ServerConfig {
     /// Bytes one binding may hold in multi-packet calls being reassembled and results being sent.
     /// Default: 64 MiB.
     pub binding_memory: usize,
-    /// Bytes all UDP bindings together may hold in such messages, whatever their number: a call
-    /// that would take more is refused as busy (its client backs off and tries again), a result
-    /// that would is replaced by `CallError::ResultTooLarge`. A call being reassembled is charged
-    /// for the fragments that have arrived, not for the size its header claims. Default: 256 MiB.
+    /// Bytes all bindings together may hold in such messages, whatever their number (through
+    /// shared memory: slot pages and private copies), with the arguments of the async procedures
+    /// running: a call that would take more is refused as busy (its client backs off and tries
+    /// again), a result that would is replaced by `CallError::ResultTooLarge`. A call being
+    /// reassembled is charged for the fragments that have arrived, not for the size its header
+    /// claims. Default: 256 MiB.
     pub message_memory: usize,
     /// A multi-packet call whose client has sent nothing more for this long is given up and its
     /// memory reclaimed (checked about once a second); the client's next fragment is refused as

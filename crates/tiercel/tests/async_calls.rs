@@ -373,3 +373,61 @@ async fn a_dropped_call_of_an_async_procedure_is_aborted_on_the_server() {
     assert!(!finished.contains(&101) && !finished.contains(&112), "aborted calls finished: {finished:?}");
     assert!(server.stats().cancelled.load(Ordering::Relaxed) >= 2, "{}", server.stats());
 }
+
+/// Holds a buffer while an async procedure awaits.
+#[tiercel::interface]
+pub trait Holder {
+    /// Awaits `ms`, then returns the length of `data`.
+    async fn hold(&self, data: Vec<u8>, ms: u64) -> usize;
+}
+
+struct HolderImpl;
+
+impl Holder for HolderImpl {
+    async fn hold(&self, data: Vec<u8>, ms: u64) -> usize {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        data.len()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_arguments_of_running_async_procedures_count_against_the_message_budget() {
+    // A 3 MiB budget and calls of 1 MiB that each hold their arguments for 200 ms: six at once do
+    // not fit. Over UDP the calls beyond are refused as busy and retried by their clients, and
+    // every call completes; through shared memory a call refused for want of room fails as
+    // overloaded (the server answered it unread).
+    // (Through shared memory each call's slot pages and the server's private copy are charged too:
+    // 2 MiB a call before the async procedure's copy, so that budget is 8 MiB.)
+    for ((scheme, transport), budget) in TRANSPORTS.into_iter().zip([3 << 20, 8 << 20]) {
+        let config = ServerConfig { message_memory: budget, ..ServerConfig::default() };
+        let server = Server::bind("127.0.0.1:0")
+            .unwrap()
+            .with_config(config)
+            .export(HolderServer::new(HolderImpl))
+            .start()
+            .unwrap();
+        let before = server.stats().busy.load(Ordering::Relaxed);
+        let client: HolderAsyncClient =
+            Client::connect(format!("{scheme}{}", server.addr())).unwrap().import_async().await.unwrap();
+        let data = vec![7u8; 1 << 20];
+        let calls: Vec<_> = (0..6).map(|_| client.hold(data.clone(), 200)).collect();
+        let mut done = 0;
+        for r in futures_join_all(calls).await {
+            match r {
+                Ok(n) => {
+                    assert_eq!(n, 1 << 20);
+                    done += 1;
+                }
+                Err(e) if transport == Transport::SharedMemory => assert!(matches!(e, CallError::Overloaded), "{e}"),
+                Err(e) => panic!("{transport:?}: {e}"),
+            }
+        }
+        assert!(done > 0, "{transport:?}");
+        if transport == Transport::Udp {
+            assert_eq!(done, 6, "every UDP call completes, after backing off if refused");
+        }
+        let busy = server.stats().busy.load(Ordering::Relaxed) - before;
+        assert!(busy > 0, "{transport:?}: six 1 MiB calls held at once in a {budget}-byte budget");
+        assert!(server.message_memory() <= budget, "{transport:?}: {} bytes held", server.message_memory());
+    }
+}

@@ -484,3 +484,26 @@ fn a_cancel_frees_a_partial_call_or_a_saved_result_and_a_running_slot_answers_bu
     // The next call now runs.
     assert_eq!(enter(&e, &b, &q, 1).unwrap().on_call(&b, &q, now, &timing), CallAction::Execute);
 }
+
+#[test]
+fn a_withdrawn_call_is_new_again_and_the_slot_keeps_its_last_sequence_number() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let timing = e.config().timing;
+    let first = fragment(b.id, 1, 0, 1, 1, &[1]);
+    let p = Packet::new_checked(&first[..]).unwrap();
+    assert_eq!(enter(&e, &b, &p, 1).unwrap().on_call(&b, &p, now, &timing), CallAction::Execute);
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    let out = cell.take_result(&b);
+    cell.complete(&b, &p, Status::Ok, out, &timing);
+    drop(cell);
+    // Call 2 was about to run, and is taken back (no room for it): its retry runs.
+    let second = fragment(b.id, 2, 0, 1, 1, &[2]);
+    let q = Packet::new_checked(&second[..]).unwrap();
+    assert_eq!(enter(&e, &b, &q, 1).unwrap().on_call(&b, &q, now, &timing), CallAction::Execute);
+    assert!(enter(&e, &b, &q, 1).unwrap().proto.withdraw(2));
+    assert_eq!(enter(&e, &b, &q, 1).unwrap().proto.seq(), Some(1));
+    assert_eq!(enter(&e, &b, &q, 1).unwrap().on_call(&b, &q, now, &timing), CallAction::Execute);
+    // Only a running call can be taken back.
+    assert!(!enter(&e, &b, &p, 1).unwrap().proto.withdraw(1));
+}

@@ -142,15 +142,26 @@ pub(crate) fn start_async(
     let Some(runner) = &shared.asynch else {
         return Some(Err(Status::UnknownProcedure));
     };
+    // The copy of the arguments lives as long as the procedure: charged to the server's message
+    // budget (`ServerConfig::message_memory`, shared with both transports' messages) until it ends,
+    // so that no number of bindings holding slow async calls can take more.
+    let charged = args.len();
+    if !shared.memory.reserve(charged) {
+        shared.stats.busy.fetch_add(1, Ordering::Relaxed);
+        return Some(Err(Status::Busy));
+    }
     let Some(future) = export.clone().dispatch_async(procedure, args.to_vec(), limit) else {
+        shared.memory.release(charged);
         return Some(Err(Status::UnknownProcedure));
     };
+    let memory = shared.memory.clone();
     let (span, current) = crate::trace::server_span(export.info(), procedure, arrival.transport, trace);
     let future = span.instrument(future);
     let metrics = shared.procedure_metrics(export).get(procedure as usize).cloned();
     let started = metrics.as_ref().map(|m| m.start());
     let stats = shared.stats.clone();
     let finish = move |status: Status, results: Vec<u8>| {
+        memory.release(charged);
         span.finish_status(status);
         if let (Some(m), Some(started)) = (metrics, started) {
             m.finish(started, status == Status::Ok);
@@ -164,6 +175,7 @@ pub(crate) fn start_async(
     if runner.spawn(future, deadline, current, key, finish) {
         Some(Ok(()))
     } else {
+        shared.memory.release(charged);
         shared.stats.calls.fetch_sub(1, Ordering::Relaxed);
         shared.stats.busy.fetch_add(1, Ordering::Relaxed);
         Some(Err(Status::Busy))

@@ -370,6 +370,17 @@ impl UdpWorker {
         );
         if let Some(Err(status)) = started {
             let Some(mut cell) = binding.slot(p.slot()) else { return };
+            if status == Status::Busy {
+                // No room for it now: refused as any busy call, nothing recorded, so that the
+                // client's retry after backing off is a new call.
+                cell.proto.withdraw(p.seq());
+                let peer = cell.peer;
+                drop(cell);
+                if let Some(peer) = peer {
+                    self.send_reject(self.shared.endpoint.reject(p, Status::Busy), &[], peer);
+                }
+                return;
+            }
             let mut out = cell.take_result(binding);
             out.resize(HEADER_LEN, 0);
             out.extend_from_slice(&message);
