@@ -495,6 +495,16 @@ fn generate_client(m: &Interface) -> TokenStream {
     }
 }
 
+/// The server stub's decoding of a value argument (plain, or wrapped in `In`).
+fn decode_value(a: &Arg) -> TokenStream {
+    let (n, t) = (&a.name, &a.ty);
+    let span = t.span();
+    match a.kind {
+        ArgKind::In => quote_spanned!(span=> let #n = ::tiercel::In(__r.decode()?);),
+        _ => quote_spanned!(span=> let #n: #t = __r.decode()?;),
+    }
+}
+
 fn generate_server(m: &Interface) -> TokenStream {
     let vis = &m.vis;
     let trait_name = &m.name;
@@ -505,11 +515,9 @@ fn generate_server(m: &Interface) -> TokenStream {
         let index = index as u16;
         let name = &method.name;
         let decode = method.args.iter().map(|a| {
-            let (n, t) = (&a.name, &a.ty);
-            let span = t.span();
+            let n = &a.name;
             match a.kind {
-                ArgKind::Value => quote_spanned!(span=> let #n: #t = __r.decode()?;),
-                ArgKind::In => quote_spanned!(span=> let #n = ::tiercel::In(__r.decode()?);),
+                ArgKind::Value | ArgKind::In => decode_value(a),
                 ArgKind::Out => {
                     let len = format_ident!("__len_{}", n);
                     quote!(let #len = ::tiercel::__private::out_len(&mut __r, __results.limit())?;)
@@ -566,14 +574,8 @@ fn generate_server(m: &Interface) -> TokenStream {
     let async_arms = m.methods.iter().enumerate().filter(|(_, method)| method.asynchronous).map(|(index, method)| {
         let index = index as u16;
         let name = &method.name;
-        let decode = method.args.iter().map(|a| {
-            let (n, t) = (&a.name, &a.ty);
-            let span = t.span();
-            match a.kind {
-                ArgKind::In => quote_spanned!(span=> let #n = ::tiercel::In(__r.decode()?);),
-                _ => quote_spanned!(span=> let #n: #t = __r.decode()?;),
-            }
-        });
+        // The macro refuses `Out` and `InOut` in async procedures: every argument is a value.
+        let decode = method.args.iter().map(decode_value);
         let names = method.args.iter().map(|a| &a.name);
         quote! {
             #index => ::core::option::Option::Some(::std::boxed::Box::pin(async move {

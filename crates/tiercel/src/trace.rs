@@ -55,6 +55,16 @@ mod imp {
         (z ^ (z >> 31)).max(1)
     }
 
+    /// Gives `span` the trace id of `parent` (a new one without) and an id of its own, records both,
+    /// and returns the trace that calls made inside the span continue.
+    fn ids(span: &tracing::Span, parent: Option<Trace>) -> Trace {
+        let trace_id = parent.map_or_else(|| u128::from(next_id()) << 64 | u128::from(next_id()), |t| t.trace_id);
+        let span_id = next_id();
+        span.record("trace_id", display(format_args!("{trace_id:032x}")));
+        span.record("span_id", display(format_args!("{span_id:016x}")));
+        Trace { trace_id, parent_id: span_id }
+    }
+
     /// The trace the current procedure belongs to, if one runs here.
     fn current() -> Option<Trace> {
         let here = CURRENT.with(Cell::get);
@@ -99,11 +109,8 @@ mod imp {
         if span.is_disabled() {
             return (CallSpan(None), None);
         }
-        let trace_id = current().map_or_else(|| u128::from(next_id()) << 64 | u128::from(next_id()), |t| t.trace_id);
-        let span_id = next_id();
-        span.record("trace_id", display(format_args!("{trace_id:032x}")));
-        span.record("span_id", display(format_args!("{span_id:016x}")));
-        (CallSpan(Some(span)), Some(Trace { trace_id, parent_id: span_id }))
+        let trace = ids(&span, current());
+        (CallSpan(Some(span)), Some(trace))
     }
 
     impl CallSpan {
@@ -178,14 +185,11 @@ mod imp {
         if span.is_disabled() {
             return (CallSpan(None), None);
         }
-        let trace_id = trace.map_or_else(|| u128::from(next_id()) << 64 | u128::from(next_id()), |t| t.trace_id);
-        let span_id = next_id();
-        span.record("trace_id", display(format_args!("{trace_id:032x}")));
-        span.record("span_id", display(format_args!("{span_id:016x}")));
         if let Some(t) = trace {
             span.record("parent_id", display(format_args!("{:016x}", t.parent_id)));
         }
-        (CallSpan(Some(span)), Some(Trace { trace_id, parent_id: span_id }))
+        let current = ids(&span, trace);
+        (CallSpan(Some(span)), Some(current))
     }
 
     /// Makes `trace` the current thread's while the guard lives (a procedure running inline);

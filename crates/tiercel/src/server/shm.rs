@@ -245,6 +245,7 @@ fn binding_index(shared: &Shared) -> usize {
 
 /// One binding, granted: serves its slots until the client goes away.
 #[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(feature = "async"), allow(unused_variables))]
 fn serve_binding(
     shared: &Arc<Shared>,
     stream: UnixStream,
@@ -281,7 +282,6 @@ fn serve_binding(
         asynch: AsyncSlots::new(shared, &region, id, layout.slots),
     }
     .run();
-    let _ = id;
     shared.shm_bindings.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -590,7 +590,7 @@ impl<'a> SlotServer<'a> {
                 self.region.read(data, &mut self.args);
                 mark(Point::ServerAccepted);
                 #[cfg(feature = "async")]
-                if self.binding.is_async(call.procedure) {
+                if self.shared.asynch.is_some() && self.binding.is_async(call.procedure) {
                     match self.start_async(i, call, deadline) {
                         // The result comes later, through `finish_async`.
                         Ok(()) => return,

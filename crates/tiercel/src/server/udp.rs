@@ -292,7 +292,8 @@ impl UdpWorker {
         large: bool,
     ) {
         #[cfg(feature = "async")]
-        if binding.export.is_async(p.procedure()) {
+        // A server without async procedures has no runner: no virtual call on its fast path.
+        if self.shared.asynch.is_some() && binding.export.is_async(p.procedure()) {
             drop(cell);
             return self.execute_async(binding, p, args, arrived);
         }
