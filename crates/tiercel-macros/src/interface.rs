@@ -390,14 +390,27 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                 quote_spanned!(ret_span=> let __ret: #ret_ty = __r.decode().map_err(::tiercel::Reply::bad_result)?;);
             let span = method.name.span();
             let (asyncness, start, invoke) = if asynchronous {
-                (quote!(async), quote!(self.binding.call_async(#index).await?), quote!(__call.invoke().await?))
+                (
+                    quote!(async),
+                    quote! {
+                        let mut __call = self.binding.call_async(#index);
+                        __call.start().await?;
+                    },
+                    // The call is done with the arguments it borrowed: end the borrow before
+                    // results are read back into them.
+                    quote!({
+                        let __reply = __call.invoke().await?;
+                        ::core::mem::drop(__call);
+                        __reply
+                    }),
+                )
             } else {
-                (quote!(), quote!(self.binding.call(#index)?), quote!(__call.invoke()?))
+                (quote!(), quote!(let mut __call = self.binding.call(#index)?;), quote!(__call.invoke()?))
             };
             quote_spanned! {span=>
                 #(#attrs)*
                 pub #asyncness fn #name(&self, #(#params),*) -> ::core::result::Result<#ret_ty, ::tiercel::CallError> {
-                    let mut __call = #start;
+                    #start
                     {
                         let mut __w = __call.writer();
                         #(#encode)*

@@ -114,6 +114,12 @@ mod imp {
     }
 
     impl CallSpan {
+        /// No span (yet).
+        #[inline(always)]
+        pub(crate) fn none() -> CallSpan {
+            CallSpan(None)
+        }
+
         /// Enters the span for the time a call or procedure runs on this thread.
         #[inline(always)]
         pub(crate) fn enter(&self) -> Option<tracing::span::Entered<'_>> {
@@ -229,6 +235,11 @@ mod imp {
     }
 
     impl CallSpan {
+        #[inline(always)]
+        #[allow(dead_code)]
+        pub(crate) fn none() -> CallSpan {
+            CallSpan
+        }
         #[inline(always)]
         pub(crate) fn enter(&self) -> Entered {
             Entered

@@ -13,15 +13,15 @@ use super::udp::UdpEndpoint;
 
 /// The calling thread's endpoint on the binding's transport, or an async call's from the binding's
 /// pool.
-enum Engine {
+enum Engine<'a> {
     Udp(Box<UdpEndpoint>),
     Shm(Box<ShmEndpoint>),
     #[cfg(feature = "async")]
-    Async(Box<AsyncEndpoint>, std::sync::Arc<super::BindingInner>),
+    Async(Box<AsyncEndpoint>, &'a super::BindingInner),
 }
 
-impl Engine {
-    fn take(binding: &Binding) -> Result<Engine, CallError> {
+impl<'a> Engine<'a> {
+    fn take(binding: &Binding) -> Result<Engine<'a>, CallError> {
         match &binding.inner.shm {
             None => cache::take_udp(&binding.inner).map(Engine::Udp),
             Some(link) => cache::take_shm(&binding.inner, link).map(Engine::Shm),
@@ -67,16 +67,16 @@ impl Engine {
 }
 
 /// A call being marshaled. Arguments borrowed by the writer stay borrowed until [`Call::invoke`].
-pub struct Call<'a> {
-    binding: &'a Binding,
-    engine: Option<Engine>,
+pub struct Call<'b, 'a> {
+    binding: &'b Binding,
+    engine: Option<Engine<'b>>,
     segments: Segments<'a>,
     procedure: u16,
     span: CallSpan,
 }
 
-impl<'a> Call<'a> {
-    pub(super) fn new(binding: &'a Binding, procedure: u16) -> Result<Call<'a>, CallError> {
+impl<'b, 'a> Call<'b, 'a> {
+    pub(super) fn new(binding: &'b Binding, procedure: u16) -> Result<Call<'b, 'a>, CallError> {
         mark(Point::CallStart);
         let mut engine = Engine::take(binding)?;
         let (span, context) = binding.context(procedure);
@@ -95,12 +95,12 @@ impl<'a> Call<'a> {
         match &mut self.engine {
             Some(engine) => Writer::gathering(engine.scratch_mut(), &mut self.segments),
             // The endpoint is only absent after invoke, which consumes the call.
-            None => unreachable!("a call has its endpoint until invoked"),
+            None => unreachable!("an async call is started before it is marshaled"),
         }
     }
 
     /// Sends the call and waits for its result.
-    pub fn invoke(mut self) -> Result<Reply, CallError> {
+    pub fn invoke(mut self) -> Result<Reply<'b>, CallError> {
         mark(Point::Marshaled);
         let Some(mut engine) = self.engine.take() else { unreachable!("a call has its endpoint until invoked") };
         let b = self.binding;
@@ -132,7 +132,7 @@ impl<'a> Call<'a> {
     }
 }
 
-impl Drop for Call<'_> {
+impl Drop for Call<'_, '_> {
     fn drop(&mut self) {
         if let Some(engine) = self.engine.take() {
             engine.give_back();
@@ -143,8 +143,8 @@ impl Drop for Call<'_> {
 /// An async call being marshaled: [`AsyncCall::writer`], then [`AsyncCall::invoke`]. Dropping it
 /// (or the future of `invoke`) before the result is in cancels the call.
 #[cfg(feature = "async")]
-pub struct AsyncCall<'a> {
-    binding: &'a Binding,
+pub struct AsyncCall<'b, 'a> {
+    binding: &'b Binding,
     engine: Option<Box<AsyncEndpoint>>,
     segments: Segments<'a>,
     procedure: u16,
@@ -154,24 +154,41 @@ pub struct AsyncCall<'a> {
 }
 
 #[cfg(feature = "async")]
-impl<'a> AsyncCall<'a> {
-    pub(super) async fn new(binding: &'a Binding, procedure: u16) -> Result<AsyncCall<'a>, CallError> {
-        let mut ep = AsyncState::acquire(&binding.inner).await?;
-        let (span, context) = binding.context(procedure);
+impl<'b, 'a> AsyncCall<'b, 'a> {
+    /// A call of `procedure` with no endpoint yet: [`AsyncCall::start`] takes one. (Two steps, so
+    /// that the call is built where the stub's future keeps it, not moved there out of another
+    /// future's result.)
+    pub(super) fn new(binding: &'b Binding, procedure: u16) -> AsyncCall<'b, 'a> {
+        AsyncCall {
+            binding,
+            engine: None,
+            segments: Segments::new(0),
+            procedure,
+            in_flight: false,
+            span: CallSpan::none(),
+        }
+    }
+
+    /// Takes an endpoint from the binding's pool, waiting for one when every slot is in use.
+    pub async fn start(&mut self) -> Result<(), CallError> {
+        let mut ep = AsyncState::acquire(&self.binding.inner).await?;
+        let (span, context) = self.binding.context(self.procedure);
         ep.begin(&context);
-        Ok(AsyncCall { binding, engine: Some(ep), segments: Segments::new(0), procedure, in_flight: false, span })
+        (self.engine, self.span) = (Some(ep), span);
+        Ok(())
     }
 
     /// Where the arguments are marshaled.
     pub fn writer(&mut self) -> Writer<'_, 'a> {
         match &mut self.engine {
             Some(engine) => Writer::gathering(engine.scratch_mut(), &mut self.segments),
-            None => unreachable!("a call has its endpoint until invoked"),
+            None => unreachable!("an async call is started before it is marshaled"),
         }
     }
 
-    /// Sends the call and waits for its result without blocking the thread.
-    pub async fn invoke(mut self) -> Result<Reply, CallError> {
+    /// Sends the call and waits for its result without blocking the thread. Called once, after
+    /// [`AsyncCall::start`].
+    pub async fn invoke(&mut self) -> Result<Reply<'b>, CallError> {
         let b = self.binding;
         let timed = b.inner.metrics.get(self.procedure as usize).map(|m| (m, m.start()));
         let (flight, alone) = b.inner.asynch.fly();
@@ -188,14 +205,14 @@ impl<'a> AsyncCall<'a> {
         }
         outcome?;
         match self.engine.take() {
-            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep, b.inner.clone())) }),
+            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep, &b.inner)) }),
             None => unreachable!("a call has its endpoint until invoked"),
         }
     }
 }
 
 #[cfg(feature = "async")]
-impl Drop for AsyncCall<'_> {
+impl Drop for AsyncCall<'_, '_> {
     fn drop(&mut self) {
         // Done, failed, never sent, or dropped mid-call (a shared-memory slot is then marked as
         // abandoned until the server answers): the endpoint goes back to the pool either way.
@@ -209,11 +226,11 @@ impl Drop for AsyncCall<'_> {
 }
 
 /// A result that arrived; the stub unmarshals it with [`Reply::reader`].
-pub struct Reply {
-    engine: Option<Engine>,
+pub struct Reply<'a> {
+    engine: Option<Engine<'a>>,
 }
 
-impl Reply {
+impl Reply<'_> {
     /// Reads the marshaled results, borrowing from the received packet (or from the private copy of a
     /// shared-memory result).
     pub fn reader(&self) -> Reader<'_> {
@@ -226,7 +243,7 @@ impl Reply {
     }
 }
 
-impl Drop for Reply {
+impl Drop for Reply<'_> {
     fn drop(&mut self) {
         mark(Point::Unmarshaled);
         if let Some(engine) = self.engine.take() {

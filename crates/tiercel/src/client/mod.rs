@@ -301,16 +301,17 @@ impl Binding {
     /// Starts a call of procedure `procedure`: marshal the arguments into [`Call::writer`], then
     /// [`Call::invoke`]. Used by generated stubs.
     #[doc(hidden)]
-    pub fn call(&self, procedure: u16) -> Result<Call<'_>, CallError> {
+    pub fn call<'a>(&self, procedure: u16) -> Result<Call<'_, 'a>, CallError> {
         Call::new(self, procedure)
     }
 
-    /// Starts an async call of procedure `procedure`, waiting for a free slot if every one is in
-    /// use. Used by generated async stubs.
+    /// An async call of procedure `procedure`: [`AsyncCall::start`] (which waits for a free slot if
+    /// every one is in use), marshal into [`AsyncCall::writer`], then [`AsyncCall::invoke`]. Used by
+    /// generated async stubs.
     #[doc(hidden)]
     #[cfg(feature = "async")]
-    pub async fn call_async(&self, procedure: u16) -> Result<AsyncCall<'_>, CallError> {
-        AsyncCall::new(self, procedure).await
+    pub fn call_async<'a>(&self, procedure: u16) -> AsyncCall<'_, 'a> {
+        AsyncCall::new(self, procedure)
     }
 }
 
