@@ -132,6 +132,23 @@ async fn more_concurrent_calls_than_slots_queue_and_all_complete() {
         for (i, r) in futures_join_all(joined).await.into_iter().enumerate() {
             assert_eq!(r.unwrap(), 2 * i as u64);
         }
+        // The async calls, done, hold every slot idle in their pool: threads making synchronous
+        // calls on the same binding take them over instead of failing with NoFreeSlot.
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let sync = client.to_sync();
+                std::thread::spawn(move || sync.add(t, 100))
+            })
+            .collect();
+        for (t, h) in threads.into_iter().enumerate() {
+            assert_eq!(h.join().unwrap().unwrap_or_else(|e| panic!("{transport:?}: thread {t}: {e}")), t as u64 + 100);
+        }
+        // The threads are gone and their slots with them back to the binding: async calls make new
+        // endpoints on them.
+        let again: Vec<_> = (0..8u64).map(|i| client.add(i, 1)).collect();
+        for (i, r) in futures_join_all(again).await.into_iter().enumerate() {
+            assert_eq!(r.unwrap(), i as u64 + 1);
+        }
     }
 }
 

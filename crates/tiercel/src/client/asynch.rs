@@ -236,6 +236,31 @@ impl AsyncState {
         }
     }
 
+    /// An idle async endpoint's UDP endpoint, for good: the way a synchronous call gets a slot when
+    /// async calls, done now, took every one.
+    pub(super) fn lend_udp(&self) -> Option<Box<UdpEndpoint>> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let i = pool.idle.iter().position(|ep| matches!(&**ep, AsyncEndpoint::Udp { .. }))?;
+        pool.created -= 1;
+        match *pool.idle.swap_remove(i) {
+            // The reactor's duplicate of the socket is dropped; the endpoint keeps its own.
+            AsyncEndpoint::Udp { ep, .. } => Some(Box::new(ep)),
+            AsyncEndpoint::Shm(_) => unreachable!("found a UDP endpoint above"),
+        }
+    }
+
+    /// [`AsyncState::lend_udp`] for a shared-memory endpoint (one whose slot the server has given
+    /// back: not one still held by a cancelled call).
+    pub(super) fn lend_shm(&self) -> Option<Box<ShmEndpoint>> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let i = pool.idle.iter().position(|ep| matches!(&**ep, AsyncEndpoint::Shm(s) if !s.is_abandoned()))?;
+        pool.created -= 1;
+        match *pool.idle.swap_remove(i) {
+            AsyncEndpoint::Shm(ep) => Some(Box::new(ep)),
+            AsyncEndpoint::Udp { .. } => unreachable!("found a shared-memory endpoint above"),
+        }
+    }
+
     /// Gives an endpoint back to the pool, and to the first call queued for one.
     pub(super) fn release(&self, ep: Box<AsyncEndpoint>) {
         self.pool.lock().unwrap_or_else(|p| p.into_inner()).idle.push(ep);

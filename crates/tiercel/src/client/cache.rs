@@ -53,11 +53,16 @@ fn give_back_cached<E: Cached + 'static>(cache: &'static std::thread::LocalKey<R
     });
 }
 
-/// This thread's UDP endpoint on the binding, created on its first call.
+/// This thread's UDP endpoint on the binding, created on its first call (or, when every slot is
+/// taken, one that async calls no longer use).
 pub(super) fn take_udp(inner: &std::sync::Arc<BindingInner>) -> Result<Box<UdpEndpoint>, CallError> {
     match take_cached(&UDP, inner.uid) {
         Some(ep) => Ok(ep),
-        None => UdpEndpoint::new(inner).map(Box::new),
+        None => match UdpEndpoint::new(inner) {
+            #[cfg(feature = "async")]
+            Err(CallError::NoFreeSlot(n)) => inner.asynch.lend_udp().ok_or(CallError::NoFreeSlot(n)),
+            made => made.map(Box::new),
+        },
     }
 }
 
@@ -66,14 +71,19 @@ pub(super) fn give_back_udp(ep: Box<UdpEndpoint>) {
     give_back_cached(&UDP, ep);
 }
 
-/// This thread's shared-memory endpoint on the binding, created on its first call.
+/// This thread's shared-memory endpoint on the binding, created on its first call (or taken from
+/// the async calls, as [`take_udp`] does).
 pub(super) fn take_shm(
     inner: &std::sync::Arc<BindingInner>,
     link: &super::shm::Link,
 ) -> Result<Box<ShmEndpoint>, CallError> {
     match take_cached(&SHM, inner.uid) {
         Some(ep) => Ok(ep),
-        None => ShmEndpoint::new(inner, link).map(Box::new),
+        None => match ShmEndpoint::new(inner, link) {
+            #[cfg(feature = "async")]
+            Err(CallError::NoFreeSlot(n)) => inner.asynch.lend_shm().ok_or(CallError::NoFreeSlot(n)),
+            made => made.map(Box::new),
+        },
     }
 }
 
