@@ -179,3 +179,23 @@ impl SecretArgs {
         self.secret_file.as_ref().map(tiercel::Secret::from_file).transpose()
     }
 }
+
+/// The `--registry` option of the commands that export or import by name.
+#[derive(clap::Args, Clone)]
+pub struct RegistryArgs {
+    /// Where names are registered and looked up: `local` (this user's registry on this host, the
+    /// default unless `TIERCEL_REGISTRY` says otherwise) or `dir:/absolute/path` (a directory shared
+    /// by the servers and clients that use it).
+    #[arg(long, value_name = "REGISTRY")]
+    pub registry: Option<String>,
+}
+
+impl RegistryArgs {
+    /// The registry named, else the default one.
+    pub fn load(&self) -> std::result::Result<tiercel::names::Registry, tiercel::names::NameError> {
+        match &self.registry {
+            Some(r) => tiercel::names::Registry::parse(r),
+            None => tiercel::names::Registry::from_env(),
+        }
+    }
+}

@@ -13,9 +13,14 @@ use tiercel::{Server, ServerConfig};
 /// Options of `tiercel serve`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Address to listen on: `udp://HOST:PORT` or `HOST:PORT` (port 0 picks a free one).
-    #[arg(long, default_value = "udp://127.0.0.1:7373")]
-    addr: String,
+    /// Address to listen on: `udp://HOST:PORT` or `HOST:PORT` (port 0 picks a free one). Default:
+    /// `udp://127.0.0.1:7373`, or a free port on 127.0.0.1 with `--name`.
+    #[arg(long)]
+    addr: Option<String>,
+    /// Export Test under this name too, for as long as the server runs: clients then call it by name
+    /// (`tiercel call NAME add 2 3`). Several servers may export one name.
+    #[arg(long)]
+    name: Option<String>,
     /// Worker threads (with three or more, one is kept free to answer probes and refuse new calls as
     /// busy when all the others are running calls).
     #[arg(long, default_value_t = 4)]
@@ -54,6 +59,8 @@ pub struct Args {
     trace: Option<crate::TraceTo>,
     #[command(flatten)]
     secret: crate::SecretArgs,
+    #[command(flatten)]
+    registry: crate::RegistryArgs,
 }
 
 /// Runs a Test server until SIGINT or SIGTERM, then shuts it down gracefully.
@@ -82,18 +89,30 @@ pub fn run(args: Args) -> crate::Result<()> {
             .install()
             .map_err(|e| crate::Error::Measure(format!("metrics at {addr}: {e}")))?;
     }
-    let server = Server::bind(args.addr.as_str())
-        .map_err(crate::Error::from)?
-        .with_config(config)
-        .export(TestServer::new(SeedTest))
-        .start()
-        .map_err(crate::Error::from)?;
+    let addr = match (&args.addr, &args.name) {
+        (Some(addr), _) => addr.as_str(),
+        (None, None) => "udp://127.0.0.1:7373",
+        (None, Some(_)) => "udp://127.0.0.1:0",
+    };
+    let server = Server::bind(addr).map_err(crate::Error::from)?.with_config(config);
+    let server = match &args.name {
+        Some(name) => {
+            let registry = args.registry.load().map_err(|e| crate::Error::from(tiercel::ServerError::from(e)))?;
+            server.with_registry(registry).export_as(name, TestServer::new(SeedTest))
+        }
+        None => server.export(TestServer::new(SeedTest)),
+    };
+    let server = server.start().map_err(crate::Error::from)?;
     // The first line is the address, for scripts and for `tiercel bench`. A closed stdout must not
     // stop the server, so write errors are ignored.
     let mut out = std::io::stdout();
     let _ = writeln!(out, "listening udp://{}", server.addr());
     let info = <TestClient as tiercel::Import>::INFO;
     let _ = writeln!(out, "exporting {} v{} ({})", info.name, info.version, info.procedures.join(", "));
+    if let Some(name) = &args.name {
+        let registry = args.registry.load().map_err(|e| crate::Error::from(tiercel::ServerError::from(e)))?;
+        let _ = writeln!(out, "exported as {name:?} in {registry} while the server runs");
+    }
     if let Some(addr) = args.metrics {
         let _ = writeln!(out, "metrics for Prometheus at http://{addr}/metrics");
     }

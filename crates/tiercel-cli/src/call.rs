@@ -12,7 +12,8 @@ use crate::Error;
 /// Options of `tiercel call`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Server address, as printed by `tiercel serve`.
+    /// Server address, as printed by `tiercel serve`, or the name it exports Test under
+    /// (`tiercel serve --name`).
     addr: String,
     /// Procedure: null, add, max_arg, max_result, big_in, big_out or big_in_out.
     procedure: String,
@@ -27,6 +28,8 @@ pub struct Args {
     trace: bool,
     #[command(flatten)]
     secret: tiercel_bench::SecretArgs,
+    #[command(flatten)]
+    registry: tiercel_bench::RegistryArgs,
 }
 
 pub fn run(args: Args) -> crate::Result<()> {
@@ -34,7 +37,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         tiercel_bench::trace(tiercel_bench::TraceTo::Stderr);
     }
     let bind_start = Instant::now();
-    let client = crate::check::import(&args.addr, args.secret.load().map_err(tiercel::Error::from)?)?;
+    let client = crate::check::import(&args.addr, args.secret.load().map_err(tiercel::Error::from)?, &args.registry)?;
     let bind_time = bind_start.elapsed();
     let int = |i: usize, default: i64| -> crate::Result<i64> {
         args.args

@@ -11,7 +11,8 @@ use tiercel_bench::seeds::{self, CheckFailure, TestClient};
 #[derive(clap::Args)]
 pub struct Args {
     /// Server address, as printed by `tiercel serve` (`udp://` forces UDP, `shm:` shared memory; a
-    /// plain `host:port` takes shared memory when the server is on this host).
+    /// plain `host:port` takes shared memory when the server is on this host), or the name it
+    /// exports Test under (`tiercel serve --name`).
     addr: String,
     /// Rounds per thread; each round calls all seven procedures once.
     #[arg(long, default_value_t = 1000)]
@@ -25,12 +26,20 @@ pub struct Args {
     reimport: bool,
     #[command(flatten)]
     secret: tiercel_bench::SecretArgs,
+    #[command(flatten)]
+    registry: tiercel_bench::RegistryArgs,
 }
 
-/// Imports the Test interface from `addr`, proving `secret` if there is one.
-pub(crate) fn import(addr: &str, secret: Option<tiercel::Secret>) -> Result<TestClient, Error> {
+/// Imports the Test interface from `addr` (an address, or a name looked up in `registry`),
+/// proving `secret` if there is one.
+pub(crate) fn import(
+    addr: &str,
+    secret: Option<tiercel::Secret>,
+    registry: &tiercel_bench::RegistryArgs,
+) -> Result<TestClient, Error> {
     let config = ClientConfig { secret, ..ClientConfig::default() };
-    Ok(Client::connect(addr)?.with_config(config).import()?)
+    let registry = registry.load().map_err(tiercel::BindError::from)?;
+    Ok(Client::connect(addr)?.with_config(config).with_registry(registry).import()?)
 }
 
 /// Whether an error means the binding is gone (the server restarted, or is down for now).
@@ -46,7 +55,7 @@ fn binding_lost(e: &CallError) -> bool {
 
 pub fn run(args: Args) -> crate::Result<()> {
     let secret = args.secret.load().map_err(Error::from)?;
-    let client = import(&args.addr, secret.clone())?;
+    let client = import(&args.addr, secret.clone(), &args.registry)?;
     let transport = match client.binding().transport() {
         tiercel::Transport::Udp => "UDP",
         tiercel::Transport::SharedMemory => "shared memory",
@@ -59,6 +68,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         .map(|t| {
             let mut c = client.clone();
             let (rounds, reimport, addr, secret) = (args.rounds, args.reimport, args.addr.clone(), secret.clone());
+            let registry = args.registry.clone();
             let (reimports, retransmissions) = (reimports.clone(), retransmissions.clone());
             std::thread::spawn(move || -> crate::Result<()> {
                 let mut round = 0;
@@ -69,7 +79,7 @@ pub fn run(args: Args) -> crate::Result<()> {
                             eprintln!("thread {t} round {round}: {p}: {e}; importing again");
                             let give_up = Instant::now() + Duration::from_secs(30);
                             let fresh = loop {
-                                match import(&addr, secret.clone()) {
+                                match import(&addr, secret.clone(), &registry) {
                                     Ok(fresh) => break fresh,
                                     Err(_) if Instant::now() < give_up => std::thread::sleep(Duration::from_millis(50)),
                                     Err(e) => {

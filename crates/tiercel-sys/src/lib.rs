@@ -18,5 +18,6 @@ pub mod clock;
 pub mod cpu;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
+pub mod process;
 pub mod shm;
 pub mod udp;

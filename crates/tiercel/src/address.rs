@@ -16,11 +16,27 @@ pub enum Transport {
     SharedMemory,
 }
 
+/// What a client imports from: a server's address, or a name servers export under (looked up in
+/// a [`Registry`](crate::names::Registry) at each import).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A server's socket address.
+    Addr(SocketAddr),
+    /// A name (see [`crate::names`]).
+    Name(String),
+}
+
 /// Something that names a server: a socket address, or a string such as `udp://127.0.0.1:7000`.
 pub trait ToAddress {
     /// Resolves to the transport the address insists on (`None`: the binder chooses) and the server's
     /// socket address.
     fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), AddressError>;
+
+    /// [`ToAddress::to_address`], or a name for a client to look up: a string without a port
+    /// (`accounts`, `udp://accounts`) is a name.
+    fn to_target(&self) -> Result<(Option<Transport>, Target), AddressError> {
+        self.to_address().map(|(transport, addr)| (transport, Target::Addr(addr)))
+    }
 }
 
 impl ToAddress for SocketAddr {
@@ -29,20 +45,38 @@ impl ToAddress for SocketAddr {
     }
 }
 
+/// The transport a string insists on, and the rest of it.
+fn scheme(s: &str) -> Result<(Option<Transport>, &str), AddressError> {
+    let bad = |why: &str| AddressError { address: s.to_owned(), reason: why.to_owned() };
+    Ok(if let Some(rest) = s.strip_prefix("shm://").or_else(|| s.strip_prefix("shm:")) {
+        (Some(Transport::SharedMemory), rest)
+    } else {
+        match s.split_once("://") {
+            Some(("udp", rest)) => (Some(Transport::Udp), rest),
+            Some((scheme, _)) => return Err(bad(&format!("unsupported transport {scheme:?} (supported: udp, shm)"))),
+            None => (None, s),
+        }
+    })
+}
+
 impl ToAddress for str {
+    fn to_target(&self) -> Result<(Option<Transport>, Target), AddressError> {
+        let (transport, rest) = scheme(self)?;
+        if rest.contains(':') {
+            return self.to_address().map(|(transport, addr)| (transport, Target::Addr(addr)));
+        }
+        if !crate::names::valid_name(rest) {
+            return Err(AddressError {
+                address: self.to_owned(),
+                reason: "neither host:port nor a name (1 to 128 ASCII letters, digits, '.', '_' or '-')".to_owned(),
+            });
+        }
+        Ok((transport, Target::Name(rest.to_owned())))
+    }
+
     fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), AddressError> {
         let bad = |why: &str| AddressError { address: self.to_owned(), reason: why.to_owned() };
-        let (transport, rest) = if let Some(rest) = self.strip_prefix("shm://").or_else(|| self.strip_prefix("shm:")) {
-            (Some(Transport::SharedMemory), rest)
-        } else {
-            match self.split_once("://") {
-                Some(("udp", rest)) => (Some(Transport::Udp), rest),
-                Some((scheme, _)) => {
-                    return Err(bad(&format!("unsupported transport {scheme:?} (supported: udp, shm)")))
-                }
-                None => (None, self),
-            }
-        };
+        let (transport, rest) = scheme(self)?;
         let addr = rest
             .to_socket_addrs()
             .map_err(|e| bad(&e.to_string()))?
@@ -56,11 +90,17 @@ impl ToAddress for &str {
     fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), AddressError> {
         (**self).to_address()
     }
+    fn to_target(&self) -> Result<(Option<Transport>, Target), AddressError> {
+        (**self).to_target()
+    }
 }
 
 impl ToAddress for String {
     fn to_address(&self) -> Result<(Option<Transport>, SocketAddr), AddressError> {
         self.as_str().to_address()
+    }
+    fn to_target(&self) -> Result<(Option<Transport>, Target), AddressError> {
+        self.as_str().to_target()
     }
 }
 
@@ -80,5 +120,20 @@ mod tests {
         let err = "tcp://127.0.0.1:7".to_address().unwrap_err();
         assert_eq!(err.address, "tcp://127.0.0.1:7");
         assert!("nonsense".to_address().is_err());
+    }
+
+    #[test]
+    fn a_string_without_a_port_is_a_name() {
+        assert_eq!("accounts".to_target().unwrap(), (None, Target::Name("accounts".into())));
+        assert_eq!("udp://accounts".to_target().unwrap(), (Some(Transport::Udp), Target::Name("accounts".into())));
+        assert_eq!(
+            "shm:billing.v2".to_target().unwrap(),
+            (Some(Transport::SharedMemory), Target::Name("billing.v2".into()))
+        );
+        assert_eq!("127.0.0.1:7".to_target().unwrap(), (None, Target::Addr("127.0.0.1:7".parse().unwrap())));
+        assert!("a/b".to_target().is_err());
+        assert!("tcp://accounts".to_target().is_err());
+        // A name is no address to serve at.
+        assert!("accounts".to_address().is_err());
     }
 }

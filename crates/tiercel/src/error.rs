@@ -101,6 +101,10 @@ pub enum BindError {
     /// shared-memory binding needs). Existing bindings are not affected; try again later.
     #[error("server is busy: no room for another binding")]
     Busy,
+    /// The name could not be resolved to a server exporting the interface: nobody exports it, or
+    /// only with another interface (the error names both), or the registry could not be read.
+    #[error(transparent)]
+    Name(#[from] crate::names::NameError),
     /// A local socket error, or a bind answer that breaks the protocol.
     #[error("I/O error while binding: {0}")]
     Io(#[from] io::Error),
@@ -233,6 +237,13 @@ pub enum ServerError {
     /// tiercel with its `async` feature.
     #[error("interface {0} has async procedures: enable tiercel's `async` feature to serve them")]
     AsyncProcedures(&'static str),
+    /// A name could not be registered (`Server::export_as`): an invalid name, one given to two
+    /// exports, or a registry that could not be written.
+    #[error("cannot export by name: {0}")]
+    Name(#[from] crate::names::NameError),
+    /// Two exports of one server were given the same name.
+    #[error("two exports are named {0:?}")]
+    DuplicateName(String),
     /// A thread or a random number could not be had.
     #[error("I/O error starting the server: {0}")]
     Io(#[from] io::Error),

@@ -67,6 +67,7 @@ pub mod config;
 mod error;
 pub mod interface;
 mod metrics;
+pub mod names;
 mod rendezvous;
 mod retention;
 mod server;
@@ -78,7 +79,7 @@ pub mod steps;
 mod transmit;
 pub mod wire;
 
-pub use address::{ToAddress, Transport};
+pub use address::{Target, ToAddress, Transport};
 pub use auth::{Secret, MIN_SECRET_LEN};
 pub use buffers::{In, InOut, Out};
 pub use client::{Binding, Client, ClientStats};

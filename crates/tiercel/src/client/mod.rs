@@ -17,26 +17,30 @@ use std::time::Duration;
 pub use call::AsyncCall;
 pub use call::{Call, Reply};
 
-use crate::address::{ToAddress, Transport};
+use crate::address::{Target, ToAddress, Transport};
 use crate::config::ClientConfig;
 use crate::interface::{Import, InterfaceInfo};
+use crate::names::Registry;
 use crate::{AddressError, BindError, CallError};
 
-/// A client of one server: imports interfaces from it.
+/// A client of one server, or of the servers exporting a name: imports interfaces from it.
 #[derive(Debug, Clone)]
 pub struct Client {
-    server: SocketAddr,
+    target: Target,
     transport: Option<Transport>,
     config: ClientConfig,
+    /// Where names are looked up; `None`: [`Registry::default`] at each import.
+    registry: Option<Registry>,
 }
 
 impl Client {
     /// A client of the server at `addr`: a `SocketAddr` or `"host:port"` (shared memory if the server
-    /// is on this host, else UDP), `"udp://host:port"` or `"shm:host:port"`. Nothing is sent until
-    /// [`Client::import`].
+    /// is on this host, else UDP), `"udp://host:port"` or `"shm:host:port"`; or of the servers that
+    /// export a name (`"accounts"`, `"udp://accounts"`: a string without a port), looked up at each
+    /// import (see [`crate::names`]). Nothing is sent until [`Client::import`].
     pub fn connect(addr: impl ToAddress) -> Result<Client, AddressError> {
-        let (transport, server) = addr.to_address()?;
-        Ok(Client { server, transport, config: ClientConfig::default() })
+        let (transport, target) = addr.to_target()?;
+        Ok(Client { target, transport, config: ClientConfig::default(), registry: None })
     }
 
     /// Replaces the configuration used by later imports.
@@ -45,15 +49,48 @@ impl Client {
         self
     }
 
-    /// The server's address.
-    pub fn server(&self) -> SocketAddr {
-        self.server
+    /// Looks names up in `registry` rather than in the default one (`TIERCEL_REGISTRY`, else this
+    /// user's registry on this host).
+    pub fn with_registry(mut self, registry: Registry) -> Client {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// The server's address, or the name to look up.
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 
     /// Binds to interface `T` on the server: one round trip that checks the interface and its version
     /// and returns the generated client stub.
+    ///
+    /// Imported by name, the binding is to one of the live servers exporting the name with this
+    /// interface, taken in random order so that clients spread over them; one that does not answer
+    /// or has no room is passed over for the next.
     pub fn import<T: Import>(&self) -> Result<T, BindError> {
-        Binding::bind(self.server, self.transport, T::INFO, self.config.clone()).map(T::from_binding)
+        let name = match &self.target {
+            Target::Addr(server) => {
+                return Binding::bind(*server, self.transport, T::INFO, self.config.clone()).map(T::from_binding)
+            }
+            Target::Name(name) => name,
+        };
+        let registry = match &self.registry {
+            Some(r) => r.clone(),
+            None => Registry::from_env()?,
+        };
+        let mut exporters = registry.resolve(name, T::INFO)?;
+        let first = random_bytes().map(|b| b[0] as usize).unwrap_or(0) % exporters.len();
+        exporters.rotate_left(first);
+        let mut failed = None;
+        for exporter in exporters {
+            match Binding::bind(exporter.addr, self.transport, T::INFO, self.config.clone()) {
+                Ok(binding) => return Ok(T::from_binding(binding)),
+                // Gone since it registered (its registration not yet removed), or full: the next.
+                Err(e @ (BindError::NoServer(_) | BindError::Unreachable(_) | BindError::Busy)) => failed = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(failed.unwrap_or_else(|| unreachable!("resolve returns at least one exporter")))
     }
 
     /// [`Client::import`] from async code: the bind exchange (a round trip, more when packets are

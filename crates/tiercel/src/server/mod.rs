@@ -20,6 +20,7 @@ use tiercel_proto::endpoint::{EndpointConfig, ServerEndpoint};
 use crate::address::ToAddress;
 use crate::config::ServerConfig;
 use crate::interface::Export;
+use crate::names::{Exporter, NameError, Registration, Registry};
 use crate::ServerError;
 
 /// A server being set up: bound to an address, collecting exports.
@@ -27,6 +28,10 @@ pub struct Server {
     socket: UdpSocket,
     config: ServerConfig,
     exports: Vec<Arc<dyn Export>>,
+    /// Names to register once started, each with the index of its export.
+    names: Vec<(String, usize)>,
+    /// Where to register them; `None`: [`Registry::default`].
+    registry: Option<Registry>,
     /// The application's runtime for async procedures, if it gave one.
     #[cfg(feature = "async")]
     runtime: Option<tokio::runtime::Handle>,
@@ -47,6 +52,8 @@ impl Server {
             socket,
             config: ServerConfig::default(),
             exports: Vec::new(),
+            names: Vec::new(),
+            registry: None,
             #[cfg(feature = "async")]
             runtime: None,
         })
@@ -74,9 +81,38 @@ impl Server {
         self
     }
 
-    /// Starts the worker threads.
+    /// Exports an interface, as [`Server::export`], and registers it under `name` once the server
+    /// has started, for as long as it runs (see [`crate::names`]): clients then import it by name
+    /// (`Client::connect("accounts")`). Several servers may export one name; clients spread over
+    /// them.
+    pub fn export_as(mut self, name: &str, export: impl Export) -> Server {
+        self.names.push((name.to_owned(), self.exports.len()));
+        self.export(export)
+    }
+
+    /// Registers names in `registry` rather than in the default one (`TIERCEL_REGISTRY`, else this
+    /// user's registry on this host).
+    pub fn with_registry(mut self, registry: Registry) -> Server {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Starts the worker threads, then registers the exports' names.
     pub fn start(self) -> Result<RunningServer, ServerError> {
         let addr = self.socket.local_addr()?;
+        for (i, (name, _)) in self.names.iter().enumerate() {
+            if !crate::names::valid_name(name) {
+                return Err(NameError::InvalidName(name.clone()).into());
+            }
+            if self.names[..i].iter().any(|(n, _)| n == name) {
+                return Err(ServerError::DuplicateName(name.clone()));
+            }
+        }
+        let registry = match (&self.registry, self.names.is_empty()) {
+            (_, true) => None,
+            (Some(r), false) => Some(r.clone()),
+            (None, false) => Some(Registry::from_env()?),
+        };
         let incarnation = u64::from_le_bytes(crate::client::random_bytes()?[..8].try_into().unwrap_or_default());
         let workers = self.config.workers.max(1);
         let mut config = self.config;
@@ -136,6 +172,7 @@ impl Server {
             shutdown_by: std::sync::Mutex::new(None),
             spinners: AtomicUsize::new(0),
             stats: Arc::new(ServerStats::default()),
+            registrations: std::sync::Mutex::new(Vec::new()),
             shm_bindings: AtomicUsize::new(0),
             next_shm_binding: std::sync::atomic::AtomicU32::new(1),
             #[cfg(feature = "async")]
@@ -152,7 +189,32 @@ impl Server {
         if let Some(listener) = listener {
             handles.push(shm::listen(&shared, listener)?);
         }
-        Ok(RunningServer { shared, handles, addr })
+        let running = RunningServer { shared, handles, addr };
+        if let Some(registry) = registry {
+            // Clients on this host reach a server listening on every address through loopback.
+            let reachable = match addr.ip() {
+                std::net::IpAddr::V4(ip) if ip.is_unspecified() => (std::net::Ipv4Addr::LOCALHOST, addr.port()).into(),
+                std::net::IpAddr::V6(ip) if ip.is_unspecified() => (std::net::Ipv6Addr::LOCALHOST, addr.port()).into(),
+                _ => addr,
+            };
+            for (name, export) in &self.names {
+                let info = running.shared.exports[*export].info();
+                let exporter = Exporter {
+                    name: name.clone(),
+                    interface: info.name.to_owned(),
+                    version: info.version,
+                    fingerprint: info.fingerprint,
+                    addr: reachable,
+                    incarnation,
+                    pid: std::process::id(),
+                };
+                // On failure the running server is dropped: it stops, and the names it registered
+                // go with it.
+                let registration = registry.register(&exporter)?;
+                running.shared.registrations.lock().unwrap_or_else(|p| p.into_inner()).push(registration);
+            }
+        }
+        Ok(running)
     }
 }
 
@@ -186,6 +248,8 @@ pub(crate) struct Shared {
     shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
     spinners: AtomicUsize,
     stats: Arc<ServerStats>,
+    /// The names registered for the exports: taken back when a shutdown begins.
+    registrations: std::sync::Mutex<Vec<Registration>>,
     /// The runtime of async procedures, when an export has some.
     #[cfg(feature = "async")]
     asynch: Option<asynch::Runner>,
@@ -315,6 +379,7 @@ impl Shared {
         if by.is_none() {
             *by = Some(std::time::Instant::now() + self.config.shutdown_grace);
             self.endpoint.drain();
+            self.registrations.lock().unwrap_or_else(|p| p.into_inner()).clear();
         }
     }
 
@@ -441,6 +506,7 @@ impl RunningServer {
     }
 
     fn stop_now(&mut self) {
+        self.shared.registrations.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.shared.stop.store(true, Ordering::Release);
         for h in self.handles.drain(..) {
             let _ = h.join();

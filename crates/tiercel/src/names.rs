@@ -1,0 +1,533 @@
+//! Export and import by name (Birrell & Nelson's name service): a server registers each interface
+//! it exports under a name as long as it runs, and a client imports by that name instead of an
+//! address.
+//!
+//! The registry that needs no setup is a directory on this host ([`Registry::local`]): one file
+//! per exporter under `<dir>/<name>/`, written whole and renamed into place, and locked (`flock`)
+//! by the server's process for as long as it lives. The kernel drops the lock when the process
+//! dies, however it dies, so an importer tells a live exporter from a stale file without asking
+//! anyone: a file it can lock is stale, and it removes it.
+//!
+//! The default directory is the user's: `$XDG_RUNTIME_DIR/tiercel/names`, else
+//! `/tmp/tiercel-<uid>/names`, made with mode 0700 and refused if another user owns it or may
+//! write to it (a user who could write there could put any address under any name). Servers of
+//! several users on one host share names through a directory given to all of them
+//! (`TIERCEL_REGISTRY=dir:/path`), which then decides who may register.
+//!
+//! An entry says which interface is exported (name, version and fingerprint), so an import of a
+//! name exported with another interface fails before anything is sent, naming both. The bind that
+//! follows checks the interface again, as every bind does.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use crate::interface::InterfaceInfo;
+
+/// Environment variable naming the registry servers register in and clients look names up in
+/// (see [`Registry::parse`]); without it, [`Registry::local`].
+pub const REGISTRY_ENV: &str = "TIERCEL_REGISTRY";
+
+/// Longest name, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// Largest entry file read: a larger one is not an entry (and is not read into memory).
+const MAX_ENTRY_LEN: u64 = 4096;
+
+/// First line of every entry file: the format and its version.
+const ENTRY_MAGIC: &str = "tiercel-name 1";
+
+/// Where names are registered and looked up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registry {
+    /// A directory on this host (see the [module documentation](self)).
+    Local(PathBuf),
+}
+
+/// Why a name could not be registered or looked up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    /// The name is empty, too long, or has characters other than ASCII letters, digits, `.`,
+    /// `_` and `-` (or starts with `.`).
+    #[error("invalid name {0:?}: use 1 to 128 ASCII letters, digits, '.', '_' or '-', not starting with '.'")]
+    InvalidName(String),
+    /// The registry's description could not be parsed.
+    #[error("invalid registry {registry:?}: {reason}")]
+    InvalidRegistry {
+        /// What was given.
+        registry: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The registry's directory is not safe to trust: another user owns it or may write to it.
+    #[error("registry directory {path} is not safe: {reason}")]
+    Unsafe {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// No live server exports the name.
+    #[error("no server exports the name {name:?} (registry {registry})")]
+    NotFound {
+        /// The name.
+        name: String,
+        /// The registry looked in.
+        registry: String,
+    },
+    /// Servers export the name, but with another interface (or another version or definition of
+    /// it) than the client's.
+    #[error("name {name:?} is exported as {exported}, not as {wanted}")]
+    WrongInterface {
+        /// The name.
+        name: String,
+        /// The client's interface: name, version and fingerprint.
+        wanted: String,
+        /// What the exporters export, each with its address.
+        exported: String,
+    },
+    /// Reading or writing the registry failed.
+    #[error("registry {registry}: {source}")]
+    Io {
+        /// The registry.
+        registry: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// One server's export of an interface under a name, as the registry holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exporter {
+    /// The name.
+    pub name: String,
+    /// The interface's name.
+    pub interface: String,
+    /// The interface's version.
+    pub version: u32,
+    /// The interface's fingerprint ([`InterfaceInfo::fingerprint`]).
+    pub fingerprint: u64,
+    /// Where the server listens.
+    pub addr: SocketAddr,
+    /// The server's incarnation (random at every start).
+    pub incarnation: u64,
+    /// The server's process id.
+    pub pid: u32,
+}
+
+impl Exporter {
+    /// Whether this exporter exports `info` exactly (name, version and fingerprint).
+    pub fn exports(&self, info: &InterfaceInfo) -> bool {
+        self.interface == info.name && self.version == info.version && self.fingerprint == info.fingerprint
+    }
+
+    fn encode(&self) -> String {
+        format!(
+            "{ENTRY_MAGIC}\nname {}\ninterface {}\nversion {}\nfingerprint {:016x}\naddress {}\nincarnation {:016x}\npid {}\n",
+            self.name, self.interface, self.version, self.fingerprint, self.addr, self.incarnation, self.pid
+        )
+    }
+
+    /// Parses an entry file's text; `None` when it is not one (whatever it holds).
+    fn decode(text: &str) -> Option<Exporter> {
+        let mut lines = text.lines();
+        if lines.next()? != ENTRY_MAGIC {
+            return None;
+        }
+        let mut field = |key: &str| -> Option<&str> {
+            let line = lines.next()?;
+            let (k, v) = line.split_once(' ')?;
+            (k == key).then_some(v)
+        };
+        let name = field("name")?.to_owned();
+        let interface = field("interface")?.to_owned();
+        let version = field("version")?.parse().ok()?;
+        let fingerprint = u64::from_str_radix(field("fingerprint")?, 16).ok()?;
+        let addr = field("address")?.parse().ok()?;
+        let incarnation = u64::from_str_radix(field("incarnation")?, 16).ok()?;
+        let pid = field("pid")?.parse().ok()?;
+        valid_name(&name).then_some(Exporter { name, interface, version, fingerprint, addr, incarnation, pid })
+    }
+}
+
+impl core::fmt::Display for Exporter {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} v{} (fingerprint {:016x}) at {}", self.interface, self.version, self.fingerprint, self.addr)
+    }
+}
+
+/// A name registered by a running server; dropping it takes the name back.
+#[derive(Debug)]
+pub struct Registration {
+    path: PathBuf,
+    /// Open and locked for as long as the registration lives (and no longer than the process).
+    _lock: File,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Whether `name` may be registered: see [`NameError::InvalidName`].
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn check_name(name: &str) -> Result<(), NameError> {
+    match valid_name(name) {
+        true => Ok(()),
+        false => Err(NameError::InvalidName(name.to_owned())),
+    }
+}
+
+impl Default for Registry {
+    /// [`Registry::from_env`], or [`Registry::local`] if the variable does not parse.
+    fn default() -> Registry {
+        Registry::from_env().unwrap_or_else(|_| Registry::local())
+    }
+}
+
+impl core::fmt::Display for Registry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Registry::Local(dir) => write!(f, "dir:{}", dir.display()),
+        }
+    }
+}
+
+impl Registry {
+    /// This user's registry on this host: `$XDG_RUNTIME_DIR/tiercel/names`, else
+    /// `/tmp/tiercel-<uid>/names`.
+    pub fn local() -> Registry {
+        let base = match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(run) if !run.is_empty() => PathBuf::from(run).join("tiercel"),
+            _ => PathBuf::from(format!("/tmp/tiercel-{}", tiercel_sys::process::euid())),
+        };
+        Registry::Local(base.join("names"))
+    }
+
+    /// The registry named by `TIERCEL_REGISTRY` ([`Registry::parse`]), or [`Registry::local`]
+    /// when it is unset or empty.
+    pub fn from_env() -> Result<Registry, NameError> {
+        match std::env::var(REGISTRY_ENV) {
+            Ok(s) if !s.is_empty() => Registry::parse(&s),
+            _ => Ok(Registry::local()),
+        }
+    }
+
+    /// `local` ([`Registry::local`]) or `dir:/absolute/path` (a directory of the same layout).
+    pub fn parse(s: &str) -> Result<Registry, NameError> {
+        let bad = |reason: &str| NameError::InvalidRegistry { registry: s.to_owned(), reason: reason.to_owned() };
+        if s == "local" {
+            return Ok(Registry::local());
+        }
+        match s.strip_prefix("dir:") {
+            Some(path) if Path::new(path).is_absolute() => Ok(Registry::Local(PathBuf::from(path))),
+            Some(_) => Err(bad("the directory must be an absolute path")),
+            None => Err(bad("expected `local` or `dir:/absolute/path`")),
+        }
+    }
+
+    fn io(&self, source: std::io::Error) -> NameError {
+        NameError::Io { registry: self.to_string(), source }
+    }
+
+    /// Registers `exporter` under its name until the returned registration is dropped (or the
+    /// process exits).
+    pub fn register(&self, exporter: &Exporter) -> Result<Registration, NameError> {
+        check_name(&exporter.name)?;
+        match self {
+            Registry::Local(root) => {
+                let dir = root.join(&exporter.name);
+                make_private_dir(root, self.is_default()).and_then(|()| make_dir(&dir)).map_err(|e| self.io(e))?;
+                self.check(root)?;
+                // Written and locked under a temporary name, then renamed into place: an importer
+                // never sees an entry that is incomplete or not yet locked.
+                let file_name = format!("{:016x}-{}", exporter.incarnation, unique());
+                let (tmp, path) = (dir.join(format!(".{file_name}")), dir.join(&file_name));
+                let write = || -> std::io::Result<File> {
+                    let mut file = File::create_new(&tmp)?;
+                    file.try_lock().map_err(std::io::Error::from)?;
+                    file.write_all(exporter.encode().as_bytes())?;
+                    file.sync_data()?;
+                    std::fs::rename(&tmp, &path)?;
+                    Ok(file)
+                };
+                match write() {
+                    Ok(lock) => Ok(Registration { path, _lock: lock }),
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&tmp);
+                        Err(self.io(e))
+                    }
+                }
+            }
+        }
+    }
+
+    /// The live exporters of `name`, in no particular order (stale entries of servers that died
+    /// are removed on the way). Empty when nobody exports it.
+    pub fn lookup(&self, name: &str) -> Result<Vec<Exporter>, NameError> {
+        check_name(name)?;
+        match self {
+            Registry::Local(root) => {
+                if !root.exists() {
+                    return Ok(Vec::new());
+                }
+                self.check(root)?;
+                let entries = match std::fs::read_dir(root.join(name)) {
+                    Ok(entries) => entries,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                    Err(e) => return Err(self.io(e)),
+                };
+                let mut live = Vec::new();
+                for entry in entries {
+                    let entry = entry.map_err(|e| self.io(e))?;
+                    if entry.file_name().as_encoded_bytes().starts_with(b".") {
+                        continue;
+                    }
+                    if let Some(exporter) = read_live(&entry.path()) {
+                        if exporter.name == name {
+                            live.push(exporter);
+                        }
+                    }
+                }
+                Ok(live)
+            }
+        }
+    }
+
+    /// The names with at least one live exporter, sorted.
+    pub fn names(&self) -> Result<Vec<String>, NameError> {
+        match self {
+            Registry::Local(root) => {
+                if !root.exists() {
+                    return Ok(Vec::new());
+                }
+                self.check(root)?;
+                let mut names = Vec::new();
+                for entry in std::fs::read_dir(root).map_err(|e| self.io(e))? {
+                    let name = entry.map_err(|e| self.io(e))?.file_name();
+                    if let Some(name) = name.to_str().filter(|n| valid_name(n)) {
+                        if !self.lookup(name)?.is_empty() {
+                            names.push(name.to_owned());
+                        }
+                    }
+                }
+                names.sort();
+                Ok(names)
+            }
+        }
+    }
+
+    /// The live exporters of `name` that export `info`; fails, naming both, when the name is
+    /// exported only with other interfaces, and when nobody exports it.
+    pub fn resolve(&self, name: &str, info: &InterfaceInfo) -> Result<Vec<Exporter>, NameError> {
+        let all = self.lookup(name)?;
+        if all.is_empty() {
+            return Err(NameError::NotFound { name: name.to_owned(), registry: self.to_string() });
+        }
+        let (fit, other): (Vec<_>, Vec<_>) = all.into_iter().partition(|e| e.exports(info));
+        if fit.is_empty() {
+            let exported: Vec<String> = other.iter().map(|e| e.to_string()).collect();
+            return Err(NameError::WrongInterface {
+                name: name.to_owned(),
+                wanted: format!("{} v{} (fingerprint {:016x})", info.name, info.version, info.fingerprint),
+                exported: exported.join("; "),
+            });
+        }
+        Ok(fit)
+    }
+
+    fn is_default(&self) -> bool {
+        *self == Registry::local()
+    }
+
+    /// [`check_dir`] of the directory, and of its parent for the default one (`/tmp/tiercel-<uid>`
+    /// could have been made by another user before this one's first server).
+    fn check(&self, root: &Path) -> Result<(), NameError> {
+        check_dir(root)?;
+        match root.parent() {
+            Some(parent) if self.is_default() => check_dir(parent),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A number no other registration of this process has used.
+fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    (u64::from(std::process::id()) << 32) | NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The entry at `path` if its exporter still holds its lock; a stale one (lockable: its process is
+/// gone) is removed. Unreadable or malformed files are skipped, not trusted.
+fn read_live(path: &Path) -> Option<Exporter> {
+    let file = File::open(path).ok()?;
+    match file.try_lock_shared() {
+        // Nobody holds it: the exporter died without taking its name back.
+        Ok(()) => {
+            let _ = std::fs::remove_file(path);
+            None
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut text = String::new();
+            file.take(MAX_ENTRY_LEN).read_to_string(&mut text).ok()?;
+            Exporter::decode(&text)
+        }
+        Err(std::fs::TryLockError::Error(_)) => None,
+    }
+}
+
+/// Makes the registry's directory; the default one (and its parent) private to this user.
+fn make_private_dir(root: &Path, private: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    if private {
+        builder.mode(0o700);
+    }
+    builder.create(root)
+}
+
+fn make_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a registry directory that another user could write names into: one owned by someone
+/// other than this user or root, or writable by others without the sticky bit.
+fn check_dir(root: &Path) -> Result<(), NameError> {
+    use std::os::unix::fs::MetadataExt;
+    let unsafe_dir = |reason: String| NameError::Unsafe { path: root.to_owned(), reason };
+    let meta = std::fs::metadata(root).map_err(|e| unsafe_dir(e.to_string()))?;
+    let me = tiercel_sys::process::euid();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(unsafe_dir(format!("owned by uid {}, not by this user ({me}) or root", meta.uid())));
+    }
+    const STICKY: u32 = 0o1000;
+    if meta.mode() & 0o022 != 0 && meta.mode() & STICKY == 0 {
+        return Err(unsafe_dir(format!("writable by others (mode {:o}) without the sticky bit", meta.mode() & 0o7777)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exporter(name: &str) -> Exporter {
+        Exporter {
+            name: name.into(),
+            interface: "Ledger".into(),
+            version: 2,
+            fingerprint: 0xfeed_beef,
+            addr: "127.0.0.1:7000".parse().unwrap(),
+            incarnation: 42,
+            pid: std::process::id(),
+        }
+    }
+
+    #[test]
+    fn names() {
+        for good in ["accounts", "a", "billing.v2", "east-1_a", &"x".repeat(MAX_NAME_LEN)] {
+            assert!(valid_name(good), "{good}");
+        }
+        for bad in ["", ".hidden", "a/b", "..", "with space", "é", &"x".repeat(MAX_NAME_LEN + 1)] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn entries_round_trip_and_garbage_is_no_entry() {
+        let e = exporter("accounts");
+        assert_eq!(Exporter::decode(&e.encode()), Some(e.clone()));
+        for garbage in ["", "tiercel-name 2\n", &e.encode().replace("version 2", "version two"), "\u{0}\u{1}"] {
+            assert_eq!(Exporter::decode(garbage), None, "{garbage:?}");
+        }
+        let swapped = e.encode().replace("name accounts\ninterface Ledger", "interface Ledger\nname accounts");
+        assert_eq!(Exporter::decode(&swapped), None);
+    }
+
+    #[test]
+    fn registries_parse() {
+        assert_eq!(Registry::parse("dir:/srv/names").unwrap(), Registry::Local("/srv/names".into()));
+        assert_eq!(Registry::parse("local").unwrap(), Registry::local());
+        for bad in ["dir:relative", "etcd", "/srv/names"] {
+            assert!(matches!(Registry::parse(bad), Err(NameError::InvalidRegistry { .. })), "{bad}");
+        }
+    }
+
+    fn scratch(tag: &str) -> (PathBuf, Registry) {
+        let dir = std::env::temp_dir().join(format!("tiercel-names-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        (dir.clone(), Registry::Local(dir))
+    }
+
+    #[test]
+    fn a_registration_lives_until_dropped_and_a_stale_file_is_removed() {
+        let (dir, registry) = scratch("life");
+        assert!(registry.lookup("accounts").unwrap().is_empty());
+        let a = registry.register(&exporter("accounts")).unwrap();
+        let mut b_entry = exporter("accounts");
+        b_entry.addr = "127.0.0.1:7001".parse().unwrap();
+        let b = registry.register(&b_entry).unwrap();
+        let mut found = registry.lookup("accounts").unwrap();
+        found.sort_by_key(|e| e.addr);
+        assert_eq!(found, vec![exporter("accounts"), b_entry.clone()]);
+        assert_eq!(registry.names().unwrap(), vec!["accounts".to_string()]);
+        drop(a);
+        assert_eq!(registry.lookup("accounts").unwrap(), vec![b_entry.clone()]);
+        // A file nobody holds locked is what a killed server leaves: not live, and removed.
+        let stale = dir.join("accounts").join("00000000000000ff-1");
+        std::fs::write(&stale, exporter("accounts").encode()).unwrap();
+        assert_eq!(registry.lookup("accounts").unwrap(), vec![b_entry]);
+        assert!(!stale.exists());
+        drop(b);
+        assert!(registry.lookup("accounts").unwrap().is_empty());
+        assert!(registry.names().unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn resolving_checks_the_interface_and_names_both() {
+        let (dir, registry) = scratch("resolve");
+        let _r = registry.register(&exporter("accounts")).unwrap();
+        let info = InterfaceInfo {
+            name: "Ledger",
+            id: 1,
+            version: 2,
+            procedures: &[],
+            signature: "",
+            fingerprint: 0xfeed_beef,
+        };
+        assert_eq!(registry.resolve("accounts", &info).unwrap().len(), 1);
+        let other = InterfaceInfo { name: "Test", version: 1, fingerprint: 7, ..info };
+        let err = registry.resolve("accounts", &other).unwrap_err().to_string();
+        assert!(err.contains("Ledger v2") && err.contains("Test v1") && err.contains("127.0.0.1:7000"), "{err}");
+        assert!(matches!(registry.resolve("nobody", &info), Err(NameError::NotFound { .. })));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_directory_others_may_write_to_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, registry) = scratch("unsafe");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(registry.lookup("accounts"), Err(NameError::Unsafe { .. })));
+        assert!(matches!(registry.register(&exporter("accounts")), Err(NameError::Unsafe { .. })));
+        // With the sticky bit (as /tmp), others may add entries but not remove or replace ours.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(registry.lookup("accounts").unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
