@@ -116,6 +116,7 @@ mod imp {
     impl CallSpan {
         /// No span (yet).
         #[inline(always)]
+        #[cfg_attr(not(feature = "async"), allow(dead_code))]
         pub(crate) fn none() -> CallSpan {
             CallSpan(None)
         }
@@ -127,6 +128,7 @@ mod imp {
         }
 
         /// Runs `f` (an async call or procedure) inside the span.
+        #[cfg_attr(not(feature = "async"), allow(dead_code))]
         pub(crate) fn instrument<F: core::future::Future>(
             &self,
             f: F,

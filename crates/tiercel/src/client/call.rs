@@ -13,27 +13,29 @@ use super::udp::UdpEndpoint;
 
 /// The calling thread's endpoint on the binding's transport, or an async call's from the binding's
 /// pool.
-enum Engine<'a> {
+enum Engine {
     Udp(Box<UdpEndpoint>),
     Shm(Box<ShmEndpoint>),
     #[cfg(feature = "async")]
-    Async(Box<AsyncEndpoint>, &'a super::BindingInner),
+    Async(Box<AsyncEndpoint>),
 }
 
-impl<'a> Engine<'a> {
-    fn take(binding: &Binding) -> Result<Engine<'a>, CallError> {
+impl Engine {
+    fn take(binding: &Binding) -> Result<Engine, CallError> {
         match &binding.inner.shm {
             None => cache::take_udp(&binding.inner).map(Engine::Udp),
             Some(link) => cache::take_shm(&binding.inner, link).map(Engine::Shm),
         }
     }
 
-    fn give_back(self) {
+    /// Returns the endpoint to the thread's cache, or an async call's to `inner`'s pool.
+    #[cfg_attr(not(feature = "async"), allow(unused_variables))]
+    fn give_back(self, inner: &super::BindingInner) {
         match self {
             Engine::Udp(ep) => cache::give_back_udp(ep),
             Engine::Shm(ep) => cache::give_back_shm(ep),
             #[cfg(feature = "async")]
-            Engine::Async(ep, inner) => inner.asynch.release(ep),
+            Engine::Async(ep) => inner.asynch.release(ep),
         }
     }
 
@@ -42,7 +44,7 @@ impl<'a> Engine<'a> {
             Engine::Udp(ep) => ep.scratch_mut(),
             Engine::Shm(ep) => ep.scratch_mut(),
             #[cfg(feature = "async")]
-            Engine::Async(ep, _) => ep.scratch_mut(),
+            Engine::Async(ep) => ep.scratch_mut(),
         }
     }
 
@@ -52,7 +54,7 @@ impl<'a> Engine<'a> {
             Engine::Udp(ep) => ep.call_retransmissions(),
             Engine::Shm(_) => 0,
             #[cfg(feature = "async")]
-            Engine::Async(ep, _) => ep.call_retransmissions(),
+            Engine::Async(ep) => ep.call_retransmissions(),
         }
     }
 
@@ -61,7 +63,7 @@ impl<'a> Engine<'a> {
             Engine::Udp(ep) => ep.result(),
             Engine::Shm(ep) => ep.result(),
             #[cfg(feature = "async")]
-            Engine::Async(ep, _) => ep.result(),
+            Engine::Async(ep) => ep.result(),
         }
     }
 }
@@ -69,7 +71,7 @@ impl<'a> Engine<'a> {
 /// A call being marshaled. Arguments borrowed by the writer stay borrowed until [`Call::invoke`].
 pub struct Call<'b, 'a> {
     binding: &'b Binding,
-    engine: Option<Engine<'b>>,
+    engine: Option<Engine>,
     segments: Segments<'a>,
     procedure: u16,
     span: CallSpan,
@@ -122,10 +124,10 @@ impl<'b, 'a> Call<'b, 'a> {
         match outcome {
             Ok(()) => {
                 mark(Point::Finished);
-                Ok(Reply { engine: Some(engine) })
+                Ok(Reply { engine: Some(engine), inner: &b.inner })
             }
             Err(e) => {
-                engine.give_back();
+                engine.give_back(&b.inner);
                 Err(e)
             }
         }
@@ -135,7 +137,7 @@ impl<'b, 'a> Call<'b, 'a> {
 impl Drop for Call<'_, '_> {
     fn drop(&mut self) {
         if let Some(engine) = self.engine.take() {
-            engine.give_back();
+            engine.give_back(&self.binding.inner);
         }
     }
 }
@@ -205,7 +207,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
         }
         outcome?;
         match self.engine.take() {
-            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep, &b.inner)) }),
+            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep)), inner: &b.inner }),
             None => unreachable!("a call has its endpoint until invoked"),
         }
     }
@@ -227,7 +229,9 @@ impl Drop for AsyncCall<'_, '_> {
 
 /// A result that arrived; the stub unmarshals it with [`Reply::reader`].
 pub struct Reply<'a> {
-    engine: Option<Engine<'a>>,
+    engine: Option<Engine>,
+    /// The binding the endpoint goes back to (an async call's, to its pool).
+    inner: &'a super::BindingInner,
 }
 
 impl Reply<'_> {
@@ -247,7 +251,7 @@ impl Drop for Reply<'_> {
     fn drop(&mut self) {
         mark(Point::Unmarshaled);
         if let Some(engine) = self.engine.take() {
-            engine.give_back();
+            engine.give_back(self.inner);
         }
     }
 }

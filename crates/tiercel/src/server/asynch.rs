@@ -25,6 +25,7 @@ tokio::task_local! {
 }
 
 /// The trace of the async procedure the current task runs, if any.
+#[cfg(feature = "tracing")]
 pub(crate) fn task_trace() -> Option<Trace> {
     TASK_CALL.try_with(|c| c.1).ok().flatten()
 }

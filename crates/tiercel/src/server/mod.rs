@@ -4,7 +4,7 @@
 mod asynch;
 mod dispatch;
 
-#[cfg(feature = "async")]
+#[cfg(all(feature = "async", feature = "tracing"))]
 pub(crate) use asynch::task_trace;
 pub use dispatch::deadline;
 mod shm;
