@@ -25,6 +25,11 @@ use std::path::{Path, PathBuf};
 
 use crate::interface::InterfaceInfo;
 
+#[cfg(feature = "etcd")]
+mod etcd;
+#[cfg(feature = "etcd")]
+pub use etcd::{Etcd, DEFAULT_TTL};
+
 /// Environment variable naming the registry servers register in and clients look names up in
 /// (see [`Registry::parse`]); without it, [`Registry::local`].
 pub const REGISTRY_ENV: &str = "TIERCEL_REGISTRY";
@@ -43,6 +48,11 @@ const ENTRY_MAGIC: &str = "tiercel-name 1";
 pub enum Registry {
     /// A directory on this host (see the [module documentation](self)).
     Local(PathBuf),
+    /// An etcd cluster, for servers and clients on many hosts (feature `etcd`): a registration
+    /// lives while its server's process keeps its lease alive, and a killed server's entry is gone
+    /// within the lease's time to live.
+    #[cfg(feature = "etcd")]
+    Etcd(Etcd),
 }
 
 /// Why a name could not be registered or looked up.
@@ -160,15 +170,30 @@ impl core::fmt::Display for Exporter {
 
 /// A name registered by a running server; dropping it takes the name back.
 #[derive(Debug)]
-pub struct Registration {
-    path: PathBuf,
-    /// Open and locked for as long as the registration lives (and no longer than the process).
-    _lock: File,
+pub struct Registration(Held);
+
+#[derive(Debug)]
+enum Held {
+    File {
+        path: PathBuf,
+        /// Open and locked for as long as the registration lives (and no longer than the process).
+        _lock: File,
+    },
+    /// Revoked when dropped.
+    #[cfg(feature = "etcd")]
+    Etcd(#[allow(dead_code)] etcd::Lease),
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        match &self.0 {
+            Held::File { path, .. } => {
+                let _ = std::fs::remove_file(path);
+            }
+            // The lease revokes itself when dropped.
+            #[cfg(feature = "etcd")]
+            Held::Etcd(_) => {}
+        }
     }
 }
 
@@ -198,6 +223,8 @@ impl core::fmt::Display for Registry {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Registry::Local(dir) => write!(f, "dir:{}", dir.display()),
+            #[cfg(feature = "etcd")]
+            Registry::Etcd(etcd) => etcd.fmt(f),
         }
     }
 }
@@ -222,16 +249,27 @@ impl Registry {
         }
     }
 
-    /// `local` ([`Registry::local`]) or `dir:/absolute/path` (a directory of the same layout).
+    /// `local` ([`Registry::local`]), `dir:/absolute/path` (a directory of the same layout), or
+    /// `etcd://HOST:PORT[,HOST:PORT…][?ttl=SECONDS]` (feature `etcd`; the lease's time to live is
+    /// 5 s unless given).
     pub fn parse(s: &str) -> Result<Registry, NameError> {
         let bad = |reason: &str| NameError::InvalidRegistry { registry: s.to_owned(), reason: reason.to_owned() };
         if s == "local" {
             return Ok(Registry::local());
         }
+        if let Some(rest) = s.strip_prefix("etcd://") {
+            #[cfg(feature = "etcd")]
+            return etcd::parse(s, rest).map(Registry::Etcd);
+            #[cfg(not(feature = "etcd"))]
+            return {
+                let _ = rest;
+                Err(bad("this program was built without tiercel's `etcd` feature"))
+            };
+        }
         match s.strip_prefix("dir:") {
             Some(path) if Path::new(path).is_absolute() => Ok(Registry::Local(PathBuf::from(path))),
             Some(_) => Err(bad("the directory must be an absolute path")),
-            None => Err(bad("expected `local` or `dir:/absolute/path`")),
+            None => Err(bad("expected `local`, `dir:/absolute/path` or `etcd://HOST:PORT`")),
         }
     }
 
@@ -261,12 +299,16 @@ impl Registry {
                     Ok(file)
                 };
                 match write() {
-                    Ok(lock) => Ok(Registration { path, _lock: lock }),
+                    Ok(lock) => Ok(Registration(Held::File { path, _lock: lock })),
                     Err(e) => {
                         let _ = std::fs::remove_file(&tmp);
                         Err(self.io(e))
                     }
                 }
+            }
+            #[cfg(feature = "etcd")]
+            Registry::Etcd(cluster) => {
+                etcd::register(cluster, exporter).map(|lease| Registration(Held::Etcd(lease))).map_err(|e| self.io(e))
             }
         }
     }
@@ -300,6 +342,12 @@ impl Registry {
                 }
                 Ok(live)
             }
+            #[cfg(feature = "etcd")]
+            Registry::Etcd(cluster) => Ok(etcd::lookup(cluster, name)
+                .map_err(|e| self.io(e))?
+                .into_iter()
+                .filter(|e| e.name == name)
+                .collect()),
         }
     }
 
@@ -323,6 +371,8 @@ impl Registry {
                 names.sort();
                 Ok(names)
             }
+            #[cfg(feature = "etcd")]
+            Registry::Etcd(cluster) => etcd::names(cluster).map_err(|e| self.io(e)),
         }
     }
 

@@ -1,0 +1,63 @@
+//! A real etcd server for tests of the etcd registry: Debian's `etcd` (package `etcd-server`) on
+//! loopback ports of its own, with a data directory of its own, stopped and removed when dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running etcd.
+pub struct EtcdServer {
+    child: Child,
+    dir: PathBuf,
+    /// `127.0.0.1:PORT` of its client endpoint.
+    pub client_addr: String,
+}
+
+/// A free TCP port on loopback (free when asked: the caller binds it soon after).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl EtcdServer {
+    /// Starts one and waits until it answers (at most 20 s).
+    pub fn start() -> crate::Result<EtcdServer> {
+        let (client, peer) = (free_port()?, free_port()?);
+        let dir = std::env::temp_dir().join(format!("tiercel-etcd-{}-{client}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (client_url, peer_url) = (format!("http://127.0.0.1:{client}"), format!("http://127.0.0.1:{peer}"));
+        let child = Command::new("etcd")
+            .args(["--name", "tiercel-test", "--data-dir"])
+            .arg(&dir)
+            .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("tiercel-test={peer_url}")])
+            .args(["--logger", "zap", "--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start etcd (Debian package etcd-server): {e}"))?;
+        let server = EtcdServer { child, dir, client_addr: format!("127.0.0.1:{client}") };
+        let registry = tiercel::names::Registry::parse(&server.registry(5)).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match registry.names() {
+                Ok(_) => return Ok(server),
+                Err(e) if Instant::now() > deadline => return Err(format!("etcd did not come up: {e}").into()),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// The registry spec of this etcd, with leases of `ttl_secs`.
+    pub fn registry(&self, ttl_secs: u64) -> String {
+        format!("etcd://{}?ttl={ttl_secs}", self.client_addr)
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
