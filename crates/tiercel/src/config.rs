@@ -60,6 +60,16 @@ pub struct ClientConfig {
     /// in the recorder installed when the binding is made. Only with the crate feature `metrics`;
     /// costs two clock reads and a histogram record per call. Default: off.
     pub metrics: bool,
+    /// Bind again by itself when a call finds the server gone (`ServerRestarted`, `UnknownBinding`,
+    /// `Unreachable`, `ServerGone`): that call fails as it would anyway, saying whether it may have
+    /// run (it is never sent again), and the binding's next call first binds again, to the same
+    /// address or, imported by name, to one of the name's live exporters, choosing the transport
+    /// as the first bind did (shared memory when the server is on this host). A binding over UDP
+    /// to a server on this host that refused shared memory tries it again at most once a second
+    /// ([`Binding::shared_memory_refused`](crate::Binding::shared_memory_refused) says why not
+    /// yet). Costs each call a lock and two reference counts. Default: off (a binding whose server
+    /// went away fails every call until the application imports again).
+    pub rebind: bool,
 }
 
 impl Default for ClientConfig {
@@ -73,6 +83,7 @@ impl Default for ClientConfig {
             secret: None,
             shared_memory: true,
             metrics: false,
+            rebind: false,
         }
     }
 }

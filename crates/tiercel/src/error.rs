@@ -185,6 +185,11 @@ pub enum CallError {
     /// Whether the procedure ran cannot be told.
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// The binding's server was found gone by an earlier call, and binding again
+    /// (`ClientConfig::rebind`) failed: no server (or none exporting the name) could be bound.
+    /// This call was not sent; the next one tries again.
+    #[error("the server was gone and binding again failed: {0}")]
+    BindAgain(BindError),
     /// A local socket error during the call.
     #[error("I/O error during the call: {0}")]
     Io(#[from] io::Error),
@@ -206,7 +211,8 @@ impl CallError {
             | CallError::BadArguments(_)
             | CallError::TooLarge(_)
             | CallError::DeadlineExceeded { may_have_run: false }
-            | CallError::NoFreeSlot(_) => Execution::NeverRan,
+            | CallError::NoFreeSlot(_)
+            | CallError::BindAgain(_) => Execution::NeverRan,
             CallError::Panicked(_) | CallError::BadResult(_) | CallError::ResultTooLarge(_) => Execution::Ran,
         }
     }

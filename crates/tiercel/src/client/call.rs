@@ -7,9 +7,9 @@ use crate::{Binding, CallError};
 
 #[cfg(feature = "async")]
 use super::asynch::{AsyncEndpoint, AsyncState};
-use super::cache;
 use super::shm::ShmEndpoint;
 use super::udp::UdpEndpoint;
+use super::{cache, Through};
 
 /// The calling thread's endpoint on the binding's transport, or an async call's from the binding's
 /// pool.
@@ -70,7 +70,7 @@ impl Engine {
 
 /// A call being marshaled. Arguments borrowed by the writer stay borrowed until [`Call::invoke`].
 pub struct Call<'b, 'a> {
-    binding: &'b Binding,
+    binding: Through<'b>,
     engine: Option<Engine>,
     segments: Segments<'a>,
     procedure: u16,
@@ -80,7 +80,8 @@ pub struct Call<'b, 'a> {
 impl<'b, 'a> Call<'b, 'a> {
     pub(super) fn new(binding: &'b Binding, procedure: u16) -> Result<Call<'b, 'a>, CallError> {
         mark(Point::CallStart);
-        let mut engine = Engine::take(binding)?;
+        let binding = binding.through()?;
+        let mut engine = Engine::take(&binding)?;
         let (span, context) = binding.context(procedure);
         match &mut engine {
             Engine::Udp(ep) => ep.begin(&context),
@@ -105,7 +106,7 @@ impl<'b, 'a> Call<'b, 'a> {
     pub fn invoke(mut self) -> Result<Reply<'b>, CallError> {
         mark(Point::Marshaled);
         let Some(mut engine) = self.engine.take() else { unreachable!("a call has its endpoint until invoked") };
-        let b = self.binding;
+        let b = &*self.binding;
         let timed = b.inner.metrics.get(self.procedure as usize).map(|m| (m, m.start()));
         let entered = self.span.enter();
         let outcome = match (&mut engine, &b.inner.shm) {
@@ -124,10 +125,11 @@ impl<'b, 'a> Call<'b, 'a> {
         match outcome {
             Ok(()) => {
                 mark(Point::Finished);
-                Ok(Reply { engine: Some(engine), inner: &b.inner })
+                Ok(Reply { engine: Some(engine), binding: self.binding.again() })
             }
             Err(e) => {
                 engine.give_back(&b.inner);
+                b.failed(&b.inner, &e);
                 Err(e)
             }
         }
@@ -146,7 +148,7 @@ impl Drop for Call<'_, '_> {
 /// (or the future of `invoke`) before the result is in cancels the call.
 #[cfg(feature = "async")]
 pub struct AsyncCall<'b, 'a> {
-    binding: &'b Binding,
+    binding: Through<'b>,
     engine: Option<Box<AsyncEndpoint>>,
     segments: Segments<'a>,
     procedure: u16,
@@ -162,7 +164,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
     /// future's result.)
     pub(super) fn new(binding: &'b Binding, procedure: u16) -> AsyncCall<'b, 'a> {
         AsyncCall {
-            binding,
+            binding: Through::Stub(binding),
             engine: None,
             segments: Segments::new(0),
             procedure,
@@ -173,11 +175,26 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
 
     /// Takes an endpoint from the binding's pool, waiting for one when every slot is in use.
     pub async fn start(&mut self) -> Result<(), CallError> {
+        if self.binding.rebind.is_some() {
+            self.binding = self.latest().await?;
+        }
         let mut ep = AsyncState::acquire(&self.binding.inner).await?;
         let (span, context) = self.binding.context(self.procedure);
         ep.begin(&context);
         (self.engine, self.span) = (Some(ep), span);
         Ok(())
+    }
+
+    /// The binding made last, bound again first (on tokio's blocking pool) if need be.
+    async fn latest(&self) -> Result<Through<'b>, CallError> {
+        if !self.binding.must_bind_again() {
+            return self.binding.through().map(|t| Through::Latest(t.clone()));
+        }
+        let binding = (*self.binding).clone();
+        match tokio::task::spawn_blocking(move || binding.through().map(|t| t.clone())).await {
+            Ok(latest) => latest.map(Through::Latest),
+            Err(e) => Err(CallError::Io(std::io::Error::other(format!("the bind task failed: {e}")))),
+        }
     }
 
     /// Where the arguments are marshaled.
@@ -191,7 +208,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
     /// Sends the call and waits for its result without blocking the thread. Called once, after
     /// [`AsyncCall::start`].
     pub async fn invoke(&mut self) -> Result<Reply<'b>, CallError> {
-        let b = self.binding;
+        let b = &*self.binding;
         let timed = b.inner.metrics.get(self.procedure as usize).map(|m| (m, m.start()));
         let (flight, alone) = b.inner.asynch.fly();
         self.in_flight = true;
@@ -205,9 +222,12 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
         if let Some((m, started)) = timed {
             m.finish(started, outcome.is_ok());
         }
+        if let Err(e) = &outcome {
+            b.failed(&b.inner, e);
+        }
         outcome?;
         match self.engine.take() {
-            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep)), inner: &b.inner }),
+            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep)), binding: self.binding.again() }),
             None => unreachable!("a call has its endpoint until invoked"),
         }
     }
@@ -231,7 +251,7 @@ impl Drop for AsyncCall<'_, '_> {
 pub struct Reply<'a> {
     engine: Option<Engine>,
     /// The binding the endpoint goes back to (an async call's, to its pool).
-    inner: &'a super::BindingInner,
+    binding: Through<'a>,
 }
 
 impl Reply<'_> {
@@ -251,7 +271,7 @@ impl Drop for Reply<'_> {
     fn drop(&mut self) {
         mark(Point::Unmarshaled);
         if let Some(engine) = self.engine.take() {
-            engine.give_back(self.inner);
+            engine.give_back(&self.binding.inner);
         }
     }
 }

@@ -67,24 +67,34 @@ impl Client {
     /// Imported by name, the binding is to one of the live servers exporting the name with this
     /// interface, taken in random order so that clients spread over them; one that does not answer
     /// or has no room is passed over for the next.
+    ///
+    /// With `ClientConfig::rebind`, the binding binds again by itself when its server is found gone
+    /// (see [`ClientConfig::rebind`](crate::ClientConfig::rebind)).
     pub fn import<T: Import>(&self) -> Result<T, BindError> {
+        let mut binding = self.bind(T::INFO)?;
+        if self.config.rebind {
+            binding.rebind = Some(Arc::new(Rebinder::new(self.clone(), &binding.inner)));
+        }
+        Ok(T::from_binding(binding))
+    }
+
+    /// A new binding to `info` at the client's address, or to one of the name's exporters.
+    fn bind(&self, info: &'static InterfaceInfo) -> Result<Binding, BindError> {
         let name = match &self.target {
-            Target::Addr(server) => {
-                return Binding::bind(*server, self.transport, T::INFO, self.config.clone()).map(T::from_binding)
-            }
+            Target::Addr(server) => return Binding::bind(*server, self.transport, info, self.config.clone()),
             Target::Name(name) => name,
         };
         let registry = match &self.registry {
             Some(r) => r.clone(),
             None => Registry::from_env()?,
         };
-        let mut exporters = registry.resolve(name, T::INFO)?;
+        let mut exporters = registry.resolve(name, info)?;
         let first = random_bytes().map(|b| b[0] as usize).unwrap_or(0) % exporters.len();
         exporters.rotate_left(first);
         let mut failed = None;
         for exporter in exporters {
-            match Binding::bind(exporter.addr, self.transport, T::INFO, self.config.clone()) {
-                Ok(binding) => return Ok(T::from_binding(binding)),
+            match Binding::bind(exporter.addr, self.transport, info, self.config.clone()) {
+                Ok(binding) => return Ok(binding),
                 // Gone since it registered (its registration not yet removed), or full: the next.
                 Err(e @ (BindError::NoServer(_) | BindError::Unreachable(_) | BindError::Busy)) => failed = Some(e),
                 Err(e) => return Err(e),
@@ -133,7 +143,11 @@ pub(crate) struct BindingInner {
     shm: Option<shm::Link>,
     config: ClientConfig,
     info: &'static InterfaceInfo,
-    stats: ClientStats,
+    /// Shared by the bindings a [`Rebinder`] makes in turn.
+    stats: Arc<ClientStats>,
+    /// Why a binding that could have used shared memory (a server on this host, the binder
+    /// choosing) went over UDP instead.
+    shm_refused: Option<String>,
     /// Each procedure's metrics handles (feature `metrics`; empty types without it).
     metrics: Vec<crate::metrics::Procedure>,
     /// The pool of endpoints of async calls.
@@ -169,6 +183,8 @@ impl BindingInner {
 pub struct Binding {
     inner: Arc<BindingInner>,
     deadline: Option<Duration>,
+    /// With `ClientConfig::rebind`: the binding calls go through now, and how to make another.
+    rebind: Option<Arc<Rebinder>>,
 }
 
 impl core::fmt::Debug for Binding {
@@ -222,18 +238,25 @@ impl Binding {
                         shm: Some(granted.link),
                         config,
                         info,
-                        stats: ClientStats::default(),
+                        stats: Arc::default(),
+                        shm_refused: None,
                         metrics,
                         #[cfg(feature = "async")]
                         asynch: Default::default(),
                     }),
                     deadline,
+                    rebind: None,
                 })
             }
             // No shared memory to be had (the wrong process at the rendezvous, no room, a broken
-            // connection): over UDP instead, unless the address asked for shared memory only.
-            Err(BindError::SharedMemoryUnavailable { .. } | BindError::Busy | BindError::Io(_)) if !forced => {
-                Self::bind_udp(server, info, config)
+            // connection): over UDP instead, unless the address asked for shared memory only. The
+            // binding keeps the reason, and one that binds again by itself tries shared memory again.
+            Err(e @ (BindError::SharedMemoryUnavailable { .. } | BindError::Busy | BindError::Io(_))) if !forced => {
+                let mut binding = Self::bind_udp(server, info, config)?;
+                if let Some(inner) = Arc::get_mut(&mut binding.inner) {
+                    inner.shm_refused = Some(e.to_string());
+                }
+                Ok(binding)
             }
             Err(e) => Err(e),
         }
@@ -272,12 +295,14 @@ impl Binding {
                 shm: None,
                 config,
                 info,
-                stats: ClientStats::default(),
+                stats: Arc::default(),
+                shm_refused: None,
                 metrics,
                 #[cfg(feature = "async")]
                 asynch: Default::default(),
             }),
             deadline,
+            rebind: None,
         }
     }
 
@@ -286,7 +311,7 @@ impl Binding {
     /// `DeadlineExceeded { may_have_run: false }` without running it, and a procedure sees it
     /// ([`crate::deadline`]). Cheap (a reference count): make one per call to give each its own.
     pub fn with_deadline(&self, deadline: Duration) -> Binding {
-        Binding { inner: self.inner.clone(), deadline: Some(deadline) }
+        Binding { inner: self.inner.clone(), deadline: Some(deadline), rebind: self.rebind.clone() }
     }
 
     /// A call's span (feature `tracing`), and what the call carries besides its arguments.
@@ -296,28 +321,51 @@ impl Binding {
         (span, tiercel_proto::context::Context { deadline: self.deadline, trace })
     }
 
-    /// The server's address.
-    pub fn server(&self) -> SocketAddr {
-        self.inner.server
+    /// The binding calls go through now: this one, or with `ClientConfig::rebind` the one made
+    /// last.
+    fn now(&self) -> Arc<BindingInner> {
+        match &self.rebind {
+            None => self.inner.clone(),
+            Some(r) => r.latest(),
+        }
     }
 
-    /// The transport chosen at bind time.
+    /// The server's address (of the binding calls go through now).
+    pub fn server(&self) -> SocketAddr {
+        self.now().server
+    }
+
+    /// The transport chosen at bind time (of the binding calls go through now).
     pub fn transport(&self) -> Transport {
-        if self.inner.shm.is_some() {
+        if self.now().shm.is_some() {
             Transport::SharedMemory
         } else {
             Transport::Udp
         }
     }
 
+    /// Why this binding is over UDP although the server is on this host and the address let the
+    /// binder choose: what went wrong binding through shared memory. `None` when it is through
+    /// shared memory, or UDP was asked for or the only way. With `ClientConfig::rebind`, such a
+    /// binding tries shared memory again, at most once a second, and moves to it when it can.
+    pub fn shared_memory_refused(&self) -> Option<String> {
+        self.now().shm_refused.clone()
+    }
+
+    /// Times this binding has bound again by itself (`ClientConfig::rebind`): to a server found
+    /// gone, or from UDP back to shared memory.
+    pub fn rebinds(&self) -> u64 {
+        self.rebind.as_ref().map_or(0, |r| r.rebinds.load(Ordering::Relaxed))
+    }
+
     /// The binding's id on the server (not a secret: the token that goes with it is).
     pub fn id(&self) -> u32 {
-        self.inner.id
+        self.now().id
     }
 
     /// The server incarnation (boot id) the binding was made with.
     pub fn incarnation(&self) -> u64 {
-        self.inner.incarnation
+        self.now().incarnation
     }
 
     /// The interface bound to.
@@ -327,10 +375,10 @@ impl Binding {
 
     /// Largest datagram sent on this binding; larger messages go as several packets.
     pub fn max_datagram(&self) -> usize {
-        self.inner.max_datagram
+        self.now().max_datagram
     }
 
-    /// Slow-path counters.
+    /// Slow-path counters (of every binding made in turn, with `ClientConfig::rebind`).
     pub fn stats(&self) -> &ClientStats {
         &self.inner.stats
     }
@@ -349,6 +397,154 @@ impl Binding {
     #[cfg(feature = "async")]
     pub fn call_async<'a>(&self, procedure: u16) -> AsyncCall<'_, 'a> {
         AsyncCall::new(self, procedure)
+    }
+}
+
+/// The binding a call goes through: the stub's own, or with `ClientConfig::rebind` the one made
+/// last.
+pub(crate) enum Through<'b> {
+    Stub(&'b Binding),
+    Latest(Binding),
+}
+
+impl core::ops::Deref for Through<'_> {
+    type Target = Binding;
+    fn deref(&self) -> &Binding {
+        match self {
+            Through::Stub(b) => b,
+            Through::Latest(b) => b,
+        }
+    }
+}
+
+impl<'b> Through<'b> {
+    /// Another handle on the same binding.
+    pub(crate) fn again(&self) -> Through<'b> {
+        match self {
+            Through::Stub(b) => Through::Stub(b),
+            Through::Latest(b) => Through::Latest(b.clone()),
+        }
+    }
+}
+
+impl Binding {
+    /// The binding a call should go through, binding again first if the last one was found gone
+    /// (on this thread: the call waits for the bind exchange).
+    pub(crate) fn through(&self) -> Result<Through<'_>, CallError> {
+        match &self.rebind {
+            None => Ok(Through::Stub(self)),
+            Some(r) => r
+                .current()
+                .map(|inner| Through::Latest(Binding { inner, deadline: self.deadline, rebind: self.rebind.clone() })),
+        }
+    }
+
+    /// Whether [`Binding::through`] would bind again (so that an async call does it off the
+    /// runtime's threads).
+    #[cfg(feature = "async")]
+    pub(crate) fn must_bind_again(&self) -> bool {
+        self.rebind.as_ref().is_some_and(|r| r.due())
+    }
+
+    /// A call through `inner` failed with `error`: if it says the server is gone (or no longer knows
+    /// the binding), the next call binds again.
+    pub(crate) fn failed(&self, inner: &Arc<BindingInner>, error: &CallError) {
+        if let Some(r) = &self.rebind {
+            if matches!(
+                error,
+                CallError::ServerRestarted
+                    | CallError::UnknownBinding
+                    | CallError::Unreachable { .. }
+                    | CallError::ServerGone { .. }
+            ) {
+                r.lost(inner);
+            }
+        }
+    }
+}
+
+/// How often a binding over UDP to a server on this host tries shared memory again.
+const SHM_RETRY: Duration = Duration::from_secs(1);
+
+/// What a binding made with `ClientConfig::rebind` needs to bind again, and the binding it made
+/// last.
+pub(crate) struct Rebinder {
+    client: Client,
+    info: &'static InterfaceInfo,
+    latest: Mutex<Latest>,
+    rebinds: AtomicU64,
+}
+
+struct Latest {
+    inner: Arc<BindingInner>,
+    /// Its server was found gone: the next call binds again.
+    lost: bool,
+    /// When to try shared memory again (a binding over UDP that could have had it).
+    shm_again: Option<std::time::Instant>,
+}
+
+impl Rebinder {
+    fn new(client: Client, inner: &Arc<BindingInner>) -> Rebinder {
+        Rebinder {
+            client,
+            info: inner.info,
+            latest: Mutex::new(Latest {
+                inner: inner.clone(),
+                lost: false,
+                shm_again: inner.shm_refused.as_ref().map(|_| std::time::Instant::now() + SHM_RETRY),
+            }),
+            rebinds: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Latest> {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn latest(&self) -> Arc<BindingInner> {
+        self.lock().inner.clone()
+    }
+
+    #[cfg(feature = "async")]
+    fn due(&self) -> bool {
+        let latest = self.lock();
+        latest.lost || latest.shm_again.is_some_and(|t| std::time::Instant::now() >= t)
+    }
+
+    fn lost(&self, inner: &Arc<BindingInner>) {
+        let mut latest = self.lock();
+        if Arc::ptr_eq(&latest.inner, inner) {
+            latest.lost = true;
+        }
+    }
+
+    /// The binding to call through, made anew first if the last one's server was found gone, or if
+    /// it is time to try shared memory again. Other calls wait meanwhile (they would fail too).
+    fn current(&self) -> Result<Arc<BindingInner>, CallError> {
+        let mut latest = self.lock();
+        let now = std::time::Instant::now();
+        if latest.lost {
+            let mut fresh = self.client.bind(self.info).map_err(CallError::BindAgain)?;
+            self.adopt(&mut latest, &mut fresh, now);
+        } else if latest.shm_again.is_some_and(|t| now >= t) {
+            // The same server, through shared memory only: nothing is granted over UDP meanwhile.
+            let server = latest.inner.server;
+            match Binding::bind(server, Some(Transport::SharedMemory), self.info, self.client.config.clone()) {
+                Ok(mut fresh) => self.adopt(&mut latest, &mut fresh, now),
+                Err(_) => latest.shm_again = Some(now + SHM_RETRY),
+            }
+        }
+        Ok(latest.inner.clone())
+    }
+
+    fn adopt(&self, latest: &mut Latest, fresh: &mut Binding, now: std::time::Instant) {
+        if let Some(inner) = Arc::get_mut(&mut fresh.inner) {
+            inner.stats = latest.inner.stats.clone();
+        }
+        latest.shm_again = fresh.inner.shm_refused.as_ref().map(|_| now + SHM_RETRY);
+        latest.inner = fresh.inner.clone();
+        latest.lost = false;
+        self.rebinds.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -173,6 +173,7 @@ impl Server {
             spinners: AtomicUsize::new(0),
             stats: Arc::new(ServerStats::default()),
             registrations: std::sync::Mutex::new(Vec::new()),
+            shm_threads: std::sync::Mutex::new(Vec::new()),
             shm_bindings: AtomicUsize::new(0),
             next_shm_binding: std::sync::atomic::AtomicU32::new(1),
             #[cfg(feature = "async")]
@@ -248,6 +249,8 @@ pub(crate) struct Shared {
     shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
     spinners: AtomicUsize,
     stats: Arc<ServerStats>,
+    /// The threads serving shared-memory bindings (finished ones are pruned as new ones start).
+    shm_threads: std::sync::Mutex<Vec<JoinHandle<()>>>,
     /// The names registered for the exports: taken back when a shutdown begins.
     registrations: std::sync::Mutex<Vec<Registration>>,
     /// The runtime of async procedures, when an export has some.
@@ -500,16 +503,25 @@ impl RunningServer {
 
     /// Blocks until the server stops: after [`ShutdownHandle::shutdown`] from another thread.
     pub fn wait(mut self) {
-        for h in self.handles.drain(..) {
-            let _ = h.join();
-        }
+        self.join();
     }
 
     fn stop_now(&mut self) {
         self.shared.registrations.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.shared.stop.store(true, Ordering::Release);
+        self.join();
+    }
+
+    /// Waits for the workers, then for the threads of shared-memory bindings (which stop once the
+    /// workers have, and hold the server's socket until they do).
+    fn join(&mut self) {
         for h in self.handles.drain(..) {
             let _ = h.join();
+        }
+        self.shared.stop.store(true, Ordering::Release);
+        let threads = std::mem::take(&mut *self.shared.shm_threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
+            let _ = t.join();
         }
     }
 }

@@ -231,9 +231,17 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
         serve_binding(&shared_, stream, export, region, id, layout, charged, control);
         live_.fetch_sub(1, Ordering::Relaxed);
     });
-    if spawned.is_err() {
+    match spawned {
+        // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
+        Ok(thread) => {
+            let mut threads = shared.shm_threads.lock().unwrap_or_else(|p| p.into_inner());
+            threads.retain(|t| !t.is_finished());
+            threads.push(thread);
+        }
         // No thread: the connection (and with it the region) goes, and the client sees it closed.
-        live.fetch_sub(1, Ordering::Relaxed);
+        Err(_) => {
+            live.fetch_sub(1, Ordering::Relaxed);
+        }
     }
     Step::Done
 }
