@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 pub struct EtcdServer {
     child: Child,
     dir: PathBuf,
-    /// `127.0.0.1:PORT` of its client endpoint.
+    /// `IP:PORT` of its client endpoint.
     pub client_addr: String,
 }
 
@@ -19,13 +19,40 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 impl EtcdServer {
-    /// Starts one and waits until it answers (at most 20 s).
+    /// Starts one on loopback and waits until it answers (at most 20 s).
     pub fn start() -> crate::Result<EtcdServer> {
         let (client, peer) = (free_port()?, free_port()?);
-        let dir = std::env::temp_dir().join(format!("tiercel-etcd-{}-{client}", std::process::id()));
+        let server = EtcdServer::spawn(None, "127.0.0.1", client, peer)?;
+        let registry = tiercel::names::Registry::parse(&server.registry(5)).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match registry.names() {
+                Ok(_) => return Ok(server),
+                Err(e) if Instant::now() > deadline => return Err(format!("etcd did not come up: {e}").into()),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Starts one in network namespace `ns` at `ip` (ports 2379 and 2380, free in a namespace of
+    /// the test's own), without waiting for it: its clients there retry until it answers.
+    pub fn start_in(ns: &str, ip: &str) -> crate::Result<EtcdServer> {
+        EtcdServer::spawn(Some(ns), ip, 2379, 2380)
+    }
+
+    fn spawn(ns: Option<&str>, ip: &str, client: u16, peer: u16) -> crate::Result<EtcdServer> {
+        let dir = std::env::temp_dir().join(format!("tiercel-etcd-{}-{client}-{ip}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let (client_url, peer_url) = (format!("http://127.0.0.1:{client}"), format!("http://127.0.0.1:{peer}"));
-        let child = Command::new("etcd")
+        let (client_url, peer_url) = (format!("http://{ip}:{client}"), format!("http://{ip}:{peer}"));
+        let mut command = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "etcd"]);
+                c
+            }
+            None => Command::new("etcd"),
+        };
+        let child = command
             .args(["--name", "tiercel-test", "--data-dir"])
             .arg(&dir)
             .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
@@ -36,16 +63,7 @@ impl EtcdServer {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start etcd (Debian package etcd-server): {e}"))?;
-        let server = EtcdServer { child, dir, client_addr: format!("127.0.0.1:{client}") };
-        let registry = tiercel::names::Registry::parse(&server.registry(5)).map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match registry.names() {
-                Ok(_) => return Ok(server),
-                Err(e) if Instant::now() > deadline => return Err(format!("etcd did not come up: {e}").into()),
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
+        Ok(EtcdServer { child, dir, client_addr: format!("{ip}:{client}") })
     }
 
     /// The registry spec of this etcd, with leases of `ttl_secs`.

@@ -29,6 +29,7 @@ pub mod baselines;
 pub mod bench;
 pub mod etcd;
 pub mod explain;
+pub mod failover;
 pub mod harness;
 pub mod helpers;
 pub mod latency;

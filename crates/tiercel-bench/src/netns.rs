@@ -70,3 +70,62 @@ impl Drop for Pair {
         let _ = Command::new("ip").args(["netns", "del", &self.b]).status();
     }
 }
+
+/// A client namespace and `servers` server namespaces, each joined by a veth pair to a bridge in a
+/// hub namespace of their own: one 192.0.2.0/24 segment, the client at 192.0.2.1 and server `i` at
+/// 192.0.2.(11 + i). Removed on drop.
+pub struct Hub {
+    hub: String,
+    /// The client's namespace.
+    pub client: String,
+    /// The servers' namespaces.
+    pub servers: Vec<String>,
+}
+
+/// Address of the client's end of a [`Hub`].
+pub const HUB_CLIENT_IP: &str = "192.0.2.1";
+
+impl Hub {
+    /// Server `i`'s address.
+    pub fn server_ip(i: usize) -> String {
+        format!("192.0.2.{}", 11 + i)
+    }
+
+    /// Creates the namespaces, the bridge and the links.
+    pub fn new(servers: usize) -> crate::Result<Hub> {
+        let id = std::process::id() % 100_000;
+        let hub = Hub {
+            hub: format!("tchH{id}"),
+            client: format!("tchC{id}"),
+            servers: (0..servers).map(|i| format!("tchS{i}_{id}")).collect(),
+        };
+        run("ip", &["netns", "add", &hub.hub])?;
+        run("ip", &["-n", &hub.hub, "link", "add", "br0", "type", "bridge"])?;
+        run("ip", &["-n", &hub.hub, "link", "set", "br0", "up"])?;
+        let ends: Vec<(String, String)> = std::iter::once((hub.client.clone(), format!("{HUB_CLIENT_IP}/24")))
+            .chain(hub.servers.iter().enumerate().map(|(i, ns)| (ns.clone(), format!("{}/24", Hub::server_ip(i)))))
+            .collect();
+        for (i, (ns, addr)) in ends.iter().enumerate() {
+            run("ip", &["netns", "add", ns])?;
+            // Interface names are at most 15 bytes.
+            let (outer, inner) = (format!("th{id}h{i}"), format!("th{id}e{i}"));
+            run("ip", &["link", "add", &outer, "type", "veth", "peer", "name", &inner])?;
+            run("ip", &["link", "set", &outer, "netns", &hub.hub])?;
+            run("ip", &["link", "set", &inner, "netns", ns])?;
+            run("ip", &["-n", &hub.hub, "link", "set", &outer, "master", "br0"])?;
+            run("ip", &["-n", &hub.hub, "link", "set", &outer, "up"])?;
+            run("ip", &["-n", ns, "addr", "add", addr, "dev", &inner])?;
+            run("ip", &["-n", ns, "link", "set", &inner, "up"])?;
+            run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(hub)
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        for ns in self.servers.iter().chain([&self.client, &self.hub]) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}

@@ -28,6 +28,10 @@ enum Role {
     MachRemote(crate::tables::RemoteArgs),
     /// The loss-recovery rows, from inside a network namespace.
     LossRemote(crate::loss::RemoteArgs),
+    /// A journal server of the failover test.
+    JournalServer(crate::failover::ServerArgs),
+    /// The failover test's client.
+    JournalClient(crate::failover::ClientArgs),
     /// The soak's ledger server.
     #[cfg(feature = "fault-injection")]
     SoakServer(crate::soak::ServerArgs),
@@ -46,6 +50,8 @@ pub fn run_if_helper() -> Option<ExitCode> {
         Role::RawTcpEcho(a) => crate::raw_tcp::echo(a),
         Role::MachRemote(a) => crate::tables::mach_remote(a),
         Role::LossRemote(a) => crate::loss::remote(a),
+        Role::JournalServer(a) => crate::failover::server(a),
+        Role::JournalClient(a) => crate::failover::client(a),
         #[cfg(feature = "fault-injection")]
         Role::SoakServer(a) => crate::soak::server(a),
         #[cfg(feature = "fault-injection")]
