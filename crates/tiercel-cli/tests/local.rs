@@ -80,6 +80,7 @@ impl HandBinding {
             fingerprint: spec.fingerprint,
             proof: None,
             rendezvous: false,
+            features: tiercel_proto::bind::wire::features::ALL,
         };
         let payload = request.to_bytes(0);
         let h =

@@ -26,7 +26,12 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet: "tc".
 pub const MAGIC: u16 = u16::from_le_bytes(*b"tc");
 /// Protocol version carried in every packet.
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
+/// Oldest protocol version this code speaks. A `Bind` of a newer version (whose header, and the
+/// first 36 bytes of whose request, keep their layout in every version from 6 on) is answered with
+/// `Reject {UnsupportedVersion}` and the range spoken here, in this code's version; a client reads
+/// such a reject whatever its version.
+pub const MIN_VERSION: u8 = 6;
 
 mod field {
     use core::ops::Range;
@@ -164,6 +169,9 @@ pub enum Status {
     DeadlineExceeded = 16,
     /// The client gave the call up before the server started it. It never ran.
     Cancelled = 17,
+    /// The server does not speak the bind request's protocol version; the reject carries the range
+    /// it speaks.
+    UnsupportedVersion = 18,
 }
 
 impl Status {
@@ -188,6 +196,7 @@ impl Status {
             15 => Status::AddressUnproven,
             16 => Status::DeadlineExceeded,
             17 => Status::Cancelled,
+            18 => Status::UnsupportedVersion,
             _ => return None,
         })
     }
@@ -278,8 +287,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if get_u16(b, field::MAGIC) != MAGIC {
             return Err(WireError::BadMagic);
         }
-        if b[field::VERSION] != VERSION {
-            return Err(WireError::BadVersion(b[field::VERSION]));
+        // A newer peer's bind request, or a newer server's refusal of ours for its version, is read
+        // whatever its version: their headers keep this layout.
+        let version = b[field::VERSION];
+        let negotiating = b[field::KIND] == Kind::Bind as u8
+            || (b[field::KIND] == Kind::Reject as u8 && b[field::STATUS] == Status::UnsupportedVersion as u8);
+        if version < MIN_VERSION || (version > VERSION && !negotiating) {
+            return Err(WireError::BadVersion(version));
         }
         if Kind::from_u8(b[field::KIND]).is_none() {
             return Err(WireError::BadKind(b[field::KIND]));
@@ -308,6 +322,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Consumes the view, returning the buffer.
     pub fn into_inner(self) -> T {
         self.buffer
+    }
+
+    /// Protocol version the sender wrote the packet in (between [`MIN_VERSION`] and [`VERSION`],
+    /// except in a bind request or a version refusal, after [`Packet::check`]).
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VERSION]
     }
 
     /// Packet kind. Only valid after [`Packet::check`].

@@ -97,6 +97,17 @@ pub enum BindError {
     /// not prove the client's secret back.
     #[error("authentication failed: {0}")]
     AuthenticationFailed(&'static str),
+    /// The server does not speak this client's protocol version (it answered with the range it
+    /// does): one side is too old for the other. Upgrade the older one.
+    #[error("the server speaks protocol versions {server_min} to {server_max}, this client version {client}")]
+    ProtocolVersion {
+        /// The version this client speaks.
+        client: u8,
+        /// The oldest the server speaks.
+        server_min: u8,
+        /// The newest the server speaks.
+        server_max: u8,
+    },
     /// The server has no room for another binding (its `max_bindings`, or the memory or threads a
     /// shared-memory binding needs). Existing bindings are not affected; try again later.
     #[error("server is busy: no room for another binding")]

@@ -267,6 +267,7 @@ mod hostile {
                 fingerprint: info.fingerprint,
                 proof: None,
                 rendezvous: false,
+                features: tiercel_proto::bind::wire::features::ALL,
             };
             let payload = req.to_bytes(0);
             let h = tiercel_proto::wire::Header {

@@ -1,7 +1,8 @@
 //! The client's side of binding: the request, the proof of a shared secret, and what an answer means.
 
 use super::wire::{
-    BindChallenge, BindGrant, BindProof, BindRefusal, BindRequest, Rendezvous, CHALLENGE_LEN, REQUEST_LEN,
+    features, BindChallenge, BindGrant, BindProof, BindRefusal, BindRequest, Rendezvous, VersionRefusal, CHALLENGE_LEN,
+    REQUEST_LEN,
 };
 use super::{InterfaceSpec, Keyed};
 use crate::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
@@ -48,6 +49,13 @@ pub enum Refusal<'p> {
     AuthFailed(&'static str),
     /// The server has no room for another binding.
     Busy,
+    /// The server does not speak this client's protocol version; the range it speaks.
+    ProtocolVersion {
+        /// The oldest version the server speaks.
+        min: u8,
+        /// The newest.
+        max: u8,
+    },
 }
 
 /// What an answer did to the bind exchange.
@@ -84,6 +92,7 @@ impl BindClient {
                 fingerprint: interface.fingerprint,
                 proof: None,
                 rendezvous: false,
+                features: features::ALL,
             },
             flags: if checksum { flags::CHECKSUM } else { 0 },
             challenge: None,
@@ -148,6 +157,14 @@ impl BindClient {
                     None => BindEvent::Granted(granted),
                 }
             }
+            (Kind::Reject, Status::UnsupportedVersion) => {
+                match VersionRefusal::parse(payload).filter(|r| r.nonce == self.request.nonce) {
+                    Some(r) => BindEvent::Refused(Refusal::ProtocolVersion { min: r.min, max: r.max }),
+                    None => BindEvent::Ignored,
+                }
+            }
+            // Any other answer in a version this client does not speak is not one to it.
+            _ if p.version() > crate::wire::VERSION => BindEvent::Ignored,
             (Kind::Reject, Status::AuthRequired) => {
                 let Some(c) = BindChallenge::parse(payload).filter(|c| c.nonce == self.request.nonce) else {
                     return BindEvent::Ignored;
@@ -385,6 +402,49 @@ mod tests {
             c.handle(&Packet::new_checked(&forged[..]).unwrap(), Some(&secret)),
             BindEvent::Refused(Refusal::AuthFailed(_))
         ));
+    }
+
+    #[test]
+    fn the_grant_carries_the_features_both_sides_speak() {
+        let s = server(&[BANK], None);
+        let mut c = BindClient::new(&BANK, 1472, 5, false);
+        let reply = admitted(decide(&s, &c)).grant(&s, 3, 1, 16, 0);
+        let BindEvent::Granted(g) = c.handle(&Packet::new_checked(&reply[..]).unwrap(), None) else { panic!() };
+        assert_eq!(g.grant.features, features::ALL);
+        // A client of a later day speaks a feature this server does not: it is not granted.
+        c.request.features = features::CONTEXT | 0x4000;
+        let reply = admitted(decide(&s, &c)).grant(&s, 4, 1, 16, 0);
+        let BindEvent::Granted(g) = c.handle(&Packet::new_checked(&reply[..]).unwrap(), None) else { panic!() };
+        assert_eq!(g.grant.features, features::CONTEXT);
+    }
+
+    #[test]
+    fn a_request_in_another_protocol_version_gets_the_versions_spoken() {
+        let s = server(&[BANK], None);
+        let mut c = BindClient::new(&BANK, 1472, 5, false);
+        // A newer client's request (its header and the request's first bytes are laid out alike).
+        let mut newer = c.packet();
+        newer[2] = crate::wire::VERSION + 1;
+        let p = Packet::new_checked(&newer[..]).expect("a bind request of a newer version is read");
+        let BindDecision::Answer { packet, refused } = s.on_request(&p, b"a", newer.len()) else { panic!() };
+        assert_eq!(refused, Refused::ProtocolVersion);
+        assert!(packet.len() < newer.len());
+        let answer = Packet::new_checked(&packet[..]).unwrap();
+        let expected = Refusal::ProtocolVersion { min: crate::wire::MIN_VERSION, max: crate::wire::VERSION };
+        assert_eq!(c.handle(&answer, None), BindEvent::Refused(expected));
+        // A newer server's refusal of this client's version, written in its own version, is read.
+        let mut from_newer = packet.clone();
+        from_newer[2] = crate::wire::VERSION + 1;
+        from_newer[HEADER_LEN + 8..HEADER_LEN + 10]
+            .copy_from_slice(&[crate::wire::VERSION + 1, crate::wire::VERSION + 2]);
+        let answer = Packet::new_checked(&from_newer[..]).unwrap();
+        let expected = Refusal::ProtocolVersion { min: crate::wire::VERSION + 1, max: crate::wire::VERSION + 2 };
+        assert_eq!(c.handle(&answer, None), BindEvent::Refused(expected));
+        // Anything else in a version this client does not speak is not for it.
+        let reply = admitted(decide(&s, &c)).grant(&s, 3, 1, 16, 0);
+        let mut newer_grant = reply.clone();
+        newer_grant[2] = crate::wire::VERSION + 1;
+        assert!(Packet::new_checked(&newer_grant[..]).is_err(), "a grant is read only in a version spoken");
     }
 
     #[test]

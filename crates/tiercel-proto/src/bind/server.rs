@@ -1,6 +1,8 @@
 //! The server's side of binding: which requests get a binding, and what every other one is told.
 
-use super::wire::{BindChallenge, BindGrant, BindRefusal, BindRequest, Rendezvous, CHALLENGE_LEN};
+use super::wire::{
+    features, BindChallenge, BindGrant, BindRefusal, BindRequest, Rendezvous, VersionRefusal, CHALLENGE_LEN,
+};
 use super::{Challenges, InterfaceSpec, Keyed};
 use crate::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
 
@@ -49,6 +51,8 @@ pub enum Refused {
     VersionMismatch,
     /// The interface is exported in the same version but with other procedures or types.
     InterfaceMismatch,
+    /// The request is in a protocol version the server does not speak.
+    ProtocolVersion,
 }
 
 /// What to do with a bind request.
@@ -89,13 +93,20 @@ impl BindServer<'_> {
     /// No answer is longer than `budget` bytes (over UDP, the request's own length: the server never
     /// sends more than it was sent before the peer has proven anything).
     pub fn on_request(&self, p: &Packet<&[u8]>, peer: &[u8], budget: usize) -> BindDecision {
-        let Some(req) = (p.kind() == Kind::Bind).then(|| BindRequest::parse(p.payload())).flatten() else {
-            return BindDecision::Malformed;
-        };
         let flags = p.flags() & flags::CHECKSUM;
         let answer = |status, payload: &[u8], refused| BindDecision::Answer {
             packet: self.packet(Kind::Reject, status, flags, 0, 0, payload),
             refused,
+        };
+        // A request in a protocol version this server does not speak: the versions it does (in
+        // fewer bytes than the request, which is padded), and nothing else.
+        if p.kind() == Kind::Bind && p.version() != crate::wire::VERSION {
+            let Some(nonce) = VersionRefusal::nonce_of(p.payload()) else { return BindDecision::Malformed };
+            let versions = VersionRefusal { nonce, min: crate::wire::MIN_VERSION, max: crate::wire::VERSION };
+            return answer(Status::UnsupportedVersion, &versions.to_bytes(), Refused::ProtocolVersion);
+        }
+        let Some(req) = (p.kind() == Kind::Bind).then(|| BindRequest::parse(p.payload())).flatten() else {
+            return BindDecision::Malformed;
         };
         let trailer = if flags != 0 { CHECKSUM_LEN } else { 0 };
         let room = budget.saturating_sub(HEADER_LEN + trailer);
@@ -171,6 +182,7 @@ impl Admission {
             region,
             proof: None,
             rendezvous: None,
+            features: self.request.features & features::ALL,
         };
         self.reply(server, binding, token, grant)
     }
@@ -187,6 +199,7 @@ impl Admission {
             region: 0,
             proof: None,
             rendezvous: Some(rendezvous),
+            features: self.request.features & features::ALL,
         };
         self.reply(server, 0, 0, grant)
     }

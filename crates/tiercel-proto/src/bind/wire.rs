@@ -6,13 +6,17 @@
 //!
 //! ```text
 //! request  0 interface id  8 version  12 max datagram  16 nonce  24 fingerprint  32 flags
-//!          33..36 zero  36 challenge (16)  52 proof (32)  84 padding to the datagram the client chose
-//! grant    0 slots  4 max datagram  8 version  12 nonce  20 region bytes  28 flags  29..32 zero
-//!          32 proof (32)                        (binding id, token and incarnation: in the header)
+//!          33 features (u16)  35 zero  36 challenge (16)  52 proof (32)  84 padding to the datagram
+//!          the client chose                     (0..36 keep this layout in every protocol version)
+//! grant    0 slots  4 max datagram  8 version  12 nonce  20 region bytes  28 flags
+//!          29 features (u16)  31 zero  32 proof (32)
+//!                                               (binding id, token and incarnation: in the header)
 //!          with the rendezvous flag: 64 rendezvous name (16)  80 server pid  84 server uid
 //! challenge 0 nonce  8 challenge (16)           (a Reject with status AuthRequired)
 //! refusal  0 nonce  8 exported version  12 exported fingerprint  20 exported signature (UTF-8, cut
 //!          to what the server may send back)    (a Reject with the refusal's status)
+//! versions 0 nonce  8 oldest protocol version spoken  9 newest   (a Reject with status
+//!          UnsupportedVersion, answering a request of a version the server does not speak)
 //! ```
 
 /// Bytes of a server's challenge.
@@ -29,6 +33,19 @@ pub const RENDEZVOUS_GRANT_LEN: usize = GRANT_LEN + 24;
 pub const CHALLENGE_MSG_LEN: usize = 24;
 /// Encoded size of a [`BindRefusal`] before the exported signature.
 pub const REFUSAL_LEN: usize = 20;
+/// Encoded size of a [`VersionRefusal`].
+pub const VERSIONS_LEN: usize = 10;
+
+/// What a binding may use beyond the packet exchange of protocol version 6 without it: each side
+/// says what it speaks, and the grant carries what both do. A client uses only what was granted.
+pub mod features {
+    /// Call context blocks (`flags::CONTEXT`): deadlines and trace ids travel with calls.
+    pub const CONTEXT: u16 = 1;
+    /// `Cancel` packets over UDP, and the cancel word of a shared-memory slot.
+    pub const CANCEL: u16 = 2;
+    /// Everything this code speaks.
+    pub const ALL: u16 = CONTEXT | CANCEL;
+}
 
 mod field {
     use core::ops::Range;
@@ -41,7 +58,8 @@ mod field {
         pub const NONCE: Range<usize> = 16..24;
         pub const FINGERPRINT: Range<usize> = 24..32;
         pub const FLAGS: usize = 32;
-        pub const RESERVED: Range<usize> = 33..36;
+        pub const FEATURES: Range<usize> = 33..35;
+        pub const RESERVED: Range<usize> = 35..36;
         pub const CHALLENGE: Range<usize> = 36..52;
         pub const PROOF: Range<usize> = 52..84;
     }
@@ -54,7 +72,8 @@ mod field {
         pub const NONCE: Range<usize> = 12..20;
         pub const REGION: Range<usize> = 20..28;
         pub const FLAGS: usize = 28;
-        pub const RESERVED: Range<usize> = 29..32;
+        pub const FEATURES: Range<usize> = 29..31;
+        pub const RESERVED: Range<usize> = 31..32;
         pub const PROOF: Range<usize> = 32..64;
         pub const NAME: Range<usize> = 64..80;
         pub const PID: Range<usize> = 80..84;
@@ -134,6 +153,8 @@ pub struct BindRequest {
     /// binding over this transport (a server that offers none, or sees the client elsewhere,
     /// grants a binding as usual).
     pub rendezvous: bool,
+    /// The [`features`] the client speaks.
+    pub features: u16,
 }
 
 impl BindRequest {
@@ -147,6 +168,7 @@ impl BindRequest {
         buf[f::MAX_DATAGRAM].copy_from_slice(&self.max_datagram.to_le_bytes());
         buf[f::NONCE].copy_from_slice(&self.nonce.to_le_bytes());
         buf[f::FINGERPRINT].copy_from_slice(&self.fingerprint.to_le_bytes());
+        buf[f::FEATURES].copy_from_slice(&self.features.to_le_bytes());
         if self.rendezvous {
             buf[f::FLAGS] |= RENDEZVOUS;
         }
@@ -184,18 +206,19 @@ impl BindRequest {
             fingerprint: u64_at(b, f::FINGERPRINT),
             proof,
             rendezvous: b[f::FLAGS] & RENDEZVOUS != 0,
+            features: u16::from_le_bytes(array_at(b, f::FEATURES)),
         })
     }
 
     /// What the client's proof hashes: a label, every field of the request but the proof (its
     /// flags included), and the challenge.
-    pub fn proof_transcript(&self, challenge: &[u8; CHALLENGE_LEN]) -> [u8; 16 + 33 + CHALLENGE_LEN] {
-        let mut t = [0u8; 16 + 33 + CHALLENGE_LEN];
-        t[..16].copy_from_slice(b"tiercel bind rq3");
+    pub fn proof_transcript(&self, challenge: &[u8; CHALLENGE_LEN]) -> [u8; 16 + 35 + CHALLENGE_LEN] {
+        let mut t = [0u8; 16 + 35 + CHALLENGE_LEN];
+        t[..16].copy_from_slice(b"tiercel bind rq4");
         let mut fields = [0u8; REQUEST_LEN];
         BindRequest { proof: None, ..*self }.emit(&mut fields);
-        t[16..49].copy_from_slice(&fields[..33]);
-        t[49..].copy_from_slice(challenge);
+        t[16..51].copy_from_slice(&fields[..35]);
+        t[51..].copy_from_slice(challenge);
         t
     }
 }
@@ -220,6 +243,8 @@ pub struct BindGrant {
     /// Instead of a binding (no slots), where this server takes shared-memory binds: the answer to
     /// a request that asked for it.
     pub rendezvous: Option<Rendezvous>,
+    /// The [`features`] the binding may use: those both sides speak.
+    pub features: u16,
 }
 
 /// Where a server takes shared-memory binds, told over the transport the client reached it by:
@@ -246,6 +271,7 @@ impl BindGrant {
         b[f::VERSION].copy_from_slice(&self.version.to_le_bytes());
         b[f::NONCE].copy_from_slice(&self.nonce.to_le_bytes());
         b[f::REGION].copy_from_slice(&self.region.to_le_bytes());
+        b[f::FEATURES].copy_from_slice(&self.features.to_le_bytes());
         if let Some(p) = &self.proof {
             b[f::FLAGS] |= HAS_PROOF;
             b[f::PROOF].copy_from_slice(p);
@@ -285,6 +311,7 @@ impl BindGrant {
                 pid: u32_at(b, f::PID),
                 uid: u32_at(b, f::UID),
             }),
+            features: u16::from_le_bytes(array_at(b, f::FEATURES)),
         })
     }
 
@@ -297,20 +324,57 @@ impl BindGrant {
         token: u128,
         incarnation: u64,
         challenge: &[u8; CHALLENGE_LEN],
-    ) -> [u8; 16 + 28 + 29 + 24 + CHALLENGE_LEN] {
+    ) -> [u8; 16 + 28 + 31 + 24 + CHALLENGE_LEN] {
         use field::grant as f;
-        let mut t = [0u8; 16 + 28 + 29 + 24 + CHALLENGE_LEN];
-        t[..16].copy_from_slice(b"tiercel bind ok3");
+        let mut t = [0u8; 16 + 28 + 31 + 24 + CHALLENGE_LEN];
+        t[..16].copy_from_slice(b"tiercel bind ok4");
         t[16..20].copy_from_slice(&binding.to_le_bytes());
         t[20..36].copy_from_slice(&token.to_le_bytes());
         t[36..44].copy_from_slice(&incarnation.to_le_bytes());
         let fields = BindGrant { proof: None, ..*self }.to_bytes();
-        t[44..73].copy_from_slice(&fields[..29]);
+        t[44..75].copy_from_slice(&fields[..31]);
         if self.rendezvous.is_some() {
-            t[73..97].copy_from_slice(&fields[f::NAME.start..f::UID.end]);
+            t[75..99].copy_from_slice(&fields[f::NAME.start..f::UID.end]);
         }
-        t[97..].copy_from_slice(challenge);
+        t[99..].copy_from_slice(challenge);
         t
+    }
+}
+
+/// A server's refusal of a bind request in a protocol version it does not speak: the range it
+/// does. The payload of a `Reject` with status `UnsupportedVersion`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VersionRefusal {
+    /// The request's nonce, echoed (read from where every version's request has it).
+    pub nonce: u64,
+    /// The oldest protocol version the server speaks.
+    pub min: u8,
+    /// The newest.
+    pub max: u8,
+}
+
+impl VersionRefusal {
+    /// The refusal as [`VERSIONS_LEN`] bytes.
+    pub fn to_bytes(&self) -> [u8; VERSIONS_LEN] {
+        let mut b = [0u8; VERSIONS_LEN];
+        b[..8].copy_from_slice(&self.nonce.to_le_bytes());
+        (b[8], b[9]) = (self.min, self.max);
+        b
+    }
+
+    /// Decodes one; `None` when it is not [`VERSIONS_LEN`] bytes or its range is empty.
+    pub fn parse(b: &[u8]) -> Option<VersionRefusal> {
+        (b.len() == VERSIONS_LEN && b[8] <= b[9]).then(|| VersionRefusal {
+            nonce: u64_at(b, 0..8),
+            min: b[8],
+            max: b[9],
+        })
+    }
+
+    /// The nonce of a bind request of any version (at the same place in all of them), if its
+    /// payload is long enough to hold one.
+    pub fn nonce_of(request: &[u8]) -> Option<u64> {
+        (request.len() >= field::request::NONCE.end).then(|| u64_at(request, field::request::NONCE))
     }
 }
 
@@ -397,6 +461,7 @@ mod tests {
             fingerprint: 77,
             proof: None,
             rendezvous: false,
+            features: features::ALL,
         };
         assert_eq!(r.to_bytes(0).len(), REQUEST_LEN);
         assert_eq!(BindRequest::parse(&r.to_bytes(0)), Some(r));
@@ -410,8 +475,10 @@ mod tests {
         bad[32] = 4;
         assert_eq!(BindRequest::parse(&bad), None, "unknown flag");
         let mut bad = r.to_bytes(0);
-        bad[34] = 1;
+        bad[35] = 1;
         assert_eq!(BindRequest::parse(&bad), None, "reserved byte set");
+        let unknown = BindRequest { features: 0x8000 | features::CONTEXT, ..r };
+        assert_eq!(BindRequest::parse(&unknown.to_bytes(0)), Some(unknown), "features this side lacks are read");
         let mut bad = BindRequest { proof: None, ..r }.to_bytes(0);
         bad[60] = 1;
         assert_eq!(BindRequest::parse(&bad), None, "proof bytes without the flag");
@@ -427,6 +494,7 @@ mod tests {
             region: 1 << 20,
             proof: None,
             rendezvous: None,
+            features: features::CANCEL,
         };
         assert_eq!(g.to_bytes().len(), GRANT_LEN);
         assert_eq!(BindGrant::parse(&g.to_bytes()), Some(g));
@@ -453,6 +521,10 @@ mod tests {
         assert_eq!(BindRefusal::parse(&cut).unwrap().signature, b"null");
         assert_eq!(r.to_bytes(3).len(), REFUSAL_LEN, "never shorter than the fixed fields");
         assert_eq!(BindRefusal::parse(&[0; REFUSAL_LEN - 1]), None);
+        let v = VersionRefusal { nonce: 7, min: 6, max: 9 };
+        assert_eq!(VersionRefusal::parse(&v.to_bytes()), Some(v));
+        assert_eq!(VersionRefusal::parse(&VersionRefusal { min: 9, max: 6, ..v }.to_bytes()), None, "empty range");
+        assert_eq!(VersionRefusal::parse(&v.to_bytes()[..9]), None);
     }
 
     #[test]
@@ -465,6 +537,7 @@ mod tests {
             fingerprint: 5,
             proof: None,
             rendezvous: false,
+            features: 0,
         };
         let base = r.proof_transcript(&[0; CHALLENGE_LEN]);
         assert_ne!(base, r.proof_transcript(&[1; CHALLENGE_LEN]));
@@ -475,10 +548,21 @@ mod tests {
             BindRequest { nonce: 9, ..r },
             BindRequest { fingerprint: 9, ..r },
             BindRequest { rendezvous: true, ..r },
+            BindRequest { features: 1, ..r },
+            BindRequest { features: 0x100, ..r },
         ] {
             assert_ne!(base, other.proof_transcript(&[0; CHALLENGE_LEN]), "{other:?}");
         }
-        let g = BindGrant { slots: 1, max_datagram: 2, version: 3, nonce: 4, region: 5, proof: None, rendezvous: None };
+        let g = BindGrant {
+            slots: 1,
+            max_datagram: 2,
+            version: 3,
+            nonce: 4,
+            region: 5,
+            proof: None,
+            rendezvous: None,
+            features: 0,
+        };
         let base = g.proof_transcript(1, 2, 3, &[0; CHALLENGE_LEN]);
         assert_ne!(base, g.proof_transcript(1, 3, 3, &[0; CHALLENGE_LEN]));
         assert_ne!(base, g.proof_transcript(1, 2, 4, &[0; CHALLENGE_LEN]));
@@ -489,6 +573,8 @@ mod tests {
             BindGrant { version: 9, ..g },
             BindGrant { nonce: 9, ..g },
             BindGrant { region: 9, ..g },
+            BindGrant { features: 2, ..g },
+            BindGrant { features: 0x100, ..g },
             BindGrant { rendezvous: Some(Rendezvous { name: [0; 16], pid: 0, uid: 0 }), ..g },
             BindGrant { rendezvous: Some(Rendezvous { name: [1; 16], pid: 0, uid: 0 }), ..g },
             BindGrant { rendezvous: Some(Rendezvous { name: [0; 16], pid: 1, uid: 0 }), ..g },

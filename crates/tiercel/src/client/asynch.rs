@@ -101,6 +101,9 @@ impl AsyncEndpoint {
     /// Gives up the call in flight (its future was dropped): tells the server, best effort.
     pub(super) fn cancel(&mut self, inner: &BindingInner) {
         match self {
+            // A server that does not take cancels saves the result for a retransmission that never
+            // comes, until the binding's next call acknowledges it.
+            AsyncEndpoint::Udp { .. } if !inner.cancels() => {}
             AsyncEndpoint::Udp { ep, .. } => ep.cancel(),
             AsyncEndpoint::Shm(ep) => {
                 if let Some(link) = &inner.shm {

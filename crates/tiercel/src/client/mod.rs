@@ -22,6 +22,7 @@ use crate::config::ClientConfig;
 use crate::interface::{Import, InterfaceInfo};
 use crate::names::Registry;
 use crate::{AddressError, BindError, CallError};
+use tiercel_proto::bind::wire::features;
 
 /// A client of one server, or of the servers exporting a name: imports interfaces from it.
 #[derive(Debug, Clone)]
@@ -148,6 +149,9 @@ pub(crate) struct BindingInner {
     /// Why a binding that could have used shared memory (a server on this host, the binder
     /// choosing) went over UDP instead.
     shm_refused: Option<String>,
+    /// The protocol features the server granted (`tiercel_proto::bind::wire::features`): calls
+    /// carry context blocks, and cancels go out, only when granted.
+    features: u16,
     /// Each procedure's metrics handles (feature `metrics`; empty types without it).
     metrics: Vec<crate::metrics::Procedure>,
     /// The pool of endpoints of async calls.
@@ -167,6 +171,12 @@ impl BindingInner {
             }
             None => Err(CallError::NoFreeSlot(self.slots)),
         }
+    }
+
+    /// Whether the server takes `Cancel` packets (and cancel words).
+    #[cfg(feature = "async")]
+    pub(crate) fn cancels(&self) -> bool {
+        self.features & features::CANCEL != 0
     }
 
     /// Returns a slot taken with [`BindingInner::take_slot`].
@@ -240,6 +250,7 @@ impl Binding {
                         info,
                         stats: Arc::default(),
                         shm_refused: None,
+                        features: granted.features,
                         metrics,
                         #[cfg(feature = "async")]
                         asynch: Default::default(),
@@ -297,6 +308,7 @@ impl Binding {
                 info,
                 stats: Arc::default(),
                 shm_refused: None,
+                features: granted.grant.features,
                 metrics,
                 #[cfg(feature = "async")]
                 asynch: Default::default(),
@@ -318,6 +330,10 @@ impl Binding {
     fn context(&self, procedure: u16) -> (crate::trace::CallSpan, tiercel_proto::context::Context) {
         let transport = if self.inner.shm.is_some() { "shm" } else { "udp" };
         let (span, trace) = crate::trace::client_span(self.inner.info, procedure, transport);
+        if self.inner.features & features::CONTEXT == 0 {
+            // A server that reads no context blocks: the deadline stays with the client.
+            return (span, tiercel_proto::context::Context::default());
+        }
         (span, tiercel_proto::context::Context { deadline: self.deadline, trace })
     }
 

@@ -50,6 +50,8 @@ pub(crate) struct Granted {
     pub(crate) id: u32,
     pub(crate) incarnation: u64,
     pub(crate) slots: u32,
+    /// The protocol features granted (`tiercel_proto::bind::wire::features`).
+    pub(crate) features: u16,
 }
 
 /// Connects to the rendezvous the server at `server` told over UDP, and checks that the process
@@ -127,6 +129,7 @@ pub(crate) fn bind(
             id: granted.binding,
             incarnation: granted.incarnation,
             slots: grant.slots,
+            features: grant.features,
         });
     }
     Err(bad("a second challenge"))

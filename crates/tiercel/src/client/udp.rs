@@ -434,6 +434,7 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
         | Status::InterfaceMismatch
         | Status::AuthRequired
         | Status::AuthFailed
+        | Status::UnsupportedVersion
         // Only the result of a call its client gave up, which no caller waits for.
         | Status::Cancelled
         | Status::Ok => CallError::Protocol(format!("the server answered a call with status {status:?}")),
@@ -484,6 +485,7 @@ mod tests {
             Status::AuthRequired,
             Status::AuthFailed,
             Status::Cancelled,
+            Status::UnsupportedVersion,
         ] {
             let e = status_error(s, 3, String::new());
             assert!(matches!(e, CallError::Protocol(_)), "{s:?}: {e:?}");

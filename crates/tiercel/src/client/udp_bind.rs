@@ -120,6 +120,9 @@ pub(super) fn refusal_error(info: &'static InterfaceInfo, refusal: Refusal<'_>) 
         Refusal::AuthRequired => BindError::AuthenticationRequired,
         Refusal::AuthFailed(why) => BindError::AuthenticationFailed(why),
         Refusal::Busy => BindError::Busy,
+        Refusal::ProtocolVersion { min, max } => {
+            BindError::ProtocolVersion { client: tiercel_proto::wire::VERSION, server_min: min, server_max: max }
+        }
     }
 }
 

@@ -297,7 +297,10 @@ impl Shared {
         let counter = match refused {
             Refused::Challenged => &self.stats.challenged,
             Refused::AuthFailed => &self.stats.auth_failed,
-            Refused::UnknownInterface | Refused::VersionMismatch | Refused::InterfaceMismatch => &self.stats.rejected,
+            Refused::UnknownInterface
+            | Refused::VersionMismatch
+            | Refused::InterfaceMismatch
+            | Refused::ProtocolVersion => &self.stats.rejected,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }

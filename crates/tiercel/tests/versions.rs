@@ -1,0 +1,128 @@
+//! Protocol versions and features negotiated at bind time, against a live server and against a
+//! stand-in for a server of a later protocol version (a UDP socket this test answers from).
+
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use tiercel::{BindError, Client, ClientConfig, Server, ServerConfig};
+use tiercel_proto::bind::wire::{features, VersionRefusal, VERSIONS_LEN};
+use tiercel_proto::bind::{BindDecision, BindServer, InterfaceSpec};
+use tiercel_proto::wire::{flags, Kind, Packet, Status, HEADER_LEN, MIN_VERSION, VERSION};
+
+#[tiercel::interface]
+pub trait Echo {
+    fn echo(&self, x: u64) -> u64;
+}
+
+struct Same;
+
+impl Echo for Same {
+    fn echo(&self, x: u64) -> u64 {
+        x
+    }
+}
+
+fn udp_only() -> ClientConfig {
+    ClientConfig { shared_memory: false, ..ClientConfig::default() }
+}
+
+/// A bind request for `Echo` as this client would send it.
+fn request() -> Vec<u8> {
+    let info = <EchoClient as tiercel::Import>::INFO;
+    let spec =
+        InterfaceSpec { id: info.id, version: info.version, fingerprint: info.fingerprint, signature: info.signature };
+    tiercel_proto::bind::BindClient::new(&spec, 1472, 42, false).packet()
+}
+
+#[test]
+fn a_server_answers_a_newer_clients_bind_with_the_versions_it_speaks() {
+    let server = Server::bind("127.0.0.1:0")
+        .unwrap()
+        .with_config(ServerConfig { shared_memory: false, ..ServerConfig::default() })
+        .export(EchoServer::new(Same))
+        .start()
+        .unwrap();
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut newer = request();
+    newer[2] = VERSION + 1;
+    socket.send_to(&newer, server.addr()).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = socket.recv(&mut buf).unwrap();
+    let p = Packet::new_checked(&buf[..n]).unwrap();
+    assert_eq!((p.kind(), p.status(), p.version()), (Kind::Reject, Status::UnsupportedVersion, VERSION));
+    assert_eq!(n, HEADER_LEN + VERSIONS_LEN, "nothing but the versions");
+    let versions = VersionRefusal::parse(p.payload()).unwrap();
+    assert_eq!(versions, VersionRefusal { nonce: 42, min: MIN_VERSION, max: VERSION });
+    assert_eq!(server.bindings(), 0);
+    // This version's client binds as ever.
+    let client: EchoClient = Client::connect(server.addr()).unwrap().with_config(udp_only()).import().unwrap();
+    assert_eq!(client.echo(7).unwrap(), 7);
+}
+
+#[test]
+fn a_client_told_its_version_is_not_spoken_says_so() {
+    let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = fake.local_addr().unwrap();
+    let answer = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let (n, from) = fake.recv_from(&mut buf).unwrap();
+        let p = Packet::new_checked(&buf[..n]).unwrap();
+        let nonce = VersionRefusal::nonce_of(p.payload()).unwrap();
+        // A server of two versions later, which no longer speaks this one: its header is in its
+        // own version, and the client reads it all the same.
+        let mut reject = buf[..HEADER_LEN].to_vec();
+        let mut h = Packet::new_unchecked(&mut reject[..]);
+        h.set_kind(Kind::Reject);
+        h.set_status(Status::UnsupportedVersion);
+        h.set_lengths(VERSIONS_LEN as u32, VERSIONS_LEN as u32);
+        reject[2] = VERSION + 2;
+        reject.extend_from_slice(&VersionRefusal { nonce, min: VERSION + 1, max: VERSION + 2 }.to_bytes());
+        fake.send_to(&reject, from).unwrap();
+    });
+    let err = Client::connect(addr).unwrap().with_config(udp_only()).import::<EchoClient>().map(|_| ()).unwrap_err();
+    answer.join().unwrap();
+    match err {
+        BindError::ProtocolVersion { client, server_min, server_max } => {
+            assert_eq!((client, server_min, server_max), (VERSION, VERSION + 1, VERSION + 2))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_client_sends_no_context_to_a_server_that_did_not_grant_it() {
+    // A server of this version that grants no features: it binds with the protocol machine, then
+    // clears the grant's features.
+    let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = fake.local_addr().unwrap();
+    let seen = std::thread::spawn(move || {
+        let info = <EchoClient as tiercel::Import>::INFO;
+        let spec = InterfaceSpec {
+            id: info.id,
+            version: info.version,
+            fingerprint: info.fingerprint,
+            signature: info.signature,
+        };
+        let exports = [spec];
+        let machine = BindServer { exports: &exports, auth: None, incarnation: 9, max_datagram: 1472 };
+        let mut buf = [0u8; 2048];
+        let (n, from) = fake.recv_from(&mut buf).unwrap();
+        let p = Packet::new_checked(&buf[..n]).unwrap();
+        let BindDecision::Admit(admission) = machine.on_request(&p, b"x", n) else { panic!("not admitted") };
+        let mut grant = admission.grant(&machine, 1, 77, 4, 0);
+        assert_eq!(u16::from_le_bytes([grant[HEADER_LEN + 29], grant[HEADER_LEN + 30]]), features::ALL);
+        grant[HEADER_LEN + 29..HEADER_LEN + 31].copy_from_slice(&0u16.to_le_bytes());
+        fake.send_to(&grant, from).unwrap();
+        // The call that follows: a deadline was set, and no context block comes with it.
+        let (n, _) = fake.recv_from(&mut buf).unwrap();
+        let call = Packet::new_checked(&buf[..n]).unwrap();
+        (call.kind(), call.flags() & flags::CONTEXT)
+    });
+    let config = ClientConfig { deadline: Some(Duration::from_millis(300)), ..udp_only() };
+    let client: EchoClient = Client::connect(addr).unwrap().with_config(config).import().unwrap();
+    // Nobody answers the call: it ends at its deadline, which the client kept to itself.
+    let err = client.echo(1).unwrap_err();
+    assert!(matches!(err, tiercel::CallError::DeadlineExceeded { .. }), "{err:?}");
+    assert_eq!(seen.join().unwrap(), (Kind::Call, 0));
+}
