@@ -42,8 +42,13 @@ impl Challenges for Toy {
     }
 }
 
-const BANK: InterfaceSpec<'static> =
-    InterfaceSpec { id: 10, version: 1, fingerprint: 99, signature: "deposit(u64)\nwithdraw(u64) -> bool" };
+const BANK: InterfaceSpec<'static> = InterfaceSpec {
+    name: "Bank",
+    id: 10,
+    version: 1,
+    fingerprint: 99,
+    signature: "deposit(u64)\nwithdraw(u64) -> bool",
+};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, packet)) = data.split_first() else { return };

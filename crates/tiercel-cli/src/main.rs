@@ -1,10 +1,11 @@
 //! The `tiercel` command: a thin front end. `serve`, `call` and `check` run and use a server of the
-//! seeds' `Test` interface; `bench`, `explain` and `soak` run the measurements of `tiercel-bench`.
+//! seeds' `Test` interface; `list` shows what any server exports; `bench`, `explain` and `soak` run the measurements of `tiercel-bench`.
 
 #![forbid(unsafe_code)]
 
 mod call;
 mod check;
+mod list;
 
 use std::process::ExitCode;
 
@@ -26,6 +27,9 @@ enum Command {
     Call(call::Args),
     /// Call every Test procedure many times and verify every result.
     Check(check::Args),
+    /// What a server (or every exporter of a name) exports, procedure by procedure; without an
+    /// address, the names in the registry.
+    List(list::Args),
     /// The seeds' tables, each against the raw mechanism beneath it measured in the same run.
     Bench(tiercel_bench::bench::Args),
     /// Where the time of a Null and a MaxResult call goes, step by step, on each transport, against
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => tiercel_bench::serve::run(a).map_err(Error::from),
         Command::Call(a) => call::run(a),
         Command::Check(a) => check::run(a),
+        Command::List(a) => list::run(a),
         Command::Bench(a) => tiercel_bench::bench::run(a).map_err(Error::from),
         Command::Explain(a) => tiercel_bench::explain::run(a).map_err(Error::from),
         #[cfg(feature = "fault-injection")]

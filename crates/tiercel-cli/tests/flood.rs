@@ -187,6 +187,7 @@ fn a_flooded_server_keeps_serving_and_drops_what_is_bad() {
             while !stop.load(Ordering::Relaxed) && n < 500 {
                 let info = <TestClient as tiercel::Import>::INFO;
                 let spec = InterfaceSpec {
+                    name: info.name,
                     id: info.id,
                     version: info.version,
                     fingerprint: info.fingerprint,

@@ -58,7 +58,13 @@ fn connect_abstract(name: &str) -> std::io::Result<UnixStream> {
 
 fn test_spec() -> InterfaceSpec<'static> {
     let info = <TestClient as tiercel::Import>::INFO;
-    InterfaceSpec { id: info.id, version: info.version, fingerprint: info.fingerprint, signature: info.signature }
+    InterfaceSpec {
+        name: info.name,
+        id: info.id,
+        version: info.version,
+        fingerprint: info.fingerprint,
+        signature: info.signature,
+    }
 }
 
 /// A shared-memory binding made by hand, whose slots the caller writes as it likes.
@@ -81,6 +87,7 @@ impl HandBinding {
             proof: None,
             rendezvous: false,
             features: tiercel_proto::bind::wire::features::ALL,
+            list: false,
         };
         let payload = request.to_bytes(0);
         let h =

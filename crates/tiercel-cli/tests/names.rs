@@ -44,6 +44,20 @@ fn servers_export_a_name_and_clients_call_it_until_the_last_is_gone() {
         let (ok, out) = call_add(&spec, "accounts");
         assert!(ok && out.contains("add(2, 3) = 5"), "{out}");
     }
+    // `tiercel list`: the names, then what the exporters of one export, procedure by procedure.
+    let list = |args: &[&str]| {
+        let out = Command::new(TIERCEL).arg("list").args(args).args(["--registry", &spec]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let names = list(&[]);
+    assert!(names.starts_with("1 name in dir:"), "{names}");
+    assert_eq!(names.lines().filter(|l| l.starts_with("accounts\tTest v1\t127.0.0.1:")).count(), 2, "{names}");
+    let listed = list(&["accounts"]);
+    assert_eq!(listed.lines().filter(|l| l.contains(": Test v1 (fingerprint")).count(), 2, "{listed}");
+    assert!(listed.contains("    1 add(i32, i32) -> i32"), "{listed}");
+    let one = list(&[&first.addr]);
+    assert_eq!(one.lines().filter(|l| l.contains(": Test v1")).count(), 1, "{one}");
     // Bindings by name go to both servers, through shared memory (they are on this host).
     let mut bound = HashSet::new();
     for _ in 0..30 {

@@ -21,10 +21,42 @@ pub struct InterfaceInfo {
     pub fingerprint: u64,
 }
 
+/// An interface a server exports, as it says when asked ([`crate::Client::exports`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportInfo {
+    /// The server's address.
+    pub server: std::net::SocketAddr,
+    /// The interface's name.
+    pub name: String,
+    /// Its version.
+    pub version: u32,
+    /// Its fingerprint ([`InterfaceInfo::fingerprint`]).
+    pub fingerprint: u64,
+    /// Its procedures, one a line, in order (a procedure's number is its line's index):
+    /// `name(argument types) -> result type`.
+    pub signature: String,
+    /// Whether `signature` is whole: a long one comes cut (each answer is no longer than the
+    /// request), and then hashes to another fingerprint.
+    pub complete: bool,
+}
+
+impl ExportInfo {
+    pub(crate) fn from_listing(
+        server: std::net::SocketAddr,
+        l: &tiercel_proto::bind::wire::ExportListing<'_>,
+    ) -> ExportInfo {
+        let name = String::from_utf8_lossy(l.name).into_owned();
+        let signature = String::from_utf8_lossy(l.signature).into_owned();
+        let complete = fingerprint(&name, &signature) == l.fingerprint;
+        ExportInfo { server, name, version: l.version, fingerprint: l.fingerprint, signature, complete }
+    }
+}
+
 impl InterfaceInfo {
     /// The interface as the bind exchange sees it.
     pub(crate) fn spec(&self) -> tiercel_proto::bind::InterfaceSpec<'static> {
         tiercel_proto::bind::InterfaceSpec {
+            name: self.name,
             id: self.id,
             version: self.version,
             fingerprint: self.fingerprint,

@@ -268,6 +268,7 @@ mod hostile {
                 proof: None,
                 rendezvous: false,
                 features: tiercel_proto::bind::wire::features::ALL,
+                list: false,
             };
             let payload = req.to_bytes(0);
             let h = tiercel_proto::wire::Header {

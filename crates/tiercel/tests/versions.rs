@@ -29,8 +29,13 @@ fn udp_only() -> ClientConfig {
 /// A bind request for `Echo` as this client would send it.
 fn request() -> Vec<u8> {
     let info = <EchoClient as tiercel::Import>::INFO;
-    let spec =
-        InterfaceSpec { id: info.id, version: info.version, fingerprint: info.fingerprint, signature: info.signature };
+    let spec = InterfaceSpec {
+        name: info.name,
+        id: info.id,
+        version: info.version,
+        fingerprint: info.fingerprint,
+        signature: info.signature,
+    };
     tiercel_proto::bind::BindClient::new(&spec, 1472, 42, false).packet()
 }
 
@@ -99,6 +104,7 @@ fn a_client_sends_no_context_to_a_server_that_did_not_grant_it() {
     let seen = std::thread::spawn(move || {
         let info = <EchoClient as tiercel::Import>::INFO;
         let spec = InterfaceSpec {
+            name: info.name,
             id: info.id,
             version: info.version,
             fingerprint: info.fingerprint,

@@ -1,8 +1,8 @@
 //! The client's side of binding: the request, the proof of a shared secret, and what an answer means.
 
 use super::wire::{
-    features, BindChallenge, BindGrant, BindProof, BindRefusal, BindRequest, Rendezvous, VersionRefusal, CHALLENGE_LEN,
-    REQUEST_LEN,
+    features, BindChallenge, BindGrant, BindProof, BindRefusal, BindRequest, ExportListing, Rendezvous, VersionRefusal,
+    CHALLENGE_LEN, REQUEST_LEN,
 };
 use super::{InterfaceSpec, Keyed};
 use crate::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
@@ -77,6 +77,8 @@ pub enum BindEvent<'p> {
     },
     /// Refused: the exchange is over.
     Refused(Refusal<'p>),
+    /// What the server exports at the index a listing request asked about.
+    Listed(ExportListing<'p>),
 }
 
 impl BindClient {
@@ -93,10 +95,20 @@ impl BindClient {
                 proof: None,
                 rendezvous: false,
                 features: features::ALL,
+                list: false,
             },
             flags: if checksum { flags::CHECKSUM } else { 0 },
             challenge: None,
         }
+    }
+
+    /// A request for what the server exports at `index` (an [`ExportListing`]) instead of a
+    /// binding. A server with a shared secret asks for proof first, as for a binding.
+    pub fn listing(index: u32, nonce: u64, checksum: bool) -> BindClient {
+        let spec = InterfaceSpec { name: "", id: u64::from(index), version: 0, fingerprint: 0, signature: "" };
+        let mut c = BindClient::new(&spec, 0, nonce, checksum);
+        c.request.list = true;
+        c
     }
 
     /// The same request, asking for the server's shared-memory rendezvous instead of a binding (the
@@ -126,6 +138,12 @@ impl BindClient {
     pub fn handle<'p>(&mut self, p: &Packet<&'p [u8]>, secret: Option<&dyn Keyed>) -> BindEvent<'p> {
         let payload: &'p [u8] = packet_payload(p);
         match (p.kind(), p.status()) {
+            (Kind::BindReply, _) if self.request.list => {
+                match ExportListing::parse(payload).filter(|l| l.nonce == self.request.nonce) {
+                    Some(listing) => BindEvent::Listed(listing),
+                    None => BindEvent::Ignored,
+                }
+            }
             (Kind::BindReply, _) => {
                 let Some(grant) = BindGrant::parse(payload).filter(|g| g.nonce == self.request.nonce) else {
                     return BindEvent::Ignored;
@@ -236,8 +254,13 @@ mod tests {
         }
     }
 
-    const BANK: InterfaceSpec<'static> =
-        InterfaceSpec { id: 10, version: 1, fingerprint: 99, signature: "deposit(u64)\nwithdraw(u64) -> bool" };
+    const BANK: InterfaceSpec<'static> = InterfaceSpec {
+        name: "Bank",
+        id: 10,
+        version: 1,
+        fingerprint: 99,
+        signature: "deposit(u64)\nwithdraw(u64) -> bool",
+    };
 
     fn server<'a>(exports: &'a [InterfaceSpec<'a>], auth: Option<ServerAuth<'a>>) -> BindServer<'a> {
         BindServer { exports, auth, incarnation: 7, max_datagram: 1472 }

@@ -32,6 +32,8 @@ use wire::{CHALLENGE_LEN, PROOF_LEN};
 /// (shown to a client whose copy of the interface differs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InterfaceSpec<'a> {
+    /// The interface's name (shown when a client lists a server's exports).
+    pub name: &'a str,
     /// A hash of the interface's name.
     pub id: u64,
     /// The version its author gave it.

@@ -1,7 +1,8 @@
 //! The server's side of binding: which requests get a binding, and what every other one is told.
 
 use super::wire::{
-    features, BindChallenge, BindGrant, BindRefusal, BindRequest, Rendezvous, VersionRefusal, CHALLENGE_LEN,
+    features, BindChallenge, BindGrant, BindRefusal, BindRequest, ExportListing, Rendezvous, VersionRefusal,
+    CHALLENGE_LEN,
 };
 use super::{Challenges, InterfaceSpec, Keyed};
 use crate::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
@@ -53,6 +54,8 @@ pub enum Refused {
     InterfaceMismatch,
     /// The request is in a protocol version the server does not speak.
     ProtocolVersion,
+    /// Not a bind: the request asked what the server exports, and was told.
+    Listed,
 }
 
 /// What to do with a bind request.
@@ -125,6 +128,21 @@ impl BindServer<'_> {
                 return answer(Status::AuthFailed, &nothing.to_bytes(room), Refused::AuthFailed);
             }
             challenge = Some(proof.challenge);
+        }
+        if req.list {
+            let index = u32::try_from(req.interface).unwrap_or(u32::MAX);
+            let spec = self.exports.get(index as usize);
+            let listing = ExportListing {
+                nonce: req.nonce,
+                count: self.exports.len() as u32,
+                index,
+                version: spec.map_or(0, |s| s.version),
+                fingerprint: spec.map_or(0, |s| s.fingerprint),
+                name: spec.map_or(&[][..], |s| s.name.as_bytes()),
+                signature: spec.map_or(&[][..], |s| s.signature.as_bytes()),
+            };
+            let packet = self.packet(Kind::BindReply, Status::Ok, flags, 0, 0, &listing.to_bytes(room));
+            return BindDecision::Answer { packet, refused: Refused::Listed };
         }
         let Some(export) = self.exports.iter().position(|e| e.id == req.interface) else {
             let nothing = BindRefusal { nonce: req.nonce, version: 0, fingerprint: 0, signature: &[] };

@@ -97,6 +97,10 @@ mod field {
 
 /// Flag of a request or grant: the proof fields are filled in.
 const HAS_PROOF: u8 = 1;
+/// Flag of a request: the client asks what the server exports, not for a binding (the interface
+/// field is the index of the export asked about). Flag of an [`ExportListing`], at the place of a
+/// grant's flags (so that it is never read as a grant).
+const LIST: u8 = 4;
 /// Flag of a request: the client is on the server's host and asks where to bind through shared
 /// memory. Flag of a grant: the answer is that place (a [`Rendezvous`]), not a binding.
 const RENDEZVOUS: u8 = 2;
@@ -155,6 +159,8 @@ pub struct BindRequest {
     pub rendezvous: bool,
     /// The [`features`] the client speaks.
     pub features: u16,
+    /// Whether the client asks what export number `interface` is, rather than for a binding.
+    pub list: bool,
 }
 
 impl BindRequest {
@@ -171,6 +177,9 @@ impl BindRequest {
         buf[f::FEATURES].copy_from_slice(&self.features.to_le_bytes());
         if self.rendezvous {
             buf[f::FLAGS] |= RENDEZVOUS;
+        }
+        if self.list {
+            buf[f::FLAGS] |= LIST;
         }
         if let Some(p) = &self.proof {
             buf[f::FLAGS] |= HAS_PROOF;
@@ -190,7 +199,7 @@ impl BindRequest {
     /// short, has unknown flags, non-zero reserved bytes, or proof bytes without the proof flag.
     pub fn parse(b: &[u8]) -> Option<BindRequest> {
         use field::request as f;
-        if b.len() < REQUEST_LEN || b[f::FLAGS] & !(HAS_PROOF | RENDEZVOUS) != 0 || !zero(&b[f::RESERVED]) {
+        if b.len() < REQUEST_LEN || b[f::FLAGS] & !(HAS_PROOF | RENDEZVOUS | LIST) != 0 || !zero(&b[f::RESERVED]) {
             return None;
         }
         if b[f::FLAGS] & HAS_PROOF == 0 && !zero(&b[f::CHALLENGE.start..f::PROOF.end]) {
@@ -207,6 +216,7 @@ impl BindRequest {
             proof,
             rendezvous: b[f::FLAGS] & RENDEZVOUS != 0,
             features: u16::from_le_bytes(array_at(b, f::FEATURES)),
+            list: b[f::FLAGS] & LIST != 0,
         })
     }
 
@@ -341,6 +351,67 @@ impl BindGrant {
     }
 }
 
+/// What a server exports at one index: the answer (a `BindReply` with the list flag where a
+/// grant has its flags) to a request with the list flag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportListing<'a> {
+    /// The request's nonce, echoed.
+    pub nonce: u64,
+    /// How many interfaces the server exports.
+    pub count: u32,
+    /// The index asked about (at or past `count`: nothing there, and the fields below are empty).
+    pub index: u32,
+    /// The interface's version.
+    pub version: u32,
+    /// Its fingerprint.
+    pub fingerprint: u64,
+    /// Its name (UTF-8).
+    pub name: &'a [u8],
+    /// Its signature (UTF-8, one procedure a line), cut to what the answer may hold.
+    pub signature: &'a [u8],
+}
+
+/// Encoded size of an [`ExportListing`] before its name and signature.
+pub const LISTING_LEN: usize = 32;
+
+impl ExportListing<'_> {
+    /// The listing in at most `budget` bytes (never fewer than [`LISTING_LEN`] and the name): the
+    /// signature is cut to fit.
+    pub fn to_bytes(&self, budget: usize) -> Vec<u8> {
+        let name = &self.name[..self.name.len().min(u8::MAX as usize)];
+        let room = budget.saturating_sub(LISTING_LEN + name.len());
+        let mut b = vec![0u8; LISTING_LEN];
+        b[0..8].copy_from_slice(&self.nonce.to_le_bytes());
+        b[8..12].copy_from_slice(&self.count.to_le_bytes());
+        b[12..16].copy_from_slice(&self.index.to_le_bytes());
+        b[16..20].copy_from_slice(&self.version.to_le_bytes());
+        b[20..28].copy_from_slice(&self.fingerprint.to_le_bytes());
+        b[28] = LIST;
+        b[29] = name.len() as u8;
+        b.extend_from_slice(name);
+        b.extend_from_slice(&self.signature[..self.signature.len().min(room)]);
+        b
+    }
+
+    /// Decodes one; `None` when it is shorter than its fixed fields and name, or is not flagged as
+    /// a listing.
+    pub fn parse(b: &[u8]) -> Option<ExportListing<'_>> {
+        if b.len() < LISTING_LEN || b[28] != LIST || !zero(&b[30..32]) {
+            return None;
+        }
+        let name_end = LISTING_LEN + b[29] as usize;
+        (b.len() >= name_end).then(|| ExportListing {
+            nonce: u64_at(b, 0..8),
+            count: u32_at(b, 8..12),
+            index: u32_at(b, 12..16),
+            version: u32_at(b, 16..20),
+            fingerprint: u64_at(b, 20..28),
+            name: &b[LISTING_LEN..name_end],
+            signature: &b[name_end..],
+        })
+    }
+}
+
 /// A server's refusal of a bind request in a protocol version it does not speak: the range it
 /// does. The payload of a `Reject` with status `UnsupportedVersion`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -462,6 +533,7 @@ mod tests {
             proof: None,
             rendezvous: false,
             features: features::ALL,
+            list: false,
         };
         assert_eq!(r.to_bytes(0).len(), REQUEST_LEN);
         assert_eq!(BindRequest::parse(&r.to_bytes(0)), Some(r));
@@ -471,6 +543,8 @@ mod tests {
         assert_eq!(BindRequest::parse(&r.to_bytes(0)[..REQUEST_LEN - 1]), None, "truncated");
         let asking = BindRequest { rendezvous: true, ..r };
         assert_eq!(BindRequest::parse(&asking.to_bytes(0)), Some(asking));
+        let listing = BindRequest { list: true, ..r };
+        assert_eq!(BindRequest::parse(&listing.to_bytes(0)), Some(listing));
         let mut bad = r.to_bytes(0);
         bad[32] = 4;
         assert_eq!(BindRequest::parse(&bad), None, "unknown flag");
@@ -521,6 +595,20 @@ mod tests {
         assert_eq!(BindRefusal::parse(&cut).unwrap().signature, b"null");
         assert_eq!(r.to_bytes(3).len(), REFUSAL_LEN, "never shorter than the fixed fields");
         assert_eq!(BindRefusal::parse(&[0; REFUSAL_LEN - 1]), None);
+        let l = ExportListing {
+            nonce: 1,
+            count: 2,
+            index: 1,
+            version: 3,
+            fingerprint: 4,
+            name: b"Bank",
+            signature: b"deposit(u64)\nwithdraw(u64) -> bool",
+        };
+        assert_eq!(ExportListing::parse(&l.to_bytes(1200)), Some(l.clone()));
+        let cut = l.to_bytes(LISTING_LEN + 4 + 7);
+        assert_eq!(ExportListing::parse(&cut).unwrap().signature, b"deposit", "the signature is cut to the budget");
+        assert_eq!(ExportListing::parse(&cut[..LISTING_LEN + 3]), None, "the name cut");
+        assert_eq!(BindGrant::parse(&l.to_bytes(1200)), None, "never read as a grant");
         let v = VersionRefusal { nonce: 7, min: 6, max: 9 };
         assert_eq!(VersionRefusal::parse(&v.to_bytes()), Some(v));
         assert_eq!(VersionRefusal::parse(&VersionRefusal { min: 9, max: 6, ..v }.to_bytes()), None, "empty range");
@@ -538,6 +626,7 @@ mod tests {
             proof: None,
             rendezvous: false,
             features: 0,
+            list: false,
         };
         let base = r.proof_transcript(&[0; CHALLENGE_LEN]);
         assert_ne!(base, r.proof_transcript(&[1; CHALLENGE_LEN]));
@@ -550,6 +639,7 @@ mod tests {
             BindRequest { rendezvous: true, ..r },
             BindRequest { features: 1, ..r },
             BindRequest { features: 0x100, ..r },
+            BindRequest { list: true, ..r },
         ] {
             assert_ne!(base, other.proof_transcript(&[0; CHALLENGE_LEN]), "{other:?}");
         }

@@ -104,6 +104,27 @@ impl Client {
         Err(failed.unwrap_or_else(|| unreachable!("resolve returns at least one exporter")))
     }
 
+    /// What the server exports (every interface, with its procedures), asked over UDP; for a name,
+    /// what each of its live exporters does. A server with a shared secret answers only a client
+    /// that proves it. What a server says of itself here is not proven back: binding checks the
+    /// interface again.
+    pub fn exports(&self) -> Result<Vec<crate::ExportInfo>, BindError> {
+        match &self.target {
+            Target::Addr(server) => udp_bind::list_udp(*server, &self.config),
+            Target::Name(name) => {
+                let registry = match &self.registry {
+                    Some(r) => r.clone(),
+                    None => Registry::from_env()?,
+                };
+                let mut all = Vec::new();
+                for exporter in registry.lookup(name)? {
+                    all.extend(udp_bind::list_udp(exporter.addr, &self.config)?);
+                }
+                Ok(all)
+            }
+        }
+    }
+
     /// [`Client::import`] from async code: the bind exchange (a round trip, more when packets are
     /// lost) runs on tokio's blocking pool, not on the task's thread. Import an async stub
     /// (`FooAsyncClient`) to call with `.await`. Crate feature `async`.

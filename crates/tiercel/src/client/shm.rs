@@ -106,7 +106,9 @@ pub(crate) fn bind(
         };
         let p = Packet::new_checked(&msg[..]).map_err(|_| bad("malformed bind answer"))?;
         let granted = match machine.handle(&p, secret) {
-            BindEvent::Ignored | BindEvent::Rendezvous { .. } => return Err(bad("bind answer for another request")),
+            BindEvent::Ignored | BindEvent::Rendezvous { .. } | BindEvent::Listed(_) => {
+                return Err(bad("bind answer for another request"))
+            }
             BindEvent::SendAgain => {
                 rendezvous::send(&stream, &machine.packet(), None)?;
                 continue;

@@ -9,7 +9,7 @@ use tiercel_proto::wire::{Packet, CHECKSUM_LEN, HEADER_LEN};
 use tiercel_sys::udp;
 
 use crate::config::ClientConfig;
-use crate::interface::{fingerprint, InterfaceInfo};
+use crate::interface::{fingerprint, ExportInfo, InterfaceInfo};
 use crate::BindError;
 
 /// IPv4 and UDP headers: what a datagram adds to its payload on the path.
@@ -56,8 +56,35 @@ pub(super) fn bind_udp(
     if ask_rendezvous {
         machine = machine.asking_rendezvous();
     }
+    let rx_len = max_datagram.max(tiercel_proto::bind::PADDED_REQUEST) + trailer;
+    exchange(&socket, server, config, &mut machine, rx_len, |event| match event {
+        BindEvent::Granted(granted) => {
+            let max_datagram = (granted.grant.max_datagram as usize).min(max_datagram);
+            if max_datagram <= HEADER_LEN {
+                return None;
+            }
+            Some(Ok(UdpBound::Granted(UdpGrant { granted, max_datagram })))
+        }
+        BindEvent::Rendezvous { rendezvous, .. } => Some(Ok(UdpBound::Rendezvous(rendezvous))),
+        BindEvent::Refused(refusal) => Some(Err(refusal_error(info, refusal))),
+        // Never the answer to a bind request (the machine ignores listings then).
+        BindEvent::Listed(_) | BindEvent::Ignored | BindEvent::SendAgain => None,
+    })
+}
+
+/// Drives `machine` over `socket` (connected to `server`): sends the request, retransmitted with
+/// backoff until `dead_after`, answers a challenge at once, and hands every other answer to
+/// `answered`, which ends the exchange with `Some`.
+fn exchange<T>(
+    socket: &std::net::UdpSocket,
+    server: SocketAddr,
+    config: &ClientConfig,
+    machine: &mut BindClient,
+    rx_len: usize,
+    mut answered: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
+) -> Result<T, BindError> {
     let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
-    let mut rx = vec![0u8; max_datagram.max(tiercel_proto::bind::PADDED_REQUEST) + trailer];
+    let mut rx = vec![0u8; rx_len];
     let start = Instant::now();
     let mut rto = config.timing.retransmit_initial;
     'send: loop {
@@ -65,7 +92,7 @@ pub(super) fn bind_udp(
             return Err(BindError::Unreachable(server));
         }
         let packet = machine.packet();
-        match crate::transmit::send(&socket, None, &[std::io::IoSlice::new(&packet)], config.checksum) {
+        match crate::transmit::send(socket, None, &[std::io::IoSlice::new(&packet)], config.checksum) {
             Ok(_) => {}
             // An ICMP port-unreachable for an earlier request: nobody listens there.
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(BindError::NoServer(server)),
@@ -75,10 +102,10 @@ pub(super) fn bind_udp(
         }
         let until = Instant::now() + rto;
         while let Some(left) = until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
-            if !udp::wait_readable(&socket, Some(left))? {
+            if !udp::wait_readable(socket, Some(left))? {
                 break;
             }
-            let n = match udp::recv_nowait(&socket, &mut rx) {
+            let n = match udp::recv_nowait(socket, &mut rx) {
                 Ok(udp::Received::Datagram(n)) => n,
                 Ok(udp::Received::Refused) => return Err(BindError::NoServer(server)),
                 Ok(udp::Received::Truncated(_) | udp::Received::Nothing) => continue,
@@ -86,24 +113,49 @@ pub(super) fn bind_udp(
             };
             let Ok(p) = Packet::new_checked(&rx[..n]) else { continue };
             match machine.handle(&p, secret) {
-                BindEvent::Ignored => {}
                 BindEvent::SendAgain => {
                     // Answer the challenge at once, with a fresh retransmission timer.
                     rto = config.timing.retransmit_initial;
                     continue 'send;
                 }
-                BindEvent::Granted(granted) => {
-                    let max_datagram = (granted.grant.max_datagram as usize).min(max_datagram);
-                    if max_datagram <= HEADER_LEN {
-                        continue;
+                event => {
+                    if let Some(done) = answered(event) {
+                        return done;
                     }
-                    return Ok(UdpBound::Granted(UdpGrant { granted, max_datagram }));
                 }
-                BindEvent::Rendezvous { rendezvous, .. } => return Ok(UdpBound::Rendezvous(rendezvous)),
-                BindEvent::Refused(refusal) => return Err(refusal_error(info, refusal)),
             }
         }
         rto = (rto * 2).min(config.timing.retransmit_max);
+    }
+}
+
+/// What a server at `server` exports, asked over UDP one export at a time (each answer is no
+/// longer than its request: a signature longer than about 1,100 bytes comes cut, and says so).
+pub(super) fn list_udp(server: SocketAddr, config: &ClientConfig) -> Result<Vec<ExportInfo>, BindError> {
+    let socket = udp::connect(server)?;
+    let mut exports = Vec::new();
+    let mut index = 0u32;
+    loop {
+        let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+        let mut machine = BindClient::listing(index, nonce, config.checksum);
+        let rx_len = tiercel_proto::bind::PADDED_REQUEST + CHECKSUM_LEN;
+        let listed = exchange(&socket, server, config, &mut machine, rx_len, |event| match event {
+            BindEvent::Listed(l) => {
+                Some(Ok((l.count, (l.index < l.count).then(|| ExportInfo::from_listing(server, &l)))))
+            }
+            BindEvent::Refused(refusal) => Some(Err(refused(refusal))),
+            _ => None,
+        })?;
+        match listed {
+            (count, Some(export)) => {
+                exports.push(export);
+                index += 1;
+                if index >= count {
+                    return Ok(exports);
+                }
+            }
+            (_, None) => return Ok(exports),
+        }
     }
 }
 
@@ -117,12 +169,23 @@ pub(super) fn refusal_error(info: &'static InterfaceInfo, refusal: Refusal<'_>) 
         Refusal::InterfaceMismatch(r) => {
             BindError::InterfaceMismatch { name: info.name, difference: difference(info, r.fingerprint, r.signature) }
         }
+        other => refused(other),
+    }
+}
+
+/// The error of a refusal that is not about the interface (those of a listing, too).
+fn refused(refusal: Refusal<'_>) -> BindError {
+    match refusal {
         Refusal::AuthRequired => BindError::AuthenticationRequired,
         Refusal::AuthFailed(why) => BindError::AuthenticationFailed(why),
         Refusal::Busy => BindError::Busy,
         Refusal::ProtocolVersion { min, max } => {
             BindError::ProtocolVersion { client: tiercel_proto::wire::VERSION, server_min: min, server_max: max }
         }
+        // Only a request for a binding is refused for its interface.
+        Refusal::UnknownInterface | Refusal::VersionMismatch(_) | Refusal::InterfaceMismatch(_) => BindError::Io(
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "a server refused a listing as it refuses a bind"),
+        ),
     }
 }
 

@@ -301,6 +301,8 @@ impl Shared {
             | Refused::VersionMismatch
             | Refused::InterfaceMismatch
             | Refused::ProtocolVersion => &self.stats.rejected,
+            // Not a bind: nothing refused.
+            Refused::Listed => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }

@@ -1,0 +1,48 @@
+//! `tiercel list`: what a server exports, or what names a registry holds.
+
+use tiercel::{BindError, Client, ClientConfig};
+
+/// Options of `tiercel list`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A server's address, or a name (every live exporter of it is asked). Without one, the names
+    /// in the registry and who exports each.
+    target: Option<String>,
+    #[command(flatten)]
+    secret: tiercel_bench::SecretArgs,
+    #[command(flatten)]
+    registry: tiercel_bench::RegistryArgs,
+}
+
+pub fn run(args: Args) -> crate::Result<()> {
+    let registry = args.registry.load().map_err(BindError::from).map_err(tiercel::Error::from)?;
+    let Some(target) = &args.target else {
+        let names = registry.names().map_err(BindError::from).map_err(tiercel::Error::from)?;
+        println!("{} name{} in {registry}", names.len(), if names.len() == 1 { "" } else { "s" });
+        for name in names {
+            for e in registry.lookup(&name).map_err(BindError::from).map_err(tiercel::Error::from)? {
+                println!(
+                    "{name}\t{} v{}\t{}\tincarnation {:016x}\tpid {}",
+                    e.interface, e.version, e.addr, e.incarnation, e.pid
+                );
+            }
+        }
+        return Ok(());
+    };
+    let secret = args.secret.load().map_err(tiercel::Error::from)?;
+    let config = ClientConfig { secret, ..ClientConfig::default() };
+    let client =
+        Client::connect(target.as_str()).map_err(tiercel::Error::from)?.with_config(config).with_registry(registry);
+    let exports = client.exports().map_err(tiercel::Error::from)?;
+    if exports.is_empty() {
+        println!("{target}: nothing exported");
+    }
+    for e in exports {
+        let cut = if e.complete { "" } else { ", signature cut short" };
+        println!("{}: {} v{} (fingerprint {:016x}{cut})", e.server, e.name, e.version, e.fingerprint);
+        for (i, procedure) in e.signature.lines().enumerate() {
+            println!("  {i:>3} {procedure}");
+        }
+    }
+    Ok(())
+}
