@@ -5,6 +5,8 @@
 
 mod call;
 mod check;
+mod dynamic;
+mod dynamic_call;
 mod list;
 
 use std::process::ExitCode;
@@ -23,7 +25,8 @@ struct Cli {
 enum Command {
     /// Run a server exporting the seeds' Test interface and print its address.
     Serve(tiercel_bench::serve::Args),
-    /// Call one procedure of a Test server and print the result and the latency.
+    /// Call one procedure of a server and print the result and the latency: Test's with typed
+    /// arguments, any other interface's from the signature the server gives.
     Call(call::Args),
     /// Call every Test procedure many times and verify every result.
     Check(check::Args),

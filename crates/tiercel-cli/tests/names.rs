@@ -93,3 +93,44 @@ fn servers_export_a_name_and_clients_call_it_until_the_last_is_gone() {
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tiercel list` and `tiercel call` against an interface the command was not built with: the
+/// failover test's `Journal`, served under a name by a helper process.
+#[test]
+fn the_command_lists_and_calls_a_users_own_interface() {
+    let dir = std::env::temp_dir().join(format!("tiercel-cli-journal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = format!("dir:{}", dir.join("names").display());
+    let journal = dir.join("journal");
+    let child = Command::new(TIERCEL)
+        .env(tiercel_bench::helpers::HELPER_ENV, "1")
+        .args(["journal-server", "--addr", "udp://127.0.0.1:0", "--name", "books", "--registry", &spec, "--tag", "7"])
+        .arg("--journal")
+        .arg(&journal)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let served = collect(child);
+    let run = |args: &[&str]| {
+        let out = Command::new(TIERCEL).args(args).args(["--registry", &spec]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, listed) = run(&["list", "books"]);
+    assert!(ok && listed.contains(": Journal v1 (fingerprint") && listed.contains("    0 run(u64) -> u32"), "{listed}");
+    let (ok, called) = run(&["call", "books", "run", "42"]);
+    assert!(ok && called.starts_with("Journal.run(42) = 7\n"), "{called}");
+    let (ok, called) = run(&["call", &served.addr, "Journal.run", "43", "--repeat", "3"]);
+    assert!(ok && called.starts_with("Journal.run(43) = 7\n"), "{called}");
+    // The calls ran, once each, with the arguments given.
+    let ran: Vec<u64> =
+        std::fs::read(&journal).unwrap().chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).collect();
+    assert_eq!(ran, [42, 43, 43, 43]);
+    let (ok, refused) = run(&["call", "books", "run", "-1"]);
+    assert!(!ok && refused.contains("-1 is not a u64"), "{refused}");
+    let (ok, unknown) = run(&["call", "books", "nothing"]);
+    assert!(!ok && unknown.contains("exports no procedure \"nothing\" (it exports Journal v1"), "{unknown}");
+    drop(served);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -72,11 +72,20 @@ impl Client {
     /// With `ClientConfig::rebind`, the binding binds again by itself when its server is found gone
     /// (see [`ClientConfig::rebind`](crate::ClientConfig::rebind)).
     pub fn import<T: Import>(&self) -> Result<T, BindError> {
-        let mut binding = self.bind(T::INFO)?;
+        self.import_info(T::INFO).map(T::from_binding)
+    }
+
+    /// Binds to an interface known only at run time, as [`Client::import`] does to a generated
+    /// stub's: for tools that call any interface (`tiercel call`), with calls made through
+    /// [`Binding::call`] and their arguments marshaled by hand. `info` must describe the server's
+    /// interface exactly (name, version, and a signature with its fingerprint), for example as
+    /// [`Client::exports`] told it.
+    pub fn import_info(&self, info: &'static InterfaceInfo) -> Result<Binding, BindError> {
+        let mut binding = self.bind(info)?;
         if self.config.rebind {
             binding.rebind = Some(Arc::new(Rebinder::new(self.clone(), &binding.inner)));
         }
-        Ok(T::from_binding(binding))
+        Ok(binding)
     }
 
     /// A new binding to `info` at the client's address, or to one of the name's exporters.
