@@ -60,8 +60,9 @@ fn call_prints_result_and_latency_and_errors_clearly() {
     assert!(text.contains("pattern ok: true") && text.contains("median"), "{text}");
     let out = Command::new(TIERCEL).args(["call", &addr, "nonesuch"]).output().unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown procedure"));
-    for cmd in ["serve", "call", "check", "bench", "explain"] {
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("exports no procedure \"nonesuch\" (it exports Test v1"), "{text}");
+    for cmd in ["serve", "call", "check", "list", "bench", "explain"] {
         let out = Command::new(TIERCEL).args([cmd, "--help"]).output().unwrap();
         assert!(out.status.success() && !out.stdout.is_empty(), "{cmd} --help");
     }
