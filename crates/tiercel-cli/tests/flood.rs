@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use tiercel::Client;
 use tiercel_bench::seeds::{self, TestClient};
-use tiercel_proto::bind::{BindClient, InterfaceSpec};
+use tiercel_proto::bind::BindClient;
 use tiercel_proto::wire::{flags, Header, Kind, Status, HEADER_LEN};
 
 mod common;
@@ -186,13 +186,7 @@ fn a_flooded_server_keeps_serving_and_drops_what_is_bad() {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) && n < 500 {
                 let info = <TestClient as tiercel::Import>::INFO;
-                let spec = InterfaceSpec {
-                    name: info.name,
-                    id: info.id,
-                    version: info.version,
-                    fingerprint: info.fingerprint,
-                    signature: info.signature,
-                };
+                let spec = info.spec();
                 let _ = socket.send(&BindClient::new(&spec, 1400, n, false).packet());
                 n += 1;
                 std::thread::sleep(Duration::from_millis(5));

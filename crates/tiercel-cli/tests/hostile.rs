@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tiercel::Client;
 use tiercel_bench::seeds::TestClient;
-use tiercel_proto::bind::{BindClient, BindEvent, Granted, InterfaceSpec};
+use tiercel_proto::bind::{BindClient, BindEvent, Granted};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
 mod common;
@@ -40,13 +40,7 @@ fn bind(server: SocketAddr, nonce: u64) -> (UdpSocket, Granted) {
     socket.connect(server).unwrap();
     socket.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let info = <TestClient as tiercel::Import>::INFO;
-    let spec = InterfaceSpec {
-        name: info.name,
-        id: info.id,
-        version: info.version,
-        fingerprint: info.fingerprint,
-        signature: info.signature,
-    };
+    let spec = info.spec();
     let mut bind = BindClient::new(&spec, tiercel::config::MAX_UDP_PAYLOAD as u32, nonce, false);
     socket.send(&bind.packet()).unwrap();
     let mut buf = vec![0u8; 65_536];

@@ -58,13 +58,7 @@ fn connect_abstract(name: &str) -> std::io::Result<UnixStream> {
 
 fn test_spec() -> InterfaceSpec<'static> {
     let info = <TestClient as tiercel::Import>::INFO;
-    InterfaceSpec {
-        name: info.name,
-        id: info.id,
-        version: info.version,
-        fingerprint: info.fingerprint,
-        signature: info.signature,
-    }
+    info.spec()
 }
 
 /// A shared-memory binding made by hand, whose slots the caller writes as it likes.

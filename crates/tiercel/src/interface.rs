@@ -53,8 +53,8 @@ impl ExportInfo {
 }
 
 impl InterfaceInfo {
-    /// The interface as the bind exchange sees it.
-    pub(crate) fn spec(&self) -> tiercel_proto::bind::InterfaceSpec<'static> {
+    /// The interface as the bind exchange of `tiercel-proto` sees it.
+    pub fn spec(&self) -> tiercel_proto::bind::InterfaceSpec<'static> {
         tiercel_proto::bind::InterfaceSpec {
             name: self.name,
             id: self.id,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tiercel::{BindError, Client, ClientConfig, Server, ServerConfig};
 use tiercel_proto::bind::wire::{features, VersionRefusal, VERSIONS_LEN};
-use tiercel_proto::bind::{BindDecision, BindServer, InterfaceSpec};
+use tiercel_proto::bind::{BindDecision, BindServer};
 use tiercel_proto::wire::{flags, Kind, Packet, Status, HEADER_LEN, MIN_VERSION, VERSION};
 
 #[tiercel::interface]
@@ -29,13 +29,7 @@ fn udp_only() -> ClientConfig {
 /// A bind request for `Echo` as this client would send it.
 fn request() -> Vec<u8> {
     let info = <EchoClient as tiercel::Import>::INFO;
-    let spec = InterfaceSpec {
-        name: info.name,
-        id: info.id,
-        version: info.version,
-        fingerprint: info.fingerprint,
-        signature: info.signature,
-    };
+    let spec = info.spec();
     tiercel_proto::bind::BindClient::new(&spec, 1472, 42, false).packet()
 }
 
@@ -103,13 +97,7 @@ fn a_client_sends_no_context_to_a_server_that_did_not_grant_it() {
     let addr = fake.local_addr().unwrap();
     let seen = std::thread::spawn(move || {
         let info = <EchoClient as tiercel::Import>::INFO;
-        let spec = InterfaceSpec {
-            name: info.name,
-            id: info.id,
-            version: info.version,
-            fingerprint: info.fingerprint,
-            signature: info.signature,
-        };
+        let spec = info.spec();
         let exports = [spec];
         let machine = BindServer { exports: &exports, auth: None, incarnation: 9, max_datagram: 1472 };
         let mut buf = [0u8; 2048];
