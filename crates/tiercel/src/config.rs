@@ -67,7 +67,7 @@ pub struct ClientConfig {
     /// as the first bind did (shared memory when the server is on this host). A binding over UDP
     /// to a server on this host that refused shared memory tries it again at most once a second
     /// ([`Binding::shared_memory_refused`](crate::Binding::shared_memory_refused) says why not
-    /// yet). Costs each call a lock and two reference counts. Default: off (a binding whose server
+    /// yet). Costs each call a lock and a few reference counts. Default: off (a binding whose server
     /// went away fails every call until the application imports again).
     pub rebind: bool,
 }

@@ -129,7 +129,7 @@ impl<'b, 'a> Call<'b, 'a> {
             }
             Err(e) => {
                 engine.give_back(&b.inner);
-                b.failed(&b.inner, &e);
+                b.failed(&e);
                 Err(e)
             }
         }
@@ -223,7 +223,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
             m.finish(started, outcome.is_ok());
         }
         if let Err(e) = &outcome {
-            b.failed(&b.inner, e);
+            b.failed(e);
         }
         outcome?;
         match self.engine.take() {

@@ -88,16 +88,21 @@ impl Client {
         Ok(binding)
     }
 
+    /// Where names are looked up: the registry given, else the default one.
+    fn registry(&self) -> Result<Registry, crate::names::NameError> {
+        match &self.registry {
+            Some(r) => Ok(r.clone()),
+            None => Registry::from_env(),
+        }
+    }
+
     /// A new binding to `info` at the client's address, or to one of the name's exporters.
     fn bind(&self, info: &'static InterfaceInfo) -> Result<Binding, BindError> {
         let name = match &self.target {
             Target::Addr(server) => return Binding::bind(*server, self.transport, info, self.config.clone()),
             Target::Name(name) => name,
         };
-        let registry = match &self.registry {
-            Some(r) => r.clone(),
-            None => Registry::from_env()?,
-        };
+        let registry = self.registry()?;
         let mut exporters = registry.resolve(name, info)?;
         let first = random_bytes().map(|b| b[0] as usize).unwrap_or(0) % exporters.len();
         exporters.rotate_left(first);
@@ -121,10 +126,7 @@ impl Client {
         match &self.target {
             Target::Addr(server) => udp_bind::list_udp(*server, &self.config),
             Target::Name(name) => {
-                let registry = match &self.registry {
-                    Some(r) => r.clone(),
-                    None => Registry::from_env()?,
-                };
+                let registry = self.registry()?;
                 let mut all = Vec::new();
                 for exporter in registry.lookup(name)? {
                     all.extend(udp_bind::list_udp(exporter.addr, &self.config)?);
@@ -492,9 +494,9 @@ impl Binding {
         self.rebind.as_ref().is_some_and(|r| r.due())
     }
 
-    /// A call through `inner` failed with `error`: if it says the server is gone (or no longer knows
-    /// the binding), the next call binds again.
-    pub(crate) fn failed(&self, inner: &Arc<BindingInner>, error: &CallError) {
+    /// A call through this binding failed with `error`: if it says the server is gone (or no
+    /// longer knows the binding), the next call binds again.
+    pub(crate) fn failed(&self, error: &CallError) {
         if let Some(r) = &self.rebind {
             if matches!(
                 error,
@@ -503,7 +505,7 @@ impl Binding {
                     | CallError::Unreachable { .. }
                     | CallError::ServerGone { .. }
             ) {
-                r.lost(inner);
+                r.lost(&self.inner);
             }
         }
     }
