@@ -50,6 +50,7 @@ fn binding_lost(e: &CallError) -> bool {
             | CallError::UnknownBinding
             | CallError::Unreachable { .. }
             | CallError::ServerGone { .. }
+            | CallError::ConnectionLost { .. }
     )
 }
 
@@ -59,6 +60,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     let transport = match client.binding().transport() {
         tiercel::Transport::Udp => "UDP",
         tiercel::Transport::SharedMemory => "shared memory",
+        tiercel::Transport::Tcp => "TCP",
     };
     println!("bound to {} through {transport}", args.addr);
     let start = Instant::now();

@@ -23,6 +23,7 @@
 //!   admission of new calls, memory accounting and expiry.
 //! * [`bind`]: the bind exchange (client and server machines, the bind messages), the same for
 //!   every transport.
+//! * [`stream`]: framing for byte-stream transports (TCP): length-prefixed whole packets.
 //! * [`shm`]: the shared-memory transport's region layout and call handshake (its memory comes from
 //!   `tiercel-sys`; the handshake is model-checked with loom).
 
@@ -36,6 +37,7 @@ pub mod endpoint;
 pub mod fragment;
 pub mod server;
 pub mod shm;
+pub mod stream;
 pub mod timing;
 pub mod wire;
 

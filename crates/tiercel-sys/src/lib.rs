@@ -20,4 +20,5 @@ pub mod cpu;
 pub mod faults;
 pub mod process;
 pub mod shm;
+pub mod tcp;
 pub mod udp;

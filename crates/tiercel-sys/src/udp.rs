@@ -123,6 +123,20 @@ pub fn wait_readable_fd(socket: impl std::os::fd::AsFd, timeout: Option<Duration
     }
 }
 
+/// Waits until a descriptor (a stream socket with a full send buffer, say) is writable, or
+/// `timeout` passes. Returns whether it is.
+pub fn wait_writable_fd(socket: impl std::os::fd::AsFd, timeout: Option<Duration>) -> io::Result<bool> {
+    let ts = timeout.map(|d| Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
+    let mut fds = [PollFd::new(&socket, PollFlags::OUT)];
+    loop {
+        match poll(&mut fds, ts.as_ref()) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Waits until any of `fds` is readable (or closed), for at most `timeout`; sets `ready[i]` for
 /// each one that is. Returns how many are.
 pub fn wait_any_readable(

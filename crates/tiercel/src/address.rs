@@ -1,7 +1,7 @@
-//! Server addresses: `udp://host:port` forces the UDP transport, `shm:host:port` (or
-//! `shm://host:port`) forces shared memory with the server bound to that address on this host, and a
-//! plain `host:port` lets the binder choose: shared memory when the server is on this host and offers
-//! it, else UDP.
+//! Server addresses: `udp://host:port` forces the UDP transport, `tcp://host:port` the TCP one,
+//! `shm:host:port` (or `shm://host:port`) forces shared memory with the server bound to that
+//! address on this host, and a plain `host:port` lets the binder choose: shared memory when the
+//! server is on this host and offers it, else UDP, else (no answer over UDP) TCP.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -14,6 +14,8 @@ pub enum Transport {
     Udp,
     /// Call slots in memory shared with a server process on the same host.
     SharedMemory,
+    /// Length-framed messages on a TCP connection, for paths UDP does not take.
+    Tcp,
 }
 
 /// What a client imports from: a server's address, or a name servers export under (looked up in
@@ -53,7 +55,10 @@ fn scheme(s: &str) -> Result<(Option<Transport>, &str), AddressError> {
     } else {
         match s.split_once("://") {
             Some(("udp", rest)) => (Some(Transport::Udp), rest),
-            Some((scheme, _)) => return Err(bad(&format!("unsupported transport {scheme:?} (supported: udp, shm)"))),
+            Some(("tcp", rest)) => (Some(Transport::Tcp), rest),
+            Some((scheme, _)) => {
+                return Err(bad(&format!("unsupported transport {scheme:?} (supported: udp, tcp, shm)")))
+            }
             None => (None, s),
         }
     })
@@ -117,8 +122,9 @@ mod tests {
             (Some(Transport::SharedMemory), "127.0.0.1:7".parse().unwrap())
         );
         assert_eq!("shm://127.0.0.1:7".to_address().unwrap().0, Some(Transport::SharedMemory));
-        let err = "tcp://127.0.0.1:7".to_address().unwrap_err();
-        assert_eq!(err.address, "tcp://127.0.0.1:7");
+        assert_eq!("tcp://127.0.0.1:7".to_address().unwrap().0, Some(Transport::Tcp));
+        let err = "sctp://127.0.0.1:7".to_address().unwrap_err();
+        assert_eq!(err.address, "sctp://127.0.0.1:7");
         assert!("nonsense".to_address().is_err());
     }
 
@@ -132,7 +138,8 @@ mod tests {
         );
         assert_eq!("127.0.0.1:7".to_target().unwrap(), (None, Target::Addr("127.0.0.1:7".parse().unwrap())));
         assert!("a/b".to_target().is_err());
-        assert!("tcp://accounts".to_target().is_err());
+        assert_eq!("tcp://accounts".to_target().unwrap(), (Some(Transport::Tcp), Target::Name("accounts".into())));
+        assert!("sctp://accounts".to_target().is_err());
         // A name is no address to serve at.
         assert!("accounts".to_address().is_err());
     }

@@ -55,6 +55,10 @@ pub struct ClientConfig {
     /// When the address lets the binder choose, bind through shared memory if the server is on this
     /// host and offers it (else UDP). `false` always chooses UDP. Default: on.
     pub shared_memory: bool,
+    /// When the address lets the binder choose and the server does not answer the bind request
+    /// over UDP (a firewall or NAT drops datagrams; it takes `timing.dead_after`), bind over TCP
+    /// to the same address and port instead. `tcp://host:port` binds over TCP at once. Default: on.
+    pub tcp_fallback: bool,
     /// Record each call's outcome and time through the `metrics` facade, labelled with the
     /// interface, procedure and server (`tiercel_client_calls_total`, `tiercel_client_call_seconds`),
     /// in the recorder installed when the binding is made. Only with the crate feature `metrics`;
@@ -82,6 +86,7 @@ impl Default for ClientConfig {
             checksum: false,
             secret: None,
             shared_memory: true,
+            tcp_fallback: true,
             metrics: false,
             rebind: false,
         }
@@ -151,6 +156,11 @@ pub struct ServerConfig {
     /// whose name is random for each start and told to clients on this host over UDP, in the
     /// server's network namespace). A server that cannot offer them fails to start. Default: on.
     pub shared_memory: bool,
+    /// Also serve over TCP, on the port number of the UDP socket, for clients that UDP does not
+    /// reach (`tcp://host:port`, or a UDP bind that got no answer): one connection per binding,
+    /// one thread per connection (see `docs/protocol.md`, TCP). A server that cannot listen there
+    /// fails to start. Default: on.
+    pub tcp: bool,
     /// Record each procedure's outcome and run time through the `metrics` facade, labelled with
     /// the interface and procedure (`tiercel_server_calls_total`, `tiercel_server_call_seconds`), in
     /// the recorder installed when the server starts. Only with the crate feature `metrics`; costs
@@ -186,6 +196,7 @@ impl Default for ServerConfig {
             secret: None,
             adaptive_spin: true,
             shared_memory: true,
+            tcp: true,
             metrics: false,
             shutdown_grace: Duration::from_secs(5),
             async_threads: 2,

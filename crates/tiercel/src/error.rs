@@ -148,6 +148,17 @@ pub enum CallError {
         /// The server's address.
         server: SocketAddr,
     },
+    /// The TCP connection of the binding broke (closed, reset, or silent for `Timing::dead_after`
+    /// while the call waited). `sent` says whether the call had gone out: then it may have run.
+    #[error("the connection to server {server} broke{}: {reason}", if *sent { " during the call" } else { " before the call went out" })]
+    ConnectionLost {
+        /// The server's address.
+        server: SocketAddr,
+        /// Whether the call had been sent (wholly or in part).
+        sent: bool,
+        /// What happened.
+        reason: String,
+    },
     /// The call's deadline passed before its result arrived. `may_have_run` is false when the call
     /// had not gone out yet (through shared memory, the thread's slot was still held by an earlier
     /// call abandoned at its deadline).
@@ -216,6 +227,7 @@ impl CallError {
             | CallError::UnknownBinding
             | CallError::Overloaded
             | CallError::ServerGone { .. }
+            | CallError::ConnectionLost { sent: true, .. }
             | CallError::Protocol(_)
             | CallError::Io(_) => Execution::MayHaveRun,
             CallError::UnknownProcedure(_)
@@ -223,6 +235,7 @@ impl CallError {
             | CallError::TooLarge(_)
             | CallError::DeadlineExceeded { may_have_run: false }
             | CallError::NoFreeSlot(_)
+            | CallError::ConnectionLost { sent: false, .. }
             | CallError::BindAgain(_) => Execution::NeverRan,
             CallError::Panicked(_) | CallError::BadResult(_) | CallError::ResultTooLarge(_) => Execution::Ran,
         }
@@ -243,6 +256,15 @@ pub enum ServerError {
         /// The address asked for.
         addr: SocketAddr,
         /// What the system said.
+        source: io::Error,
+    },
+    /// The TCP listener could not be bound on the UDP socket's port (another process holds it).
+    #[error("cannot serve over TCP at {addr} (set ServerConfig::tcp to false to serve without TCP): {source}")]
+    ListenTcp {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
         source: io::Error,
     },
     /// The server was configured to offer shared memory (`ServerConfig::shared_memory`, the

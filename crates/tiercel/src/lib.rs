@@ -65,6 +65,7 @@ mod buffers;
 mod client;
 pub mod config;
 mod error;
+mod framed;
 pub mod interface;
 mod metrics;
 pub mod names;

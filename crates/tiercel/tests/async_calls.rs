@@ -81,7 +81,8 @@ fn serve(config: ServerConfig) -> Served {
     Served { server, ledger }
 }
 
-const TRANSPORTS: [(&str, Transport); 2] = [("udp://", Transport::Udp), ("shm:", Transport::SharedMemory)];
+const TRANSPORTS: [(&str, Transport); 3] =
+    [("udp://", Transport::Udp), ("shm:", Transport::SharedMemory), ("tcp://", Transport::Tcp)];
 
 async fn import(served: &Served, scheme: &str) -> LedgerAsyncClient {
     Client::connect(format!("{scheme}{}", served.server.addr())).unwrap().import_async().await.unwrap()

@@ -45,7 +45,9 @@ fn serve() -> (tiercel::RunningServer, TimedImpl) {
 #[test]
 fn a_procedure_sees_its_callers_deadline_on_either_transport() {
     let (server, _) = serve();
-    for (scheme, transport) in [("udp://", Transport::Udp), ("shm:", Transport::SharedMemory)] {
+    for (scheme, transport) in
+        [("udp://", Transport::Udp), ("shm:", Transport::SharedMemory), ("tcp://", Transport::Tcp)]
+    {
         let client: TimedClient = Client::connect(format!("{scheme}{}", server.addr())).unwrap().import().unwrap();
         assert_eq!(client.binding().transport(), transport);
         assert_eq!(client.left_ms().unwrap(), None, "{transport:?}: no deadline, none seen");

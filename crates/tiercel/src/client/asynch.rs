@@ -25,6 +25,7 @@ use tokio::io::Interest;
 use tokio::sync::Notify;
 
 use super::shm::{Link, ShmEndpoint};
+use super::tcp::TcpEndpoint;
 use super::udp::{Step, UdpEndpoint};
 use super::BindingInner;
 use crate::wire::Segments;
@@ -66,20 +67,23 @@ pub(crate) enum AsyncEndpoint {
     },
     /// A shared-memory slot.
     Shm(ShmEndpoint),
+    /// A client slot on a TCP binding's connection.
+    Tcp(TcpEndpoint),
 }
 
 impl AsyncEndpoint {
     fn new(inner: &Arc<BindingInner>) -> Result<AsyncEndpoint, CallError> {
         in_runtime()?;
-        match &inner.shm {
-            None => {
+        match (&inner.shm, &inner.tcp) {
+            (None, None) => {
                 let ep = UdpEndpoint::new(inner)?;
                 let socket = ep.socket().try_clone()?;
                 socket.set_nonblocking(true)?;
                 let ready = tokio::net::UdpSocket::from_std(socket)?;
                 Ok(AsyncEndpoint::Udp { ready, ep })
             }
-            Some(link) => ShmEndpoint::new(inner, link).map(AsyncEndpoint::Shm),
+            (Some(link), _) => ShmEndpoint::new(inner, link).map(AsyncEndpoint::Shm),
+            (None, Some(link)) => TcpEndpoint::new(inner, link).map(AsyncEndpoint::Tcp),
         }
     }
 
@@ -87,6 +91,7 @@ impl AsyncEndpoint {
         match self {
             AsyncEndpoint::Udp { ep, .. } => ep.begin(context),
             AsyncEndpoint::Shm(ep) => ep.begin(context),
+            AsyncEndpoint::Tcp(ep) => ep.begin(context),
         }
     }
 
@@ -94,7 +99,7 @@ impl AsyncEndpoint {
     pub(super) fn call_retransmissions(&self) -> u64 {
         match self {
             AsyncEndpoint::Udp { ep, .. } => ep.call_retransmissions(),
-            AsyncEndpoint::Shm(_) => 0,
+            AsyncEndpoint::Shm(_) | AsyncEndpoint::Tcp(_) => 0,
         }
     }
 
@@ -110,6 +115,13 @@ impl AsyncEndpoint {
                     ep.abandon(link);
                 }
             }
+            // Its mailbox is cleared (and the reading handed over): the result is dropped when it
+            // comes, and the slot serves the next call at once.
+            AsyncEndpoint::Tcp(ep) => {
+                if let Some(link) = &inner.tcp {
+                    ep.cancel(link, inner.cancels());
+                }
+            }
         }
     }
 
@@ -117,6 +129,7 @@ impl AsyncEndpoint {
         match self {
             AsyncEndpoint::Udp { ep, .. } => ep.scratch_mut(),
             AsyncEndpoint::Shm(ep) => ep.scratch_mut(),
+            AsyncEndpoint::Tcp(ep) => ep.scratch_mut(),
         }
     }
 
@@ -124,6 +137,7 @@ impl AsyncEndpoint {
         match self {
             AsyncEndpoint::Udp { ep, .. } => ep.result(),
             AsyncEndpoint::Shm(ep) => ep.result(),
+            AsyncEndpoint::Tcp(ep) => ep.result(),
         }
     }
 
@@ -141,6 +155,10 @@ impl AsyncEndpoint {
             AsyncEndpoint::Shm(ep) => match &binding.inner.shm {
                 Some(link) => ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, alone).await,
                 None => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
+            },
+            AsyncEndpoint::Tcp(ep) => match &binding.inner.tcp {
+                Some(link) => ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, alone).await,
+                None => unreachable!("a TCP endpoint belongs to a TCP binding"),
             },
         }
     }
@@ -248,7 +266,7 @@ impl AsyncState {
         match *pool.idle.swap_remove(i) {
             // The reactor's duplicate of the socket is dropped; the endpoint keeps its own.
             AsyncEndpoint::Udp { ep, .. } => Some(Box::new(ep)),
-            AsyncEndpoint::Shm(_) => unreachable!("found a UDP endpoint above"),
+            _ => unreachable!("found a UDP endpoint above"),
         }
     }
 
@@ -260,7 +278,18 @@ impl AsyncState {
         pool.created -= 1;
         match *pool.idle.swap_remove(i) {
             AsyncEndpoint::Shm(ep) => Some(Box::new(ep)),
-            AsyncEndpoint::Udp { .. } => unreachable!("found a shared-memory endpoint above"),
+            _ => unreachable!("found a shared-memory endpoint above"),
+        }
+    }
+
+    /// [`AsyncState::lend_udp`] for a TCP endpoint.
+    pub(super) fn lend_tcp(&self) -> Option<Box<TcpEndpoint>> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let i = pool.idle.iter().position(|ep| matches!(&**ep, AsyncEndpoint::Tcp(_)))?;
+        pool.created -= 1;
+        match *pool.idle.swap_remove(i) {
+            AsyncEndpoint::Tcp(ep) => Some(Box::new(ep)),
+            _ => unreachable!("found a TCP endpoint above"),
         }
     }
 

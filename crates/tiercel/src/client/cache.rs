@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 
 use super::shm::ShmEndpoint;
+use super::tcp::TcpEndpoint;
 use super::udp::UdpEndpoint;
 use super::BindingInner;
 use crate::CallError;
@@ -16,6 +17,8 @@ thread_local! {
     static UDP: RefCell<Vec<Box<UdpEndpoint>>> = const { RefCell::new(Vec::new()) };
     #[allow(clippy::vec_box)]
     static SHM: RefCell<Vec<Box<ShmEndpoint>>> = const { RefCell::new(Vec::new()) };
+    #[allow(clippy::vec_box)]
+    static TCP: RefCell<Vec<Box<TcpEndpoint>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A thread's endpoint on a binding, kept in a thread-local cache between calls.
@@ -90,4 +93,25 @@ pub(super) fn take_shm(
 /// Returns a shared-memory endpoint to this thread's cache.
 pub(super) fn give_back_shm(ep: Box<ShmEndpoint>) {
     give_back_cached(&SHM, ep);
+}
+
+/// This thread's endpoint on a TCP binding, created on its first call (or taken from the async
+/// calls, as [`take_udp`] does).
+pub(super) fn take_tcp(
+    inner: &std::sync::Arc<BindingInner>,
+    link: &super::tcp::Link,
+) -> Result<Box<TcpEndpoint>, CallError> {
+    match take_cached(&TCP, inner.uid) {
+        Some(ep) => Ok(ep),
+        None => match TcpEndpoint::new(inner, link) {
+            #[cfg(feature = "async")]
+            Err(CallError::NoFreeSlot(n)) => inner.asynch.lend_tcp().ok_or(CallError::NoFreeSlot(n)),
+            made => made.map(Box::new),
+        },
+    }
+}
+
+/// Returns a TCP endpoint to this thread's cache.
+pub(super) fn give_back_tcp(ep: Box<TcpEndpoint>) {
+    give_back_cached(&TCP, ep);
 }

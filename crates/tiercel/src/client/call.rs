@@ -8,6 +8,7 @@ use crate::{Binding, CallError};
 #[cfg(feature = "async")]
 use super::asynch::{AsyncEndpoint, AsyncState};
 use super::shm::ShmEndpoint;
+use super::tcp::TcpEndpoint;
 use super::udp::UdpEndpoint;
 use super::{cache, Through};
 
@@ -16,15 +17,17 @@ use super::{cache, Through};
 enum Engine {
     Udp(Box<UdpEndpoint>),
     Shm(Box<ShmEndpoint>),
+    Tcp(Box<TcpEndpoint>),
     #[cfg(feature = "async")]
     Async(Box<AsyncEndpoint>),
 }
 
 impl Engine {
     fn take(binding: &Binding) -> Result<Engine, CallError> {
-        match &binding.inner.shm {
-            None => cache::take_udp(&binding.inner).map(Engine::Udp),
-            Some(link) => cache::take_shm(&binding.inner, link).map(Engine::Shm),
+        match (&binding.inner.shm, &binding.inner.tcp) {
+            (Some(link), _) => cache::take_shm(&binding.inner, link).map(Engine::Shm),
+            (None, Some(link)) => cache::take_tcp(&binding.inner, link).map(Engine::Tcp),
+            (None, None) => cache::take_udp(&binding.inner).map(Engine::Udp),
         }
     }
 
@@ -34,6 +37,7 @@ impl Engine {
         match self {
             Engine::Udp(ep) => cache::give_back_udp(ep),
             Engine::Shm(ep) => cache::give_back_shm(ep),
+            Engine::Tcp(ep) => cache::give_back_tcp(ep),
             #[cfg(feature = "async")]
             Engine::Async(ep) => inner.asynch.release(ep),
         }
@@ -43,6 +47,7 @@ impl Engine {
         match self {
             Engine::Udp(ep) => ep.scratch_mut(),
             Engine::Shm(ep) => ep.scratch_mut(),
+            Engine::Tcp(ep) => ep.scratch_mut(),
             #[cfg(feature = "async")]
             Engine::Async(ep) => ep.scratch_mut(),
         }
@@ -52,7 +57,7 @@ impl Engine {
     fn retransmissions(&self) -> u64 {
         match self {
             Engine::Udp(ep) => ep.call_retransmissions(),
-            Engine::Shm(_) => 0,
+            Engine::Shm(_) | Engine::Tcp(_) => 0,
             #[cfg(feature = "async")]
             Engine::Async(ep) => ep.call_retransmissions(),
         }
@@ -62,6 +67,7 @@ impl Engine {
         match self {
             Engine::Udp(ep) => ep.result(),
             Engine::Shm(ep) => ep.result(),
+            Engine::Tcp(ep) => ep.result(),
             #[cfg(feature = "async")]
             Engine::Async(ep) => ep.result(),
         }
@@ -86,6 +92,7 @@ impl<'b, 'a> Call<'b, 'a> {
         match &mut engine {
             Engine::Udp(ep) => ep.begin(&context),
             Engine::Shm(ep) => ep.begin(&context),
+            Engine::Tcp(ep) => ep.begin(&context),
             #[cfg(feature = "async")]
             Engine::Async(..) => unreachable!("a synchronous call takes the thread's endpoint"),
         }
@@ -113,6 +120,10 @@ impl<'b, 'a> Call<'b, 'a> {
             (Engine::Udp(ep), _) => ep.run(b, self.procedure, &self.segments),
             (Engine::Shm(ep), Some(link)) => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
             (Engine::Shm(_), None) => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
+            (Engine::Tcp(ep), _) => match &b.inner.tcp {
+                Some(link) => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
+                None => unreachable!("a TCP endpoint belongs to a TCP binding"),
+            },
             #[cfg(feature = "async")]
             (Engine::Async(..), _) => unreachable!("a synchronous call takes the thread's endpoint"),
         };

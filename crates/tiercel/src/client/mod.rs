@@ -5,6 +5,7 @@ mod asynch;
 mod cache;
 mod call;
 mod shm;
+mod tcp;
 mod udp;
 mod udp_bind;
 
@@ -36,7 +37,8 @@ pub struct Client {
 
 impl Client {
     /// A client of the server at `addr`: a `SocketAddr` or `"host:port"` (shared memory if the server
-    /// is on this host, else UDP), `"udp://host:port"` or `"shm:host:port"`; or of the servers that
+    /// is on this host, else UDP, else TCP when UDP gets no answer), `"udp://host:port"`,
+    /// `"tcp://host:port"` or `"shm:host:port"`; or of the servers that
     /// export a name (`"accounts"`, `"udp://accounts"`: a string without a port), looked up at each
     /// import (see [`crate::names`]). Nothing is sent until [`Client::import`].
     pub fn connect(addr: impl ToAddress) -> Result<Client, AddressError> {
@@ -174,6 +176,8 @@ pub(crate) struct BindingInner {
     free_slots: Mutex<(Vec<(u32, u32)>, u32)>,
     /// The shared region, when the binding is through shared memory.
     shm: Option<shm::Link>,
+    /// The connection, when the binding is over TCP.
+    tcp: Option<tcp::Link>,
     config: ClientConfig,
     info: &'static InterfaceInfo,
     /// Shared by the bindings a [`Rebinder`] makes in turn.
@@ -250,15 +254,27 @@ impl Binding {
         let try_shm = match transport {
             Some(Transport::SharedMemory) => true,
             Some(Transport::Udp) => false,
+            Some(Transport::Tcp) => return Self::bind_tcp(server, info, config),
             None => config.shared_memory,
         };
         if !try_shm {
-            return Self::bind_udp(server, info, config);
+            return match Self::bind_udp(server, info, config.clone()) {
+                Err(BindError::Unreachable(_)) if transport.is_none() && config.tcp_fallback => {
+                    Self::fall_back_to_tcp(server, info, config)
+                }
+                bound => bound,
+            };
         }
         // Ask the server where to bind through shared memory; a server elsewhere (or without it)
         // answers with a binding over UDP.
         let forced = transport == Some(Transport::SharedMemory);
-        let place = match udp_bind::bind_udp(server, info, &config, true)? {
+        let asked = match udp_bind::bind_udp(server, info, &config, true) {
+            Err(BindError::Unreachable(_)) if !forced && config.tcp_fallback => {
+                return Self::fall_back_to_tcp(server, info, config)
+            }
+            asked => asked,
+        };
+        let place = match asked? {
             udp_bind::UdpBound::Granted(_) if forced => return Err(BindError::NoSharedMemory(server)),
             udp_bind::UdpBound::Granted(grant) => return Ok(Self::udp_binding(server, info, config, grant)),
             udp_bind::UdpBound::Rendezvous(place) => place,
@@ -278,6 +294,7 @@ impl Binding {
                         slots: granted.slots,
                         free_slots: Mutex::new((Vec::new(), 0)),
                         shm: Some(granted.link),
+                        tcp: None,
                         config,
                         info,
                         stats: Arc::default(),
@@ -303,6 +320,49 @@ impl Binding {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// A binding over TCP, UDP having got no answer: the UDP error stands if no TCP server is
+    /// there either.
+    fn fall_back_to_tcp(
+        server: SocketAddr,
+        info: &'static InterfaceInfo,
+        config: ClientConfig,
+    ) -> Result<Binding, BindError> {
+        match Self::bind_tcp(server, info, config) {
+            Err(BindError::NoServer(_) | BindError::Unreachable(_)) => Err(BindError::Unreachable(server)),
+            bound => bound,
+        }
+    }
+
+    fn bind_tcp(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig) -> Result<Binding, BindError> {
+        let granted = tcp::bind(server, info, &config)?;
+        let deadline = config.deadline;
+        let metrics = crate::metrics::procedures(info, "client", Some(server.to_string()), config.metrics);
+        Ok(Binding {
+            inner: Arc::new(BindingInner {
+                uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+                server,
+                id: granted.id,
+                token: 0,
+                incarnation: granted.incarnation,
+                max_datagram: 0,
+                slots: granted.slots,
+                free_slots: Mutex::new((Vec::new(), 0)),
+                shm: None,
+                tcp: Some(granted.link),
+                config,
+                info,
+                stats: Arc::default(),
+                shm_refused: None,
+                features: granted.features,
+                metrics,
+                #[cfg(feature = "async")]
+                asynch: Default::default(),
+            }),
+            deadline,
+            rebind: None,
+        })
     }
 
     fn bind_udp(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig) -> Result<Binding, BindError> {
@@ -336,6 +396,7 @@ impl Binding {
                 slots: granted.grant.slots,
                 free_slots: Mutex::new((Vec::new(), 0)),
                 shm: None,
+                tcp: None,
                 config,
                 info,
                 stats: Arc::default(),
@@ -360,7 +421,11 @@ impl Binding {
 
     /// A call's span (feature `tracing`), and what the call carries besides its arguments.
     fn context(&self, procedure: u16) -> (crate::trace::CallSpan, tiercel_proto::context::Context) {
-        let transport = if self.inner.shm.is_some() { "shm" } else { "udp" };
+        let transport = match self.transport_now(&self.inner) {
+            Transport::SharedMemory => "shm",
+            Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
+        };
         let (span, trace) = crate::trace::client_span(self.inner.info, procedure, transport);
         if self.inner.features & features::CONTEXT == 0 {
             // A server that reads no context blocks: the deadline stays with the client.
@@ -385,10 +450,14 @@ impl Binding {
 
     /// The transport chosen at bind time (of the binding calls go through now).
     pub fn transport(&self) -> Transport {
-        if self.now().shm.is_some() {
-            Transport::SharedMemory
-        } else {
-            Transport::Udp
+        self.transport_now(&self.now())
+    }
+
+    fn transport_now(&self, inner: &BindingInner) -> Transport {
+        match (&inner.shm, &inner.tcp) {
+            (Some(_), _) => Transport::SharedMemory,
+            (None, Some(_)) => Transport::Tcp,
+            (None, None) => Transport::Udp,
         }
     }
 
@@ -421,7 +490,8 @@ impl Binding {
         self.inner.info
     }
 
-    /// Largest datagram sent on this binding; larger messages go as several packets.
+    /// Largest datagram sent on this binding; larger messages go as several packets (0 through
+    /// shared memory and over TCP, which need no fragments).
     pub fn max_datagram(&self) -> usize {
         self.now().max_datagram
     }
@@ -504,6 +574,7 @@ impl Binding {
                     | CallError::UnknownBinding
                     | CallError::Unreachable { .. }
                     | CallError::ServerGone { .. }
+                    | CallError::ConnectionLost { .. }
             ) {
                 r.lost(&self.inner);
             }

@@ -8,6 +8,7 @@ mod dispatch;
 pub(crate) use asynch::task_trace;
 pub use dispatch::deadline;
 mod shm;
+mod tcp;
 mod udp;
 
 use std::net::{SocketAddr, UdpSocket};
@@ -26,6 +27,9 @@ use crate::ServerError;
 /// A server being set up: bound to an address, collecting exports.
 pub struct Server {
     socket: UdpSocket,
+    /// The TCP listener on the same port, or why there is none (an error only if the
+    /// configuration asks for TCP).
+    tcp: std::io::Result<std::net::TcpListener>,
     config: ServerConfig,
     exports: Vec<Arc<dyn Export>>,
     /// Names to register once started, each with the index of its export.
@@ -44,12 +48,14 @@ impl core::fmt::Debug for Server {
 }
 
 impl Server {
-    /// Binds the server's socket to `addr` (`"udp://127.0.0.1:0"` picks a free port).
+    /// Binds the server's UDP socket to `addr`, and a TCP listener to the same address and port
+    /// (`"127.0.0.1:0"` picks a port free for both).
     pub fn bind(addr: impl ToAddress) -> Result<Server, ServerError> {
         let (_, addr) = addr.to_address()?;
-        let socket = tiercel_sys::udp::bind(addr, false).map_err(|source| ServerError::Listen { addr, source })?;
+        let (socket, tcp) = Self::bind_both(addr)?;
         Ok(Server {
             socket,
+            tcp,
             config: ServerConfig::default(),
             exports: Vec::new(),
             names: Vec::new(),
@@ -57,6 +63,20 @@ impl Server {
             #[cfg(feature = "async")]
             runtime: None,
         })
+    }
+
+    /// The UDP socket at `addr` and the TCP listener on its port; with port 0, a port free for
+    /// both if one is found in a few tries.
+    fn bind_both(addr: SocketAddr) -> Result<(UdpSocket, std::io::Result<std::net::TcpListener>), ServerError> {
+        let mut tries = if addr.port() == 0 { 16 } else { 1 };
+        loop {
+            let socket = tiercel_sys::udp::bind(addr, false).map_err(|source| ServerError::Listen { addr, source })?;
+            let tcp = socket.local_addr().and_then(tcp::open);
+            tries -= 1;
+            if tcp.is_ok() || tries == 0 {
+                return Ok((socket, tcp));
+            }
+        }
     }
 
     /// Replaces the configuration.
@@ -121,6 +141,11 @@ impl Server {
             Some(_) => Some(crate::auth::Challenger::new()?),
             None => None,
         };
+        let tcp_listener = match (config.tcp, self.tcp) {
+            (true, Ok(l)) => Some(l),
+            (true, Err(source)) => return Err(ServerError::ListenTcp { addr, source }),
+            (false, _) => None,
+        };
         let specs = self.exports.iter().map(|e| e.info().spec()).collect();
         let asynchronous = self.exports.iter().find(|e| e.has_async());
         #[cfg(not(feature = "async"))]
@@ -173,8 +198,10 @@ impl Server {
             spinners: AtomicUsize::new(0),
             stats: Arc::new(ServerStats::default()),
             registrations: std::sync::Mutex::new(Vec::new()),
-            shm_threads: std::sync::Mutex::new(Vec::new()),
+            binding_threads: std::sync::Mutex::new(Vec::new()),
             shm_bindings: AtomicUsize::new(0),
+            stream_bindings: AtomicUsize::new(0),
+            stream_running: AtomicUsize::new(0),
             next_shm_binding: std::sync::atomic::AtomicU32::new(1),
             #[cfg(feature = "async")]
             asynch,
@@ -189,6 +216,9 @@ impl Server {
         }
         if let Some(listener) = listener {
             handles.push(shm::listen(&shared, listener)?);
+        }
+        if let Some(listener) = tcp_listener {
+            handles.push(tcp::listen(&shared, listener)?);
         }
         let running = RunningServer { shared, handles, addr };
         if let Some(registry) = registry {
@@ -226,6 +256,10 @@ pub(crate) struct Shared {
     challenger: Option<crate::auth::Challenger>,
     /// Shared-memory bindings being served.
     shm_bindings: AtomicUsize,
+    /// TCP bindings (connections) being served.
+    stream_bindings: AtomicUsize,
+    /// Plain procedures running on TCP bindings' threads.
+    stream_running: AtomicUsize,
     /// The regions of the shared-memory bindings, whose heartbeat the rendezvous thread bumps.
     shm_regions: std::sync::Mutex<Vec<std::sync::Weak<tiercel_sys::shm::Region>>>,
     /// Where clients on this host bind through shared memory, and the socket's name.
@@ -233,7 +267,7 @@ pub(crate) struct Shared {
     /// The server-wide budget for messages (`ServerConfig::message_memory`), charged by both
     /// transports.
     memory: Arc<tiercel_proto::endpoint::Budget>,
-    /// Id of the next shared-memory binding.
+    /// Id of the next shared-memory or TCP binding.
     next_shm_binding: std::sync::atomic::AtomicU32,
     exports: Vec<Arc<dyn Export>>,
     /// Each export's procedures' metrics handles, in the same order (feature `metrics`).
@@ -249,8 +283,9 @@ pub(crate) struct Shared {
     shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
     spinners: AtomicUsize,
     stats: Arc<ServerStats>,
-    /// The threads serving shared-memory bindings (finished ones are pruned as new ones start).
-    shm_threads: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// The threads serving shared-memory and TCP bindings (finished ones are pruned as new ones
+    /// start).
+    binding_threads: std::sync::Mutex<Vec<JoinHandle<()>>>,
     /// The names registered for the exports: taken back when a shutdown begins.
     registrations: std::sync::Mutex<Vec<Registration>>,
     /// The runtime of async procedures, when an export has some.
@@ -395,7 +430,12 @@ impl Shared {
     /// the workers stop.
     pub(crate) fn drained(&self, now: std::time::Instant) -> bool {
         let by = *self.shutdown_by.lock().unwrap_or_else(|p| p.into_inner());
-        by.is_some_and(|by| self.endpoint.running() == 0 && self.async_in_flight() == 0 || now >= by)
+        by.is_some_and(|by| {
+            self.endpoint.running() == 0
+                && self.stream_running.load(Ordering::Acquire) == 0
+                && self.async_in_flight() == 0
+                || now >= by
+        })
     }
 
     /// Async procedures running.
@@ -469,9 +509,11 @@ impl RunningServer {
         self.shared.stats.clone()
     }
 
-    /// Bindings currently held (over UDP and through shared memory).
+    /// Bindings currently held (over UDP, through shared memory and over TCP).
     pub fn bindings(&self) -> usize {
-        self.shared.endpoint.len() + self.shared.shm_bindings.load(Ordering::Relaxed)
+        self.shared.endpoint.len()
+            + self.shared.shm_bindings.load(Ordering::Relaxed)
+            + self.shared.stream_bindings.load(Ordering::Relaxed)
     }
 
     /// Bytes the bindings hold now for messages: over UDP, calls being reassembled and results not
@@ -517,14 +559,14 @@ impl RunningServer {
         self.join();
     }
 
-    /// Waits for the workers, then for the threads of shared-memory bindings (which stop once the
-    /// workers have, and hold the server's socket until they do).
+    /// Waits for the workers, then for the threads of shared-memory and TCP bindings (which stop
+    /// once the workers have, and hold the server's socket until they do).
     fn join(&mut self) {
         for h in self.handles.drain(..) {
             let _ = h.join();
         }
         self.shared.stop.store(true, Ordering::Release);
-        let threads = std::mem::take(&mut *self.shared.shm_threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let threads = std::mem::take(&mut *self.shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner()));
         for t in threads {
             let _ = t.join();
         }

@@ -234,7 +234,7 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
     match spawned {
         // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
         Ok(thread) => {
-            let mut threads = shared.shm_threads.lock().unwrap_or_else(|p| p.into_inner());
+            let mut threads = shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
             threads.retain(|t| !t.is_finished());
             threads.push(thread);
         }
@@ -294,19 +294,19 @@ fn serve_binding(
 }
 
 /// Bytes charged to a binding's budget and to the server's, given back when dropped.
-struct Charge {
+pub(super) struct Charge {
     binding: Arc<Budget>,
     server: Arc<Budget>,
     charged: usize,
 }
 
 impl Charge {
-    fn new(binding: Arc<Budget>, server: Arc<Budget>) -> Charge {
+    pub(super) fn new(binding: Arc<Budget>, server: Arc<Budget>) -> Charge {
         Charge { binding, server, charged: 0 }
     }
 
     /// Charges `bytes` more to both budgets; false (nothing charged) if either has no room.
-    fn reserve(&mut self, bytes: usize) -> bool {
+    pub(super) fn reserve(&mut self, bytes: usize) -> bool {
         if !self.binding.reserve(bytes) {
             return false;
         }
@@ -320,7 +320,7 @@ impl Charge {
 
     /// Makes the charge `total`: more if there is room (false if not, the charge unchanged),
     /// or less.
-    fn settle(&mut self, total: usize) -> bool {
+    pub(super) fn settle(&mut self, total: usize) -> bool {
         match total.checked_sub(self.charged) {
             Some(more) => self.reserve(more),
             None => {

@@ -1,0 +1,347 @@
+//! Framing for byte-stream transports (TCP): each packet (the same header as over UDP, then the
+//! whole message: a stream needs no fragments) goes as one frame, a 4-byte little-endian length of
+//! the packet and the packet.
+//!
+//! ```text
+//!  0      4                      4+56                  4+len
+//!  ┌──────┬──────────────────────┬─────────────────────┐
+//!  │ len  │ header (wire.rs)     │ payload: one message │   len = 56 + payload length
+//!  └──────┴──────────────────────┴─────────────────────┘
+//! ```
+//!
+//! [`Deframer`] holds what arrived of the stream and cuts it into frames, refusing a length beyond
+//! its limit before anything is allocated for it; [`check_frame`] checks a frame's packet the way a
+//! datagram is checked, and that it is whole (one fragment, payload equal to the message).
+
+use crate::wire::{Packet, HEADER_LEN};
+
+/// Bytes of a frame's length prefix.
+pub const PREFIX_LEN: usize = 4;
+
+/// Why a stream's bytes cannot be framed: the connection cannot be trusted further and is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameError {
+    /// A frame shorter than a header.
+    TooShort(usize),
+    /// A frame longer than the limit.
+    TooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The packet in the frame failed validation, or is not whole.
+    BadPacket,
+}
+
+impl core::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            FrameError::TooShort(n) => write!(f, "a frame of {n} bytes is shorter than a header"),
+            FrameError::TooLong { len, limit } => write!(f, "a frame of {len} bytes exceeds the limit of {limit}"),
+            FrameError::BadPacket => f.write_str("a frame's packet is malformed or not whole"),
+        }
+    }
+}
+
+/// The prefix of a frame holding a packet of `len` bytes.
+pub fn prefix(len: usize) -> [u8; PREFIX_LEN] {
+    (len as u32).to_le_bytes()
+}
+
+/// The largest frame (packet) a peer may send when messages are at most `max_message` bytes.
+pub fn max_frame(max_message: usize) -> usize {
+    HEADER_LEN + max_message
+}
+
+/// Checks a frame's packet: a valid header, one fragment, payload equal to the message and to what
+/// the frame holds.
+pub fn check_frame(frame: &[u8]) -> Result<Packet<&[u8]>, FrameError> {
+    let p = Packet::new_checked(frame).map_err(|_| FrameError::BadPacket)?;
+    let whole = p.frag_index() == 0
+        && p.frag_count() == 1
+        && p.payload_len() == p.message_len()
+        && HEADER_LEN + p.payload_len() as usize == frame.len();
+    if whole {
+        Ok(p)
+    } else {
+        Err(FrameError::BadPacket)
+    }
+}
+
+/// What has arrived of a stream, cut into frames.
+///
+/// Bytes are read into [`Deframer::spare`] and counted with [`Deframer::filled`]; [`Deframer::next`]
+/// says whether a whole frame is there. The buffer starts at the capacity given and grows to hold a
+/// larger frame only when the caller asks ([`Deframer::grow_for`]), after it has decided the frame
+/// may take that memory: nothing is allocated on the strength of a length alone.
+#[derive(Debug)]
+pub struct Deframer {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    limit: usize,
+    base: usize,
+    /// Bytes still to come of a frame being skipped: dropped as they arrive.
+    skip: usize,
+}
+
+/// What the buffered bytes hold next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Not even a whole length prefix.
+    Nothing,
+    /// A frame of this many bytes (prefix not counted), not all of it here yet.
+    Partial(usize),
+    /// A whole frame of this many bytes: [`Deframer::frame`] has it.
+    Frame(usize),
+}
+
+impl Deframer {
+    /// A deframer with `capacity` bytes of buffer, refusing frames longer than `limit`.
+    pub fn new(capacity: usize, limit: usize) -> Deframer {
+        let capacity = capacity.max(PREFIX_LEN + HEADER_LEN);
+        Deframer { buf: vec![0; capacity], start: 0, end: 0, limit, base: capacity, skip: 0 }
+    }
+
+    /// What comes next in the buffered bytes.
+    pub fn next(&self) -> Result<Next, FrameError> {
+        let have = &self.buf[self.start..self.end];
+        let Some(prefix) = have.get(..PREFIX_LEN) else { return Ok(Next::Nothing) };
+        let len = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+        if len < HEADER_LEN {
+            return Err(FrameError::TooShort(len));
+        }
+        if len > self.limit {
+            return Err(FrameError::TooLong { len, limit: self.limit });
+        }
+        Ok(if have.len() >= PREFIX_LEN + len { Next::Frame(len) } else { Next::Partial(len) })
+    }
+
+    /// The whole frame [`Deframer::next`] found (its packet, without the prefix); empty if none.
+    pub fn frame(&self) -> &[u8] {
+        match self.next() {
+            Ok(Next::Frame(len)) => &self.buf[self.start + PREFIX_LEN..self.start + PREFIX_LEN + len],
+            _ => &[],
+        }
+    }
+
+    /// Drops the whole frame [`Deframer::next`] found.
+    pub fn consume(&mut self) {
+        if let Ok(Next::Frame(len)) = self.next() {
+            self.start += PREFIX_LEN + len;
+            if self.start == self.end {
+                (self.start, self.end) = (0, 0);
+            }
+        }
+    }
+
+    /// Whether the buffer can hold a frame of `len` bytes (prefix not counted) whole.
+    pub fn fits(&self, len: usize) -> bool {
+        PREFIX_LEN + len <= self.buf.len()
+    }
+
+    /// Grows the buffer to hold a frame of `len` bytes whole (at most the limit). The caller has
+    /// accounted for the memory.
+    pub fn grow_for(&mut self, len: usize) {
+        let want = PREFIX_LEN + len.min(self.limit);
+        if want > self.buf.len() {
+            self.compact();
+            self.buf.resize(want, 0);
+        }
+    }
+
+    /// Bytes the buffer holds beyond its starting capacity (grown for large frames).
+    pub fn grown(&self) -> usize {
+        self.buf.len() - self.base
+    }
+
+    /// Gives back what the buffer grew for large frames, if nothing beyond its starting capacity is
+    /// buffered. Returns the bytes given back.
+    pub fn shrink(&mut self) -> usize {
+        let grown = self.grown();
+        if grown == 0 || self.end - self.start > self.base {
+            return 0;
+        }
+        self.compact();
+        self.buf.truncate(self.base);
+        self.buf.shrink_to_fit();
+        grown
+    }
+
+    /// Where to read more bytes into (compacting first when the free space is at the end).
+    pub fn spare(&mut self) -> &mut [u8] {
+        if self.end == self.buf.len() && self.start > 0 {
+            self.compact();
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// Counts `n` bytes read into [`Deframer::spare`].
+    pub fn filled(&mut self, n: usize) {
+        let n = n.min(self.buf.len() - self.end);
+        let dropped = n.min(self.skip);
+        if dropped > 0 {
+            self.buf.copy_within(self.end + dropped..self.end + n, self.end);
+            self.skip -= dropped;
+        }
+        self.end += n - dropped;
+    }
+
+    /// Drops the frame [`Deframer::next`] found partial (one the reader will not take): what is
+    /// buffered of it now, and the rest as it arrives. Its header, if buffered, is read first.
+    pub fn skip_frame(&mut self) {
+        if let Ok(Next::Partial(len)) = self.next() {
+            self.skip = PREFIX_LEN + len - self.buffered();
+            (self.start, self.end) = (0, 0);
+        }
+    }
+
+    /// The header of the frame [`Deframer::next`] found (whole or partial), if it is buffered.
+    pub fn header(&self) -> Option<&[u8]> {
+        self.buf
+            .get(self.start + PREFIX_LEN..self.start + PREFIX_LEN + HEADER_LEN)
+            .filter(|_| self.buffered() >= PREFIX_LEN + HEADER_LEN)
+    }
+
+    /// Bytes buffered.
+    pub fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    fn compact(&mut self) {
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Header, Kind};
+
+    fn packet(payload: &[u8]) -> Vec<u8> {
+        let h =
+            Header { payload_len: payload.len() as u32, message_len: payload.len() as u32, ..Header::new(Kind::Call) };
+        let mut p = h.to_bytes().to_vec();
+        p.extend_from_slice(payload);
+        p
+    }
+
+    fn feed(d: &mut Deframer, mut bytes: &[u8], chunk: usize) -> Vec<Vec<u8>> {
+        let mut frames = Vec::new();
+        while !bytes.is_empty() || d.next() == Ok(Next::Frame(d.frame().len())) {
+            while let Ok(Next::Frame(_)) = d.next() {
+                frames.push(d.frame().to_vec());
+                d.consume();
+            }
+            if let Ok(Next::Partial(len)) = d.next() {
+                if !d.fits(len) {
+                    d.grow_for(len);
+                }
+            }
+            if bytes.is_empty() {
+                break;
+            }
+            let spare = d.spare();
+            let n = spare.len().min(chunk).min(bytes.len());
+            spare[..n].copy_from_slice(&bytes[..n]);
+            d.filled(n);
+            bytes = &bytes[n..];
+        }
+        while let Ok(Next::Frame(_)) = d.next() {
+            frames.push(d.frame().to_vec());
+            d.consume();
+        }
+        frames
+    }
+
+    #[test]
+    fn frames_come_out_whole_whatever_the_reads() {
+        let sent: Vec<Vec<u8>> = (0..20).map(|i| packet(&vec![i as u8; i * 37])).collect();
+        let mut stream = Vec::new();
+        for p in &sent {
+            stream.extend_from_slice(&prefix(p.len()));
+            stream.extend_from_slice(p);
+        }
+        for chunk in [1, 3, 64, 100, 4096] {
+            let mut d = Deframer::new(128, 4096);
+            let got = feed(&mut d, &stream, chunk);
+            assert_eq!(got, sent, "reads of {chunk} bytes");
+            assert!(got.iter().all(|f| check_frame(f).is_ok()));
+        }
+    }
+
+    #[test]
+    fn a_length_beyond_the_limit_is_refused_before_any_allocation() {
+        let mut d = Deframer::new(128, 1000);
+        d.spare()[..4].copy_from_slice(&prefix(1_000_000));
+        d.filled(4);
+        assert_eq!(d.next(), Err(FrameError::TooLong { len: 1_000_000, limit: 1000 }));
+        assert_eq!(d.grown(), 0);
+        let mut d = Deframer::new(128, 1000);
+        d.spare()[..4].copy_from_slice(&prefix(10));
+        d.filled(4);
+        assert_eq!(d.next(), Err(FrameError::TooShort(10)));
+    }
+
+    #[test]
+    fn grown_buffers_are_given_back() {
+        let mut d = Deframer::new(128, 10_000);
+        let p = packet(&[7; 5000]);
+        let mut stream = prefix(p.len()).to_vec();
+        stream.extend_from_slice(&p);
+        let got = feed(&mut d, &stream, 700);
+        assert_eq!(got, vec![p]);
+        assert!(d.grown() > 0);
+        assert_eq!(d.shrink(), PREFIX_LEN + 5000 + HEADER_LEN - 128);
+        assert_eq!(d.grown(), 0);
+    }
+
+    #[test]
+    fn a_skipped_frame_is_dropped_as_it_arrives() {
+        let big = packet(&[9; 3000]);
+        let small = packet(&[1, 2]);
+        let mut stream = prefix(big.len()).to_vec();
+        stream.extend_from_slice(&big);
+        stream.extend_from_slice(&prefix(small.len()));
+        stream.extend_from_slice(&small);
+        let mut d = Deframer::new(256, 10_000);
+        let mut rest = &stream[..];
+        let n = d.spare().len();
+        d.spare().copy_from_slice(&rest[..n]);
+        d.filled(n);
+        rest = &rest[n..];
+        assert_eq!(d.next(), Ok(Next::Partial(big.len())));
+        assert_eq!(d.header(), Some(&big[..HEADER_LEN]));
+        d.skip_frame();
+        let mut frames = Vec::new();
+        while !rest.is_empty() {
+            let spare = d.spare();
+            let n = spare.len().min(100).min(rest.len());
+            spare[..n].copy_from_slice(&rest[..n]);
+            d.filled(n);
+            rest = &rest[n..];
+            while let Ok(Next::Frame(_)) = d.next() {
+                frames.push(d.frame().to_vec());
+                d.consume();
+            }
+        }
+        assert_eq!(frames, vec![small]);
+        assert_eq!(d.grown(), 0);
+    }
+
+    #[test]
+    fn a_frame_must_hold_one_whole_packet() {
+        let p = packet(&[1, 2, 3]);
+        assert!(check_frame(&p).is_ok());
+        assert_eq!(check_frame(&p[..p.len() - 1]).err(), Some(FrameError::BadPacket));
+        let mut fragment = p.clone();
+        Packet::new_unchecked(&mut fragment[..]).set_fragment(0, 2);
+        assert_eq!(check_frame(&fragment).err(), Some(FrameError::BadPacket));
+        let mut garbage = p;
+        garbage[0] ^= 0xff;
+        assert_eq!(check_frame(&garbage).err(), Some(FrameError::BadPacket));
+    }
+}

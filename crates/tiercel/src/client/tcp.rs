@@ -1,0 +1,692 @@
+//! The client side of the TCP transport: binding over a connection, and the calls of every thread
+//! and task of the binding sharing it.
+//!
+//! A call is one frame (length, header, arguments) written with one `writev`, under a lock so that
+//! frames never interleave; calls of several threads are in flight at once, each on its own client
+//! slot. The results come back in the order the server finishes them and are matched to their
+//! callers by slot and call number: the waiting caller that finds no one reading the connection
+//! reads it (spinning, then blocking in `poll`) and hands every other caller's result to its slot,
+//! waking it; when its own result is in, it gives the reading over to another waiting caller. With
+//! one caller there is no handoff at all: it reads its own result.
+//!
+//! The server sends a heartbeat frame every second while a call of the connection runs, so a
+//! connection from which nothing arrives for `Timing::dead_after` (at least 2 s) while calls wait
+//! is given up: those calls fail with [`CallError::ConnectionLost`] and may have run; a closed or
+//! reset connection fails them at once. Nothing is ever sent again.
+
+use std::io::IoSlice;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+#[cfg(feature = "async")]
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use tiercel_proto::bind::{BindClient, BindEvent, Keyed};
+use tiercel_proto::context::{self, Context};
+use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
+use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
+
+use super::BindingInner;
+use crate::config::ClientConfig;
+use crate::framed;
+use crate::interface::InterfaceInfo;
+use crate::spin::SpinBudget;
+use crate::steps::{mark, Point};
+use crate::wire::{Segments, MAX_SEGMENTS};
+use crate::{BindError, CallError};
+
+/// Bytes of the connection's receive buffer (larger results grow it while they pass).
+const BUFFER: usize = 64 * 1024;
+/// Bytes of a call's private argument buffer to start with.
+const SCRATCH: usize = 4096;
+/// How long a blocked caller waits before looking again at its deadline and the connection's
+/// silence.
+const TICK: Duration = Duration::from_millis(100);
+/// Prefix and header of every frame.
+const FRAME_HEAD: usize = PREFIX_LEN + HEADER_LEN;
+/// The least silence that ends a connection: a few of the server's heartbeats.
+const MIN_SILENCE: Duration = Duration::from_secs(2);
+
+/// What a TCP bind produced.
+pub(crate) struct Granted {
+    pub(crate) link: Link,
+    pub(crate) id: u32,
+    pub(crate) incarnation: u64,
+    pub(crate) slots: u32,
+    pub(crate) features: u16,
+}
+
+/// A binding's connection, shared by its callers.
+pub(crate) struct Link {
+    stream: TcpStream,
+    server: SocketAddr,
+    /// Held while a frame is written.
+    writing: Mutex<()>,
+    demux: Mutex<Demux>,
+    /// Silence after which the connection is given up while calls wait.
+    silence: Duration,
+    /// How long a write may wait for the server to make room.
+    send_timeout: Duration,
+    /// Readiness of the connection on the runtime of async calls (made by the first).
+    #[cfg(feature = "async")]
+    ready: std::sync::OnceLock<Option<tokio::net::TcpStream>>,
+}
+
+/// Who waits for a slot's result.
+enum Wake {
+    Thread(std::thread::Thread),
+    #[cfg(feature = "async")]
+    Task(Waker),
+}
+
+impl Wake {
+    fn wake(self) {
+        match self {
+            Wake::Thread(t) => t.unpark(),
+            #[cfg(feature = "async")]
+            Wake::Task(w) => w.wake(),
+        }
+    }
+}
+
+/// One client slot's mailbox.
+#[derive(Default)]
+struct Mail {
+    /// The call awaited, if any.
+    awaiting: Option<u32>,
+    /// How to wake its caller when it is not the one reading.
+    wake: Option<Wake>,
+    /// What arrived for it: kind and status; the payload is in `result`.
+    arrived: Option<(Kind, Status)>,
+    result: Vec<u8>,
+}
+
+/// The receiving side of the connection.
+struct Demux {
+    /// A caller is reading the connection.
+    reading: bool,
+    frames: Deframer,
+    mail: Vec<Mail>,
+    /// Calls sent (or being sent) and not answered.
+    expecting: usize,
+    /// When the server was last heard from (or, with no call waiting, the last call began).
+    heard: Instant,
+    /// Why the connection is over.
+    broken: Option<String>,
+}
+
+impl Demux {
+    /// Ends the connection for every call: each waiting caller is woken to find out.
+    fn break_off(&mut self, why: String) {
+        if self.broken.is_none() {
+            self.broken = Some(why);
+        }
+        for m in &mut self.mail {
+            if let Some(w) = m.wake.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Hands over the reading to another waiting caller, if one waits.
+    fn hand_over(&mut self) {
+        self.reading = false;
+        if let Some(w) = self.mail.iter_mut().find(|m| m.awaiting.is_some() && m.arrived.is_none() && m.wake.is_some())
+        {
+            if let Some(w) = w.wake.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Delivers every whole frame buffered to its slot. Err: the server broke the protocol.
+    fn deliver(&mut self, binding: u32, stale: &std::sync::atomic::AtomicU64) -> Result<(), String> {
+        loop {
+            match self.frames.next() {
+                Err(e) => return Err(format!("the server sent a bad frame: {e}")),
+                Ok(Next::Frame(_)) => {}
+                Ok(Next::Partial(len)) => {
+                    if !self.frames.fits(len) {
+                        self.frames.grow_for(len);
+                    }
+                    return Ok(());
+                }
+                Ok(Next::Nothing) => return Ok(()),
+            }
+            let frame = self.frames.frame();
+            let p = stream::check_frame(frame).map_err(|e| format!("the server sent a bad frame: {e}"))?;
+            let (kind, slot, seq) = (p.kind(), p.slot() as usize, p.seq());
+            let ours = p.binding() == binding || kind == Kind::Reject;
+            let mail = self.mail.get_mut(slot).filter(|m| m.awaiting == Some(seq) && m.arrived.is_none());
+            match (kind, mail) {
+                // A heartbeat, or a probe's answer: the server lives.
+                (Kind::ProbeReply, _) => {}
+                (Kind::Result | Kind::Reject, Some(m)) if ours => {
+                    m.result.clear();
+                    m.result.extend_from_slice(p.payload());
+                    m.arrived = Some((kind, p.status()));
+                    if let Some(w) = m.wake.take() {
+                        w.wake();
+                    }
+                }
+                (Kind::Result | Kind::Reject, _) => {
+                    // The result of a call given up at its deadline.
+                    stale.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                _ => return Err(format!("the server sent a {kind:?} frame")),
+            }
+            self.frames.consume();
+        }
+    }
+}
+
+/// Connects to `server` and binds over the connection, decided by the client's bind machine.
+pub(crate) fn bind(
+    server: SocketAddr,
+    info: &'static InterfaceInfo,
+    config: &ClientConfig,
+) -> Result<Granted, BindError> {
+    let dead_after = config.timing.dead_after;
+    let stream = tiercel_sys::tcp::connect(server, dead_after).map_err(|e| match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => BindError::NoServer(server),
+        std::io::ErrorKind::TimedOut => BindError::Unreachable(server),
+        _ => BindError::Io(e),
+    })?;
+    tiercel_sys::tcp::prepare(&stream, dead_after)?;
+    let bad = |why: &str| BindError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
+    let until = Instant::now() + dead_after;
+    let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+    let mut machine = BindClient::new(&info.spec(), 0, nonce, false);
+    let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
+    let mut frames = Deframer::new(PREFIX_LEN + 4 * crate::rendezvous::MAX_MESSAGE, 4 * crate::rendezvous::MAX_MESSAGE);
+    let send = |packet: &[u8]| {
+        let prefix = stream::prefix(packet.len());
+        framed::send(&stream, &mut [IoSlice::new(&prefix), IoSlice::new(packet)], dead_after)
+    };
+    // A server with no room closes the connection at once: writing to it may fail already.
+    let closed = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof => {
+            BindError::Busy
+        }
+        _ => BindError::Io(e),
+    };
+    send(&machine.packet()).map_err(closed)?;
+    // At most two answers: a challenge, then the grant or refusal.
+    for _ in 0..2 {
+        loop {
+            match frames.next() {
+                Ok(Next::Frame(_)) => break,
+                Ok(_) => {}
+                Err(_) => return Err(bad("malformed bind answer")),
+            }
+            if !framed::receive(&stream, &mut frames).map_err(closed)? {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() || !tiercel_sys::udp::wait_readable_fd(&stream, Some(left))? {
+                    return Err(BindError::Unreachable(server));
+                }
+            }
+        }
+        let p = Packet::new_checked(frames.frame()).map_err(|_| bad("malformed bind answer"))?;
+        let granted = match machine.handle(&p, secret) {
+            BindEvent::Ignored | BindEvent::Rendezvous { .. } | BindEvent::Listed(_) => {
+                return Err(bad("bind answer for another request"))
+            }
+            BindEvent::SendAgain => {
+                let again = machine.packet();
+                frames.consume();
+                send(&again).map_err(closed)?;
+                continue;
+            }
+            BindEvent::Refused(r) => return Err(super::udp_bind::refusal_error(info, r)),
+            BindEvent::Granted(g) => g,
+        };
+        let slots = granted.grant.slots.clamp(1, 1 << 16);
+        let link = Link {
+            stream,
+            server,
+            writing: Mutex::new(()),
+            demux: Mutex::new(Demux {
+                reading: false,
+                frames: Deframer::new(BUFFER, stream::max_frame(config.timing.max_message)),
+                mail: Vec::new(),
+                expecting: 0,
+                heard: Instant::now(),
+                broken: None,
+            }),
+            silence: dead_after.max(MIN_SILENCE),
+            send_timeout: dead_after,
+            #[cfg(feature = "async")]
+            ready: std::sync::OnceLock::new(),
+        };
+        return Ok(Granted {
+            link,
+            id: granted.binding,
+            incarnation: granted.incarnation,
+            slots,
+            features: granted.grant.features,
+        });
+    }
+    Err(bad("a second challenge"))
+}
+
+impl Link {
+    fn demux(&self) -> MutexGuard<'_, Demux> {
+        self.demux.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lost(&self, why: &str, sent: bool) -> CallError {
+        CallError::ConnectionLost { server: self.server, sent, reason: why.to_owned() }
+    }
+
+    /// Reads what the connection has and delivers it; the caller holds the reading. Err: the
+    /// connection is over (the demux broken off).
+    fn pump(&self, demux: &mut Demux, binding: &BindingInner) -> Result<bool, ()> {
+        let got = match framed::receive(&self.stream, &mut demux.frames) {
+            Ok(got) => got,
+            Err(e) => {
+                let why = match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof => "the server closed the connection".to_owned(),
+                    _ => format!("the connection failed: {e}"),
+                };
+                demux.break_off(why);
+                return Err(());
+            }
+        };
+        if got {
+            demux.heard = Instant::now();
+            if let Err(why) = demux.deliver(binding.id, &binding.stats.stale) {
+                binding.stats.malformed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let _ = self.stream.shutdown(std::net::Shutdown::Both);
+                demux.break_off(why);
+                return Err(());
+            }
+        }
+        Ok(got)
+    }
+
+    /// Gives up the connection if the server has been silent too long while calls wait.
+    fn check_silence(&self, demux: &mut Demux, now: Instant) {
+        if demux.expecting > 0 && now.saturating_duration_since(demux.heard) >= self.silence {
+            let _ = self.stream.shutdown(std::net::Shutdown::Both);
+            demux.break_off(format!("nothing heard from the server for {:?}", self.silence));
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// A calling thread's (or an async call's) client slot on a TCP binding.
+pub(crate) struct TcpEndpoint {
+    uid: u64,
+    binding: Weak<BindingInner>,
+    slot: u32,
+    seq: u32,
+    /// Prefix and header of the call frame, rewritten per call.
+    head: [u8; FRAME_HEAD],
+    scratch: Vec<u8>,
+    /// The last result's payload (swapped with the slot's mailbox).
+    result: Vec<u8>,
+    spin: SpinBudget,
+    /// `flags::CONTEXT` when the call starts with a context block.
+    context_flag: u8,
+    /// This caller reads the connection for every caller now.
+    reading: bool,
+    /// What arrived for the last call: kind and status.
+    arrived: Option<(Kind, Status)>,
+}
+
+impl super::cache::Cached for TcpEndpoint {
+    fn uid(&self) -> u64 {
+        self.uid
+    }
+    fn is_live(&self) -> bool {
+        self.binding.strong_count() > 0
+    }
+}
+
+/// What a wait found.
+enum Waited {
+    /// The result is in the slot's mailbox.
+    Arrived,
+    /// Not yet; the caller reads the connection (`true`) or waits to be woken.
+    Not(bool),
+}
+
+impl TcpEndpoint {
+    pub(super) fn new(inner: &Arc<BindingInner>, link: &Link) -> Result<TcpEndpoint, CallError> {
+        let (slot, seq) = inner.take_slot()?;
+        {
+            let mut demux = link.demux();
+            if demux.mail.len() <= slot as usize {
+                demux.mail.resize_with(slot as usize + 1, Mail::default);
+            }
+        }
+        let header = Header { binding: inner.id, slot, incarnation: inner.incarnation, ..Header::new(Kind::Call) };
+        let mut head = [0u8; FRAME_HEAD];
+        head[PREFIX_LEN..].copy_from_slice(&header.to_bytes());
+        Ok(TcpEndpoint {
+            uid: inner.uid,
+            binding: Arc::downgrade(inner),
+            slot,
+            seq,
+            head,
+            scratch: Vec::with_capacity(SCRATCH),
+            result: Vec::new(),
+            spin: SpinBudget::new(inner.config.spin),
+            context_flag: 0,
+            reading: false,
+            arrived: None,
+        })
+    }
+
+    /// Prepares the endpoint for a call whose message starts with `context` (when not empty).
+    pub(super) fn begin(&mut self, context: &Context) {
+        self.scratch.clear();
+        self.context_flag = 0;
+        if self.scratch.capacity() > crate::retention::LARGE {
+            self.scratch = Vec::with_capacity(SCRATCH);
+        }
+        if !context.is_empty() {
+            let mut block = [0u8; context::MAX_LEN];
+            let n = context.encode(&mut block);
+            self.scratch.extend_from_slice(&block[..n]);
+            self.context_flag = flags::CONTEXT;
+        }
+    }
+
+    pub(super) fn scratch_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.scratch
+    }
+
+    /// The marshaled results of the last call.
+    pub(super) fn result(&self) -> &[u8] {
+        &self.result
+    }
+
+    /// Makes the call: send, wait (spinning, then blocking), and leave the results where
+    /// [`TcpEndpoint::result`] finds them.
+    pub(super) fn run(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+    ) -> Result<(), CallError> {
+        let start = Instant::now();
+        let deadline = deadline.map(|d| start + d);
+        self.send(inner, link, procedure, segs)?;
+        let spin_until = start + self.spin.budget();
+        loop {
+            let now = Instant::now();
+            let reading = match self.look(inner, link, deadline, now, Some(Wake::Thread(std::thread::current())))? {
+                Waited::Arrived => break,
+                Waited::Not(reading) => reading,
+            };
+            if now < spin_until {
+                core::hint::spin_loop();
+                continue;
+            }
+            let tick = deadline.map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
+            crate::steps::slept(crate::steps::Side::Client);
+            if reading {
+                let readable = tiercel_sys::udp::wait_readable_fd(&link.stream, Some(tick));
+                if let Err(e) = readable {
+                    link.demux().break_off(format!("the connection failed: {e}"));
+                }
+            } else {
+                std::thread::park_timeout(tick);
+            }
+        }
+        mark(Point::Validated);
+        self.spin.observe(start.elapsed());
+        self.finish(procedure)
+    }
+
+    /// Numbers the call and sends its frame with one `writev`.
+    pub(super) fn send(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        procedure: u16,
+        segs: &Segments<'_>,
+    ) -> Result<(), CallError> {
+        let len = segs.message_len(&self.scratch);
+        if len > inner.config.timing.max_message {
+            return Err(CallError::TooLarge(format!(
+                "call of {len} bytes exceeds the limit of {} bytes",
+                inner.config.timing.max_message
+            )));
+        }
+        self.seq = self.seq.wrapping_add(1);
+        {
+            let mut demux = link.demux();
+            if let Some(why) = &demux.broken {
+                return Err(link.lost(why, false));
+            }
+            if demux.expecting == 0 {
+                demux.heard = Instant::now();
+            }
+            demux.expecting += 1;
+            let mail = &mut demux.mail[self.slot as usize];
+            mail.awaiting = Some(self.seq);
+            mail.arrived = None;
+            mail.wake = None;
+        }
+        self.head[..PREFIX_LEN].copy_from_slice(&stream::prefix(HEADER_LEN + len));
+        let mut p = Packet::new_unchecked(&mut self.head[PREFIX_LEN..]);
+        p.set_seq(self.seq);
+        p.set_procedure(procedure);
+        p.set_lengths(len as u32, len as u32);
+        p.set_fragment(0, 1);
+        p.set_flags(self.context_flag);
+        mark(Point::HeaderReady);
+        let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
+        io[0] = IoSlice::new(&self.head);
+        let n = segs.io_slices(&self.scratch, &mut io[1..]);
+        let sent = {
+            let _writing = link.writing.lock().unwrap_or_else(|p| p.into_inner());
+            framed::send(&link.stream, &mut io[..n + 1], link.send_timeout)
+        };
+        mark(Point::Sent);
+        let mut demux = link.demux();
+        match sent {
+            Ok(()) => {
+                // Sending a large call may take a while: the server was reading it meanwhile.
+                demux.heard = demux.heard.max(Instant::now());
+                Ok(())
+            }
+            Err(e) => {
+                let _ = link.stream.shutdown(std::net::Shutdown::Both);
+                demux.break_off(format!("sending the call failed: {e}"));
+                self.give_up(&mut demux);
+                Err(link.lost(&format!("sending the call failed: {e}"), true))
+            }
+        }
+    }
+
+    /// One look for the result, reading the connection if no one else is: `Arrived`, or whether
+    /// this caller now reads (then it waits on the socket) or waits to be woken with `wake`.
+    fn look(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        deadline: Option<Instant>,
+        now: Instant,
+        wake: Option<Wake>,
+    ) -> Result<Waited, CallError> {
+        let mut demux = link.demux();
+        if !demux.reading && demux.broken.is_none() {
+            demux.reading = true;
+            self.reading = true;
+        }
+        if self.reading {
+            while let Ok(true) = link.pump(&mut demux, inner) {}
+        }
+        let i = self.slot as usize;
+        if demux.mail[i].arrived.is_some() {
+            let mail = &mut demux.mail[i];
+            std::mem::swap(&mut mail.result, &mut self.result);
+            self.arrived = mail.arrived.take();
+            self.give_up(&mut demux);
+            return Ok(Waited::Arrived);
+        }
+        link.check_silence(&mut demux, now);
+        if let Some(why) = demux.broken.clone() {
+            self.give_up(&mut demux);
+            return Err(link.lost(&why, true));
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            self.give_up(&mut demux);
+            drop(demux);
+            self.cancel(link, inner.features & tiercel_proto::bind::wire::features::CANCEL != 0);
+            return Err(CallError::DeadlineExceeded { may_have_run: true });
+        }
+        if !self.reading {
+            demux.mail[i].wake = wake;
+        }
+        Ok(Waited::Not(self.reading))
+    }
+
+    /// The call waits no more (its result came, or it failed): its mailbox is cleared, and the
+    /// reading, if this caller had it, goes to another waiting caller.
+    fn give_up(&mut self, demux: &mut Demux) {
+        let mail = &mut demux.mail[self.slot as usize];
+        if mail.awaiting.take().is_some() {
+            demux.expecting -= 1;
+        }
+        mail.wake = None;
+        mail.arrived = None;
+        if self.reading {
+            self.reading = false;
+            demux.hand_over();
+        }
+    }
+
+    /// Tells the server, best effort, that the call being made is given up: an async procedure
+    /// running it stops (a plain one runs to its end), and its result, when it comes, is dropped.
+    pub(super) fn cancel(&mut self, link: &Link, tell: bool) {
+        self.give_up(&mut link.demux());
+        if !tell {
+            return;
+        }
+        let mut head = self.head;
+        head[..PREFIX_LEN].copy_from_slice(&stream::prefix(HEADER_LEN));
+        let mut p = Packet::new_unchecked(&mut head[PREFIX_LEN..]);
+        p.set_kind(Kind::Cancel);
+        p.set_lengths(0, 0);
+        let _writing = link.writing.lock().unwrap_or_else(|p| p.into_inner());
+        if framed::send(&link.stream, &mut [IoSlice::new(&head)], link.send_timeout).is_err() {
+            let _ = link.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Turns what arrived into the result location or an error.
+    pub(super) fn finish(&mut self, procedure: u16) -> Result<(), CallError> {
+        match self.arrived.take() {
+            Some((Kind::Result, Status::Ok)) => Ok(()),
+            Some((_, Status::Busy)) => {
+                self.result.clear();
+                Err(CallError::Overloaded)
+            }
+            Some((_, status)) => {
+                let message = String::from_utf8_lossy(&self.result).into_owned();
+                self.result.clear();
+                Err(super::udp::status_error(status, procedure, message))
+            }
+            None => Err(CallError::Io(std::io::Error::other("call ended without an outcome"))),
+        }
+    }
+}
+
+#[cfg(feature = "async")]
+impl Link {
+    /// The connection registered with the runtime's reactor (by the binding's first async call).
+    /// (A duplicate of the descriptor: same socket, so readiness of one is readiness of the other;
+    /// it is never read through.)
+    fn ready(&self) -> Result<&tokio::net::TcpStream, CallError> {
+        let ready = self.ready.get_or_init(|| {
+            let stream = self.stream.try_clone().ok()?;
+            tokio::net::TcpStream::from_std(stream).ok()
+        });
+        ready.as_ref().ok_or_else(|| CallError::Io(std::io::Error::other("cannot register the connection with tokio")))
+    }
+}
+
+#[cfg(feature = "async")]
+impl TcpEndpoint {
+    /// [`TcpEndpoint::run`] for an async call: the caller that reads the connection waits for it
+    /// on tokio's reactor, the others are woken by it. Spins first when `alone` (the only async
+    /// call of the binding in flight), as a synchronous call does. The frame is written on the
+    /// task's thread: it waits there only if the socket's buffer is full.
+    pub(super) async fn run_async(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+        alone: bool,
+    ) -> Result<(), CallError> {
+        let ready = link.ready()?;
+        let start = Instant::now();
+        let deadline = deadline.map(|d| start + d);
+        self.send(inner, link, procedure, segs)?;
+        let spin_until = if alone { start + self.spin.budget() } else { start };
+        loop {
+            let now = Instant::now();
+            if now >= spin_until {
+                break;
+            }
+            if let Waited::Arrived = self.look(inner, link, deadline, now, None)? {
+                self.spin.observe(start.elapsed());
+                return self.finish(procedure);
+            }
+            core::hint::spin_loop();
+        }
+        loop {
+            let now = Instant::now();
+            let tick = deadline.map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
+            let waited = std::future::poll_fn(|cx| loop {
+                // Readiness cleared, then a look: bytes arriving after the clear set it again, so
+                // the wait below cannot miss them.
+                let _ =
+                    ready.try_io(tokio::io::Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+                let wake = Some(Wake::Task(cx.waker().clone()));
+                match self.look(inner, link, deadline, Instant::now(), wake) {
+                    Err(e) => return std::task::Poll::Ready(Err(e)),
+                    Ok(Waited::Arrived) => return std::task::Poll::Ready(Ok(())),
+                    Ok(Waited::Not(false)) => return std::task::Poll::Pending,
+                    Ok(Waited::Not(true)) => match ready.poll_read_ready(cx) {
+                        std::task::Poll::Ready(Ok(())) => continue,
+                        std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(e.into())),
+                        std::task::Poll::Pending => return std::task::Poll::Pending,
+                    },
+                }
+            });
+            match tokio::time::timeout(tick, waited).await {
+                Ok(Ok(())) => break,
+                Ok(Err(e)) => return Err(e),
+                // A tick: the next look checks the deadline and the connection's silence.
+                Err(_) => {}
+            }
+        }
+        self.spin.observe(start.elapsed());
+        self.finish(procedure)
+    }
+}
+
+impl Drop for TcpEndpoint {
+    fn drop(&mut self) {
+        if let Some(inner) = self.binding.upgrade() {
+            if let Some(link) = &inner.tcp {
+                self.give_up(&mut link.demux());
+            }
+            inner.give_slot(self.slot, self.seq);
+        }
+    }
+}

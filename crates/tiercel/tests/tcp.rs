@@ -1,0 +1,207 @@
+//! End-to-end calls over the TCP transport on loopback, server and client in one process: the same
+//! stubs, many calls in flight on one connection, large messages, deadlines, and a server that
+//! meets bad frames and silent peers.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tiercel::{CallError, Client, ClientConfig, Execution, In, InOut, Out, Server, ServerConfig, Transport};
+use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
+
+fn serve() -> tiercel::RunningServer {
+    Server::bind("127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap()
+}
+
+fn tcp(server: &tiercel::RunningServer) -> TestClient {
+    let client: TestClient = Client::connect(format!("tcp://{}", server.addr()))
+        .unwrap()
+        .import()
+        .unwrap_or_else(|e| panic!("{e}: {}", server.stats()));
+    assert_eq!(client.binding().transport(), Transport::Tcp);
+    client
+}
+
+#[test]
+fn every_seed_procedure_returns_correct_results_over_tcp() {
+    let server = serve();
+    let client = tcp(&server);
+    for round in 0..200 {
+        seeds::check_all(&client, round).unwrap();
+    }
+    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 200 * seeds::CHECK_CALLS);
+    assert_eq!(server.bindings(), 1);
+}
+
+#[test]
+fn threads_share_one_connection_with_calls_in_flight_at_once() {
+    let server = serve();
+    let client = tcp(&server);
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                for i in 0..2000 {
+                    assert_eq!(client.add(t * 100_000, i).unwrap(), t * 100_000 + i);
+                    if i % 97 == 0 {
+                        // A slower call now and then, so that results come back out of order.
+                        client.work(200).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(server.bindings(), 1, "one connection, one binding, for every thread");
+    assert_eq!(server.stats().malformed.load(Ordering::Relaxed), 0);
+    assert_eq!(client.binding().stats().stale.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn messages_of_many_megabytes_go_whole_both_ways() {
+    let server = serve();
+    let client = tcp(&server);
+    let data: Vec<u8> = (0..16 << 20).map(seeds::pattern).collect();
+    client.bulk_in(In(&data)).unwrap();
+    let mut both: Vec<u8> = (0..5 << 20).map(seeds::pattern).collect();
+    for _ in 0..3 {
+        client.bulk_in_out(InOut(&mut both)).unwrap();
+    }
+    assert!(seeds::check(&both));
+    let mut out = vec![0u8; 1440];
+    client.max_result(Out(&mut out)).unwrap();
+    assert!(seeds::check(&out));
+    // What the connection grew for them is given back once large calls stop.
+    let base = server.message_memory();
+    std::thread::sleep(Duration::from_millis(1300));
+    client.null().unwrap();
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while server.message_memory() >= base && base > 256 << 10 {
+        assert!(Instant::now() < give_up, "{} bytes still held", server.message_memory());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(server.message_memory() <= 256 << 10, "{} bytes held by an idle binding", server.message_memory());
+}
+
+#[test]
+fn a_call_past_its_deadline_may_have_run_and_the_binding_goes_on() {
+    let server = serve();
+    let client = tcp(&server);
+    let err = client.with_deadline(Duration::from_millis(100)).work(400_000).unwrap_err();
+    assert!(matches!(err, CallError::DeadlineExceeded { may_have_run: true }), "{err}");
+    // The next call on the same slot gets its own result, not the abandoned call's.
+    assert_eq!(client.add(2, 3).unwrap(), 5);
+    assert_eq!(client.binding().stats().stale.load(Ordering::Relaxed), 1, "the late result was dropped");
+}
+
+#[test]
+fn too_large_a_call_is_refused_before_sending() {
+    let server = serve();
+    let client = tcp(&server);
+    let data = vec![0u8; tiercel::config::MAX_MESSAGE + 1];
+    let err = client.bulk_in(In(&data)).unwrap_err();
+    assert!(matches!(err, CallError::TooLarge(_)), "{err:?}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+    assert_eq!(client.add(1, 1).unwrap(), 2);
+}
+
+#[test]
+fn a_call_larger_than_the_servers_budget_is_answered_busy_and_the_connection_goes_on() {
+    let config = ServerConfig { binding_memory: 1 << 20, ..ServerConfig::default() };
+    let server =
+        Server::bind("127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
+    let client = tcp(&server);
+    let data: Vec<u8> = (0..4 << 20).map(seeds::pattern).collect();
+    let err = client.bulk_in(In(&data)).unwrap_err();
+    assert!(matches!(err, CallError::Overloaded), "{err:?}");
+    assert_eq!(server.stats().busy.load(Ordering::Relaxed), 1);
+    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 0, "refused unread, never run");
+    assert_eq!(client.add(20, 22).unwrap(), 42);
+    assert!(server.message_memory() < 1 << 20);
+}
+
+/// A raw connection to the server's TCP port.
+fn raw(server: &tiercel::RunningServer) -> TcpStream {
+    let s = TcpStream::connect(server.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+/// Whether the server closed `s` (reading gives end of file or a reset).
+fn closed(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    matches!(s.read(&mut b), Ok(0) | Err(_))
+}
+
+#[test]
+fn bad_frames_and_slow_handshakes_are_dropped_and_counted() {
+    let server = serve();
+    // A length no frame may have: refused from the prefix alone.
+    let mut s = raw(&server);
+    s.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    assert!(closed(&mut s));
+    // A frame of garbage.
+    let mut s = raw(&server);
+    s.write_all(&100u32.to_le_bytes()).unwrap();
+    s.write_all(&[0xab; 100]).unwrap();
+    assert!(closed(&mut s));
+    assert_eq!(server.stats().malformed.load(Ordering::Relaxed), 2);
+    // A connection that never completes the bind exchange is closed after the handshake time.
+    let started = Instant::now();
+    let mut silent = raw(&server);
+    assert!(closed(&mut silent));
+    assert!(started.elapsed() >= Duration::from_secs(1), "closed after {:?}", started.elapsed());
+    // A bound connection that sends garbage loses its binding, and the others keep theirs.
+    let client = tcp(&server);
+    assert_eq!(client.add(1, 2).unwrap(), 3);
+    assert_eq!(server.bindings(), 1);
+    assert_eq!(server.stats().bindings.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_server_that_stops_fails_the_call_as_may_have_run_and_rebind_moves_on() {
+    let server = serve();
+    let addr = server.addr();
+    let client: TestClient = Client::connect(format!("tcp://{addr}"))
+        .unwrap()
+        .with_config(ClientConfig { rebind: true, ..ClientConfig::default() })
+        .import()
+        .unwrap();
+    assert_eq!(client.add(1, 2).unwrap(), 3);
+    let caller = {
+        let client = client.clone();
+        std::thread::spawn(move || client.work(300_000))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    server.stop();
+    // The call under way finished before the server's threads stopped: its result either went out
+    // or the connection closed first, which the caller reports as "may have run".
+    match caller.join().unwrap() {
+        Ok(()) => {}
+        Err(e) => assert_eq!(e.execution(), Execution::MayHaveRun, "{e}"),
+    }
+    let err = client.add(1, 2).unwrap_err();
+    assert!(
+        matches!(err, CallError::ConnectionLost { sent: false, .. } | CallError::ConnectionLost { sent: true, .. }),
+        "{err}"
+    );
+    // A new server on the same port: the binding binds again by itself, over TCP.
+    let server = Server::bind(addr).unwrap().export(TestServer::new(SeedTest)).start().unwrap();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.add(2, 2) {
+            Ok(v) => {
+                assert_eq!(v, 4);
+                break;
+            }
+            Err(e) => assert!(Instant::now() < give_up, "{e}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(client.binding().transport(), Transport::Tcp);
+    assert!(client.binding().rebinds() >= 1);
+    drop(server);
+}
