@@ -206,7 +206,7 @@ impl RawRun {
         let header = if medium == Medium::Udp { HEADER } else { 0 };
         let shm = match medium {
             Medium::Shm => Some(crate::raw_shm::Connection::new(&addr)?),
-            Medium::Udp => None,
+            Medium::Udp | Medium::Tcp => None,
         };
         let mut pings = Vec::new();
         for p in [Procedure::Null, Procedure::MaxResult] {
@@ -445,7 +445,9 @@ pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw
     let to_server = if spin { spun } else { server_slept * woken + (1.0 - server_slept) * spun };
     let to_client = if spin { spun } else { client_slept * woken + (1.0 - client_slept) * spun };
     let (wake, transfer) = match medium {
-        Medium::Udp => ("woken from poll (raw blocking UDP ping-pong)", "busy-polled (raw UDP ping-pong)"),
+        Medium::Udp | Medium::Tcp => {
+            ("woken from poll (raw blocking UDP ping-pong)", "busy-polled (raw UDP ping-pong)")
+        }
         Medium::Shm => ("futex wake (raw futex ping-pong)", "cache-line transfer (raw shm ping-pong)"),
     };
     let way = |to: &str, slept: f64| {
@@ -587,6 +589,9 @@ pub fn accounts(
     client_cpu: usize,
     server_cpu: usize,
 ) -> crate::Result<(Vec<Account>, Raws)> {
+    if media.contains(&Medium::Tcp) {
+        return Err("the breakdowns are of UDP and shared memory; TCP has none yet".into());
+    }
     let placement = format!("caller CPU {client_cpu}, server CPU {server_cpu}");
     let chunk = calls.div_ceil(ROUNDS).max(1);
     let mut accounts = Vec::new();

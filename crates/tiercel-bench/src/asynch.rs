@@ -55,7 +55,7 @@ pub fn table(
     raw: &Summary,
     time: Duration,
 ) -> crate::Result<(Row, Vec<Throughput>)> {
-    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+    let scheme = medium.scheme();
     let sync: TestClient = crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())?;
     let rt = runtime()?;
     let client = sync.to_async();
@@ -87,7 +87,7 @@ pub fn table(
             Ok::<_, tiercel::CallError>(())
         })?;
     }
-    let transport = if medium == Medium::Udp { "udp" } else { "shm" };
+    let transport = medium.name();
     let row = Row {
         transport,
         raw_median_us: raw.median_us(),

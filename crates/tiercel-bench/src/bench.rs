@@ -34,8 +34,10 @@ pub struct Args {
     /// Stop measuring after this many seconds in all.
     #[arg(long, default_value_t = 240)]
     max_seconds: u64,
-    /// Transports to measure: `udp`, `shm`, or both (comma-separated).
-    #[arg(long, default_value = "udp,shm")]
+    /// Transports to measure: `udp`, `shm`, `tcp` (comma-separated). TCP has the latency, async
+    /// and tracing tables; the seeds' tables, the load table and the breakdowns are of UDP and
+    /// shared memory.
+    #[arg(long, default_value = "udp,shm,tcp")]
     transports: String,
     /// Only the latency tables against the raw baselines (skip the Mach list and Firefly Table I).
     #[arg(long)]
@@ -126,9 +128,12 @@ pub fn run(args: Args) -> crate::Result<()> {
         media.push(match t {
             "udp" => Medium::Udp,
             "shm" => Medium::Shm,
-            other => return Err(format!("unknown transport {other:?} (udp, shm)").into()),
+            "tcp" => Medium::Tcp,
+            other => return Err(format!("unknown transport {other:?} (udp, shm, tcp)").into()),
         });
     }
+    // The seeds' tables, load and breakdowns: UDP and shared memory.
+    let seed_media: Vec<Medium> = media.iter().copied().filter(|m| *m != Medium::Tcp).collect();
     tiercel_sys::cpu::pin_current_thread(args.client_cpu).map_err(crate::Error::from)?;
     let mut report = Report {
         cpus: tiercel_sys::cpu::available(),
@@ -147,7 +152,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     crate::progress::start(
         (media.len() * modes.len() + media.len() + 1) as u64
             + if full {
-                7 + 3 + 1 + 1 + (media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
+                7 + 3 + 1 + 1 + (seed_media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
             } else {
                 0
             },
@@ -167,8 +172,10 @@ pub fn run(args: Args) -> crate::Result<()> {
                 (Medium::Udp, false) => "UDP over loopback; both sides block in poll() at once (no spinning)",
                 (Medium::Shm, true) => "shared memory; both sides spin on the slot's words (never block)",
                 (Medium::Shm, false) => "shared memory; both sides sleep on futexes at once (no spinning)",
+                (Medium::Tcp, true) => "TCP over loopback; both sides busy-poll (non-blocking read in a loop)",
+                (Medium::Tcp, false) => "TCP over loopback; both sides block in poll() or read() at once (no spinning)",
             };
-            crate::progress::doing(&format!("latency {}", if medium == Medium::Udp { "udp" } else { "shm" }));
+            crate::progress::doing(&format!("latency {}", medium.name()));
             outln!("\n{policy}; {calls} timed calls per row in {rounds} interleaved rounds, after 2,000 warm-up calls");
             let rows = measure(args.server_cpu, medium, spin, calls, rounds, deadline)?;
             report.latency.push(print_table(&rows, medium, spin));
@@ -179,7 +186,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     {
         let (_spinning, addr) = serve_pinned(args.server_cpu, true)?;
         for (medium, _, rows) in latency.iter().filter(|(_, spin, _)| *spin) {
-            crate::progress::doing(&format!("async {}", if *medium == Medium::Udp { "udp" } else { "shm" }));
+            crate::progress::doing(&format!("async {}", medium.name()));
             let Some(null) = rows.iter().find(|r| r.name == "Null") else { continue };
             let (row, throughput) =
                 crate::asynch::table(*medium, &addr, args.client_cpu, calls, rounds, &null.raw, budget.async_row)?;
@@ -216,8 +223,8 @@ pub fn run(args: Args) -> crate::Result<()> {
         crate::progress::step();
         crate::progress::doing("Peregrine Table 1");
         report.peregrine.table1 = crate::peregrine::table1(args.server_cpu, budget.peregrine_row)?;
-        for &medium in &media {
-            let t = if medium == Medium::Udp { "udp" } else { "shm" };
+        for &medium in &seed_media {
+            let t = medium.name();
             crate::progress::doing(&format!("Peregrine Tables 3 and 5 {t}"));
             crate::peregrine::table5(
                 medium,
@@ -229,8 +236,8 @@ pub fn run(args: Args) -> crate::Result<()> {
             )?;
         }
         crate::progress::step();
-        for &medium in &media {
-            let t = if medium == Medium::Udp { "udp" } else { "shm" };
+        for &medium in &seed_media {
+            let t = medium.name();
             crate::progress::doing(&format!("load {t}"));
             let rows = crate::load::table(
                 medium,
@@ -243,8 +250,13 @@ pub fn run(args: Args) -> crate::Result<()> {
             report.load.extend(rows);
         }
         drop(_spinning);
-        let (accounts, _) =
-            crate::accounting::accounts(&media, &[true], budget.accounting_calls, args.client_cpu, args.server_cpu)?;
+        let (accounts, _) = crate::accounting::accounts(
+            &seed_media,
+            &[true],
+            budget.accounting_calls,
+            args.client_cpu,
+            args.server_cpu,
+        )?;
         report.breakdown = accounts;
     }
     crate::progress::finish();
@@ -274,7 +286,7 @@ fn plots(
     use plotters::prelude::SeriesLabelPosition;
     let mut written = Vec::new();
     for (medium, spin, rows) in latency {
-        let t = if *medium == Medium::Udp { "udp" } else { "shm" };
+        let t = medium.name();
         let w = if *spin { "spin" } else { "block" };
         let mut series = Vec::new();
         for r in rows.iter().filter(|r| matches!(r.name, "Null" | "MaxResult")) {

@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 
 use crate::raw::PingPong;
 use crate::raw_shm::ShmPingPong;
+use crate::raw_tcp::TcpPingPong;
 
 /// Header bytes of every tiercel packet.
 pub const HEADER: usize = 56;
@@ -17,6 +18,37 @@ pub enum Medium {
     Udp,
     /// Shared memory.
     Shm,
+    /// TCP over loopback.
+    Tcp,
+}
+
+impl Medium {
+    /// Its short name, as `--transports` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Medium::Udp => "udp",
+            Medium::Shm => "shm",
+            Medium::Tcp => "tcp",
+        }
+    }
+
+    /// The address prefix that forces it.
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Medium::Udp => "udp://",
+            Medium::Shm => "shm:",
+            Medium::Tcp => "tcp://",
+        }
+    }
+
+    /// Bytes each message of a call carries besides the data over it (header, frame length).
+    pub fn overhead(self) -> usize {
+        match self {
+            Medium::Udp => HEADER,
+            Medium::Shm => 0,
+            Medium::Tcp => HEADER + 4,
+        }
+    }
 }
 
 /// The raw baseline of a medium.
@@ -25,6 +57,8 @@ pub enum Baseline {
     Udp(PingPong),
     /// A raw shared-memory ping-pong.
     Shm(ShmPingPong),
+    /// A raw TCP ping-pong.
+    Tcp(TcpPingPong),
 }
 
 impl Baseline {
@@ -33,6 +67,7 @@ impl Baseline {
         match self {
             Baseline::Udp(p) => p.round_trip(),
             Baseline::Shm(p) => p.round_trip(),
+            Baseline::Tcp(p) => p.round_trip(),
         }
     }
 
@@ -41,6 +76,7 @@ impl Baseline {
         match self {
             Baseline::Udp(p) => &mut p.stamps,
             Baseline::Shm(p) => &mut p.stamps,
+            Baseline::Tcp(p) => &mut p.stamps,
         }
     }
 }

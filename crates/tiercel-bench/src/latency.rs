@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 
 use tiercel::{ClientConfig, In, InOut, Out, Spin};
 
-use crate::harness::{serve_pinned, spawn, Baseline, Medium, HEADER};
+use crate::harness::{serve_pinned, spawn, Baseline, Medium};
 use crate::progress::outln;
 use crate::raw::PingPong;
 use crate::raw_shm::ShmPingPong;
+use crate::raw_tcp::TcpPingPong;
 use crate::seeds::{TestClient, BIG_BUFFER, MAX_BUFFER};
 use crate::summary::Summary;
 
@@ -56,7 +57,11 @@ pub fn measure(
     deadline: Instant,
 ) -> crate::Result<Vec<Row>> {
     let cpu = server_cpu.to_string();
-    let echo = if medium == Medium::Udp { "raw-echo" } else { "raw-shm-echo" };
+    let echo = match medium {
+        Medium::Udp => "raw-echo",
+        Medium::Shm => "raw-shm-echo",
+        Medium::Tcp => "raw-tcp-echo",
+    };
     let mut raw_args = vec![echo.to_string(), "--cpu".into(), cpu.clone()];
     if spin {
         raw_args.push("--spin".into());
@@ -64,9 +69,8 @@ pub fn measure(
     let (_raw_server, raw_addr) = spawn(&raw_args)?;
     let (_rpc_server, rpc_addr) = serve_pinned(server_cpu, spin)?;
     let policy = if spin { Spin::Fixed(Duration::from_secs(3600)) } else { Spin::Never };
-    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
     let client: TestClient = crate::harness::import(
-        format!("{scheme}{rpc_addr}"),
+        format!("{}{rpc_addr}", medium.scheme()),
         ClientConfig { spin: policy, ..ClientConfig::default() },
     )?;
     let mut out = vec![0u8; MAX_BUFFER];
@@ -74,8 +78,9 @@ pub fn measure(
     let mut max = vec![0u8; MAX_BUFFER];
     crate::seeds::fill(&mut max);
     // LRPC's Table IV (Null, Add, BigIn, BigInOut) and Firefly's MaxResult. Sizes are the marshaled
-    // data each way (a buffer travels with its 4-byte length); over UDP each adds a packet header.
-    let header = if medium == Medium::Udp { HEADER } else { 0 };
+    // data each way (a buffer travels with its 4-byte length); over UDP each adds a packet header,
+    // over TCP a header and the frame's length.
+    let header = medium.overhead();
     let row = |name, call: usize, result: usize| Row {
         name,
         call_bytes: header + call,
@@ -92,7 +97,7 @@ pub fn measure(
     ];
     let shm_conn = match medium {
         Medium::Shm => Some(crate::raw_shm::Connection::new(&raw_addr)?),
-        Medium::Udp => None,
+        Medium::Udp | Medium::Tcp => None,
     };
     let mut pings: Vec<Baseline> = rows
         .iter()
@@ -107,6 +112,12 @@ pub fn measure(
                 .as_ref()
                 .map(|c| Baseline::Shm(ShmPingPong::new(c, r.call_bytes, r.result_bytes, spin)))
                 .ok_or_else(|| crate::Error::from("no raw shared-memory connection")),
+            Medium::Tcp => raw_addr
+                .strip_prefix("tcp://")
+                .and_then(|a| a.parse::<SocketAddr>().ok())
+                .ok_or_else(|| crate::Error::from(format!("raw echo address {raw_addr:?}")))
+                .and_then(|a| TcpPingPong::new(a, r.call_bytes, r.result_bytes, spin))
+                .map(Baseline::Tcp),
         })
         .collect::<crate::Result<_>>()?;
     let mut rpc_call = |row: usize, out: &mut [u8]| -> crate::Result<()> {
@@ -194,12 +205,13 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
     let n = rows.first().map(|r| r.rpc.len()).unwrap_or(0);
     let raw = match (medium, spin) {
         (Medium::Udp, _) => "UDP ping-pong of the same datagram sizes",
+        (Medium::Tcp, _) => "TCP ping-pong (TCP_NODELAY) of the same message sizes",
         (Medium::Shm, true) => "shared-memory spin ping-pong copying the same data sizes",
         (Medium::Shm, false) => "futex ping-pong copying the same data sizes",
     };
     outln!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
     LatencyTable {
-        transport: if medium == Medium::Udp { "udp" } else { "shm" },
+        transport: medium.name(),
         waiting: if spin { "spin" } else { "block" },
         baseline: raw,
         rows: rows

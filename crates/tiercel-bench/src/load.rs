@@ -49,7 +49,7 @@ pub struct Row {
 }
 
 fn client(medium: Medium, addr: &str) -> crate::Result<TestClient> {
-    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+    let scheme = medium.scheme();
     let config = ClientConfig { spin: Spin::Never, ..ClientConfig::default() };
     crate::harness::import(format!("{scheme}{addr}"), config)
 }
@@ -131,7 +131,7 @@ pub fn table(
     let s = 1e6 / capacity.max(1.0);
     let d = (unloaded_us - s).max(0.0);
     progress();
-    let transport = if medium == Medium::Udp { "udp" } else { "shm" };
+    let transport = medium.name();
     let mut rows = Vec::new();
     for (i, u) in UTILIZATIONS.into_iter().enumerate() {
         let rate = u * capacity;

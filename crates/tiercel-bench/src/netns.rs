@@ -48,16 +48,15 @@ impl Pair {
             nft(&["add", "table", "inet", "tiercel"])?;
             nft(&["add", "chain", "inet", "tiercel", "in", "{ type filter hook input priority 0; }"])?;
             nft(&["add", "chain", "inet", "tiercel", "out", "{ type filter hook output priority 0; }"])?;
-            let drop_in = [
-                "add", "rule", "inet", "tiercel", "in", "udp", "dport", &port, "numgen", "random", "mod", "1000", "<",
-                &per_mille, "drop",
-            ];
-            nft(&drop_in)?;
-            let drop_out = [
-                "add", "rule", "inet", "tiercel", "out", "udp", "sport", &port, "numgen", "random", "mod", "1000", "<",
-                &per_mille, "drop",
-            ];
-            nft(&drop_out)?;
+            // Every packet when the rate is 100%; numgen compares only below its modulus.
+            let chance: &[&str] =
+                if per_mille == "1000" { &[] } else { &["numgen", "random", "mod", "1000", "<", &per_mille] };
+            for (chain, direction) in [("in", "dport"), ("out", "sport")] {
+                let mut rule = vec!["add", "rule", "inet", "tiercel", chain, "udp", direction, &port];
+                rule.extend_from_slice(chance);
+                rule.push("drop");
+                nft(&rule)?;
+            }
         }
         Ok(pair)
     }

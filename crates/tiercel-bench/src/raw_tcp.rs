@@ -1,6 +1,8 @@
 //! The raw TCP ping-pong among the benchmark's baselines: one loopback connection with `TCP_NODELAY`,
 //! a request of an 8-byte header (reply length, request length) and its payload, a reply of the
-//! asked length; both sides busy-poll non-blocking reads, or block in them.
+//! asked length; both sides busy-poll non-blocking reads, or block in them. A spinning echo server
+//! blocks after 2 ms without a request (as the raw UDP one does), leaving the CPU to the server
+//! measured next; it serves each connection on a thread of its own.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -20,21 +22,30 @@ pub struct EchoArgs {
     spin: bool,
 }
 
-/// Reads exactly `buf.len()` bytes; false if the peer closed first or nothing came for 10 s.
-fn read_full(stream: &mut TcpStream, buf: &mut [u8], spin: bool) -> std::io::Result<bool> {
+/// Reads exactly `buf.len()` bytes; false if the peer closed first or (with `patience`) nothing
+/// came for that long. Spinning, it blocks after [`crate::raw::SPIN_WHILE_IDLE`] without a byte.
+fn read_full(stream: &mut TcpStream, buf: &mut [u8], spin: bool, patience: Option<Duration>) -> std::io::Result<bool> {
     let mut at = 0;
     let mut polls = 0u32;
     let mut since = None;
     while at < buf.len() {
         match stream.read(&mut buf[at..]) {
             Ok(0) => return Ok(false),
-            Ok(n) => at += n,
+            Ok(n) => {
+                at += n;
+                (polls, since) = (0, None);
+            }
             Err(e) if e.kind() == ErrorKind::WouldBlock && spin => {
                 polls = polls.wrapping_add(1);
-                if polls.is_multiple_of(4096)
-                    && since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(10)
-                {
-                    return Ok(false);
+                if polls.is_multiple_of(4096) {
+                    let idle = since.get_or_insert_with(Instant::now).elapsed();
+                    if patience.is_some_and(|p| idle > p) {
+                        return Ok(false);
+                    }
+                    if idle > crate::raw::SPIN_WHILE_IDLE {
+                        let _ = tiercel_sys::udp::wait_readable_fd(&*stream, Some(Duration::from_millis(100)));
+                        continue;
+                    }
                 }
                 core::hint::spin_loop();
             }
@@ -56,7 +67,7 @@ fn write_all(stream: &mut TcpStream, mut buf: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Serves one connection until the client closes it.
+/// Serves connections, each on its own thread until its client closes it, until killed.
 pub fn echo(args: EchoArgs) -> crate::Result<()> {
     if let Some(cpu) = args.cpu {
         tiercel_sys::cpu::pin_current_thread(cpu).map_err(crate::Error::from)?;
@@ -64,21 +75,34 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(crate::Error::from)?;
     println!("listening tcp://{}", listener.local_addr().map_err(crate::Error::from)?);
     let _ = std::io::stdout().flush();
-    let (mut stream, _) = listener.accept().map_err(crate::Error::from)?;
-    stream.set_nodelay(true).and_then(|()| stream.set_nonblocking(args.spin)).map_err(crate::Error::from)?;
+    loop {
+        let (stream, _) = listener.accept().map_err(crate::Error::from)?;
+        let (spin, cpu) = (args.spin, args.cpu);
+        std::thread::spawn(move || {
+            if let Some(cpu) = cpu {
+                let _ = tiercel_sys::cpu::pin_current_thread(cpu);
+            }
+            let _ = serve_connection(stream, spin);
+        });
+    }
+}
+
+fn serve_connection(mut stream: TcpStream, spin: bool) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_nonblocking(spin)?;
     let reply = vec![0x5au8; MAX];
     let mut request = vec![0u8; MAX];
     let mut header = [0u8; 8];
     loop {
-        if !read_full(&mut stream, &mut header, args.spin).map_err(crate::Error::from)? {
+        if !read_full(&mut stream, &mut header, spin, None)? {
             return Ok(());
         }
         let want = (u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize).min(MAX);
         let len = (u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize).min(MAX);
-        if !read_full(&mut stream, &mut request[..len], args.spin).map_err(crate::Error::from)? {
+        if !read_full(&mut stream, &mut request[..len], spin, None)? {
             return Ok(());
         }
-        write_all(&mut stream, &reply[..want]).map_err(crate::Error::from)?;
+        write_all(&mut stream, &reply[..want])?;
     }
 }
 
@@ -88,6 +112,8 @@ pub struct TcpPingPong {
     request: Vec<u8>,
     reply: Vec<u8>,
     spin: bool,
+    /// Never summed step by step (the breakdowns are of UDP and shared memory).
+    pub stamps: Option<crate::raw::Stamps>,
 }
 
 impl TcpPingPong {
@@ -99,12 +125,13 @@ impl TcpPingPong {
         let mut request = vec![0u8; 8 + request_len];
         request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
         request[4..8].copy_from_slice(&(request_len as u32).to_le_bytes());
-        Ok(TcpPingPong { stream, request, reply: vec![0; reply_len], spin })
+        Ok(TcpPingPong { stream, request, reply: vec![0; reply_len], spin, stamps: None })
     }
 
     /// One round trip; false if the echo went away.
     pub fn round_trip(&mut self) -> crate::Result<bool> {
         write_all(&mut self.stream, &self.request).map_err(crate::Error::from)?;
-        read_full(&mut self.stream, &mut self.reply, self.spin).map_err(crate::Error::from)
+        read_full(&mut self.stream, &mut self.reply, self.spin, Some(Duration::from_secs(10)))
+            .map_err(crate::Error::from)
     }
 }

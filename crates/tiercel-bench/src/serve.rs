@@ -45,9 +45,12 @@ pub struct Args {
     /// MiB one binding may hold for messages (calls beyond are refused as busy).
     #[arg(long, default_value_t = ServerConfig::default().binding_memory >> 20, value_name = "MIB")]
     binding_memory_mib: usize,
-    /// Serve over UDP only: offer no shared memory to clients on this host.
+    /// Offer no shared memory to clients on this host (they bind over UDP, or TCP).
     #[arg(long)]
     no_shared_memory: bool,
+    /// Serve over UDP (and shared memory) only, without the TCP listener on the same port.
+    #[arg(long)]
+    no_tcp: bool,
     /// Expose per-procedure call counts and latency histograms for Prometheus to scrape at
     /// `http://ADDR/metrics` (for example `127.0.0.1:9187`).
     #[arg(long, value_name = "ADDR")]
@@ -74,6 +77,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         message_memory: args.message_memory_mib << 20,
         binding_memory: args.binding_memory_mib << 20,
         shared_memory: !args.no_shared_memory,
+        tcp: !args.no_tcp,
         metrics: args.metrics.is_some(),
         ..ServerConfig::default()
     };
@@ -115,6 +119,14 @@ pub fn run(args: Args) -> crate::Result<()> {
     }
     if let Some(addr) = args.metrics {
         let _ = writeln!(out, "metrics for Prometheus at http://{addr}/metrics");
+    }
+    match server.tcp_addr() {
+        Some(addr) => {
+            let _ = writeln!(out, "also over TCP at tcp://{addr} (for clients UDP does not reach)");
+        }
+        None => {
+            let _ = writeln!(out, "TCP: off (--no-tcp)");
+        }
     }
     match server.rendezvous() {
         Some(name) => {

@@ -38,7 +38,7 @@ pub fn rows(media: &[Medium], server_cpu: usize, calls: u32) -> crate::Result<Ve
     let (_quiet_server, quiet_addr) = serve_pinned_with(server_cpu, true, &[])?;
     let (_traced_server, traced_addr) = serve_pinned_with(server_cpu, true, &["--trace", "nowhere"])?;
     let client = |medium: Medium, addr: &str| -> crate::Result<TestClient> {
-        let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+        let scheme = medium.scheme();
         crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())
     };
     let timed = |client: &TestClient, n: u32| -> Result<Summary, tiercel::CallError> {
@@ -73,7 +73,7 @@ pub fn rows(media: &[Medium], server_cpu: usize, calls: u32) -> crate::Result<Ve
             timed(&c, calls)
         })?;
         rows.push(Row {
-            transport: if medium == Medium::Udp { "udp" } else { "shm" },
+            transport: medium.name(),
             quiet_median_us: q.median_us(),
             quiet_p99_us: q.p99_us(),
             traced_median_us: t.median_us(),

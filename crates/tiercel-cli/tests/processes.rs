@@ -127,22 +127,25 @@ fn bench_prints_every_row_against_its_baseline() {
         "UDP over loopback; both sides block",
         "shared memory; both sides spin",
         "shared memory; both sides sleep on futexes",
+        "TCP over loopback; both sides busy-poll",
+        "TCP over loopback; both sides block",
     ] {
         assert!(text.contains(table), "missing table {table:?}: {text}");
     }
     for row in ["Null", "Add", "BigIn", "BigInOut", "MaxResult"] {
         let lines = text.lines().filter(|l| l.starts_with(&format!("{row} "))).count();
-        assert_eq!(lines, 4, "{row} in each of the four tables: {text}");
+        assert_eq!(lines, 6, "{row} in each of the six tables: {text}");
     }
     assert!(text.contains("raw = futex ping-pong") && text.contains("raw = UDP ping-pong"), "{text}");
+    assert!(text.contains("raw = TCP ping-pong"), "{text}");
     assert!(text.contains("ratio"), "{text}");
     // The same tables as JSON.
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
     let tables = report["latency"].as_array().unwrap();
-    assert_eq!(tables.len(), 4);
+    assert_eq!(tables.len(), 6);
     for t in tables {
-        assert!(["udp", "shm"].contains(&t["transport"].as_str().unwrap()));
+        assert!(["udp", "shm", "tcp"].contains(&t["transport"].as_str().unwrap()));
         let rows = t["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 5);
         for r in rows {
@@ -224,20 +227,20 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         }
     }
 
-    // Async Null on both transports, and 8 sync threads against 1, 8 and 64 async tasks on each.
+    // Async Null on every transport, and 8 sync threads against 1, 8 and 64 async tasks on each.
     let asynch = report["asynch"].as_array().unwrap();
-    assert_eq!(names(&report["asynch"], "transport"), ["udp", "shm"]);
+    assert_eq!(names(&report["asynch"], "transport"), ["udp", "shm", "tcp"]);
     for row in asynch {
         for column in ["raw_median_us", "sync_median_us", "async_median_us", "async_p99_us"] {
             assert!(row[column].as_f64().unwrap() > 0.0, "{column} in {row}");
         }
     }
-    assert_eq!(names(&report["tracing"], "transport"), ["udp", "shm"]);
+    assert_eq!(names(&report["tracing"], "transport"), ["udp", "shm", "tcp"]);
     for row in report["tracing"].as_array().unwrap() {
         assert!(row["traced_median_us"].as_f64().unwrap() > 0.0 && row["quiet_median_us"].as_f64().unwrap() > 0.0);
     }
     let throughput = report["async_throughput"].as_array().unwrap();
-    assert_eq!(throughput.len(), 8, "{throughput:?}");
+    assert_eq!(throughput.len(), 12, "{throughput:?}");
     assert!(throughput.iter().all(|t| t["calls_per_second"].as_f64().unwrap() > 0.0), "{throughput:?}");
 
     let baselines = names(&report["baselines"], "name");
@@ -346,7 +349,14 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         assert!(a["sum_us"].as_f64().unwrap() > 0.0 && a["measured_us"].as_f64().unwrap() > 0.0);
     }
 
-    for plot in ["latency-udp-spin.svg", "latency-shm-spin.svg", "throughput.svg", "load.svg", "breakdown.svg"] {
+    for plot in [
+        "latency-udp-spin.svg",
+        "latency-shm-spin.svg",
+        "latency-tcp-spin.svg",
+        "throughput.svg",
+        "load.svg",
+        "breakdown.svg",
+    ] {
         assert_svg(&plots.join(plot));
     }
     let _ = std::fs::remove_dir_all(&dir);

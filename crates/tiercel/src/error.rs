@@ -269,8 +269,8 @@ pub enum ServerError {
     },
     /// The server was configured to offer shared memory (`ServerConfig::shared_memory`, the
     /// default) and cannot: its rendezvous socket could not be bound. Fix the cause, or turn shared
-    /// memory off to serve over UDP only.
-    #[error("cannot offer shared memory (set ServerConfig::shared_memory to false to serve over UDP only): {0}")]
+    /// memory off to serve without it.
+    #[error("cannot offer shared memory (set ServerConfig::shared_memory to false to serve without it): {0}")]
     SharedMemory(io::Error),
     /// An exported interface has `async fn` procedures, which run on a tokio runtime: build
     /// tiercel with its `async` feature.

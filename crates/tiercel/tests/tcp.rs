@@ -205,3 +205,24 @@ fn a_server_that_stops_fails_the_call_as_may_have_run_and_rebind_moves_on() {
     assert!(client.binding().rebinds() >= 1);
     drop(server);
 }
+
+#[test]
+fn a_listing_over_tcp_tells_what_the_server_exports() {
+    let server = serve();
+    let exports = Client::connect(format!("tcp://{}", server.addr())).unwrap().exports().unwrap();
+    assert_eq!(exports.len(), 1);
+    assert_eq!(exports[0].name, "Test");
+    assert_eq!(exports[0].version, 1);
+    assert!(exports[0].signature.lines().any(|l| l.starts_with("add(")), "{:?}", exports[0]);
+    assert_eq!(server.bindings(), 0, "a listing binds nothing");
+}
+
+#[test]
+fn a_server_without_tcp_is_not_reached_over_it() {
+    let config = ServerConfig { tcp: false, ..ServerConfig::default() };
+    let server =
+        Server::bind("127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
+    assert_eq!(server.tcp_addr(), None);
+    let err = Client::connect(format!("tcp://{}", server.addr())).unwrap().import::<TestClient>().unwrap_err();
+    assert!(matches!(err, tiercel::BindError::NoServer(_)), "{err}");
+}

@@ -120,21 +120,39 @@ impl Client {
         Err(failed.unwrap_or_else(|| unreachable!("resolve returns at least one exporter")))
     }
 
-    /// What the server exports (every interface, with its procedures), asked over UDP; for a name,
+    /// What the server exports (every interface, with its procedures), asked over UDP (TCP with a
+    /// `tcp://` address, or when UDP gets no answer); for a name,
     /// what each of its live exporters does. A server with a shared secret answers only a client
     /// that proves it. What a server says of itself here is not proven back: binding checks the
     /// interface again.
     pub fn exports(&self) -> Result<Vec<crate::ExportInfo>, BindError> {
         match &self.target {
-            Target::Addr(server) => udp_bind::list_udp(*server, &self.config),
+            Target::Addr(server) => self.list(*server),
             Target::Name(name) => {
                 let registry = self.registry()?;
                 let mut all = Vec::new();
                 for exporter in registry.lookup(name)? {
-                    all.extend(udp_bind::list_udp(exporter.addr, &self.config)?);
+                    all.extend(self.list(exporter.addr)?);
                 }
                 Ok(all)
             }
+        }
+    }
+
+    /// What the server at `server` exports: over UDP, or TCP when the address says so or UDP gets
+    /// no answer (as a bind would).
+    fn list(&self, server: SocketAddr) -> Result<Vec<crate::ExportInfo>, BindError> {
+        if self.transport == Some(Transport::Tcp) {
+            return tcp::list(server, &self.config);
+        }
+        match udp_bind::list_udp(server, &self.config) {
+            Err(BindError::Unreachable(_)) if self.transport.is_none() && self.config.tcp_fallback => {
+                tcp::list(server, &self.config).map_err(|e| match e {
+                    BindError::NoServer(_) | BindError::Unreachable(_) => BindError::Unreachable(server),
+                    e => e,
+                })
+            }
+            listed => listed,
         }
     }
 

@@ -186,6 +186,80 @@ pub(crate) fn bind(
     info: &'static InterfaceInfo,
     config: &ClientConfig,
 ) -> Result<Granted, BindError> {
+    let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+    let machine = BindClient::new(&info.spec(), 0, nonce, false);
+    let (granted, stream) = exchange(server, config, machine, |event| match event {
+        BindEvent::Refused(r) => Some(Err(super::udp_bind::refusal_error(info, r))),
+        BindEvent::Granted(g) => Some(Ok(g)),
+        _ => None,
+    })?;
+    let dead_after = config.timing.dead_after;
+    let link = Link {
+        stream,
+        server,
+        writing: Mutex::new(()),
+        demux: Mutex::new(Demux {
+            reading: false,
+            frames: Deframer::new(BUFFER, stream::max_frame(config.timing.max_message)),
+            mail: Vec::new(),
+            expecting: 0,
+            heard: Instant::now(),
+            broken: None,
+        }),
+        silence: dead_after.max(MIN_SILENCE),
+        send_timeout: dead_after,
+        #[cfg(feature = "async")]
+        ready: std::sync::OnceLock::new(),
+    };
+    Ok(Granted {
+        link,
+        id: granted.binding,
+        incarnation: granted.incarnation,
+        slots: granted.grant.slots.clamp(1, 1 << 16),
+        features: granted.grant.features,
+    })
+}
+
+/// What the server exports, asked over TCP: one connection per interface (the server answers a
+/// listing and closes).
+pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crate::ExportInfo>, BindError> {
+    let mut exports = Vec::new();
+    let mut index = 0u32;
+    loop {
+        let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+        let machine = BindClient::listing(index, nonce, false);
+        let (listed, _) = exchange(server, config, machine, |event| match event {
+            BindEvent::Listed(l) => {
+                Some(Ok((l.count, (l.index < l.count).then(|| crate::ExportInfo::from_listing(server, &l)))))
+            }
+            BindEvent::Refused(r) => Some(Err(super::udp_bind::refused(r))),
+            _ => None,
+        })?;
+        match listed {
+            (count, Some(export)) => {
+                exports.push(export);
+                index += 1;
+                if index >= count {
+                    return Ok(exports);
+                }
+            }
+            (_, None) => return Ok(exports),
+        }
+    }
+}
+
+/// Connects to `server` and runs a bind exchange (a bind or a listing) over the connection: the
+/// request, a challenge answered if the server asks for the shared secret, and the answer, which
+/// `on` turns into the outcome (`None`: not an answer to this request). Everything within
+/// `Timing::dead_after`.
+fn exchange<T>(
+    server: SocketAddr,
+    config: &ClientConfig,
+    mut machine: BindClient,
+    mut on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
+) -> Result<(T, TcpStream), BindError> {
+    // Measure the tick counter's rate (2 ms) now, not on the first call.
+    let _ = tiercel_sys::clock::ticks_per_second();
     let dead_after = config.timing.dead_after;
     let stream = tiercel_sys::tcp::connect(server, dead_after).map_err(|e| match e.kind() {
         std::io::ErrorKind::ConnectionRefused => BindError::NoServer(server),
@@ -195,8 +269,6 @@ pub(crate) fn bind(
     tiercel_sys::tcp::prepare(&stream, dead_after)?;
     let bad = |why: &str| BindError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
     let until = Instant::now() + dead_after;
-    let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
-    let mut machine = BindClient::new(&info.spec(), 0, nonce, false);
     let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
     let mut frames = Deframer::new(PREFIX_LEN + 4 * crate::rendezvous::MAX_MESSAGE, 4 * crate::rendezvous::MAX_MESSAGE);
     let send = |packet: &[u8]| {
@@ -211,7 +283,7 @@ pub(crate) fn bind(
         _ => BindError::Io(e),
     };
     send(&machine.packet()).map_err(closed)?;
-    // At most two answers: a challenge, then the grant or refusal.
+    // At most two answers: a challenge, then the answer.
     for _ in 0..2 {
         loop {
             match frames.next() {
@@ -227,44 +299,19 @@ pub(crate) fn bind(
             }
         }
         let p = Packet::new_checked(frames.frame()).map_err(|_| bad("malformed bind answer"))?;
-        let granted = match machine.handle(&p, secret) {
-            BindEvent::Ignored | BindEvent::Rendezvous { .. } | BindEvent::Listed(_) => {
-                return Err(bad("bind answer for another request"))
-            }
+        match machine.handle(&p, secret) {
             BindEvent::SendAgain => {
                 let again = machine.packet();
                 frames.consume();
                 send(&again).map_err(closed)?;
-                continue;
             }
-            BindEvent::Refused(r) => return Err(super::udp_bind::refusal_error(info, r)),
-            BindEvent::Granted(g) => g,
-        };
-        let slots = granted.grant.slots.clamp(1, 1 << 16);
-        let link = Link {
-            stream,
-            server,
-            writing: Mutex::new(()),
-            demux: Mutex::new(Demux {
-                reading: false,
-                frames: Deframer::new(BUFFER, stream::max_frame(config.timing.max_message)),
-                mail: Vec::new(),
-                expecting: 0,
-                heard: Instant::now(),
-                broken: None,
-            }),
-            silence: dead_after.max(MIN_SILENCE),
-            send_timeout: dead_after,
-            #[cfg(feature = "async")]
-            ready: std::sync::OnceLock::new(),
-        };
-        return Ok(Granted {
-            link,
-            id: granted.binding,
-            incarnation: granted.incarnation,
-            slots,
-            features: granted.grant.features,
-        });
+            event => {
+                return match on(event) {
+                    Some(outcome) => outcome.map(|t| (t, stream)),
+                    None => Err(bad("bind answer for another request")),
+                }
+            }
+        }
     }
     Err(bad("a second challenge"))
 }

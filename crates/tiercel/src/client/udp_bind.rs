@@ -174,7 +174,7 @@ pub(super) fn refusal_error(info: &'static InterfaceInfo, refusal: Refusal<'_>) 
 }
 
 /// The error of a refusal that is not about the interface (those of a listing, too).
-fn refused(refusal: Refusal<'_>) -> BindError {
+pub(super) fn refused(refusal: Refusal<'_>) -> BindError {
     match refusal {
         Refusal::AuthRequired => BindError::AuthenticationRequired,
         Refusal::AuthFailed(why) => BindError::AuthenticationFailed(why),

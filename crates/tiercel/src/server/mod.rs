@@ -217,10 +217,11 @@ impl Server {
         if let Some(listener) = listener {
             handles.push(shm::listen(&shared, listener)?);
         }
+        let tcp = tcp_listener.as_ref().and_then(|l| l.local_addr().ok());
         if let Some(listener) = tcp_listener {
             handles.push(tcp::listen(&shared, listener)?);
         }
-        let running = RunningServer { shared, handles, addr };
+        let running = RunningServer { shared, handles, addr, tcp };
         if let Some(registry) = registry {
             // Clients on this host reach a server listening on every address through loopback.
             let reachable = match addr.ip() {
@@ -480,6 +481,7 @@ pub struct RunningServer {
     shared: Arc<Shared>,
     handles: Vec<JoinHandle<()>>,
     addr: SocketAddr,
+    tcp: Option<SocketAddr>,
 }
 
 impl core::fmt::Debug for RunningServer {
@@ -492,6 +494,12 @@ impl RunningServer {
     /// The address clients connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where the server takes TCP bindings (the port of [`RunningServer::addr`]), unless
+    /// `ServerConfig::tcp` is off.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp
     }
 
     /// This incarnation's boot id: random at every start.

@@ -265,6 +265,11 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
     live.fetch_add(1, Ordering::Relaxed);
     let (shared_, live_) = (shared.clone(), live.clone());
     let spawned = std::thread::Builder::new().name("tiercel-tcp-binding".into()).spawn(move || {
+        let cpus = &shared_.config.cpus;
+        if !cpus.is_empty() {
+            let i = shared_.stream_bindings.load(Ordering::Relaxed);
+            let _ = tiercel_sys::cpu::pin_current_thread(cpus[i % cpus.len()]);
+        }
         shared_.stats.bindings.fetch_add(1, Ordering::Relaxed);
         shared_.stream_bindings.fetch_add(1, Ordering::Relaxed);
         let frames = Deframer::new(BUFFER, stream::max_frame(shared_.config.timing.max_message));
