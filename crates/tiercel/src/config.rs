@@ -142,8 +142,10 @@ pub struct ServerConfig {
     pub stalled_call: Duration,
     /// A binding from which nothing has been heard for this long is forgotten, with its slots and
     /// saved results (a client that died, or stopped calling). Its client's next call fails with
-    /// `CallError::UnknownBinding` and imports again. Never less than twice `timing.dead_after`, so that
-    /// a client still retrying a call has given up before its binding can go. Default: 10 minutes.
+    /// `CallError::UnknownBinding` and imports again (over TCP, the connection is closed: the
+    /// next call fails with `CallError::ConnectionLost`, not sent). Never less than twice
+    /// `timing.dead_after`, so that a client still retrying a call has given up before its binding
+    /// can go. Default: 10 minutes.
     pub binding_idle: Duration,
     /// A shared secret every client must prove before it gets a binding (see `docs/security.md`).
     /// Without one, any client that can reach the server may bind. Default: none.

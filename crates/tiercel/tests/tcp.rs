@@ -226,3 +226,29 @@ fn a_server_without_tcp_is_not_reached_over_it() {
     let err = Client::connect(format!("tcp://{}", server.addr())).unwrap().import::<TestClient>().unwrap_err();
     assert!(matches!(err, tiercel::BindError::NoServer(_)), "{err}");
 }
+
+#[test]
+fn an_idle_binding_expires_and_the_next_call_says_it_was_not_sent() {
+    let timing = tiercel::Timing { dead_after: Duration::from_millis(100), ..tiercel::Timing::default() };
+    let config = ServerConfig { binding_idle: Duration::from_millis(300), timing, ..ServerConfig::default() };
+    let server =
+        Server::bind("127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
+    let client = tcp(&server);
+    assert_eq!(client.add(1, 2).unwrap(), 3);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(server.bindings(), 0, "{}", server.stats());
+    assert_eq!(server.stats().expired.load(Ordering::Relaxed), 1);
+    let err = client.add(1, 2).unwrap_err();
+    assert!(matches!(err, CallError::ConnectionLost { sent: false, .. }), "{err}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+}
+
+#[test]
+fn connections_that_never_bind_do_not_keep_a_client_out() {
+    let server = serve();
+    let idle: Vec<TcpStream> = (0..40).map(|_| raw(&server)).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let client = tcp(&server);
+    assert_eq!(client.add(40, 2).unwrap(), 42);
+    drop(idle);
+}

@@ -44,6 +44,8 @@ const SCRATCH: usize = 4096;
 const TICK: Duration = Duration::from_millis(100);
 /// Prefix and header of every frame.
 const FRAME_HEAD: usize = PREFIX_LEN + HEADER_LEN;
+/// After this long without a call, a call first looks whether the server closed the connection.
+const IDLE_LOOK: Duration = Duration::from_secs(1);
 /// The least silence that ends a connection: a few of the server's heartbeats.
 const MIN_SILENCE: Duration = Duration::from_secs(2);
 
@@ -512,11 +514,17 @@ impl TcpEndpoint {
         self.seq = self.seq.wrapping_add(1);
         {
             let mut demux = link.demux();
+            if demux.expecting == 0 && !demux.reading {
+                // Idle a while: the server may have closed the connection meanwhile (it expires
+                // idle bindings, or went away). One look tells, before anything is sent.
+                let now = Instant::now();
+                if now.saturating_duration_since(demux.heard) >= IDLE_LOOK {
+                    let _ = link.pump(&mut demux, inner);
+                }
+                demux.heard = now;
+            }
             if let Some(why) = &demux.broken {
                 return Err(link.lost(why, false));
-            }
-            if demux.expecting == 0 {
-                demux.heard = Instant::now();
             }
             demux.expecting += 1;
             let mail = &mut demux.mail[self.slot as usize];

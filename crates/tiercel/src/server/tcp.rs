@@ -3,8 +3,8 @@
 //! calls.
 //!
 //! Before a client has a binding it costs no thread: the listener thread runs every bind exchange
-//! itself, on non-blocking sockets, at most [`MAX_HANDSHAKES`] at once, each within [`HANDSHAKE`]
-//! of its connection, with the same bind machine as UDP and shared memory (interface check, shared
+//! itself, on non-blocking sockets, at most [`MAX_HANDSHAKES`] at once (a few kilobytes each), each
+//! within [`HANDSHAKE`] of its connection, with the same bind machine as UDP and shared memory (interface check, shared
 //! secret). A binding's buffers are charged to `ServerConfig::binding_memory` and the server-wide
 //! `ServerConfig::message_memory` before they grow: a call frame that does not fit is answered
 //! `Busy` and its bytes are dropped as they arrive, never held.
@@ -28,11 +28,15 @@ use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
 use super::dispatch::{self, Arrival};
-use super::shm::{Charge, HANDSHAKE, MAX_HANDSHAKES};
+use super::shm::{Charge, HANDSHAKE};
 use super::Shared;
 use crate::framed;
 use crate::retention::Retention;
 
+/// Connections in the bind exchange at once; more are closed at once. Each holds a buffer of a
+/// few kilobytes and a descriptor for at most [`HANDSHAKE`], so that peers who connect and send
+/// nothing cannot keep others out for long.
+pub(crate) const MAX_HANDSHAKES: usize = 256;
 /// How often a connection with a call running hears from the server.
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Bytes of a connection's receive buffer (frames larger grow it, charged to the budgets).
@@ -323,6 +327,7 @@ impl StreamBinding<'_> {
     fn run(&mut self) {
         let spin = self.shared.config.spin;
         let mut spin_until = Instant::now();
+        let mut last_frame = Instant::now();
         loop {
             loop {
                 match self.frames.next() {
@@ -335,7 +340,8 @@ impl StreamBinding<'_> {
                             return;
                         }
                         self.frames.consume();
-                        spin_until = Instant::now() + spin;
+                        last_frame = Instant::now();
+                        spin_until = last_frame + spin;
                     }
                     Ok(Next::Partial(len)) => {
                         if !self.frames.fits(len) && !self.grow_for(len) {
@@ -358,6 +364,13 @@ impl StreamBinding<'_> {
             if now < spin_until {
                 core::hint::spin_loop();
                 continue;
+            }
+            // A binding that has sent nothing for `binding_idle`, with nothing running, goes as an
+            // idle UDP binding does (its client finds the connection closed, and binds again).
+            let idle = now.saturating_duration_since(last_frame);
+            if idle >= self.shared.config.binding_idle && self.conn.running.load(Ordering::Acquire) == 0 {
+                self.shared.stats.expired.fetch_add(1, Ordering::Relaxed);
+                return;
             }
             if self.retention.holds_large() && self.retention.idle(now) {
                 self.frames.shrink();

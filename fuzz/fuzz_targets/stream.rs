@@ -1,0 +1,55 @@
+//! The TCP transport's framing fed arbitrary bytes in arbitrary read sizes, growing for large frames
+//! and skipping some as a server without room does. Nothing panics; the buffer never grows beyond
+//! the limit; every frame taken is as long as its prefix said and no longer than the limit; a
+//! frame [`check_frame`] accepts holds one whole packet.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tiercel_proto::stream::{check_frame, Deframer, Next, PREFIX_LEN};
+use tiercel_proto::wire::HEADER_LEN;
+
+const LIMIT: usize = 4096;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&chunk, mut rest)) = data.split_first() else { return };
+    let chunk = chunk as usize + 1;
+    let mut d = Deframer::new(128, LIMIT);
+    let mut skip_next = false;
+    loop {
+        loop {
+            match d.next() {
+                Err(_) => return,
+                Ok(Next::Frame(len)) => {
+                    let frame = d.frame();
+                    assert_eq!(frame.len(), len);
+                    assert!((HEADER_LEN..=LIMIT).contains(&len));
+                    if let Ok(p) = check_frame(frame) {
+                        assert_eq!(HEADER_LEN + p.payload_len() as usize, len);
+                        assert_eq!(p.frag_count(), 1);
+                    }
+                    skip_next = frame.last().is_some_and(|b| b & 1 == 1);
+                    d.consume();
+                }
+                Ok(Next::Partial(len)) => {
+                    if skip_next {
+                        d.skip_frame();
+                        skip_next = false;
+                    } else if !d.fits(len) {
+                        d.grow_for(len);
+                    }
+                    break;
+                }
+                Ok(Next::Nothing) => break,
+            }
+        }
+        assert!(d.grown() <= PREFIX_LEN + LIMIT);
+        if rest.is_empty() {
+            return;
+        }
+        let spare = d.spare();
+        let n = spare.len().min(chunk).min(rest.len());
+        spare[..n].copy_from_slice(&rest[..n]);
+        d.filled(n);
+        rest = &rest[n..];
+    }
+});
