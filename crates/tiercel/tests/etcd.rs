@@ -71,3 +71,35 @@ fn an_unreachable_etcd_is_a_clear_error() {
     let err = Client::connect("accounts").unwrap().with_registry(registry).import::<AccountsClient>().unwrap_err();
     assert!(err.to_string().contains("etcd://"), "{err}");
 }
+
+#[test]
+fn a_binding_by_name_leaves_an_exporter_that_goes_before_calling_it() {
+    let etcd = EtcdServer::start().unwrap();
+    let registry = Registry::parse(&etcd.registry(2)).unwrap();
+    let mut servers: Vec<_> = (0..2).map(|i| Some(bank(&registry, "accounts", i * 1000).unwrap())).collect();
+    let config = tiercel::ClientConfig { rebind: true, ..tiercel::ClientConfig::default() };
+    let client: AccountsClient =
+        Client::connect("accounts").unwrap().with_registry(registry.clone()).with_config(config).import().unwrap();
+    let first = client.binding().server();
+    let at = servers.iter().position(|s| s.as_ref().unwrap().addr() == first).unwrap();
+    assert_eq!(client.balance(1).unwrap(), at as i64 * 1000 + 1);
+    // Its exporter shuts down: the watch of the name sees the lease revoked, and the next call
+    // binds to the other exporter first, instead of being refused by the one shutting down.
+    let handle = servers[at].as_ref().unwrap().shutdown_handle();
+    handle.shutdown();
+    let other = 1 - at;
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while client.binding().rebinds() == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // No call yet: the binding moves at the next one. Wait for the watch to have seen it.
+        if registry.lookup("accounts").unwrap().len() == 1 {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            break;
+        }
+        assert!(std::time::Instant::now() < give_up, "the name was not revoked");
+    }
+    assert_eq!(client.balance(2).unwrap(), other as i64 * 1000 + 2, "the call went to the exporter left");
+    assert_eq!(client.binding().server(), servers[other].as_ref().unwrap().addr());
+    assert_eq!(client.binding().rebinds(), 1);
+    servers[at].take().unwrap().wait();
+}

@@ -85,7 +85,13 @@ impl Client {
     pub fn import_info(&self, info: &'static InterfaceInfo) -> Result<Binding, BindError> {
         let mut binding = self.bind(info)?;
         if self.config.rebind {
-            binding.rebind = Some(Arc::new(Rebinder::new(self.clone(), &binding.inner)));
+            // Imported by name from a registry that tells of departures: watched, so that the
+            // binding leaves an exporter that went before calling it.
+            let watch = match &self.target {
+                Target::Name(name) => self.registry().ok().and_then(|r| r.watch(name)),
+                Target::Addr(_) => None,
+            };
+            binding.rebind = Some(Arc::new(Rebinder::new(self.clone(), &binding.inner, watch)));
         }
         Ok(binding)
     }
@@ -610,6 +616,8 @@ pub(crate) struct Rebinder {
     info: &'static InterfaceInfo,
     latest: Mutex<Latest>,
     rebinds: AtomicU64,
+    /// The watch of the name imported, when its registry tells of departures.
+    watch: Option<crate::names::Watch>,
 }
 
 struct Latest {
@@ -618,10 +626,12 @@ struct Latest {
     lost: bool,
     /// When to try shared memory again (a binding over UDP that could have had it).
     shm_again: Option<std::time::Instant>,
+    /// The watch's departures already looked at.
+    departures_seen: u64,
 }
 
 impl Rebinder {
-    fn new(client: Client, inner: &Arc<BindingInner>) -> Rebinder {
+    fn new(client: Client, inner: &Arc<BindingInner>, watch: Option<crate::names::Watch>) -> Rebinder {
         Rebinder {
             client,
             info: inner.info,
@@ -629,13 +639,26 @@ impl Rebinder {
                 inner: inner.clone(),
                 lost: false,
                 shm_again: inner.shm_refused.as_ref().map(|_| std::time::Instant::now() + SHM_RETRY),
+                departures_seen: watch.as_ref().map_or(0, |w| w.departures.generation()),
             }),
             rebinds: AtomicU64::new(0),
+            watch,
         }
     }
 
+    /// The binding made last, marked lost if the watch has seen its exporter go.
     fn lock(&self) -> std::sync::MutexGuard<'_, Latest> {
-        self.latest.lock().unwrap_or_else(|p| p.into_inner())
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = &self.watch {
+            let seen = w.departures.generation();
+            if seen != latest.departures_seen {
+                latest.departures_seen = seen;
+                if w.departures.has_gone(latest.inner.server, latest.inner.incarnation) {
+                    latest.lost = true;
+                }
+            }
+        }
+        latest
     }
 
     fn latest(&self) -> Arc<BindingInner> {

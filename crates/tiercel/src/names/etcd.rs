@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
+use etcd_client::{Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions};
 
 use super::{Exporter, NameError};
 
@@ -164,6 +164,50 @@ pub(super) fn lookup(etcd: &Etcd, name: &str) -> Result<Vec<Exporter>, std::io::
         Ok(found.kvs().iter().map(|kv| kv.value().to_vec()).collect::<Vec<_>>())
     })?;
     Ok(values.iter().filter_map(|v| std::str::from_utf8(v).ok().and_then(Exporter::decode)).collect())
+}
+
+/// Watches `name`'s keys on the agent's thread until the returned sender drops, telling
+/// `departures` of each exporter whose key is deleted (its lease revoked or expired). A broken
+/// watch is made again after a second.
+pub(super) fn watch(
+    etcd: &Etcd,
+    name: &str,
+    departures: std::sync::Arc<super::Departures>,
+) -> Result<tokio::sync::oneshot::Sender<()>, std::io::Error> {
+    let prefix = format!("{PREFIX}{name}/");
+    let endpoints = etcd.endpoints.clone();
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    agent()?.spawn(async move {
+        let watching = async {
+            loop {
+                let watched = async {
+                    let mut c = client(&endpoints).await?;
+                    let options = WatchOptions::new().with_prefix().with_prev_key();
+                    let mut stream = c.watch(prefix.as_bytes(), Some(options)).await?;
+                    while let Some(response) = stream.message().await? {
+                        for event in response.events() {
+                            let gone = (event.event_type() == EventType::Delete)
+                                .then(|| event.prev_kv())
+                                .flatten()
+                                .and_then(|kv| std::str::from_utf8(kv.value()).ok())
+                                .and_then(Exporter::decode);
+                            if let Some(exporter) = gone {
+                                departures.depart(&exporter);
+                            }
+                        }
+                    }
+                    Ok::<_, etcd_client::Error>(())
+                };
+                let _ = watched.await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        };
+        tokio::select! {
+            _ = &mut stopped => {}
+            _ = watching => {}
+        }
+    });
+    Ok(stop)
 }
 
 /// The names with at least one key, sorted.

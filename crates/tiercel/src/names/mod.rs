@@ -197,6 +197,52 @@ impl Drop for Registration {
     }
 }
 
+/// Exporters of a name seen to go (their entries revoked or expired), as a watch of the name
+/// reports them: what a binding made by name with `ClientConfig::rebind` looks at before each call,
+/// so that it moves to a live exporter before calling a gone one.
+#[derive(Debug, Default)]
+pub(crate) struct Departures {
+    /// Bumped at each departure (what a binding compares, one atomic load per call).
+    generation: std::sync::atomic::AtomicU64,
+    /// The last few departed: address and incarnation.
+    gone: std::sync::Mutex<std::collections::VecDeque<(SocketAddr, u64)>>,
+}
+
+/// Departures remembered (a binding learns of its exporter's at its next call).
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+const DEPARTURES_KEPT: usize = 64;
+
+impl Departures {
+    /// How many departures have been seen.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the exporter at `addr` with `incarnation` has gone.
+    pub(crate) fn has_gone(&self, addr: SocketAddr, incarnation: u64) -> bool {
+        self.gone.lock().unwrap_or_else(|p| p.into_inner()).contains(&(addr, incarnation))
+    }
+
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    fn depart(&self, exporter: &Exporter) {
+        let mut gone = self.gone.lock().unwrap_or_else(|p| p.into_inner());
+        if gone.len() == DEPARTURES_KEPT {
+            gone.pop_front();
+        }
+        gone.push_back((exporter.addr, exporter.incarnation));
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// A watch of a name's exporters, kept while it lives.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    pub(crate) departures: std::sync::Arc<Departures>,
+    /// Dropped with the watch: its task ends.
+    #[cfg(feature = "etcd")]
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
 /// Whether `name` may be registered: see [`NameError::InvalidName`].
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -230,6 +276,24 @@ impl core::fmt::Display for Registry {
 }
 
 impl Registry {
+    /// A watch of `name`'s exporters, where the registry tells of departures as they happen (etcd:
+    /// a revoked or expired lease deletes the entry). `None` for a directory, whose entries of
+    /// killed servers are found stale only when looked up.
+    pub(crate) fn watch(&self, name: &str) -> Option<Watch> {
+        match self {
+            Registry::Local(_) => {
+                let _ = name;
+                None
+            }
+            #[cfg(feature = "etcd")]
+            Registry::Etcd(e) => {
+                let departures = std::sync::Arc::new(Departures::default());
+                let stop = etcd::watch(e, name, departures.clone()).ok()?;
+                Some(Watch { departures, _stop: stop })
+            }
+        }
+    }
+
     /// This user's registry on this host: `$XDG_RUNTIME_DIR/tiercel/names`, else
     /// `/tmp/tiercel-<uid>/names`.
     pub fn local() -> Registry {
