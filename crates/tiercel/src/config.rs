@@ -68,7 +68,9 @@ pub struct ClientConfig {
     /// `Unreachable`, `ServerGone`): that call fails as it would anyway, saying whether it may have
     /// run (it is never sent again), and the binding's next call first binds again, to the same
     /// address or, imported by name, to one of the name's live exporters, choosing the transport
-    /// as the first bind did (shared memory when the server is on this host). A binding over UDP
+    /// as the first bind did (shared memory when the server is on this host). Imported by name from
+    /// etcd, the binding also watches the name, and its next call binds to a live exporter first
+    /// once its exporter's entry is gone (revoked at shutdown, or its lease ran out). A binding over UDP
     /// to a server on this host that refused shared memory tries it again at most once a second
     /// ([`Binding::shared_memory_refused`](crate::Binding::shared_memory_refused) says why not
     /// yet). Costs each call a lock and a few reference counts. Default: off (a binding whose server
