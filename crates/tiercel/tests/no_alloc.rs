@@ -1,6 +1,6 @@
 //! The fast path allocates nothing: after warm-up, thousands of calls of each of the 17 `Test`
 //! procedures (all single-packet at these sizes), client and server in this process, make no heap
-//! allocation on any thread, over UDP and through shared memory.
+//! allocation on any thread, over UDP, through shared memory and over TCP.
 
 use std::alloc::System;
 
@@ -35,7 +35,7 @@ fn round(client: &TestClient, max: &[u8], out: &mut [u8], big: &mut [u8]) {
 // One test, so that no other test's threads allocate while a region is being counted.
 #[test]
 fn calls_make_no_heap_allocation() {
-    for scheme in ["udp://", "shm:"] {
+    for scheme in ["udp://", "shm:", "tcp://"] {
         no_allocation_over(scheme);
     }
 }
