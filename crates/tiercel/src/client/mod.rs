@@ -245,6 +245,18 @@ impl BindingInner {
     }
 }
 
+/// What a bind exchange granted, on any transport.
+struct Granted {
+    id: u32,
+    token: u128,
+    incarnation: u64,
+    max_datagram: usize,
+    slots: u32,
+    features: u16,
+    shm: Option<shm::Link>,
+    tcp: Option<tcp::Link>,
+}
+
 /// A binding to an interface exported by a server: what a generated client stub holds.
 ///
 /// Cloning is cheap and clones share the binding. Each thread that calls through a binding gets its
@@ -304,34 +316,21 @@ impl Binding {
             udp_bind::UdpBound::Rendezvous(place) => place,
         };
         match shm::connect(server, &place).and_then(|stream| shm::bind(stream, info, &config)) {
-            Ok(granted) => {
-                let deadline = config.deadline;
-                let metrics = crate::metrics::procedures(info, "client", Some(server.to_string()), config.metrics);
-                Ok(Binding {
-                    inner: Arc::new(BindingInner {
-                        uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
-                        server,
-                        id: granted.id,
-                        token: 0,
-                        incarnation: granted.incarnation,
-                        max_datagram: 0,
-                        slots: granted.slots,
-                        free_slots: Mutex::new((Vec::new(), 0)),
-                        shm: Some(granted.link),
-                        tcp: None,
-                        config,
-                        info,
-                        stats: Arc::default(),
-                        shm_refused: None,
-                        features: granted.features,
-                        metrics,
-                        #[cfg(feature = "async")]
-                        asynch: Default::default(),
-                    }),
-                    deadline,
-                    rebind: None,
-                })
-            }
+            Ok(granted) => Ok(Self::assemble(
+                server,
+                info,
+                config,
+                Granted {
+                    id: granted.id,
+                    token: 0,
+                    incarnation: granted.incarnation,
+                    max_datagram: 0,
+                    slots: granted.slots,
+                    features: granted.features,
+                    shm: Some(granted.link),
+                    tcp: None,
+                },
+            )),
             // No shared memory to be had (the wrong process at the rendezvous, no room, a broken
             // connection): over UDP instead, unless the address asked for shared memory only. The
             // binding keeps the reason, and one that binds again by itself tries shared memory again.
@@ -361,32 +360,17 @@ impl Binding {
 
     fn bind_tcp(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig) -> Result<Binding, BindError> {
         let granted = tcp::bind(server, info, &config)?;
-        let deadline = config.deadline;
-        let metrics = crate::metrics::procedures(info, "client", Some(server.to_string()), config.metrics);
-        Ok(Binding {
-            inner: Arc::new(BindingInner {
-                uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
-                server,
-                id: granted.id,
-                token: 0,
-                incarnation: granted.incarnation,
-                max_datagram: 0,
-                slots: granted.slots,
-                free_slots: Mutex::new((Vec::new(), 0)),
-                shm: None,
-                tcp: Some(granted.link),
-                config,
-                info,
-                stats: Arc::default(),
-                shm_refused: None,
-                features: granted.features,
-                metrics,
-                #[cfg(feature = "async")]
-                asynch: Default::default(),
-            }),
-            deadline,
-            rebind: None,
-        })
+        let granted = Granted {
+            id: granted.id,
+            token: 0,
+            incarnation: granted.incarnation,
+            max_datagram: 0,
+            slots: granted.slots,
+            features: granted.features,
+            shm: None,
+            tcp: Some(granted.link),
+        };
+        Ok(Self::assemble(server, info, config, granted))
     }
 
     fn bind_udp(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig) -> Result<Binding, BindError> {
@@ -407,25 +391,40 @@ impl Binding {
         grant: udp_bind::UdpGrant,
     ) -> Binding {
         let udp_bind::UdpGrant { granted, max_datagram } = grant;
+        let granted = Granted {
+            id: granted.binding,
+            token: granted.token,
+            incarnation: granted.incarnation,
+            max_datagram,
+            slots: granted.grant.slots,
+            features: granted.grant.features,
+            shm: None,
+            tcp: None,
+        };
+        Self::assemble(server, info, config, granted)
+    }
+
+    /// The binding a bind exchange granted, on whichever transport.
+    fn assemble(server: SocketAddr, info: &'static InterfaceInfo, config: ClientConfig, granted: Granted) -> Binding {
         let deadline = config.deadline;
         let metrics = crate::metrics::procedures(info, "client", Some(server.to_string()), config.metrics);
         Binding {
             inner: Arc::new(BindingInner {
                 uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
                 server,
-                id: granted.binding,
+                id: granted.id,
                 token: granted.token,
                 incarnation: granted.incarnation,
-                max_datagram,
-                slots: granted.grant.slots,
+                max_datagram: granted.max_datagram,
+                slots: granted.slots,
                 free_slots: Mutex::new((Vec::new(), 0)),
-                shm: None,
-                tcp: None,
+                shm: granted.shm,
+                tcp: granted.tcp,
                 config,
                 info,
                 stats: Arc::default(),
                 shm_refused: None,
-                features: granted.grant.features,
+                features: granted.features,
                 metrics,
                 #[cfg(feature = "async")]
                 asynch: Default::default(),

@@ -225,29 +225,11 @@ pub(crate) fn bind(
 /// What the server exports, asked over TCP: one connection per interface (the server answers a
 /// listing and closes).
 pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crate::ExportInfo>, BindError> {
-    let mut exports = Vec::new();
-    let mut index = 0u32;
-    loop {
+    super::udp_bind::list_each(|index| {
         let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
         let machine = BindClient::listing(index, nonce, false);
-        let (listed, _) = exchange(server, config, machine, |event| match event {
-            BindEvent::Listed(l) => {
-                Some(Ok((l.count, (l.index < l.count).then(|| crate::ExportInfo::from_listing(server, &l)))))
-            }
-            BindEvent::Refused(r) => Some(Err(super::udp_bind::refused(r))),
-            _ => None,
-        })?;
-        match listed {
-            (count, Some(export)) => {
-                exports.push(export);
-                index += 1;
-                if index >= count {
-                    return Ok(exports);
-                }
-            }
-            (_, None) => return Ok(exports),
-        }
-    }
+        exchange(server, config, machine, |event| super::udp_bind::listed(server, event)).map(|(listed, _)| listed)
+    })
 }
 
 /// Connects to `server` and runs a bind exchange (a bind or a listing) over the connection: the

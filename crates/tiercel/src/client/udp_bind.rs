@@ -133,20 +133,32 @@ fn exchange<T>(
 /// longer than its request: a signature longer than about 1,100 bytes comes cut, and says so).
 pub(super) fn list_udp(server: SocketAddr, config: &ClientConfig) -> Result<Vec<ExportInfo>, BindError> {
     let socket = udp::connect(server)?;
-    let mut exports = Vec::new();
-    let mut index = 0u32;
-    loop {
+    list_each(|index| {
         let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
         let mut machine = BindClient::listing(index, nonce, config.checksum);
         let rx_len = tiercel_proto::bind::PADDED_REQUEST + CHECKSUM_LEN;
-        let listed = exchange(&socket, server, config, &mut machine, rx_len, |event| match event {
-            BindEvent::Listed(l) => {
-                Some(Ok((l.count, (l.index < l.count).then(|| ExportInfo::from_listing(server, &l)))))
-            }
-            BindEvent::Refused(refusal) => Some(Err(refused(refusal))),
-            _ => None,
-        })?;
-        match listed {
+        exchange(&socket, server, config, &mut machine, rx_len, |event| listed(server, event))
+    })
+}
+
+/// What a listing's answer says: the count of exports and the one at the index asked for (none
+/// past the count), or the refusal; `None` for an answer to another request.
+pub(super) fn listed(server: SocketAddr, event: BindEvent<'_>) -> Option<Result<(u32, Option<ExportInfo>), BindError>> {
+    match event {
+        BindEvent::Listed(l) => Some(Ok((l.count, (l.index < l.count).then(|| ExportInfo::from_listing(server, &l))))),
+        BindEvent::Refused(refusal) => Some(Err(refused(refusal))),
+        _ => None,
+    }
+}
+
+/// Every export, asking for index 0, 1, … with `ask` until the count the answers give.
+pub(super) fn list_each(
+    mut ask: impl FnMut(u32) -> Result<(u32, Option<ExportInfo>), BindError>,
+) -> Result<Vec<ExportInfo>, BindError> {
+    let mut exports = Vec::new();
+    let mut index = 0u32;
+    loop {
+        match ask(index)? {
             (count, Some(export)) => {
                 exports.push(export);
                 index += 1;

@@ -145,23 +145,34 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
             }
             matches!(progress(&shared, &live, h), Step::Wait)
         });
-        let wait = pending
-            .iter()
-            .map(|h| (h.arrived + HANDSHAKE).saturating_duration_since(now))
-            .min()
-            .unwrap_or(HEARTBEAT)
-            .min(HEARTBEAT);
-        let wait = wait.max(Duration::from_millis(1));
-        if pending.is_empty() {
-            // Idle: wait on the listener alone, allocating nothing.
-            let _ = tiercel_sys::udp::wait_readable_fd(&listener, Some(wait));
-            continue;
-        }
-        let fds: Vec<_> = std::iter::once(std::os::fd::AsFd::as_fd(&listener))
-            .chain(pending.iter().map(|h| std::os::fd::AsFd::as_fd(&h.stream)))
-            .collect();
-        let _ = tiercel_sys::udp::wait_any_readable(&fds, Some(wait), &mut ready);
+        let handshakes = pending.iter().map(|h| (h.arrived, std::os::fd::AsFd::as_fd(&h.stream)));
+        wait_for_handshakes(std::os::fd::AsFd::as_fd(&listener), handshakes, now, HEARTBEAT, &mut ready);
     }
+}
+
+/// Waits until the listener or a connection in the bind exchange is readable, at most until the
+/// first of those connections runs out of time or `period` passes. Idle (no handshake), it waits on
+/// the listener alone, allocating nothing.
+pub(super) fn wait_for_handshakes<'a>(
+    listener: std::os::fd::BorrowedFd<'a>,
+    handshakes: impl Iterator<Item = (Instant, std::os::fd::BorrowedFd<'a>)> + Clone,
+    now: Instant,
+    period: Duration,
+    ready: &mut Vec<bool>,
+) {
+    let wait = handshakes
+        .clone()
+        .map(|(arrived, _)| (arrived + HANDSHAKE).saturating_duration_since(now))
+        .min()
+        .unwrap_or(period)
+        .min(period)
+        .max(Duration::from_millis(1));
+    if handshakes.clone().next().is_none() {
+        let _ = tiercel_sys::udp::wait_readable_fd(listener, Some(wait));
+        return;
+    }
+    let fds: Vec<_> = std::iter::once(listener).chain(handshakes.map(|(_, fd)| fd)).collect();
+    let _ = tiercel_sys::udp::wait_any_readable(&fds, Some(wait), ready);
 }
 
 /// Reads what a handshake's client sent and answers it, through the server's bind machine.

@@ -28,7 +28,7 @@ use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
 use super::dispatch::{self, Arrival};
-use super::shm::{Charge, HANDSHAKE};
+use super::shm::{wait_for_handshakes, Charge, HANDSHAKE};
 use super::Shared;
 use crate::framed;
 use crate::retention::Retention;
@@ -174,21 +174,8 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                 }
             }
         });
-        let wait = pending
-            .iter()
-            .map(|h| (h.arrived + HANDSHAKE).saturating_duration_since(now))
-            .min()
-            .unwrap_or(HEARTBEAT)
-            .min(HEARTBEAT)
-            .max(Duration::from_millis(1));
-        if pending.is_empty() {
-            let _ = tiercel_sys::udp::wait_readable_fd(&listener, Some(wait));
-            continue;
-        }
-        let fds: Vec<_> = std::iter::once(std::os::fd::AsFd::as_fd(&listener))
-            .chain(pending.iter().map(|h| std::os::fd::AsFd::as_fd(&h.stream)))
-            .collect();
-        let _ = tiercel_sys::udp::wait_any_readable(&fds, Some(wait), &mut ready);
+        let handshakes = pending.iter().map(|h| (h.arrived, std::os::fd::AsFd::as_fd(&h.stream)));
+        wait_for_handshakes(std::os::fd::AsFd::as_fd(&listener), handshakes, now, HEARTBEAT, &mut ready);
     }
 }
 
