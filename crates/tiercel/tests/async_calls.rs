@@ -449,3 +449,29 @@ async fn the_arguments_of_running_async_procedures_count_against_the_message_bud
         assert!(server.message_memory() <= budget, "{transport:?}: {} bytes held", server.message_memory());
     }
 }
+
+#[test]
+fn threads_on_a_tcp_binding_are_not_held_up_by_an_async_reader_whose_runtime_is_busy() {
+    // An async call reads the connection for every caller while it waits; if its runtime's only
+    // thread is then blocked, a thread calling through the same binding reads for itself.
+    let served = serve(ServerConfig::default());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let client: LedgerAsyncClient = rt.block_on(import(&served, "tcp://"));
+    let sync = <LedgerClient as tiercel::Import>::from_binding(client.binding().clone());
+    let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let released_ = released.clone();
+    let runtime = std::thread::spawn(move || {
+        rt.block_on(async move {
+            let slow = tokio::spawn(async move { client.slow(300, 1).await });
+            // The slow call goes out and waits on the connection, then the thread is blocked.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            std::thread::sleep(Duration::from_secs(3));
+            released_.store(true, Ordering::SeqCst);
+            slow.await.unwrap()
+        })
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(sync.add(2, 3).unwrap(), 5);
+    assert!(!released.load(Ordering::SeqCst), "the thread's call waited for the blocked runtime");
+    assert!(runtime.join().unwrap().is_ok());
+}

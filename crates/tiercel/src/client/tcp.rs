@@ -44,6 +44,8 @@ const SCRATCH: usize = 4096;
 const TICK: Duration = Duration::from_millis(100);
 /// Prefix and header of every frame.
 const FRAME_HEAD: usize = PREFIX_LEN + HEADER_LEN;
+/// A waiting caller reads the connection itself when nobody has for this long.
+const STALE_READER: Duration = Duration::from_millis(50);
 /// After this long without a call, a call first looks whether the server closed the connection.
 const IDLE_LOOK: Duration = Duration::from_secs(1);
 /// The least silence that ends a connection: a few of the server's heartbeats.
@@ -115,6 +117,8 @@ struct Demux {
     heard: Instant,
     /// Why the connection is over.
     broken: Option<String>,
+    /// When the connection was last read.
+    pumped: Instant,
 }
 
 impl Demux {
@@ -207,6 +211,7 @@ pub(crate) fn bind(
             expecting: 0,
             heard: Instant::now(),
             broken: None,
+            pumped: Instant::now(),
         }),
         silence: dead_after.max(MIN_SILENCE),
         send_timeout: dead_after,
@@ -561,7 +566,11 @@ impl TcpEndpoint {
             demux.reading = true;
             self.reading = true;
         }
-        if self.reading {
+        // The reader reads; so does anyone when the reader has not for a while (an async task
+        // whose runtime is busy elsewhere must not hold up the binding's threads). The lock makes
+        // any number of readers safe: the role only spares the socket needless reads.
+        if self.reading || now.saturating_duration_since(demux.pumped) >= STALE_READER {
+            demux.pumped = now;
             while let Ok(true) = link.pump(&mut demux, inner) {}
         }
         let i = self.slot as usize;
