@@ -252,3 +252,69 @@ fn connections_that_never_bind_do_not_keep_a_client_out() {
     assert_eq!(client.add(40, 2).unwrap(), 42);
     drop(idle);
 }
+
+/// Binds over a raw connection, as a client of `Test` that then does what it likes.
+fn bind_raw(server: &tiercel::RunningServer) -> (TcpStream, tiercel_proto::bind::Granted) {
+    use tiercel_proto::bind::{BindClient, BindEvent};
+    let mut s = raw(server);
+    let info = <TestClient as tiercel::Import>::INFO;
+    let mut machine = BindClient::new(&info.spec(), 0, 7, false);
+    let request = machine.packet();
+    s.write_all(&tiercel_proto::stream::prefix(request.len())).unwrap();
+    s.write_all(&request).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut answer = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut answer).unwrap();
+    let p = tiercel_proto::wire::Packet::new_checked(&answer[..]).unwrap();
+    match machine.handle(&p, None) {
+        BindEvent::Granted(g) => (s, g),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_client_that_never_reads_its_results_is_cut_off() {
+    use tiercel_proto::wire::{Header, Kind};
+    let timing = tiercel::Timing { dead_after: Duration::from_millis(500), ..tiercel::Timing::default() };
+    let config = ServerConfig { timing, ..ServerConfig::default() };
+    let server =
+        Server::bind("127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
+    let (mut s, granted) = bind_raw(&server);
+    let bound = Instant::now() + Duration::from_secs(5);
+    while server.bindings() == 0 {
+        assert!(Instant::now() < bound, "the binding's thread never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Calls of MaxResult (1,440 bytes back each) sent and never read: the server's writes fill the
+    // connection's buffers, and it gives the connection up rather than block its thread for ever.
+    s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+    let args = 1440u32.to_le_bytes();
+    let mut sent = 0u32;
+    let give_up = Instant::now() + Duration::from_secs(20);
+    while server.bindings() == 1 {
+        assert!(Instant::now() < give_up, "still bound after {sent} calls never read");
+        let h = Header {
+            binding: granted.binding,
+            slot: sent % 4,
+            seq: sent / 4 + 1,
+            procedure: 3,
+            incarnation: granted.incarnation,
+            payload_len: 4,
+            message_len: 4,
+            ..Header::new(Kind::Call)
+        };
+        let mut frame = tiercel_proto::stream::prefix(60).to_vec();
+        frame.extend_from_slice(&h.to_bytes());
+        frame.extend_from_slice(&args);
+        if s.write_all(&frame).is_err() {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        sent += 1;
+    }
+    assert!(sent > 10, "{sent}");
+    // The server serves others meanwhile and after.
+    let client = tcp(&server);
+    assert_eq!(client.add(1, 1).unwrap(), 2);
+}
