@@ -19,19 +19,32 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 impl EtcdServer {
-    /// Starts one on loopback and waits until it answers (at most 20 s).
+    /// Starts one on loopback and waits until it answers (at most 20 s). Its ports are free when
+    /// chosen, but another process may take one before etcd binds it: an etcd that exits before
+    /// it answers is started again on other ports (up to 5 times).
     pub fn start() -> crate::Result<EtcdServer> {
-        let (client, peer) = (free_port()?, free_port()?);
-        let server = EtcdServer::spawn(None, "127.0.0.1", client, peer)?;
-        let registry = tiercel::names::Registry::parse(&server.registry(5)).map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match registry.names() {
-                Ok(_) => return Ok(server),
-                Err(e) if Instant::now() > deadline => return Err(format!("etcd did not come up: {e}").into()),
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        let mut why = String::new();
+        for _ in 0..5 {
+            let (client, peer) = (free_port()?, free_port()?);
+            let mut server = EtcdServer::spawn(None, "127.0.0.1", client, peer)?;
+            let registry = tiercel::names::Registry::parse(&server.registry(5)).map_err(|e| e.to_string())?;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                match registry.names() {
+                    Ok(_) => return Ok(server),
+                    Err(e) => why = e.to_string(),
+                }
+                if let Ok(Some(status)) = server.child.try_wait() {
+                    why = format!("etcd exited ({status}): {why}");
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("etcd did not come up: {why}").into());
+                }
+                std::thread::sleep(Duration::from_millis(100));
             }
         }
+        Err(format!("etcd did not come up: {why}").into())
     }
 
     /// Starts one in network namespace `ns` at `ip` (ports 2379 and 2380, free in a namespace of

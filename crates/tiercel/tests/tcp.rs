@@ -92,7 +92,9 @@ fn a_call_past_its_deadline_may_have_run_and_the_binding_goes_on() {
     let client = tcp(&server);
     let err = client.with_deadline(Duration::from_millis(100)).work(400_000).unwrap_err();
     assert!(matches!(err, CallError::DeadlineExceeded { may_have_run: true }), "{err}");
-    // The next call on the same slot gets its own result, not the abandoned call's.
+    // The next call on the same slot gets its own result, not the abandoned call's (which comes
+    // first: the abandoned call ended meanwhile).
+    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(client.add(2, 3).unwrap(), 5);
     assert_eq!(client.binding().stats().stale.load(Ordering::Relaxed), 1, "the late result was dropped");
 }
@@ -317,4 +319,25 @@ fn a_client_that_never_reads_its_results_is_cut_off() {
     // The server serves others meanwhile and after.
     let client = tcp(&server);
     assert_eq!(client.add(1, 1).unwrap(), 2);
+}
+
+#[test]
+fn a_slow_call_holds_up_only_its_own_caller_on_a_shared_connection() {
+    let server = serve();
+    let client = tcp(&server);
+    let slow = {
+        let client = client.clone();
+        std::thread::spawn(move || client.work(1_000_000))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    // The connection's thread is running the slow call: another of its threads reads and runs
+    // these, while the slow one goes on.
+    let mut done = 0;
+    while !slow.is_finished() && done < 200 {
+        assert_eq!(client.add(done, 1).unwrap(), done + 1);
+        done += 1;
+    }
+    assert!(!slow.is_finished(), "the fast calls waited for the slow one ({done} done)");
+    slow.join().unwrap().unwrap();
+    assert_eq!(server.bindings(), 1);
 }

@@ -1,24 +1,27 @@
 //! The server side of the TCP transport: a listener on the same port number as the UDP socket, and
-//! one thread per connection (one connection is one binding) that reads its frames and runs its
-//! calls.
+//! for each connection (one connection is one binding) threads that take turns reading its frames
+//! and run its calls.
 //!
 //! Before a client has a binding it costs no thread: the listener thread runs every bind exchange
 //! itself, on non-blocking sockets, at most [`MAX_HANDSHAKES`] at once (a few kilobytes each), each
-//! within [`HANDSHAKE`] of its connection, with the same bind machine as UDP and shared memory (interface check, shared
-//! secret). A binding's buffers are charged to `ServerConfig::binding_memory` and the server-wide
-//! `ServerConfig::message_memory` before they grow: a call frame that does not fit is answered
-//! `Busy` and its bytes are dropped as they arrive, never held.
+//! within [`HANDSHAKE`] of its connection, with the same bind machine as UDP and shared memory
+//! (interface check, shared secret). A binding's buffers are charged to
+//! `ServerConfig::binding_memory` and the server-wide `ServerConfig::message_memory` before they
+//! grow: a call frame that does not fit is answered `Busy` and its bytes are dropped as they arrive,
+//! never held.
 //!
-//! Calls of one connection run one at a time on its thread, in the order they arrived (an async
-//! procedure runs on the runtime, so others go on meanwhile); each result goes back as one frame
-//! with one `write`. While a call of the connection runs, the listener thread sends the client a
-//! heartbeat frame every [`HEARTBEAT`], so that a stopped or hung server process is told from a
-//! slow procedure by silence, as over the other transports. A client that does not read its
-//! results loses its connection after `Timing::dead_after`.
+//! A connection starts with one thread, which reads a call, copies its arguments out, runs it, and
+//! sends the result as one frame with one `write`. While it runs, another thread of the connection
+//! may read: when every thread has been running a call for [`HELP_AFTER`], the listener starts one
+//! more, up to `ServerConfig::workers`, so that a slow procedure holds up only its own caller; an
+//! extra thread idle for [`HELPER_IDLE`] ends. While a call of the connection runs, the listener
+//! also sends the client a heartbeat frame every [`HEARTBEAT`], so that a stopped or hung server
+//! process is told from a slow procedure by silence, as over the other transports. A client that
+//! does not read its results loses its connection after `Timing::dead_after`.
 
 use std::io::IoSlice;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -118,21 +121,29 @@ struct Handshake {
 fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     let live = Arc::new(AtomicUsize::new(0));
     let mut pending: Vec<Handshake> = Vec::new();
-    let mut conns: Vec<(Weak<Conn>, [u8; FRAME_HEAD])> = Vec::new();
+    let mut bindings: Vec<(Weak<StreamBinding>, [u8; FRAME_HEAD])> = Vec::new();
     let mut ready = Vec::new();
     let mut last_beat = Instant::now();
     let idle = shared.config.timing.dead_after;
     while !shared.stop.load(Ordering::Relaxed) {
-        if last_beat.elapsed() >= HEARTBEAT {
-            conns.retain(|(c, header)| match c.upgrade() {
-                Some(conn) => {
-                    conn.beat(header);
-                    true
-                }
-                None => false,
-            });
-            last_beat = Instant::now();
+        let now = Instant::now();
+        let beat = now.saturating_duration_since(last_beat) >= HEARTBEAT;
+        if beat {
+            last_beat = now;
         }
+        // Heartbeats; and another thread for a binding whose threads are all running calls.
+        bindings.retain(|(b, header)| match b.upgrade() {
+            Some(binding) => {
+                if beat {
+                    binding.conn.beat(header);
+                }
+                if binding.wants_helper(now) {
+                    spawn(&binding, false);
+                }
+                true
+            }
+            None => false,
+        });
         loop {
             match listener.accept() {
                 Ok((stream, _)) => {
@@ -168,14 +179,17 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             match progress(&shared, &live, h) {
                 Progress::Wait => true,
                 Progress::Done => false,
-                Progress::Bound(conn, header) => {
-                    conns.push((conn, header));
+                Progress::Bound(binding, header) => {
+                    bindings.push((binding, header));
                     false
                 }
             }
         });
+        // Often while a binding is in use (it may need another thread soon), else once a heartbeat.
+        let active = bindings.iter().any(|(b, _)| b.upgrade().is_some_and(|b| b.active(now)));
+        let period = if active { HELP_AFTER } else { HEARTBEAT };
         let handshakes = pending.iter().map(|h| (h.arrived, std::os::fd::AsFd::as_fd(&h.stream)));
-        wait_for_handshakes(std::os::fd::AsFd::as_fd(&listener), handshakes, now, HEARTBEAT, &mut ready);
+        wait_for_handshakes(std::os::fd::AsFd::as_fd(&listener), handshakes, now, period, &mut ready);
     }
 }
 
@@ -186,7 +200,7 @@ enum Progress {
     /// Over without a binding: refused, or failed.
     Done,
     /// Bound: its thread runs; the listener beats its heart (with this frame).
-    Bound(Weak<Conn>, [u8; FRAME_HEAD]),
+    Bound(Weak<StreamBinding>, [u8; FRAME_HEAD]),
 }
 
 /// Reads what a handshake's client sent and answers it, through the server's bind machine.
@@ -229,9 +243,11 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
         BindDecision::Admit(a) => a,
     };
     let slots = shared.config.slots_per_binding.max(1);
-    let mut charge = Charge::new(Arc::new(Budget::new(shared.config.binding_memory)), shared.memory.clone());
+    let budget = Arc::new(Budget::new(shared.config.binding_memory));
+    let mut charge = Charge::new(budget.clone(), shared.memory.clone());
     let room = live.load(Ordering::Relaxed) < shared.config.max_bindings && !shared.refusing_bindings();
-    if !room || !charge.reserve(BUFFER + OUT) {
+    // The receive buffer now; each thread charges its own buffers when it starts.
+    if !room || !charge.reserve(BUFFER) {
         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         answer(&admission.busy(&machine));
         return Progress::Done;
@@ -251,135 +267,346 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
     beat[..PREFIX_LEN].copy_from_slice(&stream::prefix(HEADER_LEN));
     let header = Header { binding: id, incarnation: shared.incarnation, ..Header::new(Kind::ProbeReply) };
     beat[PREFIX_LEN..].copy_from_slice(&header.to_bytes());
-    let export = shared.exports[admission.export].clone();
-    let weak = Arc::downgrade(&conn);
-    live.fetch_add(1, Ordering::Relaxed);
-    let (shared_, live_) = (shared.clone(), live.clone());
-    let spawned = std::thread::Builder::new().name("tiercel-tcp-binding".into()).spawn(move || {
-        let cpus = &shared_.config.cpus;
-        if !cpus.is_empty() {
-            let i = shared_.stream_bindings.load(Ordering::Relaxed);
-            let _ = tiercel_sys::cpu::pin_current_thread(cpus[i % cpus.len()]);
-        }
-        shared_.stats.bindings.fetch_add(1, Ordering::Relaxed);
-        shared_.stream_bindings.fetch_add(1, Ordering::Relaxed);
-        let frames = Deframer::new(BUFFER, stream::max_frame(shared_.config.timing.max_message));
-        let mut binding = StreamBinding {
-            shared: &shared_,
-            conn,
-            export,
-            id,
-            slots,
-            frames,
-            out: Vec::with_capacity(OUT),
+    let now = Instant::now();
+    let binding = Arc::new(StreamBinding {
+        shared: shared.clone(),
+        conn,
+        export: shared.exports[admission.export].clone(),
+        id,
+        slots,
+        budget,
+        reader: Mutex::new(Reader {
+            frames: Deframer::new(BUFFER, stream::max_frame(shared.config.timing.max_message)),
             charge,
             retention: Retention::default(),
-        };
-        binding.run();
-        shared_.stream_bindings.fetch_sub(1, Ordering::Relaxed);
-        live_.fetch_sub(1, Ordering::Relaxed);
+            last_frame: now,
+            spin_until: now,
+        }),
+        threads: AtomicUsize::new(0),
+        idle: AtomicUsize::new(0),
+        all_busy_since: AtomicU64::new(0),
+        created: now,
+        closed: AtomicBool::new(false),
+        live: live.clone(),
+    });
+    live.fetch_add(1, Ordering::Relaxed);
+    shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
+    shared.stream_bindings.fetch_add(1, Ordering::Relaxed);
+    if spawn(&binding, true) {
+        Progress::Bound(Arc::downgrade(&binding), beat)
+    } else {
+        // No thread: the connection goes, and the client sees it closed.
+        Progress::Done
+    }
+}
+
+/// How long every thread of a binding must have been running a call before the listener gives
+/// it another thread (up to [`StreamBinding::max_threads`]).
+const HELP_AFTER: Duration = Duration::from_millis(10);
+/// A binding's extra thread that has had no call for this long ends.
+const HELPER_IDLE: Duration = Duration::from_secs(5);
+/// Bytes of call arguments a thread copies out of the receive buffer (a larger call runs on the
+/// thread that reads it, borrowed where it landed).
+const SMALL_CALL: usize = BUFFER;
+
+/// Starts a thread serving `binding` (`first`: the one it starts with, which ends only with the
+/// connection). False if no thread could be had.
+fn spawn(binding: &Arc<StreamBinding>, first: bool) -> bool {
+    binding.threads.fetch_add(1, Ordering::AcqRel);
+    binding.idle.fetch_add(1, Ordering::AcqRel);
+    let b = binding.clone();
+    let spawned = std::thread::Builder::new().name("tiercel-tcp-binding".into()).spawn(move || {
+        let cpus = &b.shared.config.cpus;
+        if first && !cpus.is_empty() {
+            let i = b.shared.stream_bindings.load(Ordering::Relaxed);
+            let _ = tiercel_sys::cpu::pin_current_thread(cpus[i % cpus.len()]);
+        }
+        b.serve(first);
+        b.thread_ends();
     });
     match spawned {
+        // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
         Ok(thread) => {
-            let mut threads = shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
+            let mut threads = binding.shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
             threads.retain(|t| !t.is_finished());
             threads.push(thread);
-            Progress::Bound(weak, beat)
+            true
         }
-        // No thread: the connection goes, and the client sees it closed.
         Err(_) => {
-            live.fetch_sub(1, Ordering::Relaxed);
-            Progress::Done
+            binding.close();
+            binding.thread_ends();
+            false
         }
     }
 }
 
-/// One connection's binding, served by its own thread.
-struct StreamBinding<'a> {
-    shared: &'a Arc<Shared>,
+/// One connection's binding: its threads take turns reading the connection, and run the calls
+/// they read.
+pub(crate) struct StreamBinding {
+    shared: Arc<Shared>,
     conn: Arc<Conn>,
     export: Arc<dyn crate::interface::Export>,
     id: u32,
     slots: u32,
+    /// The binding's memory budget, shared by its threads' charges.
+    budget: Arc<Budget>,
+    /// Held by the thread reading the connection.
+    reader: Mutex<Reader>,
+    /// Threads serving the binding.
+    threads: AtomicUsize,
+    /// Those of them not running a call (reading, or waiting to read).
+    idle: AtomicUsize,
+    /// Nanoseconds after `created` when the last idle thread took a call.
+    all_busy_since: AtomicU64,
+    created: Instant,
+    /// The connection is over: the threads end.
+    closed: AtomicBool,
+    /// Bindings of the listener, counted down when the last thread ends.
+    live: Arc<AtomicUsize>,
+}
+
+/// The reading side of a connection.
+struct Reader {
     frames: Deframer,
+    /// The receive buffer, charged to the binding's budget and the server's.
+    charge: Charge,
+    retention: Retention,
+    /// When the last frame was read.
+    last_frame: Instant,
+    /// Reading spins until then (`ServerConfig::spin` after the last frame).
+    spin_until: Instant,
+}
+
+/// A call read from the connection, its arguments copied into the reading thread's buffer.
+struct Taken {
+    slot: u32,
+    seq: u32,
+    procedure: u16,
+    arrival: Arrival,
+}
+
+/// A thread's own buffers and their charge.
+struct Own {
+    args: Vec<u8>,
     /// Prefix, header and results of the frame going back.
     out: Vec<u8>,
-    /// The binding's buffers, charged to its budget and the server's.
     charge: Charge,
+    /// When large results last passed (their buffer is kept a while).
     retention: Retention,
 }
 
-impl StreamBinding<'_> {
-    /// Serves the connection until the client closes it, breaks the protocol, or the server stops.
-    fn run(&mut self) {
+impl Own {
+    /// Charges what the buffers hold now; without room, gives back what large calls grew.
+    fn settle(&mut self) {
+        if self.out.capacity() > OUT {
+            self.retention.large(Instant::now());
+        }
+        if !self.charge.settle(self.args.capacity() + self.out.capacity()) {
+            self.shrink();
+        }
+    }
+
+    /// Gives back what large calls grew.
+    fn shrink(&mut self) {
+        self.args = Vec::new();
+        self.out = Vec::with_capacity(OUT);
+        self.charge.settle(OUT);
+    }
+}
+
+impl StreamBinding {
+    /// Most threads serving one binding: a slow call then holds up only its own caller while
+    /// fewer than this many run at once.
+    fn max_threads(&self) -> usize {
+        (self.slots as usize).min(self.shared.config.workers.max(2))
+    }
+
+    /// Whether the listener should give the binding another thread: every thread has been running
+    /// a call for [`HELP_AFTER`], and there is room for one more.
+    fn wants_helper(&self, now: Instant) -> bool {
+        let threads = self.threads.load(Ordering::Acquire);
+        if self.idle.load(Ordering::Acquire) != 0
+            || threads == 0
+            || threads >= self.max_threads()
+            || self.closed.load(Ordering::Acquire)
+        {
+            return false;
+        }
+        let since = Duration::from_nanos(self.all_busy_since.load(Ordering::Acquire));
+        now.saturating_duration_since(self.created + since) >= HELP_AFTER
+    }
+
+    /// Whether a call of the binding started within the last second, or it was made within the
+    /// last second: the listener then looks every [`HELP_AFTER`] whether it needs another thread.
+    fn active(&self, now: Instant) -> bool {
+        let since = Duration::from_nanos(self.all_busy_since.load(Ordering::Acquire));
+        !self.closed.load(Ordering::Acquire) && now.saturating_duration_since(self.created + since) < HEARTBEAT
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let _ = self.conn.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// A thread ends (from idle); the last one ends the binding.
+    fn thread_ends(&self) {
+        self.idle.fetch_sub(1, Ordering::AcqRel);
+        if self.threads.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.close();
+            self.shared.stream_bindings.fetch_sub(1, Ordering::Relaxed);
+            self.live.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// One thread's life: take a call from the connection, run it, answer, again.
+    fn serve(&self, first: bool) {
+        let mut own = Own {
+            args: Vec::new(),
+            out: Vec::new(),
+            charge: Charge::new(self.budget.clone(), self.shared.memory.clone()),
+            retention: Retention::default(),
+        };
+        if !own.charge.reserve(OUT) {
+            if first {
+                self.close();
+            }
+            return;
+        }
+        own.out.reserve(OUT);
+        while let Some(call) = self.take(&mut own, first) {
+            self.busy();
+            let status = self.run(&mut own, &call);
+            let sent = self.send_result(&mut own.out, call.slot, call.seq, call.procedure, status);
+            own.settle();
+            self.idle.fetch_add(1, Ordering::AcqRel);
+            if !sent {
+                self.close();
+                return;
+            }
+        }
+    }
+
+    /// This thread takes a call: one fewer idle. The instant is stored first, so that the listener,
+    /// seeing no thread idle, reads when the last one went busy (or later), never an older one.
+    fn busy(&self) {
+        let since = self.created.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.all_busy_since.store(since, Ordering::Release);
+        self.idle.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Runs a plain procedure with the arguments in `own.args`, its results into `own.out`.
+    fn run(&self, own: &mut Own, call: &Taken) -> Status {
+        self.run_with(&own.args, &mut own.out, call)
+    }
+
+    fn run_with(&self, args: &[u8], out: &mut Vec<u8>, call: &Taken) -> Status {
+        let shared = &*self.shared;
+        out.clear();
+        out.resize(FRAME_HEAD, 0);
+        self.conn.running.fetch_add(1, Ordering::AcqRel);
+        shared.stream_running.fetch_add(1, Ordering::AcqRel);
+        shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+        let limit = shared.config.timing.max_message;
+        let status =
+            dispatch::run_procedure(shared, &self.export, call.procedure, args, call.arrival, out, FRAME_HEAD, limit);
+        shared.stream_running.fetch_sub(1, Ordering::AcqRel);
+        self.conn.running.fetch_sub(1, Ordering::AcqRel);
+        status
+    }
+
+    /// Reads the connection until a call to run comes (`None`: the connection is over, or this
+    /// extra thread has had nothing to do for [`HELPER_IDLE`]). Everything else that comes is
+    /// handled here: probes, cancels, refusals, async procedures (started on the runtime), and
+    /// calls too large to copy, run by this thread where they landed.
+    fn take(&self, own: &mut Own, first: bool) -> Option<Taken> {
+        let mut guard = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        let r = &mut *guard;
+        let waiting_since = Instant::now();
         let spin = self.shared.config.spin;
-        let mut spin_until = Instant::now();
-        let mut last_frame = Instant::now();
         loop {
+            if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
+                return None;
+            }
             loop {
-                match self.frames.next() {
+                match r.frames.next() {
                     Err(_) => {
                         self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                        return;
+                        self.close();
+                        return None;
                     }
                     Ok(Next::Frame(_)) => {
-                        if !self.on_frame() {
-                            return;
+                        let now = Instant::now();
+                        (r.last_frame, r.spin_until) = (now, now + spin);
+                        match self.on_frame(r, own, now) {
+                            Handled::Next => r.frames.consume(),
+                            Handled::Take(call) => {
+                                r.frames.consume();
+                                return Some(call);
+                            }
+                            Handled::Over => {
+                                self.close();
+                                return None;
+                            }
                         }
-                        self.frames.consume();
-                        last_frame = Instant::now();
-                        spin_until = last_frame + spin;
                     }
                     Ok(Next::Partial(len)) => {
-                        if !self.frames.fits(len) && !self.grow_for(len) {
-                            return;
+                        if !r.frames.fits(len) && !self.grow_for(r, len) {
+                            self.close();
+                            return None;
                         }
                         break;
                     }
                     Ok(Next::Nothing) => break,
                 }
             }
-            if self.shared.stop.load(Ordering::Relaxed) {
-                return;
-            }
-            match framed::receive(&self.conn.stream, &mut self.frames) {
+            match framed::receive(&self.conn.stream, &mut r.frames) {
                 Ok(true) => continue,
                 Ok(false) => {}
-                Err(_) => return,
+                Err(_) => {
+                    self.close();
+                    return None;
+                }
             }
             let now = Instant::now();
-            if now < spin_until {
+            if now < r.spin_until {
                 core::hint::spin_loop();
                 continue;
             }
             // A binding that has sent nothing for `binding_idle`, with nothing running, goes as an
             // idle UDP binding does (its client finds the connection closed, and binds again).
-            let idle = now.saturating_duration_since(last_frame);
-            if idle >= self.shared.config.binding_idle && self.conn.running.load(Ordering::Acquire) == 0 {
+            let quiet = now.saturating_duration_since(r.last_frame);
+            if quiet >= self.shared.config.binding_idle && self.conn.running.load(Ordering::Acquire) == 0 {
                 self.shared.stats.expired.fetch_add(1, Ordering::Relaxed);
-                return;
+                self.close();
+                return None;
             }
-            if self.retention.holds_large() && self.retention.idle(now) {
-                self.frames.shrink();
-                self.out = Vec::with_capacity(OUT);
-                self.charge.settle(BUFFER + OUT);
+            if !first && now.saturating_duration_since(waiting_since) >= HELPER_IDLE {
+                return None;
+            }
+            if r.retention.holds_large() && r.retention.idle(now) {
+                r.frames.shrink();
+                r.charge.settle(BUFFER);
+            }
+            if own.retention.holds_large() && own.retention.idle(now) {
+                own.shrink();
             }
             if tiercel_sys::udp::wait_readable_fd(&self.conn.stream, Some(POLL)).is_err() {
-                return;
+                self.close();
+                return None;
             }
         }
     }
 
     /// Makes room for a frame of `len` bytes larger than the buffer, charging it; without room,
     /// answers the call `Busy` and drops its bytes as they come. False: the connection is over.
-    fn grow_for(&mut self, len: usize) -> bool {
-        if self.charge.settle(BUFFER + OUT + self.frames.grown().max(PREFIX_LEN + len - BUFFER) + self.out_grown()) {
-            self.frames.grow_for(len);
-            self.retention.large(Instant::now());
+    fn grow_for(&self, r: &mut Reader, len: usize) -> bool {
+        if r.charge.settle(BUFFER + r.frames.grown().max(PREFIX_LEN + len - BUFFER)) {
+            r.frames.grow_for(len);
+            r.retention.large(Instant::now());
             return true;
         }
         // The header comes first: the refusal needs its slot and number.
-        let Some(header) = self.frames.header() else { return true };
+        let Some(header) = r.frames.header() else { return true };
         // Only the header is here: it is checked as far as it goes (the payload follows).
         let p = Packet::new_unchecked(header);
         if p.kind() != Kind::Call || p.binding() != self.id || p.incarnation() != self.shared.incarnation {
@@ -388,12 +615,8 @@ impl StreamBinding<'_> {
         }
         let (slot, seq, procedure) = (p.slot(), p.seq(), p.procedure());
         self.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
-        self.frames.skip_frame();
+        r.frames.skip_frame();
         self.answer(Kind::Result, Status::Busy, slot, seq, procedure).is_ok()
-    }
-
-    fn out_grown(&self) -> usize {
-        self.out.capacity().saturating_sub(OUT)
     }
 
     /// Sends a frame without payload (a refusal, a probe's answer).
@@ -411,17 +634,18 @@ impl StreamBinding<'_> {
         self.conn.send(&mut [IoSlice::new(&prefix), IoSlice::new(&h.to_bytes())])
     }
 
-    /// Handles the whole frame at the front of the buffer. False: the connection is over.
-    fn on_frame(&mut self) -> bool {
+    /// Handles the whole frame at the front of the buffer.
+    fn on_frame(&self, r: &mut Reader, own: &mut Own, now: Instant) -> Handled {
         let stats = &self.shared.stats;
-        let Ok(p) = stream::check_frame(self.frames.frame()) else {
+        let ok = |sent: std::io::Result<()>| if sent.is_ok() { Handled::Next } else { Handled::Over };
+        let Ok(p) = stream::check_frame(r.frames.frame()) else {
             stats.malformed.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return Handled::Over;
         };
         let (slot, seq, procedure) = (p.slot(), p.seq(), p.procedure());
         let reject = |status| {
             stats.rejected.fetch_add(1, Ordering::Relaxed);
-            self.answer(Kind::Reject, status, slot, seq, procedure).is_ok()
+            ok(self.answer(Kind::Reject, status, slot, seq, procedure))
         };
         if p.binding() != self.id || p.token() != 0 {
             return reject(Status::UnknownBinding);
@@ -434,89 +658,113 @@ impl StreamBinding<'_> {
         }
         match p.kind() {
             Kind::Call => {}
-            Kind::Probe => return self.answer(Kind::ProbeReply, Status::Ok, slot, seq, procedure).is_ok(),
+            Kind::Probe => return ok(self.answer(Kind::ProbeReply, Status::Ok, slot, seq, procedure)),
             Kind::Cancel => {
                 stats.cancelled.fetch_add(1, Ordering::Relaxed);
-                // A plain procedure ran to its end before this frame was read; an async one stops.
+                // A plain procedure runs to its end; an async one stops.
                 #[cfg(feature = "async")]
                 if let Some(runner) = &self.shared.asynch {
                     runner.cancel((self.id | 1 << 31, slot, seq));
                 }
-                return true;
+                return Handled::Next;
             }
             _ => {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
-                return false;
+                return Handled::Over;
             }
         }
         if self.shared.refusing_bindings() {
             stats.busy.fetch_add(1, Ordering::Relaxed);
-            return self.answer(Kind::Result, Status::Busy, slot, seq, procedure).is_ok();
+            return ok(self.answer(Kind::Result, Status::Busy, slot, seq, procedure));
         }
-        let arrival = Arrival {
-            at: Some(Instant::now()),
-            context: p.flags() & flags::CONTEXT != 0,
-            deadline: None,
-            transport: "tcp",
-        };
-        let limit = self.shared.config.timing.max_message;
-        let shared = self.shared;
-        let (out, conn, export) = (&mut self.out, &self.conn, &self.export);
+        let arrival =
+            Arrival { at: Some(now), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "tcp" };
+        let call = Taken { slot, seq, procedure, arrival };
         let args = p.payload();
-        out.clear();
-        out.resize(FRAME_HEAD, 0);
         #[cfg(feature = "async")]
         {
-            let conn_ = conn.clone();
-            let (id, incarnation) = (self.id, shared.incarnation);
-            let finish = move |status: Status, results: Vec<u8>| {
-                let mut head = [0u8; FRAME_HEAD];
-                fill_head(&mut head, id, incarnation, slot, seq, procedure, status, results.len());
-                let _ = conn_.send(&mut [IoSlice::new(&head), IoSlice::new(&results)]);
-                conn_.running.fetch_sub(1, Ordering::AcqRel);
-            };
-            conn.running.fetch_add(1, Ordering::AcqRel);
-            let key = (id | 1 << 31, slot, seq);
-            match dispatch::start_async(shared, export, procedure, args, arrival, out, limit, key, finish) {
-                Some(Ok(())) => return true,
-                Some(Err(status)) => {
-                    conn.running.fetch_sub(1, Ordering::AcqRel);
-                    return self.send_result(slot, seq, procedure, status);
-                }
-                None => {
-                    conn.running.fetch_sub(1, Ordering::AcqRel);
-                }
+            own.out.clear();
+            own.out.resize(FRAME_HEAD, 0);
+            if let Some(started) = self.start_async(args, &call, &mut own.out) {
+                return match started {
+                    Ok(()) => Handled::Next,
+                    Err(status) => {
+                        if self.send_result(&mut own.out, slot, seq, procedure, status) {
+                            Handled::Next
+                        } else {
+                            Handled::Over
+                        }
+                    }
+                };
             }
         }
-        conn.running.fetch_add(1, Ordering::AcqRel);
-        shared.stream_running.fetch_add(1, Ordering::AcqRel);
-        stats.calls.fetch_add(1, Ordering::Relaxed);
-        let status = dispatch::run_procedure(shared, export, procedure, args, arrival, out, FRAME_HEAD, limit);
-        shared.stream_running.fetch_sub(1, Ordering::AcqRel);
-        conn.running.fetch_sub(1, Ordering::AcqRel);
-        self.send_result(slot, seq, procedure, status)
+        if args.len() <= SMALL_CALL {
+            // The copy is charged before it is made.
+            if !own.charge.settle(args.len().max(own.args.capacity()) + own.out.capacity()) {
+                stats.busy.fetch_add(1, Ordering::Relaxed);
+                return ok(self.answer(Kind::Result, Status::Busy, slot, seq, procedure));
+            }
+            own.args.clear();
+            own.args.extend_from_slice(args);
+            return Handled::Take(call);
+        }
+        // Too large to copy: run here, borrowed where it landed, the connection unread meanwhile.
+        self.busy();
+        let status = self.run_with(args, &mut own.out, &call);
+        let sent = self.send_result(&mut own.out, slot, seq, procedure, status);
+        own.settle();
+        self.idle.fetch_add(1, Ordering::AcqRel);
+        if sent {
+            Handled::Next
+        } else {
+            Handled::Over
+        }
+    }
+
+    /// Starts the call on the runtime if its procedure is async (`None`: it is not).
+    #[cfg(feature = "async")]
+    fn start_async(&self, args: &[u8], call: &Taken, out: &mut Vec<u8>) -> Option<Result<(), Status>> {
+        let (id, incarnation, conn) = (self.id, self.shared.incarnation, self.conn.clone());
+        let (slot, seq, procedure) = (call.slot, call.seq, call.procedure);
+        let finish = move |status: Status, results: Vec<u8>| {
+            let mut head = [0u8; FRAME_HEAD];
+            fill_head(&mut head, id, incarnation, slot, seq, procedure, status, results.len());
+            let _ = conn.send(&mut [IoSlice::new(&head), IoSlice::new(&results)]);
+            conn.running.fetch_sub(1, Ordering::AcqRel);
+        };
+        self.conn.running.fetch_add(1, Ordering::AcqRel);
+        let key = (id | 1 << 31, slot, seq);
+        let limit = self.shared.config.timing.max_message;
+        let started =
+            dispatch::start_async(&self.shared, &self.export, procedure, args, call.arrival, out, limit, key, finish);
+        if !matches!(started, Some(Ok(()))) {
+            self.conn.running.fetch_sub(1, Ordering::AcqRel);
+        }
+        started
     }
 
     /// Sends the result frame in `out` (prefix and header filled in here). False: the connection
     /// is over.
-    fn send_result(&mut self, slot: u32, seq: u32, procedure: u16, status: Status) -> bool {
-        let len = self.out.len() - FRAME_HEAD;
-        let (head, _) = self.out.split_at_mut(FRAME_HEAD);
+    fn send_result(&self, out: &mut [u8], slot: u32, seq: u32, procedure: u16, status: Status) -> bool {
+        let len = out.len() - FRAME_HEAD;
+        let (head, _) = out.split_at_mut(FRAME_HEAD);
         let head: &mut [u8; FRAME_HEAD] = match head.try_into() {
             Ok(h) => h,
             Err(_) => unreachable!("the result buffer starts with a frame head"),
         };
         fill_head(head, self.id, self.shared.incarnation, slot, seq, procedure, status, len);
-        let sent = self.conn.send(&mut [IoSlice::new(&self.out)]).is_ok();
-        if self.out_grown() > 0 {
-            self.retention.large(Instant::now());
-            // Kept for the next large result only while the budgets have room for it.
-            if !self.charge.settle(BUFFER + OUT + self.frames.grown() + self.out_grown()) {
-                self.out = Vec::with_capacity(OUT);
-            }
-        }
-        sent
+        self.conn.send(&mut [IoSlice::new(out)]).is_ok()
     }
+}
+
+/// What became of a frame.
+enum Handled {
+    /// Dealt with: the next.
+    Next,
+    /// A call for the reading thread to run.
+    Take(Taken),
+    /// The connection is over.
+    Over,
 }
 
 /// Writes the prefix and header of a result frame of `len` bytes of results.
