@@ -275,13 +275,15 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
         id,
         slots,
         budget,
-        reader: Mutex::new(Reader {
+        turn: std::sync::Condvar::new(),
+        waiting: AtomicUsize::new(0),
+        reader: Mutex::new(Some(Reader {
             frames: Deframer::new(BUFFER, stream::max_frame(shared.config.timing.max_message)),
             charge,
             retention: Retention::default(),
             last_frame: now,
             spin_until: now,
-        }),
+        })),
         threads: AtomicUsize::new(0),
         idle: AtomicUsize::new(0),
         all_busy_since: AtomicU64::new(0),
@@ -350,8 +352,13 @@ pub(crate) struct StreamBinding {
     slots: u32,
     /// The binding's memory budget, shared by its threads' charges.
     budget: Arc<Budget>,
-    /// Held by the thread reading the connection.
-    reader: Mutex<Reader>,
+    /// The reading side, taken out by the thread reading the connection and put back when it has a
+    /// call to run (`None` meanwhile).
+    reader: Mutex<Option<Reader>>,
+    /// Signalled when the reading side is put back and a thread waits for it.
+    turn: std::sync::Condvar,
+    /// Threads waiting for their turn to read.
+    waiting: AtomicUsize,
     /// Threads serving the binding.
     threads: AtomicUsize,
     /// Those of them not running a call (reading, or waiting to read).
@@ -519,9 +526,41 @@ impl StreamBinding {
     /// handled here: probes, cancels, refusals, async procedures (started on the runtime), and
     /// calls too large to copy, run by this thread where they landed.
     fn take(&self, own: &mut Own, first: bool) -> Option<Taken> {
-        let mut guard = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        let r = &mut *guard;
         let waiting_since = Instant::now();
+        let mut r = {
+            let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
+                    return None;
+                }
+                if let Some(r) = slot.take() {
+                    break r;
+                }
+                if !first && waiting_since.elapsed() >= HELPER_IDLE {
+                    return None;
+                }
+                if own.retention.holds_large() && own.retention.idle(Instant::now()) {
+                    own.shrink();
+                }
+                self.waiting.fetch_add(1, Ordering::AcqRel);
+                slot = match self.turn.wait_timeout(slot, POLL) {
+                    Ok((slot, _)) => slot,
+                    Err(p) => p.into_inner().0,
+                };
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+            }
+        };
+        let taken = self.read_call(&mut r, own, first, waiting_since);
+        *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            self.turn.notify_one();
+        }
+        taken
+    }
+
+    /// Reads the connection, holding its reading side, until a call to run comes (see
+    /// [`StreamBinding::take`]).
+    fn read_call(&self, r: &mut Reader, own: &mut Own, first: bool, waiting_since: Instant) -> Option<Taken> {
         let spin = self.shared.config.spin;
         loop {
             if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
