@@ -108,7 +108,8 @@ pub struct ServerConfig {
     /// Worker threads receiving and running calls. Each runs procedures inline; while one runs a long
     /// procedure the others keep receiving, so probes and other clients are still answered. With three
     /// or more, one is always kept free to receive: a new call arriving while all the others run
-    /// procedures is refused at once as busy, and its client backs off and retries. Default: 4.
+    /// procedures is refused at once as busy, and its client backs off and retries. Also the most
+    /// threads one TCP connection gets while its calls are slow. Default: 4.
     pub workers: usize,
     /// How long an idle worker spins for the next packet before blocking. Only `spinners` workers spin
     /// at once, so that idle workers do not take every core. A shared-memory binding's thread spins
@@ -162,8 +163,8 @@ pub struct ServerConfig {
     pub shared_memory: bool,
     /// Also serve over TCP, on the port number of the UDP socket, for clients that UDP does not
     /// reach (`tcp://host:port`, or a UDP bind that got no answer): one connection per binding,
-    /// one thread per connection (see `docs/protocol.md`, TCP). A server that cannot listen there
-    /// fails to start. Default: on.
+    /// served by one thread, and by up to `workers` while its calls are slow (see
+    /// `docs/protocol.md`, TCP). A server that cannot listen there fails to start. Default: on.
     pub tcp: bool,
     /// Record each procedure's outcome and run time through the `metrics` facade, labelled with
     /// the interface and procedure (`tiercel_server_calls_total`, `tiercel_server_call_seconds`), in
