@@ -280,6 +280,23 @@ mod tests {
     }
 
     #[test]
+    fn a_listing_is_never_longer_than_its_request() {
+        let s = server(&[BANK], None);
+        let c = BindClient::listing(0, 5, false);
+        let padded = c.packet();
+        let p = Packet::new_checked(&padded[..]).unwrap();
+        let BindDecision::Answer { packet, .. } = s.on_request(&p, b"a", padded.len()) else { panic!("not listed") };
+        assert!(packet.len() <= padded.len());
+        // Cut short (the padding left off): too short to carry the name, dropped rather than answered.
+        let short = &padded[..HEADER_LEN + super::super::wire::REQUEST_LEN];
+        let mut short = short.to_vec();
+        Packet::new_unchecked(&mut short[..])
+            .set_lengths(super::super::wire::REQUEST_LEN as u32, super::super::wire::REQUEST_LEN as u32);
+        let p = Packet::new_checked(&short[..]).unwrap();
+        assert!(matches!(s.on_request(&p, b"a", 80), BindDecision::Malformed));
+    }
+
+    #[test]
     fn a_matching_request_is_granted() {
         let s = server(&[BANK], None);
         let mut c = BindClient::new(&BANK, 65000, 5, false);

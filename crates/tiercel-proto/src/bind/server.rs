@@ -132,6 +132,13 @@ impl BindServer<'_> {
         if req.list {
             let index = u32::try_from(req.interface).unwrap_or(u32::MAX);
             let spec = self.exports.get(index as usize);
+            // The answer's fixed part and the whole name must fit in what the request allows (a
+            // client pads its request): a request too short for them is dropped, not answered
+            // with more than it brought.
+            let name_len = spec.map_or(0, |s| s.name.len().min(u8::MAX as usize));
+            if crate::bind::wire::LISTING_LEN + name_len > room {
+                return BindDecision::Malformed;
+            }
             let listing = ExportListing {
                 nonce: req.nonce,
                 count: self.exports.len() as u32,
