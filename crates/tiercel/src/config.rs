@@ -109,7 +109,7 @@ pub struct ServerConfig {
     /// procedure the others keep receiving, so probes and other clients are still answered. With three
     /// or more, one is always kept free to receive: a new call arriving while all the others run
     /// procedures is refused at once as busy, and its client backs off and retries. Also the most
-    /// threads one TCP connection gets while its calls are slow. Default: 4.
+    /// threads one TCP connection gets while its calls are slow (at least two). Default: 4.
     pub workers: usize,
     /// How long an idle worker spins for the next packet before blocking. Only `spinners` workers spin
     /// at once, so that idle workers do not take every core. A shared-memory binding's thread spins
