@@ -459,7 +459,9 @@ impl TcpEndpoint {
         let spin_until = start + self.spin.budget();
         loop {
             let now = Instant::now();
-            let reading = match self.look(inner, link, deadline, now, Some(Wake::Thread(std::thread::current())))? {
+            // Spinning, nobody need wake this thread; about to block, it says how.
+            let wake = (now >= spin_until).then(|| Wake::Thread(std::thread::current()));
+            let reading = match self.look(inner, link, deadline, now, wake)? {
                 Waited::Arrived => break,
                 Waited::Not(reading) => reading,
             };
