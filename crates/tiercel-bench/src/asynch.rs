@@ -101,7 +101,7 @@ pub fn table(
         transport,
         callers_are: "sync threads",
         callers: SYNC_THREADS,
-        calls_per_second: threads(&sync, client_cpu, time)?,
+        calls_per_second: threads(&sync, SYNC_THREADS, client_cpu, time)?,
     }];
     for callers in ASYNC_CALLERS {
         throughput.push(Throughput {
@@ -114,11 +114,11 @@ pub fn table(
     Ok((row, throughput))
 }
 
-/// Null calls per second of `SYNC_THREADS` threads on `cpu`, for `time`.
-fn threads(client: &TestClient, cpu: usize, time: Duration) -> crate::Result<f64> {
+/// Null calls per second of `n` threads on `cpu`, all on `client`'s binding, for `time`.
+pub(crate) fn threads(client: &TestClient, n: u32, cpu: usize, time: Duration) -> crate::Result<f64> {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let handles: Vec<_> = (0..SYNC_THREADS)
+    let handles: Vec<_> = (0..n)
         .map(|_| {
             let (c, done, stop) = (client.clone(), done.clone(), stop.clone());
             std::thread::spawn(move || -> Result<(), tiercel::CallError> {

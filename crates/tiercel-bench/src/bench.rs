@@ -74,6 +74,8 @@ pub struct Report {
     pub async_throughput: Vec<crate::asynch::Throughput>,
     /// Null without and with a tracing subscriber, per transport.
     pub tracing: Vec<crate::traced::Row>,
+    /// Null over UDP on the default server against servers of 1, 2 and 4 workers.
+    pub workers: Vec<crate::workers::Row>,
 }
 
 /// How long each part of the run measures.
@@ -143,14 +145,14 @@ pub fn run(args: Args) -> crate::Result<()> {
     };
     outln!("tiercel bench: {} CPUs", tiercel_sys::cpu::available());
     outln!(
-        "placement: caller thread pinned to CPU {}, server process (1 worker, and its shared-memory binding \
-         thread) pinned to CPU {}",
+        "placement: caller thread pinned to CPU {}, server process (its workers, and its shared-memory binding \
+         threads) pinned to CPU {}",
         args.client_cpu,
         args.server_cpu
     );
     let full = !args.latency_only;
     crate::progress::start(
-        (media.len() * modes.len() + media.len() + 1) as u64
+        (media.len() * modes.len() + media.len() + 2) as u64
             + if full {
                 7 + 3 + 1 + 1 + (seed_media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
             } else {
@@ -201,6 +203,14 @@ pub fn run(args: Args) -> crate::Result<()> {
         crate::progress::step();
         crate::traced::print(&report.tracing, calls);
     }
+    let udp_null = latency.iter().find(|(m, spin, _)| *m == Medium::Udp && *spin);
+    if let Some(null) = udp_null.and_then(|(_, _, rows)| rows.iter().find(|r| r.name == "Null")) {
+        crate::progress::doing("workers");
+        report.workers =
+            crate::workers::table(args.server_cpu, args.client_cpu, calls, rounds, &null.raw, budget.async_row)?;
+        crate::workers::print(&report.workers, calls, rounds, budget.async_row);
+    }
+    crate::progress::step();
     if full {
         let cpu = args.server_cpu.to_string();
         let serve: Vec<String> =

@@ -127,8 +127,8 @@ pub fn start(command: &mut Command) -> crate::Result<(Spawned, String)> {
     Ok((child, addr))
 }
 
-/// Starts a `tiercel serve` with one worker on `cpu`, spinning 2 ms past each call (`spin`) or
-/// blocking at once, and returns it with its `host:port`.
+/// Starts a `tiercel serve` with its default workers on `cpu`, spinning 2 ms past each call (`spin`)
+/// or blocking at once, and returns it with its `host:port`.
 pub fn serve_pinned(cpu: usize, spin: bool) -> crate::Result<(Spawned, String)> {
     serve_pinned_with(cpu, spin, &[])
 }
@@ -139,22 +139,12 @@ pub fn serve_pinned_with(cpu: usize, spin: bool, more: &[&str]) -> crate::Result
     // the server CPU, and each must leave it to the other while the other is being measured.
     let spin_us = if spin { "2000" } else { "0" };
     let cpu = cpu.to_string();
-    let args: Vec<String> = [
-        "serve",
-        "--addr",
-        "udp://127.0.0.1:0",
-        "--workers",
-        "1",
-        "--spin-us",
-        spin_us,
-        "--spin-fixed",
-        "--cpus",
-        &cpu,
-    ]
-    .iter()
-    .chain(more)
-    .map(|s| s.to_string())
-    .collect();
+    let args: Vec<String> =
+        ["serve", "--addr", "udp://127.0.0.1:0", "--spin-us", spin_us, "--spin-fixed", "--cpus", &cpu]
+            .iter()
+            .chain(more)
+            .map(|s| s.to_string())
+            .collect();
     let (server, addr) = spawn(&args)?;
     let addr = addr.strip_prefix("udp://").unwrap_or(&addr).to_string();
     Ok((server, addr))

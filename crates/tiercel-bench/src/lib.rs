@@ -50,6 +50,7 @@ pub mod soak;
 pub mod summary;
 pub mod tables;
 pub mod traced;
+pub mod workers;
 
 /// Why a measurement could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -21,9 +21,10 @@ pub struct Args {
     /// (`tiercel call NAME add 2 3`). Several servers may export one name.
     #[arg(long)]
     name: Option<String>,
-    /// Worker threads (with three or more, one is kept free to answer probes and refuse new calls as
-    /// busy when all the others are running calls).
-    #[arg(long, default_value_t = 4)]
+    /// Most worker threads: one reads the socket while calls are quick, more while long calls run
+    /// (with three or more, one is kept free to answer probes and refuse new calls as busy when all
+    /// the others are running calls).
+    #[arg(long, default_value_t = ServerConfig::default().workers)]
     workers: usize,
     /// Microseconds an idle worker spins for the next packet before blocking.
     #[arg(long, default_value_t = 1000)]

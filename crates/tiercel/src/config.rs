@@ -105,11 +105,14 @@ pub const MAX_MESSAGE: usize = tiercel_proto::timing::MAX_MESSAGE;
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
-    /// Worker threads receiving and running calls. Each runs procedures inline; while one runs a long
-    /// procedure the others keep receiving, so probes and other clients are still answered. With three
-    /// or more, one is always kept free to receive: a new call arriving while all the others run
+    /// Most worker threads receiving and running UDP calls. One reads the socket (spinning, then
+    /// blocking) and runs each call it reads inline; the others stand by, parked, and cost nothing
+    /// per call. While every reading worker has been running one call for about a millisecond,
+    /// another takes over reading, so that a long procedure holds up only its own caller; a
+    /// reading worker that finishes a call while another is free stands by again. With three or
+    /// more, one is always kept free to receive: a new call arriving while all the others run
     /// procedures is refused at once as busy, and its client backs off and retries. Also the most
-    /// threads one TCP connection gets while its calls are slow (at least two). Default: 4.
+    /// threads one TCP connection gets while its calls are slow (at least two). Default: 16.
     pub workers: usize,
     /// How long an idle worker spins for the next packet before blocking. Only `spinners` workers spin
     /// at once, so that idle workers do not take every core. A shared-memory binding's thread spins
@@ -186,7 +189,7 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
-            workers: 4,
+            workers: 16,
             spin: Duration::from_millis(1),
             spinners: 1,
             cpus: Vec::new(),

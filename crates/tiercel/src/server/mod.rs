@@ -2,6 +2,7 @@
 
 #[cfg(feature = "async")]
 mod asynch;
+mod crew;
 mod dispatch;
 
 #[cfg(all(feature = "async", feature = "tracing"))]
@@ -196,6 +197,7 @@ impl Server {
             stop: AtomicBool::new(false),
             shutdown_by: std::sync::Mutex::new(None),
             spinners: AtomicUsize::new(0),
+            crew: crew::Crew::new(workers),
             stats: Arc::new(ServerStats::default()),
             registrations: std::sync::Mutex::new(Vec::new()),
             binding_threads: std::sync::Mutex::new(Vec::new()),
@@ -283,6 +285,8 @@ pub(crate) struct Shared {
     /// When a graceful shutdown must stop the workers even if calls are still running.
     shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
     spinners: AtomicUsize,
+    /// Which workers read the socket.
+    crew: crew::Crew,
     stats: Arc<ServerStats>,
     /// The threads serving shared-memory and TCP bindings (finished ones are pruned as new ones
     /// start).
@@ -448,6 +452,12 @@ impl Shared {
         0
     }
 
+    /// Stops the workers, those standing by too.
+    pub(crate) fn stop_workers(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.crew.release();
+    }
+
     /// Whether new bindings are refused (a graceful shutdown has begun).
     pub(crate) fn refusing_bindings(&self) -> bool {
         self.endpoint.is_draining()
@@ -563,7 +573,7 @@ impl RunningServer {
 
     fn stop_now(&mut self) {
         self.shared.registrations.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.shared.stop.store(true, Ordering::Release);
+        self.shared.stop_workers();
         self.join();
     }
 
@@ -573,7 +583,7 @@ impl RunningServer {
         for h in self.handles.drain(..) {
             let _ = h.join();
         }
-        self.shared.stop.store(true, Ordering::Release);
+        self.shared.stop_workers();
         let threads = std::mem::take(&mut *self.shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner()));
         for t in threads {
             let _ = t.join();

@@ -18,6 +18,7 @@ use tiercel_proto::server::{CallAction, DropReason, ProbeAction};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_sys::udp::{self, Received};
 
+use super::crew::Standby;
 use super::dispatch::{run_procedure, Arrival};
 use super::{Shared, UdpBinding, UdpSlot};
 use crate::retention::SPARES_IDLE;
@@ -60,27 +61,51 @@ impl UdpWorker {
         UdpWorker { shared, index, rx, spinning: false, waiter, spares: RefCell::default() }
     }
 
+    /// Runs the worker: listening (see `crew`) or standing by, until the server stops.
     pub(super) fn run(mut self) {
         let cpus = &self.shared.config.cpus;
         if !cpus.is_empty() {
             let _ = tiercel_sys::cpu::pin_current_thread(cpus[self.index % cpus.len()]);
         }
+        let shared = self.shared.clone();
+        // Worker 0 starts as the listener; the others stand by.
+        let mut listening = self.index == 0;
+        while !shared.stop.load(Ordering::Acquire) {
+            if listening {
+                self.listen();
+                // A worker that stands by holds no spare buffers.
+                self.spares.take();
+            }
+            let running = || shared.endpoint.running();
+            let started = || shared.stats.calls.load(Ordering::Relaxed);
+            listening = match shared.crew.stand_by(&shared.stop, running, started) {
+                Standby::Listen => true,
+                Standby::Stop => break,
+            };
+        }
+    }
+
+    /// Reads the socket and runs what arrives, spinning then blocking, until the server stops or
+    /// this worker is to stand by (another listener is free).
+    fn listen(&mut self) {
         let mut spin_until = Instant::now();
-        let mut next_sweep = Instant::now() + SWEEP_INTERVAL;
         while !self.shared.stop.load(Ordering::Relaxed) {
-            if self.index == 0 && Instant::now() >= next_sweep {
-                next_sweep = Instant::now() + SWEEP_INTERVAL;
+            let now = Instant::now();
+            if self.shared.crew.sweep_due(now, SWEEP_INTERVAL) {
                 self.sweep();
             }
-            if self.index == 0 && self.shared.refusing_bindings() && self.shared.drained(Instant::now()) {
+            if self.shared.refusing_bindings() && self.shared.drained(now) {
                 // A graceful shutdown has drained: every worker stops.
-                self.shared.stop.store(true, Ordering::Release);
+                self.shared.stop_workers();
             }
             match udp::recv_from_nowait(&self.shared.socket, &mut self.rx) {
                 Ok(Some((Received::Datagram(n), from))) => {
                     mark(Point::ServerArrived);
                     self.handle(n, from);
                     steps::close();
+                    if self.shared.crew.should_stand_by(self.shared.endpoint.running()) {
+                        break;
+                    }
                     if self.spinning || self.try_spin() {
                         spin_until = Instant::now() + self.shared.config.spin;
                     }
@@ -98,20 +123,27 @@ impl UdpWorker {
                     core::hint::spin_loop();
                     continue;
                 }
-                self.spinning = false;
-                self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
+                self.stop_spinning();
             }
             steps::slept(steps::Side::Server);
             let ready = match &self.waiter {
                 Some(w) => w.wait(Some(SPARES_IDLE)),
                 None => udp::wait_readable(&self.shared.socket, Some(SPARES_IDLE)),
             };
-            if matches!(ready, Ok(false)) {
+            match ready {
+                // A datagram after a wait: calls may be coming again, and the deputy looks.
+                Ok(true) => self.shared.crew.woke(),
                 // A while without a packet: give the spare buffers back.
-                self.spares.take();
+                Ok(false) => drop(self.spares.take()),
+                Err(_) => {}
             }
         }
+        self.stop_spinning();
+    }
+
+    fn stop_spinning(&mut self) {
         if self.spinning {
+            self.spinning = false;
             self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
         }
     }

@@ -1,0 +1,129 @@
+//! The server's workers as a user gets them: Null over UDP against servers of the default
+//! configuration and of 1, 2 and 4 workers (everything else at its default, spinning included),
+//! in interleaved rounds, with the latency of one caller against the raw UDP ping-pong of the same
+//! run, and the calls per second of 1 and 8 caller threads on one binding.
+
+use std::time::{Duration, Instant};
+
+use crate::progress::outln;
+use crate::seeds::TestClient;
+use crate::summary::Summary;
+
+/// A row, for `--json`.
+#[derive(serde::Serialize)]
+pub struct Row {
+    /// `"default (16)"`, or the number of workers.
+    pub workers: String,
+    pub median_us: f64,
+    pub p99_us: f64,
+    pub raw_median_us: f64,
+    pub raw_p99_us: f64,
+    pub one_caller_calls_per_second: f64,
+    pub eight_callers_calls_per_second: f64,
+}
+
+/// Worker counts set against the default.
+const FIXED: [usize; 3] = [1, 2, 4];
+
+/// Measures every configuration; `raw` is the spinning raw UDP Null ping-pong of the latency table.
+pub fn table(
+    server_cpu: usize,
+    client_cpu: usize,
+    calls: u32,
+    rounds: u32,
+    raw: &Summary,
+    time: Duration,
+) -> crate::Result<Vec<Row>> {
+    let default_workers = tiercel::ServerConfig::default().workers;
+    let mut configs: Vec<(String, Option<usize>)> = vec![(format!("default ({default_workers})"), None)];
+    configs.extend(FIXED.iter().map(|&n| (n.to_string(), Some(n))));
+    let cpu = server_cpu.to_string();
+    let mut servers = Vec::new();
+    for (_, workers) in &configs {
+        let mut args: Vec<String> =
+            ["serve", "--addr", "udp://127.0.0.1:0", "--cpus", &cpu, "--no-shared-memory", "--no-tcp"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        if let Some(n) = workers {
+            args.extend(["--workers".to_string(), n.to_string()]);
+        }
+        let (server, addr) = crate::harness::spawn(&args)?;
+        let client: TestClient = crate::harness::import(addr.as_str(), tiercel::ClientConfig::default())?;
+        for _ in 0..2_000 {
+            client.null()?;
+        }
+        servers.push((server, client, Summary::new()));
+    }
+    let per_round = (calls / rounds).max(1);
+    for _ in 0..rounds {
+        for (_, client, summary) in &mut servers {
+            // The server last measured spins 1 ms past its last call: let it stop first.
+            std::thread::sleep(Duration::from_millis(5));
+            for _ in 0..per_round {
+                let t = Instant::now();
+                client.null()?;
+                summary.record(t.elapsed());
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for ((name, _), (server, client, summary)) in configs.into_iter().zip(servers) {
+        std::thread::sleep(Duration::from_millis(5));
+        let one = crate::asynch::threads(&client, 1, client_cpu, time)?;
+        std::thread::sleep(Duration::from_millis(5));
+        let eight = crate::asynch::threads(&client, 8, client_cpu, time)?;
+        rows.push(Row {
+            workers: name,
+            median_us: summary.median_us(),
+            p99_us: summary.p99_us(),
+            raw_median_us: raw.median_us(),
+            raw_p99_us: raw.p99_us(),
+            one_caller_calls_per_second: one,
+            eight_callers_calls_per_second: eight,
+        });
+        drop(server);
+    }
+    Ok(rows)
+}
+
+/// Prints the table.
+pub fn print(rows: &[Row], calls: u32, rounds: u32, time: Duration) {
+    outln!(
+        "\nServer workers: Null over UDP, the default server against servers of 1, 2 and 4 workers (all else at its \
+         default:"
+    );
+    outln!(
+        "one worker spins 1 ms past its last packet); latency of one caller ({calls} calls per server in {rounds} \
+         interleaved rounds)"
+    );
+    outln!(
+        "against the raw spinning UDP ping-pong of the latency table; calls/s of 1 and 8 caller threads on one \
+         binding ({:.1} s each)",
+        time.as_secs_f64()
+    );
+    outln!(
+        "{:>12} | {:>8} {:>8} | {:>8} {:>8} | {:>9} | {:>10} {:>10}",
+        "workers",
+        "median",
+        "p99",
+        "raw p99",
+        "p99/raw",
+        "med/raw",
+        "1 caller/s",
+        "8 callers/s"
+    );
+    for r in rows {
+        outln!(
+            "{:>12} | {:>8.2} {:>8.2} | {:>8.2} {:>7.2}× | {:>8.2}× | {:>10.0} {:>10.0}",
+            r.workers,
+            r.median_us,
+            r.p99_us,
+            r.raw_p99_us,
+            r.p99_us / r.raw_p99_us,
+            r.median_us / r.raw_median_us,
+            r.one_caller_calls_per_second,
+            r.eight_callers_calls_per_second
+        );
+    }
+}

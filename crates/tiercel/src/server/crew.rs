@@ -1,0 +1,328 @@
+//! Which UDP workers read the socket: one leader, and followers that take over only while every
+//! reader is held up in a long procedure.
+//!
+//! A worker that reads the socket (a *listener*) runs the calls it reads inline, so a Null call
+//! costs one thread no handoff. Every listener that waits in `epoll` is woken by a datagram even
+//! when another listener (spinning) takes it, and on a small machine those wake-ups take the CPU
+//! that the caller or the spinning listener needs: four workers all listening made a single
+//! caller's calls twice as slow, with a p99 six times the raw ping-pong's. So by default one
+//! worker listens and the others stand by, parked. One of them, the *deputy*, looks every
+//! [`TICK`] while calls are being made: when every listener has been running one call since its
+//! last look (the server's count of calls started has not moved), it becomes a listener itself,
+//! so that a long procedure never holds up the short calls behind it for more than about two ticks,
+//! up to `ServerConfig::workers` listeners. A listener that finishes a call while another listener
+//! is free stands by again. The deputy's looks stop while the server is idle, and resume when a
+//! listener wakes for a datagram.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the deputy looks whether every listener is held up by a call.
+pub(super) const TICK: Duration = Duration::from_millis(1);
+
+/// After this many looks without a new call (and with a listener free), the deputy stops looking
+/// until a listener wakes from a blocking wait.
+const IDLE_LOOKS: u32 = 100;
+
+/// How long an idle deputy sleeps at most before looking again (in case a wake-up was missed).
+const IDLE_LOOK: Duration = Duration::from_millis(100);
+
+pub(super) struct Crew {
+    /// Workers in the listener role (reading the socket or running a call they read); at least 1.
+    listeners: AtomicUsize,
+    /// Most listeners (`ServerConfig::workers`).
+    workers: usize,
+    /// The deputy looks only now and then: a listener that wakes for a datagram wakes it.
+    deputy_idle: AtomicBool,
+    roles: Mutex<Roles>,
+    /// Where standing-by workers other than the deputy wait.
+    changed: Condvar,
+    /// Where the deputy waits between looks.
+    look: Condvar,
+    /// When a listener next sweeps the endpoint (idle bindings, stalled calls): milliseconds after
+    /// `epoch`.
+    next_sweep: AtomicU64,
+    epoch: Instant,
+}
+
+#[derive(Default)]
+struct Roles {
+    /// Whether a standing-by worker is the deputy.
+    deputy: bool,
+}
+
+/// What a standing-by worker does next.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Standby {
+    /// Read the socket.
+    Listen,
+    /// The server is stopping.
+    Stop,
+}
+
+impl Crew {
+    /// A crew of `workers` in which one worker listens.
+    pub(super) fn new(workers: usize) -> Crew {
+        Crew {
+            listeners: AtomicUsize::new(1),
+            workers: workers.max(1),
+            deputy_idle: AtomicBool::new(false),
+            roles: Mutex::new(Roles::default()),
+            changed: Condvar::new(),
+            look: Condvar::new(),
+            next_sweep: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Listeners now.
+    #[cfg(test)]
+    fn listeners(&self) -> usize {
+        self.listeners.load(Ordering::Acquire)
+    }
+
+    /// Whether the listener that just finished a call should stand by: another listener is free
+    /// (`running` listeners are running calls). One atomic load while a single worker listens.
+    pub(super) fn should_stand_by(&self, running: usize) -> bool {
+        if self.listeners.load(Ordering::Acquire) == 1 {
+            return false;
+        }
+        let _roles = self.lock();
+        let listeners = self.listeners.load(Ordering::Acquire);
+        if listeners > 1 && listeners.saturating_sub(running) >= 2 {
+            self.listeners.store(listeners - 1, Ordering::Release);
+            return true;
+        }
+        false
+    }
+
+    /// Parks a worker that is not listening until it is to listen, or the server stops. One
+    /// standing-by worker at a time is the deputy and decides when another listener is needed:
+    /// `running()` gives the listeners running calls, `started()` the count of calls started.
+    pub(super) fn stand_by(
+        &self,
+        stop: &AtomicBool,
+        running: impl Fn() -> usize,
+        started: impl Fn() -> u64,
+    ) -> Standby {
+        let mut roles = self.lock();
+        let mut deputy: Option<Deputy> = None;
+        loop {
+            if stop.load(Ordering::Acquire) {
+                if deputy.is_some() {
+                    roles.deputy = false;
+                }
+                return Standby::Stop;
+            }
+            if deputy.is_none() && !roles.deputy {
+                roles.deputy = true;
+                deputy = Some(Deputy::new(started()));
+            }
+            let Some(d) = deputy.as_mut() else {
+                roles = self.changed.wait(roles).unwrap_or_else(|p| p.into_inner());
+                continue;
+            };
+            let listeners = self.listeners.load(Ordering::Acquire);
+            let period = match d.look(listeners, self.workers, running(), started()) {
+                Look::Listen => {
+                    self.listeners.store(listeners + 1, Ordering::Release);
+                    roles.deputy = false;
+                    // Another standing-by worker becomes the deputy.
+                    self.changed.notify_one();
+                    return Standby::Listen;
+                }
+                Look::Again(period) => period,
+            };
+            if period == IDLE_LOOK {
+                self.deputy_idle.store(true, Ordering::Release);
+            }
+            roles = self.look.wait_timeout(roles, period).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            if period == IDLE_LOOK && !self.deputy_idle.swap(false, Ordering::AcqRel) {
+                // A listener woke for a datagram: calls may be coming again.
+                d.wake();
+            }
+        }
+    }
+
+    /// A listener woke from a blocking wait with a datagram: the server may be busy again, so an
+    /// idle deputy goes back to looking every tick. One atomic load when the deputy is not idle.
+    pub(super) fn woke(&self) {
+        if self.deputy_idle.swap(false, Ordering::AcqRel) {
+            let _roles = self.lock();
+            self.look.notify_all();
+        }
+    }
+
+    /// Wakes every standing-by worker: the server is stopping (`stop` is already set).
+    pub(super) fn release(&self) {
+        let _roles = self.lock();
+        self.changed.notify_all();
+        self.look.notify_all();
+    }
+
+    /// Whether it is time for a listener to sweep the endpoint; true for one caller every `every`.
+    pub(super) fn sweep_due(&self, now: Instant, every: Duration) -> bool {
+        let at = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        let due = self.next_sweep.load(Ordering::Relaxed);
+        at >= due
+            && self
+                .next_sweep
+                .compare_exchange(due, at + every.as_millis() as u64, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Roles> {
+        self.roles.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What the deputy remembers between its looks.
+#[derive(Debug)]
+struct Deputy {
+    /// The count of calls started at the last look, if every listener was running a call then.
+    held_up: Option<u64>,
+    /// The count of calls started at the last look.
+    last_started: u64,
+    /// Looks in a row with no new call and a listener free.
+    quiet: u32,
+}
+
+/// The deputy's decision after a look.
+#[derive(Debug, PartialEq, Eq)]
+enum Look {
+    /// Become a listener.
+    Listen,
+    /// Look again after this long.
+    Again(Duration),
+}
+
+impl Deputy {
+    fn new(started: u64) -> Deputy {
+        Deputy { held_up: None, last_started: started, quiet: 0 }
+    }
+
+    /// One look: `listeners` of at most `workers` read the socket, `running` of them run a call,
+    /// and `started` calls have been started so far. Every listener held up by the same calls at
+    /// two looks in a row (no call started in between) means another listener is needed.
+    fn look(&mut self, listeners: usize, workers: usize, running: usize, started: u64) -> Look {
+        let all_busy = running >= listeners;
+        if all_busy && self.held_up == Some(started) && listeners < workers {
+            return Look::Listen;
+        }
+        self.held_up = all_busy.then_some(started);
+        if started == self.last_started && !all_busy {
+            self.quiet = self.quiet.saturating_add(1);
+        } else {
+            self.quiet = 0;
+        }
+        self.last_started = started;
+        Look::Again(if self.quiet >= IDLE_LOOKS { IDLE_LOOK } else { TICK })
+    }
+
+    /// Calls may be coming again: look every tick.
+    fn wake(&mut self) {
+        self.quiet = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_listener_stands_by_only_when_another_is_free() {
+        let crew = Crew::new(4);
+        assert!(!crew.should_stand_by(0), "the only listener never stands by");
+        crew.listeners.store(2, Ordering::Release);
+        assert!(!crew.should_stand_by(1), "the other listener is running a call");
+        assert!(crew.should_stand_by(0));
+        assert_eq!(crew.listeners(), 1);
+        assert!(!crew.should_stand_by(0));
+    }
+
+    #[test]
+    fn the_deputy_adds_a_listener_only_when_every_listener_is_held_up_by_one_call() {
+        let mut d = Deputy::new(0);
+        // Calls keep starting while the one listener runs them: no second listener.
+        for started in 1..50 {
+            assert_eq!(d.look(1, 4, 1, started), Look::Again(TICK));
+        }
+        // A listener free: none either, however long the call count stays still.
+        assert_eq!(d.look(2, 4, 1, 49), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 1, 49), Look::Again(TICK));
+        // Both listeners running the same calls at two looks: a third listener.
+        assert_eq!(d.look(2, 4, 2, 49), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 2, 49), Look::Listen);
+        // Never more listeners than workers.
+        let mut d = Deputy::new(7);
+        for _ in 0..10 {
+            assert_eq!(d.look(4, 4, 4, 7), Look::Again(TICK));
+        }
+    }
+
+    #[test]
+    fn an_idle_deputy_looks_seldom_until_woken() {
+        let mut d = Deputy::new(0);
+        for _ in 1..IDLE_LOOKS {
+            assert_eq!(d.look(1, 4, 0, 0), Look::Again(TICK));
+        }
+        assert_eq!(d.look(1, 4, 0, 0), Look::Again(IDLE_LOOK));
+        assert_eq!(d.look(1, 4, 0, 0), Look::Again(IDLE_LOOK));
+        d.wake();
+        assert_eq!(d.look(1, 4, 0, 0), Look::Again(TICK));
+        // A new call also brings it back.
+        let mut d = Deputy::new(0);
+        for _ in 0..=IDLE_LOOKS {
+            d.look(1, 4, 0, 0);
+        }
+        assert_eq!(d.look(1, 4, 0, 1), Look::Again(TICK));
+    }
+
+    #[test]
+    fn a_standing_by_worker_listens_when_a_call_holds_the_listener() {
+        let crew = Arc::new(Crew::new(3));
+        let stop = AtomicBool::new(false);
+        // The one listener runs a call that does not end.
+        let listen = crew.stand_by(&stop, || 1, || 5);
+        assert_eq!(listen, Standby::Listen);
+        assert_eq!(crew.listeners(), 2);
+    }
+
+    #[test]
+    fn standing_by_workers_stop_with_the_server() {
+        let crew = Arc::new(Crew::new(4));
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                let (crew, stop) = (crew.clone(), stop.clone());
+                std::thread::spawn(move || crew.stand_by(&stop, || 0, || 0))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        stop.store(true, Ordering::Release);
+        crew.release();
+        for w in workers {
+            assert_eq!(w.join().unwrap(), Standby::Stop);
+        }
+        assert_eq!(crew.listeners(), 1);
+    }
+
+    #[test]
+    fn no_more_listeners_than_workers() {
+        let crew = Crew::new(1);
+        let stop = AtomicBool::new(false);
+        let started = AtomicU64::new(0);
+        // Every listener held up, but there is no worker to add: the deputy keeps looking.
+        let t = std::thread::scope(|s| {
+            let h = s.spawn(|| crew.stand_by(&stop, || 1, || started.load(Ordering::Acquire)));
+            std::thread::sleep(TICK * 10);
+            stop.store(true, Ordering::Release);
+            crew.release();
+            h.join().unwrap()
+        });
+        assert_eq!(t, Standby::Stop);
+        assert_eq!(crew.listeners(), 1);
+    }
+}

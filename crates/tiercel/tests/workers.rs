@@ -1,0 +1,101 @@
+//! The UDP server's workers on their default settings: one reads the socket while calls are quick,
+//! and long procedures do not hold up the quick calls that arrive behind them.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tiercel::{Client, Server};
+
+#[tiercel::interface]
+pub trait Desk {
+    /// Runs `ms` milliseconds; returns the most slow calls seen running at once.
+    fn slow(&self, ms: u64) -> u32;
+    /// Returns the slow calls running now.
+    fn quick(&self) -> u32;
+}
+
+#[derive(Default)]
+struct Counts {
+    running: AtomicU32,
+    most: AtomicU32,
+}
+
+struct DeskImpl(Arc<Counts>);
+
+impl Desk for DeskImpl {
+    fn slow(&self, ms: u64) -> u32 {
+        let now = self.0.running.fetch_add(1, Ordering::AcqRel) + 1;
+        self.0.most.fetch_max(now, Ordering::AcqRel);
+        std::thread::sleep(Duration::from_millis(ms));
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+        self.0.most.load(Ordering::Acquire)
+    }
+    fn quick(&self) -> u32 {
+        self.0.running.load(Ordering::Acquire)
+    }
+}
+
+#[test]
+fn long_calls_run_at_once_and_a_quick_call_is_answered_while_they_run() {
+    let counts = Arc::new(Counts::default());
+    let server =
+        Server::bind("udp://127.0.0.1:0").unwrap().export(DeskServer::new(DeskImpl(counts.clone()))).start().unwrap();
+    let addr = format!("udp://{}", server.addr());
+    let desk: DeskClient = Client::connect(addr.as_str()).unwrap().import().unwrap();
+    // Quick calls first: they are all served by one worker, and nothing is refused.
+    for _ in 0..1000 {
+        assert_eq!(desk.quick().unwrap(), 0);
+    }
+    // Six long calls from six threads of one client (before, a default server ran three at a time,
+    // and a quick caller waited for them).
+    const SLOW: u32 = 6;
+    let slow: Vec<_> = (0..SLOW)
+        .map(|_| {
+            let desk = desk.clone();
+            std::thread::spawn(move || desk.slow(5000))
+        })
+        .collect();
+    let give_up = Instant::now() + Duration::from_secs(4);
+    while counts.running.load(Ordering::Acquire) < SLOW {
+        assert!(Instant::now() < give_up, "only {} long calls running", counts.running.load(Ordering::Acquire));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Another client's quick call is answered while all six still run.
+    let other: DeskClient = Client::connect(addr.as_str()).unwrap().import().unwrap();
+    assert_eq!(other.quick().unwrap(), SLOW, "the quick call waited for a long one to end");
+    for s in slow {
+        assert_eq!(s.join().unwrap().unwrap(), SLOW, "the long calls did not all run at once");
+    }
+    assert_eq!(server.stats().busy.load(Ordering::Relaxed), 0, "a call was refused as busy");
+    // And quick calls go on as before.
+    for _ in 0..1000 {
+        assert_eq!(desk.quick().unwrap(), 0);
+    }
+}
+
+#[test]
+fn a_server_of_two_workers_serves_a_quick_call_beside_a_long_one() {
+    let counts = Arc::new(Counts::default());
+    let config = tiercel::ServerConfig { workers: 2, ..tiercel::ServerConfig::default() };
+    let server = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(DeskServer::new(DeskImpl(counts.clone())))
+        .start()
+        .unwrap();
+    let addr = format!("udp://{}", server.addr());
+    let desk: DeskClient = Client::connect(addr.as_str()).unwrap().import().unwrap();
+    let long = {
+        let desk = desk.clone();
+        std::thread::spawn(move || desk.slow(2000))
+    };
+    while counts.running.load(Ordering::Acquire) < 1 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The second worker takes over reading: many quick calls while the long one runs.
+    for _ in 0..100 {
+        assert_eq!(desk.quick().unwrap(), 1, "a quick call waited for the long one");
+    }
+    assert_eq!(long.join().unwrap().unwrap(), 1);
+}
