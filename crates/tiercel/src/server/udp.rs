@@ -55,10 +55,7 @@ struct Spares {
 impl UdpWorker {
     pub(super) fn new(shared: Arc<Shared>, index: usize) -> UdpWorker {
         let rx = vec![0; shared.config.max_datagram];
-        // Each worker waits through its own exclusive waiter, so that a packet wakes one blocked
-        // worker, not all of them (falling back to `poll` if epoll is refused).
-        let waiter = udp::ExclusiveWaiter::new(&shared.socket).ok();
-        UdpWorker { shared, index, rx, spinning: false, waiter, spares: RefCell::default() }
+        UdpWorker { shared, index, rx, spinning: false, waiter: None, spares: RefCell::default() }
     }
 
     /// Runs the worker: listening (see `crew`) or standing by, until the server stops.
@@ -88,6 +85,11 @@ impl UdpWorker {
     /// Reads the socket and runs what arrives, spinning then blocking, until the server stops or
     /// this worker is to stand by (another listener is free).
     fn listen(&mut self) {
+        // A listener waits through its own exclusive waiter, so that a packet wakes one blocked
+        // listener, not all of them (falling back to `poll` if epoll is refused). A worker standing
+        // by has none: every waiter registered on the socket is visited for every datagram that
+        // arrives (16 of them made a Null call 0.7 µs slower).
+        self.waiter = udp::ExclusiveWaiter::new(&self.shared.socket).ok();
         let mut spin_until = Instant::now();
         while !self.shared.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
@@ -139,6 +141,7 @@ impl UdpWorker {
             }
         }
         self.stop_spinning();
+        self.waiter = None;
     }
 
     fn stop_spinning(&mut self) {
