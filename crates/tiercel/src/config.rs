@@ -114,11 +114,15 @@ pub struct ServerConfig {
     /// procedures is refused at once as busy, and its client backs off and retries. Also the most
     /// threads one TCP connection gets while its calls are slow (at least two). Default: 16.
     pub workers: usize,
-    /// How long an idle worker spins for the next packet before blocking. Only `spinners` workers spin
-    /// at once, so that idle workers do not take every core. A shared-memory binding's thread spins
-    /// at most this long after each call (see `adaptive_spin`), then sleeps on a futex. Default: 1 ms.
+    /// How long an idle worker spins for the next packet before blocking. A shared-memory binding's
+    /// thread spins at most this long after each call (see `adaptive_spin`), then sleeps on a
+    /// futex; a TCP connection's reader spins this long after each frame. Only while it holds one
+    /// of `spinners` leases: otherwise it blocks at once. Default: 1 ms.
     pub spin: Duration,
-    /// Most workers spinning at the same time. Default: 1.
+    /// Most threads of the server spinning at once, UDP workers, shared-memory binding threads
+    /// and TCP connection readers together, so that waiting threads never take every core from
+    /// the callers and from each other. Default: one less than the CPUs this process may run on,
+    /// at least 1.
     pub spinners: usize,
     /// CPUs to pin worker `i` to (`cpus[i % cpus.len()]`); empty leaves placement to the kernel.
     /// Default: empty.
@@ -191,7 +195,7 @@ impl Default for ServerConfig {
         ServerConfig {
             workers: 16,
             spin: Duration::from_millis(1),
-            spinners: 1,
+            spinners: crate::server::default_spinners(),
             cpus: Vec::new(),
             slots_per_binding: 64,
             max_bindings: 4096,

@@ -9,8 +9,11 @@ mod dispatch;
 pub(crate) use asynch::task_trace;
 pub use dispatch::deadline;
 mod shm;
+mod spinning;
 mod tcp;
 mod udp;
+
+pub(crate) use spinning::default_spinners;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -182,6 +185,7 @@ impl Server {
             std::time::Instant::now(),
             Box::new(crate::auth::Challenger::new()?),
         );
+        let spin_leases = spinning::SpinLeases::new(config.spinners.max(1));
         let shared = Arc::new(Shared {
             memory: endpoint.budget(),
             shm_regions: std::sync::Mutex::new(Vec::new()),
@@ -196,7 +200,7 @@ impl Server {
             incarnation,
             stop: AtomicBool::new(false),
             shutdown_by: std::sync::Mutex::new(None),
-            spinners: AtomicUsize::new(0),
+            spin_leases,
             crew: crew::Crew::new(workers),
             stats: Arc::new(ServerStats::default()),
             registrations: std::sync::Mutex::new(Vec::new()),
@@ -284,7 +288,8 @@ pub(crate) struct Shared {
     stop: AtomicBool,
     /// When a graceful shutdown must stop the workers even if calls are still running.
     shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
-    spinners: AtomicUsize,
+    /// Leave to spin (`ServerConfig::spinners`), for every transport's threads.
+    spin_leases: Arc<spinning::SpinLeases>,
     /// Which workers read the socket.
     crew: crew::Crew,
     stats: Arc<ServerStats>,

@@ -442,6 +442,8 @@ impl<'a> SlotServer<'a> {
         let mut spin_until = last_result + clock::ticks_in(budget.budget());
         let mut rounds = 0u32;
         let mut idle = 0u32;
+        // Leave to spin after a call; without it, this thread sleeps as soon as no call is there.
+        let mut lease = super::spinning::SpinLease::new(&shared.spin_leases);
         loop {
             let mut served = false;
             #[cfg(feature = "async")]
@@ -462,7 +464,7 @@ impl<'a> SlotServer<'a> {
                 let now = clock::ticks();
                 budget.observe(clock::elapsed(last_result, now));
                 last_result = now;
-                spin_until = now + clock::ticks_in(budget.budget());
+                spin_until = if lease.take() { now + clock::ticks_in(budget.budget()) } else { now };
                 rounds = rounds.wrapping_add(1);
                 idle = 0;
                 // A client calling without pause never lets this thread sleep: look at the stop flag
@@ -483,6 +485,7 @@ impl<'a> SlotServer<'a> {
             if self.asynch.running > 0 {
                 self.cancel_async();
             }
+            lease.give_back();
             let any_call =
                 || states[..used()].iter().enumerate().any(|(i, s)| proto::server_has_call(*s) && !self.runs_async(i));
             if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, any_call) {

@@ -283,6 +283,7 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
             retention: Retention::default(),
             last_frame: now,
             spin_until: now,
+            lease: super::spinning::SpinLease::new(&shared.spin_leases),
         })),
         threads: AtomicUsize::new(0),
         idle: AtomicUsize::new(0),
@@ -380,8 +381,10 @@ struct Reader {
     retention: Retention,
     /// When the last frame was read.
     last_frame: Instant,
-    /// Reading spins until then (`ServerConfig::spin` after the last frame).
+    /// Reading spins until then (`ServerConfig::spin` after the last frame, while it holds the
+    /// lease to).
     spin_until: Instant,
+    lease: super::spinning::SpinLease,
 }
 
 /// A call read from the connection, its arguments copied into the reading thread's buffer.
@@ -575,7 +578,8 @@ impl StreamBinding {
                     }
                     Ok(Next::Frame(_)) => {
                         let now = Instant::now();
-                        (r.last_frame, r.spin_until) = (now, now + spin);
+                        r.last_frame = now;
+                        r.spin_until = if r.lease.take() { now + spin } else { now };
                         match self.on_frame(r, own, now) {
                             Handled::Next => r.frames.consume(),
                             Handled::Take(call) => {
@@ -611,6 +615,8 @@ impl StreamBinding {
                 core::hint::spin_loop();
                 continue;
             }
+            // Done spinning: another thread may.
+            r.lease.give_back();
             // A binding that has sent nothing for `binding_idle`, with nothing running, goes as an
             // idle UDP binding does (its client finds the connection closed, and binds again).
             let quiet = now.saturating_duration_since(r.last_frame);

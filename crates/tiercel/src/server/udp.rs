@@ -20,6 +20,7 @@ use tiercel_sys::udp::{self, Received};
 
 use super::crew::Standby;
 use super::dispatch::{run_procedure, Arrival};
+use super::spinning::SpinLease;
 use super::{Shared, UdpBinding, UdpSlot};
 use crate::retention::SPARES_IDLE;
 use crate::steps::{self, mark, Point};
@@ -37,7 +38,8 @@ pub(super) struct UdpWorker {
     shared: Arc<Shared>,
     index: usize,
     rx: Vec<u8>,
-    spinning: bool,
+    /// Leave to spin while waiting for the next datagram.
+    lease: SpinLease,
     waiter: Option<udp::ExclusiveWaiter>,
     spares: RefCell<Spares>,
 }
@@ -55,7 +57,8 @@ struct Spares {
 impl UdpWorker {
     pub(super) fn new(shared: Arc<Shared>, index: usize) -> UdpWorker {
         let rx = vec![0; shared.config.max_datagram];
-        UdpWorker { shared, index, rx, spinning: false, waiter: None, spares: RefCell::default() }
+        let lease = SpinLease::new(&shared.spin_leases);
+        UdpWorker { shared, index, rx, lease, waiter: None, spares: RefCell::default() }
     }
 
     /// Runs the worker: listening (see `crew`) or standing by, until the server stops.
@@ -108,7 +111,7 @@ impl UdpWorker {
                     if self.shared.crew.should_stand_by(self.shared.endpoint.running()) {
                         break;
                     }
-                    if self.spinning || self.try_spin() {
+                    if self.lease.take() {
                         spin_until = Instant::now() + self.shared.config.spin;
                     }
                     continue;
@@ -120,13 +123,11 @@ impl UdpWorker {
                 Ok(None | Some((Received::Nothing | Received::Refused, _))) => {}
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
-            if self.spinning {
-                if Instant::now() < spin_until {
-                    core::hint::spin_loop();
-                    continue;
-                }
-                self.stop_spinning();
+            if Instant::now() < spin_until {
+                core::hint::spin_loop();
+                continue;
             }
+            self.lease.give_back();
             steps::slept(steps::Side::Server);
             let ready = match &self.waiter {
                 Some(w) => w.wait(Some(SPARES_IDLE)),
@@ -140,15 +141,8 @@ impl UdpWorker {
                 Err(_) => {}
             }
         }
-        self.stop_spinning();
+        self.lease.give_back();
         self.waiter = None;
-    }
-
-    fn stop_spinning(&mut self) {
-        if self.spinning {
-            self.spinning = false;
-            self.shared.spinners.fetch_sub(1, Ordering::AcqRel);
-        }
     }
 
     /// Forgets idle bindings and reclaims the memory of stalled calls (worker 0, about once a
@@ -159,21 +153,6 @@ impl UdpWorker {
         self.shared.stats.expired.fetch_add(n as u64, Ordering::Relaxed);
         let n = self.shared.endpoint.reclaim(now);
         self.shared.stats.reclaimed.fetch_add(n as u64, Ordering::Relaxed);
-    }
-
-    fn try_spin(&mut self) -> bool {
-        let max = self.shared.config.spinners;
-        let mut n = self.shared.spinners.load(Ordering::Acquire);
-        while n < max {
-            match self.shared.spinners.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    self.spinning = true;
-                    return true;
-                }
-                Err(m) => n = m,
-            }
-        }
-        false
     }
 
     fn handle(&mut self, n: usize, from: SocketAddr) {
