@@ -35,8 +35,8 @@ pub fn table(
     time: Duration,
 ) -> crate::Result<Vec<Row>> {
     let default_workers = tiercel::ServerConfig::default().workers;
-    let mut configs: Vec<(String, Option<usize>)> = vec![(format!("default ({default_workers})"), None)];
-    configs.extend(FIXED.iter().map(|&n| (n.to_string(), Some(n))));
+    let mut configs: Vec<(String, Option<usize>)> = FIXED.iter().map(|&n| (n.to_string(), Some(n))).collect();
+    configs.push((format!("default ({default_workers})"), None));
     let cpu = server_cpu.to_string();
     let mut servers = Vec::new();
     for (_, workers) in &configs {
@@ -67,12 +67,20 @@ pub fn table(
             }
         }
     }
+    // Throughput in interleaved rounds too: the machine's slow stretches last seconds, and a row
+    // measured in one piece can fall into one.
+    let slice = time / rounds;
+    let mut rates = vec![(0.0, 0.0); servers.len()];
+    for _ in 0..rounds {
+        for ((_, client, _), (one, eight)) in servers.iter().zip(&mut rates) {
+            std::thread::sleep(Duration::from_millis(5));
+            *one += crate::asynch::threads(client, 1, client_cpu, slice)? / rounds as f64;
+            std::thread::sleep(Duration::from_millis(5));
+            *eight += crate::asynch::threads(client, 8, client_cpu, slice)? / rounds as f64;
+        }
+    }
     let mut rows = Vec::new();
-    for ((name, _), (server, client, summary)) in configs.into_iter().zip(servers) {
-        std::thread::sleep(Duration::from_millis(5));
-        let one = crate::asynch::threads(&client, 1, client_cpu, time)?;
-        std::thread::sleep(Duration::from_millis(5));
-        let eight = crate::asynch::threads(&client, 8, client_cpu, time)?;
+    for (((name, _), (server, _, summary)), (one, eight)) in configs.into_iter().zip(servers).zip(rates) {
         rows.push(Row {
             workers: name,
             median_us: summary.median_us(),
@@ -99,7 +107,7 @@ pub fn print(rows: &[Row], calls: u32, rounds: u32, time: Duration) {
     );
     outln!(
         "against the raw spinning UDP ping-pong of the latency table; calls/s of 1 and 8 caller threads on one \
-         binding ({:.1} s each)",
+         binding ({:.1} s each, in the same rounds)",
         time.as_secs_f64()
     );
     outln!(
