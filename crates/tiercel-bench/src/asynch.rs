@@ -43,7 +43,7 @@ fn runtime() -> crate::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
-/// The async table over `medium` against the spinning one-worker `tiercel serve` at `addr`
+/// The async table over `medium` against the spinning `tiercel serve` at `addr`
 /// (host:port); this thread is pinned to the client CPU. `raw`: the raw Null ping-pong measured
 /// earlier in the run, spinning.
 pub fn table(

@@ -2,9 +2,10 @@
 //! Poisson arrivals offers calls of a fixed service time at fractions of the server's measured
 //! capacity, and the median and p99 response times are set against the model.
 //!
-//! The server has one worker (one thread serving the binding, over shared memory), so it is a single
-//! queue. Arrivals come from many caller threads pinned to the client CPU, each a Poisson stream of
-//! its share of the rate; together they are one Poisson stream. Callers block while they wait (they
+//! One server thread runs the calls (the one worker reading the socket, which no call this short
+//! makes another join; over shared memory, the binding's thread), so it is a single queue. Arrivals
+//! come from many caller threads pinned to the client CPU, each a Poisson stream of its share of the
+//! rate; together they are one Poisson stream. Callers block while they wait (they
 //! would otherwise take the client CPU from one another), and a response is timed from the moment
 //! its caller starts the call.
 
@@ -164,7 +165,7 @@ pub fn table(
         if medium == Medium::Udp { "UDP loopback" } else { "shared memory" }
     );
     outln!(
-        "(callers block while waiting), calls of {service_us} µs of work on a one-worker server pinned to the server \
+        "(callers block while waiting), calls of {service_us} µs of work run by one server thread pinned to the server \
          CPU (it spins"
     );
     outln!("2 ms past each call, then blocks); capacity {capacity:.0} calls/s");

@@ -91,7 +91,7 @@ pub fn print(rows: &[Row], calls: u32) {
     );
     outln!(
         "formats every span and discards the text; {calls} calls each, the calls without a subscriber first, \
-         one-worker spinning servers; µs"
+         spinning servers; µs"
     );
     outln!(
         "{:>9} | {:>10} {:>8} | {:>10} {:>8} | {:>7} {:>9}",
