@@ -42,6 +42,10 @@ pub struct Args {
     /// Only the latency tables against the raw baselines (skip the Mach list and Firefly Table I).
     #[arg(long)]
     latency_only: bool,
+    /// Also measure tarpc, tonic and a raw tokio TCP echo beside tiercel (over UDP and TCP): Null and
+    /// MaxResult latency, Null calls/s of 1, 2, 4 and 8 callers, CPU time per call.
+    #[arg(long)]
+    peers: bool,
     /// Also write every table as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
@@ -76,6 +80,8 @@ pub struct Report {
     pub tracing: Vec<crate::traced::Row>,
     /// Null over UDP on the default server against servers of 1, 2 and 4 workers.
     pub workers: Vec<crate::workers::Row>,
+    /// tiercel against tarpc, tonic and a raw tokio echo (`--peers`).
+    pub peers: Vec<crate::peers::Row>,
 }
 
 /// How long each part of the run measures.
@@ -152,7 +158,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     );
     let full = !args.latency_only;
     crate::progress::start(
-        (media.len() * modes.len() + media.len() + 2) as u64
+        (media.len() * modes.len() + media.len() + 2 + usize::from(args.peers)) as u64
             + if full {
                 7 + 3 + 1 + 1 + (seed_media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
             } else {
@@ -268,6 +274,12 @@ pub fn run(args: Args) -> crate::Result<()> {
             args.server_cpu,
         )?;
         report.breakdown = accounts;
+    }
+    if args.peers {
+        crate::progress::doing("peers");
+        report.peers = crate::peers::table(args.server_cpu, args.client_cpu, calls, budget.async_row)?;
+        crate::peers::print(&report.peers, calls, budget.async_row);
+        crate::progress::step();
     }
     crate::progress::finish();
     if let Some(dir) = &args.plot {

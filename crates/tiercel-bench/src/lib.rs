@@ -36,6 +36,7 @@ pub mod latency;
 pub mod load;
 pub mod loss;
 pub mod netns;
+pub mod peers;
 pub mod peregrine;
 pub mod plot;
 pub mod progress;

@@ -24,6 +24,8 @@ enum Role {
     RawShmEcho(crate::raw_shm::EchoArgs),
     /// The raw TCP echo server.
     RawTcpEcho(crate::raw_tcp::EchoArgs),
+    /// A peer's server (tarpc, tonic, the tokio echo), for `bench --peers`.
+    PeerServe(crate::peers::ServeArgs),
     /// The remote rows of the Mach list, from inside a network namespace.
     MachRemote(crate::tables::RemoteArgs),
     /// The loss-recovery rows, from inside a network namespace.
@@ -48,6 +50,7 @@ pub fn run_if_helper() -> Option<ExitCode> {
         Role::RawEcho(a) => crate::raw::echo(a),
         Role::RawShmEcho(a) => crate::raw_shm::echo(a),
         Role::RawTcpEcho(a) => crate::raw_tcp::echo(a),
+        Role::PeerServe(a) => crate::peers::serve(a),
         Role::MachRemote(a) => crate::tables::mach_remote(a),
         Role::LossRemote(a) => crate::loss::remote(a),
         Role::JournalServer(a) => crate::failover::server(a),

@@ -175,6 +175,36 @@ fn names<'a>(rows: &'a serde_json::Value, key: &str) -> Vec<&'a str> {
 }
 
 #[test]
+fn bench_peers_measures_tarpc_tonic_and_a_tokio_echo_beside_tiercel() {
+    let dir = scratch_dir("bench-peers");
+    let json = dir.join("report.json");
+    let out = Command::new(TIERCEL)
+        .args(["bench", "--quick", "--latency-only", "--transports", "udp", "--peers", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("Peers: tiercel") && text.contains("tiercel's ratios to each peer"), "{text}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(names(&report["peers"], "system"), ["tiercel udp", "tiercel tcp", "tarpc", "tonic", "tokio echo"]);
+    for row in report["peers"].as_array().unwrap() {
+        for column in ["null_median_us", "null_p99_us", "max_result_median_us", "max_result_p99_us"] {
+            assert!(row[column].as_f64().unwrap() > 0.0, "{column} in {row}");
+        }
+        let load = row["load"].as_array().unwrap();
+        let callers: Vec<u64> = load.iter().map(|l| l["callers"].as_u64().unwrap()).collect();
+        assert_eq!(callers, [1, 2, 4, 8], "{row}");
+        for l in load {
+            assert!(l["calls_per_second"].as_f64().unwrap() > 0.0, "{row}");
+            // Both processes spend CPU on calls (in 10 ms ticks, so some time per call, not zero).
+            assert!(l["client_cpu_us"].as_f64().unwrap() > 0.0 && l["server_cpu_us"].as_f64().unwrap() > 0.0, "{row}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn bench_quick_prints_every_table_and_writes_json_and_plots() {
     let dir = scratch_dir("bench");
     let json = dir.join("report.json");
@@ -206,6 +236,7 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         "Async calls: Null through `TestAsyncClient`",
         "async tasks on one",
         "Tracing: Null with the `tracing` feature compiled in",
+        "Server workers: Null over UDP",
     ] {
         assert!(text.contains(heading), "missing {heading:?}:\n{text}");
     }
@@ -239,6 +270,14 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
     for row in report["tracing"].as_array().unwrap() {
         assert!(row["traced_median_us"].as_f64().unwrap() > 0.0 && row["quiet_median_us"].as_f64().unwrap() > 0.0);
     }
+    // The default server beside fixed worker counts, latency and calls/s of each.
+    assert_eq!(names(&report["workers"], "workers"), ["1", "2", "4", "default (16)"]);
+    for row in report["workers"].as_array().unwrap() {
+        for column in ["median_us", "p99_us", "one_caller_calls_per_second", "eight_callers_calls_per_second"] {
+            assert!(row[column].as_f64().unwrap() > 0.0, "{column} in {row}");
+        }
+    }
+    assert!(report["peers"].as_array().unwrap().is_empty(), "peers only with --peers");
     let throughput = report["async_throughput"].as_array().unwrap();
     assert_eq!(throughput.len(), 12, "{throughput:?}");
     assert!(throughput.iter().all(|t| t["calls_per_second"].as_f64().unwrap() > 0.0), "{throughput:?}");

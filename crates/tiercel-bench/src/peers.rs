@@ -1,0 +1,336 @@
+//! `tiercel bench --peers`: tiercel against the RPC systems a user would pick instead (tarpc, tonic)
+//! and a raw tokio TCP echo, in the same run, with the same pinning and the same process split:
+//! each server in a process of its own pinned to the server CPU (the peers on tokio's default
+//! multi-thread runtime, whose workers inherit the pinning), each client in this process on the
+//! caller's CPU. The same workloads for every system: one caller's Null and MaxResult (1440 bytes)
+//! latency, then Null calls per second of 1, 2, 4 and 8 callers on one binding, client, or channel
+//! (tiercel's callers are threads; the peers' are tasks of their runtime, as their users write them;
+//! the echo's each have a connection), with the CPU time both processes spent per call.
+//! tiercel runs with its default settings, over UDP and over TCP.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tiercel::Out;
+use tiercel_peers::{Caller, Client, Peer};
+use tiercel_sys::cpu;
+
+use crate::harness::spawn;
+use crate::progress::outln;
+use crate::seeds::TestClient;
+use crate::summary::Summary;
+
+/// Callers of the throughput rows.
+pub const CALLERS: [u32; 4] = [1, 2, 4, 8];
+/// MaxResult's result, as in Firefly Table I.
+const MAX_RESULT: u32 = 1440;
+
+/// One system's row, for `--json`.
+#[derive(serde::Serialize)]
+pub struct Row {
+    pub system: String,
+    pub null_median_us: f64,
+    pub null_p99_us: f64,
+    pub max_result_median_us: f64,
+    pub max_result_p99_us: f64,
+    pub load: Vec<Load>,
+}
+
+/// Null throughput of some callers.
+#[derive(serde::Serialize)]
+pub struct Load {
+    pub callers: u32,
+    pub calls_per_second: f64,
+    /// User and system time of the client process per call, µs.
+    pub client_cpu_us: f64,
+    /// User and system time of the server process per call, µs.
+    pub server_cpu_us: f64,
+}
+
+/// Options of the `peer-serve` helper role.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// `tarpc`, `tonic` or `echo`.
+    #[arg(long)]
+    peer: String,
+    /// CPU to pin to (the runtime's threads inherit it).
+    #[arg(long)]
+    cpu: usize,
+}
+
+/// The `peer-serve` helper: serves a peer on loopback until killed.
+pub fn serve(args: ServeArgs) -> crate::Result<()> {
+    let peer = Peer::from_name(&args.peer).ok_or_else(|| format!("no peer {:?}", args.peer))?;
+    cpu::pin_current_thread(args.cpu)?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    println!("listening {}", listener.local_addr()?);
+    tiercel_peers::serve(peer, listener).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Measures tiercel (UDP and TCP) and every peer. `calls`: timed calls per latency row; `time`: how
+/// long each throughput row runs.
+pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration) -> crate::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let cpu_arg = server_cpu.to_string();
+    let serve: Vec<String> = ["serve", "--addr", "udp://127.0.0.1:0", "--cpus", &cpu_arg, "--no-shared-memory"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let (server, addr) = spawn(&serve)?;
+    let addr = addr.strip_prefix("udp://").unwrap_or(&addr).to_string();
+    for (system, scheme) in [("tiercel udp", "udp://"), ("tiercel tcp", "tcp://")] {
+        let client: TestClient = crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())?;
+        rows.push(tiercel_row(system, &client, server.0.id(), client_cpu, calls, time)?);
+    }
+    drop(server);
+    // The peers' clients run on tokio's default runtime, its workers pinned with this thread.
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    for peer in Peer::ALL {
+        let args: Vec<String> =
+            ["peer-serve", "--peer", peer.key(), "--cpu", &cpu_arg].iter().map(|s| s.to_string()).collect();
+        let (server, addr) = spawn(&args)?;
+        let addr: std::net::SocketAddr = addr.parse().map_err(|e| format!("peer address {addr:?}: {e}"))?;
+        let client = rt.block_on(Client::connect(peer, addr)).map_err(|e| e.to_string())?;
+        rows.push(peer_row(peer, &rt, &client, server.0.id(), calls, time)?);
+    }
+    Ok(rows)
+}
+
+/// CPU time of this process and of `server` so far.
+fn cpu_now(server: u32) -> (Duration, Duration) {
+    let (u, s) = cpu::process_times();
+    let (ou, os) = cpu::other_process_times(server).unwrap_or_default();
+    (u + s, ou + os)
+}
+
+fn load(
+    callers: u32,
+    calls: u64,
+    elapsed: Duration,
+    before: (Duration, Duration),
+    after: (Duration, Duration),
+) -> Load {
+    let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls.max(1) as f64;
+    Load {
+        callers,
+        calls_per_second: calls as f64 / elapsed.as_secs_f64(),
+        client_cpu_us: per_call(after.0.saturating_sub(before.0)),
+        server_cpu_us: per_call(after.1.saturating_sub(before.1)),
+    }
+}
+
+fn tiercel_row(
+    system: &str,
+    client: &TestClient,
+    server: u32,
+    client_cpu: usize,
+    calls: u32,
+    time: Duration,
+) -> crate::Result<Row> {
+    let (mut null, mut max) = (Summary::new(), Summary::new());
+    let mut out = vec![0u8; MAX_RESULT as usize];
+    for _ in 0..2_000 {
+        client.null()?;
+    }
+    for _ in 0..calls {
+        let t = Instant::now();
+        client.null()?;
+        null.record(t.elapsed());
+        let t = Instant::now();
+        client.max_result(Out(&mut out))?;
+        max.record(t.elapsed());
+    }
+    let mut rows = Vec::new();
+    for callers in CALLERS {
+        let done = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..callers)
+            .map(|_| {
+                let (c, done, stop) = (client.clone(), done.clone(), stop.clone());
+                std::thread::spawn(move || -> Result<(), tiercel::CallError> {
+                    let _ = cpu::pin_current_thread(client_cpu);
+                    while !stop.load(Ordering::Relaxed) {
+                        c.null()?;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let (before, n0, start) = (cpu_now(server), done.load(Ordering::Relaxed), Instant::now());
+        std::thread::sleep(time);
+        let (after, n1, elapsed) = (cpu_now(server), done.load(Ordering::Relaxed), start.elapsed());
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().map_err(|_| "a caller thread panicked".to_string())??;
+        }
+        rows.push(load(callers, n1 - n0, elapsed, before, after));
+    }
+    Ok(Row {
+        system: system.to_string(),
+        null_median_us: null.median_us(),
+        null_p99_us: null.p99_us(),
+        max_result_median_us: max.median_us(),
+        max_result_p99_us: max.p99_us(),
+        load: rows,
+    })
+}
+
+fn peer_row(
+    peer: Peer,
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    server: u32,
+    calls: u32,
+    time: Duration,
+) -> crate::Result<Row> {
+    let failed = |e: tiercel_peers::Error| crate::Error::from(format!("{}: {e}", peer.name()));
+    let (null, max) = rt
+        .block_on(async {
+            let mut caller = client.caller().await?;
+            let (mut null, mut max) = (Summary::new(), Summary::new());
+            for _ in 0..2_000 {
+                caller.null().await?;
+            }
+            for _ in 0..calls {
+                let t = Instant::now();
+                caller.null().await?;
+                null.record(t.elapsed());
+                let t = Instant::now();
+                caller.max_result(MAX_RESULT).await?;
+                max.record(t.elapsed());
+            }
+            Ok::<_, tiercel_peers::Error>((null, max))
+        })
+        .map_err(failed)?;
+    let mut rows = Vec::new();
+    for callers in CALLERS {
+        let done = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = rt
+            .block_on(async {
+                let mut tasks = Vec::new();
+                for _ in 0..callers {
+                    let mut caller: Caller = client.caller().await?;
+                    let (done, stop) = (done.clone(), stop.clone());
+                    tasks.push(tokio::spawn(async move {
+                        while !stop.load(Ordering::Relaxed) {
+                            caller.null().await?;
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok::<_, tiercel_peers::Error>(())
+                    }));
+                }
+                Ok::<_, tiercel_peers::Error>(tasks)
+            })
+            .map_err(failed)?;
+        std::thread::sleep(Duration::from_millis(50));
+        let (before, n0, start) = (cpu_now(server), done.load(Ordering::Relaxed), Instant::now());
+        std::thread::sleep(time);
+        let (after, n1, elapsed) = (cpu_now(server), done.load(Ordering::Relaxed), start.elapsed());
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            rt.block_on(t).map_err(|e| format!("{}: a caller task failed: {e}", peer.name()))?.map_err(failed)?;
+        }
+        rows.push(load(callers, n1 - n0, elapsed, before, after));
+    }
+    Ok(Row {
+        system: peer.name().to_string(),
+        null_median_us: null.median_us(),
+        null_p99_us: null.p99_us(),
+        max_result_median_us: max.median_us(),
+        max_result_p99_us: max.p99_us(),
+        load: rows,
+    })
+}
+
+/// Prints the rows: latency and calls per second, then tiercel's ratios to each peer.
+pub fn print(rows: &[Row], calls: u32, time: Duration) {
+    outln!(
+        "\nPeers: tiercel (default settings, over UDP and over TCP) against tarpc, tonic and a raw tokio TCP echo, \
+         each server in"
+    );
+    outln!(
+        "its own process on the server CPU (the peers on tokio's default runtime), each client here on the caller's \
+         CPU; one caller's"
+    );
+    outln!(
+        "latency ({calls} calls each of Null and of MaxResult, 1440 bytes), then Null calls/s of 1, 2, 4 and 8 \
+         callers on one"
+    );
+    outln!(
+        "binding, client or channel ({:.1} s each; the echo's callers have a connection each) with the CPU time per \
+         call of the client and the server process",
+        time.as_secs_f64()
+    );
+    outln!(
+        "{:>12} | {:>7} {:>7} | {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} | cpu µs/call at 1 and 8 callers (client+server)",
+        "system",
+        "Null",
+        "p99",
+        "MaxRes",
+        "p99",
+        "1 caller",
+        "2",
+        "4",
+        "8"
+    );
+    for r in rows {
+        let rate = |i: usize| r.load.get(i).map_or(f64::NAN, |l| l.calls_per_second);
+        let cpu = |i: usize| r.load.get(i).map_or(f64::NAN, |l| l.client_cpu_us + l.server_cpu_us);
+        let split = |i: usize| r.load.get(i).map_or((f64::NAN, f64::NAN), |l| (l.client_cpu_us, l.server_cpu_us));
+        let (c1, s1) = split(0);
+        let (c8, s8) = split(3);
+        outln!(
+            "{:>12} | {:>7.2} {:>7.2} | {:>7.2} {:>7.2} | {:>9.0} {:>9.0} {:>9.0} {:>9.0} | {:.1} ({:.1}+{:.1}), {:.1} ({:.1}+{:.1})",
+            r.system,
+            r.null_median_us,
+            r.null_p99_us,
+            r.max_result_median_us,
+            r.max_result_p99_us,
+            rate(0),
+            rate(1),
+            rate(2),
+            rate(3),
+            cpu(0),
+            c1,
+            s1,
+            cpu(3),
+            c8,
+            s8
+        );
+    }
+    let tiercel: Vec<&Row> = rows.iter().filter(|r| r.system.starts_with("tiercel")).collect();
+    let peers: Vec<&Row> = rows.iter().filter(|r| !r.system.starts_with("tiercel")).collect();
+    outln!("tiercel's ratios to each peer (Null latency: peer / tiercel, so above 1× is tiercel faster; calls/s: tiercel / peer)");
+    outln!(
+        "{:>12} {:>12} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
+        "tiercel",
+        "against",
+        "Null",
+        "MaxRes",
+        "1",
+        "2",
+        "4",
+        "8"
+    );
+    for t in &tiercel {
+        for p in &peers {
+            let rate = |r: &Row, i: usize| r.load.get(i).map_or(f64::NAN, |l| l.calls_per_second);
+            outln!(
+                "{:>12} {:>12} | {:>7.2}× {:>7.2}× | {:>7.2}× {:>7.2}× {:>7.2}× {:>7.2}×",
+                t.system,
+                p.system,
+                p.null_median_us / t.null_median_us,
+                p.max_result_median_us / t.max_result_median_us,
+                rate(t, 0) / rate(p, 0),
+                rate(t, 1) / rate(p, 1),
+                rate(t, 2) / rate(p, 2),
+                rate(t, 3) / rate(p, 3)
+            );
+        }
+    }
+}
