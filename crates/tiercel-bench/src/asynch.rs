@@ -116,6 +116,22 @@ pub fn table(
 
 /// Null calls per second of `n` threads on `cpu`, all on `client`'s binding, for `time`.
 pub(crate) fn threads(client: &TestClient, n: u32, cpu: usize, time: Duration) -> crate::Result<f64> {
+    callers(client, n, cpu, |done| {
+        let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
+        std::thread::sleep(time);
+        let n = done.load(Ordering::Relaxed) - before;
+        n as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
+/// Runs `measure` while `n` threads on `cpu` make Null calls on `client`'s binding without pause,
+/// counting them in the counter `measure` is given; then stops them.
+pub(crate) fn callers<R>(
+    client: &TestClient,
+    n: u32,
+    cpu: usize,
+    measure: impl FnOnce(&AtomicU64) -> R,
+) -> crate::Result<R> {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..n)
@@ -133,15 +149,12 @@ pub(crate) fn threads(client: &TestClient, n: u32, cpu: usize, time: Duration) -
         .collect();
     // Let every thread make its first call (each binds its slot) before counting.
     std::thread::sleep(Duration::from_millis(50));
-    let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
-    std::thread::sleep(time);
-    let n = done.load(Ordering::Relaxed) - before;
-    let elapsed = start.elapsed();
+    let measured = measure(&done);
     stop.store(true, Ordering::Relaxed);
     for h in handles {
         h.join().map_err(|_| "a caller thread panicked".to_string())??;
     }
-    Ok(n as f64 / elapsed.as_secs_f64())
+    Ok(measured)
 }
 
 /// Null calls per second of `callers` concurrent tasks on this runtime, for `time`.

@@ -105,17 +105,16 @@ fn cpu_now(server: u32) -> (Duration, Duration) {
     (u + s, ou + os)
 }
 
-fn load(
-    callers: u32,
-    calls: u64,
-    elapsed: Duration,
-    before: (Duration, Duration),
-    after: (Duration, Duration),
-) -> Load {
-    let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls.max(1) as f64;
+/// Counts the calls in `done` for `time`, with the CPU time of both processes meanwhile.
+fn window(server: u32, done: &AtomicU64, time: Duration, callers: u32) -> Load {
+    let (before, n0, start) = (cpu_now(server), done.load(Ordering::Relaxed), Instant::now());
+    std::thread::sleep(time);
+    let (after, n1, elapsed) = (cpu_now(server), done.load(Ordering::Relaxed), start.elapsed());
+    let calls = (n1 - n0).max(1) as f64;
+    let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls;
     Load {
         callers,
-        calls_per_second: calls as f64 / elapsed.as_secs_f64(),
+        calls_per_second: (n1 - n0) as f64 / elapsed.as_secs_f64(),
         client_cpu_us: per_call(after.0.saturating_sub(before.0)),
         server_cpu_us: per_call(after.1.saturating_sub(before.1)),
     }
@@ -144,30 +143,7 @@ fn tiercel_row(
     }
     let mut rows = Vec::new();
     for callers in CALLERS {
-        let done = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads: Vec<_> = (0..callers)
-            .map(|_| {
-                let (c, done, stop) = (client.clone(), done.clone(), stop.clone());
-                std::thread::spawn(move || -> Result<(), tiercel::CallError> {
-                    let _ = cpu::pin_current_thread(client_cpu);
-                    while !stop.load(Ordering::Relaxed) {
-                        c.null()?;
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(50));
-        let (before, n0, start) = (cpu_now(server), done.load(Ordering::Relaxed), Instant::now());
-        std::thread::sleep(time);
-        let (after, n1, elapsed) = (cpu_now(server), done.load(Ordering::Relaxed), start.elapsed());
-        stop.store(true, Ordering::Relaxed);
-        for t in threads {
-            t.join().map_err(|_| "a caller thread panicked".to_string())??;
-        }
-        rows.push(load(callers, n1 - n0, elapsed, before, after));
+        rows.push(crate::asynch::callers(client, callers, client_cpu, |done| window(server, done, time, callers))?);
     }
     Ok(Row {
         system: system.to_string(),
@@ -228,14 +204,12 @@ fn peer_row(
             })
             .map_err(failed)?;
         std::thread::sleep(Duration::from_millis(50));
-        let (before, n0, start) = (cpu_now(server), done.load(Ordering::Relaxed), Instant::now());
-        std::thread::sleep(time);
-        let (after, n1, elapsed) = (cpu_now(server), done.load(Ordering::Relaxed), start.elapsed());
+        let measured = window(server, &done, time, callers);
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             rt.block_on(t).map_err(|e| format!("{}: a caller task failed: {e}", peer.name()))?.map_err(failed)?;
         }
-        rows.push(load(callers, n1 - n0, elapsed, before, after));
+        rows.push(measured);
     }
     Ok(Row {
         system: peer.name().to_string(),
