@@ -148,7 +148,7 @@ impl Crew {
     /// A listener woke from a blocking wait with a datagram: the server may be busy again, so an
     /// idle deputy goes back to looking every tick. One atomic load when the deputy is not idle.
     pub(super) fn woke(&self) {
-        if self.deputy_idle.swap(false, Ordering::AcqRel) {
+        if self.deputy_idle.load(Ordering::Acquire) && self.deputy_idle.swap(false, Ordering::AcqRel) {
             let _roles = self.lock();
             self.look.notify_all();
         }

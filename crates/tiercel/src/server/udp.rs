@@ -145,7 +145,7 @@ impl UdpWorker {
         self.waiter = None;
     }
 
-    /// Forgets idle bindings and reclaims the memory of stalled calls (worker 0, about once a
+    /// Forgets idle bindings and reclaims the memory of stalled calls (one listener, about once a
     /// second).
     fn sweep(&self) {
         let now = Instant::now();
