@@ -83,14 +83,14 @@ impl Crew {
     }
 
     /// Whether the listener that just finished a call should stand by: another listener is free
-    /// (`running` listeners are running calls). One atomic load while a single worker listens.
-    pub(super) fn should_stand_by(&self, running: usize) -> bool {
+    /// (`running()` listeners are running calls). One atomic load while a single worker listens.
+    pub(super) fn should_stand_by(&self, running: impl FnOnce() -> usize) -> bool {
         if self.listeners.load(Ordering::Acquire) == 1 {
             return false;
         }
         let _roles = self.lock();
         let listeners = self.listeners.load(Ordering::Acquire);
-        if listeners > 1 && listeners.saturating_sub(running) >= 2 {
+        if listeners > 1 && listeners.saturating_sub(running()) >= 2 {
             self.listeners.store(listeners - 1, Ordering::Release);
             return true;
         }
@@ -234,12 +234,12 @@ mod tests {
     #[test]
     fn a_listener_stands_by_only_when_another_is_free() {
         let crew = Crew::new(4);
-        assert!(!crew.should_stand_by(0), "the only listener never stands by");
+        assert!(!crew.should_stand_by(|| 0), "the only listener never stands by");
         crew.listeners.store(2, Ordering::Release);
-        assert!(!crew.should_stand_by(1), "the other listener is running a call");
-        assert!(crew.should_stand_by(0));
+        assert!(!crew.should_stand_by(|| 1), "the other listener is running a call");
+        assert!(crew.should_stand_by(|| 0));
         assert_eq!(crew.listeners(), 1);
-        assert!(!crew.should_stand_by(0));
+        assert!(!crew.should_stand_by(|| 0));
     }
 
     #[test]

@@ -108,7 +108,7 @@ impl UdpWorker {
                     mark(Point::ServerArrived);
                     self.handle(n, from);
                     steps::close();
-                    if self.shared.crew.should_stand_by(self.shared.endpoint.running()) {
+                    if self.shared.crew.should_stand_by(|| self.shared.endpoint.running()) {
                         break;
                     }
                     if self.lease.take() {
