@@ -73,7 +73,8 @@ pub mod header {
     pub const DATA_PAGES: usize = 12;
     /// Futex the server sleeps on; clients bump it to wake the server.
     pub const DOORBELL: usize = 16;
-    /// Nonzero while the server is asleep (or about to be).
+    /// How many of the server's threads serving the binding are asleep on `DOORBELL` (or about
+    /// to be): a client that publishes a call while it is nonzero wakes one.
     pub const SERVER_SLEEPING: usize = 20;
     /// One more than the highest slot a client has taken into use: the server scans the slots below.
     pub const SLOTS_USED: usize = 24;
@@ -314,28 +315,31 @@ pub fn server_publish<W: Word>(state: &W, client_waiting: &W) -> Wake {
     }
 }
 
-/// Server: about to sleep. `any_call` looks at the slots (after the fence, so that it also sees
-/// slots taken into use meanwhile) and says whether one holds a call. Returns the doorbell value to
-/// wait on (the caller waits while the doorbell still holds it), or `None` when a call arrived
-/// meanwhile and the server must not sleep.
+/// Server: one of the binding's server threads is about to sleep. `any_call` looks at the slots
+/// (after the fence, so that it also sees slots taken into use meanwhile) and says whether one holds
+/// a call no other server thread has taken. Returns the doorbell value to wait on (the caller waits
+/// while the doorbell still holds it, then calls [`server_woke`]), or `None` when a call arrived
+/// meanwhile and the thread must not sleep. Several threads may sleep at once: `server_sleeping`
+/// counts them, and a client wakes one.
 pub fn server_prepare_sleep<W: Word>(
     doorbell: &W,
     server_sleeping: &W,
     any_call: impl FnOnce() -> bool,
 ) -> Option<u32> {
     let bell = doorbell.load(SeqCst);
-    server_sleeping.store(1, Relaxed);
+    server_sleeping.fetch_add(1, SeqCst);
     W::fence_seq_cst();
     if any_call() {
-        server_sleeping.store(0, SeqCst);
+        server_woke(server_sleeping);
         return None;
     }
     Some(bell)
 }
 
-/// Server: awake again.
+/// Server: the thread that slept (after [`server_prepare_sleep`] returned `Some`) is awake again.
 pub fn server_woke(server_sleeping: &impl Word) {
-    server_sleeping.store(0, SeqCst);
+    // Minus one (the word wraps).
+    server_sleeping.fetch_add(u32::MAX, SeqCst);
 }
 
 #[cfg(test)]
@@ -389,5 +393,19 @@ mod tests {
             None,
             "a pending call keeps it awake"
         );
+        assert_eq!(sleeping.load(SeqCst), 0, "and it does not count as asleep");
+    }
+
+    #[test]
+    fn a_client_wakes_the_server_while_any_of_its_threads_sleeps() {
+        let (st, sleeping, bell) = (AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0));
+        // Two server threads go to sleep; one wakes (for another reason) and the other sleeps on.
+        assert_eq!(server_prepare_sleep(&bell, &sleeping, || server_has_call(&st)), Some(0));
+        assert_eq!(server_prepare_sleep(&bell, &sleeping, || server_has_call(&st)), Some(0));
+        server_woke(&sleeping);
+        assert!(client_publish(&st, &sleeping, &bell), "a thread still sleeps: the client rings");
+        server_woke(&sleeping);
+        client_reset(&st);
+        assert!(!client_publish(&st, &sleeping, &bell), "none sleeps: no ring");
     }
 }

@@ -86,8 +86,8 @@ fn no_lost_wakeup_and_results_are_seen_whole() {
                             shm::server_has_call(&r.state)
                         }) {
                             r.doorbell_futex.wait(&r.doorbell, bell);
+                            shm::server_woke(&r.server_sleeping);
                         }
-                        shm::server_woke(&r.server_sleeping);
                     }
                     let args = r.data.load(Ordering::Relaxed);
                     r.data.store(args * 10, Ordering::Relaxed);

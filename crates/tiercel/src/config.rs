@@ -112,7 +112,8 @@ pub struct ServerConfig {
     /// reading worker that finishes a call while another is free stands by again. With three or
     /// more, one is always kept free to receive: a new call arriving while all the others run
     /// procedures is refused at once as busy, and its client backs off and retries. Also the most
-    /// threads one TCP connection gets while its calls are slow (at least two). Default: 16.
+    /// threads one TCP connection gets while its calls are slow (at least two), and the most threads
+    /// serving one shared-memory binding while its calls are slow (no more than its slots). Default: 16.
     pub workers: usize,
     /// How long an idle worker spins for the next packet before blocking. A shared-memory binding's
     /// thread spins at most this long after each call (see `adaptive_spin`), then sleeps on a

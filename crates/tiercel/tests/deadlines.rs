@@ -32,10 +32,14 @@ impl Timed for TimedImpl {
 }
 
 fn serve() -> (tiercel::RunningServer, TimedImpl) {
+    serve_with(ServerConfig::default())
+}
+
+fn serve_with(config: ServerConfig) -> (tiercel::RunningServer, TimedImpl) {
     let timed = TimedImpl::default();
     let server = Server::bind("127.0.0.1:0")
         .unwrap()
-        .with_config(ServerConfig::default())
+        .with_config(config)
         .export(TimedServer::new(timed.clone()))
         .start()
         .unwrap();
@@ -61,10 +65,10 @@ fn a_procedure_sees_its_callers_deadline_on_either_transport() {
 
 #[test]
 fn a_shared_memory_call_whose_deadline_passes_while_it_waits_is_never_started() {
-    // One server thread serves a binding's slots in turn: while it runs a 600 ms call, a call on
-    // another slot with a 100 ms deadline waits in its slot. Its caller gives up at the deadline,
-    // and when the server reaches the slot it answers without running it.
-    let (server, timed) = serve();
+    // With one worker, one server thread serves a binding's slots in turn: while it runs a 600 ms
+    // call, a call on another slot with a 100 ms deadline waits in its slot. Its caller gives up at
+    // the deadline, and when the server reaches the slot it answers without running it.
+    let (server, timed) = serve_with(ServerConfig { workers: 1, ..ServerConfig::default() });
     let client: TimedClient = Client::connect(format!("shm:{}", server.addr())).unwrap().import().unwrap();
     let slow = {
         let client = client.clone();

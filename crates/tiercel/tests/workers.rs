@@ -99,3 +99,66 @@ fn a_server_of_two_workers_serves_a_quick_call_beside_a_long_one() {
     }
     assert_eq!(long.join().unwrap().unwrap(), 1);
 }
+
+/// Through shared memory: each thread of a client calls on its own slot of the one binding.
+fn shm_desk(config: tiercel::ServerConfig, counts: &Arc<Counts>) -> (tiercel::RunningServer, DeskClient) {
+    let server = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(DeskServer::new(DeskImpl(counts.clone())))
+        .start()
+        .unwrap();
+    let desk: DeskClient = Client::connect(server.addr()).unwrap().import().unwrap();
+    assert_eq!(desk.binding().transport(), tiercel::Transport::SharedMemory);
+    (server, desk)
+}
+
+#[test]
+fn slow_calls_on_slots_of_a_shared_memory_binding_do_not_delay_its_other_slots() {
+    let counts = Arc::new(Counts::default());
+    let (server, desk) = shm_desk(tiercel::ServerConfig::default(), &counts);
+    for _ in 0..1000 {
+        assert_eq!(desk.quick().unwrap(), 0);
+    }
+    // Six long calls from six threads of the client, on six slots of its one binding.
+    const SLOW: u32 = 6;
+    let slow: Vec<_> = (0..SLOW)
+        .map(|_| {
+            let desk = desk.clone();
+            std::thread::spawn(move || desk.slow(4000))
+        })
+        .collect();
+    let give_up = Instant::now() + Duration::from_secs(3);
+    while counts.running.load(Ordering::Acquire) < SLOW {
+        assert!(Instant::now() < give_up, "only {} long calls running", counts.running.load(Ordering::Acquire));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Quick calls on another slot of the same binding are answered while all six run.
+    for _ in 0..200 {
+        assert_eq!(desk.quick().unwrap(), SLOW, "a quick call waited for a long one");
+    }
+    for s in slow {
+        assert_eq!(s.join().unwrap().unwrap(), SLOW, "the long calls did not all run at once");
+    }
+    assert_eq!(server.stats().busy.load(Ordering::Relaxed), 0, "a call was refused as busy");
+    assert_eq!(server.bindings(), 1, "every call went through the one binding");
+    for _ in 0..1000 {
+        assert_eq!(desk.quick().unwrap(), 0);
+    }
+}
+
+#[test]
+fn a_shared_memory_binding_has_at_most_workers_threads() {
+    let counts = Arc::new(Counts::default());
+    let config = tiercel::ServerConfig { workers: 2, ..tiercel::ServerConfig::default() };
+    let (_server, desk) = shm_desk(config, &counts);
+    // Three long calls on a binding that may have two threads: two run at once, then the third.
+    let slow: Vec<_> = (0..3)
+        .map(|_| {
+            let desk = desk.clone();
+            std::thread::spawn(move || desk.slow(600))
+        })
+        .collect();
+    let most: Vec<u32> = slow.into_iter().map(|s| s.join().unwrap().unwrap()).collect();
+    assert_eq!(counts.most.load(Ordering::Acquire), 2, "two threads serve the binding: {most:?}");
+}

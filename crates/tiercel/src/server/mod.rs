@@ -188,7 +188,6 @@ impl Server {
         let spin_leases = spinning::SpinLeases::new(config.spinners.max(1));
         let shared = Arc::new(Shared {
             memory: endpoint.budget(),
-            shm_regions: std::sync::Mutex::new(Vec::new()),
             rendezvous: listener.as_ref().map(|l| (l.rendezvous, l.name.clone())),
             challenger,
             metrics,
@@ -267,8 +266,6 @@ pub(crate) struct Shared {
     stream_bindings: AtomicUsize,
     /// Plain procedures running on TCP bindings' threads.
     stream_running: AtomicUsize,
-    /// The regions of the shared-memory bindings, whose heartbeat the rendezvous thread bumps.
-    shm_regions: std::sync::Mutex<Vec<std::sync::Weak<tiercel_sys::shm::Region>>>,
     /// Where clients on this host bind through shared memory, and the socket's name.
     rendezvous: Option<(tiercel_proto::bind::Rendezvous, String)>,
     /// The server-wide budget for messages (`ServerConfig::message_memory`), charged by both

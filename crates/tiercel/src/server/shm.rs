@@ -1,6 +1,12 @@
-//! The server side of the shared-memory transport: the rendezvous listener, and one thread per
-//! binding that serves its slots, spinning for `ServerConfig::spin` after each call and then sleeping
-//! on the region's doorbell futex.
+//! The server side of the shared-memory transport: the rendezvous listener, and for each binding
+//! the threads that serve its slots, spinning for `ServerConfig::spin` after each call and then
+//! sleeping on the region's doorbell futex.
+//!
+//! A binding starts with one thread. While every awake thread of a binding has been running a call
+//! at two of the rendezvous thread's looks in a row (every [`LOOK`] while the binding is in use) and
+//! another call waits, the rendezvous thread starts a helper, up to `ServerConfig::workers`, so that
+//! a slow procedure holds up only its own caller. A thread claims a slot's call (the lock of the
+//! slot's [`Books`]) before it reads it.
 //!
 //! Before a client has a binding it costs no thread: the rendezvous thread runs every bind exchange
 //! itself, on non-blocking sockets, at most [`MAX_HANDSHAKES`] at once, each within [`HANDSHAKE`]
@@ -11,7 +17,7 @@
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,37 +89,54 @@ struct Handshake {
 enum Step {
     /// Waiting for more bytes.
     Wait,
-    /// Over: bound (its thread runs), refused, or failed.
+    /// Over: refused, or failed.
     Done,
+    /// Bound: its first thread runs; the rendezvous thread beats its heart and gives it helpers.
+    Bound(std::sync::Weak<Team>),
 }
 
 /// How often the rendezvous thread bumps every binding's heartbeat.
 const HEARTBEAT: Duration = Duration::from_millis(50);
 
-/// Bumps the heartbeat word of every live binding's region, and forgets the regions gone.
-fn beat(shared: &Shared) {
-    let mut regions = shared.shm_regions.lock().unwrap_or_else(|p| p.into_inner());
-    regions.retain(|r| match r.upgrade() {
-        Some(region) => {
-            word(&region, header::HEARTBEAT).fetch_add(1, Ordering::Release);
+/// Bumps the heartbeat word of every live binding's region (when `beat`), gives a binding held up
+/// by its calls another thread, and forgets the bindings gone. True if a binding is in use.
+fn look_after(teams: &mut Vec<(std::sync::Weak<Team>, Watch)>, beat: bool) -> bool {
+    let mut in_use = false;
+    teams.retain_mut(|(team, watch)| match team.upgrade() {
+        Some(team) => {
+            if beat {
+                team.word(header::HEARTBEAT).fetch_add(1, Ordering::Release);
+            }
+            if team.in_use() {
+                in_use = true;
+                if team.held_up(watch) {
+                    team.add_thread();
+                }
+            } else {
+                *watch = Watch::default();
+            }
             true
         }
         None => false,
     });
+    in_use
 }
 
 fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
     let live = Arc::new(AtomicUsize::new(0));
     let mut pending: Vec<Handshake> = Vec::new();
     let mut ready = Vec::new();
+    let mut teams = Vec::new();
     let mut last_beat = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
-        if last_beat.elapsed() >= HEARTBEAT {
-            // This thread, not a binding's (which may be running a long procedure), shows that
-            // the process lives: a stopped or hung process stops the beat.
-            beat(&shared);
+        // This thread, not a binding's (which may be running a long procedure), shows that the
+        // process lives: a stopped or hung process stops the beat.
+        let beat = last_beat.elapsed() >= HEARTBEAT;
+        if beat {
             last_beat = Instant::now();
         }
+        // Often while a binding is in use (it may need another thread soon), else once a heartbeat.
+        let period = if look_after(&mut teams, beat) { LOOK } else { HEARTBEAT };
         loop {
             match listener.accept() {
                 Ok((stream, _)) => {
@@ -143,10 +166,18 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
                 shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 return false;
             }
-            matches!(progress(&shared, &live, h), Step::Wait)
+            match progress(&shared, &live, h) {
+                Step::Wait => true,
+                Step::Done => false,
+                Step::Bound(team) => {
+                    teams.push((team, Watch::default()));
+                    false
+                }
+            }
         });
         let handshakes = pending.iter().map(|h| (h.arrived, std::os::fd::AsFd::as_fd(&h.stream)));
-        wait_for_handshakes(std::os::fd::AsFd::as_fd(&listener), handshakes, now, HEARTBEAT, &mut ready);
+        let period = if teams.is_empty() { HEARTBEAT } else { period };
+        wait_for_handshakes(std::os::fd::AsFd::as_fd(&listener), handshakes, now, period, &mut ready);
     }
 }
 
@@ -228,7 +259,6 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
         return Step::Done;
     };
     let region = Arc::new(region);
-    shared.shm_regions.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::downgrade(&region));
     let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
     let reply = admission.grant(&machine, id, 0, slots, layout.data as u64);
     let Ok(stream) = h.stream.try_clone() else { return Step::Done };
@@ -236,10 +266,12 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
         return Step::Done;
     }
     let export = shared.exports[admission.export].clone();
+    let (team, results) = new_team(shared, export, region, id, layout, charged);
+    let watched = Arc::downgrade(&team);
     live.fetch_add(1, Ordering::Relaxed);
-    let (shared_, live_) = (shared.clone(), live.clone());
+    let live_ = live.clone();
     let spawned = std::thread::Builder::new().name("tiercel-shm-binding".into()).spawn(move || {
-        serve_binding(&shared_, stream, export, region, id, layout, charged, control);
+        serve_first(&team, stream, results);
         live_.fetch_sub(1, Ordering::Relaxed);
     });
     match spawned {
@@ -248,33 +280,310 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
             let mut threads = shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
             threads.retain(|t| !t.is_finished());
             threads.push(thread);
+            Step::Bound(watched)
         }
         // No thread: the connection (and with it the region) goes, and the client sees it closed.
         Err(_) => {
             live.fetch_sub(1, Ordering::Relaxed);
+            Step::Done
         }
     }
-    Step::Done
 }
 
-/// Which of the server's CPUs a new binding thread takes (round robin).
+/// Which of the server's CPUs a new binding's first thread takes (round robin).
 fn binding_index(shared: &Shared) -> usize {
     shared.shm_bindings.load(Ordering::Relaxed)
 }
 
-/// One binding, granted: serves its slots until the client goes away.
-#[allow(clippy::too_many_arguments)]
-#[cfg_attr(not(feature = "async"), allow(unused_variables))]
-fn serve_binding(
+/// How often the rendezvous thread looks whether a binding in use needs another thread.
+const LOOK: Duration = Duration::from_millis(1);
+/// A binding whose last call ended longer ago than this is looked at only once a [`HEARTBEAT`].
+const IN_USE: Duration = Duration::from_secs(1);
+/// A binding's extra thread that has served no call for this long ends.
+const HELPER_IDLE: Duration = Duration::from_secs(5);
+
+/// What a thread serving a binding is doing, as the rendezvous thread sees it.
+mod lane {
+    /// No thread.
+    pub(super) const FREE: u32 = 0;
+    /// Looking at the slots for a call, or spinning.
+    pub(super) const AWAKE: u32 = 1;
+    /// Serving a call (running its procedure).
+    pub(super) const RUNNING: u32 = 2;
+    /// Asleep on the doorbell.
+    pub(super) const ASLEEP: u32 = 3;
+}
+
+/// One thread's marker, alone on its cache line: written with plain stores by its thread, read by
+/// the rendezvous thread now and then.
+#[repr(align(64))]
+struct Lane(AtomicU32);
+
+/// The bookkeeping of one slot. Its lock is the claim on the slot's call: the thread that serves
+/// the call holds it from before it reads the call until the result is published.
+struct Books {
+    /// Bytes of the slot's data the server has mapped (read arguments from, written results to) and
+    /// not given back or forgotten since: whole pages.
+    held: usize,
+    /// `held`, charged to the budgets.
+    charge: Charge,
+    /// When the slot last moved a large call and gave pages back.
+    retention: Retention,
+    /// The slot's call runs on the async runtime (so its published call is not new).
+    #[cfg(feature = "async")]
+    pending: bool,
+    /// That call has been aborted for its client.
+    #[cfg(feature = "async")]
+    aborted: bool,
+}
+
+/// A granted binding: what the threads serving it share. The first thread serves it from the
+/// grant until its client goes; others (helpers) are started by the rendezvous thread while
+/// every awake thread has been running a call and another call waits, and end after
+/// [`HELPER_IDLE`] without a call.
+pub(super) struct Team {
+    shared: Arc<Shared>,
+    region: Arc<Region>,
+    layout: Layout,
+    binding: Arc<dyn crate::interface::Export>,
+    /// The binding's memory budget, shared by the slots' and the threads' charges.
+    budget: Arc<Budget>,
+    books: Vec<std::sync::Mutex<Books>>,
+    /// One per thread the binding may have; the first is the first thread's.
+    lanes: Vec<Lane>,
+    /// When a call of the binding last ended, in ticks of the tick counter.
+    last_result: AtomicU64,
+    /// The binding is over (its client went, or the server stops): helpers end.
+    closed: AtomicBool,
+    /// The header and the slots' control pages, charged.
+    _control: Charge,
+    /// Calls of async procedures running on the runtime.
+    #[cfg(feature = "async")]
+    running: AtomicUsize,
+    /// Where their results go, for the first thread to write into their slots.
+    #[cfg(feature = "async")]
+    done: std::sync::mpsc::Sender<(u32, Status, Vec<u8>)>,
+    /// The binding's key among the runtime's calls (shared-memory ids are kept apart from UDP's).
+    #[cfg(feature = "async")]
+    id: u32,
+}
+
+/// What the rendezvous thread remembers of a binding between its looks.
+#[derive(Default)]
+pub(super) struct Watch {
+    /// At the last look, every awake thread was running a call and another call waited.
+    held_up: bool,
+}
+
+impl Team {
+    fn word(&self, at: usize) -> &AtomicU32 {
+        word(&self.region, at)
+    }
+
+    fn state(&self, i: usize) -> &AtomicU32 {
+        self.word(self.layout.slot(i as u32) + slot::STATE)
+    }
+
+    /// Slots below the clients' high-water mark (a malicious client's value is capped).
+    fn used(&self) -> usize {
+        (self.word(header::SLOTS_USED).load(Ordering::Acquire) as usize).min(self.books.len())
+    }
+
+    #[cfg(feature = "async")]
+    fn books(&self, i: usize) -> std::sync::MutexGuard<'_, Books> {
+        self.books[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Claims slot `i`, if no other thread holds it.
+    fn claim(&self, i: usize) -> Option<std::sync::MutexGuard<'_, Books>> {
+        match self.books[i].try_lock() {
+            Ok(b) => Some(b),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Whether a slot holds a call no thread has taken (not one running on the async runtime).
+    fn any_call(&self) -> bool {
+        (0..self.used())
+            .any(|i| proto::server_has_call(self.state(i)) && self.claim(i).is_some_and(|b| !Self::runs_async(&b)))
+    }
+
+    #[inline]
+    fn runs_async(b: &Books) -> bool {
+        #[cfg(feature = "async")]
+        return b.pending;
+        #[cfg(not(feature = "async"))]
+        return {
+            let _ = b;
+            false
+        };
+    }
+
+    /// Wakes a thread of the binding asleep on the doorbell.
+    fn ring(&self) {
+        let bell = self.word(header::DOORBELL);
+        bell.fetch_add(1, Ordering::SeqCst);
+        futex_wake(bell, 1);
+    }
+
+    /// Most threads serving the binding: a slow call then holds up only its own caller while fewer
+    /// than this many run at once.
+    fn max_threads(shared: &Shared, slots: u32) -> usize {
+        (slots as usize).min(shared.config.workers).max(1)
+    }
+
+    /// Whether the binding has been in use lately (the rendezvous thread then looks every
+    /// [`LOOK`] whether it needs another thread).
+    fn in_use(&self) -> bool {
+        !self.closed.load(Ordering::Acquire)
+            && (self.lanes.iter().any(|l| l.0.load(Ordering::Relaxed) == lane::RUNNING)
+                || clock::elapsed(self.last_result.load(Ordering::Relaxed), clock::ticks()) < IN_USE)
+    }
+
+    /// One look of the rendezvous thread: true when, at this look and the last, every awake thread
+    /// was running a call while another call waited.
+    fn held_up(&self, watch: &mut Watch) -> bool {
+        let (mut awake, mut running) = (0, 0);
+        for l in &self.lanes {
+            match l.0.load(Ordering::Relaxed) {
+                lane::AWAKE => awake += 1,
+                lane::RUNNING => running += 1,
+                _ => {}
+            }
+        }
+        #[cfg(feature = "async")]
+        let on_runtime = self.running.load(Ordering::Relaxed);
+        #[cfg(not(feature = "async"))]
+        let on_runtime = 0;
+        let calls = (0..self.used()).filter(|&i| proto::server_has_call(self.state(i))).count();
+        let now = awake == 0 && running > 0 && calls > running + on_runtime;
+        let held = now && watch.held_up;
+        // After a thread is added, two more looks before another.
+        watch.held_up = now && !held;
+        held
+    }
+
+    /// A thread to serve the binding beside those it has, when every one is held up: a new
+    /// helper if there is room for one, or else a wake-up for a sleeping one.
+    fn add_thread(self: &Arc<Self>) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if self.lanes.iter().any(|l| l.0.load(Ordering::Relaxed) == lane::ASLEEP) {
+            // One of its threads sleeps (the call's ring and its wake-up crossed): wake it.
+            self.ring();
+            return;
+        }
+        let free = self
+            .lanes
+            .iter()
+            .position(|l| l.0.compare_exchange(lane::FREE, lane::AWAKE, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+        let Some(at) = free else {
+            self.ring();
+            return;
+        };
+        let team = self.clone();
+        let spawned = std::thread::Builder::new().name("tiercel-shm-helper".into()).spawn(move || {
+            Worker::new(&team, at).help();
+            team.lanes[at].0.store(lane::FREE, Ordering::Release);
+        });
+        match spawned {
+            // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
+            Ok(thread) => {
+                let mut threads = self.shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
+                threads.retain(|t| !t.is_finished());
+                threads.push(thread);
+            }
+            Err(_) => self.lanes[at].0.store(lane::FREE, Ordering::Release),
+        }
+    }
+
+    /// Stops mapping the data pages of slots whose client has taken the result (but those another
+    /// thread holds), so that they no longer count as this binding's memory. The client keeps the
+    /// bytes; the server maps them again if it reads them.
+    #[cold]
+    #[inline(never)]
+    fn forget_taken(&self) {
+        for j in 0..self.books.len() {
+            if self.state(j).load(Ordering::Acquire) != proto::state::IDLE {
+                continue;
+            }
+            let Some(mut b) = self.claim(j) else { continue };
+            if b.held > 0 && self.state(j).load(Ordering::Acquire) == proto::state::IDLE {
+                self.region.forget(self.layout.data(j as u32), b.held);
+                b.held = 0;
+                b.charge.settle(0);
+            }
+            drop(b);
+            // A call published while this held the claim may have found no thread to take it
+            // (a thread going to sleep skips slots another holds): wake one.
+            if proto::server_has_call(self.state(j)) {
+                self.ring();
+            }
+        }
+    }
+}
+
+/// The team of a binding just granted, and where its async results arrive.
+fn new_team(
     shared: &Arc<Shared>,
-    stream: UnixStream,
     binding: Arc<dyn crate::interface::Export>,
     region: Arc<Region>,
     id: u32,
     layout: Layout,
-    charge: Charge,
-    control: usize,
-) {
+    control: Charge,
+) -> (Arc<Team>, AsyncResults) {
+    let budget = control.binding.clone();
+    let books = (0..layout.slots)
+        .map(|_| {
+            std::sync::Mutex::new(Books {
+                held: 0,
+                charge: Charge::new(budget.clone(), shared.memory.clone()),
+                retention: Retention::default(),
+                #[cfg(feature = "async")]
+                pending: false,
+                #[cfg(feature = "async")]
+                aborted: false,
+            })
+        })
+        .collect();
+    #[cfg(feature = "async")]
+    let (done, results) = std::sync::mpsc::channel();
+    #[cfg(not(feature = "async"))]
+    let (results, _) = ((), id);
+    let team = Arc::new(Team {
+        shared: shared.clone(),
+        region,
+        layout,
+        binding,
+        budget,
+        books,
+        lanes: (0..Team::max_threads(shared, layout.slots)).map(|_| Lane(AtomicU32::new(lane::FREE))).collect(),
+        last_result: AtomicU64::new(clock::ticks()),
+        closed: AtomicBool::new(false),
+        _control: control,
+        #[cfg(feature = "async")]
+        running: AtomicUsize::new(0),
+        #[cfg(feature = "async")]
+        done,
+        #[cfg(feature = "async")]
+        id: id | 1 << 31,
+    });
+    team.lanes[0].0.store(lane::AWAKE, Ordering::Release);
+    (team, results)
+}
+
+/// Where the results of a binding's async calls arrive (nothing without the `async` feature).
+#[cfg(feature = "async")]
+type AsyncResults = std::sync::mpsc::Receiver<(u32, Status, Vec<u8>)>;
+#[cfg(not(feature = "async"))]
+type AsyncResults = ();
+
+/// Serves a binding on its first thread until its client goes away or the server stops.
+#[cfg_attr(not(feature = "async"), allow(unused_variables))]
+fn serve_first(team: &Team, stream: UnixStream, results: AsyncResults) {
+    let shared = &*team.shared;
     // Measure the tick counter's rate now, not on the first call.
     let _ = clock::ticks_per_second();
     let cpus = &shared.config.cpus;
@@ -283,24 +592,18 @@ fn serve_binding(
     }
     shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
     shared.shm_bindings.fetch_add(1, Ordering::Relaxed);
-    let retention = vec![Retention::default(); layout.slots as usize];
-    SlotServer {
-        shared,
-        stream: &stream,
-        region: &region,
-        layout,
-        binding,
-        args: Vec::new(),
-        out: Vec::new(),
-        retention,
-        held: vec![0; layout.slots as usize],
-        held_total: 0,
-        control,
-        charge,
-        #[cfg(feature = "async")]
-        asynch: AsyncSlots::new(shared, &region, id, layout.slots),
+    let mut first = Worker::new(team, 0);
+    #[cfg(feature = "async")]
+    {
+        first.results = Some(results);
     }
-    .run();
+    first.run(&stream);
+    drop(first);
+    team.closed.store(true, Ordering::Release);
+    // Helpers asleep on the doorbell look at `closed` within their wait's period; wake them now.
+    let bell = team.word(header::DOORBELL);
+    bell.fetch_add(1, Ordering::SeqCst);
+    futex_wake(bell, i32::MAX as u32);
     shared.shm_bindings.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -351,63 +654,20 @@ impl Drop for Charge {
     }
 }
 
-struct SlotServer<'a> {
-    shared: &'a Shared,
-    stream: &'a UnixStream,
-    region: &'a Region,
-    layout: Layout,
-    binding: Arc<dyn crate::interface::Export>,
+/// One thread serving a binding: its private copies of arguments and results, and their charge.
+struct Worker<'a> {
+    team: &'a Team,
+    /// Which of the team's lanes is this thread's.
+    lane: usize,
     args: Vec<u8>,
     out: Vec<u8>,
-    /// When each slot last moved a large call and gave pages back.
-    retention: Vec<Retention>,
-    /// Bytes of each slot's data this thread has mapped (read arguments from, written results to)
-    /// and not given back or forgotten since: whole pages.
-    held: Vec<usize>,
-    /// The sum of `held`.
-    held_total: usize,
-    /// Bytes of the region's header and control pages.
-    control: usize,
-    /// What all of it is charged to the budgets.
+    /// The capacity of `args` and `out`, charged.
     charge: Charge,
-    /// The binding's calls of async procedures under way.
+    /// Leave to spin after a call; without it, this thread sleeps as soon as no call is there.
+    lease: super::spinning::SpinLease,
+    /// Results of the binding's async calls (the first thread's).
     #[cfg(feature = "async")]
-    asynch: AsyncSlots,
-}
-
-/// A shared-memory binding's calls of async procedures: each runs on the server's runtime while its
-/// slot stays published (`CALL`); its result comes back to the binding's thread, which writes it
-/// into the slot (the only thread that touches the slots and their memory accounting).
-#[cfg(feature = "async")]
-struct AsyncSlots {
-    /// Slots whose call runs on the runtime.
-    pending: Vec<bool>,
-    /// Slots whose running call has been aborted for its client.
-    aborted: Vec<bool>,
-    running: usize,
-    done: std::sync::mpsc::Sender<(u32, Status, Vec<u8>)>,
-    results: std::sync::mpsc::Receiver<(u32, Status, Vec<u8>)>,
-    region: Arc<Region>,
-    /// The binding's key among the runtime's calls (shared-memory ids are kept apart from UDP's).
-    id: u32,
-    shared: Arc<Shared>,
-}
-
-#[cfg(feature = "async")]
-impl AsyncSlots {
-    fn new(shared: &Arc<Shared>, region: &Arc<Region>, id: u32, slots: u32) -> AsyncSlots {
-        let (done, results) = std::sync::mpsc::channel();
-        AsyncSlots {
-            pending: vec![false; slots as usize],
-            aborted: vec![false; slots as usize],
-            running: 0,
-            done,
-            results,
-            region: region.clone(),
-            id: id | 1 << 31,
-            shared: shared.clone(),
-        }
-    }
+    results: Option<std::sync::mpsc::Receiver<(u32, Status, Vec<u8>)>>,
 }
 
 /// A control word of the region. Offsets come from the layout the region was created with, so they
@@ -416,19 +676,60 @@ fn word(region: &Region, at: usize) -> &AtomicU32 {
     region.u32_at(at).unwrap_or_else(|| unreachable!("layout offset {at} inside the region"))
 }
 
-impl<'a> SlotServer<'a> {
-    fn word(&self, at: usize) -> &'a AtomicU32 {
-        word(self.region, at)
+impl<'a> Worker<'a> {
+    fn new(team: &'a Team, lane: usize) -> Worker<'a> {
+        Worker {
+            team,
+            lane,
+            args: Vec::new(),
+            out: Vec::new(),
+            charge: Charge::new(team.budget.clone(), team.shared.memory.clone()),
+            lease: super::spinning::SpinLease::new(&team.shared.spin_leases),
+            #[cfg(feature = "async")]
+            results: None,
+        }
     }
 
-    fn run(&mut self) {
-        let shared = self.shared;
-        let slots = self.layout.slots;
+    fn word(&self, at: usize) -> &'a AtomicU32 {
+        word(&self.team.region, at)
+    }
+
+    #[inline]
+    fn mark(&self, what: u32) {
+        self.team.lanes[self.lane].0.store(what, Ordering::Relaxed);
+    }
+
+    /// Serves every call in the slots that no other thread has taken; true if there were any.
+    #[inline]
+    fn serve_all(&mut self) -> bool {
+        let team = self.team;
+        let mut served = false;
+        for i in 0..team.used() {
+            if !proto::server_has_call(team.state(i)) {
+                continue;
+            }
+            let Some(mut b) = team.claim(i) else { continue };
+            // Looked at again under the claim: another thread may have served it meanwhile.
+            if Team::runs_async(&b) || !proto::server_has_call(team.state(i)) {
+                continue;
+            }
+            mark(Point::ServerArrived);
+            self.mark(lane::RUNNING);
+            self.serve(i as u32, &mut b);
+            drop(b);
+            self.mark(lane::AWAKE);
+            steps::close();
+            served = true;
+        }
+        served
+    }
+
+    /// The first thread's life: serves the binding's calls until its client goes away or the
+    /// server stops, spinning after each call, then sleeping on the region's doorbell.
+    fn run(&mut self, stream: &UnixStream) {
+        let team = self.team;
+        let shared = &*team.shared;
         let (doorbell, sleeping) = (self.word(header::DOORBELL), self.word(header::SERVER_SLEEPING));
-        let states: Vec<&AtomicU32> = (0..slots).map(|i| self.word(self.layout.slot(i) + slot::STATE)).collect();
-        let used_word = self.word(header::SLOTS_USED);
-        // Slots below the clients' high-water mark (a malicious client's value is capped).
-        let used = || (used_word.load(Ordering::Acquire) as usize).min(slots as usize);
         // Spin after each call for about twice the recent gap between a result and the next call
         // (at most `spin`), or always `spin` when adaptation is off; then sleep on the doorbell.
         let policy = if shared.config.adaptive_spin {
@@ -442,34 +743,26 @@ impl<'a> SlotServer<'a> {
         let mut spin_until = last_result + clock::ticks_in(budget.budget());
         let mut rounds = 0u32;
         let mut idle = 0u32;
-        // Leave to spin after a call; without it, this thread sleeps as soon as no call is there.
-        let mut lease = super::spinning::SpinLease::new(&shared.spin_leases);
         loop {
             let mut served = false;
             #[cfg(feature = "async")]
-            if self.asynch.running > 0 {
+            if team.running.load(Ordering::Relaxed) > 0 {
                 served |= self.finish_async();
             }
-            for (i, state) in states[..used()].iter().enumerate() {
-                if proto::server_has_call(*state) && !self.runs_async(i) {
-                    mark(Point::ServerArrived);
-                    self.serve(i as u32);
-                    steps::close();
-                    served = true;
-                }
-            }
+            served |= self.serve_all();
             if served {
                 // Off the critical path: the result is already published. The gap between results
                 // stands for how soon the client calls again.
                 let now = clock::ticks();
                 budget.observe(clock::elapsed(last_result, now));
                 last_result = now;
-                spin_until = if lease.take() { now + clock::ticks_in(budget.budget()) } else { now };
+                team.last_result.store(now, Ordering::Relaxed);
+                spin_until = if self.lease.take() { now + clock::ticks_in(budget.budget()) } else { now };
                 rounds = rounds.wrapping_add(1);
                 idle = 0;
                 // A client calling without pause never lets this thread sleep: look at the stop flag
                 // now and then all the same.
-                if rounds.is_multiple_of(1024) && self.shared.stop.load(Ordering::Relaxed) {
+                if rounds.is_multiple_of(1024) && shared.stop.load(Ordering::Relaxed) {
                     return;
                 }
                 continue;
@@ -482,94 +775,127 @@ impl<'a> SlotServer<'a> {
                 continue;
             }
             #[cfg(feature = "async")]
-            if self.asynch.running > 0 {
+            if team.running.load(Ordering::Relaxed) > 0 {
                 self.cancel_async();
             }
-            lease.give_back();
-            let any_call =
-                || states[..used()].iter().enumerate().any(|(i, s)| proto::server_has_call(*s) && !self.runs_async(i));
-            if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, any_call) {
-                if futex_wait(doorbell, bell, Some(LIVENESS)) {
-                    steps::slept(steps::Side::Server);
-                }
-            }
-            proto::server_woke(sleeping);
+            self.lease.give_back();
+            self.sleep(doorbell, sleeping, LIVENESS);
             if clock::elapsed(last_result, clock::ticks()) >= LIVENESS {
                 // Idle a while: give back the private copies of large arguments and results (kept
                 // while calls come, so that a stream of large calls does not fault them in anew),
                 // and stop mapping the slot pages whose results the client has taken.
-                if self.args.capacity() > retention::LARGE {
-                    self.args = Vec::new();
-                }
-                if self.out.capacity() > retention::LARGE {
-                    self.out = Vec::new();
-                }
-                self.forget_taken(None);
-                self.charge.settle(self.footprint());
+                self.shrink();
+                team.forget_taken();
             }
-            if self.shared.stop.load(Ordering::Relaxed) || tiercel_sys::shm::peer_closed(self.stream) {
+            if shared.stop.load(Ordering::Relaxed) || tiercel_sys::shm::peer_closed(stream) {
                 // The client died or dropped the binding: its region goes with this thread.
-                self.shared.stats.expired.fetch_add(1, Ordering::Relaxed);
+                shared.stats.expired.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         }
     }
 
-    /// Bytes this binding holds: control pages, mapped slot data, private buffers.
-    fn footprint(&self) -> usize {
-        self.control + self.held_total + self.args.capacity() + self.out.capacity()
-    }
-
-    fn set_held(&mut self, i: usize, bytes: usize) {
-        self.held_total = self.held_total - self.held[i] + bytes;
-        self.held[i] = bytes;
-    }
-
-    /// Stops mapping the data pages of slots (but `except`) whose client has taken the result, so
-    /// that they no longer count as this binding's memory. The client keeps the bytes; the
-    /// server maps them again if it reads them.
-    #[cold]
-    #[inline(never)]
-    fn forget_taken(&mut self, except: Option<usize>) {
-        for j in 0..self.held.len() {
-            if self.held[j] == 0 || Some(j) == except {
+    /// A helper's life: serves calls no other thread has taken, spinning after each while it holds
+    /// a lease, sleeping on the doorbell otherwise; ends after [`HELPER_IDLE`] without a call, or
+    /// with the binding.
+    fn help(&mut self) {
+        let team = self.team;
+        let shared = &*team.shared;
+        let (doorbell, sleeping) = (self.word(header::DOORBELL), self.word(header::SERVER_SLEEPING));
+        let spin = clock::ticks_in(shared.config.spin);
+        let mut last_call = Instant::now();
+        let mut spin_until = clock::ticks();
+        let mut idle = 0u32;
+        while !team.closed.load(Ordering::Acquire) && !shared.stop.load(Ordering::Relaxed) {
+            if self.serve_all() {
+                let now = clock::ticks();
+                team.last_result.store(now, Ordering::Relaxed);
+                spin_until = if self.lease.take() { now + spin } else { now };
+                last_call = Instant::now();
+                idle = 0;
                 continue;
             }
-            let state = self.word(self.layout.slot(j as u32) + slot::STATE).load(Ordering::Acquire);
-            if state == proto::state::IDLE {
-                self.region.forget(self.layout.data(j as u32), self.held[j]);
-                self.set_held(j, 0);
+            idle = idle.wrapping_add(1);
+            if !idle.is_multiple_of(64) || clock::ticks() < spin_until {
+                core::hint::spin_loop();
+                continue;
+            }
+            if last_call.elapsed() >= HELPER_IDLE {
+                break;
+            }
+            self.lease.give_back();
+            self.sleep(doorbell, sleeping, LIVENESS);
+            if last_call.elapsed() >= LIVENESS {
+                self.shrink();
             }
         }
     }
 
-    /// Charges what the binding holds with slot `i` holding `held` bytes and the argument buffer
-    /// `args` bytes; if the budgets have no room, first gives back what can be given back.
+    /// Sleeps on the doorbell (at most `period`) unless a call no other thread holds is there.
+    fn sleep(&self, doorbell: &AtomicU32, sleeping: &AtomicU32, period: Duration) {
+        self.mark(lane::ASLEEP);
+        if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, || self.team.any_call()) {
+            if futex_wait(doorbell, bell, Some(period)) {
+                steps::slept(steps::Side::Server);
+            }
+            proto::server_woke(sleeping);
+        }
+        self.mark(lane::AWAKE);
+    }
+
+    /// Gives back the private copies of large arguments and results.
+    fn shrink(&mut self) {
+        if self.args.capacity() > retention::LARGE {
+            self.args = Vec::new();
+        }
+        if self.out.capacity() > retention::LARGE {
+            self.out = Vec::new();
+        }
+        self.charge.settle(self.buffers());
+    }
+
+    /// Bytes of this thread's private buffers.
+    fn buffers(&self) -> usize {
+        self.args.capacity() + self.out.capacity()
+    }
+
+    /// Charges slot `b` holding `held` bytes and this thread's buffers with room for `args` bytes of
+    /// arguments; true if both fit. Without room, the slot's charge is left as it was.
+    fn settle(&mut self, b: &mut Books, held: usize, args: usize) -> bool {
+        let buffers = self.buffers() + args.saturating_sub(self.args.capacity());
+        if !b.charge.settle(held) {
+            return false;
+        }
+        if self.charge.settle(buffers) {
+            b.held = held;
+            return true;
+        }
+        b.charge.settle(b.held);
+        false
+    }
+
+    /// Charges slot `b` with `held` bytes mapped and the argument buffer with `args` bytes; if the
+    /// budgets have no room, first gives back what can be given back.
     #[cold]
     #[inline(never)]
-    fn make_room(&mut self, i: usize, held: usize, args: usize) -> bool {
-        let grow = held.saturating_sub(self.held[i]);
-        let need = |s: &Self| s.footprint() + grow + args.saturating_sub(s.args.capacity());
-        let room = self.charge.settle(need(self)) || {
-            self.forget_taken(Some(i));
+    fn make_room(&mut self, b: &mut Books, held: usize, args: usize) -> bool {
+        let held = held.max(b.held);
+        self.settle(b, held, args) || {
+            self.team.forget_taken();
             if self.args.capacity() > args {
                 self.args = Vec::new();
             }
             self.out = Vec::new();
-            self.charge.settle(need(self))
-        };
-        if room {
-            self.set_held(i, self.held[i].max(held));
+            self.settle(b, held, args)
         }
-        room
     }
 
-    /// Runs the call in slot `i`: reads what the client wrote once into private memory, validates it,
-    /// runs the procedure, writes the result in place and publishes it.
-    fn serve(&mut self, i: u32) {
-        let base = self.layout.slot(i);
-        let data = self.layout.data(i);
-        let at = i as usize;
+    /// Runs the call in slot `i` (claimed: `b`): reads what the client wrote once into private
+    /// memory, validates it, runs the procedure, writes the result in place and publishes it.
+    fn serve(&mut self, i: u32, b: &mut Books) {
+        let team = self.team;
+        let base = team.layout.slot(i);
+        let data = team.layout.data(i);
         // Each control word is read once; the call is validated before anything uses it.
         let procedure = self.word(base + slot::PROCEDURE).load(Ordering::Relaxed);
         let len = self.word(base + slot::LEN).load(Ordering::Relaxed);
@@ -579,17 +905,17 @@ impl<'a> SlotServer<'a> {
         );
         let cancelled = self.word(base + slot::CANCEL).load(Ordering::Relaxed) != 0;
         self.out.clear();
-        let call = proto::validate_call(procedure, len, self.layout.data);
+        let call = proto::validate_call(procedure, len, team.layout.data);
         mark(Point::ServerValidated);
         let len = call.map_or(0, |c| c.len);
         // The pages the call's arguments (and at least an error message) take, charged before they
         // are touched; the fast path finds them charged already.
         let pages = len.max(1).next_multiple_of(PAGE);
-        let fits = self.held[at] >= pages && self.args.capacity() >= len || self.make_room(at, pages, len);
+        let fits = b.held >= pages && self.args.capacity() >= len || self.make_room(b, pages, len);
         let status = match call {
             _ if !fits => {
                 // No room in the budgets: refused unread, nothing written to the slot's data.
-                self.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
+                team.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
                 Status::Busy
             }
             None => {
@@ -601,7 +927,7 @@ impl<'a> SlotServer<'a> {
             }
             // Given up by its client (its deadline passed, its future dropped) before it started.
             Some(_) if cancelled => {
-                self.shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                team.shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                 Status::Cancelled
             }
             Some(call) => {
@@ -609,21 +935,21 @@ impl<'a> SlotServer<'a> {
                     self.args.reserve_exact(call.len - self.args.len());
                 }
                 self.args.resize(call.len, 0);
-                self.region.read(data, &mut self.args);
+                team.region.read(data, &mut self.args);
                 mark(Point::ServerAccepted);
                 #[cfg(feature = "async")]
-                if self.shared.asynch.is_some() && self.binding.is_async(call.procedure) {
-                    match self.start_async(i, call, deadline) {
+                if team.shared.asynch.is_some() && team.binding.is_async(call.procedure) {
+                    match self.start_async(i, b, call, deadline) {
                         // The result comes later, through `finish_async`.
                         Ok(()) => return,
-                        Err(status) => return self.publish(i, status, 0),
+                        Err(status) => return self.publish(i, b, status, 0),
                     }
                 }
-                self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
-                let limit = self.layout.data;
+                team.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+                let limit = team.layout.data;
                 let mut status = super::dispatch::run_procedure(
-                    self.shared,
-                    &self.binding,
+                    &team.shared,
+                    &team.binding,
                     call.procedure,
                     &self.args,
                     Arrival {
@@ -646,25 +972,25 @@ impl<'a> SlotServer<'a> {
                     );
                     status = Status::ResultTooLarge;
                 }
-                if self.out.len() > self.held[at] || self.footprint() > self.charge.charged {
-                    status = self.charge_result(at, status);
+                if self.out.len() > b.held || self.buffers() > self.charge.charged {
+                    status = self.charge_result(b, status);
                 }
                 status
             }
         };
-        self.publish(i, status, len);
+        self.publish(i, b, status, len);
     }
 
-    /// Writes the result in `self.out` with `status` into slot `i` (whose call had `len` bytes of
-    /// arguments), and publishes it.
-    fn publish(&mut self, i: u32, status: Status, len: usize) {
-        let base = self.layout.slot(i);
-        let data = self.layout.data(i);
-        let at = i as usize;
-        self.region.write(data, &self.out);
+    /// Writes the result in `self.out` with `status` into slot `i` (claimed: `b`), whose call had
+    /// `len` bytes of arguments, and publishes it.
+    fn publish(&mut self, i: u32, b: &mut Books, status: Status, len: usize) {
+        let team = self.team;
+        let base = team.layout.slot(i);
+        let data = team.layout.data(i);
+        team.region.write(data, &self.out);
         self.word(base + slot::LEN).store(self.out.len() as u32, Ordering::Relaxed);
         self.word(base + slot::STATUS).store(status as u32, Ordering::Relaxed);
-        let extent = self.held[at];
+        let extent = b.held;
         let result = self.out.len().next_multiple_of(PAGE);
         if len > retention::LARGE && extent > result {
             // The arguments were large: give back the part of the slot the result does not cover,
@@ -672,10 +998,11 @@ impl<'a> SlotServer<'a> {
             // the binding holds more than three quarters of its budget. (Not half: a maximum-size
             // call's slot pages and private copy take half the default budget by themselves, and
             // giving them back after every such call made a stream of them 13 times slower.)
-            let pressed = self.charge.charged > self.charge.binding.limit() / 4 * 3;
-            if self.retention.get_mut(at).is_some_and(|r| r.large(Instant::now())) || pressed {
-                self.region.discard(data + result, extent - result);
-                self.set_held(at, result);
+            let pressed = team.budget.used() > team.budget.limit() / 4 * 3;
+            if b.retention.large(Instant::now()) || pressed {
+                team.region.discard(data + result, extent - result);
+                b.held = result;
+                b.charge.settle(result);
             }
         }
         let (state, waiting) = (self.word(base + slot::STATE), self.word(base + slot::CLIENT_WAITING));
@@ -692,30 +1019,25 @@ impl<'a> SlotServer<'a> {
         mark(Point::ResultSent);
     }
 
-    /// Whether slot `i`'s call runs on the async runtime (so its published call is not new).
-    #[inline]
-    fn runs_async(&self, i: usize) -> bool {
-        #[cfg(feature = "async")]
-        return self.asynch.pending[i];
-        #[cfg(not(feature = "async"))]
-        return {
-            let _ = i;
-            false
-        };
-    }
-
-    /// Starts the call in slot `i` (its arguments in `self.args`) on the async runtime. Refused at
-    /// once: the status to answer with, its message in `self.out`.
+    /// Starts the call in slot `i` (claimed: `b`; its arguments in `self.args`) on the async
+    /// runtime. Refused at once: the status to answer with, its message in `self.out`.
     #[cfg(feature = "async")]
-    fn start_async(&mut self, i: u32, call: proto::SlotCall, deadline: Option<u64>) -> Result<(), Status> {
-        let (done, region) = (self.asynch.done.clone(), self.asynch.region.clone());
+    fn start_async(
+        &mut self,
+        i: u32,
+        b: &mut Books,
+        call: proto::SlotCall,
+        deadline: Option<u64>,
+    ) -> Result<(), Status> {
+        let team = self.team;
+        let (done, region) = (team.done.clone(), team.region.clone());
         let finish = move |status: Status, results: Vec<u8>| {
-            // The binding's thread writes the result; wake it if it sleeps. A binding gone since
-            // drops the result.
+            // The binding's first thread writes the result; wake it if it sleeps. A binding gone
+            // since drops the result.
             if done.send((i, status, results)).is_ok() {
                 let bell = word(&region, header::DOORBELL);
                 bell.fetch_add(1, Ordering::SeqCst);
-                futex_wake(bell, 1);
+                futex_wake(bell, i32::MAX as u32);
             }
         };
         let arrival = Arrival {
@@ -724,22 +1046,22 @@ impl<'a> SlotServer<'a> {
             deadline: deadline.map(tiercel_sys::clock::instant_of_monotonic),
             transport: "shm",
         };
-        let key = (self.asynch.id, i, 0);
+        let key = (team.id, i, 0);
         let started = super::dispatch::start_async(
-            &self.asynch.shared,
-            &self.binding,
+            &team.shared,
+            &team.binding,
             call.procedure,
             &self.args,
             arrival,
             &mut self.out,
-            self.layout.data,
+            team.layout.data,
             key,
             finish,
         );
         match started {
             Some(Ok(())) => {
-                self.asynch.pending[i as usize] = true;
-                self.asynch.running += 1;
+                b.pending = true;
+                team.running.fetch_add(1, Ordering::AcqRel);
                 Ok(())
             }
             Some(Err(status)) => Err(status),
@@ -748,17 +1070,21 @@ impl<'a> SlotServer<'a> {
     }
 
     /// Writes the results of async calls that ended into their slots; true if there were any.
+    /// (The first thread's: it holds the receiver.)
     #[cfg(feature = "async")]
     fn finish_async(&mut self) -> bool {
         let mut any = false;
-        while let Ok((i, mut status, results)) = self.asynch.results.try_recv() {
+        while let Some(Ok((i, mut status, results))) = self.results.as_ref().map(|r| r.try_recv()) {
+            let team = self.team;
             let at = i as usize;
-            self.asynch.pending[at] = false;
-            self.asynch.aborted[at] = false;
-            self.asynch.running -= 1;
+            // Another thread holds the claim only while it looks and sees the call pending.
+            let mut b = team.books(at);
+            b.pending = false;
+            b.aborted = false;
+            team.running.fetch_sub(1, Ordering::AcqRel);
             any = true;
             self.out.clear();
-            let limit = self.layout.data;
+            let limit = team.layout.data;
             if results.len() > limit {
                 super::dispatch::error_message(
                     &mut self.out,
@@ -768,10 +1094,10 @@ impl<'a> SlotServer<'a> {
             } else {
                 self.out.extend_from_slice(&results);
             }
-            if self.out.len() > self.held[at] || self.footprint() > self.charge.charged {
-                status = self.charge_result(at, status);
+            if self.out.len() > b.held || self.buffers() > self.charge.charged {
+                status = self.charge_result(&mut b, status);
             }
-            self.publish(i, status, 0);
+            self.publish(i, &mut b, status, 0);
         }
         any
     }
@@ -779,32 +1105,35 @@ impl<'a> SlotServer<'a> {
     /// Aborts the async calls whose clients have given them up (the slot's cancel word).
     #[cfg(feature = "async")]
     fn cancel_async(&mut self) {
-        let Some(runner) = &self.shared.asynch else { return };
-        let AsyncSlots { pending, aborted, id, .. } = &mut self.asynch;
-        for (i, (_, aborted)) in pending.iter().zip(aborted.iter_mut()).enumerate().filter(|(_, (p, a))| **p && !**a) {
-            let cancel = word(self.region, self.layout.slot(i as u32) + slot::CANCEL);
-            if cancel.load(Ordering::Relaxed) != 0 && runner.cancel((*id, i as u32, 0)) {
-                *aborted = true;
-                self.shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+        let team = self.team;
+        let Some(runner) = &team.shared.asynch else { return };
+        for i in 0..team.books.len() {
+            let Some(mut b) = team.claim(i) else { continue };
+            if !b.pending || b.aborted {
+                continue;
+            }
+            let cancel = self.word(team.layout.slot(i as u32) + slot::CANCEL);
+            if cancel.load(Ordering::Relaxed) != 0 && runner.cancel((team.id, i as u32, 0)) {
+                b.aborted = true;
+                team.shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
-    /// Charges the pages a result written to slot `i` takes, and the buffers the procedure grew.
+    /// Charges the pages a result written to slot `b` takes, and the buffers the procedure grew.
     /// A result the budgets have no room for is replaced by an error that says so (the procedure
     /// ran), as over UDP.
     #[cold]
     #[inline(never)]
-    fn charge_result(&mut self, i: usize, status: Status) -> Status {
-        let before = self.held[i];
-        self.set_held(i, before.max(self.out.len().next_multiple_of(PAGE)));
-        if self.charge.settle(self.footprint()) {
+    fn charge_result(&mut self, b: &mut Books, status: Status) -> Status {
+        let held = b.held.max(self.out.len().next_multiple_of(PAGE));
+        if self.settle(b, held, 0) {
             return status;
         }
         // The arguments are no longer needed.
         self.args = Vec::new();
-        self.forget_taken(Some(i));
-        if self.charge.settle(self.footprint()) {
+        self.team.forget_taken();
+        if self.settle(b, held, 0) {
             return status;
         }
         let n = self.out.len();
@@ -813,9 +1142,8 @@ impl<'a> SlotServer<'a> {
             &mut self.out,
             &format!("result of {n} bytes exceeds the server's shared-memory budget"),
         );
-        self.set_held(i, before);
         // At most a page of message, in a page charged before the call ran.
-        self.charge.settle(self.footprint());
+        self.charge.settle(self.buffers());
         Status::ResultTooLarge
     }
 }
