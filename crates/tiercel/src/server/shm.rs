@@ -437,17 +437,21 @@ impl Team {
     /// [`LOOK`] whether it needs another thread).
     fn in_use(&self) -> bool {
         !self.closed.load(Ordering::Acquire)
-            && (self.lanes.iter().any(|l| l.0.load(Ordering::Relaxed) == lane::RUNNING)
-                || clock::elapsed(self.last_result.load(Ordering::Relaxed), clock::ticks()) < IN_USE)
+            && (clock::elapsed(self.last_result.load(Ordering::Relaxed), clock::ticks()) < IN_USE
+                || self.lanes.iter().any(|l| l.0.load(Ordering::Relaxed) == lane::RUNNING))
     }
 
     /// One look of the rendezvous thread: true when, at this look and the last, every awake thread
     /// was running a call while another call waited.
     fn held_up(&self, watch: &mut Watch) -> bool {
-        let (mut awake, mut running) = (0, 0);
+        let mut running = 0;
         for l in &self.lanes {
             match l.0.load(Ordering::Relaxed) {
-                lane::AWAKE => awake += 1,
+                // A thread free to take the next call: nothing more to look at.
+                lane::AWAKE => {
+                    watch.held_up = false;
+                    return false;
+                }
                 lane::RUNNING => running += 1,
                 _ => {}
             }
@@ -456,8 +460,10 @@ impl Team {
         let on_runtime = self.running.load(Ordering::Relaxed);
         #[cfg(not(feature = "async"))]
         let on_runtime = 0;
-        let calls = (0..self.used()).filter(|&i| proto::server_has_call(self.state(i))).count();
-        let now = awake == 0 && running > 0 && calls > running + on_runtime;
+        let now = running > 0 && {
+            let calls = (0..self.used()).filter(|&i| proto::server_has_call(self.state(i))).count();
+            calls > running + on_runtime
+        };
         let held = now && watch.held_up;
         // After a thread is added, two more looks before another.
         watch.held_up = now && !held;
