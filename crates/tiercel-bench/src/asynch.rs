@@ -132,6 +132,18 @@ pub(crate) fn callers<R>(
     cpu: usize,
     measure: impl FnOnce(&AtomicU64) -> R,
 ) -> crate::Result<R> {
+    callers_of(client, n, cpu, |c| c.null(), measure)
+}
+
+/// Runs `measure` while `n` threads on `cpu` make `call` on `client`'s binding without pause,
+/// counting the calls in the counter `measure` is given; then stops them.
+pub(crate) fn callers_of<C: Clone + Send + 'static, R>(
+    client: &C,
+    n: u32,
+    cpu: usize,
+    call: fn(&C) -> Result<(), tiercel::CallError>,
+    measure: impl FnOnce(&AtomicU64) -> R,
+) -> crate::Result<R> {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..n)
@@ -140,7 +152,7 @@ pub(crate) fn callers<R>(
             std::thread::spawn(move || -> Result<(), tiercel::CallError> {
                 let _ = tiercel_sys::cpu::pin_current_thread(cpu);
                 while !stop.load(Ordering::Relaxed) {
-                    c.null()?;
+                    call(&c)?;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(())

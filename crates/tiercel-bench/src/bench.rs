@@ -80,6 +80,8 @@ pub struct Report {
     pub tracing: Vec<crate::traced::Row>,
     /// Null over UDP on the default server against servers of 1, 2 and 4 workers.
     pub workers: Vec<crate::workers::Row>,
+    /// Calls of a procedure that sleeps 1 ms by 1 to 8 callers on one binding, per transport.
+    pub blocking: Vec<crate::blocking::Row>,
     /// tiercel against tarpc, tonic and a raw tokio echo (`--peers`).
     pub peers: Vec<crate::peers::Row>,
 }
@@ -158,7 +160,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     );
     let full = !args.latency_only;
     crate::progress::start(
-        (media.len() * modes.len() + media.len() + 2 + usize::from(args.peers)) as u64
+        (media.len() * modes.len() + media.len() + 3 + usize::from(args.peers)) as u64
             + if full {
                 7 + 3 + 1 + 1 + (seed_media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
             } else {
@@ -216,6 +218,10 @@ pub fn run(args: Args) -> crate::Result<()> {
             crate::workers::table(args.server_cpu, args.client_cpu, calls, rounds, &null.raw, budget.async_row)?;
         crate::workers::print(&report.workers, calls, rounds, budget.async_row);
     }
+    crate::progress::step();
+    crate::progress::doing("blocking procedures");
+    report.blocking = crate::blocking::table(&media, args.client_cpu, budget.async_row)?;
+    crate::blocking::print(&report.blocking, budget.async_row);
     crate::progress::step();
     if full {
         let cpu = args.server_cpu.to_string();

@@ -27,6 +27,7 @@ pub mod accounting;
 pub mod asynch;
 pub mod baselines;
 pub mod bench;
+pub mod blocking;
 pub mod etcd;
 pub mod explain;
 pub mod failover;
