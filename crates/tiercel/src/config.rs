@@ -107,9 +107,10 @@ pub const MAX_MESSAGE: usize = tiercel_proto::timing::MAX_MESSAGE;
 pub struct ServerConfig {
     /// Most worker threads receiving and running UDP calls. One reads the socket (spinning, then
     /// blocking) and runs each call it reads inline; the others stand by, parked, and cost nothing
-    /// per call. While every reading worker has been running one call for about a millisecond,
-    /// another takes over reading, so that a long procedure holds up only its own caller; a
-    /// reading worker that finishes a call while another is free stands by again. With three or
+    /// per call. While every reading worker has been running one call for about a millisecond, or
+    /// running calls while more datagrams wait, another takes over reading, so that a long
+    /// procedure holds up only its own caller and calls whose procedures block run side by side; a
+    /// reading worker that finds nothing to read while another is free stands by again. With three or
     /// more, one is always kept free to receive: a new call arriving while all the others run
     /// procedures is refused at once as busy, and its client backs off and retries. Also the most
     /// threads one TCP connection gets while its calls are slow (at least two), and the most threads

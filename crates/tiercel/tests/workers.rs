@@ -162,3 +162,37 @@ fn a_shared_memory_binding_has_at_most_workers_threads() {
     let most: Vec<u32> = slow.into_iter().map(|s| s.join().unwrap().unwrap()).collect();
     assert_eq!(counts.most.load(Ordering::Acquire), 2, "two threads serve the binding: {most:?}");
 }
+
+#[test]
+fn calls_whose_procedures_block_for_a_millisecond_run_side_by_side_on_every_transport() {
+    // Each call is shorter than the looks that catch one long call (two deputy ticks over UDP, ten
+    // milliseconds over TCP): what makes more threads serve them is calls waiting while every
+    // thread runs one.
+    let mut most = Vec::new();
+    for scheme in ["udp://", "shm:", "tcp://"] {
+        let counts = Arc::new(Counts::default());
+        let server = Server::bind("udp://127.0.0.1:0")
+            .unwrap()
+            .export(DeskServer::new(DeskImpl(counts.clone())))
+            .start()
+            .unwrap();
+        let desk: DeskClient = Client::connect(format!("{scheme}{}", server.addr())).unwrap().import().unwrap();
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let desk = desk.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..300 {
+                        desk.slow(1).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for c in callers {
+            c.join().unwrap();
+        }
+        most.push((scheme, counts.most.load(Ordering::Acquire)));
+        assert_eq!(server.stats().busy.load(Ordering::Relaxed), 0, "{scheme}: a call was refused as busy");
+    }
+    // One thread serving the calls in turn would have run one at a time.
+    assert!(most.iter().all(|&(_, n)| n >= 4), "most of 8 callers' calls running at once: {most:?}");
+}

@@ -7,12 +7,14 @@
 //! that the caller or the spinning listener needs: four workers all listening made a single
 //! caller's calls twice as slow, with a p99 six times the raw ping-pong's. So by default one
 //! worker listens and the others stand by, parked. One of them, the *deputy*, looks every
-//! [`TICK`] while calls are being made: when every listener has been running one call since its
-//! last look (the server's count of calls started has not moved), it becomes a listener itself,
-//! so that a long procedure never holds up the short calls behind it for more than about two ticks,
-//! up to `ServerConfig::workers` listeners. A listener that finishes a call while another listener
-//! is free stands by again. The deputy's looks stop while the server is idle, and resume when a
-//! listener wakes for a datagram.
+//! [`TICK`] while calls are being made: when every listener was running a call at two looks in a
+//! row and none started in between (the server's count of calls started has not moved), or at
+//! [`QUEUED_LOOKS`] looks in a row while datagrams waited in the socket, it becomes a listener itself, up to
+//! `ServerConfig::workers` listeners. So a long procedure never holds up the short calls behind it
+//! for more than about two ticks, and calls whose procedures block (on a disk, on another service)
+//! run side by side instead of queueing behind one another. A listener that finds nothing to read
+//! (after its spin) while another listener is free stands by again. The deputy's looks stop while
+//! the server is idle, and resume when a listener wakes for a datagram.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -20,6 +22,11 @@ use std::time::{Duration, Instant};
 
 /// How often the deputy looks whether every listener is held up by a call.
 pub(super) const TICK: Duration = Duration::from_millis(1);
+
+/// Looks in a row at which every listener runs a call while datagrams wait that make the deputy a
+/// listener. (At one look, or two, a caller whose next call arrives as its result goes out can
+/// look the same.)
+pub(super) const QUEUED_LOOKS: u8 = 3;
 
 /// After this many looks without a new call (and with a listener free), the deputy stops looking
 /// until a listener wakes from a blocking wait.
@@ -82,7 +89,7 @@ impl Crew {
         self.listeners.load(Ordering::Acquire)
     }
 
-    /// Whether the listener that just finished a call should stand by: another listener is free
+    /// Whether a listener that found nothing to read should stand by: another listener is free
     /// (`running()` listeners are running calls). One atomic load while a single worker listens.
     pub(super) fn should_stand_by(&self, running: impl FnOnce() -> usize) -> bool {
         if self.listeners.load(Ordering::Acquire) == 1 {
@@ -99,12 +106,15 @@ impl Crew {
 
     /// Parks a worker that is not listening until it is to listen, or the server stops. One
     /// standing-by worker at a time is the deputy and decides when another listener is needed:
-    /// `running()` gives the listeners running calls, `started()` the count of calls started.
+    /// `running()` gives the listeners running calls, `started()` the count of calls started,
+    /// `queued()` whether a datagram waits in the socket (asked only while every listener runs a
+    /// call).
     pub(super) fn stand_by(
         &self,
         stop: &AtomicBool,
         running: impl Fn() -> usize,
         started: impl Fn() -> u64,
+        queued: impl Fn() -> bool,
     ) -> Standby {
         let mut roles = self.lock();
         let mut deputy: Option<Deputy> = None;
@@ -124,7 +134,7 @@ impl Crew {
                 continue;
             };
             let listeners = self.listeners.load(Ordering::Acquire);
-            let period = match d.look(listeners, self.workers, running(), started()) {
+            let period = match d.look(listeners, self.workers, running(), started(), &queued) {
                 Look::Listen => {
                     self.listeners.store(listeners + 1, Ordering::Release);
                     roles.deputy = false;
@@ -182,6 +192,9 @@ impl Crew {
 struct Deputy {
     /// The count of calls started at the last look, if every listener was running a call then.
     held_up: Option<u64>,
+    /// Looks in a row, up to the last, at which every listener was running a call while a datagram
+    /// waited.
+    queued: u8,
     /// The count of calls started at the last look.
     last_started: u64,
     /// Looks in a row with no new call and a listener free.
@@ -199,15 +212,29 @@ enum Look {
 
 impl Deputy {
     fn new(started: u64) -> Deputy {
-        Deputy { held_up: None, last_started: started, quiet: 0 }
+        Deputy { held_up: None, queued: 0, last_started: started, quiet: 0 }
     }
 
     /// One look: `listeners` of at most `workers` read the socket, `running` of them run a call,
-    /// and `started` calls have been started so far. Every listener held up by the same calls at
-    /// two looks in a row (no call started in between) means another listener is needed.
-    fn look(&mut self, listeners: usize, workers: usize, running: usize, started: u64) -> Look {
+    /// `started` calls have been started so far, and `queued()` says whether a datagram waits.
+    /// Another listener is needed when every listener was running the same calls at two looks in a
+    /// row (none started in between), or was running calls while datagrams waited at
+    /// [`QUEUED_LOOKS`] looks in a row.
+    fn look(
+        &mut self,
+        listeners: usize,
+        workers: usize,
+        running: usize,
+        started: u64,
+        queued: impl FnOnce() -> bool,
+    ) -> Look {
         let all_busy = running >= listeners;
-        if all_busy && self.held_up == Some(started) && listeners < workers {
+        // The socket is looked at only while every listener is busy and there is room for another.
+        let queued = all_busy && listeners < workers && queued();
+        self.queued = if queued { self.queued.saturating_add(1) } else { 0 };
+        if all_busy && listeners < workers && (self.held_up == Some(started) || self.queued >= QUEUED_LOOKS) {
+            self.queued = 0;
+            self.held_up = None;
             return Look::Listen;
         }
         self.held_up = all_busy.then_some(started);
@@ -247,37 +274,58 @@ mod tests {
         let mut d = Deputy::new(0);
         // Calls keep starting while the one listener runs them: no second listener.
         for started in 1..50 {
-            assert_eq!(d.look(1, 4, 1, started), Look::Again(TICK));
+            assert_eq!(d.look(1, 4, 1, started, || false), Look::Again(TICK));
         }
         // A listener free: none either, however long the call count stays still.
-        assert_eq!(d.look(2, 4, 1, 49), Look::Again(TICK));
-        assert_eq!(d.look(2, 4, 1, 49), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 1, 49, || true), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 1, 49, || true), Look::Again(TICK));
         // Both listeners running the same calls at two looks: a third listener.
-        assert_eq!(d.look(2, 4, 2, 49), Look::Again(TICK));
-        assert_eq!(d.look(2, 4, 2, 49), Look::Listen);
+        assert_eq!(d.look(2, 4, 2, 49, || false), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 2, 49, || false), Look::Listen);
         // Never more listeners than workers.
         let mut d = Deputy::new(7);
         for _ in 0..10 {
-            assert_eq!(d.look(4, 4, 4, 7), Look::Again(TICK));
+            assert_eq!(d.look(4, 4, 4, 7, || true), Look::Again(TICK));
         }
+    }
+
+    #[test]
+    fn the_deputy_adds_a_listener_when_calls_wait_while_every_listener_runs_one() {
+        let mut d = Deputy::new(0);
+        // Calls start between looks (each takes about a tick) while datagrams wait: another listener
+        // at the third such look.
+        assert_eq!(d.look(1, 4, 1, 1, || true), Look::Again(TICK));
+        assert_eq!(d.look(1, 4, 1, 2, || true), Look::Again(TICK));
+        assert_eq!(d.look(1, 4, 1, 3, || true), Look::Listen);
+        // Datagrams waiting at fewer looks in a row, or with a listener free, add none.
+        let mut d = Deputy::new(0);
+        assert_eq!(d.look(2, 4, 2, 1, || true), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 2, 2, || true), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 2, 3, || false), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 2, 4, || true), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 2, 5, || true), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 1, 6, || true), Look::Again(TICK));
+        assert_eq!(d.look(2, 4, 2, 7, || true), Look::Again(TICK));
+        // The socket is not looked at while a listener is free.
+        assert_eq!(d.look(2, 4, 1, 8, || panic!("looked at the socket")), Look::Again(TICK));
     }
 
     #[test]
     fn an_idle_deputy_looks_seldom_until_woken() {
         let mut d = Deputy::new(0);
         for _ in 1..IDLE_LOOKS {
-            assert_eq!(d.look(1, 4, 0, 0), Look::Again(TICK));
+            assert_eq!(d.look(1, 4, 0, 0, || false), Look::Again(TICK));
         }
-        assert_eq!(d.look(1, 4, 0, 0), Look::Again(IDLE_LOOK));
-        assert_eq!(d.look(1, 4, 0, 0), Look::Again(IDLE_LOOK));
+        assert_eq!(d.look(1, 4, 0, 0, || false), Look::Again(IDLE_LOOK));
+        assert_eq!(d.look(1, 4, 0, 0, || false), Look::Again(IDLE_LOOK));
         d.wake();
-        assert_eq!(d.look(1, 4, 0, 0), Look::Again(TICK));
+        assert_eq!(d.look(1, 4, 0, 0, || false), Look::Again(TICK));
         // A new call also brings it back.
         let mut d = Deputy::new(0);
         for _ in 0..=IDLE_LOOKS {
-            d.look(1, 4, 0, 0);
+            d.look(1, 4, 0, 0, || false);
         }
-        assert_eq!(d.look(1, 4, 0, 1), Look::Again(TICK));
+        assert_eq!(d.look(1, 4, 0, 1, || false), Look::Again(TICK));
     }
 
     #[test]
@@ -285,7 +333,7 @@ mod tests {
         let crew = Arc::new(Crew::new(3));
         let stop = AtomicBool::new(false);
         // The one listener runs a call that does not end.
-        let listen = crew.stand_by(&stop, || 1, || 5);
+        let listen = crew.stand_by(&stop, || 1, || 5, || false);
         assert_eq!(listen, Standby::Listen);
         assert_eq!(crew.listeners(), 2);
     }
@@ -297,7 +345,7 @@ mod tests {
         let workers: Vec<_> = (0..3)
             .map(|_| {
                 let (crew, stop) = (crew.clone(), stop.clone());
-                std::thread::spawn(move || crew.stand_by(&stop, || 0, || 0))
+                std::thread::spawn(move || crew.stand_by(&stop, || 0, || 0, || false))
             })
             .collect();
         std::thread::sleep(Duration::from_millis(20));
@@ -316,7 +364,7 @@ mod tests {
         let started = AtomicU64::new(0);
         // Every listener held up, but there is no worker to add: the deputy keeps looking.
         let t = std::thread::scope(|s| {
-            let h = s.spawn(|| crew.stand_by(&stop, || 1, || started.load(Ordering::Acquire)));
+            let h = s.spawn(|| crew.stand_by(&stop, || 1, || started.load(Ordering::Acquire), || true));
             std::thread::sleep(TICK * 10);
             stop.store(true, Ordering::Release);
             crew.release();

@@ -12,9 +12,11 @@
 //!
 //! A connection starts with one thread, which reads a call, copies its arguments out, runs it, and
 //! sends the result as one frame with one `write`. While it runs, another thread of the connection
-//! may read: when every thread has been running a call for [`HELP_AFTER`], the listener starts one
-//! more, up to `ServerConfig::workers`, so that a slow procedure holds up only its own caller; an
-//! extra thread idle for [`HELPER_IDLE`] ends. While a call of the connection runs, the listener
+//! may read: when every thread has been running a call for [`HELP_AFTER`], or was running one at
+//! [`WAITED_LOOKS`] of the listener's looks in a row (every [`HELP_AFTER`]) while the client's
+//! bytes waited unread, the listener starts one more, up to `ServerConfig::workers`, so that a slow procedure
+//! holds up only its own caller and calls whose procedures block run side by side; an extra thread
+//! idle for [`HELPER_IDLE`] ends. While a call of the connection runs, the listener
 //! also sends the client a heartbeat frame every [`HEARTBEAT`], so that a stopped or hung server
 //! process is told from a slow procedure by silence, as over the other transports. A client that
 //! does not read its results loses its connection after `Timing::dead_after`.
@@ -121,7 +123,9 @@ struct Handshake {
 fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     let live = Arc::new(AtomicUsize::new(0));
     let mut pending: Vec<Handshake> = Vec::new();
-    let mut bindings: Vec<(Weak<StreamBinding>, [u8; FRAME_HEAD])> = Vec::new();
+    // Each bound connection, the heartbeat frame it is sent, and at how many looks in a row, up to
+    // the last, its bytes waited unread while every thread of it ran a call.
+    let mut bindings: Vec<(Weak<StreamBinding>, [u8; FRAME_HEAD], u8)> = Vec::new();
     let mut ready = Vec::new();
     let mut last_beat = Instant::now();
     let idle = shared.config.timing.dead_after;
@@ -132,12 +136,12 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             last_beat = now;
         }
         // Heartbeats; and another thread for a binding whose threads are all running calls.
-        bindings.retain(|(b, header)| match b.upgrade() {
+        bindings.retain_mut(|(b, header, waited)| match b.upgrade() {
             Some(binding) => {
                 if beat {
                     binding.conn.beat(header);
                 }
-                if binding.wants_helper(now) {
+                if binding.wants_helper(now, waited) {
                     spawn(&binding, false);
                 }
                 true
@@ -180,13 +184,13 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                 Progress::Wait => true,
                 Progress::Done => false,
                 Progress::Bound(binding, header) => {
-                    bindings.push((binding, header));
+                    bindings.push((binding, header, 0));
                     false
                 }
             }
         });
         // Often while a binding is in use (it may need another thread soon), else once a heartbeat.
-        let active = bindings.iter().any(|(b, _)| b.upgrade().is_some_and(|b| b.active(now)));
+        let active = bindings.iter().any(|(b, _, _)| b.upgrade().is_some_and(|b| b.active(now)));
         let period = if active { HELP_AFTER } else { HEARTBEAT };
         let handshakes = pending.iter().map(|h| (h.arrived, std::os::fd::AsFd::as_fd(&h.stream)));
         wait_for_handshakes(std::os::fd::AsFd::as_fd(&listener), handshakes, now, period, &mut ready);
@@ -306,6 +310,10 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
 /// How long every thread of a binding must have been running a call before the listener gives
 /// it another thread (up to [`StreamBinding::max_threads`]).
 const HELP_AFTER: Duration = Duration::from_millis(10);
+/// Looks in a row at which every thread of a connection runs a call while its client's bytes wait
+/// that give it another thread. (At one look, or two, a caller whose next call arrives as its
+/// result goes out can look the same.)
+const WAITED_LOOKS: u8 = 3;
 /// A binding's extra thread that has had no call for this long ends.
 const HELPER_IDLE: Duration = Duration::from_secs(5);
 /// Bytes of call arguments a thread copies out of the receive buffer (a larger call runs on the
@@ -431,19 +439,38 @@ impl StreamBinding {
         (self.slots as usize).min(self.shared.config.workers.max(2))
     }
 
-    /// Whether the listener should give the binding another thread: every thread has been running
-    /// a call for [`HELP_AFTER`], and there is room for one more.
-    fn wants_helper(&self, now: Instant) -> bool {
+    /// Whether the listener should give the binding another thread: there is room for one more,
+    /// and every thread has been running a call for [`HELP_AFTER`], or every thread was running one
+    /// while more of the client's bytes waited to be read at [`WAITED_LOOKS`] looks in a row
+    /// (`waited` counts them), so that calls whose procedures block run side by side instead of
+    /// queueing behind one another.
+    fn wants_helper(&self, now: Instant, waited: &mut u8) -> bool {
         let threads = self.threads.load(Ordering::Acquire);
         if self.idle.load(Ordering::Acquire) != 0
             || threads == 0
             || threads >= self.max_threads()
             || self.closed.load(Ordering::Acquire)
         {
+            *waited = 0;
             return false;
         }
         let since = Duration::from_nanos(self.all_busy_since.load(Ordering::Acquire));
-        now.saturating_duration_since(self.created + since) >= HELP_AFTER
+        *waited = if self.bytes_waiting() { waited.saturating_add(1) } else { 0 };
+        let help = now.saturating_duration_since(self.created + since) >= HELP_AFTER || *waited >= WAITED_LOOKS;
+        if help {
+            *waited = 0;
+        }
+        help
+    }
+
+    /// Whether bytes of the client wait to be read: in the socket, or read into the reading side's
+    /// buffer while no thread reads (every thread runs a call).
+    fn bytes_waiting(&self) -> bool {
+        let buffered = match self.reader.try_lock() {
+            Ok(r) => r.as_ref().is_some_and(|r| r.frames.buffered() > 0),
+            Err(_) => false,
+        };
+        buffered || tiercel_sys::udp::wait_readable_fd(&self.conn.stream, Some(Duration::ZERO)).unwrap_or(false)
     }
 
     /// Whether a call of the binding started within the last second, or it was made within the
@@ -486,9 +513,11 @@ impl StreamBinding {
         while let Some(call) = self.take(&mut own, first) {
             self.busy();
             let status = self.run(&mut own, &call);
+            // Idle again before the result goes: the caller's next call, which may arrive as soon
+            // as it has gone, must not look like a call waiting while every thread is busy.
+            self.idle.fetch_add(1, Ordering::AcqRel);
             let sent = self.send_result(&mut own.out, call.slot, call.seq, call.procedure, status);
             own.settle();
-            self.idle.fetch_add(1, Ordering::AcqRel);
             if !sent {
                 self.close();
                 return;

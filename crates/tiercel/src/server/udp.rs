@@ -78,7 +78,8 @@ impl UdpWorker {
             }
             let running = || shared.endpoint.running();
             let started = || shared.stats.calls.load(Ordering::Relaxed);
-            listening = match shared.crew.stand_by(&shared.stop, running, started) {
+            let queued = || udp::wait_readable(&shared.socket, Some(Duration::ZERO)).unwrap_or(false);
+            listening = match shared.crew.stand_by(&shared.stop, running, started, queued) {
                 Standby::Listen => true,
                 Standby::Stop => break,
             };
@@ -108,9 +109,6 @@ impl UdpWorker {
                     mark(Point::ServerArrived);
                     self.handle(n, from);
                     steps::close();
-                    if self.shared.crew.should_stand_by(|| self.shared.endpoint.running()) {
-                        break;
-                    }
                     if self.lease.take() {
                         spin_until = Instant::now() + self.shared.config.spin;
                     }
@@ -126,6 +124,11 @@ impl UdpWorker {
             if Instant::now() < spin_until {
                 core::hint::spin_loop();
                 continue;
+            }
+            // Nothing to read: stand by rather than wait beside another listener that is free
+            // (a listener with calls waiting in the socket keeps taking them).
+            if self.shared.crew.should_stand_by(|| self.shared.endpoint.running()) {
+                break;
             }
             self.lease.give_back();
             steps::slept(steps::Side::Server);
