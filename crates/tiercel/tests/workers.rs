@@ -36,6 +36,41 @@ impl Desk for DeskImpl {
     }
 }
 
+/// Starts `n` calls of `ms` milliseconds from `n` threads, and waits (at most `within`) until all of
+/// them run at once.
+fn long_calls(
+    desk: &DeskClient,
+    counts: &Counts,
+    n: u32,
+    ms: u64,
+    within: Duration,
+) -> Vec<std::thread::JoinHandle<Result<u32, tiercel::CallError>>> {
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let desk = desk.clone();
+            std::thread::spawn(move || desk.slow(ms))
+        })
+        .collect();
+    let give_up = Instant::now() + within;
+    while counts.running.load(Ordering::Acquire) < n {
+        assert!(Instant::now() < give_up, "only {} long calls running", counts.running.load(Ordering::Acquire));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    calls
+}
+
+/// Waits for the long calls and checks that all `n` ran at once, and that nothing was refused.
+fn ran_at_once(
+    calls: Vec<std::thread::JoinHandle<Result<u32, tiercel::CallError>>>,
+    n: u32,
+    server: &tiercel::RunningServer,
+) {
+    for c in calls {
+        assert_eq!(c.join().unwrap().unwrap(), n, "the long calls did not all run at once");
+    }
+    assert_eq!(server.stats().busy.load(Ordering::Relaxed), 0, "a call was refused as busy");
+}
+
 #[test]
 fn long_calls_run_at_once_and_a_quick_call_is_answered_while_they_run() {
     let counts = Arc::new(Counts::default());
@@ -50,24 +85,11 @@ fn long_calls_run_at_once_and_a_quick_call_is_answered_while_they_run() {
     // Six long calls from six threads of one client (before, a default server ran three at a time,
     // and a quick caller waited for them).
     const SLOW: u32 = 6;
-    let slow: Vec<_> = (0..SLOW)
-        .map(|_| {
-            let desk = desk.clone();
-            std::thread::spawn(move || desk.slow(5000))
-        })
-        .collect();
-    let give_up = Instant::now() + Duration::from_secs(4);
-    while counts.running.load(Ordering::Acquire) < SLOW {
-        assert!(Instant::now() < give_up, "only {} long calls running", counts.running.load(Ordering::Acquire));
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let slow = long_calls(&desk, &counts, SLOW, 5000, Duration::from_secs(4));
     // Another client's quick call is answered while all six still run.
     let other: DeskClient = Client::connect(addr.as_str()).unwrap().import().unwrap();
     assert_eq!(other.quick().unwrap(), SLOW, "the quick call waited for a long one to end");
-    for s in slow {
-        assert_eq!(s.join().unwrap().unwrap(), SLOW, "the long calls did not all run at once");
-    }
-    assert_eq!(server.stats().busy.load(Ordering::Relaxed), 0, "a call was refused as busy");
+    ran_at_once(slow, SLOW, &server);
     // And quick calls go on as before.
     for _ in 0..1000 {
         assert_eq!(desk.quick().unwrap(), 0);
@@ -122,25 +144,12 @@ fn slow_calls_on_slots_of_a_shared_memory_binding_do_not_delay_its_other_slots()
     }
     // Six long calls from six threads of the client, on six slots of its one binding.
     const SLOW: u32 = 6;
-    let slow: Vec<_> = (0..SLOW)
-        .map(|_| {
-            let desk = desk.clone();
-            std::thread::spawn(move || desk.slow(4000))
-        })
-        .collect();
-    let give_up = Instant::now() + Duration::from_secs(3);
-    while counts.running.load(Ordering::Acquire) < SLOW {
-        assert!(Instant::now() < give_up, "only {} long calls running", counts.running.load(Ordering::Acquire));
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let slow = long_calls(&desk, &counts, SLOW, 4000, Duration::from_secs(3));
     // Quick calls on another slot of the same binding are answered while all six run.
     for _ in 0..200 {
         assert_eq!(desk.quick().unwrap(), SLOW, "a quick call waited for a long one");
     }
-    for s in slow {
-        assert_eq!(s.join().unwrap().unwrap(), SLOW, "the long calls did not all run at once");
-    }
-    assert_eq!(server.stats().busy.load(Ordering::Relaxed), 0, "a call was refused as busy");
+    ran_at_once(slow, SLOW, &server);
     assert_eq!(server.bindings(), 1, "every call went through the one binding");
     for _ in 0..1000 {
         assert_eq!(desk.quick().unwrap(), 0);
