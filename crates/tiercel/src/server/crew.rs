@@ -28,6 +28,12 @@ pub(super) const TICK: Duration = Duration::from_millis(1);
 /// look the same.)
 pub(super) const QUEUED_LOOKS: u8 = 3;
 
+/// Calls shorter than this on average are not worth another listener while datagrams wait: one
+/// listener takes them as they come (every listener waiting in `epoll` costs every datagram a
+/// wake-up). Fewer calls started between two looks than a [`TICK`] holds of them, per listener,
+/// means the calls are slow.
+pub(super) const SLOW_CALL: Duration = Duration::from_micros(50);
+
 /// After this many looks without a new call (and with a listener free), the deputy stops looking
 /// until a listener wakes from a blocking wait.
 const IDLE_LOOKS: u32 = 100;
@@ -218,8 +224,8 @@ impl Deputy {
     /// One look: `listeners` of at most `workers` read the socket, `running` of them run a call,
     /// `started` calls have been started so far, and `queued()` says whether a datagram waits.
     /// Another listener is needed when every listener was running the same calls at two looks in a
-    /// row (none started in between), or was running calls while datagrams waited at
-    /// [`QUEUED_LOOKS`] looks in a row.
+    /// row (none started in between), or was running slow calls (see [`SLOW_CALL`]) while
+    /// datagrams waited at [`QUEUED_LOOKS`] looks in a row.
     fn look(
         &mut self,
         listeners: usize,
@@ -229,8 +235,11 @@ impl Deputy {
         queued: impl FnOnce() -> bool,
     ) -> Look {
         let all_busy = running >= listeners;
-        // The socket is looked at only while every listener is busy and there is room for another.
-        let queued = all_busy && listeners < workers && queued();
+        let per_tick = (TICK.as_nanos() / SLOW_CALL.as_nanos()) as u64;
+        let slow = started.wrapping_sub(self.last_started) < listeners as u64 * per_tick;
+        // The socket is looked at only while every listener runs a slow call and there is room for
+        // another.
+        let queued = all_busy && slow && listeners < workers && queued();
         self.queued = if queued { self.queued.saturating_add(1) } else { 0 };
         if all_busy && listeners < workers && (self.held_up == Some(started) || self.queued >= QUEUED_LOOKS) {
             self.queued = 0;
@@ -297,6 +306,11 @@ mod tests {
         assert_eq!(d.look(1, 4, 1, 1, || true), Look::Again(TICK));
         assert_eq!(d.look(1, 4, 1, 2, || true), Look::Again(TICK));
         assert_eq!(d.look(1, 4, 1, 3, || true), Look::Listen);
+        // Quick calls (many started between looks) add none, however long datagrams wait.
+        let mut d = Deputy::new(0);
+        for look in 1..10 {
+            assert_eq!(d.look(1, 4, 1, look * 1000, || true), Look::Again(TICK));
+        }
         // Datagrams waiting at fewer looks in a row, or with a listener free, add none.
         let mut d = Deputy::new(0);
         assert_eq!(d.look(2, 4, 2, 1, || true), Look::Again(TICK));

@@ -2,10 +2,10 @@
 //! the threads that serve its slots, spinning for `ServerConfig::spin` after each call and then
 //! sleeping on the region's doorbell futex.
 //!
-//! A binding starts with one thread. While every awake thread of a binding has been running a call
-//! at two of the rendezvous thread's looks in a row (every [`LOOK`] while the binding is in use) and
-//! another call waits, the rendezvous thread starts a helper, up to `ServerConfig::workers`, so that
-//! a slow procedure holds up only its own caller. A thread claims a slot's call (the lock of the
+//! A binding starts with one thread. While every awake thread of a binding has been running a slow
+//! call (see [`SLOW_CALL`]) at two of the rendezvous thread's looks in a row (every [`LOOK`] while
+//! the binding is in use) and another call waits, the rendezvous thread starts a helper (or wakes a
+//! parked one), up to `ServerConfig::workers`, so that a slow procedure holds up only its own caller. A thread claims a slot's call (the lock of the
 //! slot's [`Books`]) before it reads it.
 //!
 //! Before a client has a binding it costs no thread: the rendezvous thread runs every bind exchange
@@ -301,6 +301,10 @@ const LOOK: Duration = Duration::from_millis(1);
 const IN_USE: Duration = Duration::from_secs(1);
 /// A binding's extra thread that has served no call for this long ends.
 const HELPER_IDLE: Duration = Duration::from_secs(5);
+/// Calls shorter than this on average are not worth another thread: one thread serves them as they
+/// come (on a small machine a second one only takes the callers' CPU). Fewer calls than a [`LOOK`]
+/// holds of them, per running thread, between two looks means the calls are slow.
+const SLOW_CALL: Duration = Duration::from_micros(50);
 
 /// What a thread serving a binding is doing, as the rendezvous thread sees it.
 mod lane {
@@ -310,14 +314,25 @@ mod lane {
     pub(super) const AWAKE: u32 = 1;
     /// Serving a call (running its procedure).
     pub(super) const RUNNING: u32 = 2;
-    /// Asleep on the doorbell.
+    /// Asleep: the first thread on the doorbell, a helper parked until the rendezvous thread wakes it.
     pub(super) const ASLEEP: u32 = 3;
 }
 
 /// One thread's marker, alone on its cache line: written with plain stores by its thread, read by
 /// the rendezvous thread now and then.
 #[repr(align(64))]
-struct Lane(AtomicU32);
+struct Lane {
+    /// What the thread is doing (`lane::*`).
+    state: AtomicU32,
+    /// Calls it has served (only its thread writes it).
+    served: AtomicU64,
+}
+
+impl Lane {
+    fn new() -> Lane {
+        Lane { state: AtomicU32::new(lane::FREE), served: AtomicU64::new(0) }
+    }
+}
 
 /// The bookkeeping of one slot. Its lock is the claim on the slot's call: the thread that serves
 /// the call holds it from before it reads the call until the result is published.
@@ -339,7 +354,7 @@ struct Books {
 
 /// A granted binding: what the threads serving it share. The first thread serves it from the
 /// grant until its client goes; others (helpers) are started by the rendezvous thread while
-/// every awake thread has been running a call and another call waits, and end after
+/// every awake thread has been running a slow call and another call waits, and end after
 /// [`HELPER_IDLE`] without a call.
 pub(super) struct Team {
     shared: Arc<Shared>,
@@ -351,6 +366,9 @@ pub(super) struct Team {
     books: Vec<std::sync::Mutex<Books>>,
     /// One per thread the binding may have; the first is the first thread's.
     lanes: Vec<Lane>,
+    /// Futex where parked helpers wait for the rendezvous thread (not the doorbell: a helper asleep
+    /// there would make every call of the binding's client ring it).
+    parked: AtomicU32,
     /// When a call of the binding last ended, in ticks of the tick counter.
     last_result: AtomicU64,
     /// The binding is over (its client went, or the server stops): helpers end.
@@ -371,8 +389,10 @@ pub(super) struct Team {
 /// What the rendezvous thread remembers of a binding between its looks.
 #[derive(Default)]
 pub(super) struct Watch {
-    /// At the last look, every awake thread was running a call and another call waited.
+    /// At the last look, every awake thread was running a slow call and another call waited.
     held_up: bool,
+    /// Calls served by the binding's threads at the last look.
+    served: u64,
 }
 
 impl Team {
@@ -438,15 +458,18 @@ impl Team {
     fn in_use(&self) -> bool {
         !self.closed.load(Ordering::Acquire)
             && (clock::elapsed(self.last_result.load(Ordering::Relaxed), clock::ticks()) < IN_USE
-                || self.lanes.iter().any(|l| l.0.load(Ordering::Relaxed) == lane::RUNNING))
+                || self.lanes.iter().any(|l| l.state.load(Ordering::Relaxed) == lane::RUNNING))
     }
 
     /// One look of the rendezvous thread: true when, at this look and the last, every awake thread
-    /// was running a call while another call waited.
+    /// was running a call while another call waited, and the calls were slow (fewer served between
+    /// the looks than [`SLOW_CALL`]s fit in a [`LOOK`] per running thread).
     fn held_up(&self, watch: &mut Watch) -> bool {
-        let mut running = 0;
+        let served: u64 = self.lanes.iter().map(|l| l.served.load(Ordering::Relaxed)).fold(0, u64::wrapping_add);
+        let since = served.wrapping_sub(std::mem::replace(&mut watch.served, served));
+        let mut running: u64 = 0;
         for l in &self.lanes {
-            match l.0.load(Ordering::Relaxed) {
+            match l.state.load(Ordering::Relaxed) {
                 // A thread free to take the next call: nothing more to look at.
                 lane::AWAKE => {
                     watch.held_up = false;
@@ -460,9 +483,10 @@ impl Team {
         let on_runtime = self.running.load(Ordering::Relaxed);
         #[cfg(not(feature = "async"))]
         let on_runtime = 0;
-        let now = running > 0 && {
+        let per_look = (LOOK.as_nanos() / SLOW_CALL.as_nanos()) as u64;
+        let now = running > 0 && since < running * per_look && {
             let calls = (0..self.used()).filter(|&i| proto::server_has_call(self.state(i))).count();
-            calls > running + on_runtime
+            calls > running as usize + on_runtime
         };
         let held = now && watch.held_up;
         // After a thread is added, two more looks before another.
@@ -476,15 +500,15 @@ impl Team {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        if self.lanes.iter().any(|l| l.0.load(Ordering::Relaxed) == lane::ASLEEP) {
-            // One of its threads sleeps (the call's ring and its wake-up crossed): wake it.
-            self.ring();
+        if self.lanes.iter().skip(1).any(|l| l.state.load(Ordering::Relaxed) == lane::ASLEEP) {
+            // A parked helper: wake it.
+            self.parked.fetch_add(1, Ordering::SeqCst);
+            futex_wake(&self.parked, 1);
             return;
         }
-        let free = self
-            .lanes
-            .iter()
-            .position(|l| l.0.compare_exchange(lane::FREE, lane::AWAKE, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+        let free = self.lanes.iter().position(|l| {
+            l.state.compare_exchange(lane::FREE, lane::AWAKE, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        });
         let Some(at) = free else {
             self.ring();
             return;
@@ -492,7 +516,7 @@ impl Team {
         let team = self.clone();
         let spawned = std::thread::Builder::new().name("tiercel-shm-helper".into()).spawn(move || {
             Worker::new(&team, at).help();
-            team.lanes[at].0.store(lane::FREE, Ordering::Release);
+            team.lanes[at].state.store(lane::FREE, Ordering::Release);
         });
         match spawned {
             // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
@@ -501,7 +525,7 @@ impl Team {
                 threads.retain(|t| !t.is_finished());
                 threads.push(thread);
             }
-            Err(_) => self.lanes[at].0.store(lane::FREE, Ordering::Release),
+            Err(_) => self.lanes[at].state.store(lane::FREE, Ordering::Release),
         }
     }
 
@@ -565,7 +589,8 @@ fn new_team(
         binding,
         budget,
         books,
-        lanes: (0..Team::max_threads(shared, layout.slots)).map(|_| Lane(AtomicU32::new(lane::FREE))).collect(),
+        lanes: (0..Team::max_threads(shared, layout.slots)).map(|_| Lane::new()).collect(),
+        parked: AtomicU32::new(0),
         last_result: AtomicU64::new(clock::ticks()),
         closed: AtomicBool::new(false),
         _control: control,
@@ -576,7 +601,7 @@ fn new_team(
         #[cfg(feature = "async")]
         id: id | 1 << 31,
     });
-    team.lanes[0].0.store(lane::AWAKE, Ordering::Release);
+    team.lanes[0].state.store(lane::AWAKE, Ordering::Release);
     (team, results)
 }
 
@@ -606,10 +631,9 @@ fn serve_first(team: &Team, stream: UnixStream, results: AsyncResults) {
     first.run(&stream);
     drop(first);
     team.closed.store(true, Ordering::Release);
-    // Helpers asleep on the doorbell look at `closed` within their wait's period; wake them now.
-    let bell = team.word(header::DOORBELL);
-    bell.fetch_add(1, Ordering::SeqCst);
-    futex_wake(bell, i32::MAX as u32);
+    // Parked helpers look at `closed` within their wait's period; wake them now.
+    team.parked.fetch_add(1, Ordering::SeqCst);
+    futex_wake(&team.parked, i32::MAX as u32);
     shared.shm_bindings.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -702,7 +726,7 @@ impl<'a> Worker<'a> {
 
     #[inline]
     fn mark(&self, what: u32) {
-        self.team.lanes[self.lane].0.store(what, Ordering::Relaxed);
+        self.team.lanes[self.lane].state.store(what, Ordering::Relaxed);
     }
 
     /// Serves every call in the slots that no other thread has taken; true if there were any.
@@ -724,6 +748,8 @@ impl<'a> Worker<'a> {
             self.serve(i as u32, &mut b);
             drop(b);
             self.mark(lane::AWAKE);
+            let count = &self.team.lanes[self.lane].served;
+            count.store(count.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
             steps::close();
             served = true;
         }
@@ -802,12 +828,11 @@ impl<'a> Worker<'a> {
     }
 
     /// A helper's life: serves calls no other thread has taken, spinning after each while it holds
-    /// a lease, sleeping on the doorbell otherwise; ends after [`HELPER_IDLE`] without a call, or
-    /// with the binding.
+    /// a lease, parked otherwise until the rendezvous thread finds the binding held up again; ends
+    /// after [`HELPER_IDLE`] without a call, or with the binding.
     fn help(&mut self) {
         let team = self.team;
         let shared = &*team.shared;
-        let (doorbell, sleeping) = (self.word(header::DOORBELL), self.word(header::SERVER_SLEEPING));
         let spin = clock::ticks_in(shared.config.spin);
         let mut last_call = Instant::now();
         let mut spin_until = clock::ticks();
@@ -830,14 +855,20 @@ impl<'a> Worker<'a> {
                 break;
             }
             self.lease.give_back();
-            self.sleep(doorbell, sleeping, LIVENESS);
+            let bell = team.parked.load(Ordering::SeqCst);
+            self.mark(lane::ASLEEP);
+            if !team.any_call() {
+                futex_wait(&team.parked, bell, Some(LIVENESS));
+            }
+            self.mark(lane::AWAKE);
             if last_call.elapsed() >= LIVENESS {
                 self.shrink();
             }
         }
     }
 
-    /// Sleeps on the doorbell (at most `period`) unless a call no other thread holds is there.
+    /// Sleeps on the doorbell (at most `period`) unless a call no other thread holds is there (the
+    /// first thread: helpers park on their own futex).
     fn sleep(&self, doorbell: &AtomicU32, sleeping: &AtomicU32, period: Duration) {
         self.mark(lane::ASLEEP);
         if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, || self.team.any_call()) {

@@ -123,9 +123,8 @@ struct Handshake {
 fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     let live = Arc::new(AtomicUsize::new(0));
     let mut pending: Vec<Handshake> = Vec::new();
-    // Each bound connection, the heartbeat frame it is sent, and at how many looks in a row, up to
-    // the last, its bytes waited unread while every thread of it ran a call.
-    let mut bindings: Vec<(Weak<StreamBinding>, [u8; FRAME_HEAD], u8)> = Vec::new();
+    // Each bound connection, the heartbeat frame it is sent, and what the last looks saw of it.
+    let mut bindings: Vec<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> = Vec::new();
     let mut ready = Vec::new();
     let mut last_beat = Instant::now();
     let idle = shared.config.timing.dead_after;
@@ -136,12 +135,12 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             last_beat = now;
         }
         // Heartbeats; and another thread for a binding whose threads are all running calls.
-        bindings.retain_mut(|(b, header, waited)| match b.upgrade() {
+        bindings.retain_mut(|(b, header, watch)| match b.upgrade() {
             Some(binding) => {
                 if beat {
                     binding.conn.beat(header);
                 }
-                if binding.wants_helper(now, waited) {
+                if binding.wants_helper(now, watch) {
                     spawn(&binding, false);
                 }
                 true
@@ -184,7 +183,7 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                 Progress::Wait => true,
                 Progress::Done => false,
                 Progress::Bound(binding, header) => {
-                    bindings.push((binding, header, 0));
+                    bindings.push((binding, header, Watch::default()));
                     false
                 }
             }
@@ -292,6 +291,7 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
         threads: AtomicUsize::new(0),
         idle: AtomicUsize::new(0),
         all_busy_since: AtomicU64::new(0),
+        taken: AtomicU64::new(0),
         created: now,
         closed: AtomicBool::new(false),
         live: live.clone(),
@@ -314,6 +314,19 @@ const HELP_AFTER: Duration = Duration::from_millis(10);
 /// that give it another thread. (At one look, or two, a caller whose next call arrives as its
 /// result goes out can look the same.)
 const WAITED_LOOKS: u8 = 3;
+/// Calls shorter than this on average are not worth another thread while bytes wait: the thread
+/// reading takes them as they come. Fewer calls taken between two looks than a [`HELP_AFTER`] holds
+/// of them, per thread, means the calls are slow.
+const SLOW_CALL: Duration = Duration::from_micros(50);
+
+/// What the listener remembers of a connection between its looks.
+#[derive(Default)]
+struct Watch {
+    /// Looks in a row, up to the last, at which every thread ran a slow call while bytes waited.
+    waited: u8,
+    /// Calls taken by the connection's threads at the last look.
+    taken: u64,
+}
 /// A binding's extra thread that has had no call for this long ends.
 const HELPER_IDLE: Duration = Duration::from_secs(5);
 /// Bytes of call arguments a thread copies out of the receive buffer (a larger call runs on the
@@ -374,6 +387,8 @@ pub(crate) struct StreamBinding {
     idle: AtomicUsize,
     /// Nanoseconds after `created` when the last idle thread took a call.
     all_busy_since: AtomicU64,
+    /// Calls taken by the binding's threads.
+    taken: AtomicU64,
     created: Instant,
     /// The connection is over: the threads end.
     closed: AtomicBool,
@@ -440,11 +455,14 @@ impl StreamBinding {
     }
 
     /// Whether the listener should give the binding another thread: there is room for one more,
-    /// and every thread has been running a call for [`HELP_AFTER`], or every thread was running one
-    /// while more of the client's bytes waited to be read at [`WAITED_LOOKS`] looks in a row
-    /// (`waited` counts them), so that calls whose procedures block run side by side instead of
-    /// queueing behind one another.
-    fn wants_helper(&self, now: Instant, waited: &mut u8) -> bool {
+    /// and every thread has been running a call for [`HELP_AFTER`], or every thread was running a
+    /// slow one (see [`SLOW_CALL`]) while more of the client's bytes waited to be read at
+    /// [`WAITED_LOOKS`] looks in a row, so that calls whose procedures block run side by side
+    /// instead of queueing behind one another.
+    fn wants_helper(&self, now: Instant, watch: &mut Watch) -> bool {
+        let taken = self.taken.load(Ordering::Acquire);
+        let since_taken = taken.wrapping_sub(std::mem::replace(&mut watch.taken, taken));
+        let waited = &mut watch.waited;
         let threads = self.threads.load(Ordering::Acquire);
         if self.idle.load(Ordering::Acquire) != 0
             || threads == 0
@@ -455,7 +473,9 @@ impl StreamBinding {
             return false;
         }
         let since = Duration::from_nanos(self.all_busy_since.load(Ordering::Acquire));
-        *waited = if self.bytes_waiting() { waited.saturating_add(1) } else { 0 };
+        let per_look = (HELP_AFTER.as_nanos() / SLOW_CALL.as_nanos()) as u64;
+        let slow = since_taken < threads as u64 * per_look;
+        *waited = if slow && self.bytes_waiting() { waited.saturating_add(1) } else { 0 };
         let help = now.saturating_duration_since(self.created + since) >= HELP_AFTER || *waited >= WAITED_LOOKS;
         if help {
             *waited = 0;
@@ -530,6 +550,7 @@ impl StreamBinding {
     fn busy(&self) {
         let since = self.created.elapsed().as_nanos().min(u64::MAX as u128) as u64;
         self.all_busy_since.store(since, Ordering::Release);
+        self.taken.fetch_add(1, Ordering::Relaxed);
         self.idle.fetch_sub(1, Ordering::AcqRel);
     }
 
