@@ -237,6 +237,7 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         "async tasks on one",
         "Tracing: Null with the `tracing` feature compiled in",
         "Server workers: Null over UDP",
+        "Blocking procedures: calls whose procedure sleeps 1 ms",
     ] {
         assert!(text.contains(heading), "missing {heading:?}:\n{text}");
     }
@@ -276,6 +277,16 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         for column in ["median_us", "p99_us", "one_caller_calls_per_second", "eight_callers_calls_per_second"] {
             assert!(row[column].as_f64().unwrap() > 0.0, "{column} in {row}");
         }
+    }
+    // Calls of a 1 ms procedure by 1, 2, 4 and 8 callers on every transport, each row against the
+    // first of its transport.
+    let blocking = report["blocking"].as_array().unwrap();
+    assert_eq!(blocking.len(), 12, "{blocking:?}");
+    for (row, (transport, callers)) in
+        blocking.iter().zip(["udp", "shm", "tcp"].iter().flat_map(|t| [1, 2, 4, 8].map(|c| (*t, c))))
+    {
+        assert_eq!((row["transport"].as_str(), row["callers"].as_u64()), (Some(transport), Some(callers)), "{row}");
+        assert!(row["calls_per_second"].as_f64().unwrap() > 0.0 && row["scaling"].as_f64().unwrap() > 0.0, "{row}");
     }
     assert!(report["peers"].as_array().unwrap().is_empty(), "peers only with --peers");
     let throughput = report["async_throughput"].as_array().unwrap();
