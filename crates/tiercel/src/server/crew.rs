@@ -8,9 +8,9 @@
 //! caller's calls twice as slow, with a p99 six times the raw ping-pong's. So by default one
 //! worker listens and the others stand by, parked. One of them, the *deputy*, looks every
 //! [`TICK`] while calls are being made: when every listener was running a call at two looks in a
-//! row and none started in between (the server's count of calls started has not moved), or at
-//! [`QUEUED_LOOKS`] looks in a row while datagrams waited in the socket, it becomes a listener itself, up to
-//! `ServerConfig::workers` listeners. So a long procedure never holds up the short calls behind it
+//! row and none started in between (the server's count of calls started has not moved), or was
+//! running slow calls at [`QUEUED_LOOKS`] looks in a row while datagrams waited in the socket, it
+//! becomes a listener itself, up to `ServerConfig::workers` listeners. So a long procedure never holds up the short calls behind it
 //! for more than about two ticks, and calls whose procedures block (on a disk, on another service)
 //! run side by side instead of queueing behind one another. A listener that finds nothing to read
 //! (after its spin) while another listener is free stands by again. The deputy's looks stop while
@@ -27,12 +27,6 @@ pub(super) const TICK: Duration = Duration::from_millis(1);
 /// listener. (At one look, or two, a caller whose next call arrives as its result goes out can
 /// look the same.)
 pub(super) const QUEUED_LOOKS: u8 = 3;
-
-/// Calls shorter than this on average are not worth another listener while datagrams wait: one
-/// listener takes them as they come (every listener waiting in `epoll` costs every datagram a
-/// wake-up). Fewer calls started between two looks than a [`TICK`] holds of them, per listener,
-/// means the calls are slow.
-pub(super) const SLOW_CALL: Duration = Duration::from_micros(50);
 
 /// After this many looks without a new call (and with a listener free), the deputy stops looking
 /// until a listener wakes from a blocking wait.
@@ -224,7 +218,7 @@ impl Deputy {
     /// One look: `listeners` of at most `workers` read the socket, `running` of them run a call,
     /// `started` calls have been started so far, and `queued()` says whether a datagram waits.
     /// Another listener is needed when every listener was running the same calls at two looks in a
-    /// row (none started in between), or was running slow calls (see [`SLOW_CALL`]) while
+    /// row (none started in between), or was running slow calls (see `super::slow_calls`) while
     /// datagrams waited at [`QUEUED_LOOKS`] looks in a row.
     fn look(
         &mut self,
@@ -235,8 +229,7 @@ impl Deputy {
         queued: impl FnOnce() -> bool,
     ) -> Look {
         let all_busy = running >= listeners;
-        let per_tick = (TICK.as_nanos() / SLOW_CALL.as_nanos()) as u64;
-        let slow = started.wrapping_sub(self.last_started) < listeners as u64 * per_tick;
+        let slow = super::slow_calls(started.wrapping_sub(self.last_started), listeners, TICK);
         // The socket is looked at only while every listener runs a slow call and there is room for
         // another.
         let queued = all_busy && slow && listeners < workers && queued();

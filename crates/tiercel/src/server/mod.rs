@@ -255,6 +255,19 @@ impl Server {
     }
 }
 
+/// Calls shorter than this on average are not worth another server thread while calls wait: one
+/// thread takes them as they come (on a small machine a second only takes the callers' CPU, and a
+/// UDP listener waiting in `epoll` costs every datagram a wake-up).
+const SLOW_CALL: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Whether the calls were slow (see [`SLOW_CALL`]): `calls` went through in `period` on `threads`
+/// threads, fewer than one per [`SLOW_CALL`] per thread. Used by every transport to decide whether
+/// calls that wait while every thread runs one are worth another thread.
+fn slow_calls(calls: u64, threads: usize, period: std::time::Duration) -> bool {
+    let per_thread = (period.as_nanos() / SLOW_CALL.as_nanos()) as u64;
+    calls < threads as u64 * per_thread
+}
+
 pub(crate) struct Shared {
     socket: UdpSocket,
     config: ServerConfig,

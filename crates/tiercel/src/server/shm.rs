@@ -3,7 +3,7 @@
 //! sleeping on the region's doorbell futex.
 //!
 //! A binding starts with one thread. While every awake thread of a binding has been running a slow
-//! call (see [`SLOW_CALL`]) at two of the rendezvous thread's looks in a row (every [`LOOK`] while
+//! call (see `super::slow_calls`) at two of the rendezvous thread's looks in a row (every [`LOOK`] while
 //! the binding is in use) and another call waits, the rendezvous thread starts a helper (or wakes a
 //! parked one), up to `ServerConfig::workers`, so that a slow procedure holds up only its own caller. A thread claims a slot's call (the lock of the
 //! slot's [`Books`]) before it reads it.
@@ -301,10 +301,6 @@ const LOOK: Duration = Duration::from_millis(1);
 const IN_USE: Duration = Duration::from_secs(1);
 /// A binding's extra thread that has served no call for this long ends.
 const HELPER_IDLE: Duration = Duration::from_secs(5);
-/// Calls shorter than this on average are not worth another thread: one thread serves them as they
-/// come (on a small machine a second one only takes the callers' CPU). Fewer calls than a [`LOOK`]
-/// holds of them, per running thread, between two looks means the calls are slow.
-const SLOW_CALL: Duration = Duration::from_micros(50);
 
 /// What a thread serving a binding is doing, as the rendezvous thread sees it.
 mod lane {
@@ -463,11 +459,11 @@ impl Team {
 
     /// One look of the rendezvous thread: true when, at this look and the last, every awake thread
     /// was running a call while another call waited, and the calls were slow (fewer served between
-    /// the looks than [`SLOW_CALL`]s fit in a [`LOOK`] per running thread).
+    /// the looks than one per 50 µs per running thread: `super::slow_calls`).
     fn held_up(&self, watch: &mut Watch) -> bool {
         let served: u64 = self.lanes.iter().map(|l| l.served.load(Ordering::Relaxed)).fold(0, u64::wrapping_add);
         let since = served.wrapping_sub(std::mem::replace(&mut watch.served, served));
-        let mut running: u64 = 0;
+        let mut running = 0;
         for l in &self.lanes {
             match l.state.load(Ordering::Relaxed) {
                 // A thread free to take the next call: nothing more to look at.
@@ -483,10 +479,9 @@ impl Team {
         let on_runtime = self.running.load(Ordering::Relaxed);
         #[cfg(not(feature = "async"))]
         let on_runtime = 0;
-        let per_look = (LOOK.as_nanos() / SLOW_CALL.as_nanos()) as u64;
-        let now = running > 0 && since < running * per_look && {
+        let now = running > 0 && super::slow_calls(since, running, LOOK) && {
             let calls = (0..self.used()).filter(|&i| proto::server_has_call(self.state(i))).count();
-            calls > running as usize + on_runtime
+            calls > running + on_runtime
         };
         let held = now && watch.held_up;
         // After a thread is added, two more looks before another.

@@ -12,11 +12,11 @@
 //!
 //! A connection starts with one thread, which reads a call, copies its arguments out, runs it, and
 //! sends the result as one frame with one `write`. While it runs, another thread of the connection
-//! may read: when every thread has been running a call for [`HELP_AFTER`], or was running one at
-//! [`WAITED_LOOKS`] of the listener's looks in a row (every [`HELP_AFTER`]) while the client's
-//! bytes waited unread, the listener starts one more, up to `ServerConfig::workers`, so that a slow procedure
-//! holds up only its own caller and calls whose procedures block run side by side; an extra thread
-//! idle for [`HELPER_IDLE`] ends. While a call of the connection runs, the listener
+//! may read: when every thread has been running a call for [`HELP_AFTER`], or was running slow
+//! calls at [`WAITED_LOOKS`] of the listener's looks in a row (every [`HELP_AFTER`]) while the
+//! client's bytes waited unread, the listener starts one more, up to `ServerConfig::workers`, so
+//! that a slow procedure holds up only its own caller and calls whose procedures block run side by
+//! side; an extra thread idle for [`HELPER_IDLE`] ends. While a call of the connection runs, the listener
 //! also sends the client a heartbeat frame every [`HEARTBEAT`], so that a stopped or hung server
 //! process is told from a slow procedure by silence, as over the other transports. A client that
 //! does not read its results loses its connection after `Timing::dead_after`.
@@ -314,10 +314,6 @@ const HELP_AFTER: Duration = Duration::from_millis(10);
 /// that give it another thread. (At one look, or two, a caller whose next call arrives as its
 /// result goes out can look the same.)
 const WAITED_LOOKS: u8 = 3;
-/// Calls shorter than this on average are not worth another thread while bytes wait: the thread
-/// reading takes them as they come. Fewer calls taken between two looks than a [`HELP_AFTER`] holds
-/// of them, per thread, means the calls are slow.
-const SLOW_CALL: Duration = Duration::from_micros(50);
 
 /// What the listener remembers of a connection between its looks.
 #[derive(Default)]
@@ -456,7 +452,7 @@ impl StreamBinding {
 
     /// Whether the listener should give the binding another thread: there is room for one more,
     /// and every thread has been running a call for [`HELP_AFTER`], or every thread was running a
-    /// slow one (see [`SLOW_CALL`]) while more of the client's bytes waited to be read at
+    /// slow one (see `super::slow_calls`) while more of the client's bytes waited to be read at
     /// [`WAITED_LOOKS`] looks in a row, so that calls whose procedures block run side by side
     /// instead of queueing behind one another.
     fn wants_helper(&self, now: Instant, watch: &mut Watch) -> bool {
@@ -473,8 +469,7 @@ impl StreamBinding {
             return false;
         }
         let since = Duration::from_nanos(self.all_busy_since.load(Ordering::Acquire));
-        let per_look = (HELP_AFTER.as_nanos() / SLOW_CALL.as_nanos()) as u64;
-        let slow = since_taken < threads as u64 * per_look;
+        let slow = super::slow_calls(since_taken, threads, HELP_AFTER);
         *waited = if slow && self.bytes_waiting() { waited.saturating_add(1) } else { 0 };
         let help = now.saturating_duration_since(self.created + since) >= HELP_AFTER || *waited >= WAITED_LOOKS;
         if help {
