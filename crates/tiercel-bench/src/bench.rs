@@ -70,6 +70,8 @@ pub struct Report {
     pub load: Vec<crate::load::Row>,
     /// 1 MiB calls across two namespaces at 0%, 1% and 10% loss each way.
     pub loss: Vec<crate::loss::Row>,
+    /// 1 MiB and 16 MiB calls across two namespaces against raw plain and segmented (GSO+GRO) streams.
+    pub wide: Vec<crate::wide::Row>,
     /// The accounting of Null and MaxResult per transport (as `tiercel explain` prints it, spinning).
     pub breakdown: Vec<crate::accounting::Account>,
     /// Async Null against the synchronous call and the raw ping-pong, per transport.
@@ -97,6 +99,7 @@ struct Budget {
     async_row: Duration,
     accounting_calls: u32,
     loss_calls: usize,
+    wide_calls: u32,
 }
 
 /// Runs `tiercel bench`.
@@ -112,6 +115,7 @@ pub fn run(args: Args) -> crate::Result<()> {
             async_row: Duration::from_millis(300),
             accounting_calls: 5_000,
             loss_calls: 10,
+            wide_calls: 5,
         }
     } else {
         Budget {
@@ -124,6 +128,7 @@ pub fn run(args: Args) -> crate::Result<()> {
             async_row: Duration::from_millis(1000),
             accounting_calls: 20_000,
             loss_calls: 40,
+            wide_calls: 20,
         }
     };
     let calls = budget.calls;
@@ -162,7 +167,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     crate::progress::start(
         (media.len() * modes.len() + media.len() + 3 + usize::from(args.peers)) as u64
             + if full {
-                7 + 3 + 1 + 1 + (seed_media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
+                7 + 3 + 1 + 1 + 1 + (seed_media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
             } else {
                 0
             },
@@ -238,6 +243,9 @@ pub fn run(args: Args) -> crate::Result<()> {
         drop(server);
         crate::progress::doing("loss recovery");
         report.loss = crate::loss::table(args.server_cpu, budget.loss_calls, Duration::from_secs(90))?;
+        crate::progress::step();
+        crate::progress::doing("large calls across namespaces");
+        report.wide = crate::wide::table(args.server_cpu, budget.wide_calls)?;
         crate::progress::step();
         let (_spinning, addr) = serve_pinned(args.server_cpu, true)?;
         crate::progress::doing("Firefly Tables II-V");

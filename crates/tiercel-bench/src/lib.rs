@@ -8,8 +8,8 @@
 //! roles                             what a helper process runs (dispatch, first thing in `main`)
 //! bench, explain, soak              the commands: options, the run, printing, JSON, plots
 //!   tables, latency, load, loss,    one table each (Mach list, Firefly I-V; latency per transport;
-//!   peregrine, baselines, plot        Lampson's load; loss recovery; Peregrine 1/3/5; raw baselines;
-//!                                     SVG charts)
+//!   wide, peregrine, baselines,       Lampson's load; loss recovery; large calls across namespaces;
+//!   plot                              Peregrine 1/3/5; raw baselines; SVG charts)
 //!     accounting                    per-step timestamps of running calls, added up
 //!       harness                     the media measured and their baselines, helpers started
 //!         helpers, serve,           starting this program as a helper; the Test server;
@@ -52,6 +52,7 @@ pub mod soak;
 pub mod summary;
 pub mod tables;
 pub mod traced;
+pub mod wide;
 pub mod workers;
 
 /// Why a measurement could not be made.

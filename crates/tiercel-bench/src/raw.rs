@@ -33,6 +33,10 @@ pub struct EchoArgs {
     /// count, two little-endian u64, in the first 16 bytes of each reply (for `tiercel explain`).
     #[arg(long)]
     stamp: bool,
+    /// Take runs of datagrams as one coalesced buffer (`UDP_GRO`), as a receiver of a segmented
+    /// stream does.
+    #[arg(long)]
+    gro: bool,
 }
 
 pub fn echo(args: EchoArgs) -> crate::Result<()> {
@@ -46,39 +50,55 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
     let (mut turn_ticks, mut turns) = (0u64, 0u64);
     // The multi-packet transfer being received: its id and the datagrams of it seen so far.
     let (mut transfer, mut seen) = (0u32, 0u32);
-    let mut rx = vec![0u8; tiercel::config::MAX_UDP_PAYLOAD];
+    let mut rx = vec![0u8; tiercel::config::MAX_UDP_PAYLOAD.max(udp::GRO_BUFFER)];
     let end = Instant::now() + Duration::from_secs(args.max_seconds);
     let mut idle_checks = 0u32;
     let mut last = Instant::now();
+    if args.gro && !udp::enable_gro(&socket) {
+        return Err("this kernel refuses UDP_GRO".into());
+    }
     loop {
-        match udp::recv_from_nowait(&socket, &mut rx).map_err(crate::Error::from)? {
-            Some((Received::Datagram(n), from)) if n >= 4 => {
-                if n >= 12 {
-                    let count = u32::from_le_bytes([rx[4], rx[5], rx[6], rx[7]]);
-                    let id = u32::from_le_bytes([rx[8], rx[9], rx[10], rx[11]]);
-                    if count > 1 {
-                        if id != transfer {
-                            (transfer, seen) = (id, 0);
-                        }
-                        seen += 1;
-                        if seen < count {
-                            idle_checks = 0;
-                            continue;
+        let got = if args.gro {
+            udp::recv_from_segments_nowait(&socket, &mut rx).map_err(crate::Error::from)?
+        } else {
+            udp::recv_from_nowait(&socket, &mut rx)
+                .map_err(crate::Error::from)?
+                .map(|(received, from)| (udp::Segmented { received, segment: None }, from))
+        };
+        match got {
+            Some((udp::Segmented { received: Received::Datagram(len), segment }, from)) => {
+                idle_checks = 0;
+                // Each datagram of a coalesced run is one of the transfer's (or a request).
+                for piece in udp::segments(len, segment) {
+                    let rx = &rx[piece];
+                    if rx.len() < 4 {
+                        continue;
+                    }
+                    if rx.len() >= 12 {
+                        let count = u32::from_le_bytes([rx[4], rx[5], rx[6], rx[7]]);
+                        let id = u32::from_le_bytes([rx[8], rx[9], rx[10], rx[11]]);
+                        if count > 1 {
+                            if id != transfer {
+                                (transfer, seen) = (id, 0);
+                            }
+                            seen += 1;
+                            if seen < count {
+                                continue;
+                            }
                         }
                     }
+                    let s0 = if args.stamp { ticks() } else { 0 };
+                    let want = (u32::from_le_bytes([rx[0], rx[1], rx[2], rx[3]]) as usize).min(reply.len());
+                    if args.stamp && want >= 16 {
+                        reply[..8].copy_from_slice(&turn_ticks.to_le_bytes());
+                        reply[8..16].copy_from_slice(&turns.to_le_bytes());
+                    }
+                    let _ = udp::send_gather_to(&socket, &from, &[IoSlice::new(&reply[..want])]);
+                    if args.stamp {
+                        turn_ticks += ticks().wrapping_sub(s0);
+                        turns += 1;
+                    }
                 }
-                let s0 = if args.stamp { ticks() } else { 0 };
-                let want = (u32::from_le_bytes([rx[0], rx[1], rx[2], rx[3]]) as usize).min(reply.len());
-                if args.stamp && want >= 16 {
-                    reply[..8].copy_from_slice(&turn_ticks.to_le_bytes());
-                    reply[8..16].copy_from_slice(&turns.to_le_bytes());
-                }
-                let _ = udp::send_gather_to(&socket, &from, &[IoSlice::new(&reply[..want])]);
-                if args.stamp {
-                    turn_ticks += ticks().wrapping_sub(s0);
-                    turns += 1;
-                }
-                idle_checks = 0;
                 continue;
             }
             Some(_) => continue,
@@ -170,6 +190,41 @@ impl PingPong {
             // A full socket buffer is a lost datagram: the transfer then fails as a whole.
             let _ = udp::send_gather(&self.socket, &[IoSlice::new(&self.blast[..n])]);
         }
+        self.await_reply()
+    }
+
+    /// [`PingPong::transfer`] with the datagrams handed to the kernel in runs, one `sendmsg` per run
+    /// of up to [`udp::MAX_SEGMENTS`] datagrams or [`udp::MAX_SEGMENTED`] bytes, cut by UDP
+    /// segmentation offload (`UDP_SEGMENT`). An error if the kernel refuses segmentation.
+    pub fn transfer_segmented(&mut self, total: usize, datagram: usize) -> crate::Result<bool> {
+        let datagram = datagram.clamp(12, udp::MAX_SEGMENTED / 2);
+        let count = total.div_ceil(datagram).max(1);
+        let per_send = (udp::MAX_SEGMENTED / datagram).min(udp::MAX_SEGMENTS);
+        self.transfer = self.transfer.wrapping_add(1);
+        self.blast.resize(per_send * datagram, 0);
+        for d in self.blast.chunks_mut(datagram) {
+            d[..4].copy_from_slice(&self.request[..4]);
+            d[4..8].copy_from_slice(&(count as u32).to_le_bytes());
+            d[8..12].copy_from_slice(&self.transfer.to_le_bytes());
+        }
+        let mut left = total.max(12);
+        while left > 0 {
+            let n = left.min(per_send * datagram);
+            // The last datagram is never shorter than the 12 bytes that say what it is.
+            let n = if !n.is_multiple_of(datagram) && n % datagram < 12 { n - n % datagram + 12 } else { n };
+            left = left.saturating_sub(n);
+            match udp::send_segments(&self.socket, None, &[IoSlice::new(&self.blast[..n])], datagram) {
+                Ok(_) => {}
+                Err(e) if udp::is_segmentation_refused(&e) => return Err(e.into()),
+                // A full socket buffer loses the run: the transfer then fails as a whole.
+                Err(_) => {}
+            }
+        }
+        self.await_reply()
+    }
+
+    /// Waits up to a second for the reply to a transfer; false if it did not come.
+    fn await_reply(&mut self) -> crate::Result<bool> {
         let deadline = Instant::now() + Duration::from_secs(1);
         loop {
             match udp::recv_nowait(&self.socket, &mut self.rx).map_err(crate::Error::from)? {

@@ -30,6 +30,8 @@ enum Role {
     MachRemote(crate::tables::RemoteArgs),
     /// The loss-recovery rows, from inside a network namespace.
     LossRemote(crate::loss::RemoteArgs),
+    /// The rows of large calls across two namespaces, from inside the client's.
+    WideRemote(crate::wide::RemoteArgs),
     /// A journal server of the failover test.
     JournalServer(crate::failover::ServerArgs),
     /// The failover test's client.
@@ -53,6 +55,7 @@ pub fn run_if_helper() -> Option<ExitCode> {
         Role::PeerServe(a) => crate::peers::serve(a),
         Role::MachRemote(a) => crate::tables::mach_remote(a),
         Role::LossRemote(a) => crate::loss::remote(a),
+        Role::WideRemote(a) => crate::wide::remote(a),
         Role::JournalServer(a) => crate::failover::server(a),
         Role::JournalClient(a) => crate::failover::client(a),
         #[cfg(feature = "fault-injection")]

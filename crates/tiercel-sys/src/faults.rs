@@ -177,6 +177,24 @@ fn delayer(rx: Receiver<Delayed>) {
     }
 }
 
+/// A segmented send ([`crate::udp::send_segments`]) through the layer: each segment is a datagram
+/// that faults may hit on its own.
+pub(crate) fn intercept_segments(
+    socket: &UdpSocket,
+    to: Option<&SocketAddr>,
+    parts: &[IoSlice<'_>],
+    segment: usize,
+) -> Option<io::Result<usize>> {
+    layer()?;
+    let bytes: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+    for piece in bytes.chunks(segment.max(1)) {
+        if let Some(Err(e)) = intercept(socket, to, &[IoSlice::new(piece)]) {
+            return Some(Err(e));
+        }
+    }
+    Some(Ok(bytes.len()))
+}
+
 /// Applies the faults to one datagram. `None`: no layer installed, send normally.
 pub(crate) fn intercept(
     socket: &UdpSocket,

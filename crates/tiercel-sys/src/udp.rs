@@ -187,6 +187,195 @@ impl ExclusiveWaiter {
     }
 }
 
+/// Largest number of segments one [`send_segments`] may carry: the kernel's limit
+/// (`UDP_MAX_SEGMENTS`, 64 on the oldest kernels with segmentation offload).
+pub const MAX_SEGMENTS: usize = 64;
+/// Largest total of one [`send_segments`]: what one IPv4 datagram could carry, less its headers.
+pub const MAX_SEGMENTED: usize = 65_507;
+
+/// Level and type of the control messages of UDP segmentation offload (`SOL_UDP`, `UDP_SEGMENT`,
+/// `UDP_GRO`).
+const SOL_UDP: i32 = 17;
+const UDP_SEGMENT: i32 = 103;
+const UDP_GRO: i32 = 104;
+/// Bytes of a control message header (`struct cmsghdr`: a `usize` length, a level and a type).
+const CMSG_HEADER: usize = std::mem::size_of::<usize>() + 8;
+/// Room for one control message of `data` bytes (`CMSG_SPACE`).
+const fn cmsg_space(data: usize) -> usize {
+    let align = std::mem::size_of::<usize>();
+    CMSG_HEADER + data.div_ceil(align) * align
+}
+
+/// Sends `parts` as datagrams of `segment` bytes each (the last may be shorter) in one `sendmsg`,
+/// letting the kernel cut them (UDP generic segmentation offload, `UDP_SEGMENT`). At most
+/// [`MAX_SEGMENTS`] segments and [`MAX_SEGMENTED`] bytes. An error means nothing was sent; a kernel or
+/// route without segmentation offload answers `EIO`, `EINVAL` or `ENOPROTOOPT`
+/// ([`is_segmentation_refused`]), and the caller then sends one datagram at a time.
+pub fn send_segments(
+    socket: &UdpSocket,
+    to: Option<&SocketAddr>,
+    parts: &[IoSlice<'_>],
+    segment: usize,
+) -> io::Result<usize> {
+    let Ok(segment16) = u16::try_from(segment) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    #[cfg(feature = "fault-injection")]
+    if let Some(r) = crate::faults::intercept_segments(socket, to, parts, segment) {
+        return r;
+    }
+    let mut control = [0u8; cmsg_space(2)];
+    control[..CMSG_HEADER - 8].copy_from_slice(&(CMSG_HEADER + 2).to_ne_bytes());
+    control[CMSG_HEADER - 8..CMSG_HEADER - 4].copy_from_slice(&SOL_UDP.to_ne_bytes());
+    control[CMSG_HEADER - 4..CMSG_HEADER].copy_from_slice(&UDP_SEGMENT.to_ne_bytes());
+    control[CMSG_HEADER..CMSG_HEADER + 2].copy_from_slice(&segment16.to_ne_bytes());
+    let sock = socket2::SockRef::from(socket);
+    let addr = to.map(|a| socket2::SockAddr::from(*a));
+    let mut msg = socket2::MsgHdr::new().with_buffers(parts).with_control(&control);
+    if let Some(addr) = &addr {
+        msg = msg.with_addr(addr);
+    }
+    sock.sendmsg(&msg, 0)
+}
+
+/// Whether a [`send_segments`] error says that segmentation offload cannot be used here (rather than
+/// a lost datagram or a real failure).
+pub fn is_segmentation_refused(e: &io::Error) -> bool {
+    const EIO: i32 = 5;
+    const EINVAL: i32 = 22;
+    const ENOPROTOOPT: i32 = 92;
+    const EOPNOTSUPP: i32 = 95;
+    matches!(e.raw_os_error(), Some(EIO | EINVAL | ENOPROTOOPT | EOPNOTSUPP))
+}
+
+/// Asks the kernel to hand this socket runs of same-sized datagrams from one sender as one buffer
+/// (UDP generic receive offload, `UDP_GRO`); [`recv_segments_nowait`] and
+/// [`recv_from_segments_nowait`] then say where each datagram ends. Returns whether the kernel
+/// agreed. A socket with it must receive into buffers of at least [`GRO_BUFFER`] bytes.
+pub fn enable_gro(socket: &UdpSocket) -> bool {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: the descriptor is the socket's, open while it is borrowed; the option value is a
+    // live `c_int` and its size is given.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            SOL_UDP,
+            UDP_GRO,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    r == 0
+}
+
+/// The smallest receive buffer of a socket with [`enable_gro`]: a coalesced run is at most what one
+/// IPv4 datagram carries.
+pub const GRO_BUFFER: usize = 65_536;
+
+/// The segment size a received control area announces (`UDP_GRO`), if any.
+fn gro_segment(control: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    while control.len() >= at + CMSG_HEADER {
+        let word = std::mem::size_of::<usize>();
+        let len = usize::from_ne_bytes(control[at..at + word].try_into().ok()?);
+        let level = i32::from_ne_bytes(control[at + word..at + word + 4].try_into().ok()?);
+        let kind = i32::from_ne_bytes(control[at + word + 4..at + word + 8].try_into().ok()?);
+        if len < CMSG_HEADER || at + len > control.len() {
+            return None;
+        }
+        if level == SOL_UDP && kind == UDP_GRO && len >= CMSG_HEADER + 2 {
+            let data = &control[at + CMSG_HEADER..at + len];
+            // The kernel writes an int; a u16 in older ones.
+            let size = match data.len() {
+                2..=3 => u16::from_ne_bytes([data[0], data[1]]) as usize,
+                _ => i32::from_ne_bytes(data[..4].try_into().ok()?).max(0) as usize,
+            };
+            return (size > 0).then_some(size);
+        }
+        at += cmsg_space(len - CMSG_HEADER);
+    }
+    None
+}
+
+/// A `&mut [u8]` seen as the `MaybeUninit` bytes `socket2`'s `recvmsg` takes.
+fn as_uninit(buf: &mut [u8]) -> &mut [std::mem::MaybeUninit<u8>] {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; the kernel writes only initialized bytes
+    // through this view, and nothing writes uninitialized ones, so `buf` stays initialized.
+    unsafe { &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) }
+}
+
+/// What [`recv_segments_nowait`] and [`recv_from_segments_nowait`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segmented {
+    /// What arrived (the whole run's length, for a coalesced run).
+    pub received: Received,
+    /// Each datagram of the run is this long but the last (`None`: one datagram).
+    pub segment: Option<usize>,
+}
+
+/// One non-blocking `recvmsg` into `buf`, reading the segment size of a coalesced run and, with
+/// `want_addr`, the sender. `None` when nothing was waiting.
+fn recv_segments(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+    want_addr: bool,
+) -> io::Result<Option<(Segmented, Option<SocketAddr>)>> {
+    let sock = socket2::SockRef::from(socket);
+    let len = buf.len();
+    let mut bufs = [socket2::MaybeUninitSlice::new(as_uninit(buf))];
+    let mut control = [0u8; cmsg_space(4) * 2];
+    // SAFETY: the initializer writes nothing, so the address is all zeroes (family `AF_UNSPEC`,
+    // length of the whole storage), a valid `sockaddr_storage`.
+    let ((), mut addr) = unsafe { socket2::SockAddr::try_init(|_, _| Ok(())) }?;
+    let (full, control_len) = {
+        let mut msg = socket2::MsgHdrMut::new().with_buffers(&mut bufs).with_control(as_uninit(&mut control));
+        if want_addr {
+            msg = msg.with_addr(&mut addr);
+        }
+        match sock.recvmsg(&mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) {
+            Ok(n) => (n, msg.control_len()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    };
+    let from =
+        if want_addr { Some(addr.as_socket().ok_or_else(|| io::Error::other("non-IP sender address"))?) } else { None };
+    let segment = gro_segment(&control[..control_len.min(control.len())]).filter(|&s| s < full);
+    Ok(Some((Segmented { received: classify(len, full), segment }, from)))
+}
+
+/// As [`recv_nowait`], on a socket with [`enable_gro`]: also says where the datagrams of a
+/// coalesced run end.
+pub fn recv_segments_nowait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Segmented> {
+    match recv_segments(socket, buf, false) {
+        Ok(Some((s, _))) => Ok(s),
+        Ok(None) => Ok(Segmented { received: Received::Nothing, segment: None }),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            Ok(Segmented { received: Received::Refused, segment: None })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// As [`recv_from_nowait`], on a socket with [`enable_gro`]: also says where the datagrams of a
+/// coalesced run end.
+pub fn recv_from_segments_nowait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<(Segmented, SocketAddr)>> {
+    match recv_segments(socket, buf, true) {
+        Ok(Some((s, Some(from)))) => Ok(Some((s, from))),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The datagrams of a received run: `len` bytes cut every `segment` bytes (one piece without one).
+pub fn segments(len: usize, segment: Option<usize>) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let step = segment.unwrap_or(len).max(1);
+    // An empty datagram is one (empty) piece.
+    (0..len.max(1)).step_by(step).map(move |at| at..(at + step).min(len))
+}
+
 /// The path MTU the kernel knows for a connected socket (`IP_MTU`), if it can tell.
 pub fn path_mtu(socket: &UdpSocket) -> Option<u32> {
     match socket.peer_addr().ok()? {
@@ -216,5 +405,82 @@ mod tests {
         assert_eq!(recv_nowait(&client, &mut small).unwrap(), Received::Truncated(5));
         assert_eq!(recv_nowait(&client, &mut buf).unwrap(), Received::Nothing);
         assert!(path_mtu(&client).unwrap() >= 1280);
+    }
+
+    #[test]
+    fn a_segmented_send_arrives_as_datagrams_or_as_one_coalesced_run() {
+        let plain = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let gro = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        assert!(enable_gro(&gro), "this kernel has UDP_GRO");
+        let sender = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let data: Vec<u8> = (0..3500u32).map(|i| i as u8).collect();
+        for to in [&plain, &gro] {
+            let addr = to.local_addr().unwrap();
+            let parts = [IoSlice::new(&data[..1200]), IoSlice::new(&data[1200..])];
+            assert_eq!(send_segments(&sender, Some(&addr), &parts, 1000).unwrap(), 3500);
+        }
+        // Without GRO: four datagrams, 1000 bytes each but the last.
+        let mut buf = vec![0u8; GRO_BUFFER];
+        let mut got = Vec::new();
+        while got.len() < 4 {
+            assert!(wait_readable(&plain, Some(Duration::from_secs(5))).unwrap());
+            let (r, from) = recv_from_segments_nowait(&plain, &mut buf).unwrap().unwrap();
+            assert_eq!(from, sender.local_addr().unwrap());
+            let Received::Datagram(n) = r.received else { panic!("{r:?}") };
+            assert_eq!(r.segment, None);
+            got.push(buf[..n].to_vec());
+        }
+        assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [1000, 1000, 1000, 500]);
+        assert_eq!(got.concat(), data);
+        // With GRO: the run in one buffer, cut where the datagrams end.
+        assert!(wait_readable(&gro, Some(Duration::from_secs(5))).unwrap());
+        let (r, _) = recv_from_segments_nowait(&gro, &mut buf).unwrap().unwrap();
+        assert_eq!(r, Segmented { received: Received::Datagram(3500), segment: Some(1000) });
+        assert_eq!(&buf[..3500], &data[..]);
+        let pieces: Vec<_> = segments(3500, r.segment).collect();
+        assert_eq!(pieces, [0..1000, 1000..2000, 2000..3000, 3000..3500]);
+        assert_eq!(recv_from_segments_nowait(&gro, &mut buf).unwrap(), None);
+    }
+
+    #[test]
+    fn a_lone_datagram_on_a_gro_socket_has_no_segment_size() {
+        let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let client = connect(server.local_addr().unwrap()).unwrap();
+        assert!(enable_gro(&client));
+        let mut buf = vec![0u8; GRO_BUFFER];
+        assert_eq!(recv_segments_nowait(&client, &mut buf).unwrap().received, Received::Nothing);
+        send_gather_to(&server, &client.local_addr().unwrap(), &[IoSlice::new(b"one")]).unwrap();
+        assert!(wait_readable(&client, Some(Duration::from_secs(5))).unwrap());
+        let r = recv_segments_nowait(&client, &mut buf).unwrap();
+        assert_eq!(r, Segmented { received: Received::Datagram(3), segment: None });
+        assert_eq!(segments(3, None).collect::<Vec<_>>(), vec![(0..3)]);
+        assert_eq!(segments(0, None).collect::<Vec<_>>(), vec![(0..0)]);
+        // Too many segments, or a segment size no datagram has, is refused and sends nothing.
+        let big = vec![0u8; 200];
+        let e = send_segments(&client, None, &[IoSlice::new(&big)], 1).unwrap_err();
+        assert!(is_segmentation_refused(&e), "{e}");
+    }
+
+    #[test]
+    fn control_messages_other_than_gro_are_skipped_and_bad_lengths_end_the_walk() {
+        let word = std::mem::size_of::<usize>();
+        let mut area = Vec::new();
+        let mut push = |level: i32, kind: i32, data: &[u8]| {
+            let start = area.len();
+            area.extend_from_slice(&(CMSG_HEADER + data.len()).to_ne_bytes());
+            area.extend_from_slice(&level.to_ne_bytes());
+            area.extend_from_slice(&kind.to_ne_bytes());
+            area.extend_from_slice(data);
+            area.resize(start + cmsg_space(data.len()), 0);
+        };
+        push(0, 8, &[1, 2, 3, 4]);
+        push(SOL_UDP, UDP_GRO, &1472i32.to_ne_bytes());
+        assert_eq!(gro_segment(&area), Some(1472));
+        assert_eq!(gro_segment(&area[..cmsg_space(4)]), None);
+        let mut bad = area.clone();
+        bad[..word].copy_from_slice(&4096usize.to_ne_bytes());
+        assert_eq!(gro_segment(&bad), None);
+        bad[..word].copy_from_slice(&0usize.to_ne_bytes());
+        assert_eq!(gro_segment(&bad), None);
     }
 }

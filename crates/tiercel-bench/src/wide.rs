@@ -1,0 +1,219 @@
+//! Large calls across two network namespaces joined by a veth pair (1500-byte MTU, so datagrams of
+//! 1472 bytes): 1 MiB and 16 MiB In and InOut calls on tiercel's default client and server, against
+//! the raw transfer of the same bytes in the same datagrams, sent one `sendmsg` per datagram and sent
+//! as a segmented stream (UDP GSO, runs of up to 44 datagrams per `sendmsg`) to a receiver that takes
+//! runs whole (UDP GRO). Needs root (it creates the namespaces); skipped otherwise.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use tiercel::{In, InOut};
+
+use crate::progress::outln;
+use crate::raw::PingPong;
+use crate::seeds::{fill, TestClient};
+use crate::summary::Summary;
+
+/// The ports of the server and of the raw echo inside their namespace.
+const PORT: u16 = 7577;
+const ECHO_PORT: u16 = 7578;
+/// Message sizes measured.
+pub const SIZES: [(usize, &str); 2] = [(1 << 20, "1 MiB"), (16 << 20, "16 MiB")];
+/// The protocol header the raw datagrams stand in for (tiercel's packet header).
+const HEADER: usize = tiercel_proto::wire::HEADER_LEN;
+
+/// One row: a call of one size, with the raw penalties of its bytes.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+pub struct Row {
+    /// `1 MiB In`, `16 MiB InOut`, ...
+    pub call: String,
+    /// Bytes of the call's buffer.
+    pub bytes: usize,
+    /// Datagram size of the binding (the path MTU's).
+    pub datagram: usize,
+    /// Calls timed.
+    pub calls: u64,
+    /// Median and p99 of the call, µs.
+    pub median_us: f64,
+    pub p99_us: f64,
+    /// Packets tiercel's client retransmitted during the timed calls.
+    pub retransmissions: u64,
+    /// The raw penalty of the call's messages (one way each), one datagram per `sendmsg`, µs.
+    pub raw_plain_us: f64,
+    /// The same bytes as a segmented stream to a GRO receiver, µs.
+    pub raw_gso_us: f64,
+    /// Raw transfers lost (a datagram dropped), plain and segmented.
+    pub raw_lost: (u64, u64),
+}
+
+impl Row {
+    /// Bytes moved by the call, both ways.
+    fn moved(&self) -> f64 {
+        let ways = if self.call.ends_with("InOut") { 2.0 } else { 1.0 };
+        ways * self.bytes as f64
+    }
+}
+
+/// Options of the `wide-remote` helper role.
+#[derive(clap::Args)]
+pub struct RemoteArgs {
+    /// The tiercel server, `host:port`.
+    addr: String,
+    /// The raw echo (spinning, with GRO), `host:port`.
+    #[arg(long)]
+    echo: SocketAddr,
+    /// Timed calls (and raw transfers of each kind) per size and direction.
+    #[arg(long)]
+    calls: u32,
+}
+
+/// The rows, measured from inside the client's namespace and printed as JSON. Raw transfers and
+/// calls alternate size by size, so that drift of the machine hits them alike.
+pub fn remote(args: RemoteArgs) -> crate::Result<()> {
+    let _ = tiercel_sys::cpu::pin_current_thread(0);
+    let client: TestClient = crate::harness::import(format!("udp://{}", args.addr), tiercel::ClientConfig::default())?;
+    let datagram = client.binding().max_datagram();
+    // The raw datagrams are as long as tiercel's: its header and fragment.
+    let mut ping = PingPong::new(args.echo, HEADER, HEADER, true)?;
+    let mut small = Summary::new();
+    for i in 0..300 {
+        let t = Instant::now();
+        if ping.round_trip()? && i >= 100 {
+            small.record(t.elapsed());
+        }
+    }
+    // Half the round trip of a header-sized datagram: the reply that ends a raw transfer.
+    let reply = small.median_us() / 2.0;
+    let mut data = vec![0u8; SIZES[SIZES.len() - 1].0];
+    fill(&mut data);
+    let resent = || client.binding().stats().retransmissions.load(std::sync::atomic::Ordering::Relaxed);
+    let mut rows = Vec::new();
+    for (bytes, label) in SIZES {
+        let mut raw = [Summary::new(), Summary::new()];
+        let mut lost = [0u64; 2];
+        let mut calls = [Summary::new(), Summary::new()];
+        let buf = &mut data[..bytes];
+        // Warm up: the binding's buffers on both sides, the path, the echo.
+        client.bulk_in(In(buf)).map_err(crate::Error::from)?;
+        client.bulk_in_out(InOut(buf)).map_err(crate::Error::from)?;
+        let before = resent();
+        for _ in 0..args.calls {
+            for (segmented, (summary, lost)) in [false, true].into_iter().zip(raw.iter_mut().zip(lost.iter_mut())) {
+                let t = Instant::now();
+                let arrived = if segmented {
+                    ping.transfer_segmented(HEADER + bytes, datagram)?
+                } else {
+                    ping.transfer(HEADER + bytes, datagram)?
+                };
+                if arrived {
+                    summary.record(t.elapsed());
+                } else {
+                    *lost += 1;
+                }
+            }
+            let t = Instant::now();
+            client.bulk_in(In(buf)).map_err(crate::Error::from)?;
+            calls[0].record(t.elapsed());
+            let t = Instant::now();
+            client.bulk_in_out(InOut(buf)).map_err(crate::Error::from)?;
+            calls[1].record(t.elapsed());
+        }
+        let resent = resent() - before;
+        let penalty = |s: &Summary| (s.median_us() - reply).max(0.0);
+        for (ways, (call, summary)) in [1.0, 2.0].into_iter().zip(["In", "InOut"].into_iter().zip(&calls)) {
+            rows.push(Row {
+                call: format!("{label} {call}"),
+                bytes,
+                datagram,
+                calls: summary.len(),
+                median_us: summary.median_us(),
+                p99_us: summary.p99_us(),
+                // Shared by the two calls of the size: reported once, on the In row.
+                retransmissions: if ways == 1.0 { resent } else { 0 },
+                raw_plain_us: ways * penalty(&raw[0]),
+                raw_gso_us: ways * penalty(&raw[1]),
+                raw_lost: (lost[0], lost[1]),
+            });
+        }
+    }
+    println!("{}", serde_json::to_string(&rows).map_err(crate::Error::from)?);
+    Ok(())
+}
+
+/// Measures and prints the table: `calls` timed calls per row, the server and the echo pinned to
+/// `server_cpu`.
+pub fn table(server_cpu: usize, calls: u32) -> crate::Result<Vec<Row>> {
+    outln!(
+        "\nLarge calls across two network namespaces (veth, 1500-byte MTU), UDP, tiercel's default client and \
+         server,\nagainst the raw transfer of the same datagrams to a spinning echo in the server's namespace \
+         (one way each,\nless the echo's reply): one sendmsg per datagram, and segmented (UDP GSO, up to 44 \
+         datagrams per sendmsg) to\na receiver that takes them in runs (UDP GRO); {calls} of each per row, \
+         interleaved, medians µs"
+    );
+    if !crate::is_root() {
+        outln!("(skipped: needs root to create network namespaces)");
+        return Ok(Vec::new());
+    }
+    let pair = crate::netns::Pair::new(PORT, 0.0)?;
+    let addr = format!("{}:{PORT}", crate::netns::SERVER_IP);
+    let echo = format!("{}:{ECHO_PORT}", crate::netns::SERVER_IP);
+    let cpu = server_cpu.to_string();
+    let serve: Vec<String> =
+        ["serve", "--addr", &format!("udp://{addr}"), "--cpus", &cpu].iter().map(|s| s.to_string()).collect();
+    let (server, _) = crate::harness::spawn_in_namespace(&pair.b, &serve)?;
+    let echo_args: Vec<String> =
+        ["raw-echo", "--addr", &echo, "--cpu", &cpu, "--spin", "--gro"].iter().map(|s| s.to_string()).collect();
+    let (raw_echo, _) = crate::harness::spawn_in_namespace(&pair.b, &echo_args)?;
+    let out = crate::helpers::command_in_namespace(&pair.a)?
+        .args(["wide-remote", &addr, "--echo", &echo, "--calls", &calls.to_string()])
+        .output()?;
+    drop((server, raw_echo));
+    drop(pair);
+    if !out.status.success() {
+        return Err(crate::Error::Helper {
+            what: "wide-remote".into(),
+            why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    let rows: Vec<Row> = serde_json::from_slice(&out.stdout)?;
+    outln!(
+        "{:<13} {:>6} | {:>10} {:>10} | {:>10} {:>10} {:>7} | {:>8} {:>8} {:>7} | {:>7} {:>7} {:>7}",
+        "call",
+        "calls",
+        "raw plain",
+        "raw GSO",
+        "tiercel",
+        "p99",
+        "resent",
+        "×plain",
+        "×GSO",
+        "lost",
+        "Gb/s",
+        "plain",
+        "GSO"
+    );
+    let gbit = |bytes: f64, us: f64| bytes * 8.0 / us.max(1e-3) / 1e3;
+    for r in &rows {
+        outln!(
+            "{:<13} {:>6} | {:>10.1} {:>10.1} | {:>10.1} {:>10.1} {:>7} | {:>7.2}× {:>7.2}× {:>7} | {:>7.2} {:>7.2} {:>7.2}",
+            r.call,
+            r.calls,
+            r.raw_plain_us,
+            r.raw_gso_us,
+            r.median_us,
+            r.p99_us,
+            r.retransmissions,
+            r.median_us / r.raw_plain_us.max(1e-3),
+            r.median_us / r.raw_gso_us.max(1e-3),
+            format!("{}/{}", r.raw_lost.0, r.raw_lost.1),
+            gbit(r.moved(), r.median_us),
+            gbit(r.moved(), r.raw_plain_us),
+            gbit(r.moved(), r.raw_gso_us)
+        );
+    }
+    outln!(
+        "(datagrams of {} bytes; Gb/s: the call's bytes over tiercel's median and over each raw penalty)",
+        rows.first().map_or(0, |r| r.datagram)
+    );
+    Ok(rows)
+}
