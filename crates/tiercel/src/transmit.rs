@@ -33,6 +33,56 @@ pub(crate) fn send(
     }
 }
 
+/// Most datagrams of one segmented send ([`send_run`]).
+pub(crate) const MAX_RUN: usize = udp::MAX_SEGMENTS;
+/// Most parts of one segmented send: the kernel's `UIO_MAXIOV`.
+const MAX_RUN_PARTS: usize = 1024;
+
+/// How many full datagrams of `datagram` bytes (trailer included) one segmented send may carry;
+/// below 2, segmentation is of no use and datagrams go one by one.
+pub(crate) fn run_length(datagram: usize) -> usize {
+    (udp::MAX_SEGMENTED / datagram.max(1)).min(MAX_RUN)
+}
+
+/// Sends several datagrams with one `sendmsg`, cut by the kernel (UDP segmentation offload): datagram
+/// `i` is gathered from `parts[ends[i - 1]..ends[i]]`, followed by its CRC32C trailer when
+/// `with_checksum`. Every datagram but the last must be `segment` bytes long (trailer included), at
+/// most [`MAX_RUN`] of them. An error of [`udp::is_segmentation_refused`] means nothing went out.
+pub(crate) fn send_run(
+    socket: &UdpSocket,
+    to: Option<&SocketAddr>,
+    parts: &[IoSlice<'_>],
+    ends: &[usize],
+    with_checksum: bool,
+    segment: usize,
+) -> io::Result<usize> {
+    let mut sums = [[0u8; 4]; MAX_RUN];
+    let count = ends.len().min(MAX_RUN);
+    if with_checksum {
+        let mut start = 0;
+        for (sum, &end) in sums.iter_mut().zip(&ends[..count]) {
+            *sum = checksum(parts[start..end].iter().map(|p| &**p)).to_le_bytes();
+            start = end;
+        }
+    }
+    let mut io = [IoSlice::new(&[]); MAX_RUN_PARTS];
+    let (mut k, mut start) = (0, 0);
+    for (sum, &end) in sums.iter().zip(&ends[..count]) {
+        let n = end - start;
+        if k + n + 1 > MAX_RUN_PARTS {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        io[k..k + n].copy_from_slice(&parts[start..end]);
+        k += n;
+        if with_checksum {
+            io[k] = IoSlice::new(sum);
+            k += 1;
+        }
+        start = end;
+    }
+    udp::send_segments(socket, to, &io[..k], segment)
+}
+
 /// Whether a send that failed is, to the protocol, a lost packet that its timers recover: a full
 /// socket buffer (`EAGAIN`, `ENOBUFS`) or a local firewall that dropped it (`EPERM`, what netfilter's
 /// drop in the output path returns). Other errors (a bad address, a closed socket) are real failures.

@@ -143,6 +143,41 @@ fn buffers_in_out_and_in_out_in_one_call() {
 }
 
 #[test]
+fn on_small_datagrams_fragments_go_in_segmented_runs_and_arrive_whole() {
+    // Datagrams of a 1500-byte MTU path: fragments go out in runs of one segmented send (UDP GSO)
+    // both ways, and loopback hands each run to the receiver whole (UDP GRO), which must cut it where
+    // each datagram ends. With and without checksum trailers, which each datagram of a run carries.
+    for checksum in [false, true] {
+        let server = Server::bind("udp://127.0.0.1:0")
+            .unwrap()
+            .export(KitchenServer::new(KitchenImpl { slept: AtomicU32::new(0) }))
+            .start()
+            .unwrap();
+        let config = ClientConfig { max_datagram: 1472, checksum, ..ClientConfig::default() };
+        let k: KitchenClient = Client::connect(udp(server.addr())).unwrap().with_config(config).import().unwrap();
+        assert_eq!(k.binding().max_datagram(), if checksum { 1468 } else { 1472 });
+        let data: Vec<u8> = (0..1 << 20).map(|i| (i % 253) as u8).collect();
+        let mut out = vec![0u8; 1 << 20];
+        let mut both: Vec<u8> = (0..(1 << 20) + 333).map(|i| (i % 7) as u8).collect();
+        let expected: u64 = data.iter().map(|&b| b as u64).sum();
+        for _ in 0..3 {
+            both.iter_mut().for_each(|b| *b ^= 0xff);
+            assert_eq!(k.big(In(&data), Out(&mut out), InOut(&mut both)).unwrap(), expected);
+            assert!(out.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+            assert!(both.iter().enumerate().all(|(i, &b)| b == (i % 7) as u8));
+            // Single-packet calls between the large ones, on the same endpoint.
+            assert_eq!(k.echo_str("between").unwrap(), "between");
+        }
+        let stats = server.stats();
+        assert_eq!(stats.malformed.load(Ordering::Relaxed), 0, "checksum {checksum}");
+        assert_eq!(stats.calls.load(Ordering::Relaxed), 6);
+        // Each call of 2 MiB is about 1,500 datagrams: far fewer receives than datagrams.
+        let coalesced = stats.coalesced.load(Ordering::Relaxed);
+        assert!(coalesced >= 3, "the server took {coalesced} runs whole (checksum {checksum})");
+    }
+}
+
+#[test]
 fn multi_packet_calls_and_results_reassemble() {
     let (server, k) = kitchen();
     // 3 MiB each way: tens of 64 KiB datagrams on loopback.

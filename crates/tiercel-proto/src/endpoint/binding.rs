@@ -235,14 +235,25 @@ impl<A> SlotCell<A> {
 
     /// The next result fragment to send ([`Slot::poll_transmit`]) and how to send it.
     pub fn poll_transmit<E>(&mut self, binding: &Binding<A, E>) -> Option<Fragment<'_>> {
-        let index = self.proto.poll_transmit()?;
-        let len = self.result.len().saturating_sub(HEADER_LEN);
+        let index = self.poll_fragment()?;
+        Some(self.fragment(binding, index))
+    }
+
+    /// The index of the next result fragment to send ([`Slot::poll_transmit`]), for a sender that
+    /// gathers several before sending them ([`SlotCell::fragment`] gives each one's bytes).
+    pub fn poll_fragment(&mut self) -> Option<u16> {
+        self.proto.poll_transmit()
+    }
+
+    /// Result fragment `index` of the saved result, and how to send it.
+    pub fn fragment<E>(&self, binding: &Binding<A, E>, index: u16) -> Fragment<'_> {
         if self.header.frag_count == 1 {
-            return Some(Fragment::Whole(&self.result));
+            return Fragment::Whole(&self.result);
         }
+        let len = self.result.len().saturating_sub(HEADER_LEN);
         let range = fragment_range(index, len, binding.frag_payload());
         let header = Header { frag_index: index, payload_len: range.len() as u32, ..self.header };
-        Some(Fragment::Parts(header.to_bytes(), &self.result[HEADER_LEN + range.start..HEADER_LEN + range.end]))
+        Fragment::Parts(header.to_bytes(), &self.result[HEADER_LEN + range.start..HEADER_LEN + range.end])
     }
 
     /// Handles the client's acknowledgement of result fragments (queueing any to send). When the

@@ -15,7 +15,7 @@ use std::time::Instant;
 use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
 use tiercel_proto::context::{self, Context};
 use tiercel_proto::fragment::{fragment_count, fragment_range};
-use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
+use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
 use tiercel_sys::udp::{self, Received};
 
 use super::BindingInner;
@@ -62,6 +62,11 @@ pub(crate) struct UdpEndpoint {
     context_deadline: Option<Instant>,
     /// When large messages last passed (their buffers are kept a while).
     retention: Retention,
+    /// Call fragments sent together by one segmented send (UDP GSO), or 0 to send them one by one:
+    /// how many full datagrams fit in one, when the path's datagrams are small enough for two.
+    run_length: usize,
+    /// Whether the socket takes runs of result fragments whole (UDP GRO): on the same paths.
+    coalescing: bool,
 }
 
 impl UdpEndpoint {
@@ -82,6 +87,13 @@ impl UdpEndpoint {
             ..Header::new(Kind::Call)
         };
         let frag_payload = inner.max_datagram - HEADER_LEN;
+        let run_length = match transmit::run_length(inner.max_datagram + CHECKSUM_LEN) {
+            n if n >= 2 => n,
+            _ => 0,
+        };
+        // Small datagrams (a path MTU's): the server's result fragments may arrive as runs.
+        let coalescing = run_length >= 2 && udp::enable_gro(&socket);
+        let rx_len = inner.max_datagram + CHECKSUM_LEN;
         Ok(UdpEndpoint {
             uid: inner.uid,
             binding: Arc::downgrade(inner),
@@ -91,7 +103,7 @@ impl UdpEndpoint {
             frag_payload,
             template: header.to_bytes(),
             scratch: Vec::with_capacity(frag_payload),
-            rx: vec![0; inner.max_datagram + tiercel_proto::wire::CHECKSUM_LEN],
+            rx: vec![0; if coalescing { rx_len.max(udp::GRO_BUFFER) } else { rx_len }],
             result_len: 0,
             big_result: None,
             call: ClientCall::new(inner.config.timing, frag_payload, Instant::now()),
@@ -102,6 +114,8 @@ impl UdpEndpoint {
             context_flag: 0,
             context_deadline: None,
             retention: Retention::default(),
+            run_length,
+            coalescing,
         })
     }
 
@@ -199,34 +213,49 @@ impl UdpEndpoint {
                 field.copy_from_slice(&left.to_le_bytes());
             }
         }
+        // Fragments of a multi-packet call wait here to go out together (one segmented send), until
+        // the run is full, its last fragment is the message's short one, or another packet is due.
+        let mut run = [(0u16, false); transmit::MAX_RUN];
+        let mut queued = 0;
+        let run_length = if len > self.frag_payload { self.run_length } else { 0 };
         while let Some(t) = self.call.poll_transmit() {
-            let sent = match t {
-                Transmit::CallFragment { index, please_ack } => {
-                    let flag = self.flag_base | self.context_flag | if please_ack { flags::PLEASE_ACK } else { 0 };
-                    if len <= self.frag_payload {
-                        let mut p = Packet::new_unchecked(&mut self.template[..]);
-                        p.set_fragment(0, 1);
-                        p.set_lengths(len as u32, len as u32);
-                        p.set_flags(flag);
-                        let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
-                        io[0] = IoSlice::new(&self.template);
-                        let n = segs.io_slices(&self.scratch, &mut io[1..]);
-                        transmit::send(&self.socket, None, &io[..n + 1], self.flag_base != 0)
-                    } else {
-                        let count = fragment_count(len, self.frag_payload).unwrap_or(u16::MAX);
-                        let range = fragment_range(index, len, self.frag_payload);
-                        let mut hdr = self.template;
-                        let mut p = Packet::new_unchecked(&mut hdr[..]);
-                        p.set_fragment(index, count);
-                        p.set_lengths(range.len() as u32, len as u32);
-                        p.set_flags(flag);
-                        // The fragment goes out straight from the caller's buffers, like a
-                        // single-packet call: no copy of the whole message first.
-                        let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
-                        io[0] = IoSlice::new(&hdr);
-                        let n = segs.range_slices(&self.scratch, range, &mut io[1..]);
-                        transmit::send(&self.socket, None, &io[..n + 1], self.flag_base != 0)
+            if let Transmit::CallFragment { index, please_ack } = t {
+                if run_length >= 2 {
+                    run[queued] = (index, please_ack);
+                    queued += 1;
+                    let short = fragment_range(index, len, self.frag_payload).len() < self.frag_payload;
+                    if queued == run_length || short {
+                        self.send_fragments(&run[..queued], segs, len)?;
+                        queued = 0;
                     }
+                    continue;
+                }
+            }
+            if queued > 0 {
+                self.send_fragments(&run[..queued], segs, len)?;
+                queued = 0;
+            }
+            let sent = match t {
+                Transmit::CallFragment { index: _, please_ack } if len <= self.frag_payload => {
+                    let flag = self.call_flags(please_ack);
+                    let mut p = Packet::new_unchecked(&mut self.template[..]);
+                    p.set_fragment(0, 1);
+                    p.set_lengths(len as u32, len as u32);
+                    p.set_flags(flag);
+                    let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
+                    io[0] = IoSlice::new(&self.template);
+                    let n = segs.io_slices(&self.scratch, &mut io[1..]);
+                    transmit::send(&self.socket, None, &io[..n + 1], self.flag_base != 0)
+                }
+                Transmit::CallFragment { index, please_ack } => {
+                    let hdr = self.fragment_header(index, please_ack, len);
+                    // The fragment goes out straight from the caller's buffers, like a
+                    // single-packet call: no copy of the whole message first.
+                    let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
+                    io[0] = IoSlice::new(&hdr);
+                    let range = fragment_range(index, len, self.frag_payload);
+                    let n = segs.range_slices(&self.scratch, range, &mut io[1..]);
+                    transmit::send(&self.socket, None, &io[..n + 1], self.flag_base != 0)
                 }
                 Transmit::Probe => self.send_control(Kind::Probe, 0, &[]),
                 Transmit::Ack { ack, resend } => {
@@ -237,15 +266,62 @@ impl UdpEndpoint {
                     self.send_control(Kind::Probe, flags::ADDRESS_PROOF, &challenge)
                 }
             };
-            match sent {
-                Ok(_) => {}
-                // A full socket buffer, a local firewall's drop or an ICMP error from an earlier
-                // packet: the packet is as good as lost, and the protocol's timers recover.
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused || transmit::is_loss(&e) => {}
-                Err(e) => return Err(e.into()),
-            }
+            sent_or_lost(sent)?;
+        }
+        if queued > 0 {
+            self.send_fragments(&run[..queued], segs, len)?;
         }
         Ok(())
+    }
+
+    /// The flags of a call packet.
+    fn call_flags(&self, please_ack: bool) -> u8 {
+        self.flag_base | self.context_flag | if please_ack { flags::PLEASE_ACK } else { 0 }
+    }
+
+    /// The header of fragment `index` of a call of `len` bytes.
+    fn fragment_header(&self, index: u16, please_ack: bool, len: usize) -> [u8; HEADER_LEN] {
+        let count = fragment_count(len, self.frag_payload).unwrap_or(u16::MAX);
+        let range = fragment_range(index, len, self.frag_payload);
+        let mut hdr = self.template;
+        let mut p = Packet::new_unchecked(&mut hdr[..]);
+        p.set_fragment(index, count);
+        p.set_lengths(range.len() as u32, len as u32);
+        p.set_flags(self.call_flags(please_ack));
+        hdr
+    }
+
+    /// Sends a run of call fragments (every one full but perhaps the last) with one segmented send,
+    /// each gathered straight from the caller's buffers. A kernel or route that refuses segmentation
+    /// gets them one by one, now and for the rest of the endpoint's life.
+    fn send_fragments(&mut self, run: &[(u16, bool)], segs: &Segments<'_>, len: usize) -> Result<(), CallError> {
+        let mut headers = [[0u8; HEADER_LEN]; transmit::MAX_RUN];
+        for (h, &(index, please_ack)) in headers.iter_mut().zip(run) {
+            *h = self.fragment_header(index, please_ack, len);
+        }
+        let mut parts = [IoSlice::new(&[]); transmit::MAX_RUN * (MAX_SEGMENTS + 1)];
+        let mut ends = [0usize; transmit::MAX_RUN];
+        let mut k = 0;
+        for (i, (h, &(index, _))) in headers.iter().zip(run).enumerate() {
+            parts[k] = IoSlice::new(h);
+            let range = fragment_range(index, len, self.frag_payload);
+            k += 1 + segs.range_slices(&self.scratch, range, &mut parts[k + 1..k + 1 + MAX_SEGMENTS]);
+            ends[i] = k;
+        }
+        let checksum = self.flag_base != 0;
+        let segment = HEADER_LEN + self.frag_payload + if checksum { CHECKSUM_LEN } else { 0 };
+        match transmit::send_run(&self.socket, None, &parts[..k], &ends[..run.len()], checksum, segment) {
+            Err(e) if udp::is_segmentation_refused(&e) => {
+                self.run_length = 0;
+                let mut start = 0;
+                for &end in &ends[..run.len()] {
+                    sent_or_lost(transmit::send(&self.socket, None, &parts[start..end], checksum))?;
+                    start = end;
+                }
+                Ok(())
+            }
+            sent => sent_or_lost(sent),
+        }
     }
 
     /// Packets the call being made (or last made) has retransmitted.
@@ -292,10 +368,18 @@ impl UdpEndpoint {
     /// is there, else a timer that is due, and sends what the protocol asks for.
     #[inline]
     pub(super) fn step(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize) -> Result<Step, CallError> {
-        match udp::recv_nowait(&self.socket, &mut self.rx)? {
+        let (received, segment) = if self.coalescing {
+            let s = udp::recv_segments_nowait(&self.socket, &mut self.rx)?;
+            (s.received, s.segment)
+        } else {
+            (udp::recv_nowait(&self.socket, &mut self.rx)?, None)
+        };
+        match received {
             Received::Datagram(n) => {
                 mark(Point::Arrived);
-                let done = self.on_datagram(inner, n);
+                // A coalesced run (UDP GRO) is handled datagram by datagram, up to the one that ends
+                // the call.
+                let done = udp::segments(n, segment).any(|piece| self.on_datagram(inner, piece));
                 if done {
                     mark(Point::Validated);
                 }
@@ -322,9 +406,10 @@ impl UdpEndpoint {
         Ok(Step::Idle(now))
     }
 
-    /// Handles one received datagram; true when the call is over.
-    fn on_datagram(&mut self, inner: &BindingInner, n: usize) -> bool {
-        let Ok(p) = Packet::new_checked(&self.rx[..n]) else {
+    /// Handles the received datagram at `at` in the receive buffer; true when the call is over.
+    fn on_datagram(&mut self, inner: &BindingInner, at: std::ops::Range<usize>) -> bool {
+        let start = at.start;
+        let Ok(p) = Packet::new_checked(&self.rx[at]) else {
             inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
             return false;
         };
@@ -339,6 +424,11 @@ impl UdpEndpoint {
         match self.call.handle_packet(&p, Instant::now()) {
             Handled::Complete => {
                 self.result_len = HEADER_LEN + p.payload_len() as usize;
+                if start > 0 {
+                    // A single-packet result read from within a coalesced run: where the next
+                    // call's stub looks for it.
+                    self.rx.copy_within(start..start + self.result_len, 0);
+                }
                 true
             }
             Handled::Progress => false,
@@ -412,6 +502,16 @@ pub(super) enum Step {
     Progress,
     /// Nothing to do at this instant.
     Idle(Instant),
+}
+
+/// A send's outcome to the call: a full socket buffer, a local firewall's drop or an ICMP error from an
+/// earlier packet is a lost packet, which the protocol's timers recover; anything else fails the call.
+fn sent_or_lost(sent: std::io::Result<usize>) -> Result<(), CallError> {
+    match sent {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::ConnectionRefused || transmit::is_loss(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub(super) fn status_error(status: Status, procedure: u16, message: String) -> CallError {

@@ -193,6 +193,8 @@ impl Server {
             metrics,
             specs,
             endpoint,
+            coalescing: tiercel_sys::udp::enable_gro(&self.socket),
+            segmenting: AtomicBool::new(true),
             socket: self.socket,
             config,
             exports: self.exports,
@@ -270,6 +272,11 @@ fn slow_calls(calls: u64, threads: usize, period: std::time::Duration) -> bool {
 
 pub(crate) struct Shared {
     socket: UdpSocket,
+    /// Whether result fragments may go out in runs of one segmented send (UDP GSO): until the
+    /// kernel refuses one.
+    segmenting: AtomicBool,
+    /// Whether the socket takes runs of datagrams whole (UDP GRO), so that receives must be cut.
+    coalescing: bool,
     config: ServerConfig,
     /// Makes and checks bind challenges when the server has a shared secret.
     challenger: Option<crate::auth::Challenger>,
@@ -406,6 +413,9 @@ pub struct ServerStats {
     /// the call's partial message or saved result, if the server holds one, and aborts an async
     /// procedure running it; a plain procedure running runs to its end).
     pub cancelled: AtomicU64,
+    /// Receives that brought a run of several datagrams at once (UDP generic receive offload: the
+    /// fragments a client sent with one segmented send, on paths of small datagrams).
+    pub coalesced: AtomicU64,
 }
 
 impl core::fmt::Display for ServerStats {
@@ -415,7 +425,7 @@ impl core::fmt::Display for ServerStats {
         write!(
             f,
             "calls={} duplicates={} resent={} malformed={} rejected={} panics={} busy={} bindings={} expired={} \
-             reclaimed={} challenged_addresses={} challenged={} auth_failed={} late={} cancelled={}",
+             reclaimed={} challenged_addresses={} challenged={} auth_failed={} late={} cancelled={} coalesced={}",
             l(&self.calls),
             l(&self.duplicates),
             l(&self.resent),
@@ -431,6 +441,7 @@ impl core::fmt::Display for ServerStats {
             l(&self.auth_failed),
             l(&self.late),
             l(&self.cancelled),
+            l(&self.coalesced),
         )
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tiercel_proto::bind::BindDecision;
 use tiercel_proto::endpoint::{Fragment, Refusal, Route};
 use tiercel_proto::server::{CallAction, DropReason, ProbeAction};
-use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
+use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
 use tiercel_sys::udp::{self, Received};
 
 use super::crew::Standby;
@@ -56,7 +56,15 @@ struct Spares {
 
 impl UdpWorker {
     pub(super) fn new(shared: Arc<Shared>, index: usize) -> UdpWorker {
-        let rx = vec![0; shared.config.max_datagram];
+        // A socket that takes runs of datagrams whole needs room for a whole run.
+        let rx = vec![
+            0;
+            if shared.coalescing {
+                shared.config.max_datagram.max(udp::GRO_BUFFER)
+            } else {
+                shared.config.max_datagram
+            }
+        ];
         let lease = SpinLease::new(&shared.spin_leases);
         UdpWorker { shared, index, rx, lease, waiter: None, spares: RefCell::default() }
     }
@@ -104,21 +112,21 @@ impl UdpWorker {
                 // A graceful shutdown has drained: every worker stops.
                 self.shared.stop_workers();
             }
-            match udp::recv_from_nowait(&self.shared.socket, &mut self.rx) {
-                Ok(Some((Received::Datagram(n), from))) => {
+            match self.receive() {
+                Ok(Some((Received::Datagram(n), segment, from))) => {
                     mark(Point::ServerArrived);
-                    self.handle(n, from);
+                    self.handle(n, segment, from);
                     steps::close();
                     if self.lease.take() {
                         spin_until = Instant::now() + self.shared.config.spin;
                     }
                     continue;
                 }
-                Ok(Some((Received::Truncated(_), _))) => {
+                Ok(Some((Received::Truncated(_), _, _))) => {
                     self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                Ok(None | Some((Received::Nothing | Received::Refused, _))) => {}
+                Ok(None | Some((Received::Nothing | Received::Refused, _, _))) => {}
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
             if Instant::now() < spin_until {
@@ -158,9 +166,26 @@ impl UdpWorker {
         self.shared.stats.reclaimed.fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    fn handle(&mut self, n: usize, from: SocketAddr) {
+    /// One non-blocking receive: what arrived, where its datagrams end when the kernel handed over
+    /// a coalesced run (UDP GRO), and its sender.
+    #[inline]
+    fn receive(&mut self) -> std::io::Result<Option<(Received, Option<usize>, SocketAddr)>> {
+        if self.shared.coalescing {
+            let got = udp::recv_from_segments_nowait(&self.shared.socket, &mut self.rx)?;
+            Ok(got.map(|(s, from)| (s.received, s.segment, from)))
+        } else {
+            Ok(udp::recv_from_nowait(&self.shared.socket, &mut self.rx)?.map(|(r, from)| (r, None, from)))
+        }
+    }
+
+    fn handle(&mut self, n: usize, segment: Option<usize>, from: SocketAddr) {
+        if segment.is_some() {
+            self.shared.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+        }
         let rx = std::mem::take(&mut self.rx);
-        self.handle_packet(&rx[..n], from);
+        for piece in udp::segments(n, segment) {
+            self.handle_packet(&rx[piece], from);
+        }
         self.rx = rx;
     }
 
@@ -490,7 +515,9 @@ impl UdpWorker {
     }
 }
 
-/// Sends the result fragments the slot has queued, counting those sent before as resent.
+/// Sends the result fragments the slot has queued, counting those sent before as resent. Fragments
+/// of a multi-packet result go out in runs, one segmented send each (UDP GSO), when the kernel
+/// allows it: every fragment but the message's last is full, so a run is cut where it ends.
 fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot) {
     let Some(peer) = cell.peer else { return };
     let again = cell.proto.take_resent();
@@ -498,15 +525,67 @@ fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot) {
         shared.stats.resent.fetch_add(u64::from(again), Ordering::Relaxed);
     }
     let checksum = cell.checksummed();
-    while let Some(fragment) = cell.poll_transmit(binding) {
+    let full = binding.frag_payload();
+    let segment = HEADER_LEN + full + if checksum { CHECKSUM_LEN } else { 0 };
+    let run_length = if shared.segmenting.load(Ordering::Relaxed) { transmit::run_length(segment) } else { 0 };
+    let mut run = [0u16; transmit::MAX_RUN];
+    let mut queued = 0;
+    while let Some(index) = cell.poll_fragment() {
+        if run_length >= 2 {
+            if let Fragment::Parts(_, body) = cell.fragment(binding, index) {
+                let short = body.len() < full;
+                run[queued] = index;
+                queued += 1;
+                if queued == run_length || short {
+                    send_run(shared, binding, cell, peer, &run[..queued], segment);
+                    queued = 0;
+                }
+                continue;
+            }
+        }
         // A failed send is a lost packet: the client's timers ask again.
-        let _ = match fragment {
-            Fragment::Whole(datagram) => {
-                transmit::send(&shared.socket, Some(&peer), &[IoSlice::new(datagram)], checksum)
+        let _ = send_fragment(shared, cell.fragment(binding, index), peer, checksum);
+    }
+    if queued > 0 {
+        send_run(shared, binding, cell, peer, &run[..queued], segment);
+    }
+}
+
+fn send_fragment(shared: &Shared, fragment: Fragment<'_>, peer: SocketAddr, checksum: bool) -> std::io::Result<usize> {
+    match fragment {
+        Fragment::Whole(datagram) => transmit::send(&shared.socket, Some(&peer), &[IoSlice::new(datagram)], checksum),
+        Fragment::Parts(header, body) => {
+            transmit::send(&shared.socket, Some(&peer), &[IoSlice::new(&header), IoSlice::new(body)], checksum)
+        }
+    }
+}
+
+/// Sends result fragments `run` with one segmented send, or one by one (from now on, server-wide)
+/// if the kernel refuses segmentation.
+fn send_run(shared: &Shared, binding: &UdpBinding, cell: &UdpSlot, peer: SocketAddr, run: &[u16], segment: usize) {
+    let checksum = cell.checksummed();
+    let mut headers = [[0u8; HEADER_LEN]; transmit::MAX_RUN];
+    let mut bodies: [&[u8]; transmit::MAX_RUN] = [&[]; transmit::MAX_RUN];
+    for ((h, b), &index) in headers.iter_mut().zip(bodies.iter_mut()).zip(run) {
+        if let Fragment::Parts(header, body) = cell.fragment(binding, index) {
+            (*h, *b) = (header, body);
+        }
+    }
+    let mut parts = [IoSlice::new(&[]); 2 * transmit::MAX_RUN];
+    let mut ends = [0usize; transmit::MAX_RUN];
+    for (i, (h, b)) in headers.iter().zip(&bodies).take(run.len()).enumerate() {
+        parts[2 * i] = IoSlice::new(h);
+        parts[2 * i + 1] = IoSlice::new(b);
+        ends[i] = 2 * i + 2;
+    }
+    let k = 2 * run.len();
+    if let Err(e) = transmit::send_run(&shared.socket, Some(&peer), &parts[..k], &ends[..run.len()], checksum, segment)
+    {
+        if tiercel_sys::udp::is_segmentation_refused(&e) {
+            shared.segmenting.store(false, Ordering::Relaxed);
+            for pair in parts[..k].chunks(2) {
+                let _ = transmit::send(&shared.socket, Some(&peer), pair, checksum);
             }
-            Fragment::Parts(header, body) => {
-                transmit::send(&shared.socket, Some(&peer), &[IoSlice::new(&header), IoSlice::new(body)], checksum)
-            }
-        };
+        }
     }
 }
