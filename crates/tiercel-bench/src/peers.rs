@@ -1,12 +1,12 @@
-//! `tiercel bench --peers`: tiercel against the RPC systems a user would pick instead (tarpc, tonic)
-//! and a raw tokio TCP echo, in the same run, with the same pinning and the same process split:
-//! each server in a process of its own pinned to the server CPU (the peers on tokio's default
-//! multi-thread runtime, whose workers inherit the pinning), each client in this process on the
-//! caller's CPU. The same workloads for every system: one caller's Null and MaxResult (1440 bytes)
-//! latency, then Null calls per second of 1, 2, 4 and 8 callers on one binding, client, or channel
-//! (tiercel's callers are threads; the peers' are tasks of their runtime, as their users write them;
-//! the echo's each have a connection), with the CPU time both processes spent per call.
-//! tiercel runs with its default settings, over UDP and over TCP.
+//! `tiercel bench --peers`: tiercel against the RPC systems a user would pick instead (tarpc, tonic),
+//! a raw tokio TCP echo, and the raw UDP echo beneath tiercel's UDP, in the same run, with the same
+//! pinning and the same process split: each server in a process of its own pinned to the server CPU
+//! (the peers on tokio's default multi-thread runtime, whose workers inherit the pinning), each
+//! client in this process on the caller's CPU. The same workloads for every system: one caller's Null
+//! and MaxResult (1440 bytes) latency, then Null calls per second of 1, 2, 4 and 8 callers on one
+//! binding, client, or channel (tiercel's callers are threads; the peers' are tasks of their runtime,
+//! as their users write them; the echoes' callers each have a connection or socket), with the CPU
+//! time both processes spent per call. tiercel runs with its default settings, over UDP and over TCP.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use tiercel_sys::cpu;
 
 use crate::harness::spawn;
 use crate::progress::outln;
+use crate::raw::PingPong;
 use crate::seeds::TestClient;
 use crate::summary::Summary;
 
@@ -85,6 +86,7 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration) -
         rows.push(tiercel_row(system, &client, server.0.id(), client_cpu, calls, time)?);
     }
     drop(server);
+    rows.push(raw_udp_row(server_cpu, client_cpu, calls, time)?);
     // The peers' clients run on tokio's default runtime, its workers pinned with this thread.
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     for peer in Peer::ALL {
@@ -152,6 +154,74 @@ fn tiercel_row(
         max_result_median_us: max.median_us(),
         max_result_p99_us: max.p99_us(),
         load: rows,
+    })
+}
+
+/// The floor beneath tiercel over UDP as a row of its own: the raw UDP echo (`raw-echo --spin`, one
+/// thread spinning 2 ms past each request, in its process on the server CPU) answering datagrams of
+/// tiercel's sizes (its 56-byte header; MaxResult's 4-byte argument and 1440 bytes back), and callers
+/// with a connected socket each on the caller's CPU. One caller spins, as tiercel's does; several
+/// block in `poll` between their round trips, as tiercel's callers do once they share a CPU.
+fn raw_udp_row(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration) -> crate::Result<Row> {
+    let cpu_arg = server_cpu.to_string();
+    let args: Vec<String> = ["raw-echo", "--cpu", &cpu_arg, "--spin"].iter().map(|s| s.to_string()).collect();
+    let (server, addr) = spawn(&args)?;
+    let addr: std::net::SocketAddr = addr
+        .strip_prefix("udp://")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| crate::Error::from(format!("raw echo address {addr:?}")))?;
+    const HEADER: usize = tiercel_proto::wire::HEADER_LEN;
+    let mut null = PingPong::new(addr, HEADER, HEADER, true)?;
+    let mut max = PingPong::new(addr, HEADER + 4, HEADER + MAX_RESULT as usize, true)?;
+    let (mut null_times, mut max_times) = (Summary::new(), Summary::new());
+    for _ in 0..2_000 {
+        null.round_trip()?;
+    }
+    let time_one = |ping: &mut PingPong, into: &mut Summary| -> crate::Result<()> {
+        let t = Instant::now();
+        // A lost datagram (none on loopback, in practice) is left out, not timed as a second.
+        if ping.round_trip()? {
+            into.record(t.elapsed());
+        }
+        Ok(())
+    };
+    for _ in 0..calls {
+        time_one(&mut null, &mut null_times)?;
+        time_one(&mut max, &mut max_times)?;
+    }
+    let mut load = Vec::new();
+    for callers in CALLERS {
+        let done = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles: Vec<_> = (0..callers)
+            .map(|_| {
+                let (done, stop) = (done.clone(), stop.clone());
+                std::thread::spawn(move || -> crate::Result<()> {
+                    let _ = cpu::pin_current_thread(client_cpu);
+                    let mut ping = PingPong::new(addr, HEADER, HEADER, callers == 1)?;
+                    while !stop.load(Ordering::Relaxed) {
+                        if ping.round_trip()? {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        load.push(window(server.0.id(), &done, time, callers));
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            h.join().map_err(|_| "a raw UDP caller panicked".to_string())??;
+        }
+    }
+    Ok(Row {
+        system: "raw udp echo".to_string(),
+        null_median_us: null_times.median_us(),
+        null_p99_us: null_times.p99_us(),
+        max_result_median_us: max_times.median_us(),
+        max_result_p99_us: max_times.p99_us(),
+        load,
     })
 }
 
@@ -224,8 +294,8 @@ fn peer_row(
 /// Prints the rows: latency and calls per second, then tiercel's ratios to each peer.
 pub fn print(rows: &[Row], calls: u32, time: Duration) {
     outln!(
-        "\nPeers: tiercel (default settings, over UDP and over TCP) against tarpc, tonic and a raw tokio TCP echo, \
-         each server in"
+        "\nPeers: tiercel (default settings, over UDP and over TCP) against the raw UDP echo (one spinning thread; \
+         one caller spins,\nseveral block in poll), tarpc, tonic and a raw tokio TCP echo, each server in"
     );
     outln!(
         "its own process on the server CPU (the peers on tokio's default runtime), each client here on the caller's \
@@ -236,8 +306,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration) {
          callers on one"
     );
     outln!(
-        "binding, client or channel ({:.1} s each; the echo's callers have a connection each) with the CPU time per \
-         call of the client and the server process",
+        "binding, client or channel ({:.1} s each; the echoes' callers have a connection or socket each) with the CPU \
+         time per call of the client and the server process",
         time.as_secs_f64()
     );
     outln!(

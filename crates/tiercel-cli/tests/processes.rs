@@ -175,7 +175,7 @@ fn names<'a>(rows: &'a serde_json::Value, key: &str) -> Vec<&'a str> {
 }
 
 #[test]
-fn bench_peers_measures_tarpc_tonic_and_a_tokio_echo_beside_tiercel() {
+fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_and_a_tokio_echo_beside_tiercel() {
     let dir = scratch_dir("bench-peers");
     let json = dir.join("report.json");
     let out = Command::new(TIERCEL)
@@ -187,7 +187,10 @@ fn bench_peers_measures_tarpc_tonic_and_a_tokio_echo_beside_tiercel() {
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("Peers: tiercel") && text.contains("tiercel's ratios to each peer"), "{text}");
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(names(&report["peers"], "system"), ["tiercel udp", "tiercel tcp", "tarpc", "tonic", "tokio echo"]);
+    assert_eq!(
+        names(&report["peers"], "system"),
+        ["tiercel udp", "tiercel tcp", "raw udp echo", "tarpc", "tonic", "tokio echo"]
+    );
     for row in report["peers"].as_array().unwrap() {
         for column in ["null_median_us", "null_p99_us", "max_result_median_us", "max_result_p99_us"] {
             assert!(row[column].as_f64().unwrap() > 0.0, "{column} in {row}");
