@@ -50,6 +50,7 @@ pub mod serve;
 #[cfg(feature = "fault-injection")]
 pub mod soak;
 pub mod summary;
+pub mod syscalls;
 pub mod tables;
 pub mod traced;
 pub mod wide;
@@ -116,7 +117,7 @@ impl From<&str> for Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Whether this process runs as root (and may create network namespaces).
-pub(crate) fn is_root() -> bool {
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))

@@ -21,6 +21,7 @@ use crate::progress::outln;
 use crate::raw::PingPong;
 use crate::seeds::TestClient;
 use crate::summary::Summary;
+use crate::syscalls::Counter;
 
 /// Callers of the throughput rows.
 pub const CALLERS: [u32; 4] = [1, 2, 4, 8];
@@ -47,6 +48,10 @@ pub struct Load {
     pub client_cpu_us: f64,
     /// User and system time of the server process per call, µs.
     pub server_cpu_us: f64,
+    /// System calls of the client process per call (`None`: perf could not count them).
+    pub client_syscalls: Option<f64>,
+    /// System calls of the server process per call.
+    pub server_syscalls: Option<f64>,
 }
 
 /// Options of the `peer-serve` helper role.
@@ -107,19 +112,43 @@ fn cpu_now(server: u32) -> (Duration, Duration) {
     (u + s, ou + os)
 }
 
-/// Counts the calls in `done` for `time`, with the CPU time of both processes meanwhile.
+/// Counts the calls in `done` for `time`, with the CPU time of both processes meanwhile; then, where
+/// perf can count them, the system calls of both processes per call in a second window as long (a
+/// counted system call costs more, so the first window's figures are left untouched by it).
 fn window(server: u32, done: &AtomicU64, time: Duration, callers: u32) -> Load {
     let (before, n0, start) = (cpu_now(server), done.load(Ordering::Relaxed), Instant::now());
     std::thread::sleep(time);
     let (after, n1, elapsed) = (cpu_now(server), done.load(Ordering::Relaxed), start.elapsed());
     let calls = (n1 - n0).max(1) as f64;
     let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls;
+    let (client_syscalls, server_syscalls) = count_syscalls(server, done, time);
     Load {
         callers,
         calls_per_second: (n1 - n0) as f64 / elapsed.as_secs_f64(),
         client_cpu_us: per_call(after.0.saturating_sub(before.0)),
         server_cpu_us: per_call(after.1.saturating_sub(before.1)),
+        client_syscalls,
+        server_syscalls,
     }
+}
+
+/// System calls per call of this process and of `server` while the calls in `done` go on for `time`.
+fn count_syscalls(server: u32, done: &AtomicU64, time: Duration) -> (Option<f64>, Option<f64>) {
+    let mut counters = [Counter::attach(std::process::id()), Counter::attach(server)];
+    for c in &mut counters {
+        if c.as_mut().is_some_and(|c| !c.enable()) {
+            *c = None;
+        }
+    }
+    if counters.iter().all(Option::is_none) {
+        return (None, None);
+    }
+    let n0 = done.load(Ordering::Relaxed);
+    std::thread::sleep(time);
+    let n1 = done.load(Ordering::Relaxed);
+    let [client, server] = counters.map(|c| c.and_then(Counter::finish));
+    let calls = (n1 - n0).max(1) as f64;
+    (client.map(|n| n as f64 / calls), server.map(|n| n as f64 / calls))
 }
 
 fn tiercel_row(
@@ -311,7 +340,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration) {
         time.as_secs_f64()
     );
     outln!(
-        "{:>12} | {:>7} {:>7} | {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} | cpu µs/call at 1 and 8 callers (client+server)",
+        "{:>12} | {:>7} {:>7} | {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} | cpu µs/call at 1 and 8 callers (client+server) \
+         | syscalls/call at 1 and 8",
         "system",
         "Null",
         "p99",
@@ -328,8 +358,13 @@ pub fn print(rows: &[Row], calls: u32, time: Duration) {
         let split = |i: usize| r.load.get(i).map_or((f64::NAN, f64::NAN), |l| (l.client_cpu_us, l.server_cpu_us));
         let (c1, s1) = split(0);
         let (c8, s8) = split(3);
+        let syscalls = |i: usize| match r.load.get(i).map(|l| (l.client_syscalls, l.server_syscalls)) {
+            Some((Some(c), Some(s))) => format!("{:.1}+{:.1}", c, s),
+            _ => "n/a".to_string(),
+        };
         outln!(
-            "{:>12} | {:>7.2} {:>7.2} | {:>7.2} {:>7.2} | {:>9.0} {:>9.0} {:>9.0} {:>9.0} | {:.1} ({:.1}+{:.1}), {:.1} ({:.1}+{:.1})",
+            "{:>12} | {:>7.2} {:>7.2} | {:>7.2} {:>7.2} | {:>9.0} {:>9.0} {:>9.0} {:>9.0} | {:.1} ({:.1}+{:.1}), {:.1} ({:.1}+{:.1}) \
+             | {}, {}",
             r.system,
             r.null_median_us,
             r.null_p99_us,
@@ -344,7 +379,9 @@ pub fn print(rows: &[Row], calls: u32, time: Duration) {
             s1,
             cpu(3),
             c8,
-            s8
+            s8,
+            syscalls(0),
+            syscalls(3)
         );
     }
     let tiercel: Vec<&Row> = rows.iter().filter(|r| r.system.starts_with("tiercel")).collect();

@@ -187,6 +187,8 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_and_a_tokio_echo_beside_tie
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("Peers: tiercel") && text.contains("tiercel's ratios to each peer"), "{text}");
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let perf =
+        Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success()) && tiercel_bench::is_root();
     assert_eq!(
         names(&report["peers"], "system"),
         ["tiercel udp", "tiercel tcp", "raw udp echo", "tarpc", "tonic", "tokio echo"]
@@ -202,6 +204,13 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_and_a_tokio_echo_beside_tie
             assert!(l["calls_per_second"].as_f64().unwrap() > 0.0, "{row}");
             // Both processes spend CPU on calls (in 10 ms ticks, so some time per call, not zero).
             assert!(l["client_cpu_us"].as_f64().unwrap() > 0.0 && l["server_cpu_us"].as_f64().unwrap() > 0.0, "{row}");
+            // Every call is at least a send and a receive on each side: where perf can count
+            // (installed, as root), every row has its system calls per call.
+            if perf {
+                for side in ["client_syscalls", "server_syscalls"] {
+                    assert!(l[side].as_f64().is_some_and(|n| n >= 1.0), "{side} in {row}");
+                }
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
