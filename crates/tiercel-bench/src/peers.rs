@@ -21,7 +21,7 @@ use crate::progress::outln;
 use crate::raw::PingPong;
 use crate::seeds::TestClient;
 use crate::summary::Summary;
-use crate::syscalls::Counter;
+use crate::syscalls::{Counter, Probes};
 
 /// Callers of the throughput rows.
 pub const CALLERS: [u32; 4] = [1, 2, 4, 8];
@@ -52,6 +52,10 @@ pub struct Load {
     pub client_syscalls: Option<f64>,
     /// System calls of the server process per call.
     pub server_syscalls: Option<f64>,
+    /// Heap allocations (allocator calls) of the client process per call.
+    pub client_allocations: Option<f64>,
+    /// Heap allocations of the server process per call.
+    pub server_allocations: Option<f64>,
 }
 
 /// Options of the `peer-serve` helper role.
@@ -79,6 +83,8 @@ pub fn serve(args: ServeArgs) -> crate::Result<()> {
 /// long each throughput row runs.
 pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration) -> crate::Result<Vec<Row>> {
     let mut rows = Vec::new();
+    // The allocator uprobes, added for the run and removed when it ends.
+    let probes = Probes::add();
     let cpu_arg = server_cpu.to_string();
     let serve: Vec<String> = ["serve", "--addr", "udp://127.0.0.1:0", "--cpus", &cpu_arg, "--no-shared-memory"]
         .iter()
@@ -88,10 +94,10 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration) -
     let addr = addr.strip_prefix("udp://").unwrap_or(&addr).to_string();
     for (system, scheme) in [("tiercel udp", "udp://"), ("tiercel tcp", "tcp://")] {
         let client: TestClient = crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())?;
-        rows.push(tiercel_row(system, &client, server.0.id(), client_cpu, calls, time)?);
+        rows.push(tiercel_row(system, &client, server.0.id(), client_cpu, calls, time, &probes)?);
     }
     drop(server);
-    rows.push(raw_udp_row(server_cpu, client_cpu, calls, time)?);
+    rows.push(raw_udp_row(server_cpu, client_cpu, calls, time, &probes)?);
     // The peers' clients run on tokio's default runtime, its workers pinned with this thread.
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     for peer in Peer::ALL {
@@ -100,7 +106,7 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration) -
         let (server, addr) = spawn(&args)?;
         let addr: std::net::SocketAddr = addr.parse().map_err(|e| format!("peer address {addr:?}: {e}"))?;
         let client = rt.block_on(Client::connect(peer, addr)).map_err(|e| e.to_string())?;
-        rows.push(peer_row(peer, &rt, &client, server.0.id(), calls, time)?);
+        rows.push(peer_row(peer, &rt, &client, server.0.id(), calls, time, &probes)?);
     }
     Ok(rows)
 }
@@ -115,40 +121,54 @@ fn cpu_now(server: u32) -> (Duration, Duration) {
 /// Counts the calls in `done` for `time`, with the CPU time of both processes meanwhile; then, where
 /// perf can count them, the system calls of both processes per call in a second window as long (a
 /// counted system call costs more, so the first window's figures are left untouched by it).
-fn window(server: u32, done: &AtomicU64, time: Duration, callers: u32) -> Load {
+fn window(server: u32, done: &AtomicU64, time: Duration, callers: u32, probes: &Probes) -> Load {
     let (before, n0, start) = (cpu_now(server), done.load(Ordering::Relaxed), Instant::now());
     std::thread::sleep(time);
     let (after, n1, elapsed) = (cpu_now(server), done.load(Ordering::Relaxed), start.elapsed());
     let calls = (n1 - n0).max(1) as f64;
     let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls;
-    let (client_syscalls, server_syscalls) = count_syscalls(server, done, time);
+    let [client, server] = count(server, done, time, probes);
     Load {
         callers,
         calls_per_second: (n1 - n0) as f64 / elapsed.as_secs_f64(),
         client_cpu_us: per_call(after.0.saturating_sub(before.0)),
         server_cpu_us: per_call(after.1.saturating_sub(before.1)),
-        client_syscalls,
-        server_syscalls,
+        client_syscalls: client.map(|c| c.syscalls),
+        server_syscalls: server.map(|c| c.syscalls),
+        client_allocations: client.and_then(|c| c.allocations),
+        server_allocations: server.and_then(|c| c.allocations),
     }
 }
 
-/// System calls per call of this process and of `server` while the calls in `done` go on for `time`.
-fn count_syscalls(server: u32, done: &AtomicU64, time: Duration) -> (Option<f64>, Option<f64>) {
-    let mut counters = [Counter::attach(std::process::id()), Counter::attach(server)];
+/// System calls and allocations per call that perf counts in this process and in `server` while the
+/// calls in `done` go on for `time`.
+fn count(server: u32, done: &AtomicU64, time: Duration, probes: &Probes) -> [Option<PerCall>; 2] {
+    let mut counters = [Counter::attach(std::process::id(), probes), Counter::attach(server, probes)];
     for c in &mut counters {
         if c.as_mut().is_some_and(|c| !c.enable()) {
             *c = None;
         }
     }
     if counters.iter().all(Option::is_none) {
-        return (None, None);
+        return [None, None];
     }
     let n0 = done.load(Ordering::Relaxed);
     std::thread::sleep(time);
     let n1 = done.load(Ordering::Relaxed);
-    let [client, server] = counters.map(|c| c.and_then(Counter::finish));
     let calls = (n1 - n0).max(1) as f64;
-    (client.map(|n| n as f64 / calls), server.map(|n| n as f64 / calls))
+    counters.map(|c| {
+        c.and_then(Counter::finish).map(|c| PerCall {
+            syscalls: c.syscalls as f64 / calls,
+            allocations: c.allocations.map(|n| n as f64 / calls),
+        })
+    })
+}
+
+/// A process's system calls and allocations per call.
+#[derive(Clone, Copy)]
+struct PerCall {
+    syscalls: f64,
+    allocations: Option<f64>,
 }
 
 fn tiercel_row(
@@ -158,6 +178,7 @@ fn tiercel_row(
     client_cpu: usize,
     calls: u32,
     time: Duration,
+    probes: &Probes,
 ) -> crate::Result<Row> {
     let (mut null, mut max) = (Summary::new(), Summary::new());
     let mut out = vec![0u8; MAX_RESULT as usize];
@@ -174,7 +195,9 @@ fn tiercel_row(
     }
     let mut rows = Vec::new();
     for callers in CALLERS {
-        rows.push(crate::asynch::callers(client, callers, client_cpu, |done| window(server, done, time, callers))?);
+        rows.push(crate::asynch::callers(client, callers, client_cpu, |done| {
+            window(server, done, time, callers, probes)
+        })?);
     }
     Ok(Row {
         system: system.to_string(),
@@ -191,7 +214,13 @@ fn tiercel_row(
 /// tiercel's sizes (its 56-byte header; MaxResult's 4-byte argument and 1440 bytes back), and callers
 /// with a connected socket each on the caller's CPU. One caller spins, as tiercel's does; several
 /// block in `poll` between their round trips, as tiercel's callers do once they share a CPU.
-fn raw_udp_row(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration) -> crate::Result<Row> {
+fn raw_udp_row(
+    server_cpu: usize,
+    client_cpu: usize,
+    calls: u32,
+    time: Duration,
+    probes: &Probes,
+) -> crate::Result<Row> {
     let cpu_arg = server_cpu.to_string();
     let args: Vec<String> = ["raw-echo", "--cpu", &cpu_arg, "--spin"].iter().map(|s| s.to_string()).collect();
     let (server, addr) = spawn(&args)?;
@@ -238,7 +267,7 @@ fn raw_udp_row(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration)
             })
             .collect();
         std::thread::sleep(Duration::from_millis(50));
-        load.push(window(server.0.id(), &done, time, callers));
+        load.push(window(server.0.id(), &done, time, callers, probes));
         stop.store(true, Ordering::Relaxed);
         for h in handles {
             h.join().map_err(|_| "a raw UDP caller panicked".to_string())??;
@@ -261,6 +290,7 @@ fn peer_row(
     server: u32,
     calls: u32,
     time: Duration,
+    probes: &Probes,
 ) -> crate::Result<Row> {
     let failed = |e: tiercel_peers::Error| crate::Error::from(format!("{}: {e}", peer.name()));
     let (null, max) = rt
@@ -303,7 +333,7 @@ fn peer_row(
             })
             .map_err(failed)?;
         std::thread::sleep(Duration::from_millis(50));
-        let measured = window(server, &done, time, callers);
+        let measured = window(server, &done, time, callers, probes);
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             rt.block_on(t).map_err(|e| format!("{}: a caller task failed: {e}", peer.name()))?.map_err(failed)?;
@@ -341,7 +371,7 @@ pub fn print(rows: &[Row], calls: u32, time: Duration) {
     );
     outln!(
         "{:>12} | {:>7} {:>7} | {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} | cpu µs/call at 1 and 8 callers (client+server) \
-         | syscalls/call at 1 and 8",
+         | syscalls/call at 1 and 8 | allocations/call at 1 and 8",
         "system",
         "Null",
         "p99",
@@ -358,13 +388,16 @@ pub fn print(rows: &[Row], calls: u32, time: Duration) {
         let split = |i: usize| r.load.get(i).map_or((f64::NAN, f64::NAN), |l| (l.client_cpu_us, l.server_cpu_us));
         let (c1, s1) = split(0);
         let (c8, s8) = split(3);
-        let syscalls = |i: usize| match r.load.get(i).map(|l| (l.client_syscalls, l.server_syscalls)) {
-            Some((Some(c), Some(s))) => format!("{:.1}+{:.1}", c, s),
+        let pair = |c: Option<f64>, s: Option<f64>| match (c, s) {
+            (Some(c), Some(s)) => format!("{c:.1}+{s:.1}"),
             _ => "n/a".to_string(),
         };
+        let syscalls = |i: usize| r.load.get(i).map_or("n/a".into(), |l| pair(l.client_syscalls, l.server_syscalls));
+        let allocations =
+            |i: usize| r.load.get(i).map_or("n/a".into(), |l| pair(l.client_allocations, l.server_allocations));
         outln!(
             "{:>12} | {:>7.2} {:>7.2} | {:>7.2} {:>7.2} | {:>9.0} {:>9.0} {:>9.0} {:>9.0} | {:.1} ({:.1}+{:.1}), {:.1} ({:.1}+{:.1}) \
-             | {}, {}",
+             | {}, {} | {}, {}",
             r.system,
             r.null_median_us,
             r.null_p99_us,
@@ -381,7 +414,9 @@ pub fn print(rows: &[Row], calls: u32, time: Duration) {
             c8,
             s8,
             syscalls(0),
-            syscalls(3)
+            syscalls(3),
+            allocations(0),
+            allocations(3)
         );
     }
     let tiercel: Vec<&Row> = rows.iter().filter(|r| r.system.starts_with("tiercel")).collect();

@@ -210,6 +210,14 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_and_a_tokio_echo_beside_tie
                 for side in ["client_syscalls", "server_syscalls"] {
                     assert!(l[side].as_f64().is_some_and(|n| n >= 1.0), "{side} in {row}");
                 }
+                // Allocations are counted too (uprobes on the C library's allocator): tiercel's
+                // server makes none per call, tarpc's some.
+                let server_allocations = l["server_allocations"].as_f64().unwrap();
+                match row["system"].as_str().unwrap() {
+                    "tiercel udp" | "tiercel tcp" => assert!(server_allocations < 0.1, "{row}"),
+                    "tarpc" => assert!(server_allocations >= 1.0, "{row}"),
+                    _ => {}
+                }
             }
         }
     }
