@@ -206,7 +206,7 @@ impl ClientCall {
         };
         self.outcome = None;
         self.phase = Phase::Sending;
-        self.blast = Blast::new(count, self.timing.window);
+        self.blast = Blast::new(count, self.timing.window_for(self.frag_payload));
         self.window_sent_at = None;
         self.queue_new(now);
     }
@@ -373,7 +373,7 @@ impl ClientCall {
                     self.finish(Outcome::Failed(Failure::Rejected(Status::Busy)));
                     return Handled::Complete;
                 }
-                self.blast = Blast::new(self.blast.count(), self.timing.window);
+                self.blast = Blast::new(self.blast.count(), self.timing.window_for(self.frag_payload));
                 self.blast.take_new();
                 self.retransmitted = true;
                 self.rto = (self.rto * 2).min(self.timing.retransmit_max);
@@ -449,7 +449,7 @@ impl ClientCall {
             Ok(Inserted::New) => {
                 self.rto = base_rto;
                 self.timer = Some(now + self.rto);
-                if r.wants_ack(self.timing.window) || packet.flags() & flags::PLEASE_ACK != 0 {
+                if r.wants_ack(self.timing.window_for(self.frag_payload)) || packet.flags() & flags::PLEASE_ACK != 0 {
                     let ack = r.take_ack();
                     self.transmits.push(Transmit::Ack { ack, resend: false });
                 }

@@ -339,6 +339,11 @@ impl Reassembly {
         self.received == self.count
     }
 
+    /// Payload bytes of each fragment but the last.
+    pub fn frag_payload(&self) -> usize {
+        self.frag_payload
+    }
+
     /// Fragments received since the last call to [`Reassembly::take_ack`].
     pub fn since_ack(&self) -> u16 {
         self.since_ack

@@ -303,7 +303,7 @@ impl Slot {
                         CallAction::ExecuteMessage(r.into_message())
                     }
                     Ok(inserted) => {
-                        if please_ack || r.wants_ack(timing.window) {
+                        if please_ack || r.wants_ack(timing.window_for(r.frag_payload())) {
                             CallAction::Ack(r.take_ack())
                         } else if inserted == Inserted::Duplicate {
                             CallAction::Drop(DropReason::Duplicate)
@@ -327,7 +327,7 @@ impl Slot {
             return;
         }
         let count = fragment_count(result_len, frag_payload).unwrap_or(u16::MAX);
-        let mut blast = Blast::new(count, timing.window);
+        let mut blast = Blast::new(count, timing.window_for(frag_payload));
         self.queue(blast.take_new());
         self.state = State::Done(blast);
     }

@@ -15,7 +15,10 @@ pub struct Timing {
     pub probe_interval: Duration,
     /// A call fails as unreachable when nothing has been heard from the server for this long.
     pub dead_after: Duration,
-    /// Fragments in flight beyond the acknowledged prefix of a multi-packet message (at most 64).
+    /// Fragments in flight beyond the acknowledged prefix of a multi-packet message whose fragments
+    /// are the largest (datagrams of 65,507 bytes, as over loopback). Smaller fragments get as many
+    /// more as keep the bytes in flight the same, up to 64, the most an acknowledgement's mask covers
+    /// (datagrams of a 1,500-byte MTU: 64): [`Timing::window_for`].
     pub window: u16,
     /// Largest call or result message, in bytes ([`MAX_MESSAGE`] by default).
     pub max_message: usize,
@@ -39,7 +42,46 @@ impl Default for Timing {
     }
 }
 
+/// Payload of the largest fragment: a 65,507-byte datagram less the header.
+const LARGEST_FRAGMENT: usize = 65_507 - crate::wire::HEADER_LEN;
+
+impl Timing {
+    /// The window of a message cut into fragments of `frag_payload` bytes: [`Timing::window`] scaled
+    /// from the largest fragments to these, never below it, at most
+    /// [`crate::fragment::MAX_WINDOW`].
+    pub fn window_for(&self, frag_payload: usize) -> u16 {
+        let max = crate::fragment::MAX_WINDOW;
+        let window = self.window.clamp(1, max);
+        let scaled = usize::from(window).saturating_mul(LARGEST_FRAGMENT) / frag_payload.max(1);
+        scaled.clamp(usize::from(window), usize::from(max)) as u16
+    }
+}
+
 /// Whether sequence number `a` comes after `b`, with wrap-around (serial number arithmetic).
 pub fn seq_after(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smaller_fragments_get_a_wider_window_up_to_what_an_ack_covers() {
+        let t = Timing::default();
+        // Loopback's largest fragments: the configured window.
+        assert_eq!(t.window_for(LARGEST_FRAGMENT), 32);
+        // A 1,500-byte MTU's fragments: the ack mask's limit.
+        assert_eq!(t.window_for(1_416), 64);
+        // In between: scaled, so that about the same bytes are in flight.
+        assert_eq!(t.window_for(LARGEST_FRAGMENT / 2 + 1), 63);
+        assert_eq!(t.window_for(40_000), 52);
+        // Never below the configured window, never above the mask, whatever is configured.
+        let narrow = Timing { window: 1, ..t };
+        assert_eq!(narrow.window_for(LARGEST_FRAGMENT), 1);
+        assert_eq!(narrow.window_for(1_416), 46);
+        let wide = Timing { window: 500, ..t };
+        assert_eq!(wide.window_for(LARGEST_FRAGMENT), 64);
+        assert_eq!(Timing { window: 0, ..t }.window_for(0), 64);
+    }
 }
