@@ -38,6 +38,39 @@ pub(crate) const MAX_RUN: usize = udp::MAX_SEGMENTS;
 /// Most parts of one segmented send: the kernel's `UIO_MAXIOV`.
 const MAX_RUN_PARTS: usize = 1024;
 
+/// Fragments waiting to go out together in one [`send_run`]. Its buffer is set up only when the
+/// first is queued, so a flush of single-packet messages (every Null call's) costs nothing.
+pub(crate) struct RunQueue<T> {
+    items: Option<[T; MAX_RUN]>,
+    len: usize,
+}
+
+impl<T: Copy + Default> RunQueue<T> {
+    pub(crate) fn new() -> RunQueue<T> {
+        RunQueue { items: None, len: 0 }
+    }
+
+    /// Queues `item` (at most [`MAX_RUN`]: the caller sends a full run first); returns how many
+    /// are queued.
+    pub(crate) fn push(&mut self, item: T) -> usize {
+        debug_assert!(self.len < MAX_RUN, "a full run is sent before another fragment is queued");
+        let items = self.items.get_or_insert([T::default(); MAX_RUN]);
+        items[self.len.min(MAX_RUN - 1)] = item;
+        self.len = (self.len + 1).min(MAX_RUN);
+        self.len
+    }
+
+    /// The queued items, and the queue emptied.
+    pub(crate) fn take(&mut self) -> &[T] {
+        let len = std::mem::take(&mut self.len);
+        self.items.as_ref().map_or(&[], |items| &items[..len])
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// How many full datagrams of `datagram` bytes (trailer included) one segmented send may carry;
 /// below 2, segmentation is of no use and datagrams go one by one.
 pub(crate) fn run_length(datagram: usize) -> usize {
@@ -104,5 +137,23 @@ mod tests {
         for errno in [9, 22, 101] {
             assert!(!is_loss(&io::Error::from_raw_os_error(errno)), "errno {errno}");
         }
+    }
+
+    #[test]
+    fn a_run_queue_gives_back_what_was_queued_and_starts_again_empty() {
+        let mut run = RunQueue::new();
+        assert!(run.is_empty());
+        assert_eq!(run.take(), &[] as &[u16]);
+        assert_eq!(run.push(7u16), 1);
+        assert_eq!(run.push(9), 2);
+        assert!(!run.is_empty());
+        assert_eq!(run.take(), &[7, 9]);
+        assert!(run.is_empty());
+        for i in 0..MAX_RUN as u16 {
+            assert_eq!(run.push(i), usize::from(i) + 1);
+        }
+        assert_eq!(run.take().len(), MAX_RUN);
+        assert_eq!(run.push(3), 1);
+        assert_eq!(run.take(), &[3]);
     }
 }

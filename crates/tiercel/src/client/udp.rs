@@ -215,25 +215,21 @@ impl UdpEndpoint {
         }
         // Fragments of a multi-packet call wait here to go out together (one segmented send), until
         // the run is full, its last fragment is the message's short one, or another packet is due.
-        let mut run = [(0u16, false); transmit::MAX_RUN];
-        let mut queued = 0;
+        let mut run = transmit::RunQueue::new();
         let run_length = if len > self.frag_payload { self.run_length } else { 0 };
         while let Some(t) = self.call.poll_transmit() {
             if let Transmit::CallFragment { index, please_ack } = t {
                 if run_length >= 2 {
-                    run[queued] = (index, please_ack);
-                    queued += 1;
+                    let queued = run.push((index, please_ack));
                     let short = fragment_range(index, len, self.frag_payload).len() < self.frag_payload;
                     if queued == run_length || short {
-                        self.send_fragments(&run[..queued], segs, len)?;
-                        queued = 0;
+                        self.send_fragments(run.take(), segs, len)?;
                     }
                     continue;
                 }
             }
-            if queued > 0 {
-                self.send_fragments(&run[..queued], segs, len)?;
-                queued = 0;
+            if !run.is_empty() {
+                self.send_fragments(run.take(), segs, len)?;
             }
             let sent = match t {
                 Transmit::CallFragment { index: _, please_ack } if len <= self.frag_payload => {
@@ -268,8 +264,8 @@ impl UdpEndpoint {
             };
             sent_or_lost(sent)?;
         }
-        if queued > 0 {
-            self.send_fragments(&run[..queued], segs, len)?;
+        if !run.is_empty() {
+            self.send_fragments(run.take(), segs, len)?;
         }
         Ok(())
     }

@@ -528,17 +528,13 @@ fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot) {
     let full = binding.frag_payload();
     let segment = HEADER_LEN + full + if checksum { CHECKSUM_LEN } else { 0 };
     let run_length = if shared.segmenting.load(Ordering::Relaxed) { transmit::run_length(segment) } else { 0 };
-    let mut run = [0u16; transmit::MAX_RUN];
-    let mut queued = 0;
+    let mut run = transmit::RunQueue::new();
     while let Some(index) = cell.poll_fragment() {
         if run_length >= 2 {
             if let Fragment::Parts(_, body) = cell.fragment(binding, index) {
                 let short = body.len() < full;
-                run[queued] = index;
-                queued += 1;
-                if queued == run_length || short {
-                    send_run(shared, binding, cell, peer, &run[..queued], segment);
-                    queued = 0;
+                if run.push(index) == run_length || short {
+                    send_run(shared, binding, cell, peer, run.take(), segment);
                 }
                 continue;
             }
@@ -546,8 +542,8 @@ fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot) {
         // A failed send is a lost packet: the client's timers ask again.
         let _ = send_fragment(shared, cell.fragment(binding, index), peer, checksum);
     }
-    if queued > 0 {
-        send_run(shared, binding, cell, peer, &run[..queued], segment);
+    if !run.is_empty() {
+        send_run(shared, binding, cell, peer, run.take(), segment);
     }
 }
 
