@@ -216,11 +216,9 @@ pub fn run(args: Args) -> crate::Result<()> {
         crate::progress::step();
         crate::traced::print(&report.tracing, calls);
     }
-    let udp_null = latency.iter().find(|(m, spin, _)| *m == Medium::Udp && *spin);
-    if let Some(null) = udp_null.and_then(|(_, _, rows)| rows.iter().find(|r| r.name == "Null")) {
+    if latency.iter().any(|(m, spin, _)| *m == Medium::Udp && *spin) {
         crate::progress::doing("workers");
-        report.workers =
-            crate::workers::table(args.server_cpu, args.client_cpu, calls, rounds, &null.raw, budget.async_row)?;
+        report.workers = crate::workers::table(args.server_cpu, args.client_cpu, calls, rounds, budget.async_row)?;
         crate::workers::print(&report.workers, calls, rounds, budget.async_row);
     }
     crate::progress::step();

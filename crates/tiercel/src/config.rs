@@ -15,8 +15,9 @@ pub enum Spin {
     Never,
     /// Spin this long, then block.
     Fixed(Duration),
-    /// Spin about twice the recent round-trip time (a moving average), at most `max`; block at once
-    /// while round trips take longer than `max`.
+    /// Spin twice the recent round-trip time (a moving average) plus 50 µs, about what a wake-up
+    /// from blocking costs on a VM, at most `max`; block at once while round trips take longer than
+    /// `max`.
     Adaptive {
         /// Longest spin.
         max: Duration,
@@ -162,8 +163,8 @@ pub struct ServerConfig {
     /// A shared secret every client must prove before it gets a binding (see `docs/security.md`).
     /// Without one, any client that can reach the server may bind. Default: none.
     pub secret: Option<crate::Secret>,
-    /// Whether a shared-memory binding's thread adapts its spin to the gaps between calls (about twice
-    /// the recent gap, at most `spin`; no spin at all while gaps are longer than `spin`), or spins
+    /// Whether a shared-memory binding's thread adapts its spin to the gaps between calls (twice the
+    /// recent gap plus 50 µs, at most `spin`; no spin at all while gaps are longer than `spin`), or spins
     /// `spin` after every call. Default: adaptive.
     pub adaptive_spin: bool,
     /// Also offer shared-memory bindings to clients on this host (through an abstract UNIX socket

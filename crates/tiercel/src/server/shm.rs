@@ -757,8 +757,8 @@ impl<'a> Worker<'a> {
         let team = self.team;
         let shared = &*team.shared;
         let (doorbell, sleeping) = (self.word(header::DOORBELL), self.word(header::SERVER_SLEEPING));
-        // Spin after each call for about twice the recent gap between a result and the next call
-        // (at most `spin`), or always `spin` when adaptation is off; then sleep on the doorbell.
+        // Spin after each call for twice the recent gap between a result and the next call plus
+        // 50 µs (at most `spin`), or always `spin` when adaptation is off; then sleep on the doorbell.
         let policy = if shared.config.adaptive_spin {
             crate::Spin::Adaptive { max: shared.config.spin }
         } else {
