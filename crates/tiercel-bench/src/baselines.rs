@@ -43,7 +43,8 @@ fn timed(time: Duration, batch: u32, mut f: impl FnMut() -> crate::Result<()>) -
     Ok(s)
 }
 
-fn udp_addr(addr: &str) -> crate::Result<SocketAddr> {
+/// The socket address of an echo helper's `udp://` or `tcp://` address.
+pub(crate) fn udp_addr(addr: &str) -> crate::Result<SocketAddr> {
     addr.strip_prefix("udp://")
         .or_else(|| addr.strip_prefix("tcp://"))
         .and_then(|a| a.parse().ok())

@@ -221,13 +221,7 @@ fn raw_udp_row(
     time: Duration,
     probes: &Probes,
 ) -> crate::Result<Row> {
-    let cpu_arg = server_cpu.to_string();
-    let args: Vec<String> = ["raw-echo", "--cpu", &cpu_arg, "--spin"].iter().map(|s| s.to_string()).collect();
-    let (server, addr) = spawn(&args)?;
-    let addr: std::net::SocketAddr = addr
-        .strip_prefix("udp://")
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| crate::Error::from(format!("raw echo address {addr:?}")))?;
+    let (server, addr) = crate::raw::spinning_echo(server_cpu)?;
     const HEADER: usize = tiercel_proto::wire::HEADER_LEN;
     let mut null = PingPong::new(addr, HEADER, HEADER, true)?;
     let mut max = PingPong::new(addr, HEADER + 4, HEADER + MAX_RESULT as usize, true)?;

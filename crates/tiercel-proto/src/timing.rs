@@ -43,7 +43,7 @@ impl Default for Timing {
 }
 
 /// Payload of the largest fragment: a 65,507-byte datagram less the header.
-const LARGEST_FRAGMENT: usize = 65_507 - crate::wire::HEADER_LEN;
+const LARGEST_FRAGMENT: usize = crate::wire::MAX_UDP_PAYLOAD - crate::wire::HEADER_LEN;
 
 impl Timing {
     /// The window of a message cut into fragments of `frag_payload` bytes: [`Timing::window`] scaled

@@ -117,6 +117,9 @@ pub mod flags {
 /// Length of the checksum trailer of a packet with [`flags::CHECKSUM`].
 pub const CHECKSUM_LEN: usize = 4;
 
+/// Largest payload of a UDP datagram over IPv4.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
 /// CRC32C of the concatenation of `parts` (hardware-accelerated where the CPU has it).
 pub fn checksum<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u32 {
     parts.into_iter().fold(0, crc32c::crc32c_append)

@@ -4,6 +4,8 @@ use std::io::{self, IoSlice};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
+// Level and types of the control messages of UDP segmentation offload.
+use libc::{SOL_UDP, UDP_GRO, UDP_SEGMENT};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::net::{recv, recvfrom, sendmsg, sendmsg_addr, RecvFlags, SendAncillaryBuffer, SendFlags};
 
@@ -193,13 +195,8 @@ pub const MAX_SEGMENTS: usize = 64;
 /// Largest total of one [`send_segments`]: what one IPv4 datagram could carry, less its headers.
 pub const MAX_SEGMENTED: usize = 65_507;
 
-/// Level and type of the control messages of UDP segmentation offload (`SOL_UDP`, `UDP_SEGMENT`,
-/// `UDP_GRO`).
-const SOL_UDP: i32 = 17;
-const UDP_SEGMENT: i32 = 103;
-const UDP_GRO: i32 = 104;
 /// Bytes of a control message header (`struct cmsghdr`: a `usize` length, a level and a type).
-const CMSG_HEADER: usize = std::mem::size_of::<usize>() + 8;
+const CMSG_HEADER: usize = std::mem::size_of::<libc::cmsghdr>();
 /// Room for one control message of `data` bytes (`CMSG_SPACE`).
 const fn cmsg_space(data: usize) -> usize {
     let align = std::mem::size_of::<usize>();
@@ -241,11 +238,7 @@ pub fn send_segments(
 /// Whether a [`send_segments`] error says that segmentation offload cannot be used here (rather than
 /// a lost datagram or a real failure).
 pub fn is_segmentation_refused(e: &io::Error) -> bool {
-    const EIO: i32 = 5;
-    const EINVAL: i32 = 22;
-    const ENOPROTOOPT: i32 = 92;
-    const EOPNOTSUPP: i32 = 95;
-    matches!(e.raw_os_error(), Some(EIO | EINVAL | ENOPROTOOPT | EOPNOTSUPP))
+    matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP))
 }
 
 /// Asks the kernel to hand this socket runs of same-sized datagrams from one sender as one buffer
@@ -281,7 +274,7 @@ fn gro_segment(control: &[u8]) -> Option<usize> {
         let len = usize::from_ne_bytes(control[at..at + word].try_into().ok()?);
         let level = i32::from_ne_bytes(control[at + word..at + word + 4].try_into().ok()?);
         let kind = i32::from_ne_bytes(control[at + word + 4..at + word + 8].try_into().ok()?);
-        if len < CMSG_HEADER || at + len > control.len() {
+        if len < CMSG_HEADER || len > control.len() - at {
             return None;
         }
         if level == SOL_UDP && kind == UDP_GRO && len >= CMSG_HEADER + 2 {

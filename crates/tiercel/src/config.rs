@@ -96,8 +96,7 @@ impl Default for ClientConfig {
     }
 }
 
-/// Largest payload of a UDP datagram over IPv4.
-pub const MAX_UDP_PAYLOAD: usize = 65_507;
+pub use tiercel_proto::wire::MAX_UDP_PAYLOAD;
 
 /// The default largest call or result message (`Timing::max_message`): 16 MiB of data, and 4 KiB
 /// more for the marshaling around it, so that a 16 MiB buffer goes whole.
