@@ -8,7 +8,9 @@ pub use tiercel_proto::Timing;
 ///
 /// On a virtual machine a blocked thread can take ~90 µs to wake while a spinning one answers in a
 /// fraction of a microsecond, so spinning for about the expected wait wins whenever the wait is short
-/// (Thekkath & Levy §3.1.2). Spinning burns the core it runs on.
+/// (Thekkath & Levy §3.1.2). Spinning burns the core it runs on. While more than one calling thread
+/// of the process spins, each yields the CPU (`sched_yield`) between its looks at the result, so
+/// that callers sharing a CPU take turns sending their calls instead of spinning out their time slices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Spin {
     /// Block at once.

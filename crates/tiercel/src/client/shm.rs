@@ -26,7 +26,7 @@ use crate::config::ClientConfig;
 use crate::interface::InterfaceInfo;
 use crate::rendezvous;
 use crate::retention::{self, Retention};
-use crate::spin::SpinBudget;
+use crate::spin::{SpinBudget, SPINNERS};
 use crate::steps::{self, mark, Point};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{BindError, CallError};
@@ -348,15 +348,23 @@ impl ShmEndpoint {
     pub(super) fn spin_for_result(&self, link: &Link, start: u64) -> bool {
         let state = self.slot_word(link, slot::STATE);
         let spin = clock::ticks_in(self.spin.budget());
-        // Look at the clock only every 64 checks: the result is noticed within a load, not a clock read.
+        let spinner = SPINNERS.start();
+        // Look at the clock only every 64 checks: the result is noticed within a load, not a clock
+        // read. Another caller of the process spinning too gets the CPU there (see `Spinners`).
         let mut checks = 0u32;
         loop {
             if proto::client_done(state) {
                 return true;
             }
             checks = checks.wrapping_add(1);
-            if checks.is_multiple_of(64) && clock::ticks().saturating_sub(start) >= spin {
-                return false;
+            if checks.is_multiple_of(64) {
+                if clock::ticks().saturating_sub(start) >= spin {
+                    return false;
+                }
+                if spinner.crowded() {
+                    std::thread::yield_now();
+                    continue;
+                }
             }
             core::hint::spin_loop();
         }

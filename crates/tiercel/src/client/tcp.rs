@@ -30,7 +30,7 @@ use super::BindingInner;
 use crate::config::ClientConfig;
 use crate::framed;
 use crate::interface::InterfaceInfo;
-use crate::spin::SpinBudget;
+use crate::spin::{SpinBudget, SPINNERS};
 use crate::steps::{mark, Point};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{BindError, CallError};
@@ -457,6 +457,7 @@ impl TcpEndpoint {
         let deadline = deadline.map(|d| start + d);
         self.send(inner, link, procedure, segs)?;
         let spin_until = start + self.spin.budget();
+        let mut spinner = SPINNERS.start();
         loop {
             let now = Instant::now();
             // Spinning, nobody need wake this thread; about to block, it says how.
@@ -466,9 +467,10 @@ impl TcpEndpoint {
                 Waited::Not(reading) => reading,
             };
             if now < spin_until {
-                core::hint::spin_loop();
+                spinner.pause();
                 continue;
             }
+            spinner.stop();
             let tick = deadline.map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
             crate::steps::slept(crate::steps::Side::Client);
             if reading {

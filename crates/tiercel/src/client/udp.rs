@@ -20,7 +20,7 @@ use tiercel_sys::udp::{self, Received};
 
 use super::BindingInner;
 use crate::retention::Retention;
-use crate::spin::SpinBudget;
+use crate::spin::{SpinBudget, SPINNERS};
 use crate::steps::{mark, Point};
 use crate::transmit;
 use crate::wire::{Segments, MAX_SEGMENTS};
@@ -344,6 +344,7 @@ impl UdpEndpoint {
     /// Spins, then blocks, until the call completes or fails.
     fn wait(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize, start: Instant) -> Result<(), CallError> {
         let spin_until = start + self.spin.budget();
+        let mut spinner = SPINNERS.start();
         loop {
             let now = match self.step(inner, segs, len)? {
                 Step::Done => return Ok(()),
@@ -351,9 +352,10 @@ impl UdpEndpoint {
                 Step::Idle(now) => now,
             };
             if now < spin_until {
-                core::hint::spin_loop();
+                spinner.pause();
                 continue;
             }
+            spinner.stop();
             let timeout = self.call.poll_timeout().map(|t| t.saturating_duration_since(now));
             crate::steps::slept(crate::steps::Side::Client);
             udp::wait_readable(&self.socket, timeout)?;
