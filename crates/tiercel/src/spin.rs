@@ -14,9 +14,9 @@ pub(crate) static SPINNERS: Spinners = Spinners { n: AtomicUsize::new(0) };
 /// caller spinning through its time slice keeps the others from sending their calls, and eight
 /// callers pinned to one CPU made no more calls over UDP than one. So while another caller of the
 /// process spins too, a spinning caller yields the CPU (`sched_yield`) between its looks at the
-/// result instead of only hinting it: the callers take turns, each sends its call while the others
-/// wait, and the server finds several calls queued. With more CPUs than spinners the yield finds
-/// nothing else to run and returns at once; a caller spinning alone does not yield.
+/// result instead of only hinting it: the callers take turns, and each sends its call while the
+/// others wait. With more CPUs than spinners the yield finds nothing else to run and returns at
+/// once; a caller spinning alone does not yield.
 #[derive(Debug)]
 pub(crate) struct Spinners {
     n: AtomicUsize,
