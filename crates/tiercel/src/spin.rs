@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crate::config::Spin;
 
-/// Synchronous callers of this process spinning for a result now, on any binding.
+/// Callers of this process spinning for a result now, on any binding: synchronous calls, and an async
+/// call through shared memory that spins because it is its binding's only one in flight.
 pub(crate) static SPINNERS: Spinners = Spinners { n: AtomicUsize::new(0) };
 
 /// A count of callers spinning for their results.
