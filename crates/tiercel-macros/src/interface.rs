@@ -546,19 +546,14 @@ fn generate_server(m: &Interface) -> TokenStream {
         let lens = buffers.iter().map(|a| match a.kind {
             ArgKind::Out => {
                 let len = format_ident!("__len_{}", a.name);
-                quote!(#len)
+                quote!(::tiercel::Region::Zeroed(#len))
             }
             _ => {
                 let bytes = format_ident!("__in_{}", a.name);
-                quote!(#bytes.len())
+                quote!(::tiercel::Region::Filled(#bytes))
             }
         });
         let regions: Vec<Ident> = buffers.iter().map(|a| format_ident!("__region_{}", a.name)).collect();
-        let fill = buffers.iter().filter(|a| matches!(a.kind, ArgKind::InOut)).map(|a| {
-            let region = format_ident!("__region_{}", a.name);
-            let bytes = format_ident!("__in_{}", a.name);
-            quote!(#region.copy_from_slice(#bytes);)
-        });
         let call_args = method.args.iter().map(|a| {
             let n = &a.name;
             let region = format_ident!("__region_{}", n);
@@ -574,7 +569,6 @@ fn generate_server(m: &Interface) -> TokenStream {
                 #(#decode)*
                 __r.finish()?;
                 let [#(#regions),*] = __results.regions([#(#lens),*])?;
-                #(#fill)*
                 ::tiercel::__private::mark(::tiercel::__private::Point::ArgsDecoded);
                 let __ret = self.0.#name(#(#call_args),*);
                 ::tiercel::__private::mark(::tiercel::__private::Point::ProcedureDone);

@@ -272,7 +272,8 @@ impl Reassembly {
     }
 
     /// Copies one fragment into place, growing the buffer to reach it (the bytes of fragments not yet
-    /// arrived in between are zeroed, and overwritten when they come).
+    /// arrived in between are zeroed, and overwritten when they come; a fragment arriving in order is
+    /// written once).
     pub fn insert(
         &mut self,
         index: u16,
@@ -312,10 +313,15 @@ impl Reassembly {
             if !reserve(range.end - self.buf.len()) {
                 return Err(ReassemblyError::NoMemory);
             }
-            // Within the capacity reserved at the start: no reallocation, no copy.
-            self.buf.resize(range.end, 0);
+            // Within the capacity reserved at the start: no reallocation, no copy. Fragments are
+            // aligned, so the buffer ends at or before this one's start: only the bytes of fragments
+            // not yet arrived in between are zeroed, and one arriving in order is written once.
+            debug_assert!(range.start >= self.buf.len());
+            self.buf.resize(range.start, 0);
+            self.buf.extend_from_slice(payload);
+        } else {
+            self.buf[range].copy_from_slice(payload);
         }
-        self.buf[range].copy_from_slice(payload);
         self.have[index as usize / 64] |= 1 << (index % 64);
         self.received += 1;
         self.since_ack += 1;

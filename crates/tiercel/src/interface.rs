@@ -119,15 +119,23 @@ impl<'r> Results<'r> {
         self.limit
     }
 
-    /// Reserves `N` zeroed regions of the given lengths for `Out` and `InOut` buffers, which the
-    /// procedure fills in place. Refuses (before allocating) regions larger than the limit.
-    pub fn regions<const N: usize>(&mut self, lens: [usize; N]) -> Result<[&mut [u8]; N], DispatchError> {
+    /// Reserves `N` regions for `Out` and `InOut` buffers, which the procedure fills in place: an
+    /// `Out` buffer's zeroed, an `InOut` buffer's holding the bytes the call brought (written once,
+    /// not zeroed first). Refuses (before allocating) regions larger than the limit.
+    pub fn regions<const N: usize>(&mut self, regions: [Region<'_>; N]) -> Result<[&mut [u8]; N], DispatchError> {
+        let lens = regions.map(|r| r.len());
         let total = lens.iter().try_fold(0usize, |a, &l| a.checked_add(l)).filter(|&t| t <= self.limit);
         let Some(total) = total else {
             return Err(DispatchError::BadArguments(DecodeError::BadLength(lens.iter().map(|&l| l as u64).sum())));
         };
         let start = self.buf.len();
-        self.buf.resize(start + total, 0);
+        self.buf.reserve(total);
+        for region in regions {
+            match region {
+                Region::Zeroed(len) => self.buf.resize(self.buf.len() + len, 0),
+                Region::Filled(bytes) => self.buf.extend_from_slice(bytes),
+            }
+        }
         let mut rest = &mut self.buf[start..];
         Ok(lens.map(|len| {
             let (head, tail) = core::mem::take(&mut rest).split_at_mut(len);
@@ -139,6 +147,24 @@ impl<'r> Results<'r> {
     /// Appends a result value.
     pub fn encode<'de, T: Wire<'de>>(&mut self, value: &T) {
         value.encode(&mut Writer::copying(self.buf));
+    }
+}
+
+/// A region of the results asked for by [`Results::regions`].
+#[derive(Debug, Clone, Copy)]
+pub enum Region<'a> {
+    /// An `Out` buffer of this many bytes, zeroed.
+    Zeroed(usize),
+    /// An `InOut` buffer holding these bytes.
+    Filled(&'a [u8]),
+}
+
+impl Region<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Region::Zeroed(len) => *len,
+            Region::Filled(bytes) => bytes.len(),
+        }
     }
 }
 
@@ -213,11 +239,12 @@ mod tests {
     fn regions_split_the_result_buffer() {
         let mut buf = vec![1u8];
         let mut r = Results::new(&mut buf, 10);
-        assert!(r.regions([8, 3]).is_err());
-        let [a, b] = r.regions([2, 3]).unwrap();
+        assert!(r.regions([Region::Zeroed(8), Region::Filled(&[1, 2, 3])]).is_err());
+        let [a, b, c] = r.regions([Region::Zeroed(2), Region::Filled(&[4, 5]), Region::Zeroed(3)]).unwrap();
         a.copy_from_slice(&[7, 7]);
-        b[2] = 9;
+        b[0] += 1;
+        c[2] = 9;
         r.encode(&5u16);
-        assert_eq!(buf, vec![1, 7, 7, 0, 0, 9, 5, 0]);
+        assert_eq!(buf, vec![1, 7, 7, 5, 5, 0, 0, 9, 5, 0]);
     }
 }
