@@ -127,6 +127,14 @@ pub struct ClientCall {
     window_resent: bool,
 }
 
+/// Where a result packet's payload is.
+enum Payload<'a> {
+    /// In the packet.
+    Here(&'a [u8]),
+    /// This many bytes, received into the place the reassembly gave ([`ClientCall::landing`]).
+    Landed(usize),
+}
+
 impl ClientCall {
     /// A call machine for a binding whose packets carry at most `frag_payload` payload bytes.
     pub fn new(timing: Timing, frag_payload: usize, now: Instant) -> ClientCall {
@@ -330,7 +338,7 @@ impl ClientCall {
             return Handled::Ignored;
         }
         match packet.kind() {
-            Kind::Result => self.on_result(packet, now),
+            Kind::Result => self.on_result(packet, Payload::Here(packet.payload()), now),
             Kind::Ack => {
                 let Some(ack) = AckInfo::parse(packet.payload()) else { return Handled::Ignored };
                 self.last_heard = now;
@@ -426,7 +434,32 @@ impl ClientCall {
         self.timer = Some(now + self.timing.probe_interval);
     }
 
-    fn on_result(&mut self, packet: &Packet<&[u8]>, now: Instant) -> Handled {
+    /// Where the next fragment of a multi-packet result being received goes, for an endpoint that
+    /// reads it straight into place (then [`ClientCall::handle_landed`]): its index and bytes.
+    /// `None` when no such result is being received, or the fragment expected next is not new.
+    pub fn landing(&mut self) -> Option<(u16, &mut [u8])> {
+        if self.phase != Phase::Receiving {
+            return None;
+        }
+        self.reassembly.as_mut().filter(|r| !r.is_complete())?.landing()
+    }
+
+    /// Handles a result fragment whose payload was received into the place [`ClientCall::landing`]
+    /// gave: `packet` is its header alone, checked with [`Packet::check_split`], and already matched
+    /// to the binding, token and incarnation. Anything else (another kind, another fragment) is
+    /// the caller's to handle as a whole datagram with [`ClientCall::handle_packet`].
+    pub fn handle_landed(&mut self, packet: &Packet<&[u8]>, now: Instant) -> Handled {
+        if self.phase != Phase::Receiving
+            || packet.seq() != self.seq
+            || packet.kind() != Kind::Result
+            || packet.frag_count() == 1
+        {
+            return Handled::Ignored;
+        }
+        self.on_result(packet, Payload::Landed(packet.payload_len() as usize), now)
+    }
+
+    fn on_result(&mut self, packet: &Packet<&[u8]>, payload: Payload<'_>, now: Instant) -> Handled {
         self.last_heard = now;
         let count = packet.frag_count();
         if count == 1 {
@@ -444,7 +477,12 @@ impl ClientCall {
         self.phase = Phase::Receiving;
         let base_rto = self.base_rto();
         let Some(r) = self.reassembly.as_mut() else { return Handled::Ignored };
-        match r.insert(packet.frag_index(), count, packet.message_len(), packet.payload()) {
+        let (index, len) = (packet.frag_index(), packet.message_len());
+        let inserted = match payload {
+            Payload::Here(bytes) => r.insert(index, count, len, bytes),
+            Payload::Landed(n) => r.insert_landed(index, count, len, n),
+        };
+        match inserted {
             Err(_) | Ok(Inserted::Duplicate) => Handled::Ignored,
             Ok(Inserted::New) => {
                 self.rto = base_rto;

@@ -208,6 +208,8 @@ pub struct Reassembly {
     received: u16,
     /// Every fragment below this index has arrived.
     prefix: u16,
+    /// One past the highest fragment index that has arrived: the fragment a sender sends next.
+    frontier: u16,
     frag_payload: usize,
     since_ack: u16,
     /// The prefix at which a hole was last reported: one is reported at once, then left to the
@@ -249,6 +251,7 @@ impl Reassembly {
             count,
             received: 0,
             prefix: 0,
+            frontier: 0,
             frag_payload,
             since_ack: 0,
             hole_reported_at: None,
@@ -296,16 +299,7 @@ impl Reassembly {
         payload: &[u8],
         reserve: impl FnOnce(usize) -> bool,
     ) -> Result<Inserted, ReassemblyError> {
-        if count != self.count || message_len as usize != self.len || index >= count {
-            return Err(ReassemblyError::Inconsistent);
-        }
-        let range = fragment_range(index, self.len, self.frag_payload);
-        if payload.len() != range.len() {
-            return Err(ReassemblyError::Inconsistent);
-        }
-        if u32::from(index) > u32::from(self.prefix) + u32::from(MAX_WINDOW) {
-            return Err(ReassemblyError::OutOfWindow);
-        }
+        let range = self.accept(index, count, message_len, payload.len())?;
         if self.has(index) {
             return Ok(Inserted::Duplicate);
         }
@@ -322,9 +316,69 @@ impl Reassembly {
         } else {
             self.buf[range].copy_from_slice(payload);
         }
+        Ok(self.mark(index))
+    }
+
+    /// Where the fragment a sender sends next (the one after the highest that has arrived) goes in
+    /// the buffer, grown (zeroed) to hold it, for a receiver that reads that fragment's payload
+    /// straight into place: its index and bytes. Then [`Reassembly::insert_landed`] if the datagram
+    /// was that fragment. `None` when every fragment up to the last has come (only resent ones
+    /// are awaited), or the next is beyond the window. Not budgeted: for a client's own results.
+    pub fn landing(&mut self) -> Option<(u16, &mut [u8])> {
+        let index = self.frontier;
+        if index >= self.count || u32::from(index) > u32::from(self.prefix) + u32::from(MAX_WINDOW) {
+            return None;
+        }
+        let range = fragment_range(index, self.len, self.frag_payload);
+        if range.end > self.buf.len() {
+            self.buf.resize(range.end, 0);
+        }
+        Some((index, &mut self.buf[range]))
+    }
+
+    /// Records that fragment `index`, of `payload_len` bytes, was received into the place
+    /// [`Reassembly::landing`] gave, checking it as [`Reassembly::insert`] does.
+    pub fn insert_landed(
+        &mut self,
+        index: u16,
+        count: u16,
+        message_len: u32,
+        payload_len: usize,
+    ) -> Result<Inserted, ReassemblyError> {
+        let range = self.accept(index, count, message_len, payload_len)?;
+        if index != self.frontier || range.end > self.buf.len() {
+            return Err(ReassemblyError::Inconsistent);
+        }
+        Ok(self.mark(index))
+    }
+
+    /// Checks a fragment against the message and the window: its place in the buffer.
+    fn accept(
+        &self,
+        index: u16,
+        count: u16,
+        message_len: u32,
+        payload_len: usize,
+    ) -> Result<Range<usize>, ReassemblyError> {
+        if count != self.count || message_len as usize != self.len || index >= count {
+            return Err(ReassemblyError::Inconsistent);
+        }
+        let range = fragment_range(index, self.len, self.frag_payload);
+        if payload_len != range.len() {
+            return Err(ReassemblyError::Inconsistent);
+        }
+        if u32::from(index) > u32::from(self.prefix) + u32::from(MAX_WINDOW) {
+            return Err(ReassemblyError::OutOfWindow);
+        }
+        Ok(range)
+    }
+
+    /// Counts fragment `index` (new, and written in place) as arrived.
+    fn mark(&mut self, index: u16) -> Inserted {
         self.have[index as usize / 64] |= 1 << (index % 64);
         self.received += 1;
         self.since_ack += 1;
+        self.frontier = self.frontier.max(index + 1);
         let before = self.prefix;
         while self.prefix < self.count && self.has(self.prefix) {
             self.prefix += 1;
@@ -337,7 +391,11 @@ impl Reassembly {
             // A resent fragment filled a hole: the sender's window may move on.
             self.urgent = true;
         }
-        Ok(if self.received == self.count { Inserted::Complete } else { Inserted::New })
+        if self.received == self.count {
+            Inserted::Complete
+        } else {
+            Inserted::New
+        }
     }
 
     /// Whether every fragment has arrived.
@@ -439,6 +497,35 @@ mod tests {
             r.insert(i, 3, 250, &msg[fragment_range(i, 250, 100)]).unwrap();
         }
         assert_eq!(r.into_message(), msg);
+    }
+
+    #[test]
+    fn fragments_received_into_place() {
+        let msg: Vec<u8> = (0..250u32).map(|i| (i * 7) as u8).collect();
+        let mut r = Reassembly::new(250, 3, 100, 1000).unwrap();
+        // In order: each lands where the next one goes.
+        let (i, place) = r.landing().unwrap();
+        assert_eq!((i, place.len()), (0, 100));
+        place.copy_from_slice(&msg[..100]);
+        assert_eq!(r.insert_landed(0, 3, 250, 100), Ok(Inserted::New));
+        // A datagram that was not the next fragment (here fragment 2, arriving before 1) is inserted
+        // the usual way; what the landing place held is overwritten when fragment 1 comes.
+        let (i, place) = r.landing().unwrap();
+        assert_eq!(i, 1);
+        place.fill(0xaa);
+        assert_eq!(r.insert_landed(2, 3, 250, 50), Err(ReassemblyError::Inconsistent), "not the landing's fragment");
+        assert_eq!(r.insert(2, 3, 250, &msg[200..]), Ok(Inserted::New));
+        assert!(r.landing().is_none(), "only a resent fragment is awaited");
+        assert_eq!(r.insert(1, 3, 250, &msg[100..200]), Ok(Inserted::Complete));
+        assert_eq!(r.message(), &msg[..]);
+        // Lies are refused as by insert: a wrong length, a duplicate.
+        let mut r = Reassembly::new(250, 3, 100, 1000).unwrap();
+        r.landing().unwrap().1.copy_from_slice(&msg[..100]);
+        assert_eq!(r.insert_landed(0, 3, 250, 99), Err(ReassemblyError::Inconsistent));
+        assert_eq!(r.insert_landed(0, 3, 251, 100), Err(ReassemblyError::Inconsistent));
+        assert_eq!(r.insert_landed(0, 3, 250, 100), Ok(Inserted::New));
+        assert_eq!(r.insert_landed(0, 3, 250, 100), Err(ReassemblyError::Inconsistent), "landed twice");
+        assert_eq!(r.insert(0, 3, 250, &msg[..100]), Ok(Inserted::Duplicate));
     }
 
     #[test]

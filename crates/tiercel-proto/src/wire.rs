@@ -287,6 +287,39 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if b.len() < HEADER_LEN {
             return Err(WireError::Truncated(b.len()));
         }
+        let trailer = self.check_header(b.len() - HEADER_LEN)?;
+        if trailer != 0 {
+            let (body, sum) = b.split_at(b.len() - CHECKSUM_LEN);
+            if checksum([body]).to_le_bytes() != sum {
+                return Err(WireError::BadChecksum);
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates a packet received in two places: this view holds its header alone, `payload` the
+    /// payload received apart from it (into where it belongs), `trailer` what came after the
+    /// payload (the checksum trailer, if any). The accessors cannot panic afterwards;
+    /// [`Packet::payload`] must not be called on the view (it holds no payload).
+    pub fn check_split(&self, payload: &[u8], trailer: &[u8]) -> Result<(), WireError> {
+        let b = self.buffer.as_ref();
+        if b.len() != HEADER_LEN {
+            return Err(WireError::Truncated(b.len()));
+        }
+        let expected = self.check_header(payload.len() + trailer.len())?;
+        if trailer.len() != expected {
+            return Err(WireError::BadLength { claimed: self.payload_len(), actual: payload.len() + trailer.len() });
+        }
+        if expected != 0 && checksum([b, payload]).to_le_bytes() != trailer {
+            return Err(WireError::BadChecksum);
+        }
+        Ok(())
+    }
+
+    /// Checks every header field against a datagram of `body` bytes after the header; returns the
+    /// length of its checksum trailer.
+    fn check_header(&self, body: usize) -> Result<usize, WireError> {
+        let b = self.buffer.as_ref();
         if get_u16(b, field::MAGIC) != MAGIC {
             return Err(WireError::BadMagic);
         }
@@ -310,16 +343,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
         }
         let claimed = self.payload_len();
         let trailer = if self.flags() & flags::CHECKSUM != 0 { CHECKSUM_LEN } else { 0 };
-        if claimed as usize != (b.len() - HEADER_LEN).wrapping_sub(trailer) {
-            return Err(WireError::BadLength { claimed, actual: b.len() - HEADER_LEN });
+        if claimed as usize != body.wrapping_sub(trailer) {
+            return Err(WireError::BadLength { claimed, actual: body });
         }
-        if trailer != 0 {
-            let (body, sum) = b.split_at(b.len() - CHECKSUM_LEN);
-            if checksum([body]).to_le_bytes() != sum {
-                return Err(WireError::BadChecksum);
-            }
-        }
-        Ok(())
+        Ok(trailer)
     }
 
     /// Consumes the view, returning the buffer.
@@ -560,6 +587,29 @@ mod tests {
         let p = Packet::new_checked(&buf[..]).unwrap();
         assert_eq!(p.header(), h);
         assert_eq!(p.payload(), &[1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_packet_received_in_two_places_checks_as_one() {
+        let h = Header { flags: flags::CHECKSUM, payload_len: 4, ..sample() };
+        let (head, payload) = (h.to_bytes(), [1u8, 2, 3, 4]);
+        let sum = checksum([&head[..], &payload[..]]).to_le_bytes();
+        let p = Packet::new_unchecked(&head[..]);
+        assert_eq!(p.check_split(&payload, &sum), Ok(()));
+        assert_eq!(p.check_split(&[1, 2, 3, 5], &sum), Err(WireError::BadChecksum));
+        assert!(matches!(p.check_split(&payload, &sum[..3]), Err(WireError::BadLength { .. })));
+        assert!(matches!(p.check_split(&payload[..3], &sum), Err(WireError::BadLength { .. })));
+        let plain = Header { payload_len: 4, ..sample() }.to_bytes();
+        let p = Packet::new_unchecked(&plain[..]);
+        assert_eq!(p.check_split(&payload, &[]), Ok(()));
+        assert!(matches!(p.check_split(&payload, &[0]), Err(WireError::BadLength { .. })));
+        let mut bad = plain;
+        bad[0] ^= 1;
+        assert_eq!(Packet::new_unchecked(&bad[..]).check_split(&payload, &[]), Err(WireError::BadMagic));
+        assert!(matches!(
+            Packet::new_unchecked(&plain[..10]).check_split(&payload, &[]),
+            Err(WireError::Truncated(10))
+        ));
     }
 
     #[test]

@@ -77,6 +77,8 @@ struct Scenario {
     deadlines: Option<(u64, u64)>,
     /// The chance that a client gives a call up at a random time before its result.
     abandon: f64,
+    /// Result fragments received straight into their place (odd clients).
+    landed: u64,
 }
 
 struct Server {
@@ -403,26 +405,68 @@ impl Scenario {
         if self.clients[k].done {
             return;
         }
+        let now = self.at(self.now);
+        // Odd clients read the payload of the result fragment they expect next straight into its
+        // place, as the UDP endpoint does: anything else (another fragment, another kind, a
+        // corrupted packet) goes the usual way, after its payload was written into the place.
+        if k % 2 == 1 {
+            if let Some(handled) = self.receive_in_place(k, &bytes, now) {
+                if handled == Handled::Complete {
+                    self.complete_call(k, None);
+                }
+                self.client_flush(k);
+                return;
+            }
+        }
         // A corrupted packet fails its checksum (or its header check) and is dropped.
         let Ok(p) = Packet::new_checked(&bytes[..]) else { return };
-        let now = self.at(self.now);
         let handled = self.clients[k].call.handle_packet(&p, now);
         if handled == Handled::Complete {
-            let c = &mut self.clients[k];
-            let outcome = c.call.outcome().expect("complete has an outcome");
-            let r = match outcome {
-                Outcome::Result { status: Status::Ok, reassembled } => {
-                    let got =
-                        if reassembled { c.call.take_message().expect("reassembled") } else { p.payload().to_vec() };
-                    assert_eq!(got, c.expected, "wrong result for call {} of slot {k}", c.seq);
-                    Ok(())
-                }
-                Outcome::Result { status, .. } => panic!("unexpected status {status:?}"),
-                Outcome::Failed(f) => Err(f),
-            };
-            self.finish_call(k, r);
+            self.complete_call(k, Some(p.payload()));
         }
         self.client_flush(k);
+    }
+
+    /// Delivers `bytes` to client `k` as a scattered receive would: header apart, payload into the
+    /// place the reassembly gives, trailer after. `Some` when it was the fragment expected there.
+    fn receive_in_place(&mut self, k: usize, bytes: &[u8], now: Instant) -> Option<Handled> {
+        let call = &mut self.clients[k].call;
+        let (index, place) = call.landing()?;
+        let want = place.len();
+        let n = bytes.len().saturating_sub(HEADER_LEN).min(want);
+        place[..n].copy_from_slice(&bytes[HEADER_LEN.min(bytes.len())..][..n]);
+        if bytes.len() < HEADER_LEN + want {
+            return None;
+        }
+        let p = Packet::new_unchecked(&bytes[..HEADER_LEN]);
+        if p.kind() != Kind::Result || p.frag_index() != index || p.payload_len() as usize != want {
+            return None;
+        }
+        let (_, place) = call.landing()?;
+        p.check_split(place, &bytes[HEADER_LEN + want..]).ok()?;
+        self.landed += 1;
+        Some(self.clients[k].call.handle_landed(&p, now))
+    }
+
+    /// Checks the outcome of client `k`'s call that just completed (`single`: the payload of a
+    /// one-packet result) and moves on.
+    fn complete_call(&mut self, k: usize, single: Option<&[u8]>) {
+        let c = &mut self.clients[k];
+        let outcome = c.call.outcome().expect("complete has an outcome");
+        let r = match outcome {
+            Outcome::Result { status: Status::Ok, reassembled } => {
+                let got = if reassembled {
+                    c.call.take_message().expect("reassembled")
+                } else {
+                    single.expect("a one-packet result arrives whole").to_vec()
+                };
+                assert_eq!(got, c.expected, "wrong result for call {} of slot {k}", c.seq);
+                Ok(())
+            }
+            Outcome::Result { status, .. } => panic!("unexpected status {status:?}"),
+            Outcome::Failed(f) => Err(f),
+        };
+        self.finish_call(k, r);
     }
 
     fn finish_call(&mut self, k: usize, r: Result<(), Failure>) {
@@ -465,6 +509,7 @@ struct Totals {
     corrupted: u64,
     busy: u64,
     challenges: u64,
+    landed: u64,
 }
 
 fn run(seed: u64) -> Totals {
@@ -533,6 +578,7 @@ fn run(seed: u64) -> Totals {
         packets: 0,
         deadlines,
         abandon,
+        landed: 0,
     };
     let mut log = Log { executions: HashMap::new(), by_incarnation: HashMap::new() };
     for k in 0..n_clients {
@@ -626,6 +672,7 @@ fn run(seed: u64) -> Totals {
         corrupted: s.corrupted,
         busy: s.busy,
         challenges: s.challenges,
+        landed: s.landed,
     }
 }
 
@@ -643,16 +690,19 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         t.corrupted += r.corrupted;
         t.busy += r.busy;
         t.challenges += r.challenges;
+        t.landed += r.landed;
     }
     println!(
         "{n} scenarios: {} calls returned, {} failed after a crash, {} missed their deadline, {} given up \
-         by their clients, {} packets sent, {} corrupted, {} calls refused as busy, {} address challenges",
-        t.ok, t.failed, t.late, t.abandoned, t.packets, t.corrupted, t.busy, t.challenges
+         by their clients, {} packets sent, {} corrupted, {} calls refused as busy, {} address challenges, \
+         {} result fragments received in place",
+        t.ok, t.failed, t.late, t.abandoned, t.packets, t.corrupted, t.busy, t.challenges, t.landed
     );
     assert!(t.ok > 0);
     assert!(t.challenges > 0, "every slot proves its address");
     if n >= 100 {
         assert!(t.corrupted > 0 && t.busy > 0, "the scenarios exercise corruption and admission");
         assert!(t.late > 0 && t.abandoned > 0, "the scenarios exercise deadlines and cancellation");
+        assert!(t.landed > 0, "the scenarios exercise results received in place");
     }
 }

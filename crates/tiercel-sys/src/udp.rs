@@ -7,7 +7,9 @@ use std::time::Duration;
 // Level and types of the control messages of UDP segmentation offload.
 use libc::{SOL_UDP, UDP_GRO, UDP_SEGMENT};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
-use rustix::net::{recv, recvfrom, sendmsg, sendmsg_addr, RecvFlags, SendAncillaryBuffer, SendFlags};
+use rustix::net::{
+    recv, recvfrom, recvmsg, sendmsg, sendmsg_addr, RecvAncillaryBuffer, RecvFlags, SendAncillaryBuffer, SendFlags,
+};
 
 /// Socket buffer size asked for, so that a window of fragments fits.
 const SOCKET_BUFFER: usize = 4 << 20;
@@ -87,6 +89,19 @@ fn classify(len: usize, full: usize) -> Received {
 pub fn recv_nowait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
     match recv(socket, &mut *buf, RecvFlags::DONTWAIT | RecvFlags::TRUNC) {
         Ok((_, full)) => Ok(classify(buf.len(), full)),
+        Err(rustix::io::Errno::AGAIN) => Ok(Received::Nothing),
+        Err(rustix::io::Errno::CONNREFUSED) => Ok(Received::Refused),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// As [`recv_nowait`], with the datagram scattered over `parts` in order (a header into one buffer,
+/// a payload straight into where it belongs, the rest into a third): `Datagram(n)` of `n` bytes in
+/// all, `Truncated` when the parts could not hold it.
+pub fn recv_scattered_nowait(socket: &UdpSocket, parts: &mut [io::IoSliceMut<'_>]) -> io::Result<Received> {
+    let room = parts.iter().map(|p| p.len()).sum();
+    match recvmsg(socket, parts, &mut RecvAncillaryBuffer::default(), RecvFlags::DONTWAIT | RecvFlags::TRUNC) {
+        Ok(msg) => Ok(classify(room, msg.bytes)),
         Err(rustix::io::Errno::AGAIN) => Ok(Received::Nothing),
         Err(rustix::io::Errno::CONNREFUSED) => Ok(Received::Refused),
         Err(e) => Err(e.into()),

@@ -6,7 +6,7 @@
 //! endpoint's own socket (spinning, then blocking), so the result arrives at this thread with no
 //! dispatcher and no handoff. Nothing on this path allocates once the endpoint exists.
 
-use std::io::{ErrorKind, IoSlice};
+use std::io::{ErrorKind, IoSlice, IoSliceMut};
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -370,7 +370,14 @@ impl UdpEndpoint {
             let s = udp::recv_segments_nowait(&self.socket, &mut self.rx)?;
             (s.received, s.segment)
         } else {
-            (udp::recv_nowait(&self.socket, &mut self.rx)?, None)
+            match self.receive_in_place(inner)? {
+                InPlace::Handled(done) => {
+                    mark(Point::Arrived);
+                    self.flush(inner, segs, len)?;
+                    return Ok(if done { Step::Done } else { Step::Progress });
+                }
+                InPlace::Whole(received) => (received, None),
+            }
         };
         match received {
             Received::Datagram(n) => {
@@ -404,6 +411,52 @@ impl UdpEndpoint {
         Ok(Step::Idle(now))
     }
 
+    /// Receives a datagram without blocking. While a multi-packet result is arriving, the payload
+    /// goes straight into the place of the fragment expected next in its reassembly (header and
+    /// anything after the payload into the receive buffer), and is handled there if it was that
+    /// fragment: one copy of the bytes, the kernel's. Any other datagram is put back together in
+    /// the receive buffer and handled whole.
+    fn receive_in_place(&mut self, inner: &BindingInner) -> std::io::Result<InPlace> {
+        let Some((index, place)) = self.call.landing() else {
+            return Ok(InPlace::Whole(udp::recv_nowait(&self.socket, &mut self.rx)?));
+        };
+        let want = place.len();
+        let (head, rest) = self.rx.split_at_mut(HEADER_LEN);
+        // The receive buffer holds a whole datagram: its bytes past a payload's room are the tail.
+        let tail = &mut rest[want..];
+        let parts = &mut [IoSliceMut::new(head), IoSliceMut::new(place), IoSliceMut::new(tail)];
+        let received = udp::recv_scattered_nowait(&self.socket, parts)?;
+        let Received::Datagram(n) = received else { return Ok(InPlace::Whole(received)) };
+        let body = n.saturating_sub(HEADER_LEN);
+        let Some((_, place)) = self.call.landing() else { return Ok(InPlace::Whole(received)) };
+        let p = Packet::new_unchecked(&self.rx[..HEADER_LEN]);
+        let expected = n >= HEADER_LEN
+            && body >= want
+            && p.kind() == Kind::Result
+            && p.frag_index() == index
+            && p.payload_len() as usize == want
+            && p.check_split(place, &self.rx[HEADER_LEN + want..n]).is_ok();
+        if !expected {
+            // Not the fragment expected (or not well formed): its bytes back in order, to be
+            // handled (or counted as malformed) like any datagram.
+            let k = body.min(want);
+            self.rx[HEADER_LEN..HEADER_LEN + k].copy_from_slice(&place[..k]);
+            return Ok(InPlace::Whole(received));
+        }
+        if !ours(inner, self.slot, &p) {
+            inner.stats.stale.fetch_add(1, Ordering::Relaxed);
+            return Ok(InPlace::Handled(false));
+        }
+        Ok(InPlace::Handled(match self.call.handle_landed(&p, Instant::now()) {
+            Handled::Complete => true,
+            Handled::Progress => false,
+            Handled::Ignored => {
+                inner.stats.stale.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }))
+    }
+
     /// Handles the received datagram at `at` in the receive buffer; true when the call is over.
     fn on_datagram(&mut self, inner: &BindingInner, at: std::ops::Range<usize>) -> bool {
         let start = at.start;
@@ -411,11 +464,7 @@ impl UdpEndpoint {
             inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
             return false;
         };
-        let ours = p.binding() == inner.id
-            && p.slot() == self.slot
-            && p.token() == inner.token
-            && (p.kind() == Kind::Reject || p.incarnation() == inner.incarnation);
-        if !ours {
+        if !ours(inner, self.slot, &p) {
             inner.stats.stale.fetch_add(1, Ordering::Relaxed);
             return false;
         }
@@ -467,6 +516,22 @@ impl UdpEndpoint {
             None => Err(CallError::Io(std::io::Error::other("call ended without an outcome"))),
         }
     }
+}
+
+/// What [`UdpEndpoint::receive_in_place`] did.
+enum InPlace {
+    /// The result fragment expected arrived in place and was handled: true when the call is over.
+    Handled(bool),
+    /// A datagram (or nothing) to handle whole from the receive buffer.
+    Whole(Received),
+}
+
+/// Whether a checked packet is addressed to this binding's client slot `slot`.
+fn ours(inner: &BindingInner, slot: u32, p: &Packet<&[u8]>) -> bool {
+    p.binding() == inner.id
+        && p.slot() == slot
+        && p.token() == inner.token
+        && (p.kind() == Kind::Reject || p.incarnation() == inner.incarnation)
 }
 
 #[cfg(feature = "async")]
