@@ -1,6 +1,7 @@
 //! Fragment reassembly with whatever a sender claims: lengths and counts that disagree, fragments
-//! out of range, duplicates. It must refuse what breaks its limit before allocating, never panic,
-//! and put each accepted fragment where it belongs.
+//! out of range, duplicates; some received straight into the place the reassembly gives for the
+//! fragment it expects next, whatever fragment they turn out to be. It must refuse what breaks its
+//! limit before allocating, never panic, and put each accepted fragment where it belongs.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -24,6 +25,9 @@ struct Fragment {
     message_len: u32,
     /// Length of the payload; filled with a byte derived from the index.
     len: u16,
+    /// Received into the landing place (as a client's endpoint does), then handled in place if it
+    /// was the fragment expected there, else inserted as usual.
+    landed: bool,
 }
 
 fuzz_target!(|input: Input| {
@@ -33,7 +37,20 @@ fuzz_target!(|input: Input| {
     let mut inserted = vec![false; input.count as usize];
     for f in input.fragments.iter().take(4096) {
         let payload = vec![f.index as u8 ^ 0x5a; f.len as usize];
-        match r.insert(f.index, f.count, f.message_len, &payload) {
+        let mut in_place = false;
+        if f.landed {
+            if let Some((index, place)) = r.landing() {
+                let n = place.len().min(payload.len());
+                place[..n].copy_from_slice(&payload[..n]);
+                in_place = index == f.index && place.len() == payload.len();
+            }
+        }
+        let outcome = if in_place {
+            r.insert_landed(f.index, f.count, f.message_len, payload.len())
+        } else {
+            r.insert(f.index, f.count, f.message_len, &payload)
+        };
+        match outcome {
             Ok(Inserted::Duplicate) => assert!(inserted[f.index as usize]),
             Ok(_) => {
                 assert!(!inserted[f.index as usize]);
