@@ -441,7 +441,7 @@ impl ClientCall {
         if self.phase != Phase::Receiving {
             return None;
         }
-        self.reassembly.as_mut().filter(|r| !r.is_complete())?.landing()
+        self.reassembly.as_mut()?.landing()
     }
 
     /// Handles a result fragment whose payload was received into the place [`ClientCall::landing`]
