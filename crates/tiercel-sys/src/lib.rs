@@ -2,6 +2,8 @@
 //!
 //! * [`udp`]: UDP sockets for the packet-exchange transport: gather sends (`sendmsg`) straight from
 //!   user memory, non-blocking receives for spinning, `poll` for blocking, path MTU, `SO_REUSEPORT`.
+//! * [`mmsg`]: several datagrams per system call (`recvmmsg` into a batch, `sendmmsg`), for a server
+//!   whose calls queue.
 //! * [`shm`]: shared memory between processes: sealed memfd regions, futexes, descriptor passing.
 //! * [`cpu`]: pinning threads to cores, and CPU time used (for the benchmarks).
 //! * [`clock`]: a cheap tick counter for accounting where the time of a call goes.
@@ -18,6 +20,7 @@ pub mod clock;
 pub mod cpu;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
+pub mod mmsg;
 pub mod process;
 pub mod shm;
 pub mod tcp;

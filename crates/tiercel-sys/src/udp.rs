@@ -75,7 +75,7 @@ pub enum Received {
     Refused,
 }
 
-fn classify(len: usize, full: usize) -> Received {
+pub(crate) fn classify(len: usize, full: usize) -> Received {
     if full > len {
         Received::Truncated(full)
     } else {
@@ -213,7 +213,7 @@ pub const MAX_SEGMENTED: usize = 65_507;
 /// Bytes of a control message header (`struct cmsghdr`: a `usize` length, a level and a type).
 const CMSG_HEADER: usize = std::mem::size_of::<libc::cmsghdr>();
 /// Room for one control message of `data` bytes (`CMSG_SPACE`).
-const fn cmsg_space(data: usize) -> usize {
+pub(crate) const fn cmsg_space(data: usize) -> usize {
     let align = std::mem::size_of::<usize>();
     CMSG_HEADER + data.div_ceil(align) * align
 }
@@ -282,7 +282,7 @@ pub fn enable_gro(socket: &UdpSocket) -> bool {
 pub const GRO_BUFFER: usize = 65_536;
 
 /// The segment size a received control area announces (`UDP_GRO`), if any.
-fn gro_segment(control: &[u8]) -> Option<usize> {
+pub(crate) fn gro_segment(control: &[u8]) -> Option<usize> {
     let mut at = 0;
     while control.len() >= at + CMSG_HEADER {
         let word = std::mem::size_of::<usize>();

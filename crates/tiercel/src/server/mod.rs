@@ -4,6 +4,8 @@
 mod asynch;
 mod crew;
 mod dispatch;
+mod handoff;
+mod outbox;
 
 #[cfg(all(feature = "async", feature = "tracing"))]
 pub(crate) use asynch::task_trace;
@@ -203,6 +205,7 @@ impl Server {
             shutdown_by: std::sync::Mutex::new(None),
             spin_leases,
             crew: crew::Crew::new(workers),
+            handoff: handoff::Handoff::default(),
             stats: Arc::new(ServerStats::default()),
             registrations: std::sync::Mutex::new(Vec::new()),
             binding_threads: std::sync::Mutex::new(Vec::new()),
@@ -309,6 +312,8 @@ pub(crate) struct Shared {
     spin_leases: Arc<spinning::SpinLeases>,
     /// Which workers read the socket.
     crew: crew::Crew,
+    /// Datagrams a worker took in a batch and left to the other listeners.
+    handoff: handoff::Handoff,
     stats: Arc<ServerStats>,
     /// The threads serving shared-memory and TCP bindings (finished ones are pruned as new ones
     /// start).
@@ -416,6 +421,14 @@ pub struct ServerStats {
     /// Receives that brought a run of several datagrams at once (UDP generic receive offload: the
     /// fragments a client sent with one segmented send, on paths of small datagrams).
     pub coalesced: AtomicU64,
+    /// Receives that brought several datagrams at once (`recvmmsg`): calls had queued while the
+    /// worker was busy.
+    pub batched: AtomicU64,
+    /// Results sent together with others by one `sendmmsg`, at the end of a batch.
+    pub sent_together: AtomicU64,
+    /// Datagrams of a batch left to other workers, because the worker that received them was about
+    /// to run a procedure that may be slow.
+    pub handed_off: AtomicU64,
 }
 
 impl core::fmt::Display for ServerStats {
@@ -425,7 +438,8 @@ impl core::fmt::Display for ServerStats {
         write!(
             f,
             "calls={} duplicates={} resent={} malformed={} rejected={} panics={} busy={} bindings={} expired={} \
-             reclaimed={} challenged_addresses={} challenged={} auth_failed={} late={} cancelled={} coalesced={}",
+             reclaimed={} challenged_addresses={} challenged={} auth_failed={} late={} cancelled={} coalesced={} \
+             batched={} sent_together={} handed_off={}",
             l(&self.calls),
             l(&self.duplicates),
             l(&self.resent),
@@ -442,6 +456,9 @@ impl core::fmt::Display for ServerStats {
             l(&self.late),
             l(&self.cancelled),
             l(&self.coalesced),
+            l(&self.batched),
+            l(&self.sent_together),
+            l(&self.handed_off),
         )
     }
 }

@@ -1,11 +1,13 @@
 //! The server side of the UDP transport: a worker thread: receive, validate, find the slot, run the procedure inline, send the result.
 //!
-//! The fast path of the server is `UdpWorker::run` → `handle` → `on_call` → `execute`: one `recvfrom`
-//! into the worker's buffer, an O(1) header check, the binding and slot found by index, the procedure
+//! The fast path of the server is `UdpWorker::run` → `handle` → `on_call` → `execute`: one `recvmmsg`
+//! into the worker's buffers, an O(1) header check, the binding and slot found by index, the procedure
 //! run with arguments borrowed from that buffer, results marshaled into the slot's result buffer behind
-//! a prebuilt header, one `sendmsg`. The slot's lock is not held while the procedure runs.
+//! a prebuilt header, one `sendmsg`. The slot's lock is not held while the procedure runs. When calls
+//! queue, the one `recvmmsg` takes all of them (up to 16), and the results of the quick ones go out
+//! together with one `sendmmsg` (`outbox`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -16,10 +18,12 @@ use tiercel_proto::bind::BindDecision;
 use tiercel_proto::endpoint::{Fragment, Refusal, Route};
 use tiercel_proto::server::{CallAction, DropReason, ProbeAction};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
+use tiercel_sys::mmsg::{RecvBatch, MAX_BATCH};
 use tiercel_sys::udp::{self, Received};
 
 use super::crew::Standby;
 use super::dispatch::{run_procedure, Arrival};
+use super::outbox::{Outbox, QuickProcedures};
 use super::spinning::SpinLease;
 use super::{Shared, UdpBinding, UdpSlot};
 use crate::retention::SPARES_IDLE;
@@ -37,7 +41,16 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 pub(super) struct UdpWorker {
     shared: Arc<Shared>,
     index: usize,
-    rx: Vec<u8>,
+    /// Where one `recvmmsg` puts the datagrams waiting.
+    batch: RecvBatch,
+    /// The datagram of the batch being handled, and the end of what is left of the batch to this
+    /// worker (the rest may be handed off).
+    at: Cell<usize>,
+    end: Cell<usize>,
+    /// Results held while the rest of a batch runs.
+    outbox: RefCell<Outbox>,
+    /// Procedures seen to run quickly, across which results are held.
+    quick: RefCell<QuickProcedures>,
     /// Leave to spin while waiting for the next datagram.
     lease: SpinLease,
     waiter: Option<udp::ExclusiveWaiter>,
@@ -57,16 +70,24 @@ struct Spares {
 impl UdpWorker {
     pub(super) fn new(shared: Arc<Shared>, index: usize) -> UdpWorker {
         // A socket that takes runs of datagrams whole needs room for a whole run.
-        let rx = vec![
-            0;
-            if shared.coalescing {
-                shared.config.max_datagram.max(udp::GRO_BUFFER)
-            } else {
-                shared.config.max_datagram
-            }
-        ];
+        let size = if shared.coalescing {
+            shared.config.max_datagram.max(udp::GRO_BUFFER)
+        } else {
+            shared.config.max_datagram
+        };
         let lease = SpinLease::new(&shared.spin_leases);
-        UdpWorker { shared, index, rx, lease, waiter: None, spares: RefCell::default() }
+        UdpWorker {
+            shared,
+            index,
+            batch: RecvBatch::new(size),
+            at: Cell::new(0),
+            end: Cell::new(0),
+            outbox: RefCell::new(Outbox::new()),
+            quick: RefCell::new(QuickProcedures::new()),
+            lease,
+            waiter: None,
+            spares: RefCell::default(),
+        }
     }
 
     /// Runs the worker: listening (see `crew`) or standing by, until the server stops.
@@ -86,7 +107,9 @@ impl UdpWorker {
             }
             let running = || shared.endpoint.running();
             let started = || shared.stats.calls.load(Ordering::Relaxed);
-            let queued = || udp::wait_readable(&shared.socket, Some(Duration::ZERO)).unwrap_or(false);
+            let queued = || {
+                !shared.handoff.is_empty() || udp::wait_readable(&shared.socket, Some(Duration::ZERO)).unwrap_or(false)
+            };
             listening = match shared.crew.stand_by(&shared.stop, running, started, queued) {
                 Standby::Listen => true,
                 Standby::Stop => break,
@@ -103,6 +126,10 @@ impl UdpWorker {
         // arrives (16 of them made a Null call 0.7 µs slower).
         self.waiter = udp::ExclusiveWaiter::new(&self.shared.socket).ok();
         let mut spin_until = Instant::now();
+        // Whether the last look found datagrams: calls are queueing, and the next receive takes up
+        // to a batch of them. Otherwise it asks for one, which costs no more than `recvmsg` (asking
+        // for more makes the kernel try the socket again after the datagram a lone caller sent).
+        let mut queueing = false;
         while !self.shared.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             if self.shared.crew.sweep_due(now, SWEEP_INTERVAL) {
@@ -112,21 +139,29 @@ impl UdpWorker {
                 // A graceful shutdown has drained: every worker stops.
                 self.shared.stop_workers();
             }
-            match self.receive() {
-                Ok(Some((Received::Datagram(n), segment, from))) => {
-                    mark(Point::ServerArrived);
-                    self.handle(n, segment, from);
-                    steps::close();
+            // Datagrams another worker left first: they were received before what waits now.
+            if let Some(handed) = self.shared.handoff.take_if_any() {
+                self.outbox.borrow_mut().open(false);
+                for piece in udp::segments(handed.bytes.len(), handed.segment) {
+                    self.handle_packet(&handed.bytes[piece], handed.from);
+                }
+                if self.lease.take() {
+                    spin_until = Instant::now() + self.shared.config.spin;
+                }
+                continue;
+            }
+            let max = if queueing { MAX_BATCH } else { 1 };
+            queueing = false;
+            match self.batch.recv_nowait(&self.shared.socket, max) {
+                Ok(0) => {}
+                Ok(n) => {
+                    queueing = true;
+                    self.handle_batch(n);
                     if self.lease.take() {
                         spin_until = Instant::now() + self.shared.config.spin;
                     }
                     continue;
                 }
-                Ok(Some((Received::Truncated(_), _, _))) => {
-                    self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                Ok(None | Some((Received::Nothing | Received::Refused, _, _))) => {}
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
             if Instant::now() < spin_until {
@@ -166,27 +201,66 @@ impl UdpWorker {
         self.shared.stats.reclaimed.fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    /// One non-blocking receive: what arrived, where its datagrams end when the kernel handed over
-    /// a coalesced run (UDP GRO), and its sender.
-    #[inline]
-    fn receive(&mut self) -> std::io::Result<Option<(Received, Option<usize>, SocketAddr)>> {
-        if self.shared.coalescing {
-            let got = udp::recv_from_segments_nowait(&self.shared.socket, &mut self.rx)?;
-            Ok(got.map(|(s, from)| (s.received, s.segment, from)))
-        } else {
-            Ok(udp::recv_from_nowait(&self.shared.socket, &mut self.rx)?.map(|(r, from)| (r, None, from)))
+    /// Handles the `n` datagrams one receive brought, in order. Of several, the results of quick
+    /// calls are held and sent together at the end (`outbox`); a lone datagram's go out at once.
+    fn handle_batch(&self, n: usize) {
+        let stats = &self.shared.stats;
+        if n > 1 {
+            stats.batched.fetch_add(1, Ordering::Relaxed);
         }
+        self.outbox.borrow_mut().open(n > 1);
+        self.end.set(n);
+        let mut i = 0;
+        while i < self.end.get() {
+            self.at.set(i);
+            let Some(d) = self.batch.get(i) else { break };
+            i += 1;
+            match (d.received, d.from) {
+                (Received::Datagram(_), Some(from)) => {
+                    mark(Point::ServerArrived);
+                    if d.segment.is_some() {
+                        stats.coalesced.fetch_add(1, Ordering::Relaxed);
+                    }
+                    for piece in udp::segments(d.bytes.len(), d.segment) {
+                        self.handle_packet(&d.bytes[piece], from);
+                    }
+                    steps::close();
+                }
+                // Too large for a buffer, or from no IP address: nothing tiercel sent.
+                _ => {
+                    stats.malformed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        self.send_held();
+        self.outbox.borrow_mut().open(false);
     }
 
-    fn handle(&mut self, n: usize, segment: Option<usize>, from: SocketAddr) {
-        if segment.is_some() {
-            self.shared.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+    /// Leaves the datagrams of the batch after the one being handled to the other listeners.
+    fn hand_off_rest(&self) {
+        let (next, end) = (self.at.get() + 1, self.end.get());
+        if next >= end {
+            return;
         }
-        let rx = std::mem::take(&mut self.rx);
-        for piece in udp::segments(n, segment) {
-            self.handle_packet(&rx[piece], from);
+        self.end.set(next);
+        let rest = (next..end).filter_map(|i| self.batch.get(i)).filter_map(|d| match (d.received, d.from) {
+            (Received::Datagram(_), Some(from)) => Some((from, d.bytes, d.segment)),
+            _ => {
+                self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        });
+        let n = self.shared.handoff.hand_over(rest);
+        self.shared.stats.handed_off.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Sends the results held, together.
+    fn send_held(&self) {
+        let mut outbox = self.outbox.borrow_mut();
+        if !outbox.is_empty() {
+            let together = outbox.send(&self.shared.socket);
+            self.shared.stats.sent_together.fetch_add(together as u64, Ordering::Relaxed);
         }
-        self.rx = rx;
     }
 
     /// Routes a datagram through the server endpoint (`tiercel_proto::endpoint`), which makes every
@@ -347,6 +421,19 @@ impl UdpWorker {
             }
         }
         drop(cell);
+        // Neither results held for the rest of a batch nor the calls behind this one in it wait
+        // for a procedure that may be slow.
+        let export = Arc::as_ptr(&binding.export) as *const () as usize;
+        let batching = self.outbox.borrow().is_open();
+        if batching {
+            let quick = self.quick.borrow().is_quick(export, p.procedure());
+            if !quick {
+                self.hand_off_rest();
+            }
+            if self.outbox.borrow().due_before(quick, arrived) {
+                self.send_held();
+            }
+        }
         out.resize(HEADER_LEN, 0);
         let endpoint = &self.shared.endpoint;
         self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
@@ -362,6 +449,9 @@ impl UdpWorker {
             self.shared.config.timing.max_message,
         );
         endpoint.run_finished();
+        if batching {
+            self.quick.borrow_mut().observe(export, p.procedure(), arrived.elapsed());
+        }
         if large && out.len() <= binding.max_datagram && out.capacity() > binding.max_datagram {
             // A small result in the large spare: the slot keeps it in a small buffer instead.
             let mut spares = self.spares.borrow_mut();
@@ -393,7 +483,7 @@ impl UdpWorker {
             out.resize(HEADER_LEN, 0);
             out.extend_from_slice(&results);
             cell.complete(&b, &p, status, out, &shared.config.timing);
-            flush(&shared, &b, &mut cell);
+            flush(&shared, &b, &mut cell, None);
         };
         let arrival =
             Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "udp" };
@@ -432,9 +522,10 @@ impl UdpWorker {
         }
     }
 
-    /// Sends the result fragments the slot has queued, counting those sent before as resent.
+    /// Sends the result fragments the slot has queued, counting those sent before as resent; in a
+    /// batch, small ones are held to go out with the batch's other results.
     fn flush(&self, binding: &UdpBinding, cell: &mut UdpSlot) {
-        flush(&self.shared, binding, cell);
+        flush(&self.shared, binding, cell, Some(&mut self.outbox.borrow_mut()));
     }
 
     fn send_control(&self, binding: &UdpBinding, p: &Packet<&[u8]>, to: SocketAddr, kind: Kind, payload: &[u8]) {
@@ -517,8 +608,9 @@ impl UdpWorker {
 
 /// Sends the result fragments the slot has queued, counting those sent before as resent. Fragments
 /// of a multi-packet result go out in runs, one segmented send each (UDP GSO), when the kernel
-/// allows it: every fragment but the message's last is full, so a run is cut where it ends.
-fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot) {
+/// allows it: every fragment but the message's last is full, so a run is cut where it ends. A small
+/// fragment is held in `outbox` instead, when it will take it (a batch is being handled).
+fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot, mut outbox: Option<&mut Outbox>) {
     let Some(peer) = cell.peer else { return };
     let again = cell.proto.take_resent();
     if again > 0 {
@@ -539,8 +631,18 @@ fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot) {
                 continue;
             }
         }
+        let fragment = cell.fragment(binding, index);
+        if let Some(outbox) = outbox.as_deref_mut() {
+            let held = match &fragment {
+                Fragment::Whole(datagram) => outbox.hold(peer, &[datagram], checksum),
+                Fragment::Parts(header, body) => outbox.hold(peer, &[header, body], checksum),
+            };
+            if held {
+                continue;
+            }
+        }
         // A failed send is a lost packet: the client's timers ask again.
-        let _ = send_fragment(shared, cell.fragment(binding, index), peer, checksum);
+        let _ = send_fragment(shared, fragment, peer, checksum);
     }
     if !run.is_empty() {
         send_run(shared, binding, cell, peer, run.take(), segment);

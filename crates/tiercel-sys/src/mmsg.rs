@@ -1,0 +1,328 @@
+//! Several UDP datagrams per system call: `recvmmsg` into a batch of buffers, `sendmmsg` of
+//! datagrams to several addresses.
+//!
+//! A server that spins reads its socket with one system call per look; when calls queue, one
+//! `recvmmsg` takes all that are waiting (up to [`MAX_BATCH`]) and one `sendmmsg` sends their results,
+//! where a datagram at a time would pay a system call each way per call.
+
+use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::AsRawFd;
+
+use rustix::net::addr::SocketAddrArg;
+use rustix::net::{sendmmsg, MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
+
+use crate::udp::{classify, cmsg_space, gro_segment, Received};
+
+/// Most datagrams one [`RecvBatch::recv_nowait`] takes or one [`send_batch`] sends.
+pub const MAX_BATCH: usize = 16;
+
+/// Room for the control messages of one datagram (a `UDP_GRO` segment size).
+const CONTROL: usize = cmsg_space(4) * 2;
+
+/// What the kernel said of one datagram of a batch.
+#[derive(Debug, Clone, Copy, Default)]
+struct Meta {
+    /// Bytes of the datagram (its whole length when it was truncated: `MSG_TRUNC` is asked for).
+    len: usize,
+    truncated: bool,
+    control_len: usize,
+    name_len: libc::socklen_t,
+}
+
+/// Buffers for up to [`MAX_BATCH`] datagrams and their senders, filled by one `recvmmsg`.
+///
+/// The datagram buffers are one allocation of `MAX_BATCH × size` bytes, made once; the allocator maps
+/// an allocation this large lazily, so only the pages datagrams have been written to are resident.
+pub struct RecvBatch {
+    size: usize,
+    buffers: Vec<u8>,
+    controls: Vec<[u8; CONTROL]>,
+    names: Vec<libc::sockaddr_storage>,
+    meta: [Meta; MAX_BATCH],
+    count: usize,
+}
+
+/// One datagram of a [`RecvBatch`].
+#[derive(Debug)]
+pub struct Datagram<'a> {
+    /// What arrived: `Datagram(n)` (the bytes are `bytes`), or `Truncated` (larger than a buffer,
+    /// discarded).
+    pub received: Received,
+    /// Each datagram of a coalesced run (UDP GRO) is this long but the last; `None`: one datagram.
+    pub segment: Option<usize>,
+    /// The sender, if the kernel gave an IP address.
+    pub from: Option<SocketAddr>,
+    /// The datagram's bytes (empty when truncated).
+    pub bytes: &'a [u8],
+}
+
+impl RecvBatch {
+    /// A batch whose buffers hold datagrams (or coalesced runs) of up to `size` bytes each.
+    pub fn new(size: usize) -> RecvBatch {
+        // SAFETY: `sockaddr_storage` is plain old data, for which all zeroes is a valid value.
+        let zeroed: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        RecvBatch {
+            size,
+            buffers: vec![0; size * MAX_BATCH],
+            controls: vec![[0; CONTROL]; MAX_BATCH],
+            names: vec![zeroed; MAX_BATCH],
+            meta: [Meta::default(); MAX_BATCH],
+            count: 0,
+        }
+    }
+
+    /// Receives what is waiting on `socket`, up to `max` datagrams (at most [`MAX_BATCH`]), with one
+    /// `recvmmsg` that does not block. Returns how many arrived (0: nothing was waiting); they are
+    /// [`RecvBatch::get`]`(0..n)`. An ICMP error reported for an earlier send counts as nothing.
+    pub fn recv_nowait(&mut self, socket: &UdpSocket, max: usize) -> io::Result<usize> {
+        self.count = 0;
+        let n = max.clamp(1, MAX_BATCH);
+        let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_BATCH];
+        // SAFETY: `mmsghdr` is plain old data (integers and pointers), for which all zeroes is valid.
+        let mut msgs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        let buffers = self.buffers.chunks_exact_mut(self.size);
+        for (((msg, iov), (buf, control)), name) in
+            msgs.iter_mut().zip(&mut iovs).zip(buffers.zip(&mut self.controls)).zip(&mut self.names).take(n)
+        {
+            *iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+            let h = &mut msg.msg_hdr;
+            h.msg_name = (name as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = iov;
+            h.msg_iovlen = 1;
+            h.msg_control = control.as_mut_ptr().cast();
+            h.msg_controllen = CONTROL as _;
+        }
+        // SAFETY: the first `n` headers point at buffers, control areas and address storage owned by
+        // `self` (borrowed mutably for the call) and at `iovs`, all live until the call returns, with
+        // their true lengths; the kernel writes only within them. No timeout is passed.
+        let r = unsafe {
+            libc::recvmmsg(
+                socket.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::ECONNREFUSED | libc::EINTR) => Ok(0),
+                _ => Err(e),
+            };
+        }
+        let got = (r as usize).min(n);
+        for (meta, msg) in self.meta.iter_mut().zip(&msgs).take(got) {
+            let h = &msg.msg_hdr;
+            *meta = Meta {
+                len: msg.msg_len as usize,
+                truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+                control_len: h.msg_controllen.min(CONTROL),
+                name_len: h.msg_namelen,
+            };
+        }
+        self.count = got;
+        Ok(got)
+    }
+
+    /// Datagrams of the last receive.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the last receive found nothing.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Datagram `i` of the last receive.
+    pub fn get(&self, i: usize) -> Option<Datagram<'_>> {
+        if i >= self.count {
+            return None;
+        }
+        let meta = self.meta[i];
+        let from = socket_addr(&self.names[i], meta.name_len);
+        if meta.truncated || meta.len > self.size {
+            return Some(Datagram { received: Received::Truncated(meta.len), segment: None, from, bytes: &[] });
+        }
+        let received = classify(self.size, meta.len);
+        let segment = gro_segment(&self.controls[i][..meta.control_len]).filter(|&s| s < meta.len);
+        let start = i * self.size;
+        Some(Datagram { received, segment, from, bytes: &self.buffers[start..start + meta.len] })
+    }
+}
+
+/// The IP address and port in `storage`, of which the kernel wrote `len` bytes.
+fn socket_addr(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match i32::from(storage.ss_family) {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a `sockaddr_in`, which it is large and
+            // aligned enough for, and the kernel wrote all of it.
+            let a = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddrV4::new(ip, u16::from_be(a.sin_port)).into())
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for a `sockaddr_in6`.
+            let a = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddrV6::new(ip, u16::from_be(a.sin6_port), a.sin6_flowinfo, a.sin6_scope_id).into())
+        }
+        _ => None,
+    }
+}
+
+/// Sends each of `datagrams` (at most [`MAX_BATCH`]; the rest are not sent) to its address, with as
+/// few `sendmmsg` calls as the kernel allows. A datagram the kernel refuses is skipped (to the
+/// protocol it is lost) and the rest still go; returns how many were sent, and the first error.
+pub fn send_batch(socket: &UdpSocket, datagrams: &[(SocketAddr, &[u8])]) -> (usize, Option<io::Error>) {
+    let datagrams = &datagrams[..datagrams.len().min(MAX_BATCH)];
+    #[cfg(feature = "fault-injection")]
+    if crate::faults::counts().is_some() {
+        // Faults hit each datagram on its own.
+        let mut sent = 0;
+        let mut first = None;
+        for (to, bytes) in datagrams {
+            match crate::udp::send_gather_to(socket, to, &[IoSlice::new(bytes)]) {
+                Ok(_) => sent += 1,
+                Err(e) => first = first.or(Some(e)),
+            }
+        }
+        return (sent, first);
+    }
+    let mut addrs: [MaybeUninit<SocketAddrAny>; MAX_BATCH] = [const { MaybeUninit::uninit() }; MAX_BATCH];
+    let mut iovs = [[IoSlice::new(&[])]; MAX_BATCH];
+    for ((addr, iov), (to, bytes)) in addrs.iter_mut().zip(&mut iovs).zip(datagrams) {
+        addr.write(to.as_any());
+        *iov = [IoSlice::new(bytes)];
+    }
+    let (mut at, mut sent, mut first) = (0, 0, None);
+    while at < datagrams.len() {
+        let mut controls: [SendAncillaryBuffer<'_, '_, '_>; MAX_BATCH] = Default::default();
+        let mut msgs: [MaybeUninit<MMsgHdr<'_>>; MAX_BATCH] = [const { MaybeUninit::uninit() }; MAX_BATCH];
+        let count = datagrams.len() - at;
+        for (i, (msg, control)) in msgs.iter_mut().zip(&mut controls).take(count).enumerate() {
+            // SAFETY: addresses `0..datagrams.len()` were written above.
+            let addr = unsafe { addrs[at + i].assume_init_ref() };
+            msg.write(MMsgHdr::new_with_addr(addr, &iovs[at + i], control));
+        }
+        // SAFETY: the first `count` headers were written just above.
+        let msgs = unsafe { &mut *(&mut msgs[..count] as *mut [MaybeUninit<MMsgHdr<'_>>] as *mut [MMsgHdr<'_>]) };
+        match sendmmsg(socket, msgs, SendFlags::empty()) {
+            Ok(n) if n > 0 => {
+                sent += n;
+                at += n;
+            }
+            Ok(_) => at += 1,
+            Err(e) => {
+                // The kernel refused the first datagram left: skip it.
+                first = first.or(Some(e.into()));
+                at += 1;
+            }
+        }
+    }
+    (sent, first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::udp::{bind, connect, enable_gro, send_gather, send_segments, wait_readable, GRO_BUFFER};
+    use std::time::Duration;
+
+    #[test]
+    fn one_receive_takes_every_waiting_datagram_with_its_sender() {
+        let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let addr = server.local_addr().unwrap();
+        let clients: Vec<_> = (0..5).map(|_| connect(addr).unwrap()).collect();
+        let mut batch = RecvBatch::new(64);
+        assert_eq!(batch.recv_nowait(&server, MAX_BATCH).unwrap(), 0);
+        assert!(batch.is_empty());
+        for (i, c) in clients.iter().enumerate() {
+            send_gather(c, &[IoSlice::new(&vec![i as u8; 10 + i])]).unwrap();
+        }
+        // A datagram larger than a buffer is reported truncated, its bytes not handed out.
+        send_gather(&clients[0], &[IoSlice::new(&[9u8; 100])]).unwrap();
+        assert!(wait_readable(&server, Some(Duration::from_secs(5))).unwrap());
+        let mut seen = Vec::new();
+        while seen.len() < 6 {
+            let n = batch.recv_nowait(&server, MAX_BATCH).unwrap();
+            for i in 0..n {
+                let d = batch.get(i).unwrap();
+                seen.push((d.received, d.from.unwrap(), d.bytes.to_vec()));
+            }
+            assert!(batch.get(n).is_none());
+        }
+        for (i, c) in clients.iter().enumerate() {
+            assert_eq!(seen[i], (Received::Datagram(10 + i), c.local_addr().unwrap(), vec![i as u8; 10 + i]));
+        }
+        assert_eq!(seen[5].0, Received::Truncated(100));
+        assert!(seen[5].2.is_empty());
+        // Results to every sender in one call; each gets its own.
+        let replies: Vec<(SocketAddr, Vec<u8>)> =
+            clients.iter().enumerate().map(|(i, c)| (c.local_addr().unwrap(), vec![100 + i as u8; 3])).collect();
+        let out: Vec<(SocketAddr, &[u8])> = replies.iter().map(|(a, b)| (*a, &b[..])).collect();
+        let (sent, error) = send_batch(&server, &out);
+        assert_eq!((sent, error.map(|e| e.to_string())), (5, None));
+        for (i, c) in clients.iter().enumerate() {
+            assert!(wait_readable(c, Some(Duration::from_secs(5))).unwrap());
+            let mut buf = [0u8; 16];
+            assert_eq!(c.recv(&mut buf).unwrap(), 3);
+            assert_eq!(&buf[..3], &[100 + i as u8; 3]);
+        }
+    }
+
+    #[test]
+    fn a_refused_datagram_is_skipped_and_the_rest_still_go() {
+        let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let client = connect(server.local_addr().unwrap()).unwrap();
+        let to = client.local_addr().unwrap();
+        // An IPv6 destination on an IPv4 socket is refused by the kernel.
+        let bad: SocketAddr = "[::1]:9".parse().unwrap();
+        let out: [(SocketAddr, &[u8]); 3] = [(to, b"one"), (bad, b"lost"), (to, b"two")];
+        let (sent, error) = send_batch(&server, &out);
+        assert_eq!(sent, 2);
+        assert!(error.is_some());
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            assert!(wait_readable(&client, Some(Duration::from_secs(5))).unwrap());
+            let mut buf = [0u8; 16];
+            let n = client.recv(&mut buf).unwrap();
+            got.push(buf[..n].to_vec());
+        }
+        assert_eq!(got, [b"one".to_vec(), b"two".to_vec()]);
+    }
+
+    #[test]
+    fn a_coalesced_run_in_a_batch_says_where_its_datagrams_end() {
+        let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        assert!(enable_gro(&server));
+        let sender = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let addr = server.local_addr().unwrap();
+        let data: Vec<u8> = (0..2500u32).map(|i| i as u8).collect();
+        send_segments(&sender, Some(&addr), &[IoSlice::new(&data)], 1000).unwrap();
+        let mut batch = RecvBatch::new(GRO_BUFFER);
+        assert!(wait_readable(&server, Some(Duration::from_secs(5))).unwrap());
+        assert_eq!(batch.recv_nowait(&server, MAX_BATCH).unwrap(), 1);
+        let d = batch.get(0).unwrap();
+        assert_eq!((d.received, d.segment), (Received::Datagram(2500), Some(1000)));
+        assert_eq!(d.bytes, &data[..]);
+        assert_eq!(d.from, Some(sender.local_addr().unwrap()));
+    }
+
+    #[test]
+    fn addresses_of_both_families_are_read_back() {
+        for text in ["127.0.0.1:7", "[::1]:7"] {
+            let addr: SocketAddr = text.parse().unwrap();
+            let raw = socket2::SockAddr::from(addr);
+            // SAFETY: `SockAddr` holds a `sockaddr_storage` at its start, as the kernel's would be.
+            let storage = unsafe { *(raw.as_ptr() as *const libc::sockaddr_storage) };
+            assert_eq!(socket_addr(&storage, raw.len()), Some(addr));
+            assert_eq!(socket_addr(&storage, 2), None);
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Datagrams a UDP worker took in a batch but leaves to the other listeners: it is about to run a
+//! procedure that may be slow, and the calls behind it in its batch must not wait for it.
+//!
+//! One `recvmmsg` takes every datagram waiting, so the calls behind a slow one would otherwise be
+//! held in that worker's buffers, out of reach of the listener the crew adds while calls wait. Before
+//! a procedure not known to be quick runs, the rest of the batch is copied here; every listener
+//! takes from here before it reads the socket, and the crew's deputy counts what waits here as
+//! datagrams waiting. (A listener asleep on the socket is woken by the next datagram that arrives: at
+//! the latest, the retransmission of a call waiting here.) At most one batch, less one datagram, is
+//! added per procedure a worker starts, and workers take from here before they take a new batch.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// A datagram handed over: its sender, its bytes, and where the datagrams of a coalesced run end.
+pub(super) struct Handed {
+    pub(super) from: SocketAddr,
+    pub(super) bytes: Vec<u8>,
+    pub(super) segment: Option<usize>,
+}
+
+/// Datagrams waiting for a listener, in the order they arrived.
+#[derive(Default)]
+pub(super) struct Handoff {
+    /// How many wait: read without the lock on every look at the socket.
+    waiting: AtomicUsize,
+    queue: Mutex<VecDeque<Handed>>,
+}
+
+impl Handoff {
+    /// Whether nothing waits (one relaxed load).
+    pub(super) fn is_empty(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) == 0
+    }
+
+    /// Leaves `datagrams` to the next listener; returns how many.
+    pub(super) fn hand_over<'a>(
+        &self,
+        datagrams: impl Iterator<Item = (SocketAddr, &'a [u8], Option<usize>)>,
+    ) -> usize {
+        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let before = queue.len();
+        queue.extend(datagrams.map(|(from, bytes, segment)| Handed { from, bytes: bytes.to_vec(), segment }));
+        self.waiting.store(queue.len(), Ordering::Relaxed);
+        queue.len() - before
+    }
+
+    /// The datagram that has waited longest, if any (without the lock when none waits).
+    pub(super) fn take_if_any(&self) -> Option<Handed> {
+        if self.is_empty() {
+            return None;
+        }
+        self.take()
+    }
+
+    /// The datagram that has waited longest.
+    fn take(&self) -> Option<Handed> {
+        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let first = queue.pop_front();
+        self.waiting.store(queue.len(), Ordering::Relaxed);
+        first
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datagrams_handed_over_are_taken_in_order_once() {
+        let handoff = Handoff::default();
+        assert!(handoff.is_empty());
+        assert!(handoff.take().is_none());
+        let from: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let n = handoff.hand_over([(from, &b"one"[..], None), (from, &b"two"[..], Some(2))].into_iter());
+        assert_eq!(n, 2);
+        assert!(!handoff.is_empty());
+        let first = handoff.take().unwrap();
+        assert_eq!((first.from, &first.bytes[..], first.segment), (from, &b"one"[..], None));
+        let second = handoff.take().unwrap();
+        assert_eq!((&second.bytes[..], second.segment), (&b"two"[..], Some(2)));
+        assert!(handoff.is_empty());
+        assert!(handoff.take().is_none());
+    }
+}

@@ -1,0 +1,189 @@
+//! Results held while the calls of one receive batch run, then sent together with one `sendmmsg`.
+//!
+//! When calls queue, a UDP worker takes every datagram waiting with one `recvmmsg` and runs the
+//! calls in turn. The result of each small call is copied here instead of sent, and when the batch
+//! is done all of them go out with one system call (Lampson's t = 1 + s/b; Firefly's batched
+//! transmission). A lone call is not held: a batch of one datagram sends its result at once.
+//!
+//! A held result waits for the calls after it in the batch, so it is held only across procedures
+//! this worker has seen finish quickly ([`QUICK_RUN`]) and for at most [`MAX_HOLD`]: before a
+//! procedure not known to be quick runs, or once the oldest result has waited that long, what is held
+//! goes out first. A procedure known to be quick that turns slow delays the results held before it
+//! once, and is then known as slow.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use tiercel_proto::wire::checksum;
+use tiercel_sys::mmsg::{self, MAX_BATCH};
+
+/// Largest datagram held (a MaxResult's 1,496 bytes and its trailer fit); larger ones go at once.
+pub(super) const MAX_HELD: usize = 2048;
+
+/// A procedure that ran within this long (its whole handling, from its packet read to its result
+/// ready) is quick: results are held across it.
+pub(super) const QUICK_RUN: Duration = Duration::from_micros(20);
+
+/// Longest a result is held for the calls after it.
+pub(super) const MAX_HOLD: Duration = Duration::from_micros(50);
+
+/// Results waiting to be sent together, in the order they were held.
+pub(super) struct Outbox {
+    bytes: Vec<u8>,
+    held: Vec<(SocketAddr, usize, usize)>,
+    /// When the first result now held was held.
+    since: Option<Instant>,
+    /// Whether results may be held: a batch of several datagrams is being handled.
+    open: bool,
+}
+
+impl Outbox {
+    /// An empty outbox; its room is allocated now, once.
+    pub(super) fn new() -> Outbox {
+        Outbox {
+            bytes: Vec::with_capacity(MAX_BATCH * MAX_HELD),
+            held: Vec::with_capacity(MAX_BATCH),
+            since: None,
+            open: false,
+        }
+    }
+
+    /// Lets results be held (a batch of several datagrams begins) or not.
+    pub(super) fn open(&mut self, open: bool) {
+        self.open = open;
+    }
+
+    /// Whether a batch of several datagrams is being handled.
+    pub(super) fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Holds the datagram gathered from `parts` (and its CRC32C trailer when `with_checksum`) for `to`.
+    /// False when it cannot be held (no batch, too large, the outbox full): the caller sends it now.
+    pub(super) fn hold(&mut self, to: SocketAddr, parts: &[&[u8]], with_checksum: bool) -> bool {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>() + if with_checksum { 4 } else { 0 };
+        if !self.open
+            || len > MAX_HELD
+            || self.held.len() == MAX_BATCH
+            || self.bytes.len() + len > self.bytes.capacity()
+        {
+            return false;
+        }
+        let start = self.bytes.len();
+        for part in parts {
+            self.bytes.extend_from_slice(part);
+        }
+        if with_checksum {
+            let sum = checksum(parts.iter().copied()).to_le_bytes();
+            self.bytes.extend_from_slice(&sum);
+        }
+        self.held.push((to, start, len));
+        self.since.get_or_insert_with(Instant::now);
+        true
+    }
+
+    /// Whether results are held.
+    pub(super) fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Whether what is held must go out before a procedure runs at `now`: the procedure is not known
+    /// to be quick, or the oldest result has waited [`MAX_HOLD`].
+    pub(super) fn due_before(&self, quick: bool, now: Instant) -> bool {
+        !self.is_empty() && (!quick || self.since.is_some_and(|t| now.saturating_duration_since(t) >= MAX_HOLD))
+    }
+
+    /// Sends what is held with one `sendmmsg` (a refused datagram is a lost packet to the protocol:
+    /// the client's timers ask again). Returns how many went out together with another.
+    pub(super) fn send(&mut self, socket: &UdpSocket) -> usize {
+        let mut out = [(SocketAddr::from(([0, 0, 0, 0], 0)), &[][..]); MAX_BATCH];
+        for (o, &(to, start, len)) in out.iter_mut().zip(&self.held) {
+            *o = (to, &self.bytes[start..start + len]);
+        }
+        let (sent, _) = mmsg::send_batch(socket, &out[..self.held.len()]);
+        let together = if self.held.len() > 1 { sent } else { 0 };
+        self.held.clear();
+        self.bytes.clear();
+        self.since = None;
+        together
+    }
+}
+
+/// Entries of [`QuickProcedures`].
+const QUICK_ENTRIES: usize = 64;
+
+/// Which procedures this worker has seen run quickly, by export and procedure number: a small
+/// direct-mapped table, so that a lookup is one index and a compare (a procedure whose entry another
+/// took is unknown, so not held across: safe, merely unbatched).
+pub(super) struct QuickProcedures {
+    entries: [(usize, u16, bool); QUICK_ENTRIES],
+}
+
+impl QuickProcedures {
+    pub(super) fn new() -> QuickProcedures {
+        QuickProcedures { entries: [(0, 0, false); QUICK_ENTRIES] }
+    }
+
+    fn index(export: usize, procedure: u16) -> usize {
+        ((export >> 4) ^ usize::from(procedure).wrapping_mul(0x9e37)) % QUICK_ENTRIES
+    }
+
+    /// Whether `procedure` of the export at `export` (its address) last ran quickly here.
+    pub(super) fn is_quick(&self, export: usize, procedure: u16) -> bool {
+        let (e, p, quick) = self.entries[Self::index(export, procedure)];
+        e == export && p == procedure && quick
+    }
+
+    /// Records that `procedure` of `export` took `took` to run.
+    pub(super) fn observe(&mut self, export: usize, procedure: u16, took: Duration) {
+        self.entries[Self::index(export, procedure)] = (export, procedure, took < QUICK_RUN);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_are_held_only_in_a_batch_and_within_bounds() {
+        let mut outbox = Outbox::new();
+        let to: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert!(!outbox.hold(to, &[b"result"], false), "no batch: sent at once");
+        outbox.open(true);
+        assert!(outbox.hold(to, &[b"head", b"body"], true));
+        assert!(!outbox.hold(to, &[&[0u8; MAX_HELD + 1]], false), "too large to hold");
+        for _ in 1..MAX_BATCH {
+            assert!(outbox.hold(to, &[&[1u8; 100]], false));
+        }
+        assert!(!outbox.hold(to, &[b"x"], false), "full");
+        let (start, len) = (outbox.held[0].1, outbox.held[0].2);
+        assert_eq!(len, 12);
+        let sum = checksum([&b"head"[..], &b"body"[..]]).to_le_bytes();
+        assert_eq!(&outbox.bytes[start..start + len], [&b"headbody"[..], &sum].concat());
+    }
+
+    #[test]
+    fn what_is_held_goes_before_a_procedure_not_known_quick_or_after_the_longest_hold() {
+        let mut outbox = Outbox::new();
+        let now = Instant::now();
+        assert!(!outbox.due_before(false, now), "nothing held");
+        outbox.open(true);
+        assert!(outbox.hold("127.0.0.1:9".parse().unwrap(), &[b"r"], false));
+        let held = outbox.since.unwrap();
+        assert!(outbox.due_before(false, held));
+        assert!(!outbox.due_before(true, held));
+        assert!(outbox.due_before(true, held + MAX_HOLD));
+    }
+
+    #[test]
+    fn procedures_are_quick_once_seen_quick_and_until_seen_slow() {
+        let mut quick = QuickProcedures::new();
+        assert!(!quick.is_quick(0x1000, 3));
+        quick.observe(0x1000, 3, Duration::from_micros(2));
+        assert!(quick.is_quick(0x1000, 3));
+        assert!(!quick.is_quick(0x2000, 3), "another export's procedure 3");
+        assert!(!quick.is_quick(0x1000, 4));
+        quick.observe(0x1000, 3, QUICK_RUN);
+        assert!(!quick.is_quick(0x1000, 3));
+    }
+}
