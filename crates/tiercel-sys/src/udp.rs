@@ -190,7 +190,20 @@ impl ExclusiveWaiter {
         Ok(ExclusiveWaiter { epoll: ep })
     }
 
-    /// Waits until the socket is readable or `timeout` passes; true when readable.
+    /// Also wakes for `fd` (a [`Nudge`], say), one waiting thread at a time as for the socket.
+    pub fn also(&self, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+        use rustix::event::epoll;
+        epoll::add(
+            &self.epoll,
+            fd,
+            epoll::EventData::new_u64(1),
+            epoll::EventFlags::IN | epoll::EventFlags::EXCLUSIVE,
+        )?;
+        Ok(())
+    }
+
+    /// Waits until the socket (or a descriptor added with [`ExclusiveWaiter::also`]) is readable or
+    /// `timeout` passes; true when readable.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
         let ts = timeout.map(|d| Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
         let mut events = [std::mem::MaybeUninit::<rustix::event::epoll::Event>::uninit(); 1];
@@ -201,6 +214,40 @@ impl ExclusiveWaiter {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// A count that threads waiting on a socket can wait on beside it (an `eventfd` in semaphore mode):
+/// each [`Nudge::ring`] wakes one waiting thread and makes the count readable for one more
+/// [`Nudge::take`]. For work a thread leaves to others that wait for datagrams.
+pub struct Nudge {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Nudge {
+    /// A count at zero.
+    pub fn new() -> io::Result<Nudge> {
+        use rustix::event::{eventfd, EventfdFlags};
+        let fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK | EventfdFlags::SEMAPHORE)?;
+        Ok(Nudge { fd })
+    }
+
+    /// Adds one to the count, waking one thread that waits for it.
+    pub fn ring(&self) -> io::Result<()> {
+        rustix::io::write(&self.fd, &1u64.to_ne_bytes())?;
+        Ok(())
+    }
+
+    /// Takes one from the count; false when it was zero.
+    pub fn take(&self) -> bool {
+        let mut buf = [0u8; 8];
+        rustix::io::read(&self.fd, &mut buf).is_ok()
+    }
+
+    /// The descriptor to wait on ([`ExclusiveWaiter::also`]).
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
     }
 }
 
@@ -413,6 +460,24 @@ mod tests {
         assert_eq!(recv_nowait(&client, &mut small).unwrap(), Received::Truncated(5));
         assert_eq!(recv_nowait(&client, &mut buf).unwrap(), Received::Nothing);
         assert!(path_mtu(&client).unwrap() >= 1280);
+    }
+
+    #[test]
+    fn a_nudge_wakes_a_waiter_once_per_ring() {
+        let socket = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let nudge = Nudge::new().unwrap();
+        let waiter = ExclusiveWaiter::new(&socket).unwrap();
+        waiter.also(nudge.as_fd()).unwrap();
+        assert!(!waiter.wait(Some(Duration::ZERO)).unwrap());
+        assert!(!nudge.take());
+        nudge.ring().unwrap();
+        nudge.ring().unwrap();
+        assert!(waiter.wait(Some(Duration::from_secs(5))).unwrap());
+        assert!(nudge.take());
+        assert!(waiter.wait(Some(Duration::ZERO)).unwrap(), "one ring left");
+        assert!(nudge.take());
+        assert!(!nudge.take());
+        assert!(!waiter.wait(Some(Duration::ZERO)).unwrap());
     }
 
     #[test]

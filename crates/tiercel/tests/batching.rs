@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use tiercel::config::ServerConfig;
+use tiercel::config::{ClientConfig, ServerConfig, Timing};
 use tiercel::{Client, Server};
 
 #[tiercel::interface]
@@ -54,7 +54,8 @@ impl Desk for DeskImpl {
     }
 }
 
-/// A server of `workers` workers, and a client.
+/// A server of `workers` workers, and a client that does not retransmit within the tests' waits
+/// (so that each call is one datagram in the server's socket).
 fn setup(workers: usize) -> (tiercel::RunningServer, DeskClient, Arc<Flags>) {
     let flags = Arc::new(Flags::default());
     let config = ServerConfig { workers, ..ServerConfig::default() };
@@ -64,12 +65,20 @@ fn setup(workers: usize) -> (tiercel::RunningServer, DeskClient, Arc<Flags>) {
         .export(DeskServer::new(DeskImpl(flags.clone())))
         .start()
         .unwrap();
-    let desk: DeskClient = Client::connect(format!("udp://{}", server.addr()).as_str()).unwrap().import().unwrap();
+    let timing = Timing {
+        retransmit_initial: Duration::from_millis(500),
+        retransmit_min: Duration::from_millis(500),
+        ..Timing::default()
+    };
+    let client = ClientConfig { timing, ..ClientConfig::default() };
+    let desk: DeskClient =
+        Client::connect(format!("udp://{}", server.addr()).as_str()).unwrap().with_config(client).import().unwrap();
     (server, desk, flags)
 }
 
 /// Starts a call of `gate(which)` and waits until a worker runs it.
 fn hold_a_worker(desk: &DeskClient, flags: &Flags, which: u32) -> std::thread::JoinHandle<bool> {
+    flags.open[which as usize].store(false, Ordering::Release);
     let before = flags.in_gate.load(Ordering::Acquire);
     let d = desk.clone();
     let gate = std::thread::spawn(move || d.gate(which).unwrap());
@@ -100,62 +109,89 @@ fn caller<T: Send + 'static>(
     (go, thread)
 }
 
+/// Quick calls that lead a queue: the worker let go takes the first alone (after a slow call it
+/// reads one datagram at a time) and, once it has handled one quickly, the rest of the queue with
+/// one receive. Several, in case a preempted one looks slow.
+const LEADS: u64 = 4;
+
+/// Makes calls queue while `gates` workers are held, then lets the first go, then the others:
+/// `LEADS` quick calls, then `rest` in order, each sent 2 ms after the one before. Returns the
+/// results of the rest once all have returned.
+fn queue_behind_gates<T: Send + 'static>(
+    desk: &DeskClient,
+    flags: &Flags,
+    gates: u32,
+    rest: Vec<Box<dyn FnOnce(&DeskClient) -> T + Send>>,
+    before_the_others: impl FnOnce(),
+) -> Vec<T> {
+    let leads: Vec<_> = (0..LEADS).map(|i| caller(desk, move |d| assert_eq!(d.add(i, 2).unwrap(), i + 2))).collect();
+    let rest: Vec<_> = rest.into_iter().map(|call| caller(desk, call)).collect();
+    let held: Vec<_> = (0..gates).map(|g| hold_a_worker(desk, flags, g)).collect();
+    for go in leads.iter().map(|(go, _)| go).chain(rest.iter().map(|(go, _)| go)) {
+        go.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    flags.open[0].store(true, Ordering::Release);
+    let mut held = held.into_iter();
+    assert!(held.next().unwrap().join().unwrap());
+    before_the_others();
+    for (g, gate) in held.enumerate() {
+        flags.open[g + 1].store(true, Ordering::Release);
+        assert!(gate.join().unwrap());
+    }
+    for (_, lead) in leads {
+        lead.join().unwrap();
+    }
+    rest.into_iter().map(|(_, call)| call.join().unwrap()).collect()
+}
+
+/// Queues quick calls until their results have gone out together: the worker then knows `add` as
+/// quick. At most ten rounds (a preempted run makes a call look slow).
+fn batch_quick_calls(server: &tiercel::RunningServer, desk: &DeskClient, flags: &Flags, gates: u32) {
+    let stats = server.stats();
+    for round in 0..10u64 {
+        let rest: Vec<Box<dyn FnOnce(&DeskClient) -> u64 + Send>> =
+            (0..6u64).map(|i| Box::new(move |d: &DeskClient| d.add(round, i).unwrap() - round - i) as _).collect();
+        let sums = queue_behind_gates(desk, flags, gates, rest, || {});
+        assert_eq!(sums, vec![0; 6]);
+        if stats.sent_together.load(Ordering::Relaxed) >= 2 {
+            return;
+        }
+    }
+    panic!("no results went out together in ten rounds: {stats}");
+}
+
 #[test]
 fn calls_that_queue_are_received_together_and_their_results_sent_together() {
     let (server, desk, flags) = setup(1);
+    batch_quick_calls(&server, &desk, &flags, 1);
     let stats = server.stats();
-    // A quick procedure's result is held only once the worker has seen it run quickly, and a
-    // preempted run can make it look slow: a few rounds at most.
-    for round in 0..5u64 {
-        let callers: Vec<_> = (0..8u64).map(|i| caller(&desk, move |d| (i, d.add(round, i).unwrap()))).collect();
-        flags.open[0].store(false, Ordering::Release);
-        let gate = hold_a_worker(&desk, &flags, 0);
-        for (go, _) in &callers {
-            go.send(()).unwrap();
-        }
-        // The eight calls are sent while the worker is held, and wait in the server's socket.
-        std::thread::sleep(Duration::from_millis(20));
-        flags.open[0].store(true, Ordering::Release);
-        assert!(gate.join().unwrap());
-        for (_, c) in callers {
-            let (i, sum) = c.join().unwrap();
-            assert_eq!(sum, round + i);
-        }
-        if stats.sent_together.load(Ordering::Relaxed) >= 2 {
-            break;
-        }
-    }
-    let batched = stats.batched.load(Ordering::Relaxed);
-    let together = stats.sent_together.load(Ordering::Relaxed);
-    assert!(batched >= 1, "no receive took several datagrams");
-    assert!(together >= 2, "no results went out together ({batched} batched receives)");
+    assert!(stats.batched.load(Ordering::Relaxed) >= 1, "no receive took several datagrams");
+    assert!(stats.sent_together.load(Ordering::Relaxed) >= 2);
     assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
 }
 
 #[test]
 fn a_held_result_goes_out_before_a_procedure_not_known_to_be_quick_runs() {
     let (server, desk, flags) = setup(1);
+    batch_quick_calls(&server, &desk, &flags, 1);
     // A quick call, then (behind it in the socket) a call whose procedure waits until the quick
     // call's result has reached its caller. Were that result held until the end of the batch, the
     // second procedure would wait for it in vain.
     let f = flags.clone();
-    let (go_quick, quick) = caller(&desk, move |d| {
-        let sum = d.add(2, 3).unwrap();
-        f.quick_result_seen.store(true, Ordering::Release);
-        sum
-    });
-    let (go_waiting, waiting) = caller(&desk, |d| d.after_quick_result().unwrap());
-    let gate = hold_a_worker(&desk, &flags, 0);
-    go_quick.send(()).unwrap();
-    // Less than the client's first retransmission timeout (20 ms): one datagram each.
-    std::thread::sleep(Duration::from_millis(5));
-    go_waiting.send(()).unwrap();
-    std::thread::sleep(Duration::from_millis(5));
-    flags.open[0].store(true, Ordering::Release);
-    assert!(gate.join().unwrap());
-    assert_eq!(quick.join().unwrap(), 5);
-    assert!(waiting.join().unwrap(), "the quick call's result waited for the procedure after it");
-    assert!(server.stats().batched.load(Ordering::Relaxed) >= 1, "the two calls were not received together");
+    let rest: Vec<Box<dyn FnOnce(&DeskClient) -> bool + Send>> = vec![
+        Box::new(move |d| {
+            let sum = d.add(2, 3).unwrap();
+            f.quick_result_seen.store(true, Ordering::Release);
+            sum == 5
+        }),
+        Box::new(|d| d.after_quick_result().unwrap()),
+    ];
+    let batched = server.stats().batched.load(Ordering::Relaxed);
+    let results = queue_behind_gates(&desk, &flags, 1, rest, || {});
+    assert!(results[0]);
+    assert!(results[1], "the quick call's result waited for the procedure after it");
+    assert!(server.stats().batched.load(Ordering::Relaxed) > batched, "the calls were not received together");
 }
 
 #[test]
@@ -164,28 +200,24 @@ fn a_call_behind_a_slow_one_in_a_batch_is_left_to_another_worker() {
     // reached its caller, and the quick call behind it. The first worker let go takes both with one
     // receive, and leaves the quick call to the other worker before it runs the waiting procedure.
     // (Were the quick call kept in its batch, the second worker, let go once that procedure runs,
-    // would answer only the quick call's retransmission.)
+    // would find nothing to answer until the quick call's retransmission.)
     let (server, desk, flags) = setup(2);
+    batch_quick_calls(&server, &desk, &flags, 2);
     let f = flags.clone();
-    let (go_quick, quick) = caller(&desk, move |d| {
-        let sum = d.add(4, 5).unwrap();
-        f.quick_result_seen.store(true, Ordering::Release);
-        sum
-    });
-    let (go_waiting, waiting) = caller(&desk, |d| d.after_quick_result().unwrap());
-    let first = hold_a_worker(&desk, &flags, 0);
-    let second = hold_a_worker(&desk, &flags, 1);
-    go_waiting.send(()).unwrap();
-    std::thread::sleep(Duration::from_millis(5));
-    go_quick.send(()).unwrap();
-    std::thread::sleep(Duration::from_millis(5));
-    flags.open[0].store(true, Ordering::Release);
-    assert!(first.join().unwrap());
-    assert!(wait_for(&flags.waiting_runs), "the waiting call never ran");
-    flags.open[1].store(true, Ordering::Release);
-    assert!(second.join().unwrap());
-    assert_eq!(quick.join().unwrap(), 9);
-    assert!(waiting.join().unwrap(), "the quick call waited behind the procedure before it");
+    let rest: Vec<Box<dyn FnOnce(&DeskClient) -> bool + Send>> = vec![
+        Box::new(|d| d.after_quick_result().unwrap()),
+        Box::new(move |d| {
+            let sum = d.add(4, 5).unwrap();
+            f.quick_result_seen.store(true, Ordering::Release);
+            sum == 9
+        }),
+    ];
     let stats = server.stats();
-    assert!(stats.handed_off.load(Ordering::Relaxed) >= 1, "nothing was left to the other worker: {stats}");
+    let handed_off = stats.handed_off.load(Ordering::Relaxed);
+    let results = queue_behind_gates(&desk, &flags, 2, rest, || {
+        assert!(wait_for(&flags.waiting_runs), "the waiting call never ran");
+    });
+    assert!(results[0], "the quick call waited behind the procedure before it");
+    assert!(results[1]);
+    assert!(stats.handed_off.load(Ordering::Relaxed) > handed_off, "nothing was left to the other worker: {stats}");
 }

@@ -5,14 +5,17 @@
 //! held in that worker's buffers, out of reach of the listener the crew adds while calls wait. Before
 //! a procedure not known to be quick runs, the rest of the batch is copied here; every listener
 //! takes from here before it reads the socket, and the crew's deputy counts what waits here as
-//! datagrams waiting. (A listener asleep on the socket is woken by the next datagram that arrives: at
-//! the latest, the retransmission of a call waiting here.) At most one batch, less one datagram, is
-//! added per procedure a worker starts, and workers take from here before they take a new batch.
+//! datagrams waiting. Each datagram left here rings a [`Nudge`] that listeners asleep on the socket
+//! wait on too, so that one of them wakes for it as for a datagram in the socket. At most one batch,
+//! less one datagram, is added per procedure a worker starts, and workers take from here before
+//! they take a new batch.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+use tiercel_sys::udp::Nudge;
 
 /// A datagram handed over: its sender, its bytes, and where the datagrams of a coalesced run end.
 pub(super) struct Handed {
@@ -22,14 +25,25 @@ pub(super) struct Handed {
 }
 
 /// Datagrams waiting for a listener, in the order they arrived.
-#[derive(Default)]
 pub(super) struct Handoff {
     /// How many wait: read without the lock on every look at the socket.
     waiting: AtomicUsize,
     queue: Mutex<VecDeque<Handed>>,
+    /// Counts what waits, for listeners asleep on the socket (none if the kernel refused one:
+    /// they then wake with the next datagram, at the latest the retransmission of a call here).
+    nudge: Option<Nudge>,
 }
 
 impl Handoff {
+    pub(super) fn new() -> Handoff {
+        Handoff { waiting: AtomicUsize::new(0), queue: Mutex::new(VecDeque::new()), nudge: Nudge::new().ok() }
+    }
+
+    /// What listeners asleep on the socket wait on too.
+    pub(super) fn nudge(&self) -> Option<&Nudge> {
+        self.nudge.as_ref()
+    }
+
     /// Whether nothing waits (one relaxed load).
     pub(super) fn is_empty(&self) -> bool {
         self.waiting.load(Ordering::Relaxed) == 0
@@ -44,6 +58,12 @@ impl Handoff {
         let before = queue.len();
         queue.extend(datagrams.map(|(from, bytes, segment)| Handed { from, bytes: bytes.to_vec(), segment }));
         self.waiting.store(queue.len(), Ordering::Relaxed);
+        // Under the lock, so that the nudge's count is the queue's length.
+        if let Some(nudge) = &self.nudge {
+            for _ in before..queue.len() {
+                let _ = nudge.ring();
+            }
+        }
         queue.len() - before
     }
 
@@ -59,6 +79,9 @@ impl Handoff {
     fn take(&self) -> Option<Handed> {
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let first = queue.pop_front();
+        if let (Some(nudge), Some(_)) = (&self.nudge, &first) {
+            nudge.take();
+        }
         self.waiting.store(queue.len(), Ordering::Relaxed);
         first
     }
@@ -70,18 +93,24 @@ mod tests {
 
     #[test]
     fn datagrams_handed_over_are_taken_in_order_once() {
-        let handoff = Handoff::default();
+        let handoff = Handoff::new();
+        let nudge = handoff.nudge().unwrap();
         assert!(handoff.is_empty());
         assert!(handoff.take().is_none());
         let from: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let n = handoff.hand_over([(from, &b"one"[..], None), (from, &b"two"[..], Some(2))].into_iter());
         assert_eq!(n, 2);
         assert!(!handoff.is_empty());
+        let socket = tiercel_sys::udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let waiter = tiercel_sys::udp::ExclusiveWaiter::new(&socket).unwrap();
+        waiter.also(nudge.as_fd()).unwrap();
+        assert!(waiter.wait(Some(std::time::Duration::ZERO)).unwrap(), "a listener asleep wakes");
         let first = handoff.take().unwrap();
         assert_eq!((first.from, &first.bytes[..], first.segment), (from, &b"one"[..], None));
         let second = handoff.take().unwrap();
         assert_eq!((&second.bytes[..], second.segment), (&b"two"[..], Some(2)));
         assert!(handoff.is_empty());
         assert!(handoff.take().is_none());
+        assert!(!waiter.wait(Some(std::time::Duration::ZERO)).unwrap(), "nothing left to wake for");
     }
 }

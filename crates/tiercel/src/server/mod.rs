@@ -205,7 +205,7 @@ impl Server {
             shutdown_by: std::sync::Mutex::new(None),
             spin_leases,
             crew: crew::Crew::new(workers),
-            handoff: handoff::Handoff::default(),
+            handoff: handoff::Handoff::new(),
             stats: Arc::new(ServerStats::default()),
             registrations: std::sync::Mutex::new(Vec::new()),
             binding_threads: std::sync::Mutex::new(Vec::new()),

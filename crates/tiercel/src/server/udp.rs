@@ -23,7 +23,7 @@ use tiercel_sys::udp::{self, Received};
 
 use super::crew::Standby;
 use super::dispatch::{run_procedure, Arrival};
-use super::outbox::{Outbox, QuickProcedures};
+use super::outbox::{Outbox, QuickProcedures, QUICK_RUN};
 use super::spinning::SpinLease;
 use super::{Shared, UdpBinding, UdpSlot};
 use crate::retention::SPARES_IDLE;
@@ -125,13 +125,23 @@ impl UdpWorker {
         // by has none: every waiter registered on the socket is visited for every datagram that
         // arrives (16 of them made a Null call 0.7 µs slower).
         self.waiter = udp::ExclusiveWaiter::new(&self.shared.socket).ok();
+        // Datagrams another worker leaves wake a listener asleep as datagrams in the socket do.
+        // (Refused, they wake with the next datagram, at the latest a retransmission of theirs.)
+        if let (Some(w), Some(nudge)) = (&self.waiter, self.shared.handoff.nudge()) {
+            let _ = w.also(nudge.as_fd());
+        }
         let mut spin_until = Instant::now();
-        // Whether the last look found datagrams: calls are queueing, and the next receive takes up
-        // to a batch of them. Otherwise it asks for one, which costs no more than `recvmsg` (asking
-        // for more makes the kernel try the socket again after the datagram a lone caller sent).
-        let mut queueing = false;
+        // Datagrams the last look found, and when it was made. When it found some and they were
+        // handled quickly (within `QUICK_RUN` each), calls are queueing, and the next receive takes
+        // up to a batch of them. Otherwise it asks for one, which costs no more than `recvmsg`
+        // (asking for more makes the kernel try the socket again after a lone caller's datagram), and
+        // calls of slow procedures stay in the socket, for whichever listener is free, rather than
+        // in one worker's batch.
+        let (mut found, mut last_look) = (0u32, Instant::now());
         while !self.shared.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
+            let queueing = found > 0 && now.saturating_duration_since(last_look) < QUICK_RUN * found;
+            (found, last_look) = (0, now);
             if self.shared.crew.sweep_due(now, SWEEP_INTERVAL) {
                 self.sweep();
             }
@@ -151,11 +161,10 @@ impl UdpWorker {
                 continue;
             }
             let max = if queueing { MAX_BATCH } else { 1 };
-            queueing = false;
             match self.batch.recv_nowait(&self.shared.socket, max) {
                 Ok(0) => {}
                 Ok(n) => {
-                    queueing = true;
+                    found = n as u32;
                     self.handle_batch(n);
                     if self.lease.take() {
                         spin_until = Instant::now() + self.shared.config.spin;
