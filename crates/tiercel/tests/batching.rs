@@ -109,6 +109,9 @@ fn caller<T: Send + 'static>(
     (go, thread)
 }
 
+/// A call one of the test's threads makes.
+type Call<T> = Box<dyn FnOnce(&DeskClient) -> T + Send>;
+
 /// Quick calls that lead a queue: the worker let go takes the first alone (after a slow call it
 /// reads one datagram at a time) and, once it has handled one quickly, the rest of the queue with
 /// one receive. Several, in case a preempted one looks slow.
@@ -121,7 +124,7 @@ fn queue_behind_gates<T: Send + 'static>(
     desk: &DeskClient,
     flags: &Flags,
     gates: u32,
-    rest: Vec<Box<dyn FnOnce(&DeskClient) -> T + Send>>,
+    rest: Vec<Call<T>>,
     before_the_others: impl FnOnce(),
 ) -> Vec<T> {
     let leads: Vec<_> = (0..LEADS).map(|i| caller(desk, move |d| assert_eq!(d.add(i, 2).unwrap(), i + 2))).collect();
@@ -150,7 +153,7 @@ fn queue_behind_gates<T: Send + 'static>(
 fn batch_quick_calls(server: &tiercel::RunningServer, desk: &DeskClient, flags: &Flags, gates: u32) {
     let stats = server.stats();
     for round in 0..10u64 {
-        let rest: Vec<Box<dyn FnOnce(&DeskClient) -> u64 + Send>> =
+        let rest: Vec<Call<u64>> =
             (0..6u64).map(|i| Box::new(move |d: &DeskClient| d.add(round, i).unwrap() - round - i) as _).collect();
         let sums = queue_behind_gates(desk, flags, gates, rest, || {});
         assert_eq!(sums, vec![0; 6]);
@@ -179,7 +182,7 @@ fn a_held_result_goes_out_before_a_procedure_not_known_to_be_quick_runs() {
     // call's result has reached its caller. Were that result held until the end of the batch, the
     // second procedure would wait for it in vain.
     let f = flags.clone();
-    let rest: Vec<Box<dyn FnOnce(&DeskClient) -> bool + Send>> = vec![
+    let rest: Vec<Call<bool>> = vec![
         Box::new(move |d| {
             let sum = d.add(2, 3).unwrap();
             f.quick_result_seen.store(true, Ordering::Release);
@@ -204,7 +207,7 @@ fn a_call_behind_a_slow_one_in_a_batch_is_left_to_another_worker() {
     let (server, desk, flags) = setup(2);
     batch_quick_calls(&server, &desk, &flags, 2);
     let f = flags.clone();
-    let rest: Vec<Box<dyn FnOnce(&DeskClient) -> bool + Send>> = vec![
+    let rest: Vec<Call<bool>> = vec![
         Box::new(|d| d.after_quick_result().unwrap()),
         Box::new(move |d| {
             let sum = d.add(4, 5).unwrap();
