@@ -25,13 +25,16 @@
 //!
 //! ```text
 //! client thread                                      server worker thread
-//!   generated stub: marshal args into the slot's       recvfrom into the worker's buffer
+//!   generated stub: marshal args into the slot's       recvmmsg into the worker's buffer
 //!     scratch buffer, large slices by reference        check the header once, find binding and
 //!   UdpEndpoint::run: write seq and procedure into the   slot by index, suppress duplicates
 //!     prebuilt header, one sendmsg (header + args)     generated stub: borrow args from the packet,
 //!   wait on the thread's own socket: spin, then poll     run the procedure, marshal results behind
 //!   unmarshal from the received packet                   the slot's prebuilt header, one sendmsg
 //! ```
+//!
+//! When calls queue at the server, one `recvmmsg` takes up to 16 of them, and the results of the
+//! quick ones go out together with one `sendmmsg`.
 //!
 //! Anything else (retransmission, multi-packet messages, probes of long calls, a dead server) is the
 //! protocol's slow path, in `tiercel-proto`.
