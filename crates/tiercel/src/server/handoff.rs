@@ -1,7 +1,7 @@
 //! Datagrams a UDP worker took in a batch but leaves to the other listeners: it is about to run a
 //! procedure that may be slow, and the calls behind it in its batch must not wait for it.
 //!
-//! One `recvmmsg` takes every datagram waiting, so the calls behind a slow one would otherwise be
+//! One `recvmmsg` takes up to 16 datagrams waiting, so the calls behind a slow one would otherwise be
 //! held in that worker's buffers, out of reach of the listener the crew adds while calls wait. Before
 //! a procedure not known to be quick runs, the rest of the batch is copied here; every listener
 //! takes from here before it reads the socket, and the crew's deputy counts what waits here as

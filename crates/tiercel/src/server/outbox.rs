@@ -1,7 +1,7 @@
 //! Results held while the calls of one receive batch run, then sent together with one `sendmmsg`.
 //!
-//! When calls queue, a UDP worker takes every datagram waiting with one `recvmmsg` and runs the
-//! calls in turn. The result of each small call is copied here instead of sent, and when the batch
+//! When calls queue, a UDP worker takes the datagrams waiting (up to 16) with one `recvmmsg` and runs
+//! the calls in turn. The result of each small call is copied here instead of sent, and when the batch
 //! is done all of them go out with one system call (Lampson's t = 1 + s/b; Firefly's batched
 //! transmission). A lone call is not held: a batch of one datagram sends its result at once.
 //!
