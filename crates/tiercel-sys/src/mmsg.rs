@@ -75,10 +75,14 @@ impl RecvBatch {
 
     /// Receives what is waiting on `socket`, up to `max` datagrams (at most [`MAX_BATCH`]), with one
     /// `recvmmsg` that does not block. Returns how many arrived (0: nothing was waiting); they are
-    /// [`RecvBatch::get`]`(0..n)`. An ICMP error reported for an earlier send counts as nothing.
+    /// [`RecvBatch::get`]`(0..n)`. An ICMP error reported for an earlier send counts as nothing. One
+    /// datagram is asked for with [`RecvBatch::recv_one_nowait`].
     pub fn recv_nowait(&mut self, socket: &UdpSocket, max: usize) -> io::Result<usize> {
-        self.count = 0;
         let n = max.clamp(1, MAX_BATCH);
+        if n == 1 {
+            return self.recv_one_nowait(socket);
+        }
+        self.count = 0;
         let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_BATCH];
         // SAFETY: `mmsghdr` is plain old data (integers and pointers), for which all zeroes is valid.
         let mut msgs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
@@ -126,6 +130,43 @@ impl RecvBatch {
         }
         self.count = got;
         Ok(got)
+    }
+
+    /// Receives one datagram waiting on `socket` into the batch's first buffer, with one `recvmsg`
+    /// that does not block (cheaper than a `recvmmsg` of one, which sets up a batch of headers and
+    /// whose kernel side does more per call). Returns how many arrived (0 or 1), as
+    /// [`RecvBatch::recv_nowait`].
+    pub fn recv_one_nowait(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+        self.count = 0;
+        let mut iov = libc::iovec { iov_base: self.buffers.as_mut_ptr().cast(), iov_len: self.size };
+        // SAFETY: `msghdr` is plain old data (integers and pointers), for which all zeroes is valid.
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_name = (&mut self.names[0] as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = self.controls[0].as_mut_ptr().cast();
+        h.msg_controllen = CONTROL as _;
+        // SAFETY: the header points at the first buffer (`size` bytes, the first of `buffers`), the
+        // first control area and address storage, all owned by `self` (borrowed mutably for the
+        // call), and at `iov`, all live until the call returns, with their true lengths; the kernel
+        // writes only within them.
+        let r = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut h, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::ECONNREFUSED | libc::EINTR) => Ok(0),
+                _ => Err(e),
+            };
+        }
+        self.meta[0] = Meta {
+            len: r as usize,
+            truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+            control_len: h.msg_controllen.min(CONTROL),
+            name_len: h.msg_namelen,
+        };
+        self.count = 1;
+        Ok(1)
     }
 
     /// Datagrams of the last receive.
@@ -236,11 +277,22 @@ mod tests {
 
     #[test]
     fn one_receive_takes_every_waiting_datagram_with_its_sender() {
+        receives_each_datagram_with_its_sender(MAX_BATCH);
+    }
+
+    #[test]
+    fn a_receive_of_one_reads_each_datagram_with_its_sender() {
+        receives_each_datagram_with_its_sender(1);
+    }
+
+    /// Five senders' datagrams and one too large, received `max` at a time; results sent back in one
+    /// batch.
+    fn receives_each_datagram_with_its_sender(max: usize) {
         let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
         let addr = server.local_addr().unwrap();
         let clients: Vec<_> = (0..5).map(|_| connect(addr).unwrap()).collect();
         let mut batch = RecvBatch::new(64);
-        assert_eq!(batch.recv_nowait(&server, MAX_BATCH).unwrap(), 0);
+        assert_eq!(batch.recv_nowait(&server, max).unwrap(), 0);
         assert!(batch.is_empty());
         for (i, c) in clients.iter().enumerate() {
             send_gather(c, &[IoSlice::new(&vec![i as u8; 10 + i])]).unwrap();
@@ -250,7 +302,8 @@ mod tests {
         assert!(wait_readable(&server, Some(Duration::from_secs(5))).unwrap());
         let mut seen = Vec::new();
         while seen.len() < 6 {
-            let n = batch.recv_nowait(&server, MAX_BATCH).unwrap();
+            let n = batch.recv_nowait(&server, max).unwrap();
+            assert!(n <= max);
             for i in 0..n {
                 let d = batch.get(i).unwrap();
                 seen.push((d.received, d.from.unwrap(), d.bytes.to_vec()));
@@ -304,14 +357,16 @@ mod tests {
         let sender = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
         let addr = server.local_addr().unwrap();
         let data: Vec<u8> = (0..2500u32).map(|i| i as u8).collect();
-        send_segments(&sender, Some(&addr), &[IoSlice::new(&data)], 1000).unwrap();
         let mut batch = RecvBatch::new(GRO_BUFFER);
-        assert!(wait_readable(&server, Some(Duration::from_secs(5))).unwrap());
-        assert_eq!(batch.recv_nowait(&server, MAX_BATCH).unwrap(), 1);
-        let d = batch.get(0).unwrap();
-        assert_eq!((d.received, d.segment), (Received::Datagram(2500), Some(1000)));
-        assert_eq!(d.bytes, &data[..]);
-        assert_eq!(d.from, Some(sender.local_addr().unwrap()));
+        for max in [MAX_BATCH, 1] {
+            send_segments(&sender, Some(&addr), &[IoSlice::new(&data)], 1000).unwrap();
+            assert!(wait_readable(&server, Some(Duration::from_secs(5))).unwrap());
+            assert_eq!(batch.recv_nowait(&server, max).unwrap(), 1);
+            let d = batch.get(0).unwrap();
+            assert_eq!((d.received, d.segment), (Received::Datagram(2500), Some(1000)));
+            assert_eq!(d.bytes, &data[..]);
+            assert_eq!(d.from, Some(sender.local_addr().unwrap()));
+        }
     }
 
     #[test]

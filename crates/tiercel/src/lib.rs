@@ -25,7 +25,7 @@
 //!
 //! ```text
 //! client thread                                      server worker thread
-//!   generated stub: marshal args into the slot's       recvmmsg into the worker's buffer
+//!   generated stub: marshal args into the slot's       recvmsg into the worker's buffer
 //!     scratch buffer, large slices by reference        check the header once, find binding and
 //!   UdpEndpoint::run: write seq and procedure into the   slot by index, suppress duplicates
 //!     prebuilt header, one sendmsg (header + args)     generated stub: borrow args from the packet,

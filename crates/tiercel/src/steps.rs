@@ -89,7 +89,7 @@ impl Point {
             Point::Unmarshaled => "results unmarshaled, endpoint back in its cache",
             Point::ArgsCopied => "arguments copied into the slot",
             Point::ResultCopied => "result copied out of the slot",
-            Point::ServerArrived => "server: call arrived (recvmmsg returned / slot seen)",
+            Point::ServerArrived => "server: call arrived (recvmsg returned / slot seen)",
             Point::ServerValidated => "server: header checked, binding and slot found",
             Point::ServerAccepted => "server: duplicate check passed, arguments in place",
             Point::ArgsDecoded => "server stub: arguments unmarshaled",
