@@ -15,11 +15,13 @@ pub use tiercel_proto::Timing;
 pub enum Spin {
     /// Block at once.
     Never,
-    /// Spin this long, then block.
+    /// Spin this long, then block. Over UDP, also this long from each packet of a multi-packet
+    /// exchange that arrives.
     Fixed(Duration),
     /// Spin twice the recent round-trip time (a moving average) plus 50 µs, about what a wake-up
     /// from blocking costs on a VM, at most `max`; block at once while round trips take longer than
-    /// `max`.
+    /// `max`. Over UDP, while a call's packets keep coming (the acknowledgements of a multi-packet
+    /// call, the fragments of a multi-packet result), also spin 50 µs (at most `max`) from each.
     Adaptive {
         /// Longest spin.
         max: Duration,

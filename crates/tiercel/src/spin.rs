@@ -1,7 +1,7 @@
 //! The adaptive spin budget of a waiting caller.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::Spin;
 
@@ -56,6 +56,14 @@ impl Spinner<'_> {
         }
     }
 
+    /// Spins again after a block: counted again.
+    #[inline]
+    pub(crate) fn resume(&mut self) {
+        if !std::mem::replace(&mut self.counted, true) {
+            self.spinners.n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Stops spinning (about to block): no longer counted.
     #[inline]
     pub(crate) fn stop(&mut self) {
@@ -79,6 +87,35 @@ impl Drop for Spinner<'_> {
 /// ~20 µs, and its p99 was 1.6× to 2.0× the raw ping-pong's; a client spinning longer (a fixed
 /// 1 ms, or four round trips plus 50 µs) had 1.25× to 1.44× in the same runs.
 const SLACK_NS: u64 = 50_000;
+
+/// Until when a waiting caller spins: its call's budget from the call's start, pushed on by each
+/// packet of the call that arrives for [`SpinBudget::between_packets`] from then.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SpinDeadline {
+    until: Instant,
+    between: Duration,
+}
+
+impl SpinDeadline {
+    /// A call that started at `start`, spun for as `budget` says.
+    pub(crate) fn new(start: Instant, budget: &SpinBudget) -> SpinDeadline {
+        SpinDeadline { until: start + budget.budget(), between: budget.between_packets() }
+    }
+
+    /// A packet of the call arrived at `now`. Returns whether the caller spins for the next one.
+    pub(crate) fn progress(&mut self, now: Instant) -> bool {
+        if self.between.is_zero() {
+            return false;
+        }
+        self.until = self.until.max(now + self.between);
+        true
+    }
+
+    /// Whether the caller still spins at `now`.
+    pub(crate) fn spinning(&self, now: Instant) -> bool {
+        now < self.until
+    }
+}
 
 /// Tracks recent round trips and says how long to spin before blocking.
 #[derive(Debug, Clone)]
@@ -107,6 +144,20 @@ impl SpinBudget {
                     Duration::from_nanos((2 * self.average_ns + SLACK_NS).min(max_ns))
                 }
             }
+        }
+    }
+
+    /// How long to spin for the next packet of a call whose packets are coming (the acknowledgements
+    /// of a multi-packet call, the fragments of a multi-packet result), counted from the last one:
+    /// about what a wake-up from blocking costs, as in [`SpinBudget::budget`]. The round trips of
+    /// whole calls say nothing of it: a 16 MiB call takes milliseconds, its packets come microseconds
+    /// apart, and a caller that blocked once its call's spin had run out paid a wake-up for each
+    /// acknowledgement.
+    pub(crate) fn between_packets(&self) -> Duration {
+        match self.policy {
+            Spin::Never => Duration::ZERO,
+            Spin::Fixed(d) => d,
+            Spin::Adaptive { max } => Duration::from_nanos(SLACK_NS).min(max),
         }
     }
 
@@ -152,5 +203,53 @@ mod tests {
         assert_eq!(s.budget(), Duration::ZERO, "long calls block at once");
         assert_eq!(SpinBudget::new(Spin::Never).budget(), Duration::ZERO);
         assert_eq!(SpinBudget::new(Spin::Fixed(Duration::from_micros(7))).budget(), Duration::from_micros(7));
+    }
+
+    #[test]
+    fn packets_of_a_moving_call_are_spun_for_whatever_its_round_trips() {
+        let mut s = SpinBudget::new(Spin::Adaptive { max: Duration::from_micros(200) });
+        for _ in 0..100 {
+            s.observe(Duration::from_millis(5));
+        }
+        assert_eq!(s.budget(), Duration::ZERO);
+        assert_eq!(s.between_packets(), Duration::from_micros(50), "a wake-up's cost, however long the calls");
+        let short = SpinBudget::new(Spin::Adaptive { max: Duration::from_micros(20) });
+        assert_eq!(short.between_packets(), Duration::from_micros(20), "never past the maximum");
+        assert_eq!(SpinBudget::new(Spin::Never).between_packets(), Duration::ZERO);
+        assert_eq!(SpinBudget::new(Spin::Fixed(Duration::from_micros(7))).between_packets(), Duration::from_micros(7));
+    }
+
+    #[test]
+    fn a_caller_spins_on_from_each_packet_of_its_call() {
+        let t0 = Instant::now();
+        let mut long_calls = SpinBudget::new(Spin::Adaptive { max: Duration::from_micros(200) });
+        long_calls.observe(Duration::from_millis(16));
+        let mut d = SpinDeadline::new(t0, &long_calls);
+        assert!(!d.spinning(t0), "calls this long block at once");
+        let ack = t0 + Duration::from_millis(3);
+        assert!(d.progress(ack));
+        assert!(d.spinning(ack + Duration::from_micros(49)));
+        assert!(!d.spinning(ack + Duration::from_micros(50)), "no longer than a wake-up costs");
+        // An early packet does not cut the call's own budget short.
+        let mut fresh = SpinDeadline::new(t0, &SpinBudget::new(Spin::Adaptive { max: Duration::from_micros(200) }));
+        assert!(fresh.progress(t0 + Duration::from_micros(1)));
+        assert!(fresh.spinning(t0 + Duration::from_micros(199)));
+        // A caller that never spins does not start because packets come.
+        let mut never = SpinDeadline::new(t0, &SpinBudget::new(Spin::Never));
+        assert!(!never.progress(t0));
+        assert!(!never.spinning(t0));
+    }
+
+    #[test]
+    fn a_spinner_resumed_after_a_block_is_counted_again_once() {
+        let spinners = Spinners { n: AtomicUsize::new(0) };
+        let mut a = spinners.start();
+        a.stop();
+        assert_eq!(spinners.n.load(Ordering::Relaxed), 0);
+        a.resume();
+        a.resume();
+        assert_eq!(spinners.n.load(Ordering::Relaxed), 1);
+        drop(a);
+        assert_eq!(spinners.n.load(Ordering::Relaxed), 0);
     }
 }

@@ -184,17 +184,23 @@ async fn run_udp(
 ) -> Result<(), CallError> {
     let inner = &*binding.inner;
     let (len, start) = ep.send_call(binding, procedure, segs)?;
-    let spin_until = if alone { start + ep.spin_budget() } else { start };
+    // A lone call spins (for its budget, and for each next packet while they keep coming).
+    let mut deadline = alone.then(|| ep.spin_deadline(start));
     loop {
         // Clear the socket's readiness, then look: a datagram that arrives after the clear sets
         // it again, so the wait below cannot miss it.
         let _ = ready.try_io(Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
         let now = match ep.step(inner, segs, len)? {
             Step::Done => break,
-            Step::Progress => continue,
+            Step::Progress => {
+                if let Some(d) = &mut deadline {
+                    d.progress(Instant::now());
+                }
+                continue;
+            }
             Step::Idle(now) => now,
         };
-        if now < spin_until {
+        if deadline.is_some_and(|d| d.spinning(now)) {
             core::hint::spin_loop();
             continue;
         }

@@ -20,7 +20,7 @@ use tiercel_sys::udp::{self, Received};
 
 use super::BindingInner;
 use crate::retention::Retention;
-use crate::spin::{SpinBudget, SPINNERS};
+use crate::spin::{SpinBudget, SpinDeadline, SPINNERS};
 use crate::steps::{mark, Point};
 use crate::transmit;
 use crate::wire::{Segments, MAX_SEGMENTS};
@@ -341,17 +341,24 @@ impl UdpEndpoint {
         transmit::send(&self.socket, None, &[IoSlice::new(&hdr), IoSlice::new(payload)], self.flag_base != 0)
     }
 
-    /// Spins, then blocks, until the call completes or fails.
+    /// Spins, then blocks, until the call completes or fails. While packets of the call keep coming
+    /// (acknowledgements of its fragments, fragments of its result), it spins for the next one from
+    /// the last, as long as a wake-up would cost.
     fn wait(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize, start: Instant) -> Result<(), CallError> {
-        let spin_until = start + self.spin.budget();
+        let mut deadline = SpinDeadline::new(start, &self.spin);
         let mut spinner = SPINNERS.start();
         loop {
             let now = match self.step(inner, segs, len)? {
                 Step::Done => return Ok(()),
-                Step::Progress => continue,
+                Step::Progress => {
+                    if deadline.progress(Instant::now()) {
+                        spinner.resume();
+                    }
+                    continue;
+                }
                 Step::Idle(now) => now,
             };
-            if now < spin_until {
+            if deadline.spinning(now) {
                 spinner.pause();
                 continue;
             }
@@ -551,9 +558,9 @@ impl UdpEndpoint {
         self.spin.observe(rtt);
     }
 
-    /// How long to spin for a result before waiting on the socket.
-    pub(super) fn spin_budget(&self) -> std::time::Duration {
-        self.spin.budget()
+    /// Until when to spin for a call that started at `start` (pushed on by its packets).
+    pub(super) fn spin_deadline(&self, start: Instant) -> SpinDeadline {
+        SpinDeadline::new(start, &self.spin)
     }
 }
 
