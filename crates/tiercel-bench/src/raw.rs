@@ -3,6 +3,17 @@
 //! how long the reply must be; a request of several datagrams (a multi-packet transfer) says in its
 //! next eight how many datagrams it has and which transfer they belong to, and the echo replies
 //! once all have come.
+//!
+//! A transfer moves the bytes of one buffer into another or only the kernel's: sent from one small
+//! buffer over and over and received into one, or ([`PingPong::transfer_message`]) sent from a
+//! message of its size, each datagram its header and the next bytes of the message, and received by
+//! the echo into a buffer of its size, each datagram (or coalesced run) after the one before, as a
+//! receiver that puts a message together does. A 16 MiB message fits no cache, so the second pays
+//! for memory the first never touches: it is the floor of an RPC that moves a 16 MiB argument.
+
+/// High bit of a request's reply length: a request that announces that the next transfer is to be
+/// received into its place in a buffer of the message's size.
+const PLACE_NEXT: u32 = 1 << 31;
 
 use std::io::{IoSlice, Write};
 use std::net::{SocketAddr, UdpSocket};
@@ -54,34 +65,56 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
     let socket = udp::bind(args.addr, false).map_err(crate::Error::from)?;
     println!("listening udp://{}", socket.local_addr().map_err(crate::Error::from)?);
     let _ = std::io::stdout().flush();
+    serve_echo(&socket, &args)
+}
+
+/// Answers on `socket` until `args.max_seconds` have passed.
+fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
     let mut reply = vec![0x5au8; tiercel::config::MAX_UDP_PAYLOAD];
     let (mut turn_ticks, mut turns) = (0u64, 0u64);
     // The multi-packet transfer being received: its id and the datagrams of it seen so far.
     let (mut transfer, mut seen) = (0u32, 0u32);
     let mut rx = vec![0u8; tiercel::config::MAX_UDP_PAYLOAD.max(udp::GRO_BUFFER)];
+    // Where a transfer announced with `PLACE_NEXT` is received: each datagram after the one before
+    // (from `placed`), in a buffer that grows to the largest message (and a receive's room).
+    let (mut placing, mut placed) = (false, 0usize);
+    let mut message: Vec<u8> = Vec::new();
     let end = Instant::now() + Duration::from_secs(args.max_seconds);
     let mut idle_checks = 0u32;
     let mut last = Instant::now();
-    if args.gro && !udp::enable_gro(&socket) {
+    if args.gro && !udp::enable_gro(socket) {
         return Err("this kernel refuses UDP_GRO".into());
     }
     loop {
+        let room = rx.len();
+        if placing && message.len() < placed + room {
+            if placed + room > MAX_PLACED {
+                placed = 0;
+            }
+            message.resize(placed + room, 0);
+        }
+        let (buf, at) = if placing { (&mut message[placed..placed + room], placed) } else { (&mut rx[..], 0) };
         let got = if args.gro {
-            udp::recv_from_segments_nowait(&socket, &mut rx).map_err(crate::Error::from)?
+            udp::recv_from_segments_nowait(socket, buf).map_err(crate::Error::from)?
         } else {
-            udp::recv_from_nowait(&socket, &mut rx)
+            udp::recv_from_nowait(socket, buf)
                 .map_err(crate::Error::from)?
                 .map(|(received, from)| (udp::Segmented { received, segment: None }, from))
         };
         match got {
             Some((udp::Segmented { received: Received::Datagram(len), segment }, from)) => {
                 idle_checks = 0;
+                let bytes = if placing { &message[at..at + len] } else { &rx[..len] };
+                if placing {
+                    placed += len;
+                }
                 // Each datagram of a coalesced run is one of the transfer's (or a request).
                 for piece in udp::segments(len, segment) {
-                    let rx = &rx[piece];
+                    let rx = &bytes[piece];
                     if rx.len() < 4 {
                         continue;
                     }
+                    let first = u32::from_le_bytes([rx[0], rx[1], rx[2], rx[3]]);
                     if rx.len() >= 12 {
                         let count = u32::from_le_bytes([rx[4], rx[5], rx[6], rx[7]]);
                         let id = u32::from_le_bytes([rx[8], rx[9], rx[10], rx[11]]);
@@ -95,13 +128,16 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
                             }
                         }
                     }
+                    // A transfer has ended or a request came: the next transfer is placed only if
+                    // this one announces it.
+                    (placing, placed) = (first & PLACE_NEXT != 0, 0);
                     let s0 = if args.stamp { ticks() } else { 0 };
-                    let want = (u32::from_le_bytes([rx[0], rx[1], rx[2], rx[3]]) as usize).min(reply.len());
+                    let want = ((first & !PLACE_NEXT) as usize).min(reply.len());
                     if args.stamp && want >= 16 {
                         reply[..8].copy_from_slice(&turn_ticks.to_le_bytes());
                         reply[8..16].copy_from_slice(&turns.to_le_bytes());
                     }
-                    let _ = udp::send_gather_to(&socket, &from, &[IoSlice::new(&reply[..want])]);
+                    let _ = udp::send_gather_to(socket, &from, &[IoSlice::new(&reply[..want])]);
                     if args.stamp {
                         turn_ticks += ticks().wrapping_sub(s0);
                         turns += 1;
@@ -127,10 +163,14 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
         if args.spin && (idle_checks < 4096 || last.elapsed() < SPIN_WHILE_IDLE) {
             core::hint::spin_loop();
         } else {
-            let _ = udp::wait_readable(&socket, Some(Duration::from_millis(100)));
+            let _ = udp::wait_readable(socket, Some(Duration::from_millis(100)));
         }
     }
 }
+
+/// Most bytes of placed transfers the echo holds (a 16 MiB message, its datagrams' headers and a
+/// receive's room); a longer transfer goes on from the start of the buffer.
+const MAX_PLACED: usize = 24 << 20;
 
 /// The client side of the raw ping-pong.
 pub struct PingPong {
@@ -231,6 +271,57 @@ impl PingPong {
         self.await_reply()
     }
 
+    /// Tells the echo to receive the next transfer into its place in a buffer of the message's size
+    /// (one round trip, before the transfer is timed); false if the reply did not come.
+    pub fn place_next(&mut self) -> crate::Result<bool> {
+        let mut request = self.request.clone();
+        let first = u32::from_le_bytes([request[0], request[1], request[2], request[3]]) | PLACE_NEXT;
+        request[..4].copy_from_slice(&first.to_le_bytes());
+        udp::send_gather(&self.socket, &[IoSlice::new(&request)]).map_err(crate::Error::from)?;
+        self.await_reply()
+    }
+
+    /// A multi-packet transfer of the bytes of `message`: datagrams of up to `datagram` bytes, each
+    /// a `header` of `header` bytes (the transfer's 12 and zeros; at least 12) and the next bytes of
+    /// the message, gathered by the kernel from both; `segmented`, in runs as
+    /// [`PingPong::transfer_segmented`] sends them. Answered once all have come; false if a datagram
+    /// or the reply was lost. After [`PingPong::place_next`] the echo receives it into a buffer of
+    /// its size.
+    pub fn transfer_message(
+        &mut self,
+        message: &[u8],
+        header: usize,
+        datagram: usize,
+        segmented: bool,
+    ) -> crate::Result<bool> {
+        let header = header.max(12);
+        let datagram = datagram.clamp(header + 1, if segmented { udp::MAX_SEGMENTED / 2 } else { udp::MAX_SEGMENTED });
+        let chunk = datagram - header;
+        let count = message.len().div_ceil(chunk).max(1);
+        self.transfer = self.transfer.wrapping_add(1);
+        let mut head = vec![0u8; header];
+        head[..4].copy_from_slice(&self.request[..4]);
+        head[4..8].copy_from_slice(&(count as u32).to_le_bytes());
+        head[8..12].copy_from_slice(&self.transfer.to_le_bytes());
+        let per_send = if segmented { (udp::MAX_SEGMENTED / datagram).min(udp::MAX_SEGMENTS) } else { 1 };
+        let chunks: Vec<&[u8]> = if message.is_empty() { vec![&[][..]] } else { message.chunks(chunk).collect() };
+        for run in chunks.chunks(per_send) {
+            let parts: Vec<IoSlice<'_>> = run.iter().flat_map(|c| [IoSlice::new(&head), IoSlice::new(c)]).collect();
+            let sent = if segmented {
+                udp::send_segments(&self.socket, None, &parts, datagram)
+            } else {
+                udp::send_gather(&self.socket, &parts)
+            };
+            match sent {
+                Ok(_) => {}
+                Err(e) if segmented && udp::is_segmentation_refused(&e) => return Err(e.into()),
+                // A full socket buffer loses the datagrams: the transfer then fails as a whole.
+                Err(_) => {}
+            }
+        }
+        self.await_reply()
+    }
+
     /// Waits up to a second for the reply to a transfer; false if it did not come.
     fn await_reply(&mut self) -> crate::Result<bool> {
         let deadline = Instant::now() + Duration::from_secs(1);
@@ -274,6 +365,48 @@ impl PingPong {
             } else if !udp::wait_readable(&self.socket, Some(Duration::from_secs(1))).map_err(crate::Error::from)? {
                 return Ok(false);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo on loopback in a thread of its own (it stops after a minute), and its address.
+    fn echo_thread(gro: bool) -> SocketAddr {
+        let socket = udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let addr = socket.local_addr().unwrap();
+        let args = EchoArgs { addr, cpu: None, spin: false, max_seconds: 60, stamp: false, gro };
+        std::thread::spawn(move || serve_echo(&socket, &args));
+        addr
+    }
+
+    #[test]
+    fn a_message_is_answered_once_all_its_datagrams_have_come_placed_or_not() {
+        for gro in [false, true] {
+            let mut ping = PingPong::new(echo_thread(gro), 56, 56, false).unwrap();
+            let message: Vec<u8> = (0..90_000u32).map(|i| i as u8).collect();
+            for segmented in [false, true] {
+                // The placed transfer is the shorter, so that an echo that read it as the last
+                // one's datagrams would wait for more.
+                for (place, message) in [(false, &message[..]), (true, &message[..60_000])] {
+                    if place {
+                        assert!(ping.place_next().unwrap());
+                    }
+                    // 1472-byte datagrams (a 56-byte header and 1416 bytes each): 64 of them, two runs, within
+                    // a loopback socket's default receive buffer.
+                    assert!(
+                        ping.transfer_message(message, 56, 1472, segmented).unwrap(),
+                        "gro {gro} segmented {segmented} placed {place}"
+                    );
+                    // One reply per transfer, none for each datagram.
+                    assert!(!udp::wait_readable(&ping.socket, Some(Duration::from_millis(20))).unwrap());
+                    // A transfer that has ended leaves the echo answering requests as before.
+                    assert!(ping.round_trip().unwrap());
+                }
+            }
+            assert!(ping.transfer_segmented(90_000, 1472).unwrap());
         }
     }
 }

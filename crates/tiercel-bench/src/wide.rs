@@ -2,7 +2,9 @@
 //! 1472 bytes): 1 MiB and 16 MiB In and InOut calls on tiercel's default client and server, against
 //! the raw transfer of the same bytes in the same datagrams, sent one `sendmsg` per datagram and sent
 //! as a segmented stream (UDP GSO, runs of up to 44 datagrams per `sendmsg`) to a receiver that takes
-//! runs whole (UDP GRO). Needs root (it creates the namespaces); skipped otherwise.
+//! runs whole (UDP GRO), both from and into one small buffer, and the segmented stream of the
+//! message's own bytes, from and into buffers of its size (`raw::PingPong::transfer_message`). Needs
+//! root (it creates the namespaces); skipped otherwise.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -17,6 +19,9 @@ use crate::summary::Summary;
 /// The ports of the server and of the raw echo inside their namespace.
 const PORT: u16 = 7577;
 const ECHO_PORT: u16 = 7578;
+/// Pause before the raw transfers and before the calls: longer than the echo's spin and the
+/// server's past their last packet.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
 /// Message sizes measured.
 pub const SIZES: [(usize, &str); 2] = [(1 << 20, "1 MiB"), (16 << 20, "16 MiB")];
 /// The protocol header the raw datagrams stand in for (tiercel's packet header).
@@ -40,10 +45,15 @@ pub struct Row {
     pub retransmissions: u64,
     /// The raw penalty of the call's messages (one way each), one datagram per `sendmsg`, µs.
     pub raw_plain_us: f64,
-    /// The same bytes as a segmented stream to a GRO receiver, µs.
+    /// The same bytes as a segmented stream to a GRO receiver, sent from one small buffer over and
+    /// over and received into one, µs.
     pub raw_gso_us: f64,
-    /// Raw transfers lost (a datagram dropped), plain and segmented.
-    pub raw_lost: (u64, u64),
+    /// The segmented stream of the message itself: sent from a buffer of its size (each datagram
+    /// tiercel's header's length and the next bytes) and received into one (each run after the last),
+    /// µs.
+    pub raw_gso_message_us: f64,
+    /// Raw transfers lost (a datagram dropped): plain, segmented, segmented message.
+    pub raw_lost: (u64, u64, u64),
 }
 
 impl Row {
@@ -89,21 +99,31 @@ pub fn remote(args: RemoteArgs) -> crate::Result<()> {
     let resent = || client.binding().stats().retransmissions.load(std::sync::atomic::Ordering::Relaxed);
     let mut rows = Vec::new();
     for (bytes, label) in SIZES {
-        let mut raw = [Summary::new(), Summary::new()];
-        let mut lost = [0u64; 2];
+        let mut raw = [Summary::new(), Summary::new(), Summary::new()];
+        let mut lost = [0u64; 3];
         let mut calls = [Summary::new(), Summary::new()];
         let buf = &mut data[..bytes];
         // Warm up: the binding's buffers on both sides, the path, the echo.
         client.bulk_in(In(buf)).map_err(crate::Error::from)?;
         client.bulk_in_out(InOut(buf)).map_err(crate::Error::from)?;
+        if ping.place_next()? {
+            ping.transfer_message(buf, HEADER, datagram, true)?;
+        }
         let before = resent();
         for _ in 0..args.calls {
-            for (segmented, (summary, lost)) in [false, true].into_iter().zip(raw.iter_mut().zip(lost.iter_mut())) {
+            // The server and the echo share the server CPU: each is measured once the other has
+            // stopped spinning (tiercel's server spins 1 ms past its last packet, the echo 2 ms).
+            std::thread::sleep(SETTLE);
+            for (kind, (summary, lost)) in raw.iter_mut().zip(lost.iter_mut()).enumerate() {
+                if kind == 2 && !ping.place_next()? {
+                    *lost += 1;
+                    continue;
+                }
                 let t = Instant::now();
-                let arrived = if segmented {
-                    ping.transfer_segmented(HEADER + bytes, datagram)?
-                } else {
-                    ping.transfer(HEADER + bytes, datagram)?
+                let arrived = match kind {
+                    0 => ping.transfer(HEADER + bytes, datagram)?,
+                    1 => ping.transfer_segmented(HEADER + bytes, datagram)?,
+                    _ => ping.transfer_message(buf, HEADER, datagram, true)?,
                 };
                 if arrived {
                     summary.record(t.elapsed());
@@ -111,6 +131,7 @@ pub fn remote(args: RemoteArgs) -> crate::Result<()> {
                     *lost += 1;
                 }
             }
+            std::thread::sleep(SETTLE);
             let t = Instant::now();
             client.bulk_in(In(buf)).map_err(crate::Error::from)?;
             calls[0].record(t.elapsed());
@@ -132,7 +153,8 @@ pub fn remote(args: RemoteArgs) -> crate::Result<()> {
                 retransmissions: if ways == 1.0 { resent } else { 0 },
                 raw_plain_us: ways * penalty(&raw[0]),
                 raw_gso_us: ways * penalty(&raw[1]),
-                raw_lost: (lost[0], lost[1]),
+                raw_gso_message_us: ways * penalty(&raw[2]),
+                raw_lost: (lost[0], lost[1], lost[2]),
             });
         }
     }
@@ -147,7 +169,8 @@ pub fn table(server_cpu: usize, calls: u32) -> crate::Result<Vec<Row>> {
         "\nLarge calls across two network namespaces (veth, 1500-byte MTU), UDP, tiercel's default client and \
          server,\nagainst the raw transfer of the same datagrams to a spinning echo in the server's namespace \
          (one way each,\nless the echo's reply): one sendmsg per datagram, and segmented (UDP GSO, up to 44 \
-         datagrams per sendmsg) to\na receiver that takes them in runs (UDP GRO); {calls} of each per row, \
+         datagrams per sendmsg) to\na receiver that takes them in runs (UDP GRO), both from and into one small \
+         buffer and (GSO msg) from and into\nbuffers of the message's size; {calls} of each per row, \
          interleaved, medians µs"
     );
     if !crate::is_root() {
@@ -177,42 +200,50 @@ pub fn table(server_cpu: usize, calls: u32) -> crate::Result<Vec<Row>> {
     }
     let rows: Vec<Row> = serde_json::from_slice(&out.stdout)?;
     outln!(
-        "{:<13} {:>6} | {:>10} {:>10} | {:>10} {:>10} {:>7} | {:>8} {:>8} {:>7} | {:>7} {:>7} {:>7}",
+        "{:<13} {:>6} | {:>10} {:>10} {:>10} | {:>10} {:>10} {:>7} | {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>7}",
         "call",
         "calls",
         "raw plain",
         "raw GSO",
+        "GSO msg",
         "tiercel",
         "p99",
         "resent",
         "×plain",
         "×GSO",
+        "×GSO msg",
         "lost",
         "Gb/s",
         "plain",
-        "GSO"
+        "GSO",
+        "GSO msg"
     );
     let gbit = |bytes: f64, us: f64| bytes * 8.0 / us.max(1e-3) / 1e3;
     for r in &rows {
         outln!(
-            "{:<13} {:>6} | {:>10.1} {:>10.1} | {:>10.1} {:>10.1} {:>7} | {:>7.2}× {:>7.2}× {:>7} | {:>7.2} {:>7.2} {:>7.2}",
+            "{:<13} {:>6} | {:>10.1} {:>10.1} {:>10.1} | {:>10.1} {:>10.1} {:>7} | {:>7.2}× {:>7.2}× {:>7.2}× {:>8} | {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
             r.call,
             r.calls,
             r.raw_plain_us,
             r.raw_gso_us,
+            r.raw_gso_message_us,
             r.median_us,
             r.p99_us,
             r.retransmissions,
             r.median_us / r.raw_plain_us.max(1e-3),
             r.median_us / r.raw_gso_us.max(1e-3),
-            format!("{}/{}", r.raw_lost.0, r.raw_lost.1),
+            r.median_us / r.raw_gso_message_us.max(1e-3),
+            format!("{}/{}/{}", r.raw_lost.0, r.raw_lost.1, r.raw_lost.2),
             gbit(r.moved(), r.median_us),
             gbit(r.moved(), r.raw_plain_us),
-            gbit(r.moved(), r.raw_gso_us)
+            gbit(r.moved(), r.raw_gso_us),
+            gbit(r.moved(), r.raw_gso_message_us)
         );
     }
     outln!(
-        "(datagrams of {} bytes; Gb/s: the call's bytes over tiercel's median and over each raw penalty)",
+        "(datagrams of {} bytes; GSO msg: the message's own bytes, sent from and received into buffers of its \
+         size, where\nplain and GSO resend one small buffer's; Gb/s: the call's bytes over tiercel's median and \
+         over each raw penalty)",
         rows.first().map_or(0, |r| r.datagram)
     );
     Ok(rows)
