@@ -44,6 +44,12 @@ pub struct Table3Row {
     pub penalty_median_us: f64,
     pub penalty_p99_us: f64,
     pub mbit_per_second: f64,
+    /// The same datagrams carrying a message's own bytes: each tiercel's header's length and the
+    /// next bytes of a buffer of the size, received by the echo into a buffer of the size
+    /// (`raw::PingPong::transfer_message`), less the reply's penalty.
+    pub message_penalty_median_us: f64,
+    pub message_mbit_per_second: f64,
+    pub message_lost: u64,
 }
 
 #[derive(serde::Serialize)]
@@ -61,6 +67,11 @@ pub struct Table5Row {
     pub mbit_per_second: f64,
     /// Packets the client sent again during the row (timeouts and negative acknowledgements).
     pub retransmissions: u64,
+    /// Over UDP, for a row whose call or result takes several datagrams: the penalty of its
+    /// messages moved from and into buffers of their size (Table 3's message column; a
+    /// single-datagram message counts its ordinary penalty), and the call's ratio to it.
+    pub message_penalty_us: Option<f64>,
+    pub message_ratio: Option<f64>,
 }
 
 #[derive(serde::Serialize, Default)]
@@ -145,10 +156,16 @@ struct Penalties {
     known: Vec<(usize, f64)>,
     udp: Option<SocketAddr>,
     shm: Option<std::rc::Rc<std::cell::RefCell<crate::raw_shm::Connection>>>,
+    /// Penalties of messages moved from and into buffers of their size, by bytes (headers included).
+    known_message: Vec<(usize, f64)>,
+    /// The bytes those messages carry.
+    message: Vec<u8>,
 }
 
 impl Penalties {
-    /// A multi-packet transfer of `bytes` over raw UDP (Table 3's row).
+    /// A multi-packet transfer of `bytes` over raw UDP (Table 3's row), and of a message of as many
+    /// bytes (its datagrams each a header and the message's next bytes) from and into buffers of
+    /// its size.
     fn transfer(&mut self, bytes: usize) -> crate::Result<Table3Row> {
         let small = self.one_way(HEADER)?;
         let addr = self.udp.ok_or("no raw UDP echo")?;
@@ -156,6 +173,34 @@ impl Penalties {
         let min = if bytes > 4 << 20 { 5 } else { 20 };
         let (s, lost) = repeat(self.budget, min, || ping.transfer(bytes, self.datagram))?;
         let penalty = (s.median_us() - small).max(0.0);
+        // The message's own bytes: as many datagrams as tiercel's fragments of a `bytes`-long
+        // packet stream (a header each, and the payload behind it).
+        let payload = bytes.saturating_sub(HEADER);
+        if self.message.len() < payload {
+            self.message.resize(payload, 0);
+            crate::seeds::fill(&mut self.message);
+        }
+        let (message, datagram) = (&self.message[..payload], self.datagram);
+        // The announcement is a round trip of its own, before the transfer is timed.
+        let mut placed = 0u32;
+        let mut m = Summary::new();
+        let mut message_lost = 0u64;
+        let start = Instant::now();
+        while (placed < min || start.elapsed() < self.budget) && placed < 20_000 {
+            placed += 1;
+            if !ping.place_next()? {
+                message_lost += 1;
+                continue;
+            }
+            let t = Instant::now();
+            if ping.transfer_message(message, HEADER, datagram, false)? {
+                m.record(t.elapsed());
+            } else {
+                message_lost += 1;
+            }
+        }
+        let message_penalty = (m.median_us() - small).max(0.0);
+        self.known_message.push((bytes, message_penalty));
         Ok(Table3Row {
             bytes,
             datagram_bytes: self.datagram,
@@ -165,7 +210,25 @@ impl Penalties {
             penalty_median_us: penalty,
             penalty_p99_us: (s.p99_us() - small).max(0.0),
             mbit_per_second: bytes as f64 * 8.0 / penalty.max(1e-3),
+            message_penalty_median_us: message_penalty,
+            message_mbit_per_second: bytes as f64 * 8.0 / message_penalty.max(1e-3),
+            message_lost,
         })
+    }
+
+    /// Over UDP, the penalty of a message of `bytes` (header included) moved from and into buffers
+    /// of its size: measured for one of several datagrams, the ordinary penalty for one datagram.
+    fn one_way_message(&mut self, bytes: usize) -> crate::Result<Option<f64>> {
+        if self.medium != Medium::Udp {
+            return Ok(None);
+        }
+        if bytes <= self.datagram {
+            return self.one_way(bytes).map(Some);
+        }
+        if let Some(&(_, p)) = self.known_message.iter().find(|(b, _)| *b == bytes) {
+            return Ok(Some(p));
+        }
+        Ok(Some(self.transfer(bytes)?.message_penalty_median_us))
     }
 
     fn one_way(&mut self, bytes: usize) -> crate::Result<f64> {
@@ -252,12 +315,19 @@ pub fn table5(
         known: Vec::new(),
         udp: if medium == Medium::Udp { Some(socket_addr(&addr)?) } else { None },
         shm: if medium == Medium::Shm { Some(crate::raw_shm::Connection::new(&addr)?) } else { None },
+        known_message: Vec::new(),
+        message: Vec::new(),
     };
     let mut buf = vec![0u8; 16 << 20];
     crate::seeds::fill(&mut buf);
     let mut rows = Vec::new();
     for c in calls() {
         let penalty = penalties.one_way(header + c.call)? + penalties.one_way(header + c.result)?;
+        let several = header + c.call.max(c.result) > penalties.datagram;
+        let message_penalty = match (several, penalties.one_way_message(header + c.call)?) {
+            (true, Some(call)) => penalties.one_way_message(header + c.result)?.map(|result| call + result),
+            _ => None,
+        };
         let mut call = || -> crate::Result<bool> {
             match c.kind {
                 Kind::Null => client.null(),
@@ -289,6 +359,8 @@ pub fn table5(
             ratio: s.median_us() / penalty,
             mbit_per_second: moved * 8.0 / s.median_us(),
             retransmissions: resent() - resent_before,
+            message_penalty_us: message_penalty,
+            message_ratio: message_penalty.map(|p| s.median_us() / p.max(1e-3)),
         });
         progress();
     }
@@ -299,27 +371,34 @@ pub fn table5(
             penalties.datagram
         );
         outln!("size here: sizes up to it go in one), both sides busy-poll; a transfer is all its datagrams, then a");
-        outln!("{HEADER}-byte reply, less that reply's penalty");
+        outln!("{HEADER}-byte reply, less that reply's penalty; sent from one small buffer over and over and received into");
+        outln!("one, and (message) the message's own bytes sent from and received into buffers of its size");
         outln!(
-            "{:>10} {:>10} {:>10} {:>6} | {:>12} {:>12} | {:>10}",
+            "{:>10} {:>10} {:>10} {:>6} | {:>12} {:>12} | {:>10} | {:>12} {:>10} {:>6}",
             "bytes",
             "datagrams",
             "transfers",
             "lost",
             "median µs",
             "p99 µs",
-            "Mbit/s"
+            "Mbit/s",
+            "message µs",
+            "Mbit/s",
+            "lost"
         );
         for r in &t3 {
             outln!(
-                "{:>10} {:>10} {:>10} {:>6} | {:>12.1} {:>12.1} | {:>10.0}",
+                "{:>10} {:>10} {:>10} {:>6} | {:>12.1} {:>12.1} | {:>10.0} | {:>12.1} {:>10.0} {:>6}",
                 r.bytes,
                 r.datagrams,
                 r.transfers,
                 r.lost,
                 r.penalty_median_us,
                 r.penalty_p99_us,
-                r.mbit_per_second
+                r.mbit_per_second,
+                r.message_penalty_median_us,
+                r.message_mbit_per_second,
+                r.message_lost
             );
         }
         json.table3 = t3;
@@ -330,8 +409,11 @@ pub fn table5(
         if medium == Medium::Udp { "UDP, one way each" } else { "shm ping-pong, half round trips" }
     );
     outln!("both sides spin); medians of about {} ms of calls per row", budget.as_millis());
+    if medium == Medium::Udp {
+        outln!("(msg penalty: of messages of several datagrams, Table 3's message column: from and into buffers of their size)");
+    }
     outln!(
-        "{:<18} {:>21} | {:>10} {:>10} {:>10} {:>9} {:>7} | {:>9} {:>7}",
+        "{:<18} {:>21} | {:>10} {:>10} {:>10} {:>9} {:>7} | {:>9} {:>7} | {:>11} {:>7}",
         "call",
         "bytes call/result",
         "penalty",
@@ -340,11 +422,17 @@ pub fn table5(
         "overhead",
         "ratio",
         "Mbit/s",
-        "resent"
+        "resent",
+        "msg penalty",
+        "× msg"
     );
     for r in &rows {
+        let (mp, mr) = match (r.message_penalty_us, r.message_ratio) {
+            (Some(p), Some(x)) => (format!("{p:.2}"), format!("{x:.2}×")),
+            _ => ("-".to_string(), "-".to_string()),
+        };
         outln!(
-            "{:<18} {:>21} | {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>6.2}× | {:>9.0} {:>7}",
+            "{:<18} {:>21} | {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>6.2}× | {:>9.0} {:>7} | {:>11} {:>7}",
             r.procedure,
             format!("{}/{}", r.call_bytes, r.result_bytes),
             r.penalty_us,
@@ -353,7 +441,9 @@ pub fn table5(
             r.overhead_us,
             r.ratio,
             r.mbit_per_second,
-            r.retransmissions
+            r.retransmissions,
+            mp,
+            mr
         );
     }
     json.table5.extend(rows);
