@@ -1,8 +1,8 @@
 //! The server side of the UDP transport: a worker thread: receive, validate, find the slot, run the procedure inline, send the result.
 //!
 //! The fast path of the server is `UdpWorker::listen` → `handle_batch` → `handle_packet` → `on_call`
-//! → `execute`: one `recvmsg` into the worker's buffer, an O(1) header check, the
-//! binding and slot found by index, the procedure run with arguments borrowed from that buffer,
+//! → `execute`: one `recvmsg` into the worker's buffer, an O(1) header check, the binding and slot
+//! found by index, the procedure run with arguments borrowed from that buffer,
 //! results marshaled into the slot's result buffer behind a prebuilt header, one `sendmsg`. The
 //! slot's lock is not held while the procedure runs. When calls queue, one `recvmmsg` takes up to 16
 //! of them, and the results of the quick ones go out together with one `sendmmsg` (`outbox`); the
@@ -135,8 +135,9 @@ impl UdpWorker {
         // Datagrams the last look found, their bytes, and when it was made. When it found some,
         // small ones, and handled them quickly (within `QUICK_RUN` each), calls are queueing, and the
         // next receive takes up to a batch of them. Otherwise it asks for one, with `recvmsg` (a
-        // `recvmmsg` makes the kernel try the socket again after a lone caller's datagram); calls of slow procedures stay in the socket, for whichever listener is
-        // free, rather than in one worker's batch; and the fragments of large messages are read
+        // `recvmmsg` makes the kernel try the socket again after a lone caller's datagram); calls
+        // of slow procedures stay in the socket, for whichever listener is free, rather than in
+        // one worker's batch; and the fragments of large messages are read
         // one by one into the same buffer, which stays in the cache, rather than into a batch's
         // (16 fragments of 64 KiB, read through a batch, made 16 MiB calls 18% slower).
         let (mut found, mut found_bytes, mut last_look) = (0u32, 0usize, Instant::now());
