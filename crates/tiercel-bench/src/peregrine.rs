@@ -323,10 +323,12 @@ pub fn table5(
     let mut rows = Vec::new();
     for c in calls() {
         let penalty = penalties.one_way(header + c.call)? + penalties.one_way(header + c.result)?;
-        let several = header + c.call.max(c.result) > penalties.datagram;
-        let message_penalty = match (several, penalties.one_way_message(header + c.call)?) {
-            (true, Some(call)) => penalties.one_way_message(header + c.result)?.map(|result| call + result),
-            _ => None,
+        let message_penalty = if header + c.call.max(c.result) > penalties.datagram {
+            let (call, result) =
+                (penalties.one_way_message(header + c.call)?, penalties.one_way_message(header + c.result)?);
+            call.zip(result).map(|(call, result)| call + result)
+        } else {
+            None
         };
         let mut call = || -> crate::Result<bool> {
             match c.kind {

@@ -11,16 +11,16 @@
 //! receiver that puts a message together does. A 16 MiB message fits no cache, so the second pays
 //! for memory the first never touches: it is the floor of an RPC that moves a 16 MiB argument.
 
-/// High bit of a request's reply length: a request that announces that the next transfer is to be
-/// received into its place in a buffer of the message's size.
-const PLACE_NEXT: u32 = 1 << 31;
-
 use std::io::{IoSlice, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use tiercel_sys::clock::ticks;
 use tiercel_sys::udp::{self, Received};
+
+/// High bit of a request's reply length: a request that announces that the next transfer is to be
+/// received into its place in a buffer of the message's size.
+const PLACE_NEXT: u32 = 1 << 31;
 
 /// How long a spinning echo server goes on spinning without a request before it blocks.
 pub const SPIN_WHILE_IDLE: Duration = Duration::from_millis(2);
