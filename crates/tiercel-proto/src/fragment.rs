@@ -201,7 +201,12 @@ pub enum Inserted {
 /// fragments beyond what has arrived.
 #[derive(Debug)]
 pub struct Reassembly {
+    /// The message's bytes. A reused buffer keeps the bytes of the message before (within this one's
+    /// length), so that they need not be zeroed again: they are overwritten fragment by fragment and
+    /// the buffer is handed out only once every fragment has come.
     buf: Vec<u8>,
+    /// One past the furthest byte made ready for a fragment: what the reassembly holds for the peer.
+    written: usize,
     len: usize,
     have: Vec<u64>,
     count: u16,
@@ -242,10 +247,15 @@ impl Reassembly {
         if frag_payload == 0 || fragment_count(len, frag_payload) != Some(count) {
             return Err(ReassemblyError::Inconsistent);
         }
-        buf.clear();
-        buf.try_reserve_exact(len).map_err(|_| ReassemblyError::NoMemory)?;
+        if buf.capacity() < len {
+            // Growing: nothing of the old bytes is worth copying.
+            buf.clear();
+        }
+        buf.truncate(len);
+        buf.try_reserve_exact(len - buf.len()).map_err(|_| ReassemblyError::NoMemory)?;
         Ok(Reassembly {
             buf,
+            written: 0,
             len,
             have: vec![0; (count as usize).div_ceil(64)],
             count,
@@ -264,10 +274,18 @@ impl Reassembly {
         self.len
     }
 
-    /// Bytes the buffer holds now (written up to the furthest fragment received): what the
-    /// reassembly costs in memory.
+    /// Bytes the reassembly holds for its peer now (up to the furthest fragment received, or made
+    /// ready to receive in place): what it is charged in memory.
     pub fn held(&self) -> usize {
-        self.buf.len()
+        self.written
+    }
+
+    /// Makes the buffer reach `end` (zeroing only bytes never written before) and counts them held.
+    fn reach(&mut self, end: usize) {
+        if end > self.buf.len() {
+            self.buf.resize(end, 0);
+        }
+        self.written = self.written.max(end);
     }
 
     fn has(&self, i: u16) -> bool {
@@ -303,19 +321,20 @@ impl Reassembly {
         if self.has(index) {
             return Ok(Inserted::Duplicate);
         }
-        if range.end > self.buf.len() {
-            if !reserve(range.end - self.buf.len()) {
-                return Err(ReassemblyError::NoMemory);
-            }
-            // Within the capacity reserved at the start: no reallocation, no copy. Fragments are
-            // aligned, so the buffer ends at or before this one's start: only the bytes of fragments
-            // not yet arrived in between are zeroed, and one arriving in order is written once.
-            debug_assert!(range.start >= self.buf.len());
+        if range.end > self.written && !reserve(range.end - self.written) {
+            return Err(ReassemblyError::NoMemory);
+        }
+        if self.buf.len() < range.end {
+            // Within the capacity reserved at the start: no reallocation, no copy. Only bytes never
+            // written before (of fragments not yet arrived in between) are zeroed, and a fragment
+            // arriving in order is written once.
+            self.buf.truncate(range.start);
             self.buf.resize(range.start, 0);
             self.buf.extend_from_slice(payload);
         } else {
-            self.buf[range].copy_from_slice(payload);
+            self.buf[range.clone()].copy_from_slice(payload);
         }
+        self.written = self.written.max(range.end);
         Ok(self.mark(index))
     }
 
@@ -325,15 +344,28 @@ impl Reassembly {
     /// was that fragment. `None` when every fragment up to the last has come (only resent ones
     /// are awaited), or the next is beyond the window. Not budgeted: for a client's own results.
     pub fn landing(&mut self) -> Option<(u16, &mut [u8])> {
+        self.landing_run(1, |_| true)
+    }
+
+    /// As [`Reassembly::landing`], for up to `max` fragments in a row from the next (as many as
+    /// the message and the window hold), for a receiver that reads a run of them at once: the
+    /// first's index and the bytes of them all, in order (each [`Reassembly::frag_payload`] long
+    /// but the message's last). `reserve` is asked for the bytes the buffer grows by, which are
+    /// then held ([`Reassembly::held`]); `None` if it refuses.
+    pub fn landing_run(&mut self, max: u16, reserve: impl FnOnce(usize) -> bool) -> Option<(u16, &mut [u8])> {
         let index = self.frontier;
-        if index >= self.count || u32::from(index) > u32::from(self.prefix) + u32::from(MAX_WINDOW) {
+        let window_end = u32::from(self.prefix) + u32::from(MAX_WINDOW) + 1;
+        let end = (u32::from(index) + u32::from(max.max(1))).min(u32::from(self.count)).min(window_end);
+        if u32::from(index) >= end {
             return None;
         }
-        let range = fragment_range(index, self.len, self.frag_payload);
-        if range.end > self.buf.len() {
-            self.buf.resize(range.end, 0);
+        let start = fragment_range(index, self.len, self.frag_payload).start;
+        let stop = fragment_range((end - 1) as u16, self.len, self.frag_payload).end;
+        if stop > self.written && !reserve(stop - self.written) {
+            return None;
         }
-        Some((index, &mut self.buf[range]))
+        self.reach(stop);
+        Some((index, &mut self.buf[start..stop]))
     }
 
     /// Records that fragment `index`, of `payload_len` bytes, was received into the place
@@ -443,9 +475,10 @@ impl Reassembly {
         AckInfo { prefix, mask }
     }
 
-    /// The bytes received so far, up to the furthest fragment (the whole message once complete).
+    /// The bytes received so far, up to the furthest fragment (the whole message once complete;
+    /// before, the places of fragments not yet arrived may hold anything).
     pub fn message(&self) -> &[u8] {
-        &self.buf
+        &self.buf[..self.written]
     }
 
     /// Gives up the buffer.
@@ -485,12 +518,27 @@ mod tests {
     fn a_reused_buffer_holds_only_the_new_message() {
         let old = vec![0xee; 1000];
         let msg: Vec<u8> = (0..250u32).map(|i| i as u8).collect();
-        let mut r = Reassembly::reusing(old, 250, 3, 100, 1 << 20).unwrap();
+        let mut r = Reassembly::reusing(old.clone(), 250, 3, 100, 1 << 20).unwrap();
+        assert_eq!(r.held(), 0, "the old bytes are not charged to the new message");
         for i in [2u16, 0, 1] {
             r.insert(i, 3, 250, &msg[fragment_range(i, 250, 100)]).unwrap();
         }
         assert!(r.is_complete());
         assert_eq!(r.message(), &msg[..]);
+        // The old bytes are overwritten, not zeroed first, but charged as the fragments come:
+        // growth is asked of the budget past the furthest fragment, whatever the buffer held.
+        let mut r = Reassembly::reusing(old, 250, 3, 100, 1 << 20).unwrap();
+        let mut asked = Vec::new();
+        let mut ask = |n| {
+            asked.push(n);
+            true
+        };
+        r.insert_within(0, 3, 250, &msg[..100], &mut ask).unwrap();
+        assert_eq!((r.held(), r.message()), (100, &msg[..100]));
+        r.insert_within(2, 3, 250, &msg[200..], &mut ask).unwrap();
+        assert_eq!(r.insert_within(1, 3, 250, &msg[100..200], &mut ask), Ok(Inserted::Complete));
+        assert_eq!(asked, vec![100, 150], "fragment 1 was within what fragment 2 made held");
+        assert_eq!(r.into_message(), msg);
         // Growing a small buffer works too.
         let mut r = Reassembly::reusing(vec![1; 10], 250, 3, 100, 1 << 20).unwrap();
         for i in 0..3u16 {
@@ -526,6 +574,40 @@ mod tests {
         assert_eq!(r.insert_landed(0, 3, 250, 100), Ok(Inserted::New));
         assert_eq!(r.insert_landed(0, 3, 250, 100), Err(ReassemblyError::Inconsistent), "landed twice");
         assert_eq!(r.insert(0, 3, 250, &msg[..100]), Ok(Inserted::Duplicate));
+    }
+
+    #[test]
+    fn a_run_of_fragments_lands_in_place_within_the_budget_and_window() {
+        let msg: Vec<u8> = (0..250u32).map(|i| (i * 5) as u8).collect();
+        let mut r = Reassembly::new(250, 3, 100, 1000).unwrap();
+        assert!(r.landing_run(2, |_| false).is_none(), "a refused reservation lands nothing");
+        assert_eq!(r.held(), 0);
+        let mut asked = 0;
+        let (i, place) = r
+            .landing_run(2, |n| {
+                asked = n;
+                true
+            })
+            .unwrap();
+        assert_eq!((i, place.len(), asked), (0, 200, 200));
+        place.copy_from_slice(&msg[..200]);
+        assert_eq!(r.held(), 200, "what was made ready is held");
+        assert_eq!(r.insert_landed(0, 3, 250, 100), Ok(Inserted::New));
+        assert_eq!(r.insert_landed(1, 3, 250, 100), Ok(Inserted::New));
+        // The run stops at the message's end; the budget is asked only for growth.
+        let (i, place) = r.landing_run(8, |n| n == 50).unwrap();
+        assert_eq!((i, place.len()), (2, 50));
+        place.copy_from_slice(&msg[200..]);
+        assert_eq!(r.insert_landed(2, 3, 250, 50), Ok(Inserted::Complete));
+        assert_eq!(r.message(), &msg[..]);
+        assert!(r.landing_run(8, |_| true).is_none(), "nothing left to land");
+        // Past a hole, a run reaches no further than the window.
+        let count = MAX_WINDOW + 10;
+        let len = u32::from(count) * 10;
+        let mut r = Reassembly::new(len, count, 10, 1 << 20).unwrap();
+        r.insert(1, count, len, &[1; 10]).unwrap();
+        let (i, place) = r.landing_run(u16::MAX, |_| true).unwrap();
+        assert_eq!((i, place.len()), (2, (usize::from(MAX_WINDOW) - 1) * 10));
     }
 
     #[test]

@@ -178,6 +178,11 @@ impl Slot {
         self.seq.is_none_or(|s| seq_after(seq, s))
     }
 
+    /// Whether the slot is receiving the fragments of a call.
+    pub fn is_receiving(&self) -> bool {
+        matches!(self.state, State::Receiving(_))
+    }
+
     /// Whether a call is running on the slot.
     pub fn is_running(&self) -> bool {
         matches!(self.state, State::Running)
@@ -290,34 +295,73 @@ impl Slot {
         match &mut self.state {
             State::Receiving(r) => {
                 let (index, count, len) = (packet.frag_index(), packet.frag_count(), packet.message_len());
-                match r.insert_within(index, count, len, packet.payload(), reserve) {
-                    Err(ReassemblyError::NoMemory) => {
-                        self.released += self.give_up();
-                        CallAction::Busy
-                    }
-                    Err(_) => CallAction::Drop(DropReason::Malformed),
-                    Ok(Inserted::Complete) => {
-                        let State::Receiving(r) = core::mem::replace(&mut self.state, State::Running) else {
-                            unreachable!("matched Receiving above")
-                        };
-                        CallAction::ExecuteMessage(r.into_message())
-                    }
-                    Ok(inserted) => {
-                        if please_ack || r.wants_ack(timing.window_for(r.frag_payload())) {
-                            CallAction::Ack(r.take_ack())
-                        } else if inserted == Inserted::Duplicate {
-                            CallAction::Drop(DropReason::Duplicate)
-                        } else {
-                            CallAction::Drop(DropReason::Nothing)
-                        }
-                    }
-                }
+                let inserted = r.insert_within(index, count, len, packet.payload(), reserve);
+                self.after_insert(inserted, please_ack, timing)
             }
             State::Running if please_ack => CallAction::Ack(AckInfo { prefix: packet.frag_count(), mask: 0 }),
             State::Running => CallAction::Drop(DropReason::Duplicate),
             State::Done(_) => CallAction::ResendResult,
             State::Acknowledged | State::Idle => CallAction::Drop(DropReason::Nothing),
         }
+    }
+
+    /// What a fragment's insertion into the call being received calls for.
+    fn after_insert(
+        &mut self,
+        inserted: Result<Inserted, ReassemblyError>,
+        please_ack: bool,
+        timing: &Timing,
+    ) -> CallAction {
+        let State::Receiving(r) = &mut self.state else { return CallAction::Drop(DropReason::Stale) };
+        match inserted {
+            Err(ReassemblyError::NoMemory) => {
+                self.released += self.give_up();
+                CallAction::Busy
+            }
+            Err(_) => CallAction::Drop(DropReason::Malformed),
+            Ok(Inserted::Complete) => {
+                let State::Receiving(r) = core::mem::replace(&mut self.state, State::Running) else {
+                    unreachable!("matched Receiving above")
+                };
+                CallAction::ExecuteMessage(r.into_message())
+            }
+            Ok(inserted) => {
+                if please_ack || r.wants_ack(timing.window_for(r.frag_payload())) {
+                    CallAction::Ack(r.take_ack())
+                } else if inserted == Inserted::Duplicate {
+                    CallAction::Drop(DropReason::Duplicate)
+                } else {
+                    CallAction::Drop(DropReason::Nothing)
+                }
+            }
+        }
+    }
+
+    /// Where the next fragments of call `seq`, which this slot is receiving, go: for a receiver
+    /// that reads up to `max` of them in a row straight into place ([`Reassembly::landing_run`]),
+    /// the first's index and their bytes. `reserve` is asked for the bytes the reassembly grows by
+    /// (held, and given back with it). `None` when the slot is not receiving `seq`, nothing is
+    /// awaited in order, or `reserve` refuses.
+    pub fn landing(&mut self, seq: u32, max: u16, reserve: impl FnOnce(usize) -> bool) -> Option<(u16, &mut [u8])> {
+        match &mut self.state {
+            State::Receiving(r) if self.seq == Some(seq) => r.landing_run(max, reserve),
+            _ => None,
+        }
+    }
+
+    /// Handles a `Call` fragment received into the place [`Slot::landing`] gave: `packet` is its
+    /// header alone (checked with [`Packet::check_split`]) and must be the fragment expected there
+    /// (its index the first of the landing, or the next after one landed). Acts as
+    /// [`Slot::on_call`] for the same fragment.
+    pub fn on_landed(&mut self, packet: &Packet<&[u8]>, now: Instant, timing: &Timing) -> CallAction {
+        if self.seq != Some(packet.seq()) {
+            return CallAction::Drop(DropReason::Stale);
+        }
+        let State::Receiving(r) = &mut self.state else { return CallAction::Drop(DropReason::Stale) };
+        self.last_activity = Some(now);
+        let (index, count, len) = (packet.frag_index(), packet.frag_count(), packet.message_len());
+        let inserted = r.insert_landed(index, count, len, packet.payload_len() as usize);
+        self.after_insert(inserted, packet.flags() & flags::PLEASE_ACK != 0, timing)
     }
 
     /// Records that call `seq` finished with a result message of `result_len` bytes, saved by the

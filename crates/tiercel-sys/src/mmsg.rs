@@ -169,6 +169,11 @@ impl RecvBatch {
         Ok(1)
     }
 
+    /// Bytes each buffer holds: the largest datagram (or coalesced run) taken whole.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
     /// Datagrams of the last receive.
     pub fn len(&self) -> usize {
         self.count
@@ -194,6 +199,58 @@ impl RecvBatch {
         let start = i * self.size;
         Some(Datagram { received, segment, from, bytes: &self.buffers[start..start + meta.len] })
     }
+}
+
+/// What [`recv_scattered_from_nowait`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scattered {
+    /// `Datagram(n)`: `n` bytes, in the parts in order; `Truncated`: more than the parts hold (what
+    /// they hold is its start); `Nothing`: nothing was waiting.
+    pub received: Received,
+    /// Each datagram of a coalesced run (UDP GRO) is this long but the last; `None`: one datagram.
+    pub segment: Option<usize>,
+    /// The sender, if the kernel gave an IP address.
+    pub from: Option<SocketAddr>,
+}
+
+/// Receives the datagram (or coalesced run) waiting on `socket` with one `recvmsg` that does not
+/// block, scattered over `parts` in order: each part filled before the next, so that headers go to
+/// one place and payloads straight to where they belong.
+pub fn recv_scattered_from_nowait(socket: &UdpSocket, parts: &mut [io::IoSliceMut<'_>]) -> io::Result<Scattered> {
+    let room: usize = parts.iter().map(|p| p.len()).sum();
+    // SAFETY: `sockaddr_storage` and `msghdr` are plain old data (integers, arrays and pointers),
+    // for which all zeroes is valid.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    let mut control = [0u8; CONTROL];
+    h.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+    h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // `IoSliceMut` is guaranteed to be ABI compatible with `iovec` on Unix.
+    h.msg_iov = parts.as_mut_ptr().cast::<libc::iovec>();
+    h.msg_iovlen = parts.len() as _;
+    h.msg_control = control.as_mut_ptr().cast();
+    h.msg_controllen = CONTROL as _;
+    // SAFETY: the header points at `parts` (each a live, exclusively borrowed buffer of its length),
+    // the control area and the address storage, all live until the call returns, with their true
+    // lengths; the kernel writes only within them.
+    let r = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut h, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN | libc::ECONNREFUSED | libc::EINTR) => {
+                Ok(Scattered { received: Received::Nothing, segment: None, from: None })
+            }
+            _ => Err(e),
+        };
+    }
+    let len = r as usize;
+    let from = socket_addr(&name, h.msg_namelen);
+    if h.msg_flags & libc::MSG_TRUNC != 0 || len > room {
+        return Ok(Scattered { received: Received::Truncated(len), segment: None, from });
+    }
+    let segment = gro_segment(&control[..h.msg_controllen.min(CONTROL)]).filter(|&s| s < len);
+    Ok(Scattered { received: classify(room, len), segment, from })
 }
 
 /// The IP address and port in `storage`, of which the kernel wrote `len` bytes.
@@ -273,6 +330,7 @@ pub fn send_batch(socket: &UdpSocket, datagrams: &[(SocketAddr, &[u8])]) -> (usi
 mod tests {
     use super::*;
     use crate::udp::{bind, connect, enable_gro, send_gather, send_segments, wait_readable, GRO_BUFFER};
+    use std::io::IoSliceMut;
     use std::time::Duration;
 
     #[test]
@@ -367,6 +425,43 @@ mod tests {
             assert_eq!(d.bytes, &data[..]);
             assert_eq!(d.from, Some(sender.local_addr().unwrap()));
         }
+    }
+
+    #[test]
+    fn a_scattered_receive_fills_each_part_in_turn_with_the_sender_and_run() {
+        let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        assert!(enable_gro(&server));
+        let sender = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let addr = server.local_addr().unwrap();
+        let data: Vec<u8> = (0..2500u32).map(|i| (i * 3) as u8).collect();
+        let (mut a, mut b, mut c) = ([0u8; 10], [0u8; 990], vec![0u8; GRO_BUFFER]);
+        // A coalesced run of three datagrams: the first ten bytes, the next 990, the rest.
+        send_segments(&sender, Some(&addr), &[IoSlice::new(&data)], 1000).unwrap();
+        assert!(wait_readable(&server, Some(Duration::from_secs(5))).unwrap());
+        let got = recv_scattered_from_nowait(
+            &server,
+            &mut [IoSliceMut::new(&mut a), IoSliceMut::new(&mut b), IoSliceMut::new(&mut c)],
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            Scattered {
+                received: Received::Datagram(2500),
+                segment: Some(1000),
+                from: Some(sender.local_addr().unwrap())
+            }
+        );
+        assert_eq!((&a[..], &b[..], &c[..1500]), (&data[..10], &data[10..1000], &data[1000..]));
+        // One datagram too large for the parts: truncated, its start kept.
+        sender.send_to(&data[..30], addr).unwrap();
+        assert!(wait_readable(&server, Some(Duration::from_secs(5))).unwrap());
+        let (mut a, mut b) = ([0u8; 10], [0u8; 10]);
+        let got = recv_scattered_from_nowait(&server, &mut [IoSliceMut::new(&mut a), IoSliceMut::new(&mut b)]).unwrap();
+        assert_eq!(got.received, Received::Truncated(30));
+        assert_eq!((&a[..], &b[..]), (&data[..10], &data[10..20]));
+        // Nothing waiting.
+        let got = recv_scattered_from_nowait(&server, &mut [IoSliceMut::new(&mut a)]).unwrap();
+        assert_eq!(got.received, Received::Nothing);
     }
 
     #[test]

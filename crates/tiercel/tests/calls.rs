@@ -174,6 +174,9 @@ fn on_small_datagrams_fragments_go_in_segmented_runs_and_arrive_whole() {
         // Each call of 2 MiB is about 1,500 datagrams: far fewer receives than datagrams.
         let coalesced = stats.coalesced.load(Ordering::Relaxed);
         assert!(coalesced >= 3, "the server took {coalesced} runs whole (checksum {checksum})");
+        // Fragments of a run that follow those the worker took went straight into place.
+        let landed = stats.landed.load(Ordering::Relaxed);
+        assert!(landed >= 1000, "{landed} fragments landed in place (checksum {checksum})");
     }
 }
 
@@ -205,6 +208,10 @@ fn multi_packet_calls_and_results_reassemble() {
     }
     assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
     assert_eq!(stats.bindings.load(Ordering::Relaxed), 1);
+    // 96 fragments of 64 KiB in the arguments of each call: after the first of a call, the
+    // worker expects the next, and receives it straight into place (loopback keeps them in order).
+    let landed = stats.landed.load(Ordering::Relaxed);
+    assert!(landed >= 3 * 48, "{landed} fragments landed in place");
     // Once acknowledged, a big result no longer holds memory in the server's budget (the
     // acknowledgement is on its way when the call returns: wait for it, boundedly).
     let give_up = Instant::now() + Duration::from_secs(5);

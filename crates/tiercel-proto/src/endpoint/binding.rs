@@ -50,6 +50,18 @@ pub struct SlotCell<A> {
     pub peer: Option<A>,
 }
 
+/// A call being received, as [`SlotCell::call_at`] tells it: what a fragment received in place
+/// is checked against ([`crate::endpoint::ServerEndpoint::continues`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallAt<A> {
+    /// The slot's number in its binding.
+    pub slot: u32,
+    /// The call's sequence number.
+    pub seq: u32,
+    /// The address the slot's client proved it receives at.
+    pub peer: A,
+}
+
 /// How to send one fragment of a saved result.
 #[derive(Debug)]
 pub enum Fragment<'a> {
@@ -172,6 +184,38 @@ impl<A> SlotCell<A> {
         timing: &Timing,
     ) -> CallAction {
         let action = self.proto.on_call(p, now, binding.frag_payload(), timing, |n| binding.reserve(n));
+        binding.release(self.proto.take_released());
+        action
+    }
+
+    /// The call this slot (number `slot`) is receiving from its proven peer, if any.
+    pub fn call_at(&self, slot: u32) -> Option<CallAt<A>>
+    where
+        A: Copy,
+    {
+        let seq = self.proto.seq().filter(|_| self.proto.is_receiving())?;
+        Some(CallAt { slot, seq, peer: self.peer? })
+    }
+
+    /// Where the next fragments of call `seq`, which this slot is receiving, go, for a receiver
+    /// that reads up to `max` of them in a row straight into place ([`Slot::landing`]): the
+    /// first's index and their bytes. The bytes the reassembly grows by are charged to `binding`'s
+    /// memory budget (and `None` when it has no room).
+    pub fn landing<E>(&mut self, binding: &Binding<A, E>, seq: u32, max: u16) -> Option<(u16, &mut [u8])> {
+        self.proto.landing(seq, max, |n| binding.reserve(n))
+    }
+
+    /// Handles a `Call` fragment received into place ([`Slot::on_landed`]), after
+    /// [`crate::endpoint::ServerEndpoint::continues`] said it continues this slot's call; acts as
+    /// [`SlotCell::on_call`].
+    pub fn on_landed<E>(
+        &mut self,
+        binding: &Binding<A, E>,
+        p: &Packet<&[u8]>,
+        now: Instant,
+        timing: &Timing,
+    ) -> CallAction {
+        let action = self.proto.on_landed(p, now, timing);
         binding.release(self.proto.take_released());
         action
     }

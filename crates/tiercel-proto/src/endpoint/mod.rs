@@ -18,7 +18,7 @@
 mod binding;
 mod budget;
 
-pub use binding::{Binding, Fragment, SlotCell};
+pub use binding::{Binding, CallAt, Fragment, SlotCell};
 pub use budget::Budget;
 
 use std::collections::{HashMap, VecDeque};
@@ -282,6 +282,34 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             }
         }
         Ok(cell)
+    }
+
+    /// Whether `p`, the header of a datagram from `from` received into the place
+    /// [`SlotCell::landing`] gave, continues `call` ([`SlotCell::call_at`], a slot of `binding`
+    /// entered for an earlier fragment): a `Call` of the same binding, token, incarnation, slot and
+    /// call, from the slot's proven peer. Touches the binding as
+    /// [`ServerEndpoint::route`] does. Anything else is to be handled as a whole datagram.
+    pub fn continues(
+        &self,
+        binding: &Arc<Binding<A, E>>,
+        call: CallAt<A>,
+        p: &Packet<&[u8]>,
+        from: A,
+        now: Instant,
+    ) -> bool {
+        let same = p.kind() == Kind::Call
+            && p.slot() == call.slot
+            && p.seq() == call.seq
+            && from == call.peer
+            && p.incarnation() == self.config.incarnation
+            && self.lookup(p.binding(), p.token()).is_some_and(|b| Arc::ptr_eq(&b, binding));
+        if same {
+            let t = self.nanos(now);
+            if t >= binding.last_active.load(Ordering::Relaxed) + TOUCH_EVERY {
+                binding.last_active.store(t, Ordering::Relaxed);
+            }
+        }
+        same
     }
 
     /// Whether a new call of binding `id` may take a worker while workers are contended (`full`:

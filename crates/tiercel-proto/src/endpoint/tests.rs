@@ -507,3 +507,86 @@ fn a_withdrawn_call_is_new_again_and_the_slot_keeps_its_last_sequence_number() {
     // Only a running call can be taken back.
     assert!(!enter(&e, &b, &p, 1).unwrap().proto.withdraw(1));
 }
+
+#[test]
+fn fragments_received_into_place_are_charged_and_checked_like_any() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let timing = e.config().timing;
+    let (slot, seq, count, len) = (1, 4, 5u16, 500u32);
+    let header = |index: u16, from_seq: u32| Header {
+        binding: b.id,
+        token: TOKEN,
+        incarnation: 9,
+        slot,
+        seq: from_seq,
+        frag_index: index,
+        frag_count: count,
+        payload_len: 100,
+        message_len: len,
+        ..Header::new(Kind::Call)
+    };
+    // Nothing to land before a call is being received.
+    let first = [&header(0, seq).to_bytes()[..], &[0u8; 100]].concat();
+    let p = Packet::new_checked(&first[..]).unwrap();
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    assert!(cell.landing(&b, seq, 2).is_none());
+    assert!(quiet(&cell.on_call(&b, &p, now, &timing)));
+    assert_eq!(b.memory(), 100);
+    assert!(cell.landing(&b, seq + 1, 2).is_none(), "only the call being received");
+    // Two fragments land in a row; the growth is charged before the bytes are written.
+    let (index, place) = cell.landing(&b, seq, 2).unwrap();
+    assert_eq!((index, place.len()), (1, 200));
+    place[..100].fill(1);
+    place[100..].fill(2);
+    assert_eq!(b.memory(), 300);
+    // Only the same call from the slot's proven peer continues it.
+    let h1 = header(1, seq).to_bytes();
+    let p1 = Packet::new_unchecked(&h1[..]);
+    p1.check_split(&[1; 100], &[]).unwrap();
+    let at = cell.call_at(slot).unwrap();
+    assert_eq!(at, CallAt { slot, seq, peer: 1 });
+    assert!(e.continues(&b, at, &p1, 1, now));
+    assert!(!e.continues(&b, at, &p1, 2, now), "another address");
+    assert!(!e.continues(&b, CallAt { slot: 0, ..at }, &p1, 1, now), "another slot");
+    let stale = header(1, seq - 1).to_bytes();
+    assert!(!e.continues(&b, at, &Packet::new_unchecked(&stale[..]), 1, now), "another call");
+    let forged = Header { token: TOKEN + 1, ..header(1, seq) }.to_bytes();
+    assert!(!e.continues(&b, at, &Packet::new_unchecked(&forged[..]), 1, now), "a wrong token");
+    let ack = Header { kind: Kind::Ack, ..header(1, seq) }.to_bytes();
+    assert!(!e.continues(&b, at, &Packet::new_unchecked(&ack[..]), 1, now), "another kind");
+    assert!(quiet(&cell.on_landed(&b, &p1, now, &timing)));
+    let h2 = header(2, seq).to_bytes();
+    assert!(quiet(&cell.on_landed(&b, &Packet::new_unchecked(&h2[..]), now, &timing)));
+    // A lie about the message is malformed, and lands nothing.
+    let (index, place) = cell.landing(&b, seq, 8).unwrap();
+    assert_eq!((index, place.len()), (3, 200));
+    place[..100].fill(3);
+    place[100..].fill(4);
+    let lie = Header { message_len: 600, frag_count: 6, ..header(3, seq) }.to_bytes();
+    let action = cell.on_landed(&b, &Packet::new_unchecked(&lie[..]), now, &timing);
+    assert_eq!(action, CallAction::Drop(crate::server::DropReason::Malformed));
+    let h3 = header(3, seq).to_bytes();
+    assert!(quiet(&cell.on_landed(&b, &Packet::new_unchecked(&h3[..]), now, &timing)));
+    let h4 = header(4, seq).to_bytes();
+    let CallAction::ExecuteMessage(m) = cell.on_landed(&b, &Packet::new_unchecked(&h4[..]), now, &timing) else {
+        panic!("the last fragment completes the call")
+    };
+    let expected: Vec<u8> = (0..5u8).flat_map(|i| [i; 100]).collect();
+    assert_eq!(m, expected);
+    assert_eq!(b.memory(), 500);
+    b.release(m.len());
+    assert!(cell.landing(&b, seq, 2).is_none(), "the call runs");
+    assert!(cell.call_at(slot).is_none());
+    // A landing past the budget is refused, and charges nothing (another slot: this one runs).
+    let big = Header { slot: 0, message_len: 2000, frag_count: 20, ..header(0, 1) };
+    let big = [&big.to_bytes()[..], &[0u8; 100]].concat();
+    let p = Packet::new_checked(&big[..]).unwrap();
+    drop(cell);
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    assert!(quiet(&cell.on_call(&b, &p, now, &timing)));
+    assert!(cell.landing(&b, 1, 10).is_none(), "1,000 bytes more than the binding's 1,000");
+    assert_eq!(b.memory(), 100);
+    assert_eq!(cell.landing(&b, 1, 9).map(|(i, p)| (i, p.len())), Some((1, 900)));
+    assert_eq!(b.memory(), 1000);
+}

@@ -5,6 +5,7 @@ mod asynch;
 mod crew;
 mod dispatch;
 mod handoff;
+mod landing;
 mod outbox;
 
 #[cfg(all(feature = "async", feature = "tracing"))]
@@ -429,6 +430,10 @@ pub struct ServerStats {
     /// Datagrams of a batch left to other workers, because the worker that received them was about
     /// to run a procedure that may be slow.
     pub handed_off: AtomicU64,
+    /// Call fragments received straight into their place in the call's reassembly (the next
+    /// fragments of a large call, expected by the worker that took the one before): the kernel's
+    /// copy of their bytes is the only one.
+    pub landed: AtomicU64,
 }
 
 impl core::fmt::Display for ServerStats {
@@ -439,7 +444,7 @@ impl core::fmt::Display for ServerStats {
             f,
             "calls={} duplicates={} resent={} malformed={} rejected={} panics={} busy={} bindings={} expired={} \
              reclaimed={} challenged_addresses={} challenged={} auth_failed={} late={} cancelled={} coalesced={} \
-             batched={} sent_together={} handed_off={}",
+             batched={} sent_together={} handed_off={} landed={}",
             l(&self.calls),
             l(&self.duplicates),
             l(&self.resent),
@@ -459,6 +464,7 @@ impl core::fmt::Display for ServerStats {
             l(&self.batched),
             l(&self.sent_together),
             l(&self.handed_off),
+            l(&self.landed),
         )
     }
 }

@@ -9,7 +9,7 @@
 //! calls behind one that may be slow are left to the other listeners (`handoff`).
 
 use std::cell::{Cell, RefCell};
-use std::io::IoSlice;
+use std::io::{IoSlice, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
@@ -19,17 +19,28 @@ use tiercel_proto::bind::BindDecision;
 use tiercel_proto::endpoint::{Fragment, Refusal, Route};
 use tiercel_proto::server::{CallAction, DropReason, ProbeAction};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
-use tiercel_sys::mmsg::{RecvBatch, MAX_BATCH};
+use tiercel_sys::mmsg::{self, RecvBatch, MAX_BATCH};
 use tiercel_sys::udp::{self, Received};
 
 use super::crew::Standby;
 use super::dispatch::{run_procedure, Arrival};
+use super::landing::{gather, Landing, MAX_LANDED, MAX_PARTS};
 use super::outbox::{Outbox, QuickProcedures, MAX_HELD, QUICK_RUN};
 use super::spinning::SpinLease;
 use super::{Shared, UdpBinding, UdpSlot};
 use crate::retention::SPARES_IDLE;
 use crate::steps::{self, mark, Point};
 use crate::transmit;
+
+/// What [`UdpWorker::receive_in_place`] did.
+enum Landed {
+    /// No large call is being received: nothing was read.
+    NotExpected,
+    /// Nothing was waiting.
+    Nothing,
+    /// A datagram (or run) of this many bytes was received and handled.
+    Received(usize),
+}
 
 /// Whether a reply to `p` carries a checksum trailer: when `p` did.
 fn checksummed(p: &Packet<&[u8]>) -> bool {
@@ -56,6 +67,8 @@ pub(super) struct UdpWorker {
     lease: SpinLease,
     waiter: Option<udp::ExclusiveWaiter>,
     spares: RefCell<Spares>,
+    /// The large call whose fragments the next receive puts straight into place.
+    landing: Landing,
 }
 
 /// Buffers of the last multi-packet call this worker ran and of its result, kept for the next one
@@ -88,6 +101,7 @@ impl UdpWorker {
             lease,
             waiter: None,
             spares: RefCell::default(),
+            landing: Landing::default(),
         }
     }
 
@@ -105,6 +119,7 @@ impl UdpWorker {
                 self.listen();
                 // A worker that stands by holds no spare buffers.
                 self.spares.take();
+                self.landing.free();
             }
             let running = || shared.endpoint.running();
             let started = || shared.stats.calls.load(Ordering::Relaxed);
@@ -165,6 +180,25 @@ impl UdpWorker {
                 }
                 continue;
             }
+            if !queueing {
+                match self.receive_in_place() {
+                    Ok(Landed::NotExpected) => {}
+                    Ok(Landed::Nothing) => {
+                        if Instant::now() < spin_until {
+                            core::hint::spin_loop();
+                            continue;
+                        }
+                    }
+                    Ok(Landed::Received(bytes)) => {
+                        (found, found_bytes) = (1, bytes);
+                        if self.lease.take() {
+                            spin_until = Instant::now() + self.shared.config.spin;
+                        }
+                        continue;
+                    }
+                    Err(_) => self.landing.forget(),
+                }
+            }
             let max = if queueing { MAX_BATCH } else { 1 };
             match self.batch.recv_nowait(&self.shared.socket, max) {
                 Ok(0) => {}
@@ -197,12 +231,144 @@ impl UdpWorker {
                 // A datagram after a wait: calls may be coming again, and the deputy looks.
                 Ok(true) => self.shared.crew.woke(),
                 // A while without a packet: give the spare buffers back.
-                Ok(false) => drop(self.spares.take()),
+                Ok(false) => {
+                    drop(self.spares.take());
+                    self.landing.free();
+                }
                 Err(_) => {}
             }
         }
         self.lease.give_back();
         self.waiter = None;
+    }
+
+    /// Receives the next datagram into the place of the fragments expected next of the large call
+    /// this worker is receiving (`landing`), if it is receiving one, and handles it: the fragments
+    /// that landed as expected without a copy, the rest put back together and handled whole.
+    fn receive_in_place(&mut self) -> std::io::Result<Landed> {
+        let Some(expected) = self.landing.expected() else { return Ok(Landed::NotExpected) };
+        let binding = &expected.binding;
+        let (frag_payload, trailer) = (binding.frag_payload(), expected.trailer);
+        let max = if self.shared.coalescing {
+            (udp::GRO_BUFFER / (HEADER_LEN + frag_payload + trailer)).clamp(1, MAX_LANDED)
+        } else {
+            1
+        };
+        let Some(mut cell) = binding.slot(expected.slot) else { return Ok(self.nothing_expected()) };
+        let Some(call) = cell.call_at(expected.slot).filter(|c| c.seq == expected.seq) else {
+            return Ok(self.nothing_expected());
+        };
+        self.landing.ready(self.batch.size());
+        let Landing { heads, tail, rebuilt, .. } = &mut self.landing;
+        let Some((first, span)) = cell.landing(binding, expected.seq, max as u16) else {
+            drop(cell);
+            return Ok(self.nothing_expected());
+        };
+        // Each fragment's header, payload and trailer, then the tail.
+        let mut parts: [IoSliceMut<'_>; MAX_PARTS] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
+        let stride = if trailer > 0 { 3 } else { 2 };
+        let mut n = 0;
+        for (payload, head) in span.chunks_mut(frag_payload).zip(heads.chunks_mut(HEADER_LEN + CHECKSUM_LEN)) {
+            let (header, rest) = head.split_at_mut(HEADER_LEN);
+            parts[n] = IoSliceMut::new(header);
+            parts[n + 1] = IoSliceMut::new(payload);
+            if trailer > 0 {
+                parts[n + 2] = IoSliceMut::new(&mut rest[..trailer]);
+            }
+            n += stride;
+        }
+        let fragments = n / stride;
+        parts[n] = IoSliceMut::new(tail);
+        let got = mmsg::recv_scattered_from_nowait(&self.shared.socket, &mut parts[..=n])?;
+        let stats = &self.shared.stats;
+        let (len, from) = match (got.received, got.from) {
+            (Received::Datagram(len), Some(from)) => (len, from),
+            (Received::Nothing | Received::Refused, _) => return Ok(Landed::Nothing),
+            // Too large for the buffers, or from no IP address: nothing tiercel sent.
+            _ => {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                return Ok(Landed::Received(0));
+            }
+        };
+        mark(Point::ServerArrived);
+        if got.segment.is_some() {
+            stats.coalesced.fetch_add(1, Ordering::Relaxed);
+        }
+        // The fragments that landed: each datagram of the run just where a fragment's header,
+        // payload and trailer went, and the next fragment of the call from its peer.
+        let now = Instant::now();
+        let step = got.segment.unwrap_or(len);
+        let (mut landed, mut at) = (0, 0);
+        while landed < fragments && at < len {
+            let pieces = &parts[landed * stride..landed * stride + stride];
+            let end = (at + step).min(len);
+            if end - at != HEADER_LEN + pieces[1].len() + trailer {
+                break;
+            }
+            let p = Packet::new_unchecked(&pieces[0][..]);
+            let fits = p.check_split(&pieces[1], pieces.get(2).map_or(&[][..], |t| &t[..])).is_ok()
+                && usize::from(p.frag_index()) == usize::from(first) + landed
+                && self.shared.endpoint.continues(binding, call, &p, from, now);
+            if !fits {
+                break;
+            }
+            (landed, at) = (landed + 1, end);
+        }
+        // What did not land, put back together.
+        let rest = gather(&parts[..=n], at..len, rebuilt);
+        if rest < len - at {
+            stats.malformed.fetch_add(1, Ordering::Relaxed);
+        }
+        stats.landed.fetch_add(landed as u64, Ordering::Relaxed);
+        let mut held = Some(cell);
+        for j in 0..landed {
+            let Some(mut cell) = held.take() else { break };
+            let mut header = [0u8; HEADER_LEN];
+            header.copy_from_slice(&self.landing.heads[j * (HEADER_LEN + CHECKSUM_LEN)..][..HEADER_LEN]);
+            let p = Packet::new_unchecked(&header[..]);
+            match cell.on_landed(binding, &p, now, &self.shared.config.timing) {
+                CallAction::Ack(a) => {
+                    if let Some(peer) = cell.peer {
+                        self.send_control(binding, &p, peer, Kind::Ack, &a.to_bytes());
+                    }
+                    held = Some(cell);
+                }
+                CallAction::Drop(reason) => {
+                    match reason {
+                        DropReason::Malformed => stats.malformed.fetch_add(1, Ordering::Relaxed),
+                        DropReason::Duplicate => stats.duplicates.fetch_add(1, Ordering::Relaxed),
+                        DropReason::Nothing | DropReason::Stale => 0,
+                    };
+                    held = Some(cell);
+                }
+                // Not of a fragment that continues a call.
+                CallAction::Execute => {
+                    stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    held = Some(cell);
+                }
+                // The call is whole (or given up): it runs, or is answered, as any.
+                action => {
+                    self.landing.forget();
+                    self.act(binding, cell, &p, action, now);
+                }
+            }
+        }
+        drop(held);
+        if rest == len - at && rest > 0 {
+            let rebuilt = std::mem::take(&mut self.landing.rebuilt);
+            for piece in udp::segments(rest, got.segment) {
+                self.handle_packet(&rebuilt[piece], from);
+            }
+            self.landing.rebuilt = rebuilt;
+        }
+        steps::close();
+        Ok(Landed::Received(len))
+    }
+
+    /// Forgets the call expected: the next receive takes datagrams whole.
+    fn nothing_expected(&self) -> Landed {
+        self.landing.forget();
+        Landed::NotExpected
     }
 
     /// Forgets idle bindings and reclaims the memory of stalled calls (one listener, about once a
@@ -365,7 +531,25 @@ impl UdpWorker {
             if unused.capacity() > 0 {
                 self.spares.borrow_mut().message = unused;
             }
+            if cell.proto.is_receiving() {
+                // The next datagram is likely this call's next fragment: received in place.
+                self.landing.expect(binding, p);
+            }
         }
+        self.act(binding, cell, p, action, now);
+    }
+
+    /// Does what the slot's protocol state asked of call packet `p`.
+    fn act(
+        &self,
+        binding: &Arc<UdpBinding>,
+        cell: MutexGuard<'_, UdpSlot>,
+        p: &Packet<&[u8]>,
+        action: CallAction,
+        now: Instant,
+    ) {
+        let timing = &self.shared.config.timing;
+        let mut cell = cell;
         match action {
             CallAction::Execute => {
                 mark(Point::ServerAccepted);
