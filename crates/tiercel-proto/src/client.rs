@@ -434,14 +434,16 @@ impl ClientCall {
         self.timer = Some(now + self.timing.probe_interval);
     }
 
-    /// Where the next fragment of a multi-packet result being received goes, for an endpoint that
-    /// reads it straight into place (then [`ClientCall::handle_landed`]): its index and bytes.
-    /// `None` when no such result is being received, or the fragment expected next is not new.
-    pub fn landing(&mut self) -> Option<(u16, &mut [u8])> {
+    /// Where the next fragments (up to `max` in a row) of a multi-packet result being received go,
+    /// for an endpoint that reads them straight into place (then [`ClientCall::handle_landed`] for
+    /// each that came): the first's index and their bytes, in order
+    /// ([`crate::fragment::Reassembly::landing_run`]). `None` when no such result is being
+    /// received, or the fragment expected next is not new.
+    pub fn landing(&mut self, max: u16) -> Option<(u16, &mut [u8])> {
         if self.phase != Phase::Receiving {
             return None;
         }
-        self.reassembly.as_mut()?.landing()
+        self.reassembly.as_mut()?.landing_run(max, |_| true)
     }
 
     /// Handles a result fragment whose payload was received into the place [`ClientCall::landing`]

@@ -79,6 +79,8 @@ struct Scenario {
     abandon: f64,
     /// Result fragments received straight into their place (odd clients).
     landed: u64,
+    /// Call fragments the server received straight into their place (odd slots' calls).
+    server_landed: u64,
 }
 
 struct Server {
@@ -89,6 +91,10 @@ struct Server {
     /// Per slot, the call running: the packet that started it and its arguments.
     running: Vec<Option<(Vec<u8>, Vec<u8>)>>,
     service: (u64, u64),
+    /// The call (slot, seq) whose next fragment the server receives into place, as a UDP worker
+    /// does after taking a fragment of it: set for odd slots only, so that even slots' calls are
+    /// reassembled the usual way.
+    expected: Option<(u32, u32)>,
 }
 
 impl Server {
@@ -109,7 +115,7 @@ impl Server {
         };
         let endpoint = ServerEndpoint::new(config, base, Box::new(tiercel_proto::bind::InsecureChallenges));
         let (binding, _) = endpoint.grant(0, 0, (), TOKEN, HEADER_LEN + frag, base).expect("an empty table has room");
-        Server { alive: true, endpoint, binding, running: vec![None; slots], service: (0, 0) }
+        Server { alive: true, endpoint, binding, running: vec![None; slots], service: (0, 0), expected: None }
     }
 }
 
@@ -203,6 +209,9 @@ impl Scenario {
         if !self.server.alive {
             return;
         }
+        if self.server_receive_in_place(&bytes, log) {
+            return;
+        }
         // A corrupted packet fails its checksum (or its header check) and is dropped.
         let Ok(p) = Packet::new_checked(&bytes[..]) else { return };
         let slot = p.slot() as usize;
@@ -265,6 +274,9 @@ impl Scenario {
             },
             other => panic!("server got {other:?}"),
         }
+        if p.kind() == Kind::Call && slot % 2 == 1 && p.frag_count() > 1 && cell.proto.is_receiving() {
+            self.server.expected = Some((p.slot(), p.seq()));
+        }
         drop(cell);
         if let Some(r) = reply {
             self.send(Dest::Client(slot), r);
@@ -273,6 +285,58 @@ impl Scenario {
             self.execute(slot, p.seq(), bytes, args, log);
         }
         self.server_flush(slot);
+    }
+
+    /// Receives `bytes` as a UDP worker expecting the next fragment of a call does: the payload
+    /// written into the place the reassembly gives, whatever the datagram is, then handled there
+    /// if it was that fragment, from that call's client. True when it was (and was handled);
+    /// anything else goes the usual way.
+    fn server_receive_in_place(&mut self, bytes: &[u8], log: &mut Log) -> bool {
+        let Some((slot, seq)) = self.server.expected else { return false };
+        let (binding, timing, now) = (self.server.binding.clone(), self.timing, self.at(self.now));
+        let Some(mut cell) = binding.slot(slot) else { return false };
+        let call = cell.call_at(slot).filter(|c| c.seq == seq);
+        let Some((index, place)) = call.and_then(|_| cell.landing(&binding, seq, 1)) else {
+            self.server.expected = None;
+            return false;
+        };
+        let want = place.len();
+        let n = bytes.len().saturating_sub(HEADER_LEN).min(want);
+        place[..n].copy_from_slice(&bytes[HEADER_LEN.min(bytes.len())..][..n]);
+        if bytes.len() < HEADER_LEN + want {
+            return false;
+        }
+        let p = Packet::new_unchecked(&bytes[..HEADER_LEN]);
+        let Some((_, place)) = cell.landing(&binding, seq, 1) else { return false };
+        let fits = p.frag_index() == index
+            && p.check_split(place, &bytes[HEADER_LEN + want..]).is_ok()
+            && call.is_some_and(|c| self.server.endpoint.continues(&binding, c, &p, p.slot() as usize, now));
+        if !fits {
+            return false;
+        }
+        self.server_landed += 1;
+        let (mut reply, mut run) = (None, None);
+        match cell.on_landed(&binding, &p, now, &timing) {
+            CallAction::Ack(a) => {
+                reply = Some(Self::packet(binding.reply_header(&p, Kind::Ack, Status::Ok, 0), &a.to_bytes()))
+            }
+            CallAction::ExecuteMessage(m) => {
+                binding.release(m.len());
+                self.server.expected = None;
+                run = Some(m);
+            }
+            CallAction::Drop(_) => {}
+            other => panic!("a fragment that continues a call drew {other:?}"),
+        }
+        drop(cell);
+        if let Some(r) = reply {
+            self.send(Dest::Client(slot as usize), r);
+        }
+        if let Some(args) = run {
+            self.execute(slot as usize, seq, bytes.to_vec(), args, log);
+        }
+        self.server_flush(slot as usize);
+        true
     }
 
     /// Runs call `seq` of `slot` (started by `packet`) for a random service time.
@@ -431,7 +495,7 @@ impl Scenario {
     /// place the reassembly gives, trailer after. `Some` when it was the fragment expected there.
     fn receive_in_place(&mut self, k: usize, bytes: &[u8], now: Instant) -> Option<Handled> {
         let call = &mut self.clients[k].call;
-        let (index, place) = call.landing()?;
+        let (index, place) = call.landing(1)?;
         let want = place.len();
         let n = bytes.len().saturating_sub(HEADER_LEN).min(want);
         place[..n].copy_from_slice(&bytes[HEADER_LEN.min(bytes.len())..][..n]);
@@ -442,7 +506,7 @@ impl Scenario {
         if p.kind() != Kind::Result || p.frag_index() != index || p.payload_len() as usize != want {
             return None;
         }
-        let (_, place) = call.landing()?;
+        let (_, place) = call.landing(1)?;
         p.check_split(place, &bytes[HEADER_LEN + want..]).ok()?;
         self.landed += 1;
         Some(self.clients[k].call.handle_landed(&p, now))
@@ -510,6 +574,7 @@ struct Totals {
     busy: u64,
     challenges: u64,
     landed: u64,
+    server_landed: u64,
 }
 
 fn run(seed: u64) -> Totals {
@@ -579,6 +644,7 @@ fn run(seed: u64) -> Totals {
         deadlines,
         abandon,
         landed: 0,
+        server_landed: 0,
     };
     let mut log = Log { executions: HashMap::new(), by_incarnation: HashMap::new() };
     for k in 0..n_clients {
@@ -673,6 +739,7 @@ fn run(seed: u64) -> Totals {
         busy: s.busy,
         challenges: s.challenges,
         landed: s.landed,
+        server_landed: s.server_landed,
     }
 }
 
@@ -691,12 +758,13 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         t.busy += r.busy;
         t.challenges += r.challenges;
         t.landed += r.landed;
+        t.server_landed += r.server_landed;
     }
     println!(
         "{n} scenarios: {} calls returned, {} failed after a crash, {} missed their deadline, {} given up \
          by their clients, {} packets sent, {} corrupted, {} calls refused as busy, {} address challenges, \
-         {} result fragments received in place",
-        t.ok, t.failed, t.late, t.abandoned, t.packets, t.corrupted, t.busy, t.challenges, t.landed
+         {} result fragments and {} call fragments received in place",
+        t.ok, t.failed, t.late, t.abandoned, t.packets, t.corrupted, t.busy, t.challenges, t.landed, t.server_landed
     );
     assert!(t.ok > 0);
     assert!(t.challenges > 0, "every slot proves its address");
@@ -704,5 +772,6 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         assert!(t.corrupted > 0 && t.busy > 0, "the scenarios exercise corruption and admission");
         assert!(t.late > 0 && t.abandoned > 0, "the scenarios exercise deadlines and cancellation");
         assert!(t.landed > 0, "the scenarios exercise results received in place");
+        assert!(t.server_landed > 0, "the scenarios exercise calls received in place");
     }
 }

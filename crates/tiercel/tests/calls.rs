@@ -174,9 +174,13 @@ fn on_small_datagrams_fragments_go_in_segmented_runs_and_arrive_whole() {
         // Each call of 2 MiB is about 1,500 datagrams: far fewer receives than datagrams.
         let coalesced = stats.coalesced.load(Ordering::Relaxed);
         assert!(coalesced >= 3, "the server took {coalesced} runs whole (checksum {checksum})");
-        // Fragments of a run that follow those the worker took went straight into place.
+        // Fragments of a run that follow those the worker took went straight into place, and on
+        // the client the runs of the results' fragments (each result is some 1,500 datagrams).
         let landed = stats.landed.load(Ordering::Relaxed);
         assert!(landed >= 1000, "{landed} fragments landed in place (checksum {checksum})");
+        let landed = k.binding().stats().landed.load(Ordering::Relaxed);
+        assert!(landed >= 1000, "{landed} result fragments landed in place (checksum {checksum})");
+        assert_eq!(k.binding().stats().malformed.load(Ordering::Relaxed), 0);
     }
 }
 
@@ -212,6 +216,9 @@ fn multi_packet_calls_and_results_reassemble() {
     // worker expects the next, and receives it straight into place (loopback keeps them in order).
     let landed = stats.landed.load(Ordering::Relaxed);
     assert!(landed >= 3 * 48, "{landed} fragments landed in place");
+    // And the client its results' fragments (64 of each result's 4 MiB, after the first).
+    let landed = k.binding().stats().landed.load(Ordering::Relaxed);
+    assert!(landed >= 3 * 32, "{landed} result fragments landed in place");
     // Once acknowledged, a big result no longer holds memory in the server's budget (the
     // acknowledgement is on its way when the call returns: wait for it, boundedly).
     let give_up = Instant::now() + Duration::from_secs(5);

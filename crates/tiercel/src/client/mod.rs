@@ -184,6 +184,10 @@ pub struct ClientStats {
     pub malformed: AtomicU64,
     /// Valid packets not for the current call (late duplicates, old results).
     pub stale: AtomicU64,
+    /// Result fragments received straight into their place in the result's reassembly (the
+    /// kernel's copy of their bytes the only one): on loopback one a receive, on paths of small
+    /// datagrams the fragments of a coalesced run.
+    pub landed: AtomicU64,
 }
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);

@@ -16,13 +16,14 @@ use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
 use tiercel_proto::context::{self, Context};
 use tiercel_proto::fragment::{fragment_count, fragment_range};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
+use tiercel_sys::mmsg;
 use tiercel_sys::udp::{self, Received};
 
 use super::BindingInner;
 use crate::retention::Retention;
 use crate::spin::{SpinBudget, SpinDeadline, SPINNERS};
 use crate::steps::{mark, Point};
-use crate::transmit;
+use crate::transmit::{self, MAX_RUN as MAX_LANDED};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{Binding, CallError};
 
@@ -373,18 +374,13 @@ impl UdpEndpoint {
     /// is there, else a timer that is due, and sends what the protocol asks for.
     #[inline]
     pub(super) fn step(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize) -> Result<Step, CallError> {
-        let (received, segment) = if self.coalescing {
-            let s = udp::recv_segments_nowait(&self.socket, &mut self.rx)?;
-            (s.received, s.segment)
-        } else {
-            match self.receive_in_place(inner)? {
-                InPlace::Handled(done) => {
-                    mark(Point::Arrived);
-                    self.flush(inner, segs, len)?;
-                    return Ok(if done { Step::Done } else { Step::Progress });
-                }
-                InPlace::Whole(received) => (received, None),
+        let (received, segment) = match self.receive_in_place(inner)? {
+            InPlace::Handled(done) => {
+                mark(Point::Arrived);
+                self.flush(inner, segs, len)?;
+                return Ok(if done { Step::Done } else { Step::Progress });
             }
+            InPlace::Whole(received, segment) => (received, segment),
         };
         match received {
             Received::Datagram(n) => {
@@ -418,50 +414,96 @@ impl UdpEndpoint {
         Ok(Step::Idle(now))
     }
 
-    /// Receives a datagram without blocking. While a multi-packet result is arriving, the payload
-    /// goes straight into the place of the fragment expected next in its reassembly (header and
-    /// anything after the payload into the receive buffer), and is handled there if it was that
-    /// fragment: one copy of the bytes, the kernel's. Any other datagram is put back together in
+    /// Receives a datagram (or a coalesced run) without blocking. While a multi-packet result is
+    /// arriving, the payloads go straight into the places of the fragments expected next in its
+    /// reassembly (as many as the receive buffer holds datagrams of the binding's size: one, or a
+    /// run's worth), and each header and trailer, and anything after the last payload, where it
+    /// would lie in the receive buffer. Each datagram that was the fragment expected there is
+    /// handled in place: one copy of its bytes, the kernel's. The rest are put back together in
     /// the receive buffer and handled whole.
     fn receive_in_place(&mut self, inner: &BindingInner) -> std::io::Result<InPlace> {
-        let Some((index, place)) = self.call.landing() else {
-            return Ok(InPlace::Whole(udp::recv_nowait(&self.socket, &mut self.rx)?));
-        };
-        let want = place.len();
-        let (head, rest) = self.rx.split_at_mut(HEADER_LEN);
-        // The receive buffer holds a whole datagram: its bytes past a payload's room are the tail.
-        let tail = &mut rest[want..];
-        let parts = &mut [IoSliceMut::new(head), IoSliceMut::new(place), IoSliceMut::new(tail)];
-        let received = udp::recv_scattered_nowait(&self.socket, parts)?;
-        let Received::Datagram(n) = received else { return Ok(InPlace::Whole(received)) };
-        let body = n.saturating_sub(HEADER_LEN);
-        let Some((_, place)) = self.call.landing() else { return Ok(InPlace::Whole(received)) };
-        let p = Packet::new_unchecked(&self.rx[..HEADER_LEN]);
-        let expected = n >= HEADER_LEN
-            && body >= want
-            && p.kind() == Kind::Result
-            && p.frag_index() == index
-            && p.payload_len() as usize == want
-            && p.check_split(place, &self.rx[HEADER_LEN + want..n]).is_ok();
-        if !expected {
-            // Not the fragment expected (or not well formed): its bytes back in order, to be
-            // handled (or counted as malformed) like any datagram.
-            let k = body.min(want);
-            self.rx[HEADER_LEN..HEADER_LEN + k].copy_from_slice(&place[..k]);
-            return Ok(InPlace::Whole(received));
-        }
-        if !ours(inner, self.slot, &p) {
-            inner.stats.stale.fetch_add(1, Ordering::Relaxed);
-            return Ok(InPlace::Handled(false));
-        }
-        Ok(InPlace::Handled(match self.call.handle_landed(&p, Instant::now()) {
-            Handled::Complete => true,
-            Handled::Progress => false,
-            Handled::Ignored => {
-                inner.stats.stale.fetch_add(1, Ordering::Relaxed);
-                false
+        let trailer = if self.flag_base != 0 { CHECKSUM_LEN } else { 0 };
+        let full = HEADER_LEN + self.frag_payload + trailer;
+        let max = (self.rx.len() / full).clamp(1, MAX_LANDED);
+        let Some((first, span)) = self.call.landing(max as u16) else {
+            if self.coalescing {
+                let s = udp::recv_segments_nowait(&self.socket, &mut self.rx)?;
+                return Ok(InPlace::Whole(s.received, s.segment));
             }
-        }))
+            return Ok(InPlace::Whole(udp::recv_nowait(&self.socket, &mut self.rx)?, None));
+        };
+        // The receive buffer, cut where the datagrams of a run of fragments would lie: headers and
+        // trailers (and what follows the last payload) are received there, payloads into their
+        // places; `holes` are where the payloads would lie, for those put back.
+        let stride = if trailer > 0 { 3 } else { 2 };
+        let mut parts: [IoSliceMut<'_>; 3 * MAX_LANDED + 1] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
+        let mut holes: [&mut [u8]; MAX_LANDED] = std::array::from_fn(|_| &mut [][..]);
+        let mut rest = &mut self.rx[..];
+        let mut fragments = 0;
+        let mut places = span.chunks_mut(self.frag_payload).peekable();
+        while let Some(place) = places.next() {
+            let (header, after) = std::mem::take(&mut rest).split_at_mut(HEADER_LEN);
+            let (hole, after) = after.split_at_mut(place.len());
+            parts[fragments * stride] = IoSliceMut::new(header);
+            parts[fragments * stride + 1] = IoSliceMut::new(place);
+            holes[fragments] = hole;
+            rest = after;
+            if places.peek().is_some() && trailer > 0 {
+                let (t, after) = std::mem::take(&mut rest).split_at_mut(trailer);
+                parts[fragments * stride + 2] = IoSliceMut::new(t);
+                rest = after;
+            }
+            fragments += 1;
+        }
+        let n = (fragments - 1) * stride + 2;
+        parts[n] = IoSliceMut::new(rest);
+        let got = mmsg::recv_scattered_from_nowait(&self.socket, &mut parts[..=n])?;
+        let Received::Datagram(len) = got.received else { return Ok(InPlace::Whole(got.received, None)) };
+        // The fragments that landed: each datagram of the run just where a fragment's header,
+        // payload and trailer went, and the next fragment of this call's result.
+        let step = got.segment.unwrap_or(len);
+        let mut landed = 0;
+        while landed < fragments {
+            let (at, k) = (landed * full, landed * stride);
+            if at >= len
+                || (landed > 0 && step != full)
+                || (at + step).min(len) - at != HEADER_LEN + parts[k + 1].len() + trailer
+            {
+                break;
+            }
+            let t = if landed + 1 < fragments { &parts[k + 2][..] } else { &parts[n][..trailer] };
+            let p = Packet::new_unchecked(&parts[k][..]);
+            let expected = p.kind() == Kind::Result
+                && usize::from(p.frag_index()) == usize::from(first) + landed
+                && p.check_split(&parts[k + 1], &t[..trailer]).is_ok()
+                && ours(inner, self.slot, &p);
+            if !expected {
+                break;
+            }
+            landed += 1;
+        }
+        // The payloads received that did not land, back where they lie in the datagram.
+        for (j, hole) in holes.iter_mut().enumerate().take(fragments).skip(landed) {
+            let k = hole.len().min(len.saturating_sub(j * full + HEADER_LEN));
+            hole[..k].copy_from_slice(&parts[j * stride + 1][..k]);
+        }
+        inner.stats.landed.fetch_add(landed as u64, Ordering::Relaxed);
+        let now = Instant::now();
+        for j in 0..landed {
+            let p = Packet::new_unchecked(&self.rx[j * full..j * full + HEADER_LEN]);
+            match self.call.handle_landed(&p, now) {
+                Handled::Complete => return Ok(InPlace::Handled(true)),
+                Handled::Progress => {}
+                Handled::Ignored => {
+                    inner.stats.stale.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let at = landed * full;
+        let done = at < len
+            && udp::segments(len - at, got.segment)
+                .any(|piece| self.on_datagram(inner, at + piece.start..at + piece.end));
+        Ok(InPlace::Handled(done))
     }
 
     /// Handles the received datagram at `at` in the receive buffer; true when the call is over.
@@ -527,10 +569,12 @@ impl UdpEndpoint {
 
 /// What [`UdpEndpoint::receive_in_place`] did.
 enum InPlace {
-    /// The result fragment expected arrived in place and was handled: true when the call is over.
+    /// A datagram (or run) was received and handled, its result fragments expected in place: true
+    /// when the call is over.
     Handled(bool),
-    /// A datagram (or nothing) to handle whole from the receive buffer.
-    Whole(Received),
+    /// A datagram, run (each datagram this long but the last) or nothing, to handle whole from the
+    /// receive buffer.
+    Whole(Received, Option<usize>),
 }
 
 /// Whether a checked packet is addressed to this binding's client slot `slot`.

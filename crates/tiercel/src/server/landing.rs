@@ -16,7 +16,7 @@ use tiercel_proto::wire::{Packet, CHECKSUM_LEN, HEADER_LEN};
 use super::UdpBinding;
 
 /// Most fragments one receive lands in place (a coalesced run of 1,472-byte datagrams has 44).
-pub(super) const MAX_LANDED: usize = 64;
+pub(super) const MAX_LANDED: usize = crate::transmit::MAX_RUN;
 
 /// Most parts a landing receive scatters a datagram over: header, payload and trailer of each
 /// fragment, and the tail.

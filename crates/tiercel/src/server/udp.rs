@@ -321,16 +321,15 @@ impl UdpWorker {
         }
         stats.landed.fetch_add(landed as u64, Ordering::Relaxed);
         let mut held = Some(cell);
+        // An acknowledgement due within the run goes out once, after it, saying all it brought.
+        let (mut ack_due, mut header) = (false, [0u8; HEADER_LEN]);
         for j in 0..landed {
             let Some(mut cell) = held.take() else { break };
-            let mut header = [0u8; HEADER_LEN];
             header.copy_from_slice(&self.landing.heads[j * (HEADER_LEN + CHECKSUM_LEN)..][..HEADER_LEN]);
             let p = Packet::new_unchecked(&header[..]);
             match cell.on_landed(binding, &p, now, &self.shared.config.timing) {
-                CallAction::Ack(a) => {
-                    if let Some(peer) = cell.peer {
-                        self.send_control(binding, &p, peer, Kind::Ack, &a.to_bytes());
-                    }
+                CallAction::Ack(_) => {
+                    ack_due = true;
                     held = Some(cell);
                 }
                 CallAction::Drop(reason) => {
@@ -353,7 +352,11 @@ impl UdpWorker {
                 }
             }
         }
-        drop(held);
+        if let Some(mut cell) = held.filter(|_| ack_due) {
+            if let (Some(a), Some(peer)) = (cell.proto.take_ack(), cell.peer) {
+                self.send_control(binding, &Packet::new_unchecked(&header[..]), peer, Kind::Ack, &a.to_bytes());
+            }
+        }
         if rest == len - at && rest > 0 {
             let rebuilt = std::mem::take(&mut self.landing.rebuilt);
             for piece in udp::segments(rest, got.segment) {
