@@ -349,15 +349,6 @@ impl Slot {
         }
     }
 
-    /// What the call being received has received, as an acknowledgement to send now (resetting
-    /// the count behind the next one); `None` when the slot is not receiving a call.
-    pub fn take_ack(&mut self) -> Option<AckInfo> {
-        match &mut self.state {
-            State::Receiving(r) => Some(r.take_ack()),
-            _ => None,
-        }
-    }
-
     /// Handles a `Call` fragment received into the place [`Slot::landing`] gave: `packet` is its
     /// header alone (checked with [`Packet::check_split`]) and must be the fragment expected there
     /// (its index the first of the landing, or the next after one landed). Acts as

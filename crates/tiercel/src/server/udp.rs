@@ -321,15 +321,18 @@ impl UdpWorker {
         }
         stats.landed.fetch_add(landed as u64, Ordering::Relaxed);
         let mut held = Some(cell);
-        // An acknowledgement due within the run goes out once, after it, saying all it brought.
-        let (mut ack_due, mut header) = (false, [0u8; HEADER_LEN]);
         for j in 0..landed {
             let Some(mut cell) = held.take() else { break };
+            let mut header = [0u8; HEADER_LEN];
             header.copy_from_slice(&self.landing.heads[j * (HEADER_LEN + CHECKSUM_LEN)..][..HEADER_LEN]);
             let p = Packet::new_unchecked(&header[..]);
             match cell.on_landed(binding, &p, now, &self.shared.config.timing) {
-                CallAction::Ack(_) => {
-                    ack_due = true;
+                // At once, as for a fragment received whole: an acknowledgement held to the end of
+                // the run made 1 MiB calls with 10% loss resend 40% more fragments.
+                CallAction::Ack(a) => {
+                    if let Some(peer) = cell.peer {
+                        self.send_control(binding, &p, peer, Kind::Ack, &a.to_bytes());
+                    }
                     held = Some(cell);
                 }
                 CallAction::Drop(reason) => {
@@ -352,11 +355,8 @@ impl UdpWorker {
                 }
             }
         }
-        if let Some(mut cell) = held.filter(|_| ack_due) {
-            if let (Some(a), Some(peer)) = (cell.proto.take_ack(), cell.peer) {
-                self.send_control(binding, &Packet::new_unchecked(&header[..]), peer, Kind::Ack, &a.to_bytes());
-            }
-        }
+        // The slot is let go before the rest of the datagram, which may be for it, is handled.
+        drop(held);
         if rest == len - at && rest > 0 {
             let rebuilt = std::mem::take(&mut self.landing.rebuilt);
             for piece in udp::segments(rest, got.segment) {
