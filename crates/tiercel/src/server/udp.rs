@@ -6,7 +6,8 @@
 //! results marshaled into the slot's result buffer behind a prebuilt header, one `sendmsg`. The
 //! slot's lock is not held while the procedure runs. When calls queue, one `recvmmsg` takes up to 16
 //! of them, and the results of the quick ones go out together with one `sendmmsg` (`outbox`); the
-//! calls behind one that may be slow are left to the other listeners (`handoff`).
+//! calls behind one that may be slow are left to the other listeners (`handoff`). While a large
+//! call's fragments arrive, the next receive puts them straight into its reassembly (`landing`).
 
 use std::cell::{Cell, RefCell};
 use std::io::{IoSlice, IoSliceMut};
