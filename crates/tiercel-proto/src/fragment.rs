@@ -338,20 +338,15 @@ impl Reassembly {
         Ok(self.mark(index))
     }
 
-    /// Where the fragment a sender sends next (the one after the highest that has arrived) goes in
-    /// the buffer, grown (zeroed) to hold it, for a receiver that reads that fragment's payload
-    /// straight into place: its index and bytes. Then [`Reassembly::insert_landed`] if the datagram
-    /// was that fragment. `None` when every fragment up to the last has come (only resent ones
-    /// are awaited), or the next is beyond the window. Not budgeted: for a client's own results.
-    pub fn landing(&mut self) -> Option<(u16, &mut [u8])> {
-        self.landing_run(1, |_| true)
-    }
-
-    /// As [`Reassembly::landing`], for up to `max` fragments in a row from the next (as many as
-    /// the message and the window hold), for a receiver that reads a run of them at once: the
-    /// first's index and the bytes of them all, in order (each [`Reassembly::frag_payload`] long
-    /// but the message's last). `reserve` is asked for the bytes the buffer grows by, which are
-    /// then held ([`Reassembly::held`]); `None` if it refuses.
+    /// Where the fragments a sender sends next (from the one after the highest that has arrived,
+    /// up to `max` in a row, as many as the message and the window hold) go in the buffer, grown
+    /// to hold them (zeroed only where never written), for a receiver that reads their payloads
+    /// straight into place: the first's index and the bytes of them all, in order (each
+    /// [`Reassembly::frag_payload`] long but the message's last). Then
+    /// [`Reassembly::insert_landed`] for each datagram that was the fragment expected there.
+    /// `reserve` is asked for the bytes the buffer grows by, which are then held
+    /// ([`Reassembly::held`]). `None` when every fragment up to the last has come (only resent
+    /// ones are awaited), the next is beyond the window, or `reserve` refuses.
     pub fn landing_run(&mut self, max: u16, reserve: impl FnOnce(usize) -> bool) -> Option<(u16, &mut [u8])> {
         let index = self.frontier;
         let window_end = u32::from(self.prefix) + u32::from(MAX_WINDOW) + 1;
@@ -369,7 +364,7 @@ impl Reassembly {
     }
 
     /// Records that fragment `index`, of `payload_len` bytes, was received into the place
-    /// [`Reassembly::landing`] gave, checking it as [`Reassembly::insert`] does.
+    /// [`Reassembly::landing_run`] gave, checking it as [`Reassembly::insert`] does.
     pub fn insert_landed(
         &mut self,
         index: u16,
@@ -552,23 +547,23 @@ mod tests {
         let msg: Vec<u8> = (0..250u32).map(|i| (i * 7) as u8).collect();
         let mut r = Reassembly::new(250, 3, 100, 1000).unwrap();
         // In order: each lands where the next one goes.
-        let (i, place) = r.landing().unwrap();
+        let (i, place) = r.landing_run(1, |_| true).unwrap();
         assert_eq!((i, place.len()), (0, 100));
         place.copy_from_slice(&msg[..100]);
         assert_eq!(r.insert_landed(0, 3, 250, 100), Ok(Inserted::New));
         // A datagram that was not the next fragment (here fragment 2, arriving before 1) is inserted
         // the usual way; what the landing place held is overwritten when fragment 1 comes.
-        let (i, place) = r.landing().unwrap();
+        let (i, place) = r.landing_run(1, |_| true).unwrap();
         assert_eq!(i, 1);
         place.fill(0xaa);
         assert_eq!(r.insert_landed(2, 3, 250, 50), Err(ReassemblyError::Inconsistent), "not the landing's fragment");
         assert_eq!(r.insert(2, 3, 250, &msg[200..]), Ok(Inserted::New));
-        assert!(r.landing().is_none(), "only a resent fragment is awaited");
+        assert!(r.landing_run(1, |_| true).is_none(), "only a resent fragment is awaited");
         assert_eq!(r.insert(1, 3, 250, &msg[100..200]), Ok(Inserted::Complete));
         assert_eq!(r.message(), &msg[..]);
         // Lies are refused as by insert: a wrong length, a duplicate.
         let mut r = Reassembly::new(250, 3, 100, 1000).unwrap();
-        r.landing().unwrap().1.copy_from_slice(&msg[..100]);
+        r.landing_run(1, |_| true).unwrap().1.copy_from_slice(&msg[..100]);
         assert_eq!(r.insert_landed(0, 3, 250, 99), Err(ReassemblyError::Inconsistent));
         assert_eq!(r.insert_landed(0, 3, 251, 100), Err(ReassemblyError::Inconsistent));
         assert_eq!(r.insert_landed(0, 3, 250, 100), Ok(Inserted::New));
