@@ -12,7 +12,7 @@ use common::Quiet;
 use libfuzzer_sys::fuzz_target;
 use tiercel::interface::{Export, Results};
 use tiercel::{In, InOut, Out, Wire};
-use tiercel_bench::seeds::TestServer;
+use common::seeds::TestServer;
 
 #[derive(Wire, Debug, Clone, PartialEq)]
 pub struct Point {

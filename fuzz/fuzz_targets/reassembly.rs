@@ -39,7 +39,7 @@ fuzz_target!(|input: Input| {
         let payload = vec![f.index as u8 ^ 0x5a; f.len as usize];
         let mut in_place = false;
         if f.landed {
-            if let Some((index, place)) = r.landing() {
+            if let Some((index, place)) = r.landing_run(1, |_| true) {
                 let n = place.len().min(payload.len());
                 place[..n].copy_from_slice(&payload[..n]);
                 in_place = index == f.index && place.len() == payload.len();

@@ -10,7 +10,7 @@ use arbitrary::Arbitrary;
 use common::Quiet;
 use libfuzzer_sys::fuzz_target;
 use tiercel::interface::{Export, Results};
-use tiercel_bench::seeds::TestServer;
+use common::seeds::TestServer;
 use tiercel_proto::shm::{validate_call, validate_result, Layout};
 
 #[derive(Arbitrary, Debug)]

@@ -1,7 +1,14 @@
 //! Shared by the fuzz targets.
 
 use tiercel::{In, InOut, Out};
-use tiercel_bench::seeds::Test;
+
+/// The seeds' `Test` interface, from the bench crate's own file: the fuzz targets build only what
+/// they call, not the bench's peers (tarpc, tonic) and tools, which cost minutes under ASan.
+#[path = "../../../crates/tiercel-bench/src/seeds.rs"]
+#[allow(dead_code)]
+pub mod seeds;
+
+use seeds::Test;
 
 /// The seeds' `Test` interface, implemented without the reference version's pattern assertions
 /// (which panic on purpose, to report corrupted buffers).
