@@ -8,11 +8,11 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use common::seeds::TestServer;
 use common::Quiet;
 use libfuzzer_sys::fuzz_target;
 use tiercel::interface::{Export, Results};
 use tiercel::{In, InOut, Out, Wire};
-use common::seeds::TestServer;
 
 #[derive(Wire, Debug, Clone, PartialEq)]
 pub struct Point {

@@ -7,10 +7,10 @@
 mod common;
 
 use arbitrary::Arbitrary;
+use common::seeds::TestServer;
 use common::Quiet;
 use libfuzzer_sys::fuzz_target;
 use tiercel::interface::{Export, Results};
-use common::seeds::TestServer;
 use tiercel_proto::shm::{validate_call, validate_result, Layout};
 
 #[derive(Arbitrary, Debug)]
