@@ -7,12 +7,18 @@
 //! binding, client, or channel (tiercel's callers are threads; the peers' are tasks of their runtime,
 //! as their users write them; the echoes' callers each have a connection or socket), with the CPU
 //! time both processes spent per call. tiercel runs with its default settings, over UDP and over TCP.
+//!
+//! The peers are the `peers` feature (on by default, and in the `tiercel` command): without it
+//! (tiercel's own tests build this crate so, under sanitizers too) `--peers` says so and measures
+//! nothing.
+#![cfg_attr(not(feature = "peers"), allow(dead_code, unused_imports))]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tiercel::Out;
+#[cfg(feature = "peers")]
 use tiercel_peers::{Caller, Client, Peer};
 use tiercel_sys::cpu;
 
@@ -69,7 +75,24 @@ pub struct ServeArgs {
     cpu: usize,
 }
 
+/// Why `--peers` measures nothing in a build without the `peers` feature.
+#[cfg(not(feature = "peers"))]
+const WITHOUT_PEERS: &str = "this build of tiercel-bench has no peers (its `peers` feature is off)";
+
+/// The `peer-serve` helper without the peers: there is none to serve.
+#[cfg(not(feature = "peers"))]
+pub fn serve(_: ServeArgs) -> crate::Result<()> {
+    Err(WITHOUT_PEERS.into())
+}
+
+/// Without the peers, nothing to measure them against.
+#[cfg(not(feature = "peers"))]
+pub fn table(_: usize, _: usize, _: u32, _: Duration) -> crate::Result<Vec<Row>> {
+    Err(WITHOUT_PEERS.into())
+}
+
 /// The `peer-serve` helper: serves a peer on loopback until killed.
+#[cfg(feature = "peers")]
 pub fn serve(args: ServeArgs) -> crate::Result<()> {
     let peer = Peer::from_name(&args.peer).ok_or_else(|| format!("no peer {:?}", args.peer))?;
     cpu::pin_current_thread(args.cpu)?;
@@ -81,6 +104,7 @@ pub fn serve(args: ServeArgs) -> crate::Result<()> {
 
 /// Measures tiercel (UDP and TCP) and every peer. `calls`: timed calls per latency row; `time`: how
 /// long each throughput row runs.
+#[cfg(feature = "peers")]
 pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration) -> crate::Result<Vec<Row>> {
     let mut rows = Vec::new();
     // The allocator uprobes, added for the run and removed when it ends.
@@ -277,6 +301,7 @@ fn raw_udp_row(
     })
 }
 
+#[cfg(feature = "peers")]
 fn peer_row(
     peer: Peer,
     rt: &tokio::runtime::Runtime,
