@@ -1,8 +1,10 @@
 //! Generated server stubs unmarshaling arbitrary argument bytes, for every kind of parameter the
 //! macro generates code for: scalars, strings and borrowed slices, vectors, options, results,
 //! tuples, arrays, derived structs and enums (recursive ones too), and `In`/`Out`/`InOut`
-//! buffers. Bad arguments are an error, never a panic or an unbounded allocation. The same types
-//! are decoded as results, as a client stub would.
+//! buffers. Bad arguments are an error, never a panic or an unbounded allocation. A procedure whose
+//! one buffer is its last argument, an `InOut`, run in place of its arguments gives the same results
+//! (or the same error) as run the usual way. The same types are decoded as results, as a client stub
+//! would.
 #![no_main]
 
 #[path = "common/mod.rs"]
@@ -46,6 +48,7 @@ pub trait Everything {
     fn borrowed(&self, b: Borrowing<'_>) -> (String, usize);
     fn buffers(&self, data: In<&[u8]>, out: Out<&mut [u8]>, both: InOut<&mut [u8]>) -> u64;
     fn nothing(&self);
+    fn stamped(&self, tag: String, key: u8, both: InOut<&mut [u8]>) -> (u64, String);
 }
 
 struct Impl;
@@ -75,21 +78,38 @@ impl Everything for Impl {
         data.0.len() as u64
     }
     fn nothing(&self) {}
+    fn stamped(&self, tag: String, key: u8, both: InOut<&mut [u8]>) -> (u64, String) {
+        both.0.iter_mut().for_each(|b| *b ^= key);
+        (both.0.len() as u64, tag)
+    }
 }
 
 const RESULT_LIMIT: usize = 1 << 20;
 
 fuzz_target!(|data: &[u8]| {
     let [which, p0, p1, args @ ..] = data else { return };
-    let procedure = u16::from_le_bytes([*p0, *p1]) % 10;
+    let procedure = u16::from_le_bytes([*p0, *p1]) % 18;
+    let export: Box<dyn Export> =
+        if which & 1 == 0 { Box::new(EverythingServer::new(Impl)) } else { Box::new(TestServer::new(Quiet)) };
     let mut buf = Vec::new();
-    let mut results = Results::new(&mut buf, RESULT_LIMIT);
-    let _ = if which & 1 == 0 {
-        EverythingServer::new(Impl).dispatch(procedure, args, &mut results)
-    } else {
-        TestServer::new(Quiet).dispatch(procedure, args, &mut results)
-    };
+    let ran = export.dispatch(procedure, args, &mut Results::new(&mut buf, RESULT_LIMIT));
     assert!(buf.len() <= RESULT_LIMIT + 4096, "results beyond their limit: {}", buf.len());
+    if export.in_place(procedure) {
+        // Behind some other bytes, as after a call's context block.
+        let start = usize::from(which >> 1) % 64;
+        let mut message = [&vec![0xee; start][..], args].concat();
+        match export.dispatch_in_place(procedure, &mut message, start) {
+            Ok(body) => {
+                assert_eq!(ran, Ok(()), "run in place, not the usual way");
+                assert!(start <= body && body <= message.len());
+                assert_eq!(&message[body..], &buf[..], "the same results in place");
+            }
+            Err(e) => assert_eq!(ran, Err(e), "the same error in place"),
+        }
+    } else {
+        let mut message = args.to_vec();
+        assert!(export.dispatch_in_place(procedure, &mut message, 0).is_err());
+    }
     // What a client stub decodes from a result message.
     let _ = tiercel::wire::from_slice::<(String, usize)>(args);
     let _ = tiercel::wire::from_slice::<Option<u32>>(args);

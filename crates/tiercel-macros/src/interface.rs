@@ -577,6 +577,60 @@ fn generate_server(m: &Interface) -> TokenStream {
             }
         }
     });
+    // A procedure whose one buffer is an `InOut` and its last argument runs where its arguments
+    // arrived: the buffer's bytes end the call, and the result starts with them.
+    let in_place_of = |method: &Method| {
+        let mut buffers = method.args.iter().filter(|a| matches!(a.kind, ArgKind::Out | ArgKind::InOut));
+        !method.asynchronous
+            && buffers.next().is_some()
+            && buffers.next().is_none()
+            && method.args.last().is_some_and(|a| matches!(a.kind, ArgKind::InOut))
+    };
+    let in_place: Vec<bool> = m.methods.iter().map(in_place_of).collect();
+    let in_place_arms =
+        m.methods.iter().enumerate().filter(|(_, method)| in_place_of(method)).map(|(index, method)| {
+            let index = index as u16;
+            let name = &method.name;
+            let last = method.args.len() - 1;
+            let decode = method.args[..last].iter().map(decode_value);
+            let decode_again = method.args[..last].iter().map(decode_value);
+            let bytes = format_ident!("__in_{}", method.args[last].name);
+            let call_args = method.args.iter().enumerate().map(|(i, a)| {
+                let n = &a.name;
+                if i == last {
+                    quote!(::tiercel::InOut(__buf))
+                } else {
+                    quote!(#n)
+                }
+            });
+            quote! {
+                #index => {
+                    // Where the buffer starts: the arguments decoded once to find it...
+                    let __pos = {
+                        let __args = __message.get(__start..).unwrap_or_default();
+                        let mut __r = ::tiercel::Reader::new(__args);
+                        #(#decode)*
+                        let #bytes: &[u8] = __r.decode()?;
+                        __r.finish()?;
+                        __message.len() - #bytes.len()
+                    };
+                    // ...then again from the bytes before it, the buffer lent mutably where it lies.
+                    let __ret = {
+                        let (__head, __buf) = __message.split_at_mut(__pos);
+                        let mut __r = ::tiercel::Reader::new(__head.get(__start..).unwrap_or_default());
+                        #(#decode_again)*
+                        ::tiercel::__private::out_len(&mut __r, usize::MAX)?;
+                        __r.finish()?;
+                        ::tiercel::__private::mark(::tiercel::__private::Point::ArgsDecoded);
+                        let __ret = self.0.#name(#(#call_args),*);
+                        ::tiercel::__private::mark(::tiercel::__private::Point::ProcedureDone);
+                        __ret
+                    };
+                    ::tiercel::Results::new(__message, 0).encode(&__ret);
+                    ::core::result::Result::Ok(__pos)
+                }
+            }
+        });
     let asyncs: Vec<bool> = m.methods.iter().map(|x| x.asynchronous).collect();
     let async_arms = m.methods.iter().enumerate().filter(|(_, method)| method.asynchronous).map(|(index, method)| {
         let index = index as u16;
@@ -626,6 +680,24 @@ fn generate_server(m: &Interface) -> TokenStream {
             ) -> ::core::result::Result<(), ::tiercel::DispatchError> {
                 match __procedure {
                     #(#arms)*
+                    _ => ::core::result::Result::Err(::tiercel::DispatchError::UnknownProcedure),
+                }
+            }
+
+            fn in_place(&self, __procedure: u16) -> bool {
+                const IN_PLACE: &[bool] = &[#(#in_place),*];
+                IN_PLACE.get(__procedure as usize).copied().unwrap_or(false)
+            }
+
+            #[allow(unused_mut, unused_variables, clippy::let_unit_value, clippy::unit_arg)]
+            fn dispatch_in_place(
+                &self,
+                __procedure: u16,
+                __message: &mut ::std::vec::Vec<u8>,
+                __start: usize,
+            ) -> ::core::result::Result<usize, ::tiercel::DispatchError> {
+                match __procedure {
+                    #(#in_place_arms)*
                     _ => ::core::result::Result::Err(::tiercel::DispatchError::UnknownProcedure),
                 }
             }

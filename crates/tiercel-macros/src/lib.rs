@@ -48,7 +48,10 @@ use proc_macro::TokenStream;
 ///   `CallError::DeadlineExceeded` after that long). Clones share the binding; each thread that
 ///   calls gets its own client slot, up to the server's `slots_per_binding`;
 /// * `<Trait>Server<T>`: wraps an implementation of the trait and dispatches calls to it by
-///   procedure number (the declaration order), for `Server::export`.
+///   procedure number (the declaration order), for `Server::export`. A procedure whose one buffer
+///   is an `InOut` and its last argument can also run where the call's arguments arrived
+///   (`Export::dispatch_in_place`): a UDP server runs a call of several packets so, on the buffer
+///   where it put the call together, and sends the buffer back from there without copying it.
 ///
 /// Binding compares the whole interface: its name, its version, and a fingerprint of its procedures
 /// in order with their names and the types of their arguments and results as written. A client

@@ -81,6 +81,9 @@ struct Scenario {
     landed: u64,
     /// Call fragments the server received straight into their place (odd slots' calls).
     server_landed: u64,
+    /// Results of several fragments sent from behind other bytes in their buffer, as a procedure
+    /// run in place of its arguments leaves them (odd slots' calls).
+    in_place: u64,
 }
 
 struct Server {
@@ -363,11 +366,23 @@ impl Scenario {
         self.server.endpoint.run_finished();
         let binding = self.server.binding.clone();
         let timing = self.timing;
+        // Odd slots' results are left behind other bytes of their buffer, as a procedure run in
+        // place of its arguments leaves them: fewer than a header's or more.
+        let offset = (slot % 2 == 1).then(|| self.rng.random_range(0..=2 * HEADER_LEN));
         if let Some(mut cell) = binding.slot(slot as u32) {
-            let mut out = cell.take_result(&binding);
-            out.resize(HEADER_LEN, 0);
-            out.extend_from_slice(&result_for(&args));
-            assert_eq!(cell.complete(&binding, &p, Status::Ok, out, &timing), Status::Ok);
+            let result = result_for(&args);
+            if let Some(offset) = offset {
+                if result.len() > binding.frag_payload() {
+                    self.in_place += 1;
+                }
+                let buf = [vec![0xee; offset], result].concat();
+                assert_eq!(cell.complete_in_place(&binding, &p, Status::Ok, buf, offset, &timing), Status::Ok);
+            } else {
+                let mut out = cell.take_result(&binding);
+                out.resize(HEADER_LEN, 0);
+                out.extend_from_slice(&result);
+                assert_eq!(cell.complete(&binding, &p, Status::Ok, out, &timing), Status::Ok);
+            }
         }
         self.server_flush(slot);
     }
@@ -575,6 +590,7 @@ struct Totals {
     challenges: u64,
     landed: u64,
     server_landed: u64,
+    in_place: u64,
 }
 
 fn run(seed: u64) -> Totals {
@@ -645,6 +661,7 @@ fn run(seed: u64) -> Totals {
         abandon,
         landed: 0,
         server_landed: 0,
+        in_place: 0,
     };
     let mut log = Log { executions: HashMap::new(), by_incarnation: HashMap::new() };
     for k in 0..n_clients {
@@ -740,6 +757,7 @@ fn run(seed: u64) -> Totals {
         challenges: s.challenges,
         landed: s.landed,
         server_landed: s.server_landed,
+        in_place: s.in_place,
     }
 }
 
@@ -759,12 +777,23 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         t.challenges += r.challenges;
         t.landed += r.landed;
         t.server_landed += r.server_landed;
+        t.in_place += r.in_place;
     }
     println!(
         "{n} scenarios: {} calls returned, {} failed after a crash, {} missed their deadline, {} given up \
          by their clients, {} packets sent, {} corrupted, {} calls refused as busy, {} address challenges, \
-         {} result fragments and {} call fragments received in place",
-        t.ok, t.failed, t.late, t.abandoned, t.packets, t.corrupted, t.busy, t.challenges, t.landed, t.server_landed
+         {} result fragments and {} call fragments received in place, {} results sent from behind other bytes",
+        t.ok,
+        t.failed,
+        t.late,
+        t.abandoned,
+        t.packets,
+        t.corrupted,
+        t.busy,
+        t.challenges,
+        t.landed,
+        t.server_landed,
+        t.in_place
     );
     assert!(t.ok > 0);
     assert!(t.challenges > 0, "every slot proves its address");
@@ -773,5 +802,6 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         assert!(t.late > 0 && t.abandoned > 0, "the scenarios exercise deadlines and cancellation");
         assert!(t.landed > 0, "the scenarios exercise results received in place");
         assert!(t.server_landed > 0, "the scenarios exercise calls received in place");
+        assert!(t.in_place > 0, "the scenarios exercise results sent from where a procedure left them");
     }
 }

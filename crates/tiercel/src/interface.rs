@@ -180,6 +180,23 @@ pub trait Export: Send + Sync + 'static {
     /// Runs procedure `procedure` with marshaled `args`, marshaling its results into `results`.
     fn dispatch(&self, procedure: u16, args: &[u8], results: &mut Results<'_>) -> Result<(), DispatchError>;
 
+    /// Whether procedure `procedure` can run where its arguments arrived
+    /// ([`Export::dispatch_in_place`]): its one buffer is an `InOut`, and its last argument.
+    fn in_place(&self, procedure: u16) -> bool {
+        let _ = procedure;
+        false
+    }
+
+    /// Runs procedure `procedure` (one that is [`Export::in_place`]) on the marshaled arguments in
+    /// `message` from `start` on, whose last bytes are its `InOut` buffer: the procedure gets that
+    /// buffer where it lies, and its return value is marshaled after it. Returns where the results
+    /// (the buffer, then the return value) start in `message`, so that a server sends a large
+    /// buffer back without copying it; the bytes before are left as they were.
+    fn dispatch_in_place(&self, procedure: u16, message: &mut Vec<u8>, start: usize) -> Result<usize, DispatchError> {
+        let _ = (procedure, message, start);
+        Err(DispatchError::UnknownProcedure)
+    }
+
     /// Whether procedure `procedure` is an `async fn`: the server runs it on its tokio runtime
     /// (crate feature `async`) through [`Export::dispatch_async`], not inline on a worker.
     fn is_async(&self, procedure: u16) -> bool {

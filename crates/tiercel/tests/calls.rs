@@ -37,6 +37,8 @@ pub trait Kitchen {
     fn big(&self, data: In<&[u8]>, out: Out<&mut [u8]>, both: InOut<&mut [u8]>) -> u64;
     fn sleep_ms(&self, ms: u64) -> u32;
     fn boom(&self, msg: String);
+    /// Its one buffer last: run where a large call's arguments were put together.
+    fn stamp(&self, tag: String, key: u8, both: InOut<&mut [u8]>) -> (u64, usize);
 }
 
 struct KitchenImpl {
@@ -84,6 +86,12 @@ impl Kitchen for KitchenImpl {
     }
     fn boom(&self, msg: String) {
         panic!("{msg}");
+    }
+    fn stamp(&self, tag: String, key: u8, both: InOut<&mut [u8]>) -> (u64, usize) {
+        assert!(tag != "panic", "stamp told to panic");
+        let sum = both.0.iter().map(|&b| b as u64).sum();
+        both.0.iter_mut().for_each(|b| *b ^= key);
+        (sum, tag.len())
     }
 }
 
@@ -181,6 +189,55 @@ fn on_small_datagrams_fragments_go_in_segmented_runs_and_arrive_whole() {
         let landed = k.binding().stats().landed.load(Ordering::Relaxed);
         assert!(landed >= 1000, "{landed} result fragments landed in place (checksum {checksum})");
         assert_eq!(k.binding().stats().malformed.load(Ordering::Relaxed), 0);
+    }
+}
+
+#[test]
+fn a_large_in_out_buffer_goes_back_from_where_its_call_was_put_together() {
+    // `stamp` takes its `InOut` buffer last: a large call runs on it where the server put the call
+    // together, and the result goes back from there. On 64 KiB and on 1,472-byte datagrams (with
+    // checksums), with and without a deadline (a context block before the arguments).
+    for (max_datagram, checksum, deadline) in [(65507, false, false), (1472, true, true), (65507, false, true)] {
+        let server = Server::bind("udp://127.0.0.1:0")
+            .unwrap()
+            .export(KitchenServer::new(KitchenImpl { slept: AtomicU32::new(0) }))
+            .start()
+            .unwrap();
+        let config = ClientConfig { max_datagram, checksum, ..ClientConfig::default() };
+        let mut k: KitchenClient = Client::connect(udp(server.addr())).unwrap().with_config(config).import().unwrap();
+        if deadline {
+            k = k.with_deadline(Duration::from_secs(60));
+        }
+        let case = format!("datagrams {max_datagram}, checksum {checksum}, deadline {deadline}");
+        let in_place = || server.stats().in_place.load(Ordering::Relaxed);
+        let mut both: Vec<u8> = (0..(1 << 20) + 77).map(|i| (i % 249) as u8).collect();
+        let mut expected = both.clone();
+        for key in [0x5a, 0xa5, 0x0f] {
+            let sum: u64 = expected.iter().map(|&b| b as u64).sum();
+            assert_eq!(k.stamp("tag".into(), key, InOut(&mut both)).unwrap(), (sum, 3), "{case}");
+            expected.iter_mut().for_each(|b| *b ^= key);
+            assert!(both == expected, "{case}: the buffer came back changed by the procedure");
+        }
+        assert_eq!(in_place(), 3, "{case}");
+        // A large call whose buffer is small: run in place, its one-datagram result sent from a copy.
+        let long = "x".repeat(300_000);
+        let mut small = [1u8, 2, 3];
+        assert_eq!(k.stamp(long, 1, InOut(&mut small)).unwrap(), (6, 300_000), "{case}");
+        assert_eq!(small, [0, 3, 2]);
+        // A small call takes the usual path.
+        assert_eq!(k.stamp("s".into(), 2, InOut(&mut small)).unwrap(), (5, 1));
+        assert_eq!(small, [2, 1, 0]);
+        // A procedure that panics on the buffer: the call fails, the next one runs.
+        match k.stamp("panic".into(), 3, InOut(&mut both)) {
+            Err(CallError::Panicked(m)) => assert!(m.contains("told to panic"), "{case}: {m}"),
+            other => panic!("{case}: {other:?}"),
+        }
+        let sum: u64 = expected.iter().map(|&b| b as u64).sum();
+        assert_eq!(k.stamp("again".into(), 0, InOut(&mut both)).unwrap(), (sum, 5), "{case}");
+        assert_eq!(in_place(), 4, "{case}: only the large results went back in place");
+        let stats = server.stats();
+        assert_eq!(stats.panics.load(Ordering::Relaxed), 1, "{case}");
+        assert_eq!(stats.malformed.load(Ordering::Relaxed), 0, "{case}");
     }
 }
 
@@ -287,8 +344,8 @@ fn unknown_procedures_and_undecodable_arguments_are_clear_errors() {
     // only a client that builds calls by hand can name a procedure the server lacks or send
     // arguments that do not decode.
     let (server, k) = kitchen();
-    let err = k.binding().call(9).unwrap().invoke().map(drop).unwrap_err();
-    assert!(matches!(err, CallError::UnknownProcedure(9)), "{err:?}");
+    let err = k.binding().call(10).unwrap().invoke().map(drop).unwrap_err();
+    assert!(matches!(err, CallError::UnknownProcedure(10)), "{err:?}");
     assert_eq!(err.execution(), Execution::NeverRan);
     let mut call = k.binding().call(2).unwrap(); // area(Shape): a variant index no Shape has
     call.writer().put(&[200, 0, 0, 0]);

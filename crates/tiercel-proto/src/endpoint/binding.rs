@@ -38,9 +38,13 @@ pub struct Binding<A, E> {
 pub struct SlotCell<A> {
     /// Duplicate suppression and reassembly ([`Slot`]).
     pub proto: Slot,
-    /// Header space followed by the marshaled result of the slot's latest call, kept until the
-    /// client acknowledges it so that a duplicate is answered without running the call again.
+    /// The marshaled result of the slot's latest call from `body` on (header space before it when
+    /// `body` is [`HEADER_LEN`]), kept until the client acknowledges it so that a duplicate is
+    /// answered without running the call again.
     result: Vec<u8>,
+    /// Where the result's bytes start in `result`: [`HEADER_LEN`], or where a procedure left them
+    /// in the buffer of the call's arguments ([`SlotCell::complete_in_place`]).
+    body: usize,
     /// The header of the saved result's first fragment.
     header: Header,
     /// Bytes of `result` charged to the binding's memory budget.
@@ -92,6 +96,7 @@ impl<A, E> Binding<A, E> {
                     Mutex::new(SlotCell {
                         proto: Slot::new(),
                         result: Vec::new(),
+                        body: HEADER_LEN,
                         header: Header::new(Kind::Result),
                         charged: 0,
                         peer: None,
@@ -226,6 +231,7 @@ impl<A> SlotCell<A> {
         binding.release(core::mem::take(&mut self.charged));
         let mut out = core::mem::take(&mut self.result);
         out.clear();
+        self.body = HEADER_LEN;
         out
     }
 
@@ -237,33 +243,66 @@ impl<A> SlotCell<A> {
         &mut self,
         binding: &Binding<A, E>,
         p: &Packet<&[u8]>,
-        mut status: Status,
-        mut result: Vec<u8>,
+        status: Status,
+        result: Vec<u8>,
         timing: &Timing,
     ) -> Status {
+        self.complete_in_place(binding, p, status, result, HEADER_LEN, timing)
+    }
+
+    /// As [`SlotCell::complete`], for a result whose bytes start at `body` in `result`: where a
+    /// procedure marshaled them in place of the arguments it was called with, so that a large
+    /// `InOut` buffer goes back without a copy. A result of one fragment whose header does not fit
+    /// before `body` is copied behind header space in the slot's own buffer.
+    pub fn complete_in_place<E>(
+        &mut self,
+        binding: &Binding<A, E>,
+        p: &Packet<&[u8]>,
+        mut status: Status,
+        mut result: Vec<u8>,
+        mut body: usize,
+        timing: &Timing,
+    ) -> Status {
+        // A result saved before (not taken with `take_result`) is replaced: its charge goes back.
+        binding.release(core::mem::take(&mut self.charged));
         let frag_payload = binding.frag_payload();
-        let mut len = result.len().saturating_sub(HEADER_LEN);
+        if result.len() < body {
+            // Header space not yet made.
+            result.resize(body, 0);
+        }
+        let mut len = result.len() - body;
+        if len <= frag_payload && body != HEADER_LEN {
+            let mut whole = self.take_result(binding);
+            whole.resize(HEADER_LEN, 0);
+            whole.extend_from_slice(&result[body..]);
+            (result, body) = (whole, HEADER_LEN);
+        }
         if len > frag_payload {
             if len <= timing.max_message && binding.reserve(len) {
                 self.charged = len;
             } else {
                 result.truncate(HEADER_LEN);
+                result.resize(HEADER_LEN, 0);
+                body = HEADER_LEN;
                 let message = format!("result of {len} bytes exceeds the server's limit or memory budget");
                 result.extend_from_slice(message.as_bytes());
                 status = Status::ResultTooLarge;
                 len = result.len() - HEADER_LEN;
             }
         }
-        result.resize(result.len().max(HEADER_LEN), 0);
         let count = fragment_count(len, frag_payload).unwrap_or(u16::MAX);
         let mut header = binding.reply_header(p, Kind::Result, status, len.min(frag_payload));
         header.frag_count = count;
         header.message_len = len as u32;
-        if let Some(h) = result.first_chunk_mut::<HEADER_LEN>() {
-            header.emit(h);
+        if body == HEADER_LEN {
+            // The header a single-fragment result is sent whole with (its bytes lie behind it).
+            if let Some(h) = result.first_chunk_mut::<HEADER_LEN>() {
+                header.emit(h);
+            }
         }
         self.header = header;
         self.result = result;
+        self.body = body;
         self.proto.complete(p.seq(), len, frag_payload, timing);
         status
     }
@@ -294,10 +333,10 @@ impl<A> SlotCell<A> {
         if self.header.frag_count == 1 {
             return Fragment::Whole(&self.result);
         }
-        let len = self.result.len().saturating_sub(HEADER_LEN);
-        let range = fragment_range(index, len, binding.frag_payload());
+        let body = &self.result[self.body..self.body + self.header.message_len as usize];
+        let range = fragment_range(index, body.len(), binding.frag_payload());
         let header = Header { frag_index: index, payload_len: range.len() as u32, ..self.header };
-        Fragment::Parts(header.to_bytes(), &self.result[HEADER_LEN + range.start..HEADER_LEN + range.end])
+        Fragment::Parts(header.to_bytes(), &body[range])
     }
 
     /// Handles the client's acknowledgement of result fragments (queueing any to send). When the
@@ -327,6 +366,7 @@ impl<A> SlotCell<A> {
     fn release_result<E>(&mut self, binding: &Binding<A, E>) -> Option<Vec<u8>> {
         binding.release(core::mem::take(&mut self.charged));
         self.result.truncate(HEADER_LEN);
+        self.body = HEADER_LEN;
         if self.result.capacity() > binding.max_datagram {
             // The slot keeps a buffer of one datagram; a larger one goes back to the caller.
             let mut big = core::mem::replace(&mut self.result, Vec::with_capacity(binding.max_datagram));

@@ -590,3 +590,77 @@ fn fragments_received_into_place_are_charged_and_checked_like_any() {
     assert_eq!(cell.landing(&b, 1, 9).map(|(i, p)| (i, p.len())), Some((1, 900)));
     assert_eq!(b.memory(), 1000);
 }
+
+#[test]
+fn a_result_left_where_its_arguments_were_goes_from_there() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let timing = e.config().timing;
+    let run = |seq: u32| {
+        let call = fragment(b.id, seq, 0, 1, 1, &[1]);
+        let p = Packet::new_checked(&call[..]).unwrap();
+        assert_eq!(enter(&e, &b, &p, 1).unwrap().on_call(&b, &p, now, &timing), CallAction::Execute);
+        call
+    };
+    // A 250-byte result 7 bytes into the buffer (too few for a header before it): three
+    // fragments, each sent from where it lies, charged until acknowledged; a duplicate of the call
+    // has the first sent again from there.
+    let call = run(1);
+    let p = Packet::new_checked(&call[..]).unwrap();
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    drop(cell.take_result(&b));
+    let result: Vec<u8> = (0..250u32).map(|i| (i * 7) as u8).collect();
+    let buf = [vec![0xee; 7], result.clone()].concat();
+    assert_eq!(cell.complete_in_place(&b, &p, Status::Ok, buf, 7, &timing), Status::Ok);
+    assert_eq!(b.memory(), 250);
+    for round in 0..2 {
+        let mut sent = Vec::new();
+        while let Some(f) = cell.poll_transmit(&b) {
+            let Fragment::Parts(h, body) = f else { panic!("a multi-packet result goes in parts") };
+            let h = Packet::new_checked([&h[..], body].concat()).unwrap().header();
+            assert_eq!((h.frag_index, h.frag_count, h.message_len), (sent.len() as u16 / 100, 3, 250));
+            sent.extend_from_slice(body);
+        }
+        let expected = if round == 0 { &result[..] } else { &result[..100] };
+        assert_eq!(sent, expected, "round {round}");
+        cell.resend_result();
+    }
+    let ack = Header {
+        binding: b.id,
+        token: TOKEN,
+        incarnation: 9,
+        seq: 1,
+        payload_len: crate::fragment::ACK_PAYLOAD_LEN as u32,
+        ..Header::new(Kind::Ack)
+    };
+    let ack = [&ack.to_bytes()[..], &AckInfo { prefix: 3, mask: 0 }.to_bytes()].concat();
+    let big = cell.on_result_ack(&b, &Packet::new_checked(&ack[..]).unwrap(), now);
+    assert!(big.is_some_and(|v| v.is_empty() && v.capacity() >= 257), "the buffer comes back for the next call");
+    assert_eq!(b.memory(), 0);
+    drop(cell);
+    // A result of one datagram with too few bytes before it for its header: sent whole, copied
+    // behind header space.
+    let call = run(2);
+    let p = Packet::new_checked(&call[..]).unwrap();
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    drop(cell.take_result(&b));
+    let buf = [vec![0xee; 3], vec![9; 40]].concat();
+    assert_eq!(cell.complete_in_place(&b, &p, Status::Ok, buf, 3, &timing), Status::Ok);
+    let Some(Fragment::Whole(bytes)) = cell.poll_transmit(&b) else { panic!("one datagram, sent whole") };
+    let r = Packet::new_checked(bytes).unwrap();
+    assert_eq!((r.status(), r.frag_count(), r.payload()), (Status::Ok, 1, &[9u8; 40][..]));
+    assert_eq!(b.memory(), 0, "a one-datagram result is not charged");
+    drop(cell);
+    // One beyond the budget becomes ResultTooLarge, its message behind a header as any.
+    let call = run(3);
+    let p = Packet::new_checked(&call[..]).unwrap();
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    drop(cell.take_result(&b));
+    let buf = [vec![0; 5], vec![1; 5000]].concat();
+    assert_eq!(cell.complete_in_place(&b, &p, Status::Ok, buf, 5, &timing), Status::ResultTooLarge);
+    let Some(Fragment::Whole(bytes)) = cell.poll_transmit(&b) else { panic!() };
+    let r = Packet::new_checked(bytes).unwrap();
+    assert_eq!((r.status(), r.frag_count()), (Status::ResultTooLarge, 1));
+    assert!(String::from_utf8_lossy(r.payload()).contains("5000 bytes"));
+    assert_eq!(b.memory(), 0);
+}

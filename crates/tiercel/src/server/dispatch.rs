@@ -65,44 +65,86 @@ pub(crate) fn run_procedure(
     start: usize,
     limit: usize,
 ) -> Status {
-    let stats = &shared.stats;
     let (args, deadline, trace) = match call_context(shared, args, arrival, out) {
         Ok(c) => c,
         Err(status) => return status,
     };
+    let run = |out: &mut Vec<u8>| export.dispatch(procedure, args, &mut Results::new(out, limit));
+    invoke(shared, export, procedure, arrival, (deadline, trace), out, start, run).0
+}
+
+/// Runs `procedure` of `export`, one that is [`Export::in_place`], on the marshaled arguments in
+/// `message` (the whole call: a multi-packet call's reassembly), leaving its results in `message`:
+/// `Ok` with the status and where they start. On failure, the status, with an error message (if
+/// any) appended to `out` after its first `start` bytes. As [`run_procedure`] otherwise.
+pub(crate) fn run_in_place(
+    shared: &super::Shared,
+    export: &std::sync::Arc<dyn Export>,
+    procedure: u16,
+    message: &mut Vec<u8>,
+    arrival: Arrival,
+    out: &mut Vec<u8>,
+    start: usize,
+) -> Result<(Status, usize), Status> {
+    let (args, deadline, trace) = call_context(shared, message, arrival, out)?;
+    // The context block read, the arguments follow it.
+    let from = message.len() - args.len();
+    let run = |_: &mut Vec<u8>| export.dispatch_in_place(procedure, message, from);
+    match invoke(shared, export, procedure, arrival, (deadline, trace), out, start, run) {
+        (status, Some(body)) => Ok((status, body)),
+        (status, None) => Err(status),
+    }
+}
+
+/// Runs a procedure through `run` (which marshals its results, wherever it puts them, or refuses
+/// it), in its span, its metrics and its deadline, catching a panic: the status, and what `run`
+/// returned if it succeeded. On failure, an error message for the caller goes into `out` after its
+/// first `start` bytes.
+#[allow(clippy::too_many_arguments)]
+fn invoke<R>(
+    shared: &super::Shared,
+    export: &std::sync::Arc<dyn Export>,
+    procedure: u16,
+    arrival: Arrival,
+    (deadline, trace): (Option<Instant>, Option<Trace>),
+    out: &mut Vec<u8>,
+    start: usize,
+    run: impl FnOnce(&mut Vec<u8>) -> Result<R, DispatchError>,
+) -> (Status, Option<R>) {
+    let stats = &shared.stats;
     let (span, current) = crate::trace::server_span(export.info(), procedure, arrival.transport, trace);
     let entered = span.enter();
     let _current = crate::trace::enter_current(current);
     let _current = deadline.map(Current::set);
     let metrics = shared.procedure_metrics(export);
     let timed = metrics.get(procedure as usize).map(|m| (m, m.start()));
-    let outcome = catch_unwind(AssertUnwindSafe(|| export.dispatch(procedure, args, &mut Results::new(out, limit))));
+    let outcome = catch_unwind(AssertUnwindSafe(|| run(out)));
     mark(Point::ResultsEncoded);
     if let Some((m, started)) = timed {
-        m.finish(started, matches!(outcome, Ok(Ok(()))));
+        m.finish(started, matches!(outcome, Ok(Ok(_))));
     }
-    let status = match outcome {
-        Ok(Ok(())) => Status::Ok,
+    let (status, done) = match outcome {
+        Ok(Ok(done)) => (Status::Ok, Some(done)),
         Ok(Err(DispatchError::UnknownProcedure)) => {
             out.truncate(start);
-            Status::UnknownProcedure
+            (Status::UnknownProcedure, None)
         }
         Ok(Err(DispatchError::BadArguments(e))) => {
             out.truncate(start);
             error_message(out, &e.to_string());
-            Status::BadArguments
+            (Status::BadArguments, None)
         }
         Err(panic) => {
             stats.panics.fetch_add(1, Ordering::Relaxed);
             out.truncate(start);
             error_message(out, &panic_message(&*panic));
-            Status::Panicked
+            (Status::Panicked, None)
         }
     };
     #[allow(clippy::drop_non_drop)]
     drop(entered);
     span.finish_status(status);
-    status
+    (status, done)
 }
 
 /// The message of a caught panic.

@@ -434,6 +434,9 @@ pub struct ServerStats {
     /// fragments of a large call, expected by the worker that took the one before): the kernel's
     /// copy of their bytes is the only one.
     pub landed: AtomicU64,
+    /// Large calls whose procedure ran on its `InOut` buffer where the call's fragments were put
+    /// together, the result sent back from there: the buffer went back without a copy.
+    pub in_place: AtomicU64,
 }
 
 impl core::fmt::Display for ServerStats {
@@ -444,7 +447,7 @@ impl core::fmt::Display for ServerStats {
             f,
             "calls={} duplicates={} resent={} malformed={} rejected={} panics={} busy={} bindings={} expired={} \
              reclaimed={} challenged_addresses={} challenged={} auth_failed={} late={} cancelled={} coalesced={} \
-             batched={} sent_together={} handed_off={} landed={}",
+             batched={} sent_together={} handed_off={} landed={} in_place={}",
             l(&self.calls),
             l(&self.duplicates),
             l(&self.resent),
@@ -465,6 +468,7 @@ impl core::fmt::Display for ServerStats {
             l(&self.sent_together),
             l(&self.handed_off),
             l(&self.landed),
+            l(&self.in_place),
         )
     }
 }

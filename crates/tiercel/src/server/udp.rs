@@ -24,7 +24,7 @@ use tiercel_sys::mmsg::{self, RecvBatch, MAX_BATCH};
 use tiercel_sys::udp::{self, Received};
 
 use super::crew::Standby;
-use super::dispatch::{run_procedure, Arrival};
+use super::dispatch::{run_in_place, run_procedure, Arrival};
 use super::landing::{gather, Landing, MAX_LANDED, MAX_PARTS};
 use super::outbox::{Outbox, QuickProcedures, MAX_HELD, QUICK_RUN};
 use super::spinning::SpinLease;
@@ -70,6 +70,12 @@ pub(super) struct UdpWorker {
     spares: RefCell<Spares>,
     /// The large call whose fragments the next receive puts straight into place.
     landing: Landing,
+}
+
+/// The arguments of a call: in the packet it came in, or a message put together from several.
+enum Args<'a> {
+    Packet(&'a [u8]),
+    Message(Vec<u8>),
 }
 
 /// Buffers of the last multi-packet call this worker ran and of its result, kept for the next one
@@ -487,11 +493,8 @@ impl UdpWorker {
             Kind::Call => self.on_call(&binding, cell, &p, now),
             Kind::Ack => {
                 if let Some(big) = cell.on_result_ack(&binding, &p, now) {
-                    // A large result buffer goes to this worker's spares for the next large result.
-                    let mut spares = self.spares.borrow_mut();
-                    if big.capacity() > spares.result.capacity() {
-                        spares.result = big;
-                    }
+                    // A large result buffer goes to this worker's spares for the next large call.
+                    self.keep_spare(big);
                 }
                 self.flush(&binding, &mut cell);
             }
@@ -503,10 +506,7 @@ impl UdpWorker {
                     runner.cancel((binding.id, p.slot(), p.seq()));
                 }
                 if let Some(big) = cell.on_cancel(&binding, &p, now) {
-                    let mut spares = self.spares.borrow_mut();
-                    if big.capacity() > spares.result.capacity() {
-                        spares.result = big;
-                    }
+                    self.keep_spare(big);
                 }
             }
             _ => match cell.proto.on_probe(p.seq(), now) {
@@ -557,15 +557,14 @@ impl UdpWorker {
         match action {
             CallAction::Execute => {
                 mark(Point::ServerAccepted);
-                self.execute(binding, cell, p, p.payload(), now, false)
+                self.execute(binding, cell, p, Args::Packet(p.payload()), now);
             }
             CallAction::ExecuteMessage(message) => {
                 let len = message.len();
-                self.execute(binding, cell, p, &message, now, true);
+                let spare = self.execute(binding, cell, p, Args::Message(message), now);
                 binding.release(len);
-                let mut spares = self.spares.borrow_mut();
-                if message.capacity() > spares.message.capacity() {
-                    spares.message = message;
+                if let Some(spare) = spare {
+                    self.keep_spare(spare);
                 }
             }
             CallAction::Ack(a) => {
@@ -601,26 +600,39 @@ impl UdpWorker {
         }
     }
 
-    /// Runs a call with `args` and sends its result. A `large` call (one of several packets) has its
-    /// result marshaled into this worker's spare result buffer, if it has one: large calls tend to
-    /// have large results. The slot's lock is not held while the procedure runs.
+    /// Runs a call with `args` and sends its result. A large call (a message of several packets)
+    /// whose procedure runs in place ([`crate::Export::in_place`]) has its result left in the
+    /// message's buffer, which the slot then keeps; another has its result marshaled into this
+    /// worker's spare result buffer, if it has one: large calls tend to have large results. Returns
+    /// a large buffer this worker may keep for the next large call. The slot's lock is not held
+    /// while the procedure runs.
     fn execute(
         &self,
         binding: &Arc<UdpBinding>,
         mut cell: MutexGuard<'_, UdpSlot>,
         p: &Packet<&[u8]>,
-        args: &[u8],
+        args: Args<'_>,
         arrived: Instant,
-        large: bool,
-    ) {
+    ) -> Option<Vec<u8>> {
         #[cfg(feature = "async")]
         // A server without async procedures has no runner: no virtual call on its fast path.
         if self.shared.asynch.is_some() && binding.export.is_async(p.procedure()) {
             drop(cell);
-            return self.execute_async(binding, p, args, arrived);
+            return match args {
+                Args::Packet(bytes) => {
+                    self.execute_async(binding, p, bytes, arrived);
+                    None
+                }
+                Args::Message(message) => {
+                    self.execute_async(binding, p, &message, arrived);
+                    Some(message)
+                }
+            };
         }
+        let large = matches!(args, Args::Message(_));
+        let in_place = large && binding.export.in_place(p.procedure());
         let mut out = cell.take_result(binding);
-        if large {
+        if large && !in_place {
             let mut spares = self.spares.borrow_mut();
             if spares.result.capacity() > out.capacity() {
                 std::mem::swap(&mut out, &mut spares.result);
@@ -644,33 +656,96 @@ impl UdpWorker {
         let endpoint = &self.shared.endpoint;
         self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
         endpoint.run_started();
-        let status = run_procedure(
-            &self.shared,
-            &binding.export,
-            p.procedure(),
-            args,
-            Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "udp" },
-            &mut out,
-            HEADER_LEN,
-            self.shared.config.timing.max_message,
-        );
+        let arrival =
+            Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "udp" };
+        let limit = self.shared.config.timing.max_message;
+        let procedure = p.procedure();
+        // The result's buffer, where its bytes start in it, and the large buffer left over.
+        let (status, mut result, body, spare) = match args {
+            Args::Packet(bytes) => {
+                let status = run_procedure(
+                    &self.shared,
+                    &binding.export,
+                    procedure,
+                    bytes,
+                    arrival,
+                    &mut out,
+                    HEADER_LEN,
+                    limit,
+                );
+                (status, out, HEADER_LEN, None)
+            }
+            Args::Message(mut message) if in_place => {
+                match run_in_place(
+                    &self.shared,
+                    &binding.export,
+                    procedure,
+                    &mut message,
+                    arrival,
+                    &mut out,
+                    HEADER_LEN,
+                ) {
+                    Ok((status, body)) if message.len() - body > binding.frag_payload() => {
+                        self.shared.stats.in_place.fetch_add(1, Ordering::Relaxed);
+                        (status, message, body, None)
+                    }
+                    Ok((status, body)) => {
+                        out.extend_from_slice(&message[body..]);
+                        (status, out, HEADER_LEN, Some(message))
+                    }
+                    Err(status) => (status, out, HEADER_LEN, Some(message)),
+                }
+            }
+            Args::Message(message) => {
+                let status = run_procedure(
+                    &self.shared,
+                    &binding.export,
+                    procedure,
+                    &message,
+                    arrival,
+                    &mut out,
+                    HEADER_LEN,
+                    limit,
+                );
+                (status, out, HEADER_LEN, Some(message))
+            }
+        };
         endpoint.run_finished();
         if batching {
             self.quick.borrow_mut().observe(export, p.procedure(), arrived.elapsed());
         }
-        if large && out.len() <= binding.max_datagram && out.capacity() > binding.max_datagram {
+        if large
+            && body == HEADER_LEN
+            && result.len() <= binding.max_datagram
+            && result.capacity() > binding.max_datagram
+        {
             // A small result in the large spare: the slot keeps it in a small buffer instead.
             let mut spares = self.spares.borrow_mut();
             let mut small = std::mem::take(&mut spares.result);
             small.clear();
-            small.extend_from_slice(&out);
-            spares.result = std::mem::replace(&mut out, small);
+            small.extend_from_slice(&result);
+            spares.result = std::mem::replace(&mut result, small);
         }
-        let Some(mut cell) = binding.slot(p.slot()) else { return };
+        let Some(mut cell) = binding.slot(p.slot()) else { return spare };
         mark(Point::ResultReady);
-        cell.complete(binding, p, status, out, &self.shared.config.timing);
+        cell.complete_in_place(binding, p, status, result, body, &self.shared.config.timing);
         self.flush(binding, &mut cell);
         mark(Point::ResultSent);
+        spare
+    }
+
+    /// Keeps a large buffer for the next large call's arguments, or failing that its result: the
+    /// larger of the two places that the buffer is larger than.
+    fn keep_spare(&self, buf: Vec<u8>) {
+        let mut spares = self.spares.borrow_mut();
+        if buf.capacity() > spares.message.capacity() {
+            let displaced = std::mem::replace(&mut spares.message, buf);
+            if displaced.capacity() > spares.result.capacity() {
+                spares.result = displaced;
+            }
+        } else if buf.capacity() > spares.result.capacity() {
+            spares.result = buf;
+        }
     }
 
     /// Starts a call of an async procedure on the server's runtime; its result is sent from there
