@@ -75,8 +75,8 @@ pub(crate) fn run_procedure(
 
 /// Runs `procedure` of `export`, one that is [`Export::in_place`], on the marshaled arguments in
 /// `message` (the whole call: a multi-packet call's reassembly), leaving its results in `message`:
-/// `Ok` with the status and where they start. On failure, the status, with an error message (if
-/// any) appended to `out` after its first `start` bytes. As [`run_procedure`] otherwise.
+/// where they start. On failure, the status, with an error message (if any) appended to `out`
+/// after its first `start` bytes. As [`run_procedure`] otherwise.
 pub(crate) fn run_in_place(
     shared: &super::Shared,
     export: &std::sync::Arc<dyn Export>,
@@ -85,13 +85,13 @@ pub(crate) fn run_in_place(
     arrival: Arrival,
     out: &mut Vec<u8>,
     start: usize,
-) -> Result<(Status, usize), Status> {
+) -> Result<usize, Status> {
     let (args, deadline, trace) = call_context(shared, message, arrival, out)?;
     // The context block read, the arguments follow it.
     let from = message.len() - args.len();
     let run = |_: &mut Vec<u8>| export.dispatch_in_place(procedure, message, from);
     match invoke(shared, export, procedure, arrival, (deadline, trace), out, start, run) {
-        (status, Some(body)) => Ok((status, body)),
+        (_, Some(body)) => Ok(body),
         (status, None) => Err(status),
     }
 }

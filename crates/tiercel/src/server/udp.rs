@@ -685,13 +685,14 @@ impl UdpWorker {
                     &mut out,
                     HEADER_LEN,
                 ) {
-                    Ok((status, body)) if message.len() - body > binding.frag_payload() => {
+                    Ok(body) if message.len().saturating_sub(body) > binding.frag_payload() => {
                         self.shared.stats.in_place.fetch_add(1, Ordering::Relaxed);
-                        (status, message, body, None)
+                        (Status::Ok, message, body, None)
                     }
-                    Ok((status, body)) => {
-                        out.extend_from_slice(&message[body..]);
-                        (status, out, HEADER_LEN, Some(message))
+                    Ok(body) => {
+                        // A small result: sent from the slot's own buffer, behind its header.
+                        out.extend_from_slice(message.get(body..).unwrap_or_default());
+                        (Status::Ok, out, HEADER_LEN, Some(message))
                     }
                     Err(status) => (status, out, HEADER_LEN, Some(message)),
                 }
