@@ -151,7 +151,13 @@ fn window(server: u32, done: &AtomicU64, time: Duration, callers: u32, probes: &
     let (after, n1, elapsed) = (cpu_now(server), done.load(Ordering::Relaxed), start.elapsed());
     let calls = (n1 - n0).max(1) as f64;
     let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls;
-    let [client, server] = count(server, done, time, probes);
+    let mut counts = count(server, done, time, probes);
+    if counts.iter().any(Option::is_none) && counts.iter().any(Option::is_some) {
+        // perf counted one process and not the other (it failed to attach or to answer in time):
+        // the window is counted once more rather than left without its figure.
+        counts = count(server, done, time, probes);
+    }
+    let [client, server] = counts;
     Load {
         callers,
         calls_per_second: (n1 - n0) as f64 / elapsed.as_secs_f64(),

@@ -151,7 +151,9 @@ impl Counter {
         Some(Counts { syscalls: count(SYSCALLS)?, allocations })
     }
 
-    /// Sends a control command and waits (boundedly) for perf's acknowledgement.
+    /// Sends a control command and waits (boundedly) for perf's acknowledgement: up to 5 s in all,
+    /// since a perf attaching to a busy process (every CPU taken by the calls being counted) has
+    /// been seen to take more than a second to answer its first command.
     fn switch(&mut self, command: &str) -> bool {
         if writeln!(self.ctl, "{command}").is_err() {
             return false;
@@ -160,8 +162,9 @@ impl Counter {
         let mut got = Vec::new();
         let mut byte = [0u8; 1];
         while !got.ends_with(b"ack\n") {
-            let readable = tiercel_sys::udp::wait_readable_fd(&self.ack, Some(Duration::from_secs(1)));
-            if Instant::now() > deadline || !readable.unwrap_or(false) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let readable = tiercel_sys::udp::wait_readable_fd(&self.ack, Some(left));
+            if left.is_zero() || !readable.unwrap_or(false) {
                 return false;
             }
             match self.ack.read(&mut byte) {
