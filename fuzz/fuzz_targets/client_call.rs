@@ -42,7 +42,7 @@ struct Input {
 fuzz_target!(|input: Input| {
     let timing = Timing { max_message: 1 << 20, ..Timing::default() };
     let mut now = Instant::now();
-    let mut call = ClientCall::new(timing, input.frag_payload as usize, now);
+    let mut call = ClientCall::new(timing, input.frag_payload as usize, tiercel_proto::fragment::MAX_WINDOW, now);
     let deadline = input.deadline_ms.map(|ms| now + Duration::from_millis(ms as u64));
     call.start(input.seq, input.message_len as usize % (1 << 20), now, deadline);
     let mut outcome = None;

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Refusal, Route, ServerEndpoint, SlotCell};
+use tiercel_proto::bind::wire::features;
+use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Refusal, Route, ServerEndpoint, SlotCell, Terms};
 use tiercel_proto::server::{CallAction, ProbeAction};
 use tiercel_proto::wire::{Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_proto::Timing;
@@ -85,7 +86,10 @@ fuzz_target!(|ops: Vec<Op>| {
     for op in ops {
         match op {
             Op::Grant { peer, nonce } => {
-                if let Some((b, new)) = endpoint.grant(peer, u64::from(nonce), (), next_token, HEADER_LEN + 64, now) {
+                // Clients with and without wide windows.
+                let features = if nonce % 2 == 0 { features::ALL } else { features::ALL & !features::WIDE_WINDOW };
+                let terms = Terms { max_datagram: HEADER_LEN + 64, features };
+                if let Some((b, new)) = endpoint.grant(peer, u64::from(nonce), (), next_token, terms, now) {
                     if new {
                         next_token += 1;
                     }

@@ -46,6 +46,7 @@ struct Input {
 fuzz_target!(|input: Input| {
     let timing = Timing { max_message: 1 << 20, ..Timing::default() };
     let frag_payload = (input.frag_payload as usize).max(1);
+    let window = timing.window_for(frag_payload, tiercel_proto::fragment::MAX_WINDOW);
     let mut slot = Slot::new();
     let mut now = Instant::now();
     let mut executed = HashSet::new();
@@ -78,7 +79,7 @@ fuzz_target!(|input: Input| {
                             reserved += n;
                             true
                         };
-                        match slot.on_call(&p, now, frag_payload, &timing, reserve) {
+                        match slot.on_call(&p, now, frag_payload, window, &timing, reserve) {
                             CallAction::Execute => {
                                 assert!(executed.insert(seq), "call {seq} executed twice");
                                 running = Some(seq);
@@ -95,7 +96,7 @@ fuzz_target!(|input: Input| {
                             }
                             CallAction::Refuse(_) => {
                                 // Refused without running: completes at once with the refusal.
-                                slot.complete(seq, 0, frag_payload, &timing);
+                                slot.complete(seq, 0, frag_payload, window);
                             }
                             _ => {}
                         }
@@ -111,13 +112,13 @@ fuzz_target!(|input: Input| {
             }
             Op::Complete { result_len } => {
                 if let Some(seq) = running.take() {
-                    slot.complete(seq, result_len as usize % (1 << 20), frag_payload, &timing);
+                    slot.complete(seq, result_len as usize % (1 << 20), frag_payload, window);
                     let mut sent = 0usize;
                     while slot.poll_transmit().is_some() {
                         sent += 1;
                     }
-                    // The first blast is at most the window for fragments of this size.
-                    assert!(sent <= usize::from(timing.window_for(frag_payload)));
+                    // The first blast is at most the window.
+                    assert!(sent <= usize::from(window));
                 }
             }
             Op::Resend => slot.resend_result(),

@@ -96,6 +96,8 @@ enum Phase {
 pub struct ClientCall {
     timing: Timing,
     frag_payload: usize,
+    /// Fragments of a message in flight beyond the acknowledged prefix, both ways.
+    window: u16,
     seq: u32,
     phase: Phase,
     blast: Blast,
@@ -136,11 +138,14 @@ enum Payload<'a> {
 }
 
 impl ClientCall {
-    /// A call machine for a binding whose packets carry at most `frag_payload` payload bytes.
-    pub fn new(timing: Timing, frag_payload: usize, now: Instant) -> ClientCall {
+    /// A call machine for a binding whose packets carry at most `frag_payload` payload bytes and
+    /// whose windows may reach `max_window` fragments ([`crate::bind::wire::features::max_window`]
+    /// of what was granted).
+    pub fn new(timing: Timing, frag_payload: usize, max_window: u16, now: Instant) -> ClientCall {
         ClientCall {
             timing,
             frag_payload: frag_payload.max(1),
+            window: timing.window_for(frag_payload.max(1), max_window),
             seq: 0,
             phase: Phase::Idle,
             blast: Blast::new(1, 1),
@@ -214,7 +219,7 @@ impl ClientCall {
         };
         self.outcome = None;
         self.phase = Phase::Sending;
-        self.blast = Blast::new(count, self.timing.window_for(self.frag_payload));
+        self.blast = Blast::new(count, self.window);
         self.window_sent_at = None;
         self.queue_new(now);
     }
@@ -381,7 +386,7 @@ impl ClientCall {
                     self.finish(Outcome::Failed(Failure::Rejected(Status::Busy)));
                     return Handled::Complete;
                 }
-                self.blast = Blast::new(self.blast.count(), self.timing.window_for(self.frag_payload));
+                self.blast = Blast::new(self.blast.count(), self.window);
                 self.blast.take_new();
                 self.retransmitted = true;
                 self.rto = (self.rto * 2).min(self.timing.retransmit_max);
@@ -489,7 +494,7 @@ impl ClientCall {
             Ok(Inserted::New) => {
                 self.rto = base_rto;
                 self.timer = Some(now + self.rto);
-                if r.wants_ack(self.timing.window_for(self.frag_payload)) || packet.flags() & flags::PLEASE_ACK != 0 {
+                if r.wants_ack(self.window) || packet.flags() & flags::PLEASE_ACK != 0 {
                     let ack = r.take_ack();
                     self.transmits.push(Transmit::Ack { ack, resend: false });
                 }

@@ -3,12 +3,18 @@
 //! A message larger than one packet is cut into fragments of the binding's fragment size (every fragment
 //! but the last is full). The sender blasts a window of fragments; the receiver acknowledges with a
 //! cumulative prefix plus a 64-bit mask of what it holds beyond the prefix, so the sender retransmits only
-//! what is missing (selective retransmission).
+//! what is missing (selective retransmission). A window may reach past what the mask covers (up to
+//! [`MAX_WINDOW`]): the mask shows the holes nearest the prefix, which are the ones to fill first.
 
 use core::ops::Range;
 
-/// Largest window of fragments in flight: the ack mask covers 64 fragments past the prefix.
-pub const MAX_WINDOW: u16 = 64;
+/// Largest window of fragments in flight beyond the acknowledged prefix, and so how far past its
+/// prefix a receiver accepts a fragment. An acknowledgement's mask describes the first
+/// [`NARROW_WINDOW`] of them; those further on are acknowledged when the prefix reaches them.
+pub const MAX_WINDOW: u16 = 256;
+/// The fragments past the prefix an acknowledgement's mask covers, and the largest window a peer
+/// accepts that does not speak [`crate::bind::wire::features::WIDE_WINDOW`].
+pub const NARROW_WINDOW: u16 = 64;
 /// Encoded size of an [`AckInfo`] payload.
 pub const ACK_PAYLOAD_LEN: usize = 12;
 
@@ -623,7 +629,7 @@ mod tests {
         assert_eq!(r.held(), 100);
         r.insert(64, 10_486, 1 << 20, &[1; 100]).unwrap();
         assert_eq!(r.held(), 6500, "up to the furthest fragment, within the window");
-        assert_eq!(r.insert(66, 10_486, 1 << 20, &[1; 100]), Err(ReassemblyError::OutOfWindow));
+        assert_eq!(r.insert(MAX_WINDOW + 2, 10_486, 1 << 20, &[1; 100]), Err(ReassemblyError::OutOfWindow));
         // A refused reservation changes nothing.
         assert_eq!(r.insert_within(1, 10_486, 1 << 20, &[2; 100], |_| false), Ok(Inserted::New), "no growth");
         assert_eq!(r.insert_within(65, 10_486, 1 << 20, &[2; 100], |_| false), Err(ReassemblyError::NoMemory));

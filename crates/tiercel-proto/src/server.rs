@@ -227,8 +227,8 @@ impl Slot {
         core::mem::take(&mut self.released)
     }
 
-    /// Handles a checked `Call` packet for this slot. `frag_payload` is the binding's fragment size;
-    /// `reserve` is asked before a multi-packet call's reassembly buffer grows (by the bytes of the
+    /// Handles a checked `Call` packet for this slot. `frag_payload` is the binding's fragment size
+    /// and `window` its senders' window (what an acknowledgement is sent every half of); `reserve` is asked before a multi-packet call's reassembly buffer grows (by the bytes of the
     /// fragments that arrived, never by what the header claims) and may refuse: the call is then
     /// given up and refused as busy ([`CallAction::Busy`]).
     pub fn on_call(
@@ -236,6 +236,7 @@ impl Slot {
         packet: &Packet<&[u8]>,
         now: Instant,
         frag_payload: usize,
+        window: u16,
         timing: &Timing,
         reserve: impl FnOnce(usize) -> bool,
     ) -> CallAction {
@@ -296,7 +297,7 @@ impl Slot {
             State::Receiving(r) => {
                 let (index, count, len) = (packet.frag_index(), packet.frag_count(), packet.message_len());
                 let inserted = r.insert_within(index, count, len, packet.payload(), reserve);
-                self.after_insert(inserted, please_ack, timing)
+                self.after_insert(inserted, please_ack, window)
             }
             State::Running if please_ack => CallAction::Ack(AckInfo { prefix: packet.frag_count(), mask: 0 }),
             State::Running => CallAction::Drop(DropReason::Duplicate),
@@ -310,7 +311,7 @@ impl Slot {
         &mut self,
         inserted: Result<Inserted, ReassemblyError>,
         please_ack: bool,
-        timing: &Timing,
+        window: u16,
     ) -> CallAction {
         let State::Receiving(r) = &mut self.state else { return CallAction::Drop(DropReason::Stale) };
         match inserted {
@@ -326,7 +327,7 @@ impl Slot {
                 CallAction::ExecuteMessage(r.into_message())
             }
             Ok(inserted) => {
-                if please_ack || r.wants_ack(timing.window_for(r.frag_payload())) {
+                if please_ack || r.wants_ack(window) {
                     CallAction::Ack(r.take_ack())
                 } else if inserted == Inserted::Duplicate {
                     CallAction::Drop(DropReason::Duplicate)
@@ -353,7 +354,7 @@ impl Slot {
     /// header alone (checked with [`Packet::check_split`]) and must be the fragment expected there
     /// (its index the first of the landing, or the next after one landed). Acts as
     /// [`Slot::on_call`] for the same fragment.
-    pub fn on_landed(&mut self, packet: &Packet<&[u8]>, now: Instant, timing: &Timing) -> CallAction {
+    pub fn on_landed(&mut self, packet: &Packet<&[u8]>, now: Instant, window: u16) -> CallAction {
         if self.seq != Some(packet.seq()) {
             return CallAction::Drop(DropReason::Stale);
         }
@@ -361,17 +362,18 @@ impl Slot {
         self.last_activity = Some(now);
         let (index, count, len) = (packet.frag_index(), packet.frag_count(), packet.message_len());
         let inserted = r.insert_landed(index, count, len, packet.payload_len() as usize);
-        self.after_insert(inserted, packet.flags() & flags::PLEASE_ACK != 0, timing)
+        self.after_insert(inserted, packet.flags() & flags::PLEASE_ACK != 0, window)
     }
 
     /// Records that call `seq` finished with a result message of `result_len` bytes, saved by the
-    /// caller until acknowledged, and queues the fragments to send now ([`Slot::poll_transmit`]).
-    pub fn complete(&mut self, seq: u32, result_len: usize, frag_payload: usize, timing: &Timing) {
+    /// caller until acknowledged, and queues the fragments to send now ([`Slot::poll_transmit`]):
+    /// the first `window` of them.
+    pub fn complete(&mut self, seq: u32, result_len: usize, frag_payload: usize, window: u16) {
         if self.seq != Some(seq) || !matches!(self.state, State::Running) {
             return;
         }
         let count = fragment_count(result_len, frag_payload).unwrap_or(u16::MAX);
-        let mut blast = Blast::new(count, timing.window_for(frag_payload));
+        let mut blast = Blast::new(count, window);
         self.queue(blast.take_new());
         self.state = State::Done(blast);
     }

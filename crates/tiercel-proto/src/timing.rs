@@ -17,8 +17,9 @@ pub struct Timing {
     pub dead_after: Duration,
     /// Fragments in flight beyond the acknowledged prefix of a multi-packet message whose fragments
     /// are the largest (datagrams of 65,507 bytes, as over loopback). Smaller fragments get as many
-    /// more as keep the bytes in flight the same, up to 64, the most an acknowledgement's mask covers
-    /// (datagrams of a 1,500-byte MTU: 64): [`Timing::window_for`].
+    /// more as keep the bytes in flight the same, up to 256 on a binding whose two sides speak
+    /// [`crate::bind::wire::features::WIDE_WINDOW`], else 64 (datagrams of a 1,500-byte MTU: 256
+    /// and 64): [`Timing::window_for`].
     pub window: u16,
     /// Largest call or result message, in bytes ([`MAX_MESSAGE`] by default).
     pub max_message: usize,
@@ -47,10 +48,11 @@ const LARGEST_FRAGMENT: usize = crate::wire::MAX_UDP_PAYLOAD - crate::wire::HEAD
 
 impl Timing {
     /// The window of a message cut into fragments of `frag_payload` bytes: [`Timing::window`] scaled
-    /// from the largest fragments to these, never below it, at most
+    /// from the largest fragments to these, never below it, at most `limit` (what the binding's
+    /// receiver accepts: [`crate::bind::wire::features::max_window`]) and
     /// [`crate::fragment::MAX_WINDOW`].
-    pub fn window_for(&self, frag_payload: usize) -> u16 {
-        let max = crate::fragment::MAX_WINDOW;
+    pub fn window_for(&self, frag_payload: usize, limit: u16) -> u16 {
+        let max = limit.clamp(1, crate::fragment::MAX_WINDOW);
         let window = self.window.clamp(1, max);
         let scaled = usize::from(window).saturating_mul(LARGEST_FRAGMENT) / frag_payload.max(1);
         scaled.clamp(usize::from(window), usize::from(max)) as u16
@@ -67,21 +69,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn smaller_fragments_get_a_wider_window_up_to_what_an_ack_covers() {
+    fn smaller_fragments_get_a_wider_window_up_to_what_the_receiver_accepts() {
+        use crate::fragment::{MAX_WINDOW as WIDE, NARROW_WINDOW as NARROW};
         let t = Timing::default();
         // Loopback's largest fragments: the configured window.
-        assert_eq!(t.window_for(LARGEST_FRAGMENT), 32);
-        // A 1,500-byte MTU's fragments: the ack mask's limit.
-        assert_eq!(t.window_for(1_416), 64);
+        assert_eq!(t.window_for(LARGEST_FRAGMENT, WIDE), 32);
+        assert_eq!(t.window_for(LARGEST_FRAGMENT, NARROW), 32);
+        // A 1,500-byte MTU's fragments: the receiver's limit (1,479 scaled).
+        assert_eq!(t.window_for(1_416, WIDE), 256);
+        assert_eq!(t.window_for(1_416, NARROW), 64);
         // In between: scaled, so that about the same bytes are in flight.
-        assert_eq!(t.window_for(LARGEST_FRAGMENT / 2 + 1), 63);
-        assert_eq!(t.window_for(40_000), 52);
-        // Never below the configured window, never above the mask, whatever is configured.
+        assert_eq!(t.window_for(LARGEST_FRAGMENT / 2 + 1, WIDE), 63);
+        assert_eq!(t.window_for(40_000, NARROW), 52);
+        assert_eq!(t.window_for(8_000, WIDE), 256, "261 scaled");
+        assert_eq!(t.window_for(16_000, WIDE), 130);
+        // Never below the configured window, never above the limit, whatever is configured.
         let narrow = Timing { window: 1, ..t };
-        assert_eq!(narrow.window_for(LARGEST_FRAGMENT), 1);
-        assert_eq!(narrow.window_for(1_416), 46);
+        assert_eq!(narrow.window_for(LARGEST_FRAGMENT, WIDE), 1);
+        assert_eq!(narrow.window_for(1_416, WIDE), 46);
         let wide = Timing { window: 500, ..t };
-        assert_eq!(wide.window_for(LARGEST_FRAGMENT), 64);
-        assert_eq!(Timing { window: 0, ..t }.window_for(0), 64);
+        assert_eq!(wide.window_for(LARGEST_FRAGMENT, WIDE), 256);
+        assert_eq!(wide.window_for(LARGEST_FRAGMENT, NARROW), 64);
+        assert_eq!(Timing { window: 0, ..t }.window_for(0, WIDE), 256);
+        assert_eq!(t.window_for(1_416, 0), 1, "a limit of 0 is taken as 1");
+        assert_eq!(t.window_for(1_416, u16::MAX), 256, "nothing past MAX_WINDOW");
     }
 }

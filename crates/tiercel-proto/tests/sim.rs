@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use tiercel_proto::bind::wire::features;
 use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
-use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Refusal, Route, ServerEndpoint};
-use tiercel_proto::fragment::fragment_range;
+use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Refusal, Route, ServerEndpoint, Terms};
+use tiercel_proto::fragment::{fragment_range, NARROW_WINDOW};
 use tiercel_proto::server::{CallAction, ProbeAction};
 use tiercel_proto::wire::{checksum, flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_proto::Timing;
@@ -66,6 +67,9 @@ struct Scenario {
     delay: (u64, u64),
     timing: Timing,
     frag: usize,
+    /// The largest message of a big call: 20 fragments, or in some scenarios more fragments than
+    /// the widest window.
+    largest: usize,
     server: Server,
     clients: Vec<Client>,
     crash_at: Option<u64>,
@@ -102,9 +106,17 @@ struct Server {
 
 impl Server {
     /// A server of incarnation `incarnation` that admits `max_running` calls at once, with one
-    /// binding of `slots` slots granted. Its token is the same in every incarnation, so that the
+    /// binding of `slots` slots granted with `features`. Its token is the same in every incarnation, so that the
     /// incarnation check alone must refuse packets from before a restart.
-    fn new(incarnation: u64, slots: usize, frag: usize, timing: Timing, max_running: usize, base: Instant) -> Server {
+    fn new(
+        incarnation: u64,
+        slots: usize,
+        frag: usize,
+        features: u16,
+        timing: Timing,
+        max_running: usize,
+        base: Instant,
+    ) -> Server {
         let config = EndpointConfig {
             incarnation,
             max_bindings: 1,
@@ -117,7 +129,8 @@ impl Server {
             timing,
         };
         let endpoint = ServerEndpoint::new(config, base, Box::new(tiercel_proto::bind::InsecureChallenges));
-        let (binding, _) = endpoint.grant(0, 0, (), TOKEN, HEADER_LEN + frag, base).expect("an empty table has room");
+        let terms = Terms { max_datagram: HEADER_LEN + frag, features };
+        let (binding, _) = endpoint.grant(0, 0, (), TOKEN, terms, base).expect("an empty table has room");
         Server { alive: true, endpoint, binding, running: vec![None; slots], service: (0, 0), expected: None }
     }
 }
@@ -296,7 +309,7 @@ impl Scenario {
     /// anything else goes the usual way.
     fn server_receive_in_place(&mut self, bytes: &[u8], log: &mut Log) -> bool {
         let Some((slot, seq)) = self.server.expected else { return false };
-        let (binding, timing, now) = (self.server.binding.clone(), self.timing, self.at(self.now));
+        let (binding, now) = (self.server.binding.clone(), self.at(self.now));
         let Some(mut cell) = binding.slot(slot) else { return false };
         let call = cell.call_at(slot).filter(|c| c.seq == seq);
         let Some((index, place)) = call.and_then(|_| cell.landing(&binding, seq, 1)) else {
@@ -319,7 +332,7 @@ impl Scenario {
         }
         self.server_landed += 1;
         let (mut reply, mut run) = (None, None);
-        match cell.on_landed(&binding, &p, now, &timing) {
+        match cell.on_landed(&binding, &p, now) {
             CallAction::Ack(a) => {
                 reply = Some(Self::packet(binding.reply_header(&p, Kind::Ack, Status::Ok, 0), &a.to_bytes()))
             }
@@ -457,7 +470,7 @@ impl Scenario {
 
     fn client_start(&mut self, k: usize) {
         let big = self.rng.random_bool(0.3);
-        let max = if big { self.frag * 20 } else { self.frag };
+        let max = if big { self.largest } else { self.frag };
         let arg_len = self.rng.random_range(4..=max.max(4));
         let res_len = self.rng.random_range(0..=max) as u32;
         let mut m = vec![0u8; arg_len];
@@ -591,6 +604,9 @@ struct Totals {
     landed: u64,
     server_landed: u64,
     in_place: u64,
+    /// Scenarios whose binding's window reached past what an acknowledgement's mask covers, with
+    /// messages longer than that.
+    wide: u64,
 }
 
 fn run(seed: u64) -> Totals {
@@ -623,10 +639,13 @@ fn run(seed: u64) -> Totals {
     let restart_after = (crash && rng.random_bool(0.5)).then(|| rng.random_range(0..2_000_000_000u64));
     let deadlines = rng.random_bool(0.2).then(|| (1_000_000, rng.random_range(2_000_000..4_000_000_000u64)));
     let abandon = if rng.random_bool(0.2) { rng.random_range(0.1..0.5) } else { 0.0 };
+    // A client and server that both speak wide windows, or a binding limited to narrow ones.
+    let granted = if rng.random_bool(0.5) { features::ALL } else { features::ALL & !features::WIDE_WINDOW };
+    let largest = if rng.random_bool(0.2) { (frag * 300).min(60 << 10) } else { frag * 20 };
     let base = Instant::now();
     let clients = (0..n_clients)
         .map(|_| Client {
-            call: ClientCall::new(timing, frag, base),
+            call: ClientCall::new(timing, frag, features::max_window(granted), base),
             seq: rng.random_range(0..u32::MAX),
             remaining: rng.random_range(1..=6),
             message: Vec::new(),
@@ -651,7 +670,8 @@ fn run(seed: u64) -> Totals {
         delay,
         timing,
         frag,
-        server: Server { service, ..Server::new(1, n_clients, frag, timing, max_running, base) },
+        largest,
+        server: Server { service, ..Server::new(1, n_clients, frag, granted, timing, max_running, base) },
         clients,
         crash_at,
         crashed_at: None,
@@ -703,7 +723,7 @@ fn run(seed: u64) -> Totals {
         match e {
             Event::Complete { incarnation: u64::MAX, .. } => {
                 let now = s.at(s.now);
-                s.server = Server { service, ..Server::new(2, n_clients, frag, timing, max_running, now) };
+                s.server = Server { service, ..Server::new(2, n_clients, frag, granted, timing, max_running, now) };
             }
             Event::Complete { incarnation, slot, seq } => s.complete(incarnation, slot, seq),
             Event::Abandon { slot, seq } => s.client_abandon(slot, seq),
@@ -742,10 +762,23 @@ fn run(seed: u64) -> Totals {
     if s.crashed_at.is_none() && s.clients.iter().all(|c| c.done) {
         // Every result was acknowledged, by the next call on its slot or by its client's ack, or
         // dropped on a cancel; what remains charged is at most the results saved for the last call
-        // of each slot.
+        // of each slot, and the partial message of a call its client gave up (deadline or
+        // abandoned) whose cancel was lost, and that no later call replaced (reclaimed only once
+        // stalled).
+        let mut partial = 0;
+        for k in 0..n_clients {
+            let cell = s.server.binding.slot(k as u32).expect("one slot per client");
+            if cell.proto.is_receiving() {
+                assert!(cell.proto.reassembly_bytes() <= largest, "seed {seed}: more than the largest message");
+                partial += cell.proto.reassembly_bytes();
+            }
+        }
         let held = s.server.binding.memory();
-        assert!(held <= n_clients * (HEADER_LEN + frag * 20), "seed {seed}: {held} bytes still charged");
+        let bound = n_clients * (HEADER_LEN + largest) + partial;
+        assert!(held <= bound, "seed {seed}: {held} bytes still charged");
     }
+    // A window past the mask's 64 fragments, and messages longer than it.
+    let wide = u64::from(s.server.binding.window() > NARROW_WINDOW && largest > frag * usize::from(NARROW_WINDOW));
     Totals {
         ok,
         failed,
@@ -758,6 +791,7 @@ fn run(seed: u64) -> Totals {
         landed: s.landed,
         server_landed: s.server_landed,
         in_place: s.in_place,
+        wide,
     }
 }
 
@@ -778,11 +812,13 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         t.landed += r.landed;
         t.server_landed += r.server_landed;
         t.in_place += r.in_place;
+        t.wide += r.wide;
     }
     println!(
         "{n} scenarios: {} calls returned, {} failed after a crash, {} missed their deadline, {} given up \
          by their clients, {} packets sent, {} corrupted, {} calls refused as busy, {} address challenges, \
-         {} result fragments and {} call fragments received in place, {} results sent from behind other bytes",
+         {} result fragments and {} call fragments received in place, {} results sent from behind other bytes, \
+         {} scenarios of windows wider than an acknowledgement's mask",
         t.ok,
         t.failed,
         t.late,
@@ -793,7 +829,8 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         t.challenges,
         t.landed,
         t.server_landed,
-        t.in_place
+        t.in_place,
+        t.wide
     );
     assert!(t.ok > 0);
     assert!(t.challenges > 0, "every slot proves its address");
@@ -803,5 +840,6 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         assert!(t.landed > 0, "the scenarios exercise results received in place");
         assert!(t.server_landed > 0, "the scenarios exercise calls received in place");
         assert!(t.in_place > 0, "the scenarios exercise results sent from where a procedure left them");
+        assert!(t.wide > 0 && t.wide < n, "the scenarios exercise wide and narrow windows");
     }
 }

@@ -120,3 +120,55 @@ fn a_client_sends_no_context_to_a_server_that_did_not_grant_it() {
     assert!(matches!(err, tiercel::CallError::DeadlineExceeded { .. }), "{err:?}");
     assert_eq!(seen.join().unwrap(), (Kind::Call, 0));
 }
+
+#[tiercel::interface]
+pub trait Sink {
+    fn take(&self, buf: tiercel::In<&[u8]>);
+}
+
+/// The furthest fragment of a 300-fragment call that a client sends, unacknowledged, to a stand-in
+/// server that grants `granted` features and never answers.
+fn furthest_unacknowledged_fragment(granted: u16) -> u16 {
+    let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
+    fake.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let addr = fake.local_addr().unwrap();
+    let seen = std::thread::spawn(move || {
+        let info = <SinkClient as tiercel::Import>::INFO;
+        let spec = info.spec();
+        let exports = [spec];
+        let machine = BindServer { exports: &exports, auth: None, incarnation: 9, max_datagram: 1472 };
+        let mut buf = [0u8; 2048];
+        let (n, from) = fake.recv_from(&mut buf).unwrap();
+        let p = Packet::new_checked(&buf[..n]).unwrap();
+        let BindDecision::Admit(admission) = machine.on_request(&p, b"x", n) else { panic!("not admitted") };
+        let mut grant = admission.grant(&machine, 1, 77, 4, 0);
+        grant[HEADER_LEN + 29..HEADER_LEN + 31].copy_from_slice(&granted.to_le_bytes());
+        fake.send_to(&grant, from).unwrap();
+        // The call's fragments, first sent and then resent at the retransmission timeout, until
+        // the client gives up at its deadline.
+        let mut furthest = 0;
+        while let Ok(n) = fake.recv(&mut buf) {
+            let p = Packet::new_checked(&buf[..n]).unwrap();
+            if p.kind() == Kind::Call {
+                assert_eq!(p.frag_count(), 300);
+                furthest = furthest.max(p.frag_index());
+            }
+        }
+        furthest
+    });
+    let config = ClientConfig { deadline: Some(Duration::from_millis(300)), max_datagram: 1472, ..udp_only() };
+    let client: SinkClient = Client::connect(addr).unwrap().with_config(config).import().unwrap();
+    let data = vec![7u8; 300 * (1472 - HEADER_LEN) - 64];
+    let err = client.take(tiercel::In(&data)).unwrap_err();
+    assert!(matches!(err, tiercel::CallError::DeadlineExceeded { .. }), "{err:?}");
+    seen.join().unwrap()
+}
+
+#[test]
+fn a_client_keeps_to_the_window_its_server_granted() {
+    // Both speak wide windows: 256 fragments of a 1,472-byte datagram go before an acknowledgement.
+    assert_eq!(furthest_unacknowledged_fragment(features::ALL), tiercel_proto::fragment::MAX_WINDOW - 1);
+    // A server that does not: 64, what an acknowledgement's mask covers.
+    let narrow = features::ALL & !features::WIDE_WINDOW;
+    assert_eq!(furthest_unacknowledged_fragment(narrow), tiercel_proto::fragment::NARROW_WINDOW - 1);
+}

@@ -196,6 +196,11 @@ impl BindServer<'_> {
 }
 
 impl Admission {
+    /// The features granted: those of the request this code speaks.
+    pub fn features(&self) -> u16 {
+        self.request.features & features::ALL
+    }
+
     /// The grant of binding `binding` with capability `token`, `slots` client slots and (through
     /// shared memory) `region` bytes of data per slot; proven with the secret if the server has one.
     pub fn grant(&self, server: &BindServer<'_>, binding: u32, token: u128, slots: u32, region: u64) -> Vec<u8> {
@@ -207,7 +212,7 @@ impl Admission {
             region,
             proof: None,
             rendezvous: None,
-            features: self.request.features & features::ALL,
+            features: self.features(),
         };
         self.reply(server, binding, token, grant)
     }
@@ -224,7 +229,7 @@ impl Admission {
             region: 0,
             proof: None,
             rendezvous: Some(rendezvous),
-            features: self.request.features & features::ALL,
+            features: self.features(),
         };
         self.reply(server, 0, 0, grant)
     }

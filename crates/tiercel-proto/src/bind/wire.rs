@@ -43,8 +43,21 @@ pub mod features {
     pub const CONTEXT: u16 = 1;
     /// `Cancel` packets over UDP, and the cancel word of a shared-memory slot.
     pub const CANCEL: u16 = 2;
+    /// Windows of multi-packet messages up to [`crate::fragment::MAX_WINDOW`] fragments past the
+    /// acknowledged prefix (a receiver accepts fragments that far on); without it, up to
+    /// [`crate::fragment::NARROW_WINDOW`], what an acknowledgement's mask covers.
+    pub const WIDE_WINDOW: u16 = 4;
     /// Everything this code speaks.
-    pub const ALL: u16 = CONTEXT | CANCEL;
+    pub const ALL: u16 = CONTEXT | CANCEL | WIDE_WINDOW;
+
+    /// The largest window either side of a binding granted `granted` may send with.
+    pub fn max_window(granted: u16) -> u16 {
+        if granted & WIDE_WINDOW != 0 {
+            crate::fragment::MAX_WINDOW
+        } else {
+            crate::fragment::NARROW_WINDOW
+        }
+    }
 }
 
 mod field {

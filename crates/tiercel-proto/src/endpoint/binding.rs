@@ -23,6 +23,9 @@ pub struct Binding<A, E> {
     pub export: E,
     /// Largest datagram sent on the binding.
     pub max_datagram: usize,
+    /// Fragments of a multi-packet message in flight beyond the acknowledged prefix, both ways: the
+    /// server's timing for this binding's fragments, within what its client accepts.
+    window: u16,
     incarnation: u64,
     slots: Box<[Mutex<SlotCell<A>>]>,
     /// Bytes of this binding's messages, within `binding_memory`.
@@ -81,15 +84,18 @@ impl<A, E> Binding<A, E> {
         id: u32,
         token: u128,
         export: E,
-        max_datagram: usize,
+        terms: super::Terms,
         server_memory: Arc<Budget>,
         now: u64,
     ) -> Binding<A, E> {
+        let frag_payload = terms.max_datagram.saturating_sub(HEADER_LEN);
+        let limit = crate::bind::wire::features::max_window(terms.features);
         Binding {
             id,
             token,
             export,
-            max_datagram,
+            max_datagram: terms.max_datagram,
+            window: config.timing.window_for(frag_payload, limit),
             incarnation: config.incarnation,
             slots: (0..config.slots_per_binding)
                 .map(|_| {
@@ -112,6 +118,11 @@ impl<A, E> Binding<A, E> {
     /// Bytes of a fragment's payload on this binding.
     pub fn frag_payload(&self) -> usize {
         self.max_datagram - HEADER_LEN
+    }
+
+    /// Fragments of a message in flight beyond the acknowledged prefix on this binding.
+    pub fn window(&self) -> u16 {
+        self.window
     }
 
     /// Number of client slots.
@@ -188,7 +199,8 @@ impl<A> SlotCell<A> {
         now: Instant,
         timing: &Timing,
     ) -> CallAction {
-        let action = self.proto.on_call(p, now, binding.frag_payload(), timing, |n| binding.reserve(n));
+        let (frag_payload, window) = (binding.frag_payload(), binding.window);
+        let action = self.proto.on_call(p, now, frag_payload, window, timing, |n| binding.reserve(n));
         binding.release(self.proto.take_released());
         action
     }
@@ -213,14 +225,8 @@ impl<A> SlotCell<A> {
     /// Handles a `Call` fragment received into place ([`Slot::on_landed`]), after
     /// [`crate::endpoint::ServerEndpoint::continues`] said it continues this slot's call; acts as
     /// [`SlotCell::on_call`].
-    pub fn on_landed<E>(
-        &mut self,
-        binding: &Binding<A, E>,
-        p: &Packet<&[u8]>,
-        now: Instant,
-        timing: &Timing,
-    ) -> CallAction {
-        let action = self.proto.on_landed(p, now, timing);
+    pub fn on_landed<E>(&mut self, binding: &Binding<A, E>, p: &Packet<&[u8]>, now: Instant) -> CallAction {
+        let action = self.proto.on_landed(p, now, binding.window);
         binding.release(self.proto.take_released());
         action
     }
@@ -303,7 +309,7 @@ impl<A> SlotCell<A> {
         self.header = header;
         self.result = result;
         self.body = body;
-        self.proto.complete(p.seq(), len, frag_payload, timing);
+        self.proto.complete(p.seq(), len, frag_payload, binding.window);
         status
     }
 

@@ -37,6 +37,15 @@ const RECENT_BINDS: usize = 4096;
 /// A binding's last activity is written at most this often (nanoseconds): it is shared by threads.
 const TOUCH_EVERY: u64 = 100_000_000;
 
+/// What the bind handshake settled for a binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terms {
+    /// Largest datagram sent on the binding.
+    pub max_datagram: usize,
+    /// The features granted ([`crate::bind::wire::features`]); they bound the binding's window.
+    pub features: u16,
+}
+
 /// What a server endpoint allows.
 #[derive(Debug, Clone)]
 pub struct EndpointConfig {
@@ -379,7 +388,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         nonce: u64,
         export: E,
         token: u128,
-        max_datagram: usize,
+        terms: Terms,
         now: Instant,
     ) -> Option<(Arc<Binding<A, E>>, bool)> {
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
@@ -403,7 +412,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             index as u32 + 1,
             token,
             export,
-            max_datagram,
+            terms,
             self.memory.clone(),
             self.nanos(now),
         ));

@@ -5,6 +5,11 @@ use crate::wire::HEADER_LEN;
 
 const TOKEN: u128 = 0xfeed;
 
+/// A binding's terms: datagrams of `max_datagram` bytes, every feature.
+fn terms(max_datagram: usize) -> Terms {
+    Terms { max_datagram, features: crate::bind::wire::features::ALL }
+}
+
 fn config() -> EndpointConfig {
     EndpointConfig {
         incarnation: 9,
@@ -41,7 +46,7 @@ fn fragment(binding: u32, seq: u32, index: u16, count: u16, message_len: u32, pa
 
 fn endpoint(now: Instant) -> (ServerEndpoint<u8, ()>, Arc<Binding<u8, ()>>) {
     let e = ServerEndpoint::new(config(), now, Box::new(crate::bind::InsecureChallenges));
-    let (b, new) = e.grant(1, 77, (), TOKEN, HEADER_LEN + 100, now).unwrap();
+    let (b, new) = e.grant(1, 77, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap();
     assert!(new);
     (e, b)
 }
@@ -134,7 +139,7 @@ fn slots_outside_the_binding_and_new_calls_beyond_max_running_are_refused() {
 fn a_freed_worker_goes_to_the_binding_that_waited_first() {
     let now = Instant::now();
     let (e, a) = endpoint(now);
-    let (b, _) = e.grant(2, 78, (), TOKEN, HEADER_LEN + 100, now).unwrap();
+    let (b, _) = e.grant(2, 78, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap();
     let call = |binding: u32, slot, seq| packet(Kind::Call, binding, TOKEN, 9, slot, seq);
     let start = |bytes: &[u8], binding: &Binding<u8, ()>, from| {
         let p = Packet::new_checked(bytes).unwrap();
@@ -172,11 +177,11 @@ fn a_freed_worker_goes_to_the_binding_that_waited_first() {
 fn duplicate_bind_requests_get_the_same_binding_and_the_table_is_bounded() {
     let now = Instant::now();
     let (e, b) = endpoint(now);
-    let (again, new) = e.grant(1, 77, (), 5, HEADER_LEN + 100, now).unwrap();
+    let (again, new) = e.grant(1, 77, (), 5, terms(HEADER_LEN + 100), now).unwrap();
     assert!(!new && Arc::ptr_eq(&again, &b), "same sender and nonce: the same binding");
-    let (other, new) = e.grant(2, 77, (), 6, HEADER_LEN + 100, now).unwrap();
+    let (other, new) = e.grant(2, 77, (), 6, terms(HEADER_LEN + 100), now).unwrap();
     assert!(new && other.id != b.id);
-    assert!(e.grant(3, 1, (), 7, HEADER_LEN + 100, now).is_none(), "max_bindings is 2");
+    assert!(e.grant(3, 1, (), 7, terms(HEADER_LEN + 100), now).is_none(), "max_bindings is 2");
     assert_eq!(e.len(), 2);
 }
 
@@ -190,7 +195,7 @@ fn idle_bindings_expire_unless_in_use() {
     assert_eq!(e.expire(now + Duration::from_secs(5)), 0, "not idle long enough");
     assert_eq!(e.expire(later), 1);
     assert!(e.is_empty());
-    assert!(e.grant(1, 77, (), TOKEN, HEADER_LEN + 100, later).unwrap().1, "its request is forgotten too");
+    assert!(e.grant(1, 77, (), TOKEN, terms(HEADER_LEN + 100), later).unwrap().1, "its request is forgotten too");
 }
 
 #[test]
@@ -324,18 +329,36 @@ fn a_call_is_charged_for_the_fragments_that_came_not_for_what_it_claims() {
 #[test]
 fn fragments_beyond_the_window_are_dropped_without_being_charged() {
     let now = Instant::now();
-    let (e, b) = endpoint(now);
-    let actions = send_fragments(&e, &b, 1, 1, 1, 100, [0, 66], now);
+    // A message long enough to reach past the window.
+    let config = EndpointConfig { timing: Timing { max_message: 30_000, ..Timing::default() }, ..config() };
+    let e = ServerEndpoint::new(config, now, Box::new(crate::bind::InsecureChallenges));
+    let b = e.grant(1, 77, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap().0;
+    let actions = send_fragments(&e, &b, 1, 1, 1, 300, [0, crate::fragment::MAX_WINDOW + 2], now);
     assert!(quiet(&actions[0]));
     assert_eq!(actions[1], CallAction::Drop(crate::server::DropReason::Malformed));
     assert_eq!(b.memory(), 100);
 }
 
 #[test]
+fn a_binding_windows_only_as_wide_as_its_client_accepts() {
+    use crate::bind::wire::features::{ALL, WIDE_WINDOW};
+    let now = Instant::now();
+    let e = ServerEndpoint::new(config(), now, Box::new(crate::bind::InsecureChallenges));
+    let wide = e.grant(1, 1, (), TOKEN, Terms { max_datagram: 1472, features: ALL }, now).unwrap().0;
+    let narrow = Terms { max_datagram: 1472, features: ALL & !WIDE_WINDOW };
+    let narrow = e.grant(2, 2, (), TOKEN, narrow, now).unwrap().0;
+    assert_eq!((wide.window(), narrow.window()), (crate::fragment::MAX_WINDOW, crate::fragment::NARROW_WINDOW));
+    // Loopback's datagrams: the configured window, whatever the client accepts.
+    let e = ServerEndpoint::new(config(), now, Box::new(crate::bind::InsecureChallenges));
+    let large = e.grant(1, 1, (), TOKEN, Terms { max_datagram: 65_507, features: ALL & !WIDE_WINDOW }, now).unwrap().0;
+    assert_eq!(large.window(), config().timing.window);
+}
+
+#[test]
 fn no_combination_of_bindings_passes_the_server_budget() {
     let now = Instant::now();
     let (e, b) = endpoint(now);
-    let (c, _) = e.grant(2, 1, (), TOKEN, HEADER_LEN + 100, now).unwrap();
+    let (c, _) = e.grant(2, 1, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap();
     assert!(send_fragments(&e, &b, 1, 0, 1, 20, 0..9, now).iter().all(quiet));
     assert!(send_fragments(&e, &c, 2, 0, 1, 20, 0..6, now).iter().all(quiet));
     assert_eq!((b.memory(), c.memory(), e.memory()), (900, 600, 1500));
@@ -555,21 +578,21 @@ fn fragments_received_into_place_are_charged_and_checked_like_any() {
     assert!(!e.continues(&b, at, &Packet::new_unchecked(&forged[..]), 1, now), "a wrong token");
     let ack = Header { kind: Kind::Ack, ..header(1, seq) }.to_bytes();
     assert!(!e.continues(&b, at, &Packet::new_unchecked(&ack[..]), 1, now), "another kind");
-    assert!(quiet(&cell.on_landed(&b, &p1, now, &timing)));
+    assert!(quiet(&cell.on_landed(&b, &p1, now)));
     let h2 = header(2, seq).to_bytes();
-    assert!(quiet(&cell.on_landed(&b, &Packet::new_unchecked(&h2[..]), now, &timing)));
+    assert!(quiet(&cell.on_landed(&b, &Packet::new_unchecked(&h2[..]), now)));
     // A lie about the message is malformed, and lands nothing.
     let (index, place) = cell.landing(&b, seq, 8).unwrap();
     assert_eq!((index, place.len()), (3, 200));
     place[..100].fill(3);
     place[100..].fill(4);
     let lie = Header { message_len: 600, frag_count: 6, ..header(3, seq) }.to_bytes();
-    let action = cell.on_landed(&b, &Packet::new_unchecked(&lie[..]), now, &timing);
+    let action = cell.on_landed(&b, &Packet::new_unchecked(&lie[..]), now);
     assert_eq!(action, CallAction::Drop(crate::server::DropReason::Malformed));
     let h3 = header(3, seq).to_bytes();
-    assert!(quiet(&cell.on_landed(&b, &Packet::new_unchecked(&h3[..]), now, &timing)));
+    assert!(quiet(&cell.on_landed(&b, &Packet::new_unchecked(&h3[..]), now)));
     let h4 = header(4, seq).to_bytes();
-    let CallAction::ExecuteMessage(m) = cell.on_landed(&b, &Packet::new_unchecked(&h4[..]), now, &timing) else {
+    let CallAction::ExecuteMessage(m) = cell.on_landed(&b, &Packet::new_unchecked(&h4[..]), now) else {
         panic!("the last fragment completes the call")
     };
     let expected: Vec<u8> = (0..5u8).flat_map(|i| [i; 100]).collect();

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
+use tiercel_proto::bind::wire::features;
 use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
 use tiercel_proto::context::{self, Context};
 use tiercel_proto::fragment::{fragment_count, fragment_range};
@@ -107,7 +108,12 @@ impl UdpEndpoint {
             rx: vec![0; if coalescing { rx_len.max(udp::GRO_BUFFER) } else { rx_len }],
             result_len: 0,
             big_result: None,
-            call: ClientCall::new(inner.config.timing, frag_payload, Instant::now()),
+            call: ClientCall::new(
+                inner.config.timing,
+                frag_payload,
+                features::max_window(inner.features),
+                Instant::now(),
+            ),
             counted_retransmissions: 0,
             retransmissions_at_start: 0,
             spin: SpinBudget::new(inner.config.spin),

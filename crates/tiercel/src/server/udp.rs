@@ -17,7 +17,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::BindDecision;
-use tiercel_proto::endpoint::{Fragment, Refusal, Route};
+use tiercel_proto::endpoint::{Fragment, Refusal, Route, Terms};
 use tiercel_proto::server::{CallAction, DropReason, ProbeAction};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
 use tiercel_sys::mmsg::{self, RecvBatch, MAX_BATCH};
@@ -333,7 +333,7 @@ impl UdpWorker {
             let mut header = [0u8; HEADER_LEN];
             header.copy_from_slice(&self.landing.heads[j * (HEADER_LEN + CHECKSUM_LEN)..][..HEADER_LEN]);
             let p = Packet::new_unchecked(&header[..]);
-            match cell.on_landed(binding, &p, now, &self.shared.config.timing) {
+            match cell.on_landed(binding, &p, now) {
                 // At once, as for a fragment received whole: an acknowledgement held to the end of
                 // the run made 1 MiB calls with 10% loss resend 40% more fragments.
                 CallAction::Ack(a) => {
@@ -867,7 +867,7 @@ impl UdpWorker {
                 admission.request.nonce,
                 export,
                 token,
-                admission.max_datagram as usize,
+                Terms { max_datagram: admission.max_datagram as usize, features: admission.features() },
                 Instant::now(),
             )
         });
