@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tiercel::{ClientConfig, In, Out, Server, ServerStats, Timing};
+use tiercel::{ClientConfig, In, InOut, Out, Server, ServerStats, Timing};
 use tiercel_sys::faults::{self, FaultConfig};
 
 use crate::harness::start;
@@ -97,6 +97,10 @@ pub trait Ledger {
     /// Records one execution of call `id`; returns a checksum of `data` and fills `out` with the
     /// call's pattern.
     fn record(&self, id: u64, data: In<&[u8]>, out: Out<&mut [u8]>) -> u64;
+    /// Records one execution of call `id`; returns a checksum of `both` and changes each of its
+    /// bytes by the call's pattern (its one buffer, last: run where the call arrived, and its
+    /// result received into the caller's buffer).
+    fn stamp(&self, id: u64, both: InOut<&mut [u8]>) -> u64;
     /// What the server has seen.
     fn report(&self) -> LedgerReport;
 }
@@ -120,6 +124,15 @@ impl Ledger for LedgerImpl {
             *b = pattern(id, i);
         }
         sum(data.0)
+    }
+
+    fn stamp(&self, id: u64, both: InOut<&mut [u8]>) -> u64 {
+        *self.runs.lock().unwrap_or_else(|p| p.into_inner()).entry(id).or_default() += 1;
+        let s = sum(both.0);
+        for (i, b) in both.0.iter_mut().enumerate() {
+            *b ^= pattern(id, i);
+        }
+        s
     }
 
     fn report(&self) -> LedgerReport {
@@ -273,10 +286,20 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
                     for (k, b) in data[..n].iter_mut().enumerate() {
                         *b = (id as u8) ^ (k as u8);
                     }
-                    match ledger.record(id, In(&data[..n]), Out(&mut out[..n])) {
+                    // Every other large call lends its buffer (an InOut) rather than sending one
+                    // and receiving another.
+                    let lend = n > 64 && (i / big_every) % 2 == 1;
+                    let called = if lend {
+                        out[..n].copy_from_slice(&data[..n]);
+                        ledger.stamp(id, InOut(&mut out[..n]))
+                    } else {
+                        ledger.record(id, In(&data[..n]), Out(&mut out[..n]))
+                    };
+                    match called {
                         Ok(s) => {
+                            let back = |k: usize| if lend { data[k] ^ pattern(id, k) } else { pattern(id, k) };
                             let intact =
-                                s == sum(&data[..n]) && out[..n].iter().enumerate().all(|(k, &b)| b == pattern(id, k));
+                                s == sum(&data[..n]) && out[..n].iter().enumerate().all(|(k, &b)| b == back(k));
                             if intact {
                                 tally.ok.fetch_add(1, Ordering::Relaxed);
                             } else {
@@ -313,6 +336,8 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
     println!("client retransmissions {}", stats.retransmissions.load(Ordering::Relaxed));
     println!("client stale packets   {}", stats.stale.load(Ordering::Relaxed));
     println!("client corrupt dropped {}", stats.malformed.load(Ordering::Relaxed));
+    let (in_place, lent) = (stats.in_place.load(Ordering::Relaxed), stats.lent_fragments.load(Ordering::Relaxed));
+    println!("client results received into the lent buffer {in_place} ({lent} fragments straight there)");
     println!("client faults injected dropped {fd}, duplicated {fu}, delayed {fr}, corrupted {fc}");
     let (sd, su, sr, sc) = report.faults;
     println!("server faults injected dropped {sd}, duplicated {su}, delayed {sr}, corrupted {sc}");
@@ -333,6 +358,9 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
     }
     if wrong > 0 {
         problems.push(format!("{wrong} results were wrong"));
+    }
+    if args.big_every <= per_thread / 2 && in_place == 0 {
+        problems.push("no large result was received into the buffer its caller lent".into());
     }
     if failed_total > args.max_failed {
         problems.push(format!("{failed_total} calls failed, more than the {} allowed", args.max_failed));

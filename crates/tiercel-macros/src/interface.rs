@@ -353,6 +353,17 @@ fn info_tokens(m: &Interface) -> TokenStream {
     }
 }
 
+/// Whether a procedure's one buffer is an `InOut` and its last argument: the buffer's bytes end the
+/// call and begin the result, so that the server runs it where its arguments arrived and the
+/// synchronous client stub lends the buffer to receive the result into.
+fn in_place_of(method: &Method) -> bool {
+    let mut buffers = method.args.iter().filter(|a| matches!(a.kind, ArgKind::Out | ArgKind::InOut));
+    !method.asynchronous
+        && buffers.next().is_some()
+        && buffers.next().is_none()
+        && method.args.last().is_some_and(|a| matches!(a.kind, ArgKind::InOut))
+}
+
 /// The client stubs' methods, one per procedure: synchronous, or `async` (awaiting the slot and the
 /// result).
 fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
@@ -367,6 +378,9 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                 let (n, t) = (&a.name, &a.ty);
                 quote!(#n: #t)
             });
+            // A synchronous call lends an in-place procedure's buffer to the call whole
+            // (`Call::invoke_in_out`): sent from it, and its result received into it.
+            let lend = (!asynchronous && in_place_of(method)).then(|| &method.args[method.args.len() - 1].name);
             let encode = method.args.iter().map(|a| {
                 let n = &a.name;
                 let span = a.ty.span();
@@ -374,6 +388,7 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                     ArgKind::Value => quote_spanned!(span=> ::tiercel::Wire::encode(&#n, &mut __w);),
                     ArgKind::In => quote_spanned!(span=> ::tiercel::Wire::encode(&#n.0, &mut __w);),
                     ArgKind::Out => quote!(__w.put_len(#n.0.len());),
+                    ArgKind::InOut if lend.is_some() => quote!(__w.put_len(#n.0.len());),
                     ArgKind::InOut => quote! {
                         __w.put_len(#n.0.len());
                         __w.put_borrowed(&*#n.0);
@@ -382,7 +397,17 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
             });
             let read_back = method.args.iter().filter(|a| matches!(a.kind, ArgKind::Out | ArgKind::InOut)).map(|a| {
                 let n = &a.name;
-                quote!(__r.read_into(#n.0).map_err(::tiercel::Reply::bad_result)?;)
+                if lend.is_some() {
+                    quote! {
+                        if __reply.in_place() {
+                            __r.take(#n.0.len()).map_err(::tiercel::Reply::bad_result)?;
+                        } else {
+                            __r.read_into(#n.0).map_err(::tiercel::Reply::bad_result)?;
+                        }
+                    }
+                } else {
+                    quote!(__r.read_into(#n.0).map_err(::tiercel::Reply::bad_result)?;)
+                }
             });
             let ret_ty = method.ret.clone().unwrap_or_else(|| syn::parse_quote!(()));
             let ret_span = ret_ty.span();
@@ -405,7 +430,11 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                     }),
                 )
             } else {
-                (quote!(), quote!(let mut __call = self.binding.call(#index)?;), quote!(__call.invoke()?))
+                let invoke = match lend {
+                    Some(n) => quote!(__call.invoke_in_out(&mut *#n.0)?),
+                    None => quote!(__call.invoke()?),
+                };
+                (quote!(), quote!(let mut __call = self.binding.call(#index)?;), invoke)
             };
             quote_spanned! {span=>
                 #(#attrs)*
@@ -577,15 +606,6 @@ fn generate_server(m: &Interface) -> TokenStream {
             }
         }
     });
-    // A procedure whose one buffer is an `InOut` and its last argument runs where its arguments
-    // arrived: the buffer's bytes end the call, and the result starts with them.
-    let in_place_of = |method: &Method| {
-        let mut buffers = method.args.iter().filter(|a| matches!(a.kind, ArgKind::Out | ArgKind::InOut));
-        !method.asynchronous
-            && buffers.next().is_some()
-            && buffers.next().is_none()
-            && method.args.last().is_some_and(|a| matches!(a.kind, ArgKind::InOut))
-    };
     let in_place: Vec<bool> = m.methods.iter().map(in_place_of).collect();
     let in_place_arms =
         m.methods.iter().enumerate().filter(|(_, method)| in_place_of(method)).map(|(index, method)| {

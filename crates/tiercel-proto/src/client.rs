@@ -451,6 +451,11 @@ impl ClientCall {
         self.reassembly.as_mut()?.landing_run(max, |_| true)
     }
 
+    /// The length of the result message being reassembled, once its first fragment has come.
+    pub fn result_len(&self) -> Option<usize> {
+        self.reassembly.as_ref().map(Reassembly::message_len)
+    }
+
     /// Handles a result fragment whose payload was received into the place [`ClientCall::landing`]
     /// gave: `packet` is its header alone, checked with [`Packet::check_split`], and already matched
     /// to the binding, token and incarnation. Anything else (another kind, another fragment) is

@@ -235,6 +235,19 @@ fn a_large_in_out_buffer_goes_back_from_where_its_call_was_put_together() {
         let sum: u64 = expected.iter().map(|&b| b as u64).sum();
         assert_eq!(k.stamp("again".into(), 0, InOut(&mut both)).unwrap(), (sum, 5), "{case}");
         assert_eq!(in_place(), 4, "{case}: only the large results went back in place");
+        // And the client received those four results into the caller's buffer, almost every
+        // fragment straight there (the first of each, or on small datagrams the first run of up to
+        // 44 that arrived whole, comes the usual way and starts the reassembly; so does the last,
+        // which holds the return value), the one-datagram results the usual way.
+        let client = k.binding().stats();
+        assert_eq!(client.in_place.load(Ordering::Relaxed), 4, "{case}");
+        // (Fragments of 56 bytes of header less than the datagram, 4 more with a checksum.)
+        let (most, fewest) = (both.len() / (max_datagram - 60) + 2, both.len() / (max_datagram - 56));
+        let lent = client.lent_fragments.load(Ordering::Relaxed) as usize;
+        assert!(
+            lent >= 4 * fewest.saturating_sub(50).max(fewest / 2) && lent <= 4 * most,
+            "{case}: {lent} of 4 × {fewest} to {most}"
+        );
         let stats = server.stats();
         assert_eq!(stats.panics.load(Ordering::Relaxed), 1, "{case}");
         assert_eq!(stats.malformed.load(Ordering::Relaxed), 0, "{case}");

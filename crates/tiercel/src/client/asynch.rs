@@ -190,7 +190,7 @@ async fn run_udp(
         // Clear the socket's readiness, then look: a datagram that arrives after the clear sets
         // it again, so the wait below cannot miss it.
         let _ = ready.try_io(Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
-        let now = match ep.step(inner, segs, len)? {
+        let now = match ep.step(inner, segs, None, len)? {
             Step::Done => break,
             Step::Progress => {
                 if let Some(d) = &mut deadline {

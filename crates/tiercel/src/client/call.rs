@@ -110,14 +110,38 @@ impl<'b, 'a> Call<'b, 'a> {
     }
 
     /// Sends the call and waits for its result.
-    pub fn invoke(mut self) -> Result<Reply<'b>, CallError> {
+    pub fn invoke(self) -> Result<Reply<'b>, CallError> {
+        self.invoke_with(None)
+    }
+
+    /// Sends the call, whose message is what was marshaled followed by `buffer`'s bytes, and
+    /// waits for its result, which begins with the bytes that go back into `buffer` (an `InOut`
+    /// that is the procedure's one buffer and its last argument: the stub marshals its length, not
+    /// its bytes). Over UDP a large result's bytes are received straight into `buffer`
+    /// ([`Reply::in_place`]); otherwise the stub copies them there from the reply.
+    pub fn invoke_in_out(mut self, buffer: &'a mut [u8]) -> Result<Reply<'b>, CallError> {
+        match &self.engine {
+            Some(Engine::Udp(_)) if self.segments.takes_tail() => self.invoke_with(Some(buffer)),
+            _ => {
+                let buffer: &'a [u8] = buffer;
+                self.writer().put_borrowed(buffer);
+                self.invoke_with(None)
+            }
+        }
+    }
+
+    fn invoke_with(mut self, tail: Option<&mut [u8]>) -> Result<Reply<'b>, CallError> {
         mark(Point::Marshaled);
         let Some(mut engine) = self.engine.take() else { unreachable!("a call has its endpoint until invoked") };
         let b = &*self.binding;
         let timed = b.inner.metrics.get(self.procedure as usize).map(|m| (m, m.start()));
         let entered = self.span.enter();
+        let mut in_place = false;
         let outcome = match (&mut engine, &b.inner.shm) {
-            (Engine::Udp(ep), _) => ep.run(b, self.procedure, &self.segments),
+            (Engine::Udp(ep), _) => match tail {
+                Some(tail) => ep.run_in_out(b, self.procedure, &self.segments, tail).map(|landed| in_place = landed),
+                None => ep.run(b, self.procedure, &self.segments),
+            },
             (Engine::Shm(ep), Some(link)) => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
             (Engine::Shm(_), None) => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
             (Engine::Tcp(ep), _) => match &b.inner.tcp {
@@ -136,7 +160,7 @@ impl<'b, 'a> Call<'b, 'a> {
         match outcome {
             Ok(()) => {
                 mark(Point::Finished);
-                Ok(Reply { engine: Some(engine), binding: self.binding.again() })
+                Ok(Reply { engine: Some(engine), binding: self.binding.again(), in_place })
             }
             Err(e) => {
                 engine.give_back(&b.inner);
@@ -238,7 +262,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
         }
         outcome?;
         match self.engine.take() {
-            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep)), binding: self.binding.again() }),
+            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep)), binding: self.binding.again(), in_place: false }),
             None => unreachable!("a call has its endpoint until invoked"),
         }
     }
@@ -263,6 +287,9 @@ pub struct Reply<'a> {
     engine: Option<Engine>,
     /// The binding the endpoint goes back to (an async call's, to its pool).
     binding: Through<'a>,
+    /// Whether the result's first bytes were received into the buffer lent to
+    /// [`Call::invoke_in_out`], not to be read from [`Reply::reader`].
+    in_place: bool,
 }
 
 impl Reply<'_> {
@@ -270,6 +297,12 @@ impl Reply<'_> {
     /// shared-memory result).
     pub fn reader(&self) -> Reader<'_> {
         Reader::new(self.engine.as_ref().map(|e| e.result()).unwrap_or(&[]))
+    }
+
+    /// Whether the bytes that go back into the buffer lent to [`Call::invoke_in_out`] are there
+    /// already: the stub then skips them in the [`Reply::reader`] rather than copying them.
+    pub fn in_place(&self) -> bool {
+        self.in_place
     }
 
     /// Maps a result decoding error.

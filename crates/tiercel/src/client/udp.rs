@@ -69,6 +69,9 @@ pub(crate) struct UdpEndpoint {
     run_length: usize,
     /// Whether the socket takes runs of result fragments whole (UDP GRO): on the same paths.
     coalescing: bool,
+    /// The result fragments of the call being made that were received straight into the caller's
+    /// buffer ([`UdpEndpoint::run_in_out`]), one bit each.
+    in_tail: Vec<u64>,
 }
 
 impl UdpEndpoint {
@@ -123,6 +126,7 @@ impl UdpEndpoint {
             retention: Retention::default(),
             run_length,
             coalescing,
+            in_tail: Vec::new(),
         })
     }
 
@@ -162,9 +166,64 @@ impl UdpEndpoint {
     /// Makes the call: send, wait, and leave the results where [`UdpEndpoint::result`] finds them.
     pub(super) fn run(&mut self, binding: &Binding, procedure: u16, segs: &Segments<'_>) -> Result<(), CallError> {
         let (len, start) = self.send_call(binding, procedure, segs)?;
-        self.wait(&binding.inner, segs, len, start)?;
+        self.wait(&binding.inner, segs, None, len, start)?;
         self.spin.observe(start.elapsed());
         self.finish(&binding.inner, procedure)
+    }
+
+    /// Makes a call whose message is `segs` followed by `tail` (the caller's buffer, lent mutably:
+    /// an `InOut` that is the procedure's one buffer and last argument, whose bytes begin the
+    /// result). The fragments of the result that hold nothing but the buffer's bytes are received
+    /// straight into `tail`, and the few others copied there once the result is whole; true when
+    /// so, and the result's first `tail.len()` bytes, where [`UdpEndpoint::result`] finds the
+    /// result, are then not to be read. False when the result came otherwise (one datagram, an
+    /// error); `tail` may then hold part of what arrived. `segs` must take a tail
+    /// ([`Segments::takes_tail`]).
+    pub(super) fn run_in_out(
+        &mut self,
+        binding: &Binding,
+        procedure: u16,
+        segs: &Segments<'_>,
+        tail: &mut [u8],
+    ) -> Result<bool, CallError> {
+        let scratch_len = self.scratch.len();
+        let Some(message) = segs.with_tail(scratch_len, tail) else {
+            return Err(CallError::Io(std::io::Error::other("no room for the lent buffer")));
+        };
+        let (len, start) = self.send_call(binding, procedure, &message)?;
+        self.in_tail.clear();
+        self.wait(&binding.inner, segs, Some(&mut *tail), len, start)?;
+        self.spin.observe(start.elapsed());
+        self.finish(&binding.inner, procedure)?;
+        let Some(result) = self.big_result.as_deref().filter(|r| r.len() >= tail.len()) else { return Ok(false) };
+        // The fragments that came the usual way, into the reassembly: their share of the buffer.
+        let mut lent = 0;
+        for (i, chunk) in tail.chunks_mut(self.frag_payload).enumerate() {
+            if self.in_tail.get(i / 64).is_none_or(|w| w & (1 << (i % 64)) == 0) {
+                let at = i * self.frag_payload;
+                chunk.copy_from_slice(&result[at..at + chunk.len()]);
+            } else {
+                lent += 1;
+            }
+        }
+        let stats = &binding.inner.stats;
+        stats.in_place.fetch_add(1, Ordering::Relaxed);
+        stats.lent_fragments.fetch_add(lent, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// [`UdpEndpoint::flush`] of the message `segs` followed by `tail`, if any.
+    fn flush_with(
+        &mut self,
+        inner: &BindingInner,
+        segs: &Segments<'_>,
+        tail: Option<&[u8]>,
+        len: usize,
+    ) -> Result<(), CallError> {
+        match tail.and_then(|t| segs.with_tail(self.scratch.len(), t)) {
+            Some(message) => self.flush(inner, &message, len),
+            None => self.flush(inner, segs, len),
+        }
     }
 
     /// Starts the call: numbers it, and sends its first packets. Returns the message's length and
@@ -351,11 +410,18 @@ impl UdpEndpoint {
     /// Spins, then blocks, until the call completes or fails. While packets of the call keep coming
     /// (acknowledgements of its fragments, fragments of its result), it spins for the next one from
     /// the last, as long as a wake-up would cost.
-    fn wait(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize, start: Instant) -> Result<(), CallError> {
+    fn wait(
+        &mut self,
+        inner: &BindingInner,
+        segs: &Segments<'_>,
+        mut tail: Option<&mut [u8]>,
+        len: usize,
+        start: Instant,
+    ) -> Result<(), CallError> {
         let mut deadline = SpinDeadline::new(start, &self.spin);
         let mut spinner = SPINNERS.start();
         loop {
-            let now = match self.step(inner, segs, len)? {
+            let now = match self.step(inner, segs, tail.as_deref_mut(), len)? {
                 Step::Done => return Ok(()),
                 Step::Progress => {
                     if deadline.progress(Instant::now()) {
@@ -379,11 +445,17 @@ impl UdpEndpoint {
     /// One look at the socket and at the call's timers, without blocking: handles a datagram if one
     /// is there, else a timer that is due, and sends what the protocol asks for.
     #[inline]
-    pub(super) fn step(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize) -> Result<Step, CallError> {
-        let (received, segment) = match self.receive_in_place(inner)? {
+    pub(super) fn step(
+        &mut self,
+        inner: &BindingInner,
+        segs: &Segments<'_>,
+        mut tail: Option<&mut [u8]>,
+        len: usize,
+    ) -> Result<Step, CallError> {
+        let (received, segment) = match self.receive_in_place(inner, tail.as_deref_mut())? {
             InPlace::Handled(done) => {
                 mark(Point::Arrived);
-                self.flush(inner, segs, len)?;
+                self.flush_with(inner, segs, tail.as_deref(), len)?;
                 return Ok(if done { Step::Done } else { Step::Progress });
             }
             InPlace::Whole(received, segment) => (received, segment),
@@ -397,7 +469,7 @@ impl UdpEndpoint {
                 if done {
                     mark(Point::Validated);
                 }
-                self.flush(inner, segs, len)?;
+                self.flush_with(inner, segs, tail.as_deref(), len)?;
                 return Ok(if done { Step::Done } else { Step::Progress });
             }
             Received::Truncated(_) => {
@@ -414,7 +486,7 @@ impl UdpEndpoint {
             if self.call.outcome().is_some() {
                 return Ok(Step::Done);
             }
-            self.flush(inner, segs, len)?;
+            self.flush_with(inner, segs, tail.as_deref(), len)?;
             return Ok(Step::Progress);
         }
         Ok(Step::Idle(now))
@@ -426,11 +498,18 @@ impl UdpEndpoint {
     /// run's worth), and each header and trailer, and anything after the last payload, where it
     /// would lie in the receive buffer. Each datagram that was the fragment expected there is
     /// handled in place: one copy of its bytes, the kernel's. The rest are put back together in
-    /// the receive buffer and handled whole.
-    fn receive_in_place(&mut self, inner: &BindingInner) -> std::io::Result<InPlace> {
+    /// the receive buffer and handled whole. With `lent` (the caller's buffer, whose bytes begin the
+    /// result: [`UdpEndpoint::run_in_out`]), the fragments that hold nothing else go there instead.
+    fn receive_in_place(&mut self, inner: &BindingInner, lent: Option<&mut [u8]>) -> std::io::Result<InPlace> {
         let trailer = if self.flag_base != 0 { CHECKSUM_LEN } else { 0 };
         let full = HEADER_LEN + self.frag_payload + trailer;
         let max = (self.rx.len() / full).clamp(1, MAX_LANDED);
+        // A result at least as long as the lent buffer begins with its bytes (anything shorter is
+        // no result of the call, and is read the usual way).
+        let lent = match (lent, self.call.result_len()) {
+            (Some(lent), Some(n)) if n >= lent.len() => lent,
+            _ => &mut [][..],
+        };
         let Some((first, span)) = self.call.landing(max as u16) else {
             if self.coalescing {
                 let s = udp::recv_segments_nowait(&self.socket, &mut self.rx)?;
@@ -446,8 +525,22 @@ impl UdpEndpoint {
         let mut holes: [&mut [u8]; MAX_LANDED] = std::array::from_fn(|_| &mut [][..]);
         let mut rest = &mut self.rx[..];
         let mut fragments = 0;
+        // The lent buffer from the run's first fragment on: the run's fragments that end within it
+        // (its first ones) are received there, the rest into the reassembly.
+        let from = usize::from(first) * self.frag_payload;
+        let mut lent_rest = lent.get_mut(from..).unwrap_or_default();
+        let mut in_lent = 0;
         let mut places = span.chunks_mut(self.frag_payload).peekable();
         while let Some(place) = places.next() {
+            let place = if place.len() <= lent_rest.len() {
+                let (there, after) = std::mem::take(&mut lent_rest).split_at_mut(place.len());
+                lent_rest = after;
+                in_lent += 1;
+                there
+            } else {
+                lent_rest = &mut [];
+                place
+            };
             let (header, after) = std::mem::take(&mut rest).split_at_mut(HEADER_LEN);
             let (hole, after) = after.split_at_mut(place.len());
             parts[fragments * stride] = IoSliceMut::new(header);
@@ -497,7 +590,16 @@ impl UdpEndpoint {
         let now = Instant::now();
         for j in 0..landed {
             let p = Packet::new_unchecked(&self.rx[j * full..j * full + HEADER_LEN]);
-            match self.call.handle_landed(&p, now) {
+            let handled = self.call.handle_landed(&p, now);
+            if handled != Handled::Ignored && j < in_lent {
+                // Taken as this call's: its bytes are in the lent buffer, not the reassembly.
+                let i = usize::from(first) + j;
+                if self.in_tail.len() <= i / 64 {
+                    self.in_tail.resize(i / 64 + 1, 0);
+                }
+                self.in_tail[i / 64] |= 1 << (i % 64);
+            }
+            match handled {
                 Handled::Complete => return Ok(InPlace::Handled(true)),
                 Handled::Progress => {}
                 Handled::Ignored => {

@@ -151,6 +151,28 @@ impl<'a> Segments<'a> {
         self.open_from = scratch_len;
     }
 
+    /// Whether [`Segments::with_tail`] has room for a tail.
+    pub fn takes_tail(&self) -> bool {
+        self.len + 2 <= MAX_SEGMENTS
+    }
+
+    /// These segments, the scratch bytes marshaled so far (`scratch_len`) closed, followed by
+    /// `tail`, borrowed: the message of a call whose last argument is a buffer lent mutably, sent
+    /// from it and (its result) received into it. `None` without room ([`Segments::takes_tail`]).
+    pub fn with_tail<'t>(&self, scratch_len: usize, tail: &'t [u8]) -> Option<Segments<'t>>
+    where
+        'a: 't,
+    {
+        if !self.takes_tail() {
+            return None;
+        }
+        let mut s: Segments<'t> = *self;
+        s.close(scratch_len);
+        s.segs[s.len] = Segment::Borrowed(tail);
+        s.len += 1;
+        Some(s)
+    }
+
     /// Total bytes in the message.
     pub fn message_len(&self, scratch: &[u8]) -> usize {
         let closed: usize = self.segs[..self.len]
@@ -396,6 +418,50 @@ pub fn from_slice<'de, T: Wire<'de>>(bytes: &'de [u8]) -> Result<T, DecodeError>
 #[cfg(test)]
 mod segment_tests {
     use super::*;
+
+    #[test]
+    fn a_tail_lent_after_marshaling_makes_the_message_borrowing_would() {
+        let big: Vec<u8> = (0..GATHER_MIN + 7).map(|i| (i * 3) as u8).collect();
+        let tail: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        let message = |segs: &Segments<'_>, scratch: &[u8]| {
+            let mut out = [IoSlice::new(&[]); MAX_SEGMENTS + 1];
+            let n = segs.io_slices(scratch, &mut out);
+            out[..n].iter().flat_map(|s| s.iter().copied()).collect::<Vec<u8>>()
+        };
+        let (mut scratch, mut borrowed) = (Vec::new(), Segments::new(0));
+        {
+            let mut w = Writer::gathering(&mut scratch, &mut borrowed);
+            w.put(&[1, 2, 3]);
+            w.put_borrowed(&big);
+            w.put_len(tail.len());
+            w.put_borrowed(&tail);
+        }
+        let (mut scratch2, mut lent) = (Vec::new(), Segments::new(0));
+        {
+            let mut w = Writer::gathering(&mut scratch2, &mut lent);
+            w.put(&[1, 2, 3]);
+            w.put_borrowed(&big);
+            w.put_len(tail.len());
+        }
+        let with = lent.with_tail(scratch2.len(), &tail).unwrap();
+        assert_eq!(with.message_len(&scratch2), borrowed.message_len(&scratch));
+        assert_eq!(message(&with, &scratch2), message(&borrowed, &scratch));
+        // The fragments cut from it are the same too.
+        let mut parts = [IoSlice::new(&[]); MAX_SEGMENTS];
+        let n = with.range_slices(&scratch2, 250..1100, &mut parts);
+        let cut: Vec<u8> = parts[..n].iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(cut, message(&borrowed, &scratch)[250..1100]);
+        // No room: segments already full of borrowed slices.
+        let (mut scratch3, mut full) = (Vec::new(), Segments::new(0));
+        {
+            let mut w = Writer::gathering(&mut scratch3, &mut full);
+            for _ in 0..MAX_SEGMENTS {
+                w.put(&[9]);
+                w.put_borrowed(&big);
+            }
+        }
+        assert!(!full.takes_tail() && full.with_tail(scratch3.len(), &tail).is_none());
+    }
 
     #[test]
     fn range_slices_cover_exactly_the_range() {
