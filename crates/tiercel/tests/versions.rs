@@ -89,25 +89,31 @@ fn a_client_told_its_version_is_not_spoken_says_so() {
     }
 }
 
+/// Answers the first bind request `fake` receives, for `info`'s interface, as a server of this
+/// version that grants only the features `granted`: it binds with the protocol machine, which grants
+/// every feature the client asked for, then rewrites the grant's.
+fn grant_only(fake: &UdpSocket, info: &tiercel::InterfaceInfo, granted: u16) {
+    let spec = info.spec();
+    let exports = [spec];
+    let machine = BindServer { exports: &exports, auth: None, incarnation: 9, max_datagram: 1472 };
+    let mut buf = [0u8; 2048];
+    let (n, from) = fake.recv_from(&mut buf).unwrap();
+    let p = Packet::new_checked(&buf[..n]).unwrap();
+    let BindDecision::Admit(admission) = machine.on_request(&p, b"x", n) else { panic!("not admitted") };
+    let mut grant = admission.grant(&machine, 1, 77, 4, 0);
+    assert_eq!(u16::from_le_bytes([grant[HEADER_LEN + 29], grant[HEADER_LEN + 30]]), features::ALL);
+    grant[HEADER_LEN + 29..HEADER_LEN + 31].copy_from_slice(&granted.to_le_bytes());
+    fake.send_to(&grant, from).unwrap();
+}
+
 #[test]
 fn a_client_sends_no_context_to_a_server_that_did_not_grant_it() {
-    // A server of this version that grants no features: it binds with the protocol machine, then
-    // clears the grant's features.
+    // A server of this version that grants no features.
     let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = fake.local_addr().unwrap();
     let seen = std::thread::spawn(move || {
-        let info = <EchoClient as tiercel::Import>::INFO;
-        let spec = info.spec();
-        let exports = [spec];
-        let machine = BindServer { exports: &exports, auth: None, incarnation: 9, max_datagram: 1472 };
+        grant_only(&fake, <EchoClient as tiercel::Import>::INFO, 0);
         let mut buf = [0u8; 2048];
-        let (n, from) = fake.recv_from(&mut buf).unwrap();
-        let p = Packet::new_checked(&buf[..n]).unwrap();
-        let BindDecision::Admit(admission) = machine.on_request(&p, b"x", n) else { panic!("not admitted") };
-        let mut grant = admission.grant(&machine, 1, 77, 4, 0);
-        assert_eq!(u16::from_le_bytes([grant[HEADER_LEN + 29], grant[HEADER_LEN + 30]]), features::ALL);
-        grant[HEADER_LEN + 29..HEADER_LEN + 31].copy_from_slice(&0u16.to_le_bytes());
-        fake.send_to(&grant, from).unwrap();
         // The call that follows: a deadline was set, and no context block comes with it.
         let (n, _) = fake.recv_from(&mut buf).unwrap();
         let call = Packet::new_checked(&buf[..n]).unwrap();
@@ -133,17 +139,8 @@ fn furthest_unacknowledged_fragment(granted: u16) -> u16 {
     fake.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
     let addr = fake.local_addr().unwrap();
     let seen = std::thread::spawn(move || {
-        let info = <SinkClient as tiercel::Import>::INFO;
-        let spec = info.spec();
-        let exports = [spec];
-        let machine = BindServer { exports: &exports, auth: None, incarnation: 9, max_datagram: 1472 };
+        grant_only(&fake, <SinkClient as tiercel::Import>::INFO, granted);
         let mut buf = [0u8; 2048];
-        let (n, from) = fake.recv_from(&mut buf).unwrap();
-        let p = Packet::new_checked(&buf[..n]).unwrap();
-        let BindDecision::Admit(admission) = machine.on_request(&p, b"x", n) else { panic!("not admitted") };
-        let mut grant = admission.grant(&machine, 1, 77, 4, 0);
-        grant[HEADER_LEN + 29..HEADER_LEN + 31].copy_from_slice(&granted.to_le_bytes());
-        fake.send_to(&grant, from).unwrap();
         // The call's fragments, first sent and then resent at the retransmission timeout, until
         // the client gives up at its deadline.
         let mut furthest = 0;
