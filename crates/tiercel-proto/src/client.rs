@@ -120,6 +120,11 @@ pub struct ClientCall {
     busy_since: Option<Instant>,
     /// When this slot last proved its address (at most once a retransmission interval).
     proved_at: Option<Instant>,
+    /// Whether the server has answered this slot. Until then its first packet draws a challenge
+    /// (`AddressUnproven`), and the server drops what comes before the slot answers it: a call of
+    /// several fragments sends its first alone, asking for an acknowledgement, and the rest of
+    /// its window once the server has answered.
+    heard: bool,
     /// When the newest call fragments went out for the first time, and the fragment after them:
     /// an acknowledgement of the newest measures a round trip of the path, not of the whole call
     /// (which, for a large one, is mostly its transfer).
@@ -166,6 +171,7 @@ impl ClientCall {
             rttvar: core::time::Duration::ZERO,
             busy_since: None,
             proved_at: None,
+            heard: false,
             window_sent_at: None,
             window_end: 0,
             window_resent: false,
@@ -219,9 +225,14 @@ impl ClientCall {
         };
         self.outcome = None;
         self.phase = Phase::Sending;
-        self.blast = Blast::new(count, self.window);
+        self.blast = Blast::new(count, if self.heard { self.window } else { 1 });
         self.window_sent_at = None;
         self.queue_new(now);
+        if !self.heard && count > 1 {
+            if let Some(Transmit::CallFragment { please_ack, .. }) = self.transmits.last_mut() {
+                *please_ack = true;
+            }
+        }
     }
 
     fn queue_new(&mut self, now: Instant) {
@@ -342,6 +353,12 @@ impl ClientCall {
         if self.phase == Phase::Done || self.phase == Phase::Idle || packet.seq() != self.seq {
             return Handled::Ignored;
         }
+        if !self.heard {
+            // The server answers this slot: the rest of the call's first window may go (after the
+            // proof of its address, if that is what it asks for).
+            self.heard = true;
+            self.blast.widen(self.window);
+        }
         match packet.kind() {
             Kind::Result => self.on_result(packet, Payload::Here(packet.payload()), now),
             Kind::Ack => {
@@ -413,6 +430,9 @@ impl ClientCall {
                 self.retransmitted = true;
                 self.transmits.push(Transmit::AddressProof { challenge });
                 self.resend();
+                if self.phase == Phase::Sending {
+                    self.queue_new(now);
+                }
                 Handled::Progress
             }
             Kind::Reject => {
@@ -535,5 +555,74 @@ impl ClientCall {
     /// The reassembled result of a multi-packet result, borrowed.
     pub fn message(&self) -> Option<&[u8]> {
         self.reassembly.as_ref().filter(|r| r.is_complete()).map(|r| r.message())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Header;
+
+    fn packet(h: Header, payload: &[u8]) -> Vec<u8> {
+        let mut b = h.to_bytes().to_vec();
+        b.extend_from_slice(payload);
+        b
+    }
+
+    fn handle(c: &mut ClientCall, h: Header, payload: &[u8], now: Instant) -> Handled {
+        let bytes =
+            packet(Header { payload_len: payload.len() as u32, message_len: payload.len() as u32, ..h }, payload);
+        c.handle_packet(&Packet::new_checked(&bytes[..]).unwrap(), now)
+    }
+
+    fn sent(c: &mut ClientCall) -> Vec<Transmit> {
+        core::iter::from_fn(|| c.poll_transmit()).collect()
+    }
+
+    fn fragments(ts: &[Transmit]) -> Vec<u16> {
+        ts.iter()
+            .map(|t| match t {
+                Transmit::CallFragment { index, .. } => *index,
+                other => panic!("not a call fragment: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_slot_the_server_has_not_answered_sends_its_first_fragment_alone() {
+        let now = Instant::now();
+        let mut c = ClientCall::new(Timing::default(), 100, crate::fragment::MAX_WINDOW, now);
+        // Ten fragments: the first alone, asking for an acknowledgement.
+        c.start(7, 1000, now, None);
+        assert_eq!(sent(&mut c), [Transmit::CallFragment { index: 0, please_ack: true }]);
+        // The server asks the slot to prove its address: the proof, then that fragment again and
+        // the rest of the window.
+        let challenge = Header { seq: 7, status: Status::AddressUnproven, ..Header::new(Kind::Reject) };
+        assert_eq!(handle(&mut c, challenge, &[3; 16], now), Handled::Progress);
+        let ts = sent(&mut c);
+        assert_eq!(ts[0], Transmit::AddressProof { challenge: [3; 16] });
+        assert_eq!(fragments(&ts[1..]), (0..10).collect::<Vec<u16>>());
+        // The call's result; the next call goes a whole window at once.
+        assert_eq!(handle(&mut c, Header { seq: 7, ..Header::new(Kind::Result) }, &[], now), Handled::Complete);
+        c.start(8, 1000, now, None);
+        let ts = sent(&mut c);
+        assert_eq!(fragments(&ts), (0..10).collect::<Vec<u16>>());
+        assert!(ts.iter().all(|t| matches!(t, Transmit::CallFragment { please_ack: false, .. })));
+    }
+
+    #[test]
+    fn a_first_fragment_the_server_takes_opens_the_window() {
+        let now = Instant::now();
+        let mut c = ClientCall::new(Timing::default(), 100, crate::fragment::MAX_WINDOW, now);
+        c.start(1, 1000, now, None);
+        assert_eq!(sent(&mut c), [Transmit::CallFragment { index: 0, please_ack: true }]);
+        // A server that already knows the slot's address acknowledges it: the other nine go.
+        let ack = AckInfo { prefix: 1, mask: 0 }.to_bytes();
+        assert_eq!(handle(&mut c, Header { seq: 1, ..Header::new(Kind::Ack) }, &ack, now), Handled::Progress);
+        assert_eq!(fragments(&sent(&mut c)), (1..10).collect::<Vec<u16>>());
+        // A call of one packet is sent as ever.
+        let mut d = ClientCall::new(Timing::default(), 100, crate::fragment::MAX_WINDOW, now);
+        d.start(1, 60, now, None);
+        assert_eq!(sent(&mut d), [Transmit::CallFragment { index: 0, please_ack: false }]);
     }
 }

@@ -100,6 +100,10 @@ impl Blast {
     pub fn is_acked(&self) -> bool {
         self.acked.prefix >= self.count
     }
+    /// Lets up to `window` fragments be in flight from now on (never fewer than now).
+    pub fn widen(&mut self, window: u16) {
+        self.window = self.window.max(window.clamp(1, MAX_WINDOW));
+    }
     /// Fragments never sent that the window now allows; marks them sent.
     pub fn take_new(&mut self) -> Range<u16> {
         let limit = self.count.min(self.acked.prefix.saturating_add(self.window));

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tiercel::{BindError, Client, ClientConfig, Server, ServerConfig};
 use tiercel_proto::bind::wire::{features, VersionRefusal, VERSIONS_LEN};
 use tiercel_proto::bind::{BindDecision, BindServer};
-use tiercel_proto::wire::{flags, Kind, Packet, Status, HEADER_LEN, MIN_VERSION, VERSION};
+use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN, MIN_VERSION, VERSION};
 
 #[tiercel::interface]
 pub trait Echo {
@@ -132,9 +132,10 @@ pub trait Sink {
     fn take(&self, buf: tiercel::In<&[u8]>);
 }
 
-/// The furthest fragment of a 300-fragment call that a client sends, unacknowledged, to a stand-in
-/// server that grants `granted` features and never answers.
-fn furthest_unacknowledged_fragment(granted: u16) -> u16 {
+/// What a client sends of a 300-fragment call to a stand-in server that grants `granted` features,
+/// challenges the slot's address when its first fragment comes, and acknowledges nothing: the
+/// fragments that came before the challenge, and the furthest that came at all.
+fn fragments_before_and_after_a_challenge(granted: u16) -> (Vec<(u16, bool)>, u16) {
     let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
     fake.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
     let addr = fake.local_addr().unwrap();
@@ -143,15 +144,33 @@ fn furthest_unacknowledged_fragment(granted: u16) -> u16 {
         let mut buf = [0u8; 2048];
         // The call's fragments, first sent and then resent at the retransmission timeout, until
         // the client gives up at its deadline.
-        let mut furthest = 0;
-        while let Ok(n) = fake.recv(&mut buf) {
+        let (mut before, mut furthest, mut challenged) = (Vec::new(), 0, false);
+        while let Ok((n, from)) = fake.recv_from(&mut buf) {
             let p = Packet::new_checked(&buf[..n]).unwrap();
-            if p.kind() == Kind::Call {
-                assert_eq!(p.frag_count(), 300);
-                furthest = furthest.max(p.frag_index());
+            if p.kind() != Kind::Call {
+                continue;
+            }
+            assert_eq!(p.frag_count(), 300);
+            furthest = furthest.max(p.frag_index());
+            if !challenged {
+                before.push((p.frag_index(), p.flags() & flags::PLEASE_ACK != 0));
+                challenged = true;
+                let h = Header {
+                    status: Status::AddressUnproven,
+                    binding: p.binding(),
+                    token: p.token(),
+                    slot: p.slot(),
+                    seq: p.seq(),
+                    payload_len: 16,
+                    message_len: 16,
+                    ..Header::new(Kind::Reject)
+                };
+                let mut reject = h.to_bytes().to_vec();
+                reject.extend_from_slice(&[5; 16]);
+                fake.send_to(&reject, from).unwrap();
             }
         }
-        furthest
+        (before, furthest)
     });
     let config = ClientConfig { deadline: Some(Duration::from_millis(300)), max_datagram: 1472, ..udp_only() };
     let client: SinkClient = Client::connect(addr).unwrap().with_config(config).import().unwrap();
@@ -163,9 +182,15 @@ fn furthest_unacknowledged_fragment(granted: u16) -> u16 {
 
 #[test]
 fn a_client_keeps_to_the_window_its_server_granted() {
-    // Both speak wide windows: 256 fragments of a 1,472-byte datagram go before an acknowledgement.
-    assert_eq!(furthest_unacknowledged_fragment(features::ALL), tiercel_proto::fragment::MAX_WINDOW - 1);
+    // Before the server has answered the slot, its first fragment goes alone and asks for an
+    // acknowledgement; once challenged, the window. Both speak wide windows: 256 fragments of a
+    // 1,472-byte datagram go before an acknowledgement.
+    let (before, furthest) = fragments_before_and_after_a_challenge(features::ALL);
+    assert_eq!(before, [(0, true)]);
+    assert_eq!(furthest, tiercel_proto::fragment::MAX_WINDOW - 1);
     // A server that does not: 64, what an acknowledgement's mask covers.
     let narrow = features::ALL & !features::WIDE_WINDOW;
-    assert_eq!(furthest_unacknowledged_fragment(narrow), tiercel_proto::fragment::NARROW_WINDOW - 1);
+    let (before, furthest) = fragments_before_and_after_a_challenge(narrow);
+    assert_eq!(before, [(0, true)]);
+    assert_eq!(furthest, tiercel_proto::fragment::NARROW_WINDOW - 1);
 }
