@@ -6,7 +6,7 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use tiercel_proto::fragment::{fragment_range, Inserted, Reassembly};
+use tiercel_proto::fragment::{fragment_range, Inserted, Reassembly, MAX_WINDOW};
 
 const LIMIT: usize = 1 << 20;
 
@@ -62,7 +62,7 @@ fuzz_target!(|input: Input| {
         assert!(ack.prefix <= input.count);
         // Memory grows with the fragments that came: no further than the window past the prefix.
         assert!(r.held() <= r.message_len());
-        assert!(r.held() <= (usize::from(ack.prefix) + 65) * frag_payload);
+        assert!(r.held() <= (usize::from(ack.prefix) + usize::from(MAX_WINDOW) + 1) * frag_payload);
         assert_eq!(r.is_complete(), inserted.iter().all(|&b| b));
     }
     for (i, &got) in inserted.iter().enumerate() {
