@@ -588,13 +588,19 @@ mod tests {
             .collect()
     }
 
+    /// A fresh slot's call `seq` of ten fragments: the first goes alone, asking for an
+    /// acknowledgement.
+    fn first_fragment_alone(seq: u32, now: Instant) -> ClientCall {
+        let mut c = ClientCall::new(Timing::default(), 100, crate::fragment::MAX_WINDOW, now);
+        c.start(seq, 1000, now, None);
+        assert_eq!(sent(&mut c), [Transmit::CallFragment { index: 0, please_ack: true }]);
+        c
+    }
+
     #[test]
     fn a_slot_the_server_has_not_answered_sends_its_first_fragment_alone() {
         let now = Instant::now();
-        let mut c = ClientCall::new(Timing::default(), 100, crate::fragment::MAX_WINDOW, now);
-        // Ten fragments: the first alone, asking for an acknowledgement.
-        c.start(7, 1000, now, None);
-        assert_eq!(sent(&mut c), [Transmit::CallFragment { index: 0, please_ack: true }]);
+        let mut c = first_fragment_alone(7, now);
         // The server asks the slot to prove its address: the proof, then that fragment again and
         // the rest of the window.
         let challenge = Header { seq: 7, status: Status::AddressUnproven, ..Header::new(Kind::Reject) };
@@ -613,9 +619,7 @@ mod tests {
     #[test]
     fn a_first_fragment_the_server_takes_opens_the_window() {
         let now = Instant::now();
-        let mut c = ClientCall::new(Timing::default(), 100, crate::fragment::MAX_WINDOW, now);
-        c.start(1, 1000, now, None);
-        assert_eq!(sent(&mut c), [Transmit::CallFragment { index: 0, please_ack: true }]);
+        let mut c = first_fragment_alone(1, now);
         // A server that already knows the slot's address acknowledges it: the other nine go.
         let ack = AckInfo { prefix: 1, mask: 0 }.to_bytes();
         assert_eq!(handle(&mut c, Header { seq: 1, ..Header::new(Kind::Ack) }, &ack, now), Handled::Progress);
