@@ -420,6 +420,7 @@ impl UdpEndpoint {
     ) -> Result<(), CallError> {
         let mut deadline = SpinDeadline::new(start, &self.spin);
         let mut spinner = SPINNERS.start();
+        spinner.before_first_look();
         loop {
             let now = match self.step(inner, segs, tail.as_deref_mut(), len)? {
                 Step::Done => return Ok(()),
