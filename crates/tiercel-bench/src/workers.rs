@@ -1,6 +1,6 @@
 //! The server's workers as a user gets them: Null over UDP against servers of the default
 //! configuration and of 1, 2 and 4 workers (everything else at its default, spinning included),
-//! in interleaved rounds, with the latency of one caller against a raw spinning UDP ping-pong
+//! in interleaved rounds (each starting with the next server), with the latency of one caller against a raw spinning UDP ping-pong
 //! measured in the same rounds (the machine's tail swings from minute to minute, so a ratio of
 //! p99s taken minutes apart says little), and the calls per second of 1 and 8 caller threads on
 //! one binding.
@@ -59,7 +59,8 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time
     }
     let mut raw = Summary::new();
     let per_round = (calls / rounds).max(1);
-    for _ in 0..rounds {
+    let count = servers.len();
+    for round in 0..rounds as usize {
         std::thread::sleep(Duration::from_millis(5));
         for _ in 0..per_round {
             let t = Instant::now();
@@ -68,7 +69,10 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time
                 raw.record(t.elapsed());
             }
         }
-        for (_, client, summary) in &mut servers {
+        // Each round starts with the next server, so that none is always measured right after
+        // the same other one.
+        for i in 0..count {
+            let (_, client, summary) = &mut servers[(round + i) % count];
             // The server last measured spins 1 ms past its last call: let it stop first.
             std::thread::sleep(Duration::from_millis(5));
             for _ in 0..per_round {
@@ -81,9 +85,10 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time
     // Throughput in interleaved rounds too: the machine's slow stretches last seconds, and a row
     // measured in one piece can fall into one.
     let slice = time / rounds;
-    let mut rates = vec![(0.0, 0.0); servers.len()];
-    for _ in 0..rounds {
-        for ((_, client, _), (one, eight)) in servers.iter().zip(&mut rates) {
+    let mut rates = vec![(0.0, 0.0); count];
+    for round in 0..rounds as usize {
+        for i in (0..count).map(|i| (round + i) % count) {
+            let ((_, client, _), (one, eight)) = (&servers[i], &mut rates[i]);
             std::thread::sleep(Duration::from_millis(5));
             *one += crate::asynch::threads(client, 1, client_cpu, slice)? / rounds as f64;
             std::thread::sleep(Duration::from_millis(5));
@@ -114,8 +119,9 @@ pub fn print(rows: &[Row], calls: u32, rounds: u32, time: Duration) {
     );
     outln!(
         "one worker spins 1 ms past its last packet); latency of one caller ({calls} calls per server in {rounds} \
-         interleaved rounds)"
+         interleaved rounds,"
     );
+    outln!("each round starting with the next server)");
     outln!(
         "against a raw spinning UDP ping-pong (56 bytes each way) timed in the same rounds; calls/s of 1 and 8 caller threads on one \
          binding ({:.1} s each, in the same rounds)",
