@@ -355,7 +355,7 @@ fn info_tokens(m: &Interface) -> TokenStream {
 
 /// Whether a procedure's one buffer is an `InOut` and its last argument: the buffer's bytes end the
 /// call and begin the result, so that the server runs it where its arguments arrived and the
-/// synchronous client stub lends the buffer to receive the result into.
+/// client stubs (synchronous and async) lend the buffer to receive the result into.
 fn in_place_of(method: &Method) -> bool {
     let mut buffers = method.args.iter().filter(|a| matches!(a.kind, ArgKind::Out | ArgKind::InOut));
     !method.asynchronous
@@ -378,9 +378,9 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                 let (n, t) = (&a.name, &a.ty);
                 quote!(#n: #t)
             });
-            // A synchronous call lends an in-place procedure's buffer to the call whole
-            // (`Call::invoke_in_out`): sent from it, and its result received into it.
-            let lend = (!asynchronous && in_place_of(method)).then(|| &method.args[method.args.len() - 1].name);
+            // A call lends an in-place procedure's buffer to the call whole (`Call::invoke_in_out`,
+            // `AsyncCall::invoke_in_out`): sent from it, and its result received into it.
+            let lend = in_place_of(method).then(|| &method.args[method.args.len() - 1].name);
             let encode = method.args.iter().map(|a| {
                 let n = &a.name;
                 let span = a.ty.span();
@@ -423,11 +423,18 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                     },
                     // The call is done with the arguments it borrowed: end the borrow before
                     // results are read back into them.
-                    quote!({
-                        let __reply = __call.invoke().await?;
-                        ::core::mem::drop(__call);
-                        __reply
-                    }),
+                    match lend {
+                        Some(n) => quote!({
+                            let __reply = __call.invoke_in_out(&mut *#n.0).await?;
+                            ::core::mem::drop(__call);
+                            __reply
+                        }),
+                        None => quote!({
+                            let __reply = __call.invoke().await?;
+                            ::core::mem::drop(__call);
+                            __reply
+                        }),
+                    },
                 )
             } else {
                 let invoke = match lend {

@@ -138,10 +138,10 @@ mod imp {
 
         /// Records how a client's call ended.
         #[inline(always)]
-        pub(crate) fn finish(&self, outcome: &Result<(), crate::CallError>, retransmissions: u64) {
+        pub(crate) fn finish<T>(&self, outcome: &Result<T, crate::CallError>, retransmissions: u64) {
             if let Some(span) = &self.0 {
                 match outcome {
-                    Ok(()) => span.record("outcome", "ok"),
+                    Ok(_) => span.record("outcome", "ok"),
                     Err(e) => span.record("outcome", display(e)),
                 };
                 span.record("retransmissions", retransmissions);
@@ -252,7 +252,7 @@ mod imp {
             f
         }
         #[inline(always)]
-        pub(crate) fn finish(&self, _: &Result<(), crate::CallError>, _: u64) {}
+        pub(crate) fn finish<T>(&self, _: &Result<T, crate::CallError>, _: u64) {}
         #[inline(always)]
         pub(crate) fn finish_status(&self, _: Status) {}
     }

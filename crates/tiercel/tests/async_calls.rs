@@ -8,13 +8,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tiercel::{CallError, Client, Execution, In, InOut, Out, Server, ServerConfig, Transport};
+use tiercel::{CallError, Client, ClientConfig, Execution, In, InOut, Out, Server, ServerConfig, Transport};
 
 #[tiercel::interface]
 pub trait Ledger {
     fn add(&self, a: u64, b: u64) -> u64;
     fn echo(&self, data: &[u8]) -> Vec<u8>;
     fn buffers(&self, data: In<&[u8]>, out: Out<&mut [u8]>, both: InOut<&mut [u8]>) -> u64;
+    /// Xors every byte of `both` with `key`; returns the sum of its bytes before. (Its one buffer
+    /// an `InOut` and its last argument: run in place, and the client lends it to the call.)
+    fn flip(&self, key: u8, both: InOut<&mut [u8]>) -> u64;
     /// Sleeps `ms`, then records `tag` as run (once per call: a second run of a tag is counted).
     fn slow(&self, ms: u64, tag: u64) -> u64;
 }
@@ -37,6 +40,11 @@ impl Ledger for LedgerImpl {
         out.0[..n].copy_from_slice(&data.0[..n]);
         both.0.iter_mut().for_each(|b| *b = !*b);
         data.0.iter().map(|&b| b as u64).sum()
+    }
+    fn flip(&self, key: u8, both: InOut<&mut [u8]>) -> u64 {
+        let sum = both.0.iter().map(|&b| b as u64).sum();
+        both.0.iter_mut().for_each(|b| *b ^= key);
+        sum
     }
     fn slow(&self, ms: u64, tag: u64) -> u64 {
         std::thread::sleep(Duration::from_millis(ms));
@@ -64,6 +72,9 @@ impl Ledger for Shared {
     }
     fn buffers(&self, data: In<&[u8]>, out: Out<&mut [u8]>, both: InOut<&mut [u8]>) -> u64 {
         self.0.buffers(data, out, both)
+    }
+    fn flip(&self, key: u8, both: InOut<&mut [u8]>) -> u64 {
+        self.0.flip(key, both)
     }
     fn slow(&self, ms: u64, tag: u64) -> u64 {
         self.0.slow(ms, tag)
@@ -149,6 +160,62 @@ async fn more_concurrent_calls_than_slots_queue_and_all_complete() {
         let again: Vec<_> = (0..8u64).map(|i| client.add(i, 1)).collect();
         for (i, r) in futures_join_all(again).await.into_iter().enumerate() {
             assert_eq!(r.unwrap(), i as u64 + 1);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_stub_lends_a_large_in_out_buffer_and_receives_its_result_into_it() {
+    // `flip` takes its one buffer, an `InOut`, last: the async stub lends the caller's buffer to
+    // the call as the synchronous one does. Over UDP a large result's fragments are received
+    // straight into it (on 64 KiB and on 1,472-byte checksummed datagrams); through shared memory
+    // and over TCP its bytes are sent and copied as before. Small buffers, and a call whose future
+    // is dropped while its result may be arriving, leave every later result whole.
+    let served = serve(ServerConfig::default());
+    let cases = [
+        ("udp://", Transport::Udp, 65507, false),
+        ("udp://", Transport::Udp, 1472, true),
+        ("shm:", Transport::SharedMemory, 65507, false),
+        ("tcp://", Transport::Tcp, 65507, false),
+    ];
+    for (scheme, transport, max_datagram, checksum) in cases {
+        let case = format!("{transport:?}, datagrams {max_datagram}");
+        let config = ClientConfig { max_datagram, checksum, ..ClientConfig::default() };
+        let client: LedgerAsyncClient = Client::connect(format!("{scheme}{}", served.server.addr()))
+            .unwrap()
+            .with_config(config)
+            .import_async()
+            .await
+            .unwrap();
+        assert_eq!(client.binding().transport(), transport);
+        let mut both: Vec<u8> = (0..(1 << 20) + 77).map(|i| (i % 249) as u8).collect();
+        let mut expected = both.clone();
+        let sum = |b: &[u8]| b.iter().map(|&x| x as u64).sum::<u64>();
+        for key in [0x5a, 0xa5] {
+            assert_eq!(client.flip(key, InOut(&mut both)).await.unwrap(), sum(&expected), "{case}");
+            expected.iter_mut().for_each(|b| *b ^= key);
+            assert!(both == expected, "{case}: the buffer came back flipped");
+        }
+        let mut small = [1u8, 2, 3];
+        assert_eq!(client.flip(1, InOut(&mut small)).await.unwrap(), 6, "{case}");
+        assert_eq!(small, [0, 3, 2], "{case}");
+        // Dropped after 300 µs: before, during or after its result arrives into `scratch`.
+        let mut scratch = both.clone();
+        let _ = tokio::time::timeout(Duration::from_micros(300), client.flip(0xff, InOut(&mut scratch))).await;
+        assert_eq!(client.flip(0x0f, InOut(&mut both)).await.unwrap(), sum(&expected), "{case}");
+        expected.iter_mut().for_each(|b| *b ^= 0x0f);
+        assert!(both == expected, "{case}: the call after the dropped one came back whole");
+        let stats = client.binding().stats();
+        let (in_place, lent) =
+            (stats.in_place.load(Ordering::Relaxed), stats.lent_fragments.load(Ordering::Relaxed) as usize);
+        if transport == Transport::Udp {
+            // The three awaited large calls, and perhaps the dropped one; almost every fragment of
+            // each straight into the buffer (fragments of 56 bytes of header less than the datagram).
+            let fragments = both.len() / (max_datagram - 56);
+            assert!((3..=4).contains(&in_place), "{case}: {in_place} results received into the lent buffer");
+            assert!(lent >= 3 * fragments / 2, "{case}: {lent} fragments straight into the buffer of 3 × {fragments}");
+        } else {
+            assert_eq!((in_place, lent), (0, 0), "{case}: no buffer is lent but over UDP");
         }
     }
 }

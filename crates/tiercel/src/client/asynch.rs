@@ -143,24 +143,37 @@ impl AsyncEndpoint {
 
     /// Makes the call and leaves its result where [`AsyncEndpoint::result`] finds it. `alone`: no
     /// other async call of the binding is in flight, so spinning first costs no other call.
+    /// `tail`: a buffer lent to a UDP call, as to [`UdpEndpoint::run_in_out`] (the message is
+    /// `segs` followed by it, and the result is received into it); true when it was.
     pub(super) async fn run(
         &mut self,
         binding: &Binding,
         procedure: u16,
         segs: &Segments<'_>,
+        tail: Option<&mut [u8]>,
         alone: bool,
-    ) -> Result<(), CallError> {
-        match self {
-            AsyncEndpoint::Udp { ready, ep } => run_udp(binding, ready, ep, procedure, segs, alone).await,
-            AsyncEndpoint::Shm(ep) => match &binding.inner.shm {
-                Some(link) => ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, alone).await,
+    ) -> Result<bool, CallError> {
+        match (self, tail) {
+            (AsyncEndpoint::Udp { ready, ep }, tail) => run_udp(binding, ready, ep, procedure, segs, tail, alone).await,
+            (_, Some(_)) => unreachable!("a buffer is lent only to calls over UDP"),
+            (AsyncEndpoint::Shm(ep), None) => match &binding.inner.shm {
+                Some(link) => {
+                    ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, alone).await.map(|()| false)
+                }
                 None => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
             },
-            AsyncEndpoint::Tcp(ep) => match &binding.inner.tcp {
-                Some(link) => ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, alone).await,
+            (AsyncEndpoint::Tcp(ep), None) => match &binding.inner.tcp {
+                Some(link) => {
+                    ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, alone).await.map(|()| false)
+                }
                 None => unreachable!("a TCP endpoint belongs to a TCP binding"),
             },
         }
+    }
+
+    /// Whether a buffer can be lent to this endpoint's call of `segs` (over UDP, with room).
+    pub(super) fn lends(&self, segs: &Segments<'_>) -> bool {
+        matches!(self, AsyncEndpoint::Udp { .. }) && segs.takes_tail()
     }
 }
 
@@ -180,17 +193,21 @@ async fn run_udp(
     ep: &mut UdpEndpoint,
     procedure: u16,
     segs: &Segments<'_>,
+    mut tail: Option<&mut [u8]>,
     alone: bool,
-) -> Result<(), CallError> {
+) -> Result<bool, CallError> {
     let inner = &*binding.inner;
-    let (len, start) = ep.send_call(binding, procedure, segs)?;
+    let (len, start) = match tail.as_deref() {
+        Some(tail) => ep.send_lent(binding, procedure, segs, tail)?,
+        None => ep.send_call(binding, procedure, segs)?,
+    };
     // A lone call spins (for its budget, and for each next packet while they keep coming).
     let mut deadline = alone.then(|| ep.spin_deadline(start));
     loop {
         // Clear the socket's readiness, then look: a datagram that arrives after the clear sets
         // it again, so the wait below cannot miss it.
         let _ = ready.try_io(Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
-        let now = match ep.step(inner, segs, None, len)? {
+        let now = match ep.step(inner, segs, tail.as_deref_mut(), len)? {
             Step::Done => break,
             Step::Progress => {
                 if let Some(d) = &mut deadline {
@@ -217,7 +234,8 @@ async fn run_udp(
         }
     }
     ep.observe(start.elapsed());
-    ep.finish(inner, procedure)
+    ep.finish(inner, procedure)?;
+    Ok(tail.is_some_and(|tail| ep.settle_lent(inner, tail)))
 }
 
 impl AsyncState {

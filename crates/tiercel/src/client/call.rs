@@ -243,12 +243,30 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
     /// Sends the call and waits for its result without blocking the thread. Called once, after
     /// [`AsyncCall::start`].
     pub async fn invoke(&mut self) -> Result<Reply<'b>, CallError> {
+        self.invoke_with(None).await
+    }
+
+    /// [`Call::invoke_in_out`] without blocking the thread: the call's message is what was
+    /// marshaled followed by `buffer`'s bytes, and over UDP a large result's bytes are received
+    /// straight into `buffer` ([`Reply::in_place`]). Called once, after [`AsyncCall::start`].
+    pub async fn invoke_in_out(&mut self, buffer: &'a mut [u8]) -> Result<Reply<'b>, CallError> {
+        match &self.engine {
+            Some(ep) if ep.lends(&self.segments) => self.invoke_with(Some(buffer)).await,
+            _ => {
+                let buffer: &'a [u8] = buffer;
+                self.writer().put_borrowed(buffer);
+                self.invoke_with(None).await
+            }
+        }
+    }
+
+    async fn invoke_with(&mut self, tail: Option<&mut [u8]>) -> Result<Reply<'b>, CallError> {
         let b = &*self.binding;
         let timed = b.inner.metrics.get(self.procedure as usize).map(|m| (m, m.start()));
         let (flight, alone) = b.inner.asynch.fly();
         self.in_flight = true;
         let outcome = match &mut self.engine {
-            Some(ep) => self.span.instrument(ep.run(b, self.procedure, &self.segments, alone)).await,
+            Some(ep) => self.span.instrument(ep.run(b, self.procedure, &self.segments, tail, alone)).await,
             None => unreachable!("a call has its endpoint until invoked"),
         };
         self.in_flight = false;
@@ -260,9 +278,9 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
         if let Err(e) = &outcome {
             b.failed(e);
         }
-        outcome?;
+        let in_place = outcome?;
         match self.engine.take() {
-            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep)), binding: self.binding.again(), in_place: false }),
+            Some(ep) => Ok(Reply { engine: Some(Engine::Async(ep)), binding: self.binding.again(), in_place }),
             None => unreachable!("a call has its endpoint until invoked"),
         }
     }

@@ -188,8 +188,8 @@ pub struct ClientStats {
     /// kernel's copy of their bytes the only one): on loopback one a receive, on paths of small
     /// datagrams the fragments of a coalesced run.
     pub landed: AtomicU64,
-    /// Results received into the buffer the caller lent (a synchronous call over UDP of a
-    /// procedure whose one buffer is an `InOut` and its last argument, with a result of several
+    /// Results received into the buffer the caller lent (a call over UDP, synchronous or async, of
+    /// a procedure whose one buffer is an `InOut` and its last argument, with a result of several
     /// datagrams), not copied there out of the result's reassembly.
     pub in_place: AtomicU64,
     /// Of the fragments of those results, the ones received straight into the lent buffer (the

@@ -186,17 +186,32 @@ impl UdpEndpoint {
         segs: &Segments<'_>,
         tail: &mut [u8],
     ) -> Result<bool, CallError> {
-        let scratch_len = self.scratch.len();
-        let Some(message) = segs.with_tail(scratch_len, tail) else {
-            return Err(CallError::Io(std::io::Error::other("no room for the lent buffer")));
-        };
-        let (len, start) = self.send_call(binding, procedure, &message)?;
-        self.in_tail.clear();
+        let (len, start) = self.send_lent(binding, procedure, segs, tail)?;
         self.wait(&binding.inner, segs, Some(&mut *tail), len, start)?;
         self.spin.observe(start.elapsed());
         self.finish(&binding.inner, procedure)?;
-        let Some(result) = self.big_result.as_deref().filter(|r| r.len() >= tail.len()) else { return Ok(false) };
-        // The fragments that came the usual way, into the reassembly: their share of the buffer.
+        Ok(self.settle_lent(&binding.inner, tail))
+    }
+
+    /// [`UdpEndpoint::send_call`] of the message `segs` followed by `tail`, the buffer lent to the
+    /// call ([`UdpEndpoint::run_in_out`]).
+    pub(super) fn send_lent(
+        &mut self,
+        binding: &Binding,
+        procedure: u16,
+        segs: &Segments<'_>,
+        tail: &[u8],
+    ) -> Result<(usize, Instant), CallError> {
+        let message = with_lent(segs, self.scratch.len(), tail)?;
+        self.in_tail.clear();
+        self.send_call(binding, procedure, &message)
+    }
+
+    /// Once a call with a lent buffer has its result: copies into `tail` the buffer's bytes that
+    /// came the usual way, into the reassembly, and returns whether the result was received into
+    /// it (false: one datagram, an error, or a result shorter than the buffer).
+    pub(super) fn settle_lent(&mut self, inner: &BindingInner, tail: &mut [u8]) -> bool {
+        let Some(result) = self.big_result.as_deref().filter(|r| r.len() >= tail.len()) else { return false };
         let mut lent = 0;
         for (i, chunk) in tail.chunks_mut(self.frag_payload).enumerate() {
             if self.in_tail.get(i / 64).is_none_or(|w| w & (1 << (i % 64)) == 0) {
@@ -206,10 +221,9 @@ impl UdpEndpoint {
                 lent += 1;
             }
         }
-        let stats = &binding.inner.stats;
-        stats.in_place.fetch_add(1, Ordering::Relaxed);
-        stats.lent_fragments.fetch_add(lent, Ordering::Relaxed);
-        Ok(true)
+        inner.stats.in_place.fetch_add(1, Ordering::Relaxed);
+        inner.stats.lent_fragments.fetch_add(lent, Ordering::Relaxed);
+        true
     }
 
     /// [`UdpEndpoint::flush`] of the message `segs` followed by `tail`, if any.
@@ -220,8 +234,8 @@ impl UdpEndpoint {
         tail: Option<&[u8]>,
         len: usize,
     ) -> Result<(), CallError> {
-        match tail.and_then(|t| segs.with_tail(self.scratch.len(), t)) {
-            Some(message) => self.flush(inner, &message, len),
+        match tail {
+            Some(tail) => self.flush(inner, &with_lent(segs, self.scratch.len(), tail)?, len),
             None => self.flush(inner, segs, len),
         }
     }
@@ -770,6 +784,15 @@ impl Drop for UdpEndpoint {
             inner.give_slot(self.slot, self.seq);
         }
     }
+}
+
+/// The message `segs` (marshaled into a scratch buffer of `scratch_len` bytes) followed by the lent
+/// buffer `tail`. The stubs lend a buffer only to calls whose segments take one
+/// ([`Segments::takes_tail`]), so an error here is a bug of the caller, reported rather than sent as
+/// a message without the buffer's bytes.
+fn with_lent<'a: 't, 't>(segs: &Segments<'a>, scratch_len: usize, tail: &'t [u8]) -> Result<Segments<'t>, CallError> {
+    segs.with_tail(scratch_len, tail)
+        .ok_or_else(|| CallError::Io(std::io::Error::other("no room in the call's segments for the lent buffer")))
 }
 
 #[cfg(test)]
