@@ -27,6 +27,14 @@ pub struct Row {
 /// Worker counts set against the default.
 const FIXED: [usize; 3] = [1, 2, 4];
 
+/// Slices of calls/s measurement per server and caller count in each round.
+const SLICES_PER_ROUND: usize = 3;
+
+fn median(mut rates: Vec<f64>) -> f64 {
+    rates.sort_by(f64::total_cmp);
+    rates.get(rates.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// Measures every configuration, and the raw spinning UDP Null ping-pong in the same rounds.
 pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time: Duration) -> crate::Result<Vec<Row>> {
     let default_workers = tiercel::ServerConfig::default().workers;
@@ -82,19 +90,21 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time
             }
         }
     }
-    // Throughput in interleaved rounds too: the machine's slow stretches last seconds, and a row
-    // measured in one piece can fall into one.
+    // Throughput in interleaved slices too: the machine's slow stretches last seconds, and a row
+    // measured in one piece can fall into one. A slice's rate swings by a tenth or more either way,
+    // so each row is the median of `SLICES_PER_ROUND` slices a round.
     let slice = time / rounds;
-    let mut rates = vec![(0.0, 0.0); count];
-    for round in 0..rounds as usize {
+    let mut rates = vec![(Vec::new(), Vec::new()); count];
+    for round in 0..rounds as usize * SLICES_PER_ROUND {
         for i in (0..count).map(|i| (round + i) % count) {
             let ((_, client, _), (one, eight)) = (&servers[i], &mut rates[i]);
             std::thread::sleep(Duration::from_millis(5));
-            *one += crate::asynch::threads(client, 1, client_cpu, slice)? / rounds as f64;
+            one.push(crate::asynch::threads(client, 1, client_cpu, slice)?);
             std::thread::sleep(Duration::from_millis(5));
-            *eight += crate::asynch::threads(client, 8, client_cpu, slice)? / rounds as f64;
+            eight.push(crate::asynch::threads(client, 8, client_cpu, slice)?);
         }
     }
+    let rates = rates.into_iter().map(|(one, eight)| (median(one), median(eight)));
     let mut rows = Vec::new();
     for (((name, _), (server, _, summary)), (one, eight)) in configs.into_iter().zip(servers).zip(rates) {
         rows.push(Row {
@@ -124,8 +134,9 @@ pub fn print(rows: &[Row], calls: u32, rounds: u32, time: Duration) {
     outln!("each round starting with the next server)");
     outln!(
         "against a raw spinning UDP ping-pong (56 bytes each way) timed in the same rounds; calls/s of 1 and 8 caller threads on one \
-         binding ({:.1} s each, in the same rounds)",
-        time.as_secs_f64()
+         binding (the median of {} slices of {:.0} ms each, interleaved the same way)",
+        rounds as usize * SLICES_PER_ROUND,
+        time.as_secs_f64() * 1e3 / rounds as f64
     );
     outln!(
         "{:>12} | {:>8} {:>8} | {:>8} {:>8} | {:>9} | {:>10} {:>10}",
