@@ -1,7 +1,8 @@
 //! The TCP transport's framing fed arbitrary bytes in arbitrary read sizes, growing for large frames
-//! and skipping some as a server without room does. Nothing panics; the buffer never grows beyond
-//! the limit; every frame taken is as long as its prefix said and no longer than the limit; a
-//! frame [`check_frame`] accepts holds one whole packet.
+//! and skipping some as a server without room does, and working on frames where they landed or
+//! taking them as a client does. Nothing panics; the buffer never grows beyond the limit; every
+//! frame taken is as long as its prefix said and no longer than the limit; a frame
+//! [`check_frame`] accepts holds one whole packet.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -15,6 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let chunk = chunk as usize + 1;
     let mut d = Deframer::new(128, LIMIT);
     let mut skip_next = false;
+    let mut spare = Vec::new();
     loop {
         loop {
             match d.next() {
@@ -28,7 +30,32 @@ fuzz_target!(|data: &[u8]| {
                         assert_eq!(p.frag_count(), 1);
                     }
                     skip_next = frame.last().is_some_and(|b| b & 1 == 1);
-                    d.consume();
+                    // Frames are dropped, worked on where they landed, or taken, by their first byte.
+                    match frame.first().map_or(0, |b| b % 3) {
+                        0 => d.consume(),
+                        1 => {
+                            let worked = d.consume_in_place(|buf| {
+                                assert_eq!(buf.len(), PREFIX_LEN + len);
+                                buf.push(1);
+                            });
+                            match worked {
+                                // The frame was all the buffer held: nothing is left.
+                                Some(()) => assert_eq!(d.buffered(), 0),
+                                None => d.consume(),
+                            }
+                        }
+                        _ => match d.take_frame(std::mem::take(&mut spare)) {
+                            Ok(frame) => {
+                                assert_eq!(frame.len(), PREFIX_LEN + len);
+                                assert_eq!(d.buffered(), 0);
+                                spare = frame;
+                            }
+                            Err(back) => {
+                                spare = back;
+                                d.consume();
+                            }
+                        },
+                    }
                 }
                 Ok(Next::Partial(len)) => {
                     if skip_next {

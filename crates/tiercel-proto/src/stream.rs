@@ -136,6 +136,49 @@ impl Deframer {
         }
     }
 
+    /// The length of the whole frame [`Deframer::next`] found when it is all the buffer holds, from
+    /// its first byte: then the buffer can be worked on or taken where the frame landed.
+    fn alone(&self) -> Option<usize> {
+        match self.next() {
+            Ok(Next::Frame(len)) if self.start == 0 && self.end == PREFIX_LEN + len => Some(PREFIX_LEN + len),
+            _ => None,
+        }
+    }
+
+    /// Hands the buffer to `f` when the whole frame [`Deframer::next`] found is all it holds, from its
+    /// first byte, then drops the frame: the buffer (a `Vec` exactly as long as the frame, its prefix
+    /// then its packet) may be changed and appended to, so that a large frame is worked on where it
+    /// landed rather than copied out. `None`, with `f` not called and the frame still there,
+    /// otherwise.
+    pub fn consume_in_place<R>(&mut self, f: impl FnOnce(&mut Vec<u8>) -> R) -> Option<R> {
+        let len = self.alone()?;
+        self.buf.truncate(len);
+        let r = f(&mut self.buf);
+        (self.start, self.end) = (0, 0);
+        if self.buf.len() < self.base {
+            self.buf.resize(self.base, 0);
+        }
+        Some(r)
+    }
+
+    /// Takes the buffer when the whole frame [`Deframer::next`] found is all it holds, from its first
+    /// byte: returns it, exactly as long as the frame (prefix, then packet), and goes on with `spare`
+    /// as its buffer (its bytes need not be zero; it is lengthened to the starting capacity if
+    /// shorter). So a large frame is handed on without a copy, and two buffers can take turns.
+    /// `Err(spare)`, the frame still there, otherwise.
+    pub fn take_frame(&mut self, mut spare: Vec<u8>) -> Result<Vec<u8>, Vec<u8>> {
+        let Some(len) = self.alone() else { return Err(spare) };
+        if spare.len() < self.base {
+            spare.resize(self.base, 0);
+        }
+        // Never more than the limit allows.
+        spare.truncate(self.base.max(PREFIX_LEN + self.limit));
+        let mut frame = core::mem::replace(&mut self.buf, spare);
+        frame.truncate(len);
+        (self.start, self.end) = (0, 0);
+        Ok(frame)
+    }
+
     /// Whether the buffer can hold a frame of `len` bytes (prefix not counted) whole.
     pub fn fits(&self, len: usize) -> bool {
         PREFIX_LEN + len <= self.buf.len()
@@ -297,6 +340,100 @@ mod tests {
         assert!(d.grown() > 0);
         assert_eq!(d.shrink(), PREFIX_LEN + 5000 + HEADER_LEN - 128);
         assert_eq!(d.grown(), 0);
+    }
+
+    /// Reads `bytes` into `d` as far as its spare room goes; returns what is left.
+    fn fill<'b>(d: &mut Deframer, bytes: &'b [u8]) -> &'b [u8] {
+        let spare = d.spare();
+        let n = spare.len().min(bytes.len());
+        spare[..n].copy_from_slice(&bytes[..n]);
+        d.filled(n);
+        &bytes[n..]
+    }
+
+    fn framed(p: &[u8]) -> Vec<u8> {
+        let mut f = prefix(p.len()).to_vec();
+        f.extend_from_slice(p);
+        f
+    }
+
+    #[test]
+    fn a_large_frame_alone_in_the_buffer_is_worked_on_where_it_landed() {
+        let big = packet(&[5; 3000]);
+        let mut d = Deframer::new(128, 10_000);
+        let mut rest = &framed(&big)[..];
+        while !rest.is_empty() {
+            if let Ok(Next::Partial(len)) = d.next() {
+                if !d.fits(len) {
+                    d.grow_for(len);
+                }
+            }
+            rest = fill(&mut d, rest);
+        }
+        let landed = d.frame().as_ptr();
+        let got = d.consume_in_place(|buf| {
+            assert_eq!(buf[PREFIX_LEN..], big[..], "the buffer is the frame, prefix first, and no more");
+            assert_eq!(buf[PREFIX_LEN..].as_ptr(), landed, "where it landed");
+            buf[PREFIX_LEN + HEADER_LEN] = 6;
+            buf.extend_from_slice(&[1, 2, 3]);
+            buf.len()
+        });
+        assert_eq!(got, Some(PREFIX_LEN + big.len() + 3));
+        assert_eq!(d.next(), Ok(Next::Nothing), "the frame is gone");
+        // The next frames come out as usual.
+        let small = packet(&[8; 10]);
+        assert_eq!(feed(&mut d, &framed(&small), 7), vec![small]);
+    }
+
+    #[test]
+    fn a_frame_not_alone_in_the_buffer_stays_there() {
+        let (a, b) = (packet(&[1; 20]), packet(&[2; 30]));
+        let mut d = Deframer::new(512, 10_000);
+        let mut both = framed(&a);
+        both.extend_from_slice(&framed(&b));
+        assert!(fill(&mut d, &both).is_empty());
+        // Another frame behind it.
+        assert_eq!(d.consume_in_place(|_| unreachable!()), None);
+        let spare = d.take_frame(vec![0; 40]).unwrap_err();
+        assert_eq!(spare.len(), 40, "the spare comes back as it was");
+        assert_eq!(d.frame(), &a[..]);
+        d.consume();
+        // The last frame, but not from the buffer's first byte.
+        assert_eq!(d.consume_in_place(|_| unreachable!()), None);
+        assert!(d.take_frame(Vec::new()).is_err());
+        assert_eq!(d.frame(), &b[..]);
+        d.consume();
+        // Part of a frame.
+        let rest = &framed(&a)[..10];
+        assert!(fill(&mut d, rest).is_empty());
+        assert_eq!(d.consume_in_place(|_| unreachable!()), None);
+        assert!(d.take_frame(Vec::new()).is_err());
+        assert_eq!(d.next(), Ok(Next::Partial(a.len())));
+    }
+
+    #[test]
+    fn a_frame_taken_leaves_the_spare_buffer_in_its_place_and_two_take_turns() {
+        let mut d = Deframer::new(128, 10_000);
+        let mut spare = Vec::new();
+        for round in 0..4u8 {
+            let p = packet(&vec![round; 2000 + round as usize]);
+            let mut rest = &framed(&p)[..];
+            while !rest.is_empty() {
+                if let Ok(Next::Partial(len)) = d.next() {
+                    if !d.fits(len) {
+                        d.grow_for(len);
+                    }
+                }
+                rest = fill(&mut d, rest);
+            }
+            let frame = d.take_frame(spare).unwrap();
+            assert_eq!(frame[PREFIX_LEN..], p[..]);
+            assert_eq!(d.next(), Ok(Next::Nothing));
+            assert!(d.spare().len() >= 128, "a short spare is lengthened to the starting capacity");
+            spare = frame;
+        }
+        let small = packet(&[3; 5]);
+        assert_eq!(feed(&mut d, &framed(&small), 64), vec![small]);
     }
 
     #[test]

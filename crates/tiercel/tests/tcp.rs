@@ -341,3 +341,121 @@ fn a_slow_call_holds_up_only_its_own_caller_on_a_shared_connection() {
     slow.join().unwrap().unwrap();
     assert_eq!(server.bindings(), 1);
 }
+
+/// Procedures whose one buffer is an `InOut` and their last argument: a large call runs on it
+/// where its frame was read, and the result goes back from there.
+#[tiercel::interface]
+pub trait Flip {
+    /// Xors every byte of `both` with `key`; returns the sum of its bytes before. Panics when `key`
+    /// is 0.
+    fn flip(&self, key: u8, both: InOut<&mut [u8]>) -> u64;
+    /// Leaves `both` as it is and returns `extra` bytes of 7.
+    fn pad(&self, extra: u32, both: InOut<&mut [u8]>) -> Vec<u8>;
+}
+
+struct Flipper;
+
+impl Flip for Flipper {
+    fn flip(&self, key: u8, both: InOut<&mut [u8]>) -> u64 {
+        assert!(key != 0, "told to panic");
+        let sum = both.0.iter().map(|&b| b as u64).sum();
+        both.0.iter_mut().for_each(|b| *b ^= key);
+        sum
+    }
+    fn pad(&self, extra: u32, _both: InOut<&mut [u8]>) -> Vec<u8> {
+        vec![7; extra as usize]
+    }
+}
+
+const FLIP_LIMIT: usize = 4 << 20;
+
+fn serve_flip() -> tiercel::RunningServer {
+    let mut config = ServerConfig::default();
+    config.timing.max_message = FLIP_LIMIT;
+    Server::bind("127.0.0.1:0").unwrap().with_config(config).export(FlipServer::new(Flipper)).start().unwrap()
+}
+
+fn sum(b: &[u8]) -> u64 {
+    b.iter().map(|&x| x as u64).sum()
+}
+
+#[test]
+fn a_large_in_out_buffer_goes_back_from_the_frame_its_call_came_in() {
+    // With and without a deadline (a context block before the arguments).
+    for deadline in [false, true] {
+        let server = serve_flip();
+        let mut client: FlipClient = Client::connect(format!("tcp://{}", server.addr())).unwrap().import().unwrap();
+        if deadline {
+            client = client.with_deadline(Duration::from_secs(60));
+        }
+        let in_place = || server.stats().in_place.load(Ordering::Relaxed);
+        let mut both: Vec<u8> = (0..(1 << 20) + 77).map(|i| (i % 249) as u8).collect();
+        let mut expected = both.clone();
+        for key in [0x5a, 0xa5, 0x0f] {
+            assert_eq!(client.flip(key, InOut(&mut both)).unwrap(), sum(&expected), "deadline {deadline}");
+            expected.iter_mut().for_each(|b| *b ^= key);
+            assert!(both == expected, "deadline {deadline}: the buffer came back changed by the procedure");
+        }
+        assert_eq!(in_place(), 3, "deadline {deadline}");
+        // A small call takes the usual path.
+        let mut small = [1u8, 2, 3];
+        assert_eq!(client.flip(1, InOut(&mut small)).unwrap(), 6);
+        assert_eq!(small, [0, 3, 2]);
+        assert_eq!(in_place(), 3, "deadline {deadline}: a small call is copied");
+        // A procedure that panics on the buffer: the call fails, the next one runs.
+        match client.flip(0, InOut(&mut both)) {
+            Err(CallError::Panicked(m)) => assert!(m.contains("told to panic"), "{m}"),
+            other => panic!("deadline {deadline}: {other:?}"),
+        }
+        // A result that the procedure made longer than the server's limit: refused after it ran.
+        let mut near: Vec<u8> = vec![3; FLIP_LIMIT - 64];
+        match client.pad(1000, InOut(&mut near)) {
+            Err(e @ CallError::ResultTooLarge(_)) => assert_eq!(e.execution(), Execution::Ran),
+            other => panic!("deadline {deadline}: {other:?}"),
+        }
+        // Within the limit, the buffer and the return value both come back.
+        near.truncate(FLIP_LIMIT - 4096);
+        assert_eq!(client.pad(1000, InOut(&mut near)).unwrap(), vec![7; 1000]);
+        assert!(near.iter().all(|&b| b == 3));
+        assert_eq!(client.flip(0x33, InOut(&mut both)).unwrap(), sum(&expected), "deadline {deadline}");
+        expected.iter_mut().for_each(|b| *b ^= 0x33);
+        assert!(both == expected, "deadline {deadline}: the call after the refusals came back whole");
+        assert_eq!(in_place(), 5, "deadline {deadline}: the large calls that succeeded");
+        assert_eq!(server.bindings(), 1, "one connection throughout");
+    }
+}
+
+#[test]
+fn large_results_of_threads_sharing_a_connection_reach_each_its_own_caller() {
+    // Threads whose large and small calls and results arrive interleaved, read by whichever
+    // caller reads the connection: each gets its own result, whole.
+    let server = serve_flip();
+    let client: FlipClient = Client::connect(format!("tcp://{}", server.addr())).unwrap().import().unwrap();
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                for i in 0..30usize {
+                    let len = if i % 3 == 2 { 3000 + i } else { (200 << 10) + 1000 * t as usize + i };
+                    let mut both: Vec<u8> = (0..len).map(|j| (j as u8).wrapping_add(t)).collect();
+                    let before = sum(&both);
+                    let key = t + 1;
+                    assert_eq!(client.flip(key, InOut(&mut both)).unwrap(), before, "thread {t}, call {i}");
+                    assert!(
+                        both.iter().enumerate().all(|(j, &b)| b == (j as u8).wrapping_add(t) ^ key),
+                        "thread {t}, call {i}: another result, or not all of it"
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // A large call runs where it landed when its frame is all the connection's buffer holds;
+    // with another call's bytes read behind it, it runs on a copy.
+    let in_place = server.stats().in_place.load(Ordering::Relaxed);
+    assert!((1..=4 * 20).contains(&in_place), "{in_place} of the 80 large calls ran in place");
+    assert_eq!(server.bindings(), 1);
+    assert_eq!(client.binding().stats().stale.load(Ordering::Relaxed), 0);
+}

@@ -7,7 +7,9 @@
 //! callers by slot and call number: the waiting caller that finds no one reading the connection
 //! reads it (spinning, then blocking in `poll`) and hands every other caller's result to its slot,
 //! waking it; when its own result is in, it gives the reading over to another waiting caller. With
-//! one caller there is no handoff at all: it reads its own result.
+//! one caller there is no handoff at all: it reads its own result. A result larger than the
+//! connection's 64 KiB buffer that is all the buffer holds is not copied: the buffer it was read
+//! into goes to its caller, and the connection is read on into the one the caller had before.
 //!
 //! The server sends a heartbeat frame every second while a call of the connection runs, so a
 //! connection from which nothing arrives for `Timing::dead_after` (at least 2 s) while calls wait
@@ -100,9 +102,12 @@ struct Mail {
     awaiting: Option<u32>,
     /// How to wake its caller when it is not the one reading.
     wake: Option<Wake>,
-    /// What arrived for it: kind and status; the payload is in `result`.
+    /// What arrived for it: kind and status; the payload is in `result`, from `result_at` on.
     arrived: Option<(Kind, Status)>,
     result: Vec<u8>,
+    /// Where the payload starts in `result`: 0, or [`FRAME_HEAD`] when `result` is the buffer the
+    /// frame was read into.
+    result_at: usize,
 }
 
 /// The receiving side of the connection.
@@ -161,16 +166,27 @@ impl Demux {
             }
             let frame = self.frames.frame();
             let p = stream::check_frame(frame).map_err(|e| format!("the server sent a bad frame: {e}"))?;
-            let (kind, slot, seq) = (p.kind(), p.slot() as usize, p.seq());
+            let (kind, slot, seq, status) = (p.kind(), p.slot() as usize, p.seq(), p.status());
             let ours = p.binding() == binding || kind == Kind::Reject;
+            let large = p.payload().len() > BUFFER;
             let mail = self.mail.get_mut(slot).filter(|m| m.awaiting == Some(seq) && m.arrived.is_none());
             match (kind, mail) {
                 // A heartbeat, or a probe's answer: the server lives.
                 (Kind::ProbeReply, _) => {}
                 (Kind::Result | Kind::Reject, Some(m)) if ours => {
-                    m.result.clear();
-                    m.result.extend_from_slice(p.payload());
-                    m.arrived = Some((kind, p.status()));
+                    // A large result is not copied: the buffer it was read into goes to its caller,
+                    // and the connection is read on into the one the caller had (they take turns).
+                    let spare = std::mem::take(&mut m.result);
+                    let taken = if large { self.frames.take_frame(spare) } else { Err(spare) };
+                    (m.result, m.result_at) = match taken {
+                        Ok(frame) => (frame, FRAME_HEAD),
+                        Err(mut result) => {
+                            result.clear();
+                            result.extend_from_slice(&self.frames.frame()[HEADER_LEN..]);
+                            (result, 0)
+                        }
+                    };
+                    m.arrived = Some((kind, status));
                     if let Some(w) = m.wake.take() {
                         w.wake();
                     }
@@ -364,8 +380,9 @@ pub(crate) struct TcpEndpoint {
     /// Prefix and header of the call frame, rewritten per call.
     head: [u8; FRAME_HEAD],
     scratch: Vec<u8>,
-    /// The last result's payload (swapped with the slot's mailbox).
+    /// The last result's payload, from `result_at` on (swapped with the slot's mailbox).
     result: Vec<u8>,
+    result_at: usize,
     spin: SpinBudget,
     /// `flags::CONTEXT` when the call starts with a context block.
     context_flag: u8,
@@ -412,6 +429,7 @@ impl TcpEndpoint {
             head,
             scratch: Vec::with_capacity(SCRATCH),
             result: Vec::new(),
+            result_at: 0,
             spin: SpinBudget::new(inner.config.spin),
             context_flag: 0,
             reading: false,
@@ -440,7 +458,7 @@ impl TcpEndpoint {
 
     /// The marshaled results of the last call.
     pub(super) fn result(&self) -> &[u8] {
-        &self.result
+        self.result.get(self.result_at..).unwrap_or_default()
     }
 
     /// Makes the call: send, wait (spinning, then blocking), and leave the results where
@@ -581,6 +599,7 @@ impl TcpEndpoint {
         if demux.mail[i].arrived.is_some() {
             let mail = &mut demux.mail[i];
             std::mem::swap(&mut mail.result, &mut self.result);
+            self.result_at = mail.result_at;
             self.arrived = mail.arrived.take();
             self.give_up(&mut demux);
             return Ok(Waited::Arrived);
@@ -641,11 +660,13 @@ impl TcpEndpoint {
             Some((Kind::Result, Status::Ok)) => Ok(()),
             Some((_, Status::Busy)) => {
                 self.result.clear();
+                self.result_at = 0;
                 Err(CallError::Overloaded)
             }
             Some((_, status)) => {
-                let message = String::from_utf8_lossy(&self.result).into_owned();
+                let message = String::from_utf8_lossy(self.result()).into_owned();
                 self.result.clear();
+                self.result_at = 0;
                 Err(super::udp::status_error(status, procedure, message))
             }
             None => Err(CallError::Io(std::io::Error::other("call ended without an outcome"))),

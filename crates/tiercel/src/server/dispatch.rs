@@ -74,19 +74,22 @@ pub(crate) fn run_procedure(
 }
 
 /// Runs `procedure` of `export`, one that is [`Export::in_place`], on the marshaled arguments in
-/// `message` (the whole call: a multi-packet call's reassembly), leaving its results in `message`:
-/// where they start. On failure, the status, with an error message (if any) appended to `out`
-/// after its first `start` bytes. As [`run_procedure`] otherwise.
+/// `message` from `at` on (the whole call: a multi-packet call's reassembly, or a stream's frame
+/// after its prefix and header), leaving its results in `message`: where they start. On failure,
+/// the status, with an error message (if any) appended to `out` after its first `start` bytes. As
+/// [`run_procedure`] otherwise.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_in_place(
     shared: &super::Shared,
     export: &std::sync::Arc<dyn Export>,
     procedure: u16,
     message: &mut Vec<u8>,
+    at: usize,
     arrival: Arrival,
     out: &mut Vec<u8>,
     start: usize,
 ) -> Result<usize, Status> {
-    let (args, deadline, trace) = call_context(shared, message, arrival, out)?;
+    let (args, deadline, trace) = call_context(shared, message.get(at..).unwrap_or_default(), arrival, out)?;
     // The context block read, the arguments follow it.
     let from = message.len() - args.len();
     let run = |_: &mut Vec<u8>| export.dispatch_in_place(procedure, message, from);

@@ -20,6 +20,12 @@
 //! also sends the client a heartbeat frame every [`HEARTBEAT`], so that a stopped or hung server
 //! process is told from a slow procedure by silence, as over the other transports. A client that
 //! does not read its results loses its connection after `Timing::dead_after`.
+//!
+//! A call larger than [`SMALL_CALL`] is not copied: the thread that read it runs it where it
+//! landed. When its procedure works on its one `InOut` buffer in place ([`crate::Export::in_place`])
+//! and the call's frame is all the receive buffer holds, the procedure changes the buffer there and
+//! the result (the buffer, then the return value) goes back from there, behind a new prefix and
+//! header (`ServerStats::in_place`).
 
 use std::io::IoSlice;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -569,6 +575,40 @@ impl StreamBinding {
         status
     }
 
+    /// Runs an in-place procedure ([`crate::Export::in_place`]) on `frame`, its call's whole frame
+    /// (prefix, header, message) where it landed, and sends the result from there: the buffer as
+    /// the procedure left it, then what it returned, appended. An error goes back from `own.out`.
+    /// False: the connection is over.
+    fn run_in_place(&self, frame: &mut Vec<u8>, own: &mut Own, call: &Taken) -> bool {
+        let shared = &*self.shared;
+        let (slot, seq, procedure) = (call.slot, call.seq, call.procedure);
+        let out = &mut own.out;
+        out.clear();
+        out.resize(FRAME_HEAD, 0);
+        self.conn.running.fetch_add(1, Ordering::AcqRel);
+        shared.stream_running.fetch_add(1, Ordering::AcqRel);
+        shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+        let ran =
+            dispatch::run_in_place(shared, &self.export, procedure, frame, FRAME_HEAD, call.arrival, out, FRAME_HEAD);
+        shared.stream_running.fetch_sub(1, Ordering::AcqRel);
+        self.conn.running.fetch_sub(1, Ordering::AcqRel);
+        let limit = shared.config.timing.max_message;
+        match ran {
+            Ok(body) if frame.len() - body <= limit => {
+                shared.stats.in_place.fetch_add(1, Ordering::Relaxed);
+                let mut head = [0u8; FRAME_HEAD];
+                fill_head(&mut head, self.id, shared.incarnation, slot, seq, procedure, Status::Ok, frame.len() - body);
+                self.conn.send(&mut [IoSlice::new(&head), IoSlice::new(&frame[body..])]).is_ok()
+            }
+            Ok(body) => {
+                let message = format!("result of {} bytes exceeds the limit of {limit} bytes", frame.len() - body);
+                out.extend_from_slice(message.as_bytes());
+                self.send_result(out, slot, seq, procedure, Status::ResultTooLarge)
+            }
+            Err(status) => self.send_result(out, slot, seq, procedure, status),
+        }
+    }
+
     /// Reads the connection until a call to run comes (`None`: the connection is over, or this
     /// extra thread has had nothing to do for [`HELPER_IDLE`]). Everything else that comes is
     /// handled here: probes, cancels, refusals, async procedures (started on the runtime), and
@@ -799,9 +839,17 @@ impl StreamBinding {
             return Handled::Take(call);
         }
         // Too large to copy: run here, borrowed where it landed, the connection unread meanwhile.
+        // A procedure that runs on its `InOut` buffer where it lies has it sent back from there.
         self.busy();
-        let status = self.run_with(args, &mut own.out, &call);
-        let sent = self.send_result(&mut own.out, slot, seq, procedure, status);
+        let in_place = self.export.in_place(procedure);
+        let sent = match in_place.then(|| r.frames.consume_in_place(|frame| self.run_in_place(frame, own, &call))) {
+            Some(Some(sent)) => sent,
+            _ => {
+                let args = r.frames.frame().get(HEADER_LEN..).unwrap_or_default();
+                let status = self.run_with(args, &mut own.out, &call);
+                self.send_result(&mut own.out, slot, seq, procedure, status)
+            }
+        };
         own.settle();
         self.idle.fetch_add(1, Ordering::AcqRel);
         if sent {

@@ -681,6 +681,7 @@ impl UdpWorker {
                     &binding.export,
                     procedure,
                     &mut message,
+                    0,
                     arrival,
                     &mut out,
                     HEADER_LEN,
