@@ -231,6 +231,22 @@ impl Deframer {
         self.end += n - dropped;
     }
 
+    /// Counts `n` bytes of the frame being received as arrived although they were read elsewhere
+    /// (straight into the buffer of the caller they are for): the frame keeps its length, and its
+    /// bytes at their place here are whatever the buffer held there. At most [`Deframer::spare`]'s
+    /// length.
+    pub fn filled_elsewhere(&mut self, n: usize) {
+        let n = n.min(self.buf.len() - self.end);
+        let dropped = n.min(self.skip);
+        self.skip -= dropped;
+        self.end += n - dropped;
+    }
+
+    /// The bytes buffered, from the prefix of the frame [`Deframer::next`] finds on.
+    pub fn front(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
     /// Drops the frame [`Deframer::next`] found partial (one the reader will not take): what is
     /// buffered of it now, and the rest as it arrives. Its header, if buffered, is read first.
     pub fn skip_frame(&mut self) {
@@ -434,6 +450,41 @@ mod tests {
         }
         let small = packet(&[3; 5]);
         assert_eq!(feed(&mut d, &framed(&small), 64), vec![small]);
+    }
+
+    #[test]
+    fn bytes_read_elsewhere_count_toward_their_frame() {
+        let (big, next) = (packet(&[4; 3000]), packet(&[6; 10]));
+        let mut stream = framed(&big);
+        stream.extend_from_slice(&framed(&next));
+        let mut d = Deframer::new(128, 10_000);
+        let mut rest = fill(&mut d, &stream);
+        let Ok(Next::Partial(len)) = d.next() else { panic!("a partial frame") };
+        d.grow_for(len);
+        assert_eq!(d.front(), &stream[..128], "what was read so far, prefix first");
+        // The next 2000 bytes go to a buffer of the reader's own.
+        let mut own = vec![0u8; 2000];
+        let n = own.len().min(d.spare().len());
+        own[..n].copy_from_slice(&rest[..n]);
+        d.filled_elsewhere(n);
+        rest = &rest[n..];
+        assert_eq!(d.buffered(), 128 + 2000);
+        while !rest.is_empty() {
+            rest = fill(&mut d, rest);
+            while let Ok(Next::Frame(_)) = d.next() {
+                let frame = d.frame().to_vec();
+                if frame.len() == big.len() {
+                    // Whole, as long as it was: the bytes read elsewhere are where they were, not here.
+                    assert_eq!(frame[..128 - PREFIX_LEN], big[..128 - PREFIX_LEN]);
+                    assert_eq!(frame[128 - PREFIX_LEN + 2000..], big[128 - PREFIX_LEN + 2000..]);
+                    assert_eq!(own[..], big[128 - PREFIX_LEN..128 - PREFIX_LEN + 2000]);
+                } else {
+                    assert_eq!(frame, next);
+                }
+                d.consume();
+            }
+        }
+        assert_eq!(d.next(), Ok(Next::Nothing));
     }
 
     #[test]

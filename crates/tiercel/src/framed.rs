@@ -36,7 +36,14 @@ pub(crate) fn send(stream: &TcpStream, parts: &mut [IoSlice<'_>], timeout: Durat
 /// `Ok(false)` if nothing was there, an error (`UnexpectedEof` when the peer closed) if the
 /// connection is over.
 pub(crate) fn receive(stream: &TcpStream, frames: &mut Deframer) -> std::io::Result<bool> {
+    receive_up_to(stream, frames, usize::MAX)
+}
+
+/// [`receive`] of at most `most` bytes.
+pub(crate) fn receive_up_to(stream: &TcpStream, frames: &mut Deframer, most: usize) -> std::io::Result<bool> {
     let spare = frames.spare();
+    let room = most.min(spare.len());
+    let spare = &mut spare[..room];
     if spare.is_empty() {
         // A whole frame is buffered and not yet taken: nothing to read for now.
         return Ok(false);

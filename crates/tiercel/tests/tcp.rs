@@ -343,7 +343,8 @@ fn a_slow_call_holds_up_only_its_own_caller_on_a_shared_connection() {
 }
 
 /// Procedures whose one buffer is an `InOut` and their last argument: a large call runs on it
-/// where its frame was read, and the result goes back from there.
+/// where its frame was read, and the result goes back from there and is read straight into the
+/// caller's buffer.
 #[tiercel::interface]
 pub trait Flip {
     /// Xors every byte of `both` with `key`; returns the sum of its bytes before. Panics when `key`
@@ -381,7 +382,8 @@ fn sum(b: &[u8]) -> u64 {
 
 #[test]
 fn a_large_in_out_buffer_goes_back_from_the_frame_its_call_came_in() {
-    // With and without a deadline (a context block before the arguments).
+    // With and without a deadline (a context block before the arguments). The client reads each
+    // large result straight into the buffer it lent to the call.
     for deadline in [false, true] {
         let server = serve_flip();
         let mut client: FlipClient = Client::connect(format!("tcp://{}", server.addr())).unwrap().import().unwrap();
@@ -422,6 +424,14 @@ fn a_large_in_out_buffer_goes_back_from_the_frame_its_call_came_in() {
         assert!(both == expected, "deadline {deadline}: the call after the refusals came back whole");
         assert_eq!(in_place(), 5, "deadline {deadline}: the large calls that succeeded");
         assert_eq!(server.bindings(), 1, "one connection throughout");
+        // The client: the five large results, each read into the buffer but for what came with
+        // its frame's header (at most the connection's 64 KiB receive buffer); the small result,
+        // the panic and the refusal the usual way.
+        let stats = client.binding().stats();
+        assert_eq!(stats.in_place.load(Ordering::Relaxed), 5, "deadline {deadline}");
+        let straight = stats.lent_bytes.load(Ordering::Relaxed) as usize;
+        let least = 4 * (both.len() - (64 << 10)) + near.len() - (64 << 10);
+        assert!(straight >= least, "deadline {deadline}: {straight} bytes straight into the buffers, not {least}");
     }
 }
 
@@ -458,4 +468,6 @@ fn large_results_of_threads_sharing_a_connection_reach_each_its_own_caller() {
     assert!((1..=4 * 20).contains(&in_place), "{in_place} of the 80 large calls ran in place");
     assert_eq!(server.bindings(), 1);
     assert_eq!(client.binding().stats().stale.load(Ordering::Relaxed), 0);
+    let received = client.binding().stats().in_place.load(Ordering::Relaxed);
+    assert!((1..=4 * 20).contains(&received), "{received} of the 80 large results read into the lent buffers");
 }

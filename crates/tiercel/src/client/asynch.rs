@@ -143,8 +143,8 @@ impl AsyncEndpoint {
 
     /// Makes the call and leaves its result where [`AsyncEndpoint::result`] finds it. `alone`: no
     /// other async call of the binding is in flight, so spinning first costs no other call.
-    /// `tail`: a buffer lent to a UDP call, as to [`UdpEndpoint::run_in_out`] (the message is
-    /// `segs` followed by it, and the result is received into it); true when it was.
+    /// `tail`: a buffer lent to a UDP or TCP call, as to [`UdpEndpoint::run_in_out`] (the message
+    /// is `segs` followed by it, and the result is received into it); true when it was.
     pub(super) async fn run(
         &mut self,
         binding: &Binding,
@@ -155,25 +155,23 @@ impl AsyncEndpoint {
     ) -> Result<bool, CallError> {
         match (self, tail) {
             (AsyncEndpoint::Udp { ready, ep }, tail) => run_udp(binding, ready, ep, procedure, segs, tail, alone).await,
-            (_, Some(_)) => unreachable!("a buffer is lent only to calls over UDP"),
+            (AsyncEndpoint::Tcp(ep), tail) => match &binding.inner.tcp {
+                Some(link) => ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, tail, alone).await,
+                None => unreachable!("a TCP endpoint belongs to a TCP binding"),
+            },
+            (_, Some(_)) => unreachable!("a buffer is lent only to calls over UDP and TCP"),
             (AsyncEndpoint::Shm(ep), None) => match &binding.inner.shm {
                 Some(link) => {
                     ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, alone).await.map(|()| false)
                 }
                 None => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
             },
-            (AsyncEndpoint::Tcp(ep), None) => match &binding.inner.tcp {
-                Some(link) => {
-                    ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, alone).await.map(|()| false)
-                }
-                None => unreachable!("a TCP endpoint belongs to a TCP binding"),
-            },
         }
     }
 
-    /// Whether a buffer can be lent to this endpoint's call of `segs` (over UDP, with room).
+    /// Whether a buffer can be lent to this endpoint's call of `segs` (over UDP or TCP, with room).
     pub(super) fn lends(&self, segs: &Segments<'_>) -> bool {
-        matches!(self, AsyncEndpoint::Udp { .. }) && segs.takes_tail()
+        matches!(self, AsyncEndpoint::Udp { .. } | AsyncEndpoint::Tcp(_)) && segs.takes_tail()
     }
 }
 

@@ -188,13 +188,18 @@ pub struct ClientStats {
     /// kernel's copy of their bytes the only one): on loopback one a receive, on paths of small
     /// datagrams the fragments of a coalesced run.
     pub landed: AtomicU64,
-    /// Results received into the buffer the caller lent (a call over UDP, synchronous or async, of
-    /// a procedure whose one buffer is an `InOut` and its last argument, with a result of several
-    /// datagrams), not copied there out of the result's reassembly.
+    /// Results received into the buffer the caller lent (a call over UDP or TCP, synchronous or
+    /// async, of a procedure whose one buffer is an `InOut` and its last argument, with a result
+    /// of several datagrams, or over TCP larger than the connection's 64 KiB receive buffer), not
+    /// copied there out of the result's reassembly or frame.
     pub in_place: AtomicU64,
-    /// Of the fragments of those results, the ones received straight into the lent buffer (the
-    /// others, a few, are copied there once the result is whole).
+    /// Of the fragments of those results over UDP, the ones received straight into the lent
+    /// buffer (the others, a few, are copied there once the result is whole).
     pub lent_fragments: AtomicU64,
+    /// Of the bytes of those results over TCP, the ones read from the connection straight into the
+    /// lent buffer (the others, those read before the result's header was seen, or by another
+    /// caller reading the connection meanwhile, are copied there).
+    pub lent_bytes: AtomicU64,
 }
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);

@@ -9,14 +9,16 @@
 //! waking it; when its own result is in, it gives the reading over to another waiting caller. With
 //! one caller there is no handoff at all: it reads its own result. A result larger than the
 //! connection's 64 KiB buffer that is all the buffer holds is not copied: the buffer it was read
-//! into goes to its caller, and the connection is read on into the one the caller had before.
+//! into goes to its caller, and the connection is read on into the one the caller had before. A
+//! caller that lends its buffer to the call ([`TcpEndpoint::run_in_out`]) reads its result's bytes
+//! that go back into that buffer straight there ([`Link::land`]).
 //!
 //! The server sends a heartbeat frame every second while a call of the connection runs, so a
 //! connection from which nothing arrives for `Timing::dead_after` (at least 2 s) while calls wait
 //! is given up: those calls fail with [`CallError::ConnectionLost`] and may have run; a closed or
 //! reset connection fails them at once. Nothing is ever sent again.
 
-use std::io::IoSlice;
+use std::io::{IoSlice, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 #[cfg(feature = "async")]
@@ -330,10 +332,17 @@ impl Link {
         CallError::ConnectionLost { server: self.server, sent, reason: why.to_owned() }
     }
 
-    /// Reads what the connection has and delivers it; the caller holds the reading. Err: the
+    /// Reads what the connection has and delivers it; the caller holds the reading. The bytes of
+    /// `lend`'s result that go into its buffer are read straight there ([`Link::land`]). Err: the
     /// connection is over (the demux broken off).
-    fn pump(&self, demux: &mut Demux, binding: &BindingInner) -> Result<bool, ()> {
-        let got = match framed::receive(&self.stream, &mut demux.frames) {
+    fn pump(&self, demux: &mut Demux, binding: &BindingInner, lend: Option<&mut Lend<'_>>) -> Result<bool, ()> {
+        // A caller lending its buffer reads no more than the connection's starting buffer the
+        // usual way before its result's header is seen, so that little of its result is copied.
+        let (most, landed) = match lend {
+            Some(lend) => (BUFFER, self.land(demux, binding.id, lend)),
+            None => (usize::MAX, None),
+        };
+        let got = match landed.unwrap_or_else(|| framed::receive_up_to(&self.stream, &mut demux.frames, most)) {
             Ok(got) => got,
             Err(e) => {
                 let why = match e.kind() {
@@ -354,6 +363,49 @@ impl Link {
             }
         }
         Ok(got)
+    }
+
+    /// Reads the next bytes of `lend`'s result straight into its buffer, when its frame is the one
+    /// being received and those bytes go there: the frame is the call's `Ok` result, larger than
+    /// the receive buffer (which has grown for it), and its results start with the buffer's bytes
+    /// (its payload is at least as long). What was read of them into the receive buffer before is
+    /// copied over first. The receive buffer counts the bytes without holding them, so that the
+    /// frame is delivered whole as any (its copy of those bytes is stale, and never read). `None`:
+    /// read the usual way.
+    fn land(&self, demux: &mut Demux, binding: u32, lend: &mut Lend<'_>) -> Option<std::io::Result<bool>> {
+        let Ok(Next::Partial(len)) = demux.frames.next() else { return None };
+        let p = Packet::new_unchecked(demux.frames.header()?);
+        let payload = len - HEADER_LEN;
+        let ours = p.kind() == Kind::Result
+            && p.status() == Status::Ok
+            && p.binding() == binding
+            && (p.slot(), p.seq()) == (lend.slot, lend.seq)
+            && p.payload_len() as usize == payload;
+        let at = demux.frames.buffered() - FRAME_HEAD;
+        if !ours || payload < lend.tail.len() || len <= BUFFER || !demux.frames.fits(len) || at >= lend.tail.len() {
+            return None;
+        }
+        // Bytes read the usual way (by this caller before its frame's header came, or by another
+        // caller reading meanwhile) go to the buffer first.
+        if lend.lent.filled < at {
+            let front = &demux.frames.front()[FRAME_HEAD..];
+            lend.tail[lend.lent.filled..at].copy_from_slice(&front[lend.lent.filled..at]);
+            lend.lent.filled = at;
+        }
+        let room = demux.frames.spare().len().min(lend.tail.len() - at);
+        match (&self.stream).read(&mut lend.tail[at..at + room]) {
+            Ok(0) => Some(Err(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => {
+                demux.frames.filled_elsewhere(n);
+                lend.lent.filled += n;
+                lend.lent.read += n;
+                Some(Ok(true))
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {
+                Some(Ok(false))
+            }
+            Err(e) => Some(Err(e)),
+        }
     }
 
     /// Gives up the connection if the server has been silent too long while calls wait.
@@ -390,6 +442,27 @@ pub(crate) struct TcpEndpoint {
     reading: bool,
     /// What arrived for the last call: kind and status.
     arrived: Option<(Kind, Status)>,
+    /// Of the buffer lent to the call being made ([`TcpEndpoint::run_in_out`]), the first bytes
+    /// that hold the result's already, and of those the ones read straight there.
+    lent: Lent,
+}
+
+/// How far a result has come into the buffer lent to its call.
+#[derive(Debug, Default, Clone, Copy)]
+struct Lent {
+    /// The buffer's first bytes that hold the result's: copied there, or read there.
+    filled: usize,
+    /// Of those, the bytes read from the connection straight into the buffer.
+    read: usize,
+}
+
+/// The buffer a caller lent to its call, while its result is read: the result's first bytes go
+/// there.
+struct Lend<'t> {
+    slot: u32,
+    seq: u32,
+    tail: &'t mut [u8],
+    lent: Lent,
 }
 
 impl super::cache::Cached for TcpEndpoint {
@@ -434,6 +507,7 @@ impl TcpEndpoint {
             context_flag: 0,
             reading: false,
             arrived: None,
+            lent: Lent::default(),
         })
     }
 
@@ -472,15 +546,64 @@ impl TcpEndpoint {
         segs: &Segments<'_>,
     ) -> Result<(), CallError> {
         let start = Instant::now();
-        let deadline = deadline.map(|d| start + d);
         self.send(inner, link, procedure, segs)?;
+        self.wait(inner, link, deadline.map(|d| start + d), start, None)?;
+        self.finish(procedure)
+    }
+
+    /// [`TcpEndpoint::run`] of the message `segs` followed by `tail`, a buffer lent to the call (an
+    /// `InOut` that is the procedure's one buffer and its last argument): the call is sent from
+    /// it, and its result's first bytes, which go back into it, are read straight there. Returns
+    /// whether they were (false: the stub copies them from the result as usual).
+    pub(super) fn run_in_out(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+        tail: &mut [u8],
+    ) -> Result<bool, CallError> {
+        let start = Instant::now();
+        self.send(inner, link, procedure, &super::udp::with_lent(segs, self.scratch.len(), &*tail)?)?;
+        self.wait(inner, link, deadline.map(|d| start + d), start, Some(&mut *tail))?;
+        self.finish(procedure)?;
+        Ok(self.settle_lent(inner, tail))
+    }
+
+    /// Once a call with a lent buffer has its result: copies into `tail` the buffer's bytes that
+    /// came the usual way and returns whether any were read straight into it (false: the result
+    /// came the usual way, all of it, and `tail` is as it was).
+    fn settle_lent(&mut self, inner: &BindingInner, tail: &mut [u8]) -> bool {
+        let lent = std::mem::take(&mut self.lent);
+        let result = self.result.get(self.result_at..).unwrap_or_default();
+        if lent.filled == 0 || result.len() < tail.len() {
+            return false;
+        }
+        let len = tail.len();
+        tail[lent.filled..].copy_from_slice(&result[lent.filled..len]);
+        inner.stats.in_place.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        inner.stats.lent_bytes.fetch_add(lent.read as u64, std::sync::atomic::Ordering::Relaxed);
+        true
+    }
+
+    /// Waits for the call's result (spinning, then blocking), reading it into `tail` as far as it
+    /// goes there when a buffer is lent.
+    fn wait(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        deadline: Option<Instant>,
+        start: Instant,
+        mut tail: Option<&mut [u8]>,
+    ) -> Result<(), CallError> {
         let spin_until = start + self.spin.budget();
         let mut spinner = SPINNERS.start();
         loop {
             let now = Instant::now();
             // Spinning, nobody need wake this thread; about to block, it says how.
             let wake = (now >= spin_until).then(|| Wake::Thread(std::thread::current()));
-            let reading = match self.look(inner, link, deadline, now, wake)? {
+            let reading = match self.look(inner, link, deadline, now, wake, tail.as_deref_mut())? {
                 Waited::Arrived => break,
                 Waited::Not(reading) => reading,
             };
@@ -502,7 +625,7 @@ impl TcpEndpoint {
         }
         mark(Point::Validated);
         self.spin.observe(start.elapsed());
-        self.finish(procedure)
+        Ok(())
     }
 
     /// Numbers the call and sends its frame with one `writev`.
@@ -521,6 +644,7 @@ impl TcpEndpoint {
             )));
         }
         self.seq = self.seq.wrapping_add(1);
+        self.lent = Lent::default();
         {
             let mut demux = link.demux();
             if demux.expecting == 0 && !demux.reading {
@@ -528,7 +652,7 @@ impl TcpEndpoint {
                 // idle bindings, or went away). One look tells, before anything is sent.
                 let now = Instant::now();
                 if now.saturating_duration_since(demux.heard) >= IDLE_LOOK {
-                    let _ = link.pump(&mut demux, inner);
+                    let _ = link.pump(&mut demux, inner, None);
                 }
                 demux.heard = now;
             }
@@ -582,6 +706,7 @@ impl TcpEndpoint {
         deadline: Option<Instant>,
         now: Instant,
         wake: Option<Wake>,
+        tail: Option<&mut [u8]>,
     ) -> Result<Waited, CallError> {
         let mut demux = link.demux();
         if !demux.reading && demux.broken.is_none() {
@@ -593,7 +718,11 @@ impl TcpEndpoint {
         // any number of readers safe: the role only spares the socket needless reads.
         if self.reading || now.saturating_duration_since(demux.pumped) >= STALE_READER {
             demux.pumped = now;
-            while let Ok(true) = link.pump(&mut demux, inner) {}
+            let mut lend = tail.map(|tail| Lend { slot: self.slot, seq: self.seq, tail, lent: self.lent });
+            while let Ok(true) = link.pump(&mut demux, inner, lend.as_mut()) {}
+            if let Some(lend) = lend {
+                self.lent = lend.lent;
+            }
         }
         let i = self.slot as usize;
         if demux.mail[i].arrived.is_some() {
@@ -693,7 +822,9 @@ impl TcpEndpoint {
     /// [`TcpEndpoint::run`] for an async call: the caller that reads the connection waits for it
     /// on tokio's reactor, the others are woken by it. Spins first when `alone` (the only async
     /// call of the binding in flight), as a synchronous call does. The frame is written on the
-    /// task's thread: it waits there only if the socket's buffer is full.
+    /// task's thread: it waits there only if the socket's buffer is full. `tail`: a buffer lent to
+    /// the call, as to [`TcpEndpoint::run_in_out`]; true when its result was read into it.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_async(
         &mut self,
         inner: &BindingInner,
@@ -701,21 +832,26 @@ impl TcpEndpoint {
         deadline: Option<Duration>,
         procedure: u16,
         segs: &Segments<'_>,
+        mut tail: Option<&mut [u8]>,
         alone: bool,
-    ) -> Result<(), CallError> {
+    ) -> Result<bool, CallError> {
         let ready = link.ready()?;
         let start = Instant::now();
         let deadline = deadline.map(|d| start + d);
-        self.send(inner, link, procedure, segs)?;
+        match tail.as_deref() {
+            Some(tail) => self.send(inner, link, procedure, &super::udp::with_lent(segs, self.scratch.len(), tail)?)?,
+            None => self.send(inner, link, procedure, segs)?,
+        }
         let spin_until = if alone { start + self.spin.budget() } else { start };
         loop {
             let now = Instant::now();
             if now >= spin_until {
                 break;
             }
-            if let Waited::Arrived = self.look(inner, link, deadline, now, None)? {
+            if let Waited::Arrived = self.look(inner, link, deadline, now, None, tail.as_deref_mut())? {
                 self.spin.observe(start.elapsed());
-                return self.finish(procedure);
+                self.finish(procedure)?;
+                return Ok(tail.is_some_and(|tail| self.settle_lent(inner, tail)));
             }
             core::hint::spin_loop();
         }
@@ -728,7 +864,7 @@ impl TcpEndpoint {
                 let _ =
                     ready.try_io(tokio::io::Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
                 let wake = Some(Wake::Task(cx.waker().clone()));
-                match self.look(inner, link, deadline, Instant::now(), wake) {
+                match self.look(inner, link, deadline, Instant::now(), wake, tail.as_deref_mut()) {
                     Err(e) => return std::task::Poll::Ready(Err(e)),
                     Ok(Waited::Arrived) => return std::task::Poll::Ready(Ok(())),
                     Ok(Waited::Not(false)) => return std::task::Poll::Pending,
@@ -747,7 +883,8 @@ impl TcpEndpoint {
             }
         }
         self.spin.observe(start.elapsed());
-        self.finish(procedure)
+        self.finish(procedure)?;
+        Ok(tail.is_some_and(|tail| self.settle_lent(inner, tail)))
     }
 }
 

@@ -790,7 +790,11 @@ impl Drop for UdpEndpoint {
 /// buffer `tail`. The stubs lend a buffer only to calls whose segments take one
 /// ([`Segments::takes_tail`]), so an error here is a bug of the caller, reported rather than sent as
 /// a message without the buffer's bytes.
-fn with_lent<'a: 't, 't>(segs: &Segments<'a>, scratch_len: usize, tail: &'t [u8]) -> Result<Segments<'t>, CallError> {
+pub(super) fn with_lent<'a: 't, 't>(
+    segs: &Segments<'a>,
+    scratch_len: usize,
+    tail: &'t [u8],
+) -> Result<Segments<'t>, CallError> {
     segs.with_tail(scratch_len, tail)
         .ok_or_else(|| CallError::Io(std::io::Error::other("no room in the call's segments for the lent buffer")))
 }
