@@ -14,9 +14,10 @@ pub struct Out<T>(pub T);
 
 /// A buffer sent on the call and back on the result, changed in place by the procedure. When it is
 /// the procedure's one buffer and its last argument, a large call runs on it where the server put
-/// the call together (over TCP, where its frame landed), and over UDP and TCP the caller's buffer
-/// (synchronous or async) receives the result's bytes as they arrive, without a copy; a call that
-/// fails (or whose future is dropped) may then leave part of a result in it.
+/// the call together (over TCP, where its frame landed), and the caller's buffer (synchronous or
+/// async) receives the result's bytes as they arrive over UDP and TCP, or from the shared-memory
+/// slot, without another copy; a call that fails (or whose future is dropped) may then leave part
+/// of a result in it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct InOut<T>(pub T);
 

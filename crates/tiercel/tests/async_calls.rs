@@ -169,9 +169,9 @@ async fn the_async_stub_lends_a_large_in_out_buffer_and_receives_its_result_into
     // `flip` takes its one buffer, an `InOut`, last: the async stub lends the caller's buffer to
     // the call as the synchronous one does. Over UDP a large result's fragments are received
     // straight into it (on 64 KiB and on 1,472-byte checksummed datagrams), over TCP the bytes of
-    // its frame; through shared memory its bytes are sent and copied as before. Small buffers, and
-    // a call whose future is dropped while its result may be arriving, leave every later result
-    // whole.
+    // its frame; through shared memory the result's bytes are copied from the slot straight into
+    // it. Small buffers, and a call whose future is dropped while its result may be arriving, leave
+    // every later result whole.
     let served = serve(ServerConfig::default());
     let cases = [
         ("udp://", Transport::Udp, 65507, false),
@@ -224,7 +224,10 @@ async fn the_async_stub_lends_a_large_in_out_buffer_and_receives_its_result_into
             assert!((3..=4).contains(&in_place), "{case}: {in_place} results received into the lent buffer");
             assert!(lent >= 3 * fragments / 2, "{case}: {lent} fragments straight into the buffer of 3 × {fragments}");
         } else {
-            assert_eq!((in_place, lent, lent_bytes), (0, 0, 0), "{case}: no buffer is lent through shared memory");
+            // Every result copied from the slot into the buffer, the small one's too: the four
+            // awaited calls, and perhaps the dropped one.
+            assert!((4..=5).contains(&in_place), "{case}: {in_place} results copied into the lent buffer");
+            assert_eq!((lent, lent_bytes), (0, 0), "{case}: no fragments, no connection");
         }
     }
 }

@@ -19,6 +19,9 @@ pub trait Store {
     fn nested(&self, v: Vec<Option<(u32, String)>>) -> Result<u32, String>;
     fn sleep_ms(&self, ms: u64);
     fn boom(&self);
+    /// Xors every byte of `both` with `key`; returns the sum of its bytes before. Panics when `key`
+    /// is 0. (Its one buffer an `InOut` and its last argument: the client lends it to the call.)
+    fn flip(&self, key: u8, both: InOut<&mut [u8]>) -> u64;
 }
 
 struct StoreImpl;
@@ -44,6 +47,12 @@ impl Store for StoreImpl {
     }
     fn boom(&self) {
         panic!("boom on purpose");
+    }
+    fn flip(&self, key: u8, both: InOut<&mut [u8]>) -> u64 {
+        assert!(key != 0, "told to panic");
+        let sum = both.0.iter().map(|&b| b as u64).sum();
+        both.0.iter_mut().for_each(|b| *b ^= key);
+        sum
     }
 }
 
@@ -120,6 +129,39 @@ fn large_buffers_up_to_the_message_limit() {
     let err = k.echo(In(&too_big), Out(&mut []), InOut(&mut [])).unwrap_err();
     assert!(matches!(err, CallError::TooLarge(_)), "{err}");
     assert_eq!(err.execution(), Execution::NeverRan);
+}
+
+#[test]
+fn a_lent_in_out_buffer_receives_its_result_straight_from_the_slot() {
+    // `flip` takes its one buffer, an `InOut`, last: the stub lends the caller's buffer to the
+    // call, which is copied into the slot from it, and the result's bytes are copied from the slot
+    // straight into it (not through the private copy of the result).
+    let s = server();
+    let k: StoreClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    assert_eq!(k.binding().transport(), tiercel::Transport::SharedMemory);
+    let in_place = || k.binding().stats().in_place.load(std::sync::atomic::Ordering::Relaxed);
+    let sum = |b: &[u8]| b.iter().map(|&x| x as u64).sum::<u64>();
+    let mut expected = Vec::new();
+    for (i, size) in [16 << 20, 3, 1 << 20, 0].into_iter().enumerate() {
+        let mut both: Vec<u8> = (0..size).map(|j| (j % 249) as u8).collect();
+        expected.clone_from(&both);
+        let key = 0x5a ^ i as u8;
+        assert_eq!(k.flip(key, InOut(&mut both)).unwrap(), sum(&expected), "{size} bytes");
+        expected.iter_mut().for_each(|b| *b ^= key);
+        assert!(both == expected, "{size} bytes: the buffer came back changed by the procedure");
+        assert_eq!(in_place(), i as u64 + 1, "{size} bytes: copied from the slot into the buffer");
+    }
+    // A failed call leaves the buffer as it was, and the next one goes on.
+    let mut both = expected.clone();
+    match k.flip(0, InOut(&mut both)) {
+        Err(CallError::Panicked(m)) => assert!(m.contains("told to panic"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(both == expected, "a failed call's buffer is untouched");
+    let mut small = [1u8, 2, 3];
+    assert_eq!(k.flip(1, InOut(&mut small)).unwrap(), 6);
+    assert_eq!(small, [0, 3, 2]);
+    assert_eq!(in_place(), 5);
 }
 
 #[test]

@@ -143,8 +143,8 @@ impl AsyncEndpoint {
 
     /// Makes the call and leaves its result where [`AsyncEndpoint::result`] finds it. `alone`: no
     /// other async call of the binding is in flight, so spinning first costs no other call.
-    /// `tail`: a buffer lent to a UDP or TCP call, as to [`UdpEndpoint::run_in_out`] (the message
-    /// is `segs` followed by it, and the result is received into it); true when it was.
+    /// `tail`: a buffer lent to the call, as to [`UdpEndpoint::run_in_out`] (the message is `segs`
+    /// followed by it, and the result is received into it); true when it was.
     pub(super) async fn run(
         &mut self,
         binding: &Binding,
@@ -159,19 +159,16 @@ impl AsyncEndpoint {
                 Some(link) => ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, tail, alone).await,
                 None => unreachable!("a TCP endpoint belongs to a TCP binding"),
             },
-            (_, Some(_)) => unreachable!("a buffer is lent only to calls over UDP and TCP"),
-            (AsyncEndpoint::Shm(ep), None) => match &binding.inner.shm {
-                Some(link) => {
-                    ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, alone).await.map(|()| false)
-                }
+            (AsyncEndpoint::Shm(ep), tail) => match &binding.inner.shm {
+                Some(link) => ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, tail, alone).await,
                 None => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
             },
         }
     }
 
-    /// Whether a buffer can be lent to this endpoint's call of `segs` (over UDP or TCP, with room).
+    /// Whether a buffer can be lent to the call of `segs` (when its segments have room).
     pub(super) fn lends(&self, segs: &Segments<'_>) -> bool {
-        matches!(self, AsyncEndpoint::Udp { .. } | AsyncEndpoint::Tcp(_)) && segs.takes_tail()
+        segs.takes_tail()
     }
 }
 
@@ -416,7 +413,9 @@ fn watch(binding: Weak<BindingInner>) {
 }
 
 impl ShmEndpoint {
-    /// [`ShmEndpoint::run`] for an async call.
+    /// [`ShmEndpoint::run`] for an async call. `tail`: a buffer lent to the call, as to
+    /// [`ShmEndpoint::run_in_out`]; true when the result's first bytes were copied there.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_async(
         &mut self,
         inner: &Arc<BindingInner>,
@@ -424,22 +423,32 @@ impl ShmEndpoint {
         deadline: Option<Duration>,
         procedure: u16,
         segs: &Segments<'_>,
+        tail: Option<&mut [u8]>,
         alone: bool,
-    ) -> Result<(), CallError> {
+    ) -> Result<bool, CallError> {
         let deadline = deadline.map(|d| Instant::now() + d);
         if self.is_abandoned() {
             self.wait_async(inner, link, deadline, false, false).await?;
             self.reclaim(link);
         }
         let started = tiercel_sys::clock::ticks();
-        let len = self.publish(link, procedure, segs, deadline)?;
+        let len = match tail.as_deref() {
+            Some(tail) => {
+                self.publish(link, procedure, &super::udp::with_lent(segs, self.scratch_len(), tail)?, deadline)?
+            }
+            None => self.publish(link, procedure, segs, deadline)?,
+        };
         // Until the result is read, the slot is the server's: if this future is dropped meanwhile,
         // the endpoint goes back to the pool as abandoned (see `AsyncEndpoint::cancel`).
         self.set_abandoned(true);
         self.wait_async(inner, link, deadline, true, alone).await?;
         self.set_abandoned(false);
         self.observe(tiercel_sys::clock::elapsed(started, tiercel_sys::clock::ticks()));
-        self.collect(link, procedure, len)
+        let lent = self.collect(link, procedure, len, tail)?;
+        if lent {
+            inner.stats.in_place.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(lent)
     }
 
     /// While other calls of the binding are in flight, the runtime has their tasks to run: this one

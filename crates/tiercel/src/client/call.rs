@@ -117,11 +117,12 @@ impl<'b, 'a> Call<'b, 'a> {
     /// Sends the call, whose message is what was marshaled followed by `buffer`'s bytes, and
     /// waits for its result, which begins with the bytes that go back into `buffer` (an `InOut`
     /// that is the procedure's one buffer and its last argument: the stub marshals its length, not
-    /// its bytes). Over UDP and TCP a large result's bytes are received straight into `buffer`
-    /// ([`Reply::in_place`]); otherwise the stub copies them there from the reply.
+    /// its bytes). A large result's bytes are received straight into `buffer` (through shared
+    /// memory, any result's: [`Reply::in_place`]); otherwise the stub copies them there from the
+    /// reply.
     pub fn invoke_in_out(mut self, buffer: &'a mut [u8]) -> Result<Reply<'b>, CallError> {
         match &self.engine {
-            Some(Engine::Udp(_) | Engine::Tcp(_)) if self.segments.takes_tail() => self.invoke_with(Some(buffer)),
+            Some(_) if self.segments.takes_tail() => self.invoke_with(Some(buffer)),
             _ => {
                 let buffer: &'a [u8] = buffer;
                 self.writer().put_borrowed(buffer);
@@ -142,7 +143,12 @@ impl<'b, 'a> Call<'b, 'a> {
                 Some(tail) => ep.run_in_out(b, self.procedure, &self.segments, tail).map(|landed| in_place = landed),
                 None => ep.run(b, self.procedure, &self.segments),
             },
-            (Engine::Shm(ep), Some(link)) => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
+            (Engine::Shm(ep), Some(link)) => match tail {
+                Some(tail) => ep
+                    .run_in_out(&b.inner, link, b.deadline, self.procedure, &self.segments, tail)
+                    .map(|landed| in_place = landed),
+                None => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
+            },
             (Engine::Shm(_), None) => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
             (Engine::Tcp(ep), _) => match (&b.inner.tcp, tail) {
                 (Some(link), Some(tail)) => ep
@@ -250,8 +256,8 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
     }
 
     /// [`Call::invoke_in_out`] without blocking the thread: the call's message is what was
-    /// marshaled followed by `buffer`'s bytes, and over UDP and TCP a large result's bytes are received
-    /// straight into `buffer` ([`Reply::in_place`]). Called once, after [`AsyncCall::start`].
+    /// marshaled followed by `buffer`'s bytes, and a large result's bytes are received straight into
+    /// `buffer` ([`Reply::in_place`]). Called once, after [`AsyncCall::start`].
     pub async fn invoke_in_out(&mut self, buffer: &'a mut [u8]) -> Result<Reply<'b>, CallError> {
         match &self.engine {
             Some(ep) if ep.lends(&self.segments) => self.invoke_with(Some(buffer)).await,

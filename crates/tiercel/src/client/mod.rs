@@ -188,10 +188,11 @@ pub struct ClientStats {
     /// kernel's copy of their bytes the only one): on loopback one a receive, on paths of small
     /// datagrams the fragments of a coalesced run.
     pub landed: AtomicU64,
-    /// Results received into the buffer the caller lent (a call over UDP or TCP, synchronous or
-    /// async, of a procedure whose one buffer is an `InOut` and its last argument, with a result
-    /// of several datagrams, or over TCP larger than the connection's 64 KiB receive buffer), not
-    /// copied there out of the result's reassembly or frame.
+    /// Results received into the buffer the caller lent (a call, synchronous or async, of a
+    /// procedure whose one buffer is an `InOut` and its last argument, with a result of several
+    /// datagrams over UDP, larger than the connection's 64 KiB receive buffer over TCP, or any `Ok`
+    /// result through shared memory), not copied there out of the result's reassembly, frame or
+    /// private copy.
     pub in_place: AtomicU64,
     /// Of the fragments of those results over UDP, the ones received straight into the lent
     /// buffer (the others, a few, are copied there once the result is whole).

@@ -143,7 +143,11 @@ pub(crate) struct ShmEndpoint {
     binding: Weak<BindingInner>,
     slot: u32,
     scratch: Vec<u8>,
+    /// The private copy of the last result: its first `result_len` bytes. (The buffer keeps the
+    /// length of the longest result since it was last given back, so that its bytes are zeroed
+    /// once, not before every copy.)
     result: Vec<u8>,
+    result_len: usize,
     spin: SpinBudget,
     /// A call abandoned at its deadline is still in the slot: wait for it before the next one.
     abandoned: bool,
@@ -168,6 +172,7 @@ impl ShmEndpoint {
             slot,
             scratch: Vec::with_capacity(SCRATCH),
             result: Vec::with_capacity(SCRATCH),
+            result_len: 0,
             spin: SpinBudget::new(inner.config.spin),
             abandoned: false,
             context: false,
@@ -179,7 +184,7 @@ impl ShmEndpoint {
     /// deadline goes in the slot's own words, not in the block.
     pub(super) fn begin(&mut self, context: &Context) {
         self.scratch.clear();
-        self.result.clear();
+        self.result_len = 0;
         let context = Context { deadline: None, ..*context };
         self.context = !context.is_empty();
         if self.retention.holds_large() && self.retention.idle(Instant::now()) {
@@ -198,8 +203,13 @@ impl ShmEndpoint {
         &mut self.scratch
     }
 
+    /// Bytes marshaled into the private argument buffer.
+    pub(super) fn scratch_len(&self) -> usize {
+        self.scratch.len()
+    }
+
     pub(super) fn result(&self) -> &[u8] {
-        &self.result
+        &self.result[..self.result_len]
     }
 
     pub(super) fn run(
@@ -210,6 +220,38 @@ impl ShmEndpoint {
         procedure: u16,
         segs: &Segments<'_>,
     ) -> Result<(), CallError> {
+        self.run_with(inner, link, deadline, procedure, segs, None).map(|_| ())
+    }
+
+    /// [`ShmEndpoint::run`] of the message `segs` followed by `tail`, a buffer lent to the call (an
+    /// `InOut` that is the procedure's one buffer and its last argument): the call is copied into
+    /// the slot from it, and its result's first bytes, which go back into it, are copied from the
+    /// slot straight there. Returns whether they were.
+    pub(super) fn run_in_out(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+        tail: &mut [u8],
+    ) -> Result<bool, CallError> {
+        let lent = self.run_with(inner, link, deadline, procedure, segs, Some(tail))?;
+        if lent {
+            inner.stats.in_place.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(lent)
+    }
+
+    fn run_with(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+        tail: Option<&mut [u8]>,
+    ) -> Result<bool, CallError> {
         // The tick counter, not the system clock (a third of the cost): the fast path reads it twice.
         let start = clock::ticks();
         let deadline = deadline.map(|d| Instant::now() + d);
@@ -219,11 +261,16 @@ impl ShmEndpoint {
             self.wait(inner, link, start, deadline, false)?;
             self.reclaim(link);
         }
-        let len = self.publish(link, procedure, segs, deadline)?;
+        let len = match tail.as_deref() {
+            Some(tail) => {
+                self.publish(link, procedure, &super::udp::with_lent(segs, self.scratch.len(), tail)?, deadline)?
+            }
+            None => self.publish(link, procedure, segs, deadline)?,
+        };
         self.wait(inner, link, start, deadline, true)?;
         mark(Point::Arrived);
         self.spin.observe(clock::elapsed(start, clock::ticks()));
-        self.collect(link, procedure, len)
+        self.collect(link, procedure, len, tail)
     }
 
     /// The slot's control word `at` (an offset from the slot's start).
@@ -273,8 +320,16 @@ impl ShmEndpoint {
     }
 
     /// Reads the published result of a call of `len` bytes into private memory, checks it, and
-    /// gives the slot back.
-    pub(super) fn collect(&mut self, link: &Link, procedure: u16, len: usize) -> Result<(), CallError> {
+    /// gives the slot back. With `tail`, a buffer lent to the call, an `Ok` result at least as long
+    /// has its first bytes copied straight there (the result's bytes in its place in the private
+    /// copy are left as they were, and the stub skips them): true when they were.
+    pub(super) fn collect(
+        &mut self,
+        link: &Link,
+        procedure: u16,
+        len: usize,
+        tail: Option<&mut [u8]>,
+    ) -> Result<bool, CallError> {
         let (region, layout) = (&link.region, link.layout);
         let base = layout.slot(self.slot);
         let data = layout.data(self.slot);
@@ -290,8 +345,24 @@ impl ShmEndpoint {
             )));
         };
         mark(Point::Validated);
-        self.result.resize(rlen, 0);
-        region.read(data, &mut self.result);
+        if self.result.len() < rlen {
+            self.result.resize(rlen, 0);
+        }
+        self.result_len = rlen;
+        let result = &mut self.result[..rlen];
+        let lent = match tail {
+            // The bytes in the lent buffer's place in the private copy are left as they were: the
+            // stub skips them.
+            Some(tail) if status == Status::Ok && rlen >= tail.len() => {
+                region.read(data, tail);
+                region.read(data + tail.len(), &mut result[tail.len()..]);
+                true
+            }
+            _ => {
+                region.read(data, result);
+                false
+            }
+        };
         mark(Point::ResultCopied);
         proto::client_reset(state);
         let extent = rlen.max(len);
@@ -301,11 +372,11 @@ impl ShmEndpoint {
             region.discard(data, extent);
         }
         match status {
-            Status::Ok => Ok(()),
+            Status::Ok => Ok(lent),
             // The server's memory budgets had no room: the call was refused unread.
             Status::Busy => Err(CallError::Overloaded),
             s => {
-                let message = String::from_utf8_lossy(&self.result).into_owned();
+                let message = String::from_utf8_lossy(self.result()).into_owned();
                 Err(super::udp::status_error(s, procedure, message))
             }
         }
