@@ -135,7 +135,8 @@ fn large_buffers_up_to_the_message_limit() {
 fn a_lent_in_out_buffer_receives_its_result_straight_from_the_slot() {
     // `flip` takes its one buffer, an `InOut`, last: the stub lends the caller's buffer to the
     // call, which is copied into the slot from it, and the result's bytes are copied from the slot
-    // straight into it (not through the private copy of the result).
+    // straight into it (not through the private copy of the result). The server runs a large
+    // call on its private copy of the arguments and publishes the result from there.
     let s = server();
     let k: StoreClient = Client::connect(s.addr()).unwrap().import().unwrap();
     assert_eq!(k.binding().transport(), tiercel::Transport::SharedMemory);
@@ -151,17 +152,26 @@ fn a_lent_in_out_buffer_receives_its_result_straight_from_the_slot() {
         assert!(both == expected, "{size} bytes: the buffer came back changed by the procedure");
         assert_eq!(in_place(), i as u64 + 1, "{size} bytes: copied from the slot into the buffer");
     }
+    // The server ran the large calls on its copy of their arguments, and published their results
+    // from there.
+    let ran_in_place = || s.stats().in_place.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(ran_in_place(), 2, "the 16 MiB and 1 MiB calls");
     // A failed call leaves the buffer as it was, and the next one goes on.
-    let mut both = expected.clone();
+    let mut both: Vec<u8> = (0..1 << 20).map(|j| (j % 13) as u8).collect();
+    let unchanged = both.clone();
     match k.flip(0, InOut(&mut both)) {
         Err(CallError::Panicked(m)) => assert!(m.contains("told to panic"), "{m}"),
         other => panic!("{other:?}"),
     }
-    assert!(both == expected, "a failed call's buffer is untouched");
+    assert!(both == unchanged, "a failed call's buffer is untouched");
+    assert_eq!(ran_in_place(), 2, "a call that failed sent no result from its arguments");
     let mut small = [1u8, 2, 3];
     assert_eq!(k.flip(1, InOut(&mut small)).unwrap(), 6);
     assert_eq!(small, [0, 3, 2]);
     assert_eq!(in_place(), 5);
+    assert_eq!(k.flip(2, InOut(&mut both)).unwrap(), sum(&unchanged));
+    assert!(both.iter().zip(&unchanged).all(|(&b, &u)| b == u ^ 2));
+    assert_eq!((in_place(), ran_in_place()), (6, 3));
 }
 
 #[test]

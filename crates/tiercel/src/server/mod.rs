@@ -435,8 +435,8 @@ pub struct ServerStats {
     /// copy of their bytes is the only one.
     pub landed: AtomicU64,
     /// Large calls whose procedure ran on its `InOut` buffer where the call's fragments were put
-    /// together (over TCP: where its frame was read), the result sent back from there: the buffer
-    /// went back without a copy.
+    /// together (over TCP: where its frame was read; through shared memory: in the private copy of
+    /// its arguments), the result sent back from there: the buffer went back without a copy.
     pub in_place: AtomicU64,
 }
 

@@ -36,6 +36,9 @@ use crate::steps::{self, mark, Point};
 
 /// How long a blocked server thread sleeps before looking whether its client is still there.
 const LIVENESS: Duration = Duration::from_millis(100);
+/// A call longer than this whose procedure works on its `InOut` buffer in place runs on its
+/// arguments' private copy, and its result is published from there (`serve_in_place`).
+const IN_PLACE: usize = PAGE;
 /// How long a connection has, from its arrival, to complete the bind exchange.
 pub(crate) const HANDSHAKE: Duration = Duration::from_secs(2);
 /// Connections in the bind exchange at once; more are closed at once (their clients bind over UDP).
@@ -979,18 +982,22 @@ impl<'a> Worker<'a> {
                 }
                 team.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
                 let limit = team.layout.data;
+                let arrival = Arrival {
+                    // A relative deadline is the network's: this transport carries the instant.
+                    at: None,
+                    context: call.context,
+                    deadline: deadline.map(tiercel_sys::clock::instant_of_monotonic),
+                    transport: "shm",
+                };
+                if call.len > IN_PLACE && team.binding.in_place(call.procedure) {
+                    return self.serve_in_place(i, b, call.procedure, arrival, len);
+                }
                 let mut status = super::dispatch::run_procedure(
                     &team.shared,
                     &team.binding,
                     call.procedure,
                     &self.args,
-                    Arrival {
-                        // A relative deadline is the network's: this transport carries the instant.
-                        at: None,
-                        context: call.context,
-                        deadline: deadline.map(tiercel_sys::clock::instant_of_monotonic),
-                        transport: "shm",
-                    },
+                    arrival,
                     &mut self.out,
                     0,
                     limit,
@@ -1013,17 +1020,79 @@ impl<'a> Worker<'a> {
         self.publish(i, b, status, len);
     }
 
+    /// Runs a call of an in-place procedure ([`crate::Export::in_place`]) on its arguments' private
+    /// copy, where its `InOut` buffer is changed and its return value appended, and publishes the
+    /// result from there: no result buffer grows to the buffer's size, and it is not copied once
+    /// more. An error goes back from `self.out`.
+    #[cold]
+    #[inline(never)]
+    fn serve_in_place(&mut self, i: u32, b: &mut Books, procedure: u16, arrival: Arrival, len: usize) {
+        let team = self.team;
+        let ran = super::dispatch::run_in_place(
+            &team.shared,
+            &team.binding,
+            procedure,
+            &mut self.args,
+            0,
+            arrival,
+            &mut self.out,
+            0,
+        );
+        let limit = team.layout.data;
+        match ran {
+            Ok(body) if self.args.len() - body <= limit => {
+                // The return value may have grown the arguments' copy, and the result may reach
+                // past the pages the call took: charged first, as any result.
+                let n = self.args.len() - body;
+                let held = b.held.max(n.next_multiple_of(PAGE));
+                let fits = (held == b.held && self.buffers() <= self.charge.charged) || self.settle(b, held, 0) || {
+                    self.team.forget_taken();
+                    self.settle(b, held, 0)
+                };
+                if fits {
+                    team.shared.stats.in_place.fetch_add(1, Ordering::Relaxed);
+                    return self.publish_from(i, b, Status::Ok, len, Some(body));
+                }
+                self.args = Vec::new();
+                let message = format!("result of {n} bytes exceeds the server's shared-memory budget");
+                super::dispatch::error_message(&mut self.out, &message);
+                self.charge.settle(self.buffers());
+                self.publish(i, b, Status::ResultTooLarge, len)
+            }
+            Ok(body) => {
+                let n = self.args.len() - body;
+                super::dispatch::error_message(
+                    &mut self.out,
+                    &format!("result of {n} bytes exceeds the slot's {limit}"),
+                );
+                self.publish(i, b, Status::ResultTooLarge, len)
+            }
+            Err(status) => self.publish(i, b, status, len),
+        }
+    }
+
     /// Writes the result in `self.out` with `status` into slot `i` (claimed: `b`), whose call had
     /// `len` bytes of arguments, and publishes it.
     fn publish(&mut self, i: u32, b: &mut Books, status: Status, len: usize) {
+        self.publish_from(i, b, status, len, None)
+    }
+
+    /// [`Self::publish`] of the result in `self.out`, or with `in_args`, in `self.args` from there on
+    /// (an in-place procedure's).
+    fn publish_from(&mut self, i: u32, b: &mut Books, status: Status, len: usize, in_args: Option<usize>) {
         let team = self.team;
         let base = team.layout.slot(i);
         let data = team.layout.data(i);
-        team.region.write(data, &self.out);
-        self.word(base + slot::LEN).store(self.out.len() as u32, Ordering::Relaxed);
+        let out = match in_args {
+            Some(body) => &self.args[body..],
+            None => &self.out[..],
+        };
+        team.region.write(data, out);
+        let out_len = out.len();
+        self.word(base + slot::LEN).store(out_len as u32, Ordering::Relaxed);
         self.word(base + slot::STATUS).store(status as u32, Ordering::Relaxed);
         let extent = b.held;
-        let result = self.out.len().next_multiple_of(PAGE);
+        let result = out_len.next_multiple_of(PAGE);
         if len > retention::LARGE && extent > result {
             // The arguments were large: give back the part of the slot the result does not cover,
             // but not on every call (a stream of large calls would fault the pages in anew) unless
