@@ -97,19 +97,29 @@ pub fn table(
         async_median_us: a.median_us(),
         async_p99_us: a.p99_us(),
     };
+    // Throughput in `rounds` interleaved slices of each row's time, each round starting with the
+    // next row: a row measured in one piece can fall into one of the machine's slow stretches, and
+    // a slice's rate swings by a tenth or more either way. Each row is the median of its slices.
+    let rows = 1 + ASYNC_CALLERS.len();
+    let slice = time / rounds.max(1);
+    let mut rates = vec![Vec::new(); rows];
+    for round in 0..rounds.max(1) as usize {
+        for k in (0..rows).map(|k| (round + k) % rows) {
+            rates[k].push(match k {
+                0 => threads(&sync, SYNC_THREADS, client_cpu, slice)?,
+                _ => rt.block_on(tasks(&client, ASYNC_CALLERS[k - 1], slice))?,
+            });
+        }
+    }
+    let mut rates = rates.into_iter().map(crate::summary::median);
     let mut throughput = vec![Throughput {
         transport,
         callers_are: "sync threads",
         callers: SYNC_THREADS,
-        calls_per_second: threads(&sync, SYNC_THREADS, client_cpu, time)?,
+        calls_per_second: rates.next().unwrap_or(0.0),
     }];
-    for callers in ASYNC_CALLERS {
-        throughput.push(Throughput {
-            transport,
-            callers_are: "async tasks",
-            callers,
-            calls_per_second: rt.block_on(tasks(&client, callers, time))?,
-        });
+    for (callers, calls_per_second) in ASYNC_CALLERS.into_iter().zip(rates) {
+        throughput.push(Throughput { transport, callers_are: "async tasks", callers, calls_per_second });
     }
     Ok((row, throughput))
 }
@@ -240,11 +250,16 @@ pub fn print(rows: &[Row], throughput: &[Throughput], rounds: u32, calls: u32, t
         );
     }
     outln!(
-        "\nThroughput of Null calls on one binding, every caller on the caller's CPU ({:.1} s per row): async tasks \
-         on one",
+        "\nThroughput of Null calls on one binding, every caller on the caller's CPU ({:.1} s per row, the median of \
+         {rounds} slices",
         time.as_secs_f64()
     );
-    outln!("current-thread runtime against {SYNC_THREADS} threads of synchronous calls");
+    outln!(
+        "of {:.0} ms interleaved with the other rows'): async tasks on one current-thread runtime against \
+         {SYNC_THREADS} threads of",
+        time.as_secs_f64() * 1e3 / rounds.max(1) as f64
+    );
+    outln!("synchronous calls");
     outln!("{:>9} | {:>14} {:>8} | {:>12} | {:>12}", "transport", "callers", "", "calls/s", "vs 8 threads");
     for t in throughput {
         let threads = throughput

@@ -30,11 +30,6 @@ const FIXED: [usize; 3] = [1, 2, 4];
 /// Slices of calls/s measurement per server and caller count in each round.
 const SLICES_PER_ROUND: usize = 3;
 
-fn median(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    rates.get(rates.len() / 2).copied().unwrap_or(0.0)
-}
-
 /// Measures every configuration, and the raw spinning UDP Null ping-pong in the same rounds.
 pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time: Duration) -> crate::Result<Vec<Row>> {
     let default_workers = tiercel::ServerConfig::default().workers;
@@ -104,7 +99,7 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time
             eight.push(crate::asynch::threads(client, 8, client_cpu, slice)?);
         }
     }
-    let rates = rates.into_iter().map(|(one, eight)| (median(one), median(eight)));
+    let rates = rates.into_iter().map(|(one, eight)| (crate::summary::median(one), crate::summary::median(eight)));
     let mut rows = Vec::new();
     for (((name, _), (server, _, summary)), (one, eight)) in configs.into_iter().zip(servers).zip(rates) {
         rows.push(Row {
