@@ -367,6 +367,18 @@ mod tests {
         &bytes[n..]
     }
 
+    /// Reads all of `bytes` into `d`, growing it for the frames that need it.
+    fn fill_growing(d: &mut Deframer, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if let Ok(Next::Partial(len)) = d.next() {
+                if !d.fits(len) {
+                    d.grow_for(len);
+                }
+            }
+            bytes = fill(d, bytes);
+        }
+    }
+
     fn framed(p: &[u8]) -> Vec<u8> {
         let mut f = prefix(p.len()).to_vec();
         f.extend_from_slice(p);
@@ -377,15 +389,7 @@ mod tests {
     fn a_large_frame_alone_in_the_buffer_is_worked_on_where_it_landed() {
         let big = packet(&[5; 3000]);
         let mut d = Deframer::new(128, 10_000);
-        let mut rest = &framed(&big)[..];
-        while !rest.is_empty() {
-            if let Ok(Next::Partial(len)) = d.next() {
-                if !d.fits(len) {
-                    d.grow_for(len);
-                }
-            }
-            rest = fill(&mut d, rest);
-        }
+        fill_growing(&mut d, &framed(&big));
         let landed = d.frame().as_ptr();
         let got = d.consume_in_place(|buf| {
             assert_eq!(buf[PREFIX_LEN..], big[..], "the buffer is the frame, prefix first, and no more");
@@ -433,15 +437,7 @@ mod tests {
         let mut spare = Vec::new();
         for round in 0..4u8 {
             let p = packet(&vec![round; 2000 + round as usize]);
-            let mut rest = &framed(&p)[..];
-            while !rest.is_empty() {
-                if let Ok(Next::Partial(len)) = d.next() {
-                    if !d.fits(len) {
-                        d.grow_for(len);
-                    }
-                }
-                rest = fill(&mut d, rest);
-            }
+            fill_growing(&mut d, &framed(&p));
             let frame = d.take_frame(spare).unwrap();
             assert_eq!(frame[PREFIX_LEN..], p[..]);
             assert_eq!(d.next(), Ok(Next::Nothing));

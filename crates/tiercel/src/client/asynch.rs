@@ -414,7 +414,7 @@ fn watch(binding: Weak<BindingInner>) {
 
 impl ShmEndpoint {
     /// [`ShmEndpoint::run`] for an async call. `tail`: a buffer lent to the call, as to
-    /// [`ShmEndpoint::run_in_out`]; true when the result's first bytes were copied there.
+    /// [`ShmEndpoint::run`]; true when the result's first bytes were copied there.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_async(
         &mut self,
@@ -432,23 +432,14 @@ impl ShmEndpoint {
             self.reclaim(link);
         }
         let started = tiercel_sys::clock::ticks();
-        let len = match tail.as_deref() {
-            Some(tail) => {
-                self.publish(link, procedure, &super::udp::with_lent(segs, self.scratch_len(), tail)?, deadline)?
-            }
-            None => self.publish(link, procedure, segs, deadline)?,
-        };
+        let len = self.publish_lent(link, procedure, segs, tail.as_deref(), deadline)?;
         // Until the result is read, the slot is the server's: if this future is dropped meanwhile,
         // the endpoint goes back to the pool as abandoned (see `AsyncEndpoint::cancel`).
         self.set_abandoned(true);
         self.wait_async(inner, link, deadline, true, alone).await?;
         self.set_abandoned(false);
         self.observe(tiercel_sys::clock::elapsed(started, tiercel_sys::clock::ticks()));
-        let lent = self.collect(link, procedure, len, tail)?;
-        if lent {
-            inner.stats.in_place.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(lent)
+        self.collect(inner, link, procedure, len, tail)
     }
 
     /// While other calls of the binding are in flight, the runtime has their tasks to run: this one

@@ -143,19 +143,15 @@ impl<'b, 'a> Call<'b, 'a> {
                 Some(tail) => ep.run_in_out(b, self.procedure, &self.segments, tail).map(|landed| in_place = landed),
                 None => ep.run(b, self.procedure, &self.segments),
             },
-            (Engine::Shm(ep), Some(link)) => match tail {
-                Some(tail) => ep
-                    .run_in_out(&b.inner, link, b.deadline, self.procedure, &self.segments, tail)
-                    .map(|landed| in_place = landed),
-                None => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
-            },
+            (Engine::Shm(ep), Some(link)) => {
+                ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments, tail).map(|landed| in_place = landed)
+            }
             (Engine::Shm(_), None) => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
-            (Engine::Tcp(ep), _) => match (&b.inner.tcp, tail) {
-                (Some(link), Some(tail)) => ep
-                    .run_in_out(&b.inner, link, b.deadline, self.procedure, &self.segments, tail)
+            (Engine::Tcp(ep), _) => match &b.inner.tcp {
+                Some(link) => ep
+                    .run(&b.inner, link, b.deadline, self.procedure, &self.segments, tail)
                     .map(|landed| in_place = landed),
-                (Some(link), None) => ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments),
-                (None, _) => unreachable!("a TCP endpoint belongs to a TCP binding"),
+                None => unreachable!("a TCP endpoint belongs to a TCP binding"),
             },
             #[cfg(feature = "async")]
             (Engine::Async(..), _) => unreachable!("a synchronous call takes the thread's endpoint"),

@@ -203,47 +203,15 @@ impl ShmEndpoint {
         &mut self.scratch
     }
 
-    /// Bytes marshaled into the private argument buffer.
-    pub(super) fn scratch_len(&self) -> usize {
-        self.scratch.len()
-    }
-
     pub(super) fn result(&self) -> &[u8] {
         &self.result[..self.result_len]
     }
 
+    /// Makes the call: publish, wait (spinning, then sleeping), and copy the result out. With
+    /// `tail`, a buffer lent to the call (an `InOut` that is the procedure's one buffer and its
+    /// last argument), the call is copied into the slot from it, and its result's first bytes,
+    /// which go back into it, are copied from the slot straight there: true when they were.
     pub(super) fn run(
-        &mut self,
-        inner: &BindingInner,
-        link: &Link,
-        deadline: Option<Duration>,
-        procedure: u16,
-        segs: &Segments<'_>,
-    ) -> Result<(), CallError> {
-        self.run_with(inner, link, deadline, procedure, segs, None).map(|_| ())
-    }
-
-    /// [`ShmEndpoint::run`] of the message `segs` followed by `tail`, a buffer lent to the call (an
-    /// `InOut` that is the procedure's one buffer and its last argument): the call is copied into
-    /// the slot from it, and its result's first bytes, which go back into it, are copied from the
-    /// slot straight there. Returns whether they were.
-    pub(super) fn run_in_out(
-        &mut self,
-        inner: &BindingInner,
-        link: &Link,
-        deadline: Option<Duration>,
-        procedure: u16,
-        segs: &Segments<'_>,
-        tail: &mut [u8],
-    ) -> Result<bool, CallError> {
-        let lent = self.run_with(inner, link, deadline, procedure, segs, Some(tail))?;
-        if lent {
-            inner.stats.in_place.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(lent)
-    }
-
-    fn run_with(
         &mut self,
         inner: &BindingInner,
         link: &Link,
@@ -261,16 +229,28 @@ impl ShmEndpoint {
             self.wait(inner, link, start, deadline, false)?;
             self.reclaim(link);
         }
-        let len = match tail.as_deref() {
-            Some(tail) => {
-                self.publish(link, procedure, &super::udp::with_lent(segs, self.scratch.len(), tail)?, deadline)?
-            }
-            None => self.publish(link, procedure, segs, deadline)?,
-        };
+        let len = self.publish_lent(link, procedure, segs, tail.as_deref(), deadline)?;
         self.wait(inner, link, start, deadline, true)?;
         mark(Point::Arrived);
         self.spin.observe(clock::elapsed(start, clock::ticks()));
-        self.collect(link, procedure, len, tail)
+        self.collect(inner, link, procedure, len, tail)
+    }
+
+    /// [`ShmEndpoint::publish`] of the message `segs` followed by `tail`, if a buffer is lent.
+    pub(super) fn publish_lent(
+        &mut self,
+        link: &Link,
+        procedure: u16,
+        segs: &Segments<'_>,
+        tail: Option<&[u8]>,
+        deadline: Option<Instant>,
+    ) -> Result<usize, CallError> {
+        match tail {
+            Some(tail) => {
+                self.publish(link, procedure, &super::udp::with_lent(segs, self.scratch.len(), tail)?, deadline)
+            }
+            None => self.publish(link, procedure, segs, deadline),
+        }
     }
 
     /// The slot's control word `at` (an offset from the slot's start).
@@ -325,6 +305,7 @@ impl ShmEndpoint {
     /// copy are left as they were, and the stub skips them): true when they were.
     pub(super) fn collect(
         &mut self,
+        inner: &BindingInner,
         link: &Link,
         procedure: u16,
         len: usize,
@@ -372,7 +353,12 @@ impl ShmEndpoint {
             region.discard(data, extent);
         }
         match status {
-            Status::Ok => Ok(lent),
+            Status::Ok => {
+                if lent {
+                    inner.stats.in_place.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(lent)
+            }
             // The server's memory budgets had no room: the call was refused unread.
             Status::Busy => Err(CallError::Overloaded),
             s => {

@@ -10,7 +10,7 @@
 //! one caller there is no handoff at all: it reads its own result. A result larger than the
 //! connection's 64 KiB buffer that is all the buffer holds is not copied: the buffer it was read
 //! into goes to its caller, and the connection is read on into the one the caller had before. A
-//! caller that lends its buffer to the call ([`TcpEndpoint::run_in_out`]) reads its result's bytes
+//! caller that lends its buffer to the call ([`TcpEndpoint::run`]) reads its result's bytes
 //! that go back into that buffer straight there ([`Link::land`]).
 //!
 //! The server sends a heartbeat frame every second while a call of the connection runs, so a
@@ -393,6 +393,11 @@ impl Link {
             lend.lent.filled = at;
         }
         let room = demux.frames.spare().len().min(lend.tail.len() - at);
+        if room == 0 {
+            // (Not with a frame that fits and is not whole; a read of nothing would look like the
+            // end of the connection.)
+            return None;
+        }
         match (&self.stream).read(&mut lend.tail[at..at + room]) {
             Ok(0) => Some(Err(std::io::ErrorKind::UnexpectedEof.into())),
             Ok(n) => {
@@ -442,7 +447,7 @@ pub(crate) struct TcpEndpoint {
     reading: bool,
     /// What arrived for the last call: kind and status.
     arrived: Option<(Kind, Status)>,
-    /// Of the buffer lent to the call being made ([`TcpEndpoint::run_in_out`]), the first bytes
+    /// Of the buffer lent to the call being made ([`TcpEndpoint::run`]), the first bytes
     /// that hold the result's already, and of those the ones read straight there.
     lent: Lent,
 }
@@ -536,7 +541,10 @@ impl TcpEndpoint {
     }
 
     /// Makes the call: send, wait (spinning, then blocking), and leave the results where
-    /// [`TcpEndpoint::result`] finds them.
+    /// [`TcpEndpoint::result`] finds them. With `tail`, a buffer lent to the call (an `InOut` that
+    /// is the procedure's one buffer and its last argument), the call is sent from it, and its
+    /// result's first bytes, which go back into it, are read straight there: true when they were
+    /// (false: the stub copies them from the result as usual).
     pub(super) fn run(
         &mut self,
         inner: &BindingInner,
@@ -544,31 +552,28 @@ impl TcpEndpoint {
         deadline: Option<Duration>,
         procedure: u16,
         segs: &Segments<'_>,
-    ) -> Result<(), CallError> {
+        mut tail: Option<&mut [u8]>,
+    ) -> Result<bool, CallError> {
         let start = Instant::now();
-        self.send(inner, link, procedure, segs)?;
-        self.wait(inner, link, deadline.map(|d| start + d), start, None)?;
-        self.finish(procedure)
+        self.send_lent(inner, link, procedure, segs, tail.as_deref())?;
+        self.wait(inner, link, deadline.map(|d| start + d), start, tail.as_deref_mut())?;
+        self.finish(procedure)?;
+        Ok(tail.is_some_and(|tail| self.settle_lent(inner, tail)))
     }
 
-    /// [`TcpEndpoint::run`] of the message `segs` followed by `tail`, a buffer lent to the call (an
-    /// `InOut` that is the procedure's one buffer and its last argument): the call is sent from
-    /// it, and its result's first bytes, which go back into it, are read straight there. Returns
-    /// whether they were (false: the stub copies them from the result as usual).
-    pub(super) fn run_in_out(
+    /// [`TcpEndpoint::send`] of the message `segs` followed by `tail`, if a buffer is lent.
+    fn send_lent(
         &mut self,
         inner: &BindingInner,
         link: &Link,
-        deadline: Option<Duration>,
         procedure: u16,
         segs: &Segments<'_>,
-        tail: &mut [u8],
-    ) -> Result<bool, CallError> {
-        let start = Instant::now();
-        self.send(inner, link, procedure, &super::udp::with_lent(segs, self.scratch.len(), &*tail)?)?;
-        self.wait(inner, link, deadline.map(|d| start + d), start, Some(&mut *tail))?;
-        self.finish(procedure)?;
-        Ok(self.settle_lent(inner, tail))
+        tail: Option<&[u8]>,
+    ) -> Result<(), CallError> {
+        match tail {
+            Some(tail) => self.send(inner, link, procedure, &super::udp::with_lent(segs, self.scratch.len(), tail)?),
+            None => self.send(inner, link, procedure, segs),
+        }
     }
 
     /// Once a call with a lent buffer has its result: copies into `tail` the buffer's bytes that
@@ -823,7 +828,7 @@ impl TcpEndpoint {
     /// on tokio's reactor, the others are woken by it. Spins first when `alone` (the only async
     /// call of the binding in flight), as a synchronous call does. The frame is written on the
     /// task's thread: it waits there only if the socket's buffer is full. `tail`: a buffer lent to
-    /// the call, as to [`TcpEndpoint::run_in_out`]; true when its result was read into it.
+    /// the call, as to [`TcpEndpoint::run`]; true when its result was read into it.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn run_async(
         &mut self,
@@ -838,10 +843,7 @@ impl TcpEndpoint {
         let ready = link.ready()?;
         let start = Instant::now();
         let deadline = deadline.map(|d| start + d);
-        match tail.as_deref() {
-            Some(tail) => self.send(inner, link, procedure, &super::udp::with_lent(segs, self.scratch.len(), tail)?)?,
-            None => self.send(inner, link, procedure, segs)?,
-        }
+        self.send_lent(inner, link, procedure, segs, tail.as_deref())?;
         let spin_until = if alone { start + self.spin.budget() } else { start };
         loop {
             let now = Instant::now();
