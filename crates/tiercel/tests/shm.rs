@@ -151,6 +151,12 @@ fn a_lent_in_out_buffer_receives_its_result_straight_from_the_slot() {
         expected.iter_mut().for_each(|b| *b ^= key);
         assert!(both == expected, "{size} bytes: the buffer came back changed by the procedure");
         assert_eq!(in_place(), i as u64 + 1, "{size} bytes: copied from the slot into the buffer");
+        if size == 16 << 20 {
+            // The server holds the slot's pages and its copy of the arguments, the return value
+            // appended to it: no result buffer of its own, and no copy grown to twice the size.
+            let held = s.message_memory();
+            assert!(held <= 2 * size + (1 << 20), "{held} bytes held after a {size}-byte call");
+        }
     }
     // The server ran the large calls on its copy of their arguments, and published their results
     // from there.

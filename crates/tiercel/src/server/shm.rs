@@ -946,7 +946,10 @@ impl<'a> Worker<'a> {
         // The pages the call's arguments (and at least an error message) take, charged before they
         // are touched; the fast path finds them charged already.
         let pages = len.max(1).next_multiple_of(PAGE);
-        let fits = b.held >= pages && self.args.capacity() >= len || self.make_room(b, pages, len);
+        // A grown argument buffer has a page of room past the arguments, for the return value an
+        // in-place procedure appends there (`serve_in_place`): without it that would grow the
+        // buffer to twice the arguments.
+        let fits = b.held >= pages && self.args.capacity() >= len || self.make_room(b, pages, len + PAGE);
         let status = match call {
             _ if !fits => {
                 // No room in the budgets: refused unread, nothing written to the slot's data.
@@ -967,7 +970,7 @@ impl<'a> Worker<'a> {
             }
             Some(call) => {
                 if self.args.capacity() < call.len {
-                    self.args.reserve_exact(call.len - self.args.len());
+                    self.args.reserve_exact(call.len + PAGE - self.args.len());
                 }
                 self.args.resize(call.len, 0);
                 team.region.read(data, &mut self.args);
