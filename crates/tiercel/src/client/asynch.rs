@@ -153,22 +153,17 @@ impl AsyncEndpoint {
         tail: Option<&mut [u8]>,
         alone: bool,
     ) -> Result<bool, CallError> {
-        match (self, tail) {
-            (AsyncEndpoint::Udp { ready, ep }, tail) => run_udp(binding, ready, ep, procedure, segs, tail, alone).await,
-            (AsyncEndpoint::Tcp(ep), tail) => match &binding.inner.tcp {
+        match self {
+            AsyncEndpoint::Udp { ready, ep } => run_udp(binding, ready, ep, procedure, segs, tail, alone).await,
+            AsyncEndpoint::Tcp(ep) => match &binding.inner.tcp {
                 Some(link) => ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, tail, alone).await,
                 None => unreachable!("a TCP endpoint belongs to a TCP binding"),
             },
-            (AsyncEndpoint::Shm(ep), tail) => match &binding.inner.shm {
+            AsyncEndpoint::Shm(ep) => match &binding.inner.shm {
                 Some(link) => ep.run_async(&binding.inner, link, binding.deadline, procedure, segs, tail, alone).await,
                 None => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
             },
         }
-    }
-
-    /// Whether a buffer can be lent to the call of `segs` (when its segments have room).
-    pub(super) fn lends(&self, segs: &Segments<'_>) -> bool {
-        segs.takes_tail()
     }
 }
 

@@ -256,7 +256,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
     /// `buffer` ([`Reply::in_place`]). Called once, after [`AsyncCall::start`].
     pub async fn invoke_in_out(&mut self, buffer: &'a mut [u8]) -> Result<Reply<'b>, CallError> {
         match &self.engine {
-            Some(ep) if ep.lends(&self.segments) => self.invoke_with(Some(buffer)).await,
+            Some(_) if self.segments.takes_tail() => self.invoke_with(Some(buffer)).await,
             _ => {
                 let buffer: &'a [u8] = buffer;
                 self.writer().put_borrowed(buffer);
