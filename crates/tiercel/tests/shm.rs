@@ -181,6 +181,40 @@ fn a_lent_in_out_buffer_receives_its_result_straight_from_the_slot() {
 }
 
 #[test]
+fn large_results_between_large_arguments_keep_the_slot_pages() {
+    // Large `Out` results alternating with large `In` arguments grow both of the server thread's
+    // private buffers, which with the slot's pages take the binding past three quarters of its
+    // budget. The server gives back the buffer each call left unused, not the slot's pages, which
+    // both processes would fault in anew on the next call: those go back at most once a second.
+    let size = 2 << 20;
+    let s = server_with(ServerConfig { binding_memory: 8 << 20, ..ServerConfig::default() });
+    let t: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    assert_eq!(t.binding().transport(), Transport::SharedMemory);
+    let mut out = vec![0u8; size];
+    let mut data = vec![0u8; size];
+    seeds::fill(&mut data);
+    let given_back = || s.stats().given_back.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let pairs = 12;
+    for i in 0..pairs {
+        out.fill(0);
+        t.big_out(Out(&mut out)).unwrap();
+        assert!(seeds::check(&out), "call {i}: the result holds the pattern");
+        t.big_in(In(&data)).unwrap();
+        assert!(s.message_memory() <= 8 << 20, "{} bytes held", s.message_memory());
+    }
+    let seconds = started.elapsed().as_secs() as usize;
+    // Each period may give a slot's pages back once (the arguments' pages, and a page of their
+    // length's): after the first large call, and once more for each second the calls took.
+    assert!(
+        given_back() <= ((1 + seconds) * (size + (64 << 10))) as u64,
+        "{} bytes given back in {pairs} pairs of calls over {seconds} s",
+        given_back()
+    );
+    assert!(pairs > 2 * (1 + seconds), "the calls took too long ({seconds} s) to tell");
+}
+
+#[test]
 fn one_to_eight_threads_share_a_binding() {
     let s = server();
     let t: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();

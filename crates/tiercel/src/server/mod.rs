@@ -438,6 +438,12 @@ pub struct ServerStats {
     /// together (over TCP: where its frame was read; through shared memory: in the private copy of
     /// its arguments), the result sent back from there: the buffer went back without a copy.
     pub in_place: AtomicU64,
+    /// Bytes of shared-memory slot pages given back to the kernel after calls with large arguments
+    /// and small results: at most once a second for a slot, and after every such call while the
+    /// binding holds more than three quarters of its `binding_memory` (its calls are then faulted
+    /// in anew, and zeroed: a count that grows with every large call says the budget is too small
+    /// for the calls).
+    pub given_back: AtomicU64,
 }
 
 impl core::fmt::Display for ServerStats {
@@ -448,7 +454,8 @@ impl core::fmt::Display for ServerStats {
             f,
             "calls={} duplicates={} resent={} malformed={} rejected={} panics={} busy={} bindings={} expired={} \
              reclaimed={} challenged_addresses={} challenged={} auth_failed={} late={} cancelled={} coalesced={} \
-             batched={} sent_together={} handed_off={} landed={} in_place={}",
+             batched={} sent_together={} handed_off={} landed={} in_place={} \
+             given_back={}",
             l(&self.calls),
             l(&self.duplicates),
             l(&self.resent),
@@ -470,6 +477,7 @@ impl core::fmt::Display for ServerStats {
             l(&self.handed_off),
             l(&self.landed),
             l(&self.in_place),
+            l(&self.given_back),
         )
     }
 }

@@ -889,6 +889,20 @@ impl<'a> Worker<'a> {
         self.charge.settle(self.buffers());
     }
 
+    /// Gives back this thread's large private buffers that the call just served (with `len` bytes
+    /// of arguments; its result in the arguments' copy if `result_in_args`) did not use.
+    #[cold]
+    #[inline(never)]
+    fn give_back_unused(&mut self, len: usize, result_in_args: bool) {
+        if len <= retention::LARGE && self.args.capacity() > retention::LARGE {
+            self.args = Vec::new();
+        }
+        if (result_in_args || self.out.len() <= retention::LARGE) && self.out.capacity() > retention::LARGE {
+            self.out = Vec::new();
+        }
+        self.charge.settle(self.buffers());
+    }
+
     /// Bytes of this thread's private buffers.
     fn buffers(&self) -> usize {
         self.args.capacity() + self.out.capacity()
@@ -1094,17 +1108,26 @@ impl<'a> Worker<'a> {
         let out_len = out.len();
         self.word(base + slot::LEN).store(out_len as u32, Ordering::Relaxed);
         self.word(base + slot::STATUS).store(status as u32, Ordering::Relaxed);
+        // The binding holds more than three quarters of its budget. (Not half: a maximum-size
+        // call's slot pages and private copy take half the default budget by themselves, and giving
+        // them back after every such call made a stream of them 13 times slower.)
+        let pressed = || team.budget.used() > team.budget.limit() / 4 * 3;
+        if (len > retention::LARGE || out_len > retention::LARGE) && pressed() {
+            // First the private buffer a large call of another shape grew and this one left
+            // unused: only this process pays to grow it again, while the slot's pages given back
+            // are faulted in anew by both (large Out results alternating with large In arguments
+            // had the slot's pages given back after every In call, which took twice as long).
+            self.give_back_unused(len, in_args.is_some());
+        }
         let extent = b.held;
         let result = out_len.next_multiple_of(PAGE);
         if len > retention::LARGE && extent > result {
             // The arguments were large: give back the part of the slot the result does not cover,
             // but not on every call (a stream of large calls would fault the pages in anew) unless
-            // the binding holds more than three quarters of its budget. (Not half: a maximum-size
-            // call's slot pages and private copy take half the default budget by themselves, and
-            // giving them back after every such call made a stream of them 13 times slower.)
-            let pressed = team.budget.used() > team.budget.limit() / 4 * 3;
-            if b.retention.large(Instant::now()) || pressed {
+            // the binding is still pressed.
+            if b.retention.large(Instant::now()) || pressed() {
                 team.region.discard(data + result, extent - result);
+                team.shared.stats.given_back.fetch_add((extent - result) as u64, Ordering::Relaxed);
                 b.held = result;
                 b.charge.settle(result);
             }
