@@ -115,7 +115,7 @@ pub fn run(args: Args) -> crate::Result<()> {
             async_row: Duration::from_millis(300),
             accounting_calls: 5_000,
             loss_calls: 10,
-            wide_calls: 5,
+            wide_calls: 15,
         }
     } else {
         Budget {
@@ -128,7 +128,7 @@ pub fn run(args: Args) -> crate::Result<()> {
             async_row: Duration::from_millis(1000),
             accounting_calls: 20_000,
             loss_calls: 40,
-            wide_calls: 20,
+            wide_calls: 40,
         }
     };
     let calls = budget.calls;
