@@ -289,8 +289,8 @@ pub fn run(args: Args) -> crate::Result<()> {
     }
     if args.peers {
         crate::progress::doing("peers");
-        report.peers = crate::peers::table(args.server_cpu, args.client_cpu, calls, budget.async_row)?;
-        crate::peers::print(&report.peers, calls, budget.async_row);
+        report.peers = crate::peers::table(args.server_cpu, args.client_cpu, calls, budget.async_row, rounds)?;
+        crate::peers::print(&report.peers, calls, budget.async_row, rounds);
         crate::progress::step();
     }
     crate::progress::finish();

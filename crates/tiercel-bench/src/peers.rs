@@ -46,7 +46,7 @@ pub struct Row {
 }
 
 /// Null throughput of some callers.
-#[derive(serde::Serialize)]
+#[derive(Clone, serde::Serialize)]
 pub struct Load {
     pub callers: u32,
     pub calls_per_second: f64,
@@ -87,7 +87,7 @@ pub fn serve(_: ServeArgs) -> crate::Result<()> {
 
 /// Without the peers, nothing to measure them against.
 #[cfg(not(feature = "peers"))]
-pub fn table(_: usize, _: usize, _: u32, _: Duration) -> crate::Result<Vec<Row>> {
+pub fn table(_: usize, _: usize, _: u32, _: Duration, _: u32) -> crate::Result<Vec<Row>> {
     Err(WITHOUT_PEERS.into())
 }
 
@@ -103,10 +103,13 @@ pub fn serve(args: ServeArgs) -> crate::Result<()> {
 }
 
 /// Measures tiercel (UDP and TCP) and every peer. `calls`: timed calls per latency row; `time`: how
-/// long each throughput row runs.
+/// long each throughput window runs. Every server runs from the start to the end: the latency rows
+/// are measured one system after another, then the throughput rows in `rounds` rounds, each of
+/// which measures every system at 1, 2, 4 and 8 callers in turn, so that drift of the machine hits
+/// them alike; a row's figures are its median window's (system calls and allocations are counted
+/// in the last round's, where perf can count them).
 #[cfg(feature = "peers")]
-pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration) -> crate::Result<Vec<Row>> {
-    let mut rows = Vec::new();
+pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, rounds: u32) -> crate::Result<Vec<Row>> {
     // The allocator uprobes, added for the run and removed when it ends.
     let probes = Probes::add();
     let cpu_arg = server_cpu.to_string();
@@ -114,25 +117,107 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration) -
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let (server, addr) = spawn(&serve)?;
+    let (tiercel_server, addr) = spawn(&serve)?;
     let addr = addr.strip_prefix("udp://").unwrap_or(&addr).to_string();
-    for (system, scheme) in [("tiercel udp", "udp://"), ("tiercel tcp", "tcp://")] {
+    let mut systems = Vec::new();
+    for (name, scheme) in [("tiercel udp", "udp://"), ("tiercel tcp", "tcp://")] {
         let client: TestClient = crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())?;
-        rows.push(tiercel_row(system, &client, server.0.id(), client_cpu, calls, time, &probes)?);
+        systems.push((name.to_string(), tiercel_server.0.id(), System::Tiercel(client)));
     }
-    drop(server);
-    rows.push(raw_udp_row(server_cpu, client_cpu, calls, time, &probes)?);
+    let (raw_server, raw_addr) = crate::raw::spinning_echo(server_cpu)?;
+    systems.push(("raw udp echo".to_string(), raw_server.0.id(), System::RawUdp(raw_addr)));
     // The peers' clients run on tokio's default runtime, its workers pinned with this thread.
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut peer_servers = Vec::new();
     for peer in Peer::ALL {
         let args: Vec<String> =
             ["peer-serve", "--peer", peer.key(), "--cpu", &cpu_arg].iter().map(|s| s.to_string()).collect();
         let (server, addr) = spawn(&args)?;
         let addr: std::net::SocketAddr = addr.parse().map_err(|e| format!("peer address {addr:?}: {e}"))?;
         let client = rt.block_on(Client::connect(peer, addr)).map_err(|e| e.to_string())?;
-        rows.push(peer_row(peer, &rt, &client, server.0.id(), calls, time, &probes)?);
+        systems.push((peer.name().to_string(), server.0.id(), System::Peer(peer, client)));
+        peer_servers.push(server);
     }
+    let mut rows = Vec::new();
+    for (name, _, system) in &systems {
+        let (null, max) = system.latency(&rt, calls)?;
+        rows.push(Row {
+            system: name.clone(),
+            null_median_us: null.median_us(),
+            null_p99_us: null.p99_us(),
+            max_result_median_us: max.median_us(),
+            max_result_p99_us: max.p99_us(),
+            load: Vec::new(),
+        });
+    }
+    let rounds = rounds.max(1);
+    let mut windows: Vec<Vec<Vec<Load>>> = (0..systems.len()).map(|_| vec![Vec::new(); CALLERS.len()]).collect();
+    for round in 0..rounds {
+        let counted = round + 1 == rounds;
+        for (k, callers) in CALLERS.into_iter().enumerate() {
+            for ((_, server, system), windows) in systems.iter().zip(&mut windows) {
+                let measure = |done: &AtomicU64| window(*server, done, time, callers, &probes, counted);
+                windows[k].push(system.load(&rt, callers, client_cpu, measure)?);
+            }
+        }
+    }
+    for (row, windows) in rows.iter_mut().zip(windows) {
+        row.load = windows.into_iter().map(median_window).collect();
+    }
+    drop(systems);
+    drop((tiercel_server, raw_server, peer_servers));
     Ok(rows)
+}
+
+/// A system measured, with what its callers call.
+#[cfg(feature = "peers")]
+enum System {
+    Tiercel(TestClient),
+    /// The raw UDP echo's address.
+    RawUdp(std::net::SocketAddr),
+    Peer(Peer, Client),
+}
+
+#[cfg(feature = "peers")]
+impl System {
+    /// One caller's Null and MaxResult latency: `calls` of each, alternating, after 2,000 Nulls.
+    fn latency(&self, rt: &tokio::runtime::Runtime, calls: u32) -> crate::Result<(Summary, Summary)> {
+        match self {
+            System::Tiercel(client) => tiercel_latency(client, calls),
+            System::RawUdp(addr) => raw_udp_latency(*addr, calls),
+            System::Peer(peer, client) => peer_latency(*peer, rt, client, calls),
+        }
+    }
+
+    /// Runs `measure` while `callers` callers make Null calls without pause, counting them.
+    fn load(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        callers: u32,
+        client_cpu: usize,
+        measure: impl FnOnce(&AtomicU64) -> Load,
+    ) -> crate::Result<Load> {
+        match self {
+            System::Tiercel(client) => crate::asynch::callers(client, callers, client_cpu, measure),
+            System::RawUdp(addr) => raw_udp_load(*addr, callers, client_cpu, measure),
+            System::Peer(peer, client) => peer_load(*peer, rt, client, callers, measure),
+        }
+    }
+}
+
+/// The window of median calls per second among a row's, with the system calls and allocations of
+/// the one where they were counted.
+fn median_window(mut windows: Vec<Load>) -> Load {
+    windows.sort_by(|a, b| a.calls_per_second.total_cmp(&b.calls_per_second));
+    let counted = windows.iter().find(|w| w.client_syscalls.is_some() || w.server_syscalls.is_some()).cloned();
+    let mut median = windows.swap_remove(windows.len() / 2);
+    if let Some(c) = counted {
+        median.client_syscalls = c.client_syscalls;
+        median.server_syscalls = c.server_syscalls;
+        median.client_allocations = c.client_allocations;
+        median.server_allocations = c.server_allocations;
+    }
+    median
 }
 
 /// CPU time of this process and of `server` so far.
@@ -142,16 +227,17 @@ fn cpu_now(server: u32) -> (Duration, Duration) {
     (u + s, ou + os)
 }
 
-/// Counts the calls in `done` for `time`, with the CPU time of both processes meanwhile; then, where
-/// perf can count them, the system calls of both processes per call in a second window as long (a
-/// counted system call costs more, so the first window's figures are left untouched by it).
-fn window(server: u32, done: &AtomicU64, time: Duration, callers: u32, probes: &Probes) -> Load {
+/// Counts the calls in `done` for `time`, with the CPU time of both processes meanwhile; then, if
+/// `counted` and where perf can count them, the system calls of both processes per call in a second
+/// window as long (a counted system call costs more, so the first window's figures are left
+/// untouched by it).
+fn window(server: u32, done: &AtomicU64, time: Duration, callers: u32, probes: &Probes, counted: bool) -> Load {
     let (before, n0, start) = (cpu_now(server), done.load(Ordering::Relaxed), Instant::now());
     std::thread::sleep(time);
     let (after, n1, elapsed) = (cpu_now(server), done.load(Ordering::Relaxed), start.elapsed());
     let calls = (n1 - n0).max(1) as f64;
     let per_call = |d: Duration| d.as_secs_f64() * 1e6 / calls;
-    let mut counts = count(server, done, time, probes);
+    let mut counts = if counted { count(server, done, time, probes) } else { [None, None] };
     if counts.iter().any(Option::is_none) && counts.iter().any(Option::is_some) {
         // perf counted one process and not the other (it failed to attach or to answer in time):
         // the window is counted once more rather than left without its figure.
@@ -201,15 +287,8 @@ struct PerCall {
     allocations: Option<f64>,
 }
 
-fn tiercel_row(
-    system: &str,
-    client: &TestClient,
-    server: u32,
-    client_cpu: usize,
-    calls: u32,
-    time: Duration,
-    probes: &Probes,
-) -> crate::Result<Row> {
+/// tiercel's one caller: Null and MaxResult, `calls` of each.
+fn tiercel_latency(client: &TestClient, calls: u32) -> crate::Result<(Summary, Summary)> {
     let (mut null, mut max) = (Summary::new(), Summary::new());
     let mut out = vec![0u8; MAX_RESULT as usize];
     for _ in 0..2_000 {
@@ -223,36 +302,14 @@ fn tiercel_row(
         client.max_result(Out(&mut out))?;
         max.record(t.elapsed());
     }
-    let mut rows = Vec::new();
-    for callers in CALLERS {
-        rows.push(crate::asynch::callers(client, callers, client_cpu, |done| {
-            window(server, done, time, callers, probes)
-        })?);
-    }
-    Ok(Row {
-        system: system.to_string(),
-        null_median_us: null.median_us(),
-        null_p99_us: null.p99_us(),
-        max_result_median_us: max.median_us(),
-        max_result_p99_us: max.p99_us(),
-        load: rows,
-    })
+    Ok((null, max))
 }
 
 /// The floor beneath tiercel over UDP as a row of its own: the raw UDP echo (`raw-echo --spin`, one
-/// thread spinning 2 ms past each request, in its process on the server CPU) answering datagrams of
-/// tiercel's sizes (its 56-byte header; MaxResult's 4-byte argument and 1440 bytes back), and callers
-/// with a connected socket each on the caller's CPU. One caller spins, as tiercel's does; several
-/// block in `poll` between their round trips, as tiercel's callers do once they share a CPU.
-fn raw_udp_row(
-    server_cpu: usize,
-    client_cpu: usize,
-    calls: u32,
-    time: Duration,
-    probes: &Probes,
-) -> crate::Result<Row> {
-    let (server, addr) = crate::raw::spinning_echo(server_cpu)?;
-    const HEADER: usize = tiercel_proto::wire::HEADER_LEN;
+/// thread spinning 2 ms past each request, in its process on the server CPU) at `addr` answering
+/// datagrams of tiercel's sizes (its 56-byte header; MaxResult's 4-byte argument and 1440 bytes
+/// back).
+fn raw_udp_latency(addr: std::net::SocketAddr, calls: u32) -> crate::Result<(Summary, Summary)> {
     let mut null = PingPong::new(addr, HEADER, HEADER, true)?;
     let mut max = PingPong::new(addr, HEADER + 4, HEADER + MAX_RESULT as usize, true)?;
     let (mut null_times, mut max_times) = (Summary::new(), Summary::new());
@@ -271,112 +328,115 @@ fn raw_udp_row(
         time_one(&mut null, &mut null_times)?;
         time_one(&mut max, &mut max_times)?;
     }
-    let mut load = Vec::new();
-    for callers in CALLERS {
-        let done = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let handles: Vec<_> = (0..callers)
-            .map(|_| {
-                let (done, stop) = (done.clone(), stop.clone());
-                std::thread::spawn(move || -> crate::Result<()> {
-                    let _ = cpu::pin_current_thread(client_cpu);
-                    let mut ping = PingPong::new(addr, HEADER, HEADER, callers == 1)?;
-                    while !stop.load(Ordering::Relaxed) {
-                        if ping.round_trip()? {
-                            done.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(50));
-        load.push(window(server.0.id(), &done, time, callers, probes));
-        stop.store(true, Ordering::Relaxed);
-        for h in handles {
-            h.join().map_err(|_| "a raw UDP caller panicked".to_string())??;
-        }
-    }
-    Ok(Row {
-        system: "raw udp echo".to_string(),
-        null_median_us: null_times.median_us(),
-        null_p99_us: null_times.p99_us(),
-        max_result_median_us: max_times.median_us(),
-        max_result_p99_us: max_times.p99_us(),
-        load,
-    })
+    Ok((null_times, max_times))
 }
 
+/// tiercel's header: the raw echo's datagrams are as long as its Null's.
+const HEADER: usize = tiercel_proto::wire::HEADER_LEN;
+
+/// Runs `measure` while `callers` callers of the raw UDP echo at `addr`, with a connected socket
+/// each on `client_cpu`, make round trips. One caller spins, as tiercel's does; several block in
+/// `poll` between their round trips, as tiercel's callers do once they share a CPU.
+fn raw_udp_load(
+    addr: std::net::SocketAddr,
+    callers: u32,
+    client_cpu: usize,
+    measure: impl FnOnce(&AtomicU64) -> Load,
+) -> crate::Result<Load> {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..callers)
+        .map(|_| {
+            let (done, stop) = (done.clone(), stop.clone());
+            std::thread::spawn(move || -> crate::Result<()> {
+                let _ = cpu::pin_current_thread(client_cpu);
+                let mut ping = PingPong::new(addr, HEADER, HEADER, callers == 1)?;
+                while !stop.load(Ordering::Relaxed) {
+                    if ping.round_trip()? {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let measured = measure(&done);
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().map_err(|_| "a raw UDP caller panicked".to_string())??;
+    }
+    Ok(measured)
+}
+
+/// A peer's one caller (a task on `rt`): Null and MaxResult, `calls` of each.
 #[cfg(feature = "peers")]
-fn peer_row(
+fn peer_latency(
     peer: Peer,
     rt: &tokio::runtime::Runtime,
     client: &Client,
-    server: u32,
     calls: u32,
-    time: Duration,
-    probes: &Probes,
-) -> crate::Result<Row> {
+) -> crate::Result<(Summary, Summary)> {
     let failed = |e: tiercel_peers::Error| crate::Error::from(format!("{}: {e}", peer.name()));
-    let (null, max) = rt
+    rt.block_on(async {
+        let mut caller = client.caller().await?;
+        let (mut null, mut max) = (Summary::new(), Summary::new());
+        for _ in 0..2_000 {
+            caller.null().await?;
+        }
+        for _ in 0..calls {
+            let t = Instant::now();
+            caller.null().await?;
+            null.record(t.elapsed());
+            let t = Instant::now();
+            caller.max_result(MAX_RESULT).await?;
+            max.record(t.elapsed());
+        }
+        Ok::<_, tiercel_peers::Error>((null, max))
+    })
+    .map_err(failed)
+}
+
+/// Runs `measure` while `callers` tasks of the peer's client on `rt` make Null calls.
+#[cfg(feature = "peers")]
+fn peer_load(
+    peer: Peer,
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    callers: u32,
+    measure: impl FnOnce(&AtomicU64) -> Load,
+) -> crate::Result<Load> {
+    let failed = |e: tiercel_peers::Error| crate::Error::from(format!("{}: {e}", peer.name()));
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = rt
         .block_on(async {
-            let mut caller = client.caller().await?;
-            let (mut null, mut max) = (Summary::new(), Summary::new());
-            for _ in 0..2_000 {
-                caller.null().await?;
+            let mut tasks = Vec::new();
+            for _ in 0..callers {
+                let mut caller: Caller = client.caller().await?;
+                let (done, stop) = (done.clone(), stop.clone());
+                tasks.push(tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        caller.null().await?;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok::<_, tiercel_peers::Error>(())
+                }));
             }
-            for _ in 0..calls {
-                let t = Instant::now();
-                caller.null().await?;
-                null.record(t.elapsed());
-                let t = Instant::now();
-                caller.max_result(MAX_RESULT).await?;
-                max.record(t.elapsed());
-            }
-            Ok::<_, tiercel_peers::Error>((null, max))
+            Ok::<_, tiercel_peers::Error>(tasks)
         })
         .map_err(failed)?;
-    let mut rows = Vec::new();
-    for callers in CALLERS {
-        let done = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let tasks = rt
-            .block_on(async {
-                let mut tasks = Vec::new();
-                for _ in 0..callers {
-                    let mut caller: Caller = client.caller().await?;
-                    let (done, stop) = (done.clone(), stop.clone());
-                    tasks.push(tokio::spawn(async move {
-                        while !stop.load(Ordering::Relaxed) {
-                            caller.null().await?;
-                            done.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok::<_, tiercel_peers::Error>(())
-                    }));
-                }
-                Ok::<_, tiercel_peers::Error>(tasks)
-            })
-            .map_err(failed)?;
-        std::thread::sleep(Duration::from_millis(50));
-        let measured = window(server, &done, time, callers, probes);
-        stop.store(true, Ordering::Relaxed);
-        for t in tasks {
-            rt.block_on(t).map_err(|e| format!("{}: a caller task failed: {e}", peer.name()))?.map_err(failed)?;
-        }
-        rows.push(measured);
+    std::thread::sleep(Duration::from_millis(50));
+    let measured = measure(&done);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        rt.block_on(t).map_err(|e| format!("{}: a caller task failed: {e}", peer.name()))?.map_err(failed)?;
     }
-    Ok(Row {
-        system: peer.name().to_string(),
-        null_median_us: null.median_us(),
-        null_p99_us: null.p99_us(),
-        max_result_median_us: max.median_us(),
-        max_result_p99_us: max.p99_us(),
-        load: rows,
-    })
+    Ok(measured)
 }
 
 /// Prints the rows: latency and calls per second, then tiercel's ratios to each peer.
-pub fn print(rows: &[Row], calls: u32, time: Duration) {
+pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
     outln!(
         "\nPeers: tiercel (default settings, over UDP and over TCP) against the raw UDP echo (one spinning thread; \
          one caller spins,\nseveral block in poll), tarpc, tonic and a raw tokio TCP echo, each server in"
@@ -390,8 +450,13 @@ pub fn print(rows: &[Row], calls: u32, time: Duration) {
          callers on one"
     );
     outln!(
-        "binding, client or channel ({:.1} s each; the echoes' callers have a connection or socket each) with the CPU \
-         time per call of the client and the server process",
+        "binding, client or channel (the echoes' callers have a connection or socket each) with the CPU time per call of \
+         the client"
+    );
+    outln!(
+        "and the server process: the median of {} windows of {:.1} s, each system measured in turn at each number of \
+         callers in each round",
+        rounds.max(1),
         time.as_secs_f64()
     );
     outln!(

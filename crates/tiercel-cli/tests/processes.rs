@@ -179,7 +179,7 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_and_a_tokio_echo_beside_tie
     let dir = scratch_dir("bench-peers");
     let json = dir.join("report.json");
     let out = Command::new(TIERCEL)
-        .args(["bench", "--quick", "--latency-only", "--transports", "udp", "--peers", "--json"])
+        .args(["bench", "--quick", "--latency-only", "--transports", "udp", "--peers", "--rounds", "2", "--json"])
         .arg(&json)
         .output()
         .unwrap();
