@@ -154,16 +154,34 @@ pub(crate) fn callers_of<C: Clone + Send + 'static, R>(
     call: fn(&C) -> Result<(), tiercel::CallError>,
     measure: impl FnOnce(&AtomicU64) -> R,
 ) -> crate::Result<R> {
+    let client = client.clone();
+    let caller = move || {
+        let c = client.clone();
+        Ok(move || call(&c).map(|()| true).map_err(crate::Error::from))
+    };
+    round_trips(n, cpu, caller, measure)
+}
+
+/// Runs `measure` while `n` threads on `cpu` each make round trips without pause with what
+/// `caller` makes for it on the thread, counting those that return true (a round trip that got its
+/// answer) in the counter `measure` is given; then stops them.
+pub(crate) fn round_trips<M, F, R>(n: u32, cpu: usize, caller: M, measure: impl FnOnce(&AtomicU64) -> R) -> crate::Result<R>
+where
+    M: Fn() -> crate::Result<F> + Clone + Send + 'static,
+    F: FnMut() -> crate::Result<bool>,
+{
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..n)
         .map(|_| {
-            let (c, done, stop) = (client.clone(), done.clone(), stop.clone());
-            std::thread::spawn(move || -> Result<(), tiercel::CallError> {
+            let (caller, done, stop) = (caller.clone(), done.clone(), stop.clone());
+            std::thread::spawn(move || -> crate::Result<()> {
                 let _ = tiercel_sys::cpu::pin_current_thread(cpu);
+                let mut round_trip = caller()?;
                 while !stop.load(Ordering::Relaxed) {
-                    call(&c)?;
-                    done.fetch_add(1, Ordering::Relaxed);
+                    if round_trip()? {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 Ok(())
             })

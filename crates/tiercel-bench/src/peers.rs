@@ -343,30 +343,11 @@ fn raw_udp_load(
     client_cpu: usize,
     measure: impl FnOnce(&AtomicU64) -> Load,
 ) -> crate::Result<Load> {
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let handles: Vec<_> = (0..callers)
-        .map(|_| {
-            let (done, stop) = (done.clone(), stop.clone());
-            std::thread::spawn(move || -> crate::Result<()> {
-                let _ = cpu::pin_current_thread(client_cpu);
-                let mut ping = PingPong::new(addr, HEADER, HEADER, callers == 1)?;
-                while !stop.load(Ordering::Relaxed) {
-                    if ping.round_trip()? {
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(50));
-    let measured = measure(&done);
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join().map_err(|_| "a raw UDP caller panicked".to_string())??;
-    }
-    Ok(measured)
+    let caller = move || {
+        let mut ping = PingPong::new(addr, HEADER, HEADER, callers == 1)?;
+        Ok(move || ping.round_trip())
+    };
+    crate::asynch::round_trips(callers, client_cpu, caller, measure)
 }
 
 /// A peer's one caller (a task on `rt`): Null and MaxResult, `calls` of each.
