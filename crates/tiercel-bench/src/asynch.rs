@@ -165,7 +165,12 @@ pub(crate) fn callers_of<C: Clone + Send + 'static, R>(
 /// Runs `measure` while `n` threads on `cpu` each make round trips without pause with what
 /// `caller` makes for it on the thread, counting those that return true (a round trip that got its
 /// answer) in the counter `measure` is given; then stops them.
-pub(crate) fn round_trips<M, F, R>(n: u32, cpu: usize, caller: M, measure: impl FnOnce(&AtomicU64) -> R) -> crate::Result<R>
+pub(crate) fn round_trips<M, F, R>(
+    n: u32,
+    cpu: usize,
+    caller: M,
+    measure: impl FnOnce(&AtomicU64) -> R,
+) -> crate::Result<R>
 where
     M: Fn() -> crate::Result<F> + Clone + Send + 'static,
     F: FnMut() -> crate::Result<bool>,
