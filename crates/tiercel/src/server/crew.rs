@@ -17,8 +17,8 @@
 //! UDP was 24.7 µs against 11.0 with a single worker, which has no deputy). So a long procedure
 //! never holds up the short calls behind it for more than about [`MAX_LOOK`] and a tick, and calls
 //! whose procedures block (on a disk, on another service) run side by side instead of queueing
-//! behind one another. A listener that finds nothing to read
-//! (after its spin) while another listener is free stands by again. The deputy's looks stop while
+//! behind one another. A listener that finds nothing to read (after its spin) while another
+//! listener is free stands by again. The deputy's looks stop while
 //! the server is idle, and resume when a listener wakes for a datagram.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -250,7 +250,6 @@ impl Deputy {
         if all_busy && listeners < workers && (self.held_up == Some(started) || self.queued >= QUEUED_LOOKS) {
             self.queued = 0;
             self.held_up = None;
-            self.waited = TICK;
             return Look::Listen;
         }
         self.held_up = all_busy.then_some(started);
@@ -270,7 +269,7 @@ impl Deputy {
         Look::Again(self.waited)
     }
 
-    /// Calls may be coming again: look a tick from now.
+    /// Calls may be coming again: the waits between looks start again from a tick.
     fn wake(&mut self) {
         self.quiet = 0;
         self.waited = TICK;
