@@ -32,6 +32,18 @@ pub(super) const TICK: Duration = Duration::from_millis(1);
 /// a listener free, each wait twice the one before).
 pub(super) const MAX_LOOK: Duration = Duration::from_millis(8);
 
+/// The wait before the next look of a thread that looks whether calls are held up (the deputy, the
+/// shared-memory rendezvous thread), `waited` having been the last: a [`TICK`] after a look that
+/// found every thread serving the calls running one (`all_busy`), else twice the last wait, up to
+/// [`MAX_LOOK`].
+pub(super) fn next_look(waited: Duration, all_busy: bool) -> Duration {
+    if all_busy {
+        TICK
+    } else {
+        (waited * 2).clamp(TICK, MAX_LOOK)
+    }
+}
+
 /// Looks in a row at which every listener runs a call while datagrams wait that make the deputy a
 /// listener. (At one look, or two, a caller whose next call arrives as its result goes out can
 /// look the same.)
@@ -259,13 +271,7 @@ impl Deputy {
             self.quiet = 0;
         }
         self.last_started = started;
-        self.waited = if self.quiet >= IDLE_LOOKS {
-            IDLE_LOOK
-        } else if all_busy {
-            TICK
-        } else {
-            (self.waited * 2).clamp(TICK, MAX_LOOK)
-        };
+        self.waited = if self.quiet >= IDLE_LOOKS { IDLE_LOOK } else { next_look(self.waited, all_busy) };
         Look::Again(self.waited)
     }
 
@@ -280,6 +286,15 @@ impl Deputy {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn looks_come_a_tick_after_a_busy_look_and_further_apart_after_others() {
+        assert_eq!(next_look(MAX_LOOK, true), TICK);
+        assert_eq!(next_look(TICK, false), 2 * TICK);
+        assert_eq!(next_look(4 * TICK, false), MAX_LOOK);
+        assert_eq!(next_look(MAX_LOOK, false), MAX_LOOK);
+        assert_eq!(next_look(Duration::ZERO, false), TICK);
+    }
 
     #[test]
     fn a_listener_stands_by_only_when_another_is_free() {

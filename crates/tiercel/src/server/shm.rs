@@ -3,8 +3,8 @@
 //! sleeping on the region's doorbell futex.
 //!
 //! A binding starts with one thread. While every awake thread of a binding has been running a slow
-//! call (see `super::slow_calls`) at two of the rendezvous thread's looks in a row (every [`LOOK`] while
-//! the binding is in use) and another call waits, the rendezvous thread starts a helper (or wakes a
+//! call (see `super::slow_calls`) at two of the rendezvous thread's looks in a row (a [`LOOK`] apart
+//! while its threads are busy, up to 8 ms apart otherwise) and another call waits, the rendezvous thread starts a helper (or wakes a
 //! parked one), up to `ServerConfig::workers`, so that a slow procedure holds up only its own caller. A thread claims a slot's call (the lock of the
 //! slot's [`Books`]) before it reads it.
 //!
@@ -101,18 +101,30 @@ enum Step {
 /// How often the rendezvous thread bumps every binding's heartbeat.
 const HEARTBEAT: Duration = Duration::from_millis(50);
 
+/// What one look of the rendezvous thread at the bindings found.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Looked {
+    /// A binding has been in use lately.
+    in_use: bool,
+    /// At a binding in use, every awake thread was running a call.
+    all_busy: bool,
+}
+
 /// Bumps the heartbeat word of every live binding's region (when `beat`), gives a binding held up
-/// by its calls another thread, and forgets the bindings gone. True if a binding is in use.
-fn look_after(teams: &mut Vec<(std::sync::Weak<Team>, Watch)>, beat: bool) -> bool {
-    let mut in_use = false;
+/// by its calls another thread, and forgets the bindings gone. `since` is the time since the last
+/// look.
+fn look_after(teams: &mut Vec<(std::sync::Weak<Team>, Watch)>, beat: bool, since: Duration) -> Looked {
+    let mut looked = Looked::default();
     teams.retain_mut(|(team, watch)| match team.upgrade() {
         Some(team) => {
             if beat {
                 team.word(header::HEARTBEAT).fetch_add(1, Ordering::Release);
             }
             if team.in_use() {
-                in_use = true;
-                if team.held_up(watch) {
+                looked.in_use = true;
+                let (held, all_busy) = team.held_up(watch, since);
+                looked.all_busy |= all_busy;
+                if held {
                     team.add_thread();
                 }
             } else {
@@ -122,7 +134,7 @@ fn look_after(teams: &mut Vec<(std::sync::Weak<Team>, Watch)>, beat: bool) -> bo
         }
         None => false,
     });
-    in_use
+    looked
 }
 
 fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
@@ -131,6 +143,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
     let mut ready = Vec::new();
     let mut teams = Vec::new();
     let mut last_beat = Instant::now();
+    let (mut last_look, mut waited) = (Instant::now(), LOOK);
     while !shared.stop.load(Ordering::Relaxed) {
         // This thread, not a binding's (which may be running a long procedure), shows that the
         // process lives: a stopped or hung process stops the beat.
@@ -139,7 +152,13 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
             last_beat = Instant::now();
         }
         // Often while a binding is in use (it may need another thread soon), else once a heartbeat.
-        let period = if look_after(&mut teams, beat) { LOOK } else { HEARTBEAT };
+        // Each look wakes this thread on the server's CPUs, where a binding's thread may be spinning:
+        // looking every millisecond while quick calls streamed made one in a thousand shared-memory
+        // Null calls take more than 15 µs (see `crew::next_look`).
+        let looked = look_after(&mut teams, beat, last_look.elapsed());
+        last_look = Instant::now();
+        waited = if looked.in_use { super::crew::next_look(waited, looked.all_busy) } else { LOOK };
+        let period = if looked.in_use { waited } else { HEARTBEAT };
         loop {
             match listener.accept() {
                 Ok((stream, _)) => {
@@ -298,8 +317,10 @@ fn binding_index(shared: &Shared) -> usize {
     shared.shm_bindings.load(Ordering::Relaxed)
 }
 
-/// How often the rendezvous thread looks whether a binding in use needs another thread.
-const LOOK: Duration = Duration::from_millis(1);
+/// How soon the rendezvous thread looks again whether a binding in use needs another thread, after
+/// a look that found every awake thread of a binding running a call (after other looks, twice the
+/// wait before, up to `crew::MAX_LOOK`).
+const LOOK: Duration = super::crew::TICK;
 /// A binding whose last call ended longer ago than this is looked at only once a [`HEARTBEAT`].
 const IN_USE: Duration = Duration::from_secs(1);
 /// A binding's extra thread that has served no call for this long ends.
@@ -452,27 +473,28 @@ impl Team {
         (slots as usize).min(shared.config.workers).max(1)
     }
 
-    /// Whether the binding has been in use lately (the rendezvous thread then looks every
-    /// [`LOOK`] whether it needs another thread).
+    /// Whether the binding has been in use lately (the rendezvous thread then looks whether it
+    /// needs another thread a [`LOOK`] to 8 ms apart, rather than once a [`HEARTBEAT`]).
     fn in_use(&self) -> bool {
         !self.closed.load(Ordering::Acquire)
             && (clock::elapsed(self.last_result.load(Ordering::Relaxed), clock::ticks()) < IN_USE
                 || self.lanes.iter().any(|l| l.state.load(Ordering::Relaxed) == lane::RUNNING))
     }
 
-    /// One look of the rendezvous thread: true when, at this look and the last, every awake thread
-    /// was running a call while another call waited, and the calls were slow (fewer served between
-    /// the looks than one per 50 µs per running thread: `super::slow_calls`).
-    fn held_up(&self, watch: &mut Watch) -> bool {
+    /// One look of the rendezvous thread, `since` after the last: whether the binding is held up
+    /// (at this look and the last, every awake thread was running a call while another call waited,
+    /// and the calls were slow: fewer served between the looks than one per 50 µs per running
+    /// thread, `super::slow_calls`), and whether every awake thread was running a call.
+    fn held_up(&self, watch: &mut Watch, since: Duration) -> (bool, bool) {
         let served: u64 = self.lanes.iter().map(|l| l.served.load(Ordering::Relaxed)).fold(0, u64::wrapping_add);
-        let since = served.wrapping_sub(std::mem::replace(&mut watch.served, served));
+        let calls = served.wrapping_sub(std::mem::replace(&mut watch.served, served));
         let mut running = 0;
         for l in &self.lanes {
             match l.state.load(Ordering::Relaxed) {
                 // A thread free to take the next call: nothing more to look at.
                 lane::AWAKE => {
                     watch.held_up = false;
-                    return false;
+                    return (false, false);
                 }
                 lane::RUNNING => running += 1,
                 _ => {}
@@ -482,14 +504,14 @@ impl Team {
         let on_runtime = self.running.load(Ordering::Relaxed);
         #[cfg(not(feature = "async"))]
         let on_runtime = 0;
-        let now = running > 0 && super::slow_calls(since, running, LOOK) && {
-            let calls = (0..self.used()).filter(|&i| proto::server_has_call(self.state(i))).count();
-            calls > running + on_runtime
+        let now = running > 0 && super::slow_calls(calls, running, since) && {
+            let waiting = (0..self.used()).filter(|&i| proto::server_has_call(self.state(i))).count();
+            waiting > running + on_runtime
         };
         let held = now && watch.held_up;
         // After a thread is added, two more looks before another.
         watch.held_up = now && !held;
-        held
+        (held, running > 0)
     }
 
     /// A thread to serve the binding beside those it has, when every one is held up: a new
