@@ -147,8 +147,11 @@ pub fn run(args: Args) -> crate::Result<()> {
             other => return Err(format!("unknown transport {other:?} (udp, shm, tcp)").into()),
         });
     }
-    // The seeds' tables, load and breakdowns: UDP and shared memory.
+    // The seeds' tables, load and breakdowns: UDP and shared memory (and Peregrine's Table 5 of
+    // every transport measured).
     let seed_media: Vec<Medium> = media.iter().copied().filter(|m| *m != Medium::Tcp).collect();
+    let table5_media: Vec<Medium> =
+        [Medium::Udp, Medium::Shm, Medium::Tcp].into_iter().filter(|m| media.contains(m)).collect();
     tiercel_sys::cpu::pin_current_thread(args.client_cpu).map_err(crate::Error::from)?;
     let mut report = Report {
         cpus: tiercel_sys::cpu::available(),
@@ -164,13 +167,12 @@ pub fn run(args: Args) -> crate::Result<()> {
         args.server_cpu
     );
     let full = !args.latency_only;
+    // Per medium of the seeds' tables; and a step per Table 5 row.
+    let seeds = (seed_media.len() as u64) * (1 + crate::load::UTILIZATIONS.len() as u64 + 1);
+    let table5_rows = (table5_media.len() as u64) * 12;
     crate::progress::start(
         (media.len() * modes.len() + media.len() + 3 + usize::from(args.peers)) as u64
-            + if full {
-                7 + 3 + 1 + 1 + 1 + (seed_media.len() as u64) * (12 + 1 + crate::load::UTILIZATIONS.len() as u64 + 1)
-            } else {
-                0
-            },
+            + if full { 7 + 3 + 1 + 1 + 1 + seeds + table5_rows } else { 0 },
     );
     if full {
         crate::progress::doing("raw baselines");
@@ -251,9 +253,9 @@ pub fn run(args: Args) -> crate::Result<()> {
         crate::progress::step();
         crate::progress::doing("Peregrine Table 1");
         report.peregrine.table1 = crate::peregrine::table1(args.server_cpu, budget.peregrine_row)?;
-        for &medium in &seed_media {
+        for &medium in &table5_media {
             let t = medium.name();
-            crate::progress::doing(&format!("Peregrine Tables 3 and 5 {t}"));
+            crate::progress::doing(&format!("Peregrine Table 5 {t}"));
             crate::peregrine::table5(
                 medium,
                 &addr,

@@ -17,6 +17,7 @@ use crate::harness::{spawn, Medium, HEADER};
 use crate::progress::outln;
 use crate::raw::PingPong;
 use crate::raw_shm::ShmPingPong;
+use crate::raw_tcp::TcpPingPong;
 use crate::summary::Summary;
 
 /// Single-packet payload sizes of Table 1 (46 bytes is Ethernet's smallest payload; 1472 bytes the
@@ -101,11 +102,12 @@ fn repeat(budget: Duration, min: u32, mut f: impl FnMut() -> crate::Result<bool>
 }
 
 fn echo(medium: Medium, spin: bool, server_cpu: usize) -> crate::Result<(crate::harness::Spawned, String)> {
-    let mut args = vec![
-        if medium == Medium::Udp { "raw-echo" } else { "raw-shm-echo" }.to_string(),
-        "--cpu".into(),
-        server_cpu.to_string(),
-    ];
+    let role = match medium {
+        Medium::Udp => "raw-echo",
+        Medium::Shm => "raw-shm-echo",
+        Medium::Tcp => "raw-tcp-echo",
+    };
+    let mut args = vec![role.to_string(), "--cpu".into(), server_cpu.to_string()];
     if spin {
         args.push("--spin".into());
     }
@@ -113,9 +115,7 @@ fn echo(medium: Medium, spin: bool, server_cpu: usize) -> crate::Result<(crate::
 }
 
 fn socket_addr(addr: &str) -> crate::Result<SocketAddr> {
-    addr.strip_prefix("udp://")
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| crate::Error::from(format!("echo address {addr:?}")))
+    crate::baselines::udp_addr(addr)
 }
 
 /// Table 1: half the raw UDP round trip of two packets of each size, busy-polling and blocking.
@@ -156,6 +156,7 @@ struct Penalties {
     known: Vec<(usize, f64)>,
     udp: Option<SocketAddr>,
     shm: Option<std::rc::Rc<std::cell::RefCell<crate::raw_shm::Connection>>>,
+    tcp: Option<SocketAddr>,
     /// Penalties of messages moved from and into buffers of their size, by bytes (headers included).
     known_message: Vec<(usize, f64)>,
     /// The bytes those messages carry.
@@ -236,6 +237,15 @@ impl Penalties {
             return Ok(p);
         }
         let p = match (self.medium, self.udp, &self.shm) {
+            (Medium::Tcp, ..) => {
+                let addr = self.tcp.ok_or("no raw TCP echo")?;
+                let mut ping = TcpPingPong::new(addr, bytes, bytes, true)?;
+                let (warm, min) = if bytes > 1 << 20 { (2, 5) } else { (100, 50) };
+                for _ in 0..warm {
+                    ping.round_trip()?;
+                }
+                repeat(self.budget, min, || ping.round_trip())?.0.median_us() / 2.0
+            }
             (Medium::Udp, Some(_), _) if bytes > self.datagram => self.transfer(bytes)?.penalty_median_us,
             (Medium::Udp, Some(addr), _) => {
                 let mut ping = PingPong::new(addr, bytes, bytes, true)?;
@@ -303,11 +313,15 @@ pub fn table5(
     json: &mut Json,
     mut progress: impl FnMut(),
 ) -> crate::Result<()> {
-    let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
+    let scheme = match medium {
+        Medium::Udp => "udp://",
+        Medium::Shm => "shm:",
+        Medium::Tcp => "tcp://",
+    };
     let config = ClientConfig { spin: Spin::Fixed(Duration::from_secs(1)), ..ClientConfig::default() };
     let client: TestClient = crate::harness::import(format!("{scheme}{rpc_addr}"), config)?;
     let (_echo, addr) = echo(medium, true, server_cpu)?;
-    let header = if medium == Medium::Udp { HEADER } else { 0 };
+    let header = if medium == Medium::Shm { 0 } else { HEADER };
     let mut penalties = Penalties {
         medium,
         datagram: client.binding().max_datagram(),
@@ -315,6 +329,7 @@ pub fn table5(
         known: Vec::new(),
         udp: if medium == Medium::Udp { Some(socket_addr(&addr)?) } else { None },
         shm: if medium == Medium::Shm { Some(crate::raw_shm::Connection::new(&addr)?) } else { None },
+        tcp: if medium == Medium::Tcp { Some(socket_addr(&addr)?) } else { None },
         known_message: Vec::new(),
         message: Vec::new(),
     };
@@ -349,7 +364,7 @@ pub fn table5(
         let (s, _) = repeat(budget, min, &mut call)?;
         let moved = (c.call + c.result) as f64;
         rows.push(Table5Row {
-            transport: if medium == Medium::Udp { "udp" } else { "shm" },
+            transport: medium.name(),
             procedure: c.name,
             call_bytes: header + c.call,
             result_bytes: header + c.result,
@@ -405,10 +420,13 @@ pub fn table5(
         }
         json.table3 = t3;
     }
+    let (over, raw) = match medium {
+        Medium::Udp => ("UDP loopback", "UDP, one way each"),
+        Medium::Shm => ("shared memory", "shm ping-pong, half round trips"),
+        Medium::Tcp => ("TCP loopback", "TCP ping-pong on one connection, half round trips"),
+    };
     outln!(
-        "\nPeregrine Table 5 over {}: calls against the penalty of their messages (raw {} of the same sizes,",
-        if medium == Medium::Udp { "UDP loopback" } else { "shared memory" },
-        if medium == Medium::Udp { "UDP, one way each" } else { "shm ping-pong, half round trips" }
+        "\nPeregrine Table 5 over {over}: calls against the penalty of their messages (raw {raw} of the same sizes,"
     );
     outln!("both sides spin); medians of about {} ms of calls per row", budget.as_millis());
     if medium == Medium::Udp {

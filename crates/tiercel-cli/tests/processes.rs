@@ -249,6 +249,7 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         "Peregrine Table 3:",
         "Peregrine Table 5 over UDP loopback",
         "Peregrine Table 5 over shared memory",
+        "Peregrine Table 5 over TCP loopback",
         "Load (Lampson's r = s/(1 − u)) over UDP loopback",
         "Load (Lampson's r = s/(1 − u)) over shared memory",
         "sum of the steps",
@@ -369,7 +370,7 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
     assert_eq!(sizes("table1"), [46, 100, 200, 400, 800, 1200, 1472]);
     assert_eq!(sizes("table3"), [3000, 48_000, 1 << 20, 16 << 20]);
     let table5 = peregrine["table5"].as_array().unwrap();
-    for transport in ["udp", "shm"] {
+    for transport in ["udp", "shm", "tcp"] {
         let rows: Vec<&str> =
             table5.iter().filter(|r| r["transport"] == transport).map(|r| r["procedure"].as_str().unwrap()).collect();
         assert_eq!(
