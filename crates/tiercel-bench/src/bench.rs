@@ -34,9 +34,9 @@ pub struct Args {
     /// Stop measuring after this many seconds in all.
     #[arg(long, default_value_t = 240)]
     max_seconds: u64,
-    /// Transports to measure: `udp`, `shm`, `tcp` (comma-separated). TCP has the latency, async
-    /// and tracing tables; the seeds' tables, the load table and the breakdowns are of UDP and
-    /// shared memory.
+    /// Transports to measure: `udp`, `shm`, `tcp` (comma-separated). TCP has the latency, async,
+    /// tracing and blocking tables and Peregrine's Table 5; the other seeds' tables, the load table
+    /// and the breakdowns are of UDP and shared memory.
     #[arg(long, default_value = "udp,shm,tcp")]
     transports: String,
     /// Only the latency tables against the raw baselines (skip the Mach list and Firefly Table I).
