@@ -14,7 +14,7 @@
 //! that found every listener running a call, and otherwise waits twice as long as the time before,
 //! up to [`MAX_LOOK`]: each look wakes a thread on the server's CPUs, and looking every tick while
 //! quick calls streamed took the spinning listener's CPU a thousand times a second (Null's p99 over
-//! UDP was 24.7 µs against 11.0 with a single worker, which has no deputy). So a long procedure
+//! UDP was 29.5 µs against 10.4 with a single worker, which has no deputy). So a long procedure
 //! never holds up the short calls behind it for more than about [`MAX_LOOK`] and a tick, and calls
 //! whose procedures block (on a disk, on another service) run side by side instead of queueing
 //! behind one another. A listener that finds nothing to read (after its spin) while another
