@@ -21,11 +21,16 @@ pub struct Args {
     /// (`tiercel call NAME add 2 3`). Several servers may export one name.
     #[arg(long)]
     name: Option<String>,
-    /// Most worker threads: one reads the socket while calls are quick, more while long calls run
-    /// (with three or more, one is kept free to answer probes and refuse new calls as busy when all
-    /// the others are running calls).
+    /// Most worker threads: one reads each socket while calls are quick, more while long calls run
+    /// (with three or more, one for each socket is kept free to answer probes and refuse new calls
+    /// as busy when all the others are running calls).
     #[arg(long, default_value_t = ServerConfig::default().workers)]
     workers: usize,
+    /// UDP sockets on the port (`SO_REUSEPORT`), each with a worker reading it: the kernel spreads
+    /// the clients' sockets over them, and the calls of many clients run on as many cores (at most
+    /// half of `--workers`). The default is one less than the CPUs, at least 1.
+    #[arg(long, default_value_t = ServerConfig::default().sockets)]
+    sockets: usize,
     /// Microseconds an idle worker spins for the next packet before blocking.
     #[arg(long, default_value_t = 1000)]
     spin_us: u64,
@@ -71,6 +76,7 @@ pub struct Args {
 pub fn run(args: Args) -> crate::Result<()> {
     let config = ServerConfig {
         workers: args.workers,
+        sockets: args.sockets,
         spin: Duration::from_micros(args.spin_us),
         cpus: crate::parse_cpus(&args.cpus)?,
         secret: args.secret.load()?,

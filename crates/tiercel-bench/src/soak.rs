@@ -53,6 +53,10 @@ pub struct Args {
     /// (needs root, ip and nft); otherwise on loopback with the fault layer dropping them.
     #[arg(long)]
     netns: bool,
+    /// UDP sockets the server reads its port through (`ServerConfig::sockets`): with several, the
+    /// callers' sockets are spread over them and over the workers reading each.
+    #[arg(long, default_value_t = tiercel::ServerConfig::default().sockets)]
+    sockets: usize,
     /// Run only the client part against this server (used by --netns).
     #[arg(long, hide = true)]
     addr: Option<String>,
@@ -63,6 +67,9 @@ pub struct Args {
 pub struct ServerArgs {
     #[arg(long, default_value = "udp://127.0.0.1:0")]
     addr: String,
+    /// UDP sockets on the port (`ServerConfig::sockets`).
+    #[arg(long, default_value_t = tiercel::ServerConfig::default().sockets)]
+    sockets: usize,
     /// Exit after this many seconds whatever happens.
     #[arg(long, default_value_t = 1800)]
     max_seconds: u64,
@@ -187,8 +194,10 @@ fn fault_env(c: &FaultConfig) -> String {
 
 pub fn server(args: ServerArgs) -> crate::Result<()> {
     let ledger = LedgerImpl { runs: Mutex::new(HashMap::new()) };
+    let config = tiercel::ServerConfig { sockets: args.sockets, ..tiercel::ServerConfig::default() };
     let server = Server::bind(args.addr.as_str())
         .map_err(crate::Error::from)?
+        .with_config(config)
         .export(LedgerServer::new(ledger))
         .start()
         .map_err(crate::Error::from)?;
@@ -214,7 +223,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         let faults = fault_env(&fault_config(&args, false));
         let (_server, addr) = start(
             crate::helpers::command_in_namespace(&pair.b)?
-                .args(["soak-server", "--addr", &server_addr])
+                .args(["soak-server", "--addr", &server_addr, "--sockets", &args.sockets.to_string()])
                 .env("TIERCEL_FAULTS", &faults),
         )?;
         let mut client = crate::helpers::command_in_namespace(&pair.a)?;
@@ -244,8 +253,8 @@ pub fn run(args: Args) -> crate::Result<()> {
             .map(String::from),
         );
         println!(
-            "soak across namespaces {} (client) and {} (server): nftables drops {}% of UDP each way",
-            pair.a, pair.b, args.loss
+            "soak across namespaces {} (client) and {} (server, {} UDP sockets): nftables drops {}% of UDP each way",
+            pair.a, pair.b, args.sockets, args.loss
         );
         let status = client.status()?;
         drop(pair);
@@ -253,9 +262,14 @@ pub fn run(args: Args) -> crate::Result<()> {
     }
     let faults = fault_env(&fault_config(&args, true));
     let (_server, addr) = start(
-        crate::helpers::command()?.args(["soak-server", "--addr", "udp://127.0.0.1:0"]).env("TIERCEL_FAULTS", &faults),
+        crate::helpers::command()?
+            .args(["soak-server", "--addr", "udp://127.0.0.1:0", "--sockets", &args.sockets.to_string()])
+            .env("TIERCEL_FAULTS", &faults),
     )?;
-    println!("soak on loopback: the fault layer drops {}% of packets on both sides", args.loss);
+    println!(
+        "soak on loopback (server: {} UDP sockets): the fault layer drops {}% of packets on both sides",
+        args.sockets, args.loss
+    );
     client(&args, &addr)
 }
 

@@ -1,6 +1,7 @@
 //! The lossy-network soak at CI size: 100,000 calls from 8 threads across two network namespaces,
 //! nftables dropping 10% of UDP each way, the fault layer duplicating 5%, reordering 5% and
-//! corrupting 1% of packets on both sides. Needs root, `ip` and `nft`; set `TIERCEL_SKIP_NETNS=1` to
+//! corrupting 1% of packets on both sides; the server reads its port through two sockets, so the
+//! callers' datagrams are spread over two sets of workers. Needs root, `ip` and `nft`; set `TIERCEL_SKIP_NETNS=1` to
 //! run it on loopback with the fault layer dropping packets instead.
 #![cfg(feature = "fault-injection")]
 
@@ -8,7 +9,21 @@ use std::process::Command;
 
 #[test]
 fn lossy_network_soak_runs_every_call_at_most_once() {
-    let mut args = vec!["soak", "--calls", "100000", "--threads", "8", "--loss", "10", "--dup", "5", "--reorder", "5"];
+    let mut args = vec![
+        "soak",
+        "--calls",
+        "100000",
+        "--threads",
+        "8",
+        "--loss",
+        "10",
+        "--dup",
+        "5",
+        "--reorder",
+        "5",
+        "--sockets",
+        "2",
+    ];
     if std::env::var_os("TIERCEL_SKIP_NETNS").is_none() {
         args.push("--netns");
     }
@@ -18,6 +33,7 @@ fn lossy_network_soak_runs_every_call_at_most_once() {
     println!("{stdout}");
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("soak passed"), "{stdout}");
+    assert!(stdout.contains("2 UDP sockets"), "{stdout}");
     assert!(stdout.contains("ran twice: 0"), "{stdout}");
     assert!(stdout.contains("returned wrong:        0"), "{stdout}");
     assert!(stdout.contains("failed with an error:  0 "), "no call may fail on a network that only loses: {stdout}");

@@ -32,6 +32,20 @@ pub fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<UdpSocket> {
     Ok(socket.into())
 }
 
+/// Opens `more` sockets on the address `socket` is bound to, sharing its datagrams with it
+/// (`SO_REUSEPORT`, set on `socket` too, after its bind): the kernel gives each datagram to one of
+/// them by a hash of its source and destination, so the datagrams of one client socket all go to
+/// the same one. Only sockets of the same user may join (the kernel refuses others), and a socket
+/// without `SO_REUSEPORT` still gets "address in use".
+pub fn share_port(socket: &UdpSocket, more: usize) -> io::Result<Vec<UdpSocket>> {
+    if more == 0 {
+        return Ok(Vec::new());
+    }
+    socket2::SockRef::from(socket).set_reuse_port(true)?;
+    let addr = socket.local_addr()?;
+    (0..more).map(|_| bind(addr, true)).collect()
+}
+
 /// A UDP socket on an ephemeral port, connected to `server`: it receives only the server's packets.
 pub fn connect(server: SocketAddr) -> io::Result<UdpSocket> {
     let local: SocketAddr = match server {

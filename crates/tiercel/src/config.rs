@@ -109,14 +109,15 @@ pub const MAX_MESSAGE: usize = tiercel_proto::timing::MAX_MESSAGE;
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
-    /// Most worker threads receiving and running UDP calls. One reads the socket (spinning, then
-    /// blocking) and runs each call it reads inline; the others stand by, parked, and cost nothing
-    /// per call. While every reading worker has been running one call for about a millisecond, or
-    /// running calls while more datagrams wait, another takes over reading, so that a long
-    /// procedure holds up only its own caller and calls whose procedures block run side by side; a
-    /// reading worker that finds nothing to read while another is free stands by again. With three or
-    /// more, one is always kept free to receive: a new call arriving while all the others run
-    /// procedures is refused at once as busy, and its client backs off and retries. Also the most
+    /// Most worker threads receiving and running UDP calls. One reads each socket (see `sockets`;
+    /// spinning, then blocking) and runs each call it reads inline; the others stand by, parked,
+    /// and cost nothing per call. While every worker reading a socket has been running one call for
+    /// about a millisecond, or running calls while more datagrams wait there, another takes over
+    /// reading it, so that a long procedure holds up only its own caller and calls whose procedures
+    /// block run side by side; a reading worker that finds nothing to read while another of its
+    /// socket is free stands by again. With three or more, one for each socket is always kept free
+    /// to receive: a new call arriving while all the others run procedures is refused at once as
+    /// busy, and its client backs off and retries. Also the most
     /// threads one TCP connection gets while its calls are slow (at least two), and the most threads
     /// serving one shared-memory binding while its calls are slow (no more than its slots). Default: 16.
     pub workers: usize,
@@ -130,6 +131,17 @@ pub struct ServerConfig {
     /// the callers and from each other. Default: one less than the CPUs this process may run on,
     /// at least 1.
     pub spinners: usize,
+    /// UDP sockets the server reads, all bound to its port (`SO_REUSEPORT`). The kernel gives the
+    /// datagrams of each client socket (each thread of a client has its own) to one of them, by a
+    /// hash of the addresses, and each socket has a worker of its own reading it, so the calls of
+    /// many clients are received and run on as many cores without one shared queue. The workers
+    /// standing by take over on whichever socket has calls held up (see `workers`), and the
+    /// admission keeps one worker free to receive for each socket. At most half of `workers`, so
+    /// that each socket has a worker to spare; at least 1. While there are several, another
+    /// process of the same user may bind the port too and take a share of its datagrams (the
+    /// kernel refuses other users, and with one socket refuses everyone). Default: one less than
+    /// the CPUs this process may run on, at least 1 (as `spinners`).
+    pub sockets: usize,
     /// CPUs to pin worker `i` to (`cpus[i % cpus.len()]`); empty leaves placement to the kernel.
     /// Default: empty.
     pub cpus: Vec<usize>,
@@ -202,6 +214,7 @@ impl Default for ServerConfig {
             workers: 16,
             spin: Duration::from_millis(1),
             spinners: crate::server::default_spinners(),
+            sockets: crate::server::default_spinners(),
             cpus: Vec::new(),
             slots_per_binding: 64,
             max_bindings: 4096,

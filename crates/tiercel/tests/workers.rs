@@ -1,5 +1,6 @@
 //! The UDP server's workers on their default settings: one reads the socket while calls are quick,
-//! and long procedures do not hold up the quick calls that arrive behind them.
+//! and long procedures do not hold up the quick calls that arrive behind them; with several
+//! sockets on the port, one reads each, and the same holds on each.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -13,6 +14,8 @@ pub trait Desk {
     fn slow(&self, ms: u64) -> u32;
     /// Returns the slow calls running now.
     fn quick(&self) -> u32;
+    /// The name of the server thread running the call.
+    fn worker(&self) -> String;
 }
 
 #[derive(Default)]
@@ -33,6 +36,9 @@ impl Desk for DeskImpl {
     }
     fn quick(&self) -> u32 {
         self.0.running.load(Ordering::Acquire)
+    }
+    fn worker(&self) -> String {
+        std::thread::current().name().unwrap_or_default().to_owned()
     }
 }
 
@@ -73,9 +79,75 @@ fn ran_at_once(
 
 #[test]
 fn long_calls_run_at_once_and_a_quick_call_is_answered_while_they_run() {
+    long_calls_and_a_quick_one(tiercel::ServerConfig::default());
+}
+
+#[test]
+fn on_three_sockets_long_calls_run_at_once_and_a_quick_call_is_answered_while_they_run() {
+    // The six long calls' client sockets fall on the three sockets as the kernel's hash puts them:
+    // the workers standing by take over on whichever sockets have calls held up.
+    long_calls_and_a_quick_one(tiercel::ServerConfig { sockets: 3, ..tiercel::ServerConfig::default() });
+}
+
+#[test]
+fn every_socket_of_the_port_is_read_by_a_worker_of_its_own() {
     let counts = Arc::new(Counts::default());
-    let server =
-        Server::bind("udp://127.0.0.1:0").unwrap().export(DeskServer::new(DeskImpl(counts.clone()))).start().unwrap();
+    let config = tiercel::ServerConfig { sockets: 2, workers: 4, ..tiercel::ServerConfig::default() };
+    let server = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(DeskServer::new(DeskImpl(counts)))
+        .start()
+        .unwrap();
+    let addr = format!("udp://{}", server.addr());
+    // 24 clients, each with a socket of its own: all on one of the two sockets has odds of 2^-23.
+    let mut workers = std::collections::BTreeSet::new();
+    for _ in 0..24 {
+        let desk: DeskClient = Client::connect(addr.as_str()).unwrap().import().unwrap();
+        for _ in 0..10 {
+            workers.insert(desk.worker().unwrap());
+        }
+    }
+    // Quick calls: each is run by the first worker reading its socket, the others stand by.
+    let expected: std::collections::BTreeSet<String> =
+        ["tiercel-worker-0", "tiercel-worker-1"].map(String::from).into();
+    assert_eq!(workers, expected);
+    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 240);
+    // A server of one worker has one socket, whatever is asked: each socket has a worker to spare.
+    let config = tiercel::ServerConfig { sockets: 4, workers: 1, ..tiercel::ServerConfig::default() };
+    let one = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(DeskServer::new(DeskImpl(Arc::default())))
+        .start()
+        .unwrap();
+    let desk: DeskClient = Client::connect(format!("udp://{}", one.addr())).unwrap().import().unwrap();
+    assert_eq!(desk.worker().unwrap(), "tiercel-worker-0");
+}
+
+#[test]
+fn a_port_with_several_sockets_is_still_refused_to_a_plain_socket() {
+    let config = tiercel::ServerConfig { sockets: 2, ..tiercel::ServerConfig::default() };
+    let server = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(DeskServer::new(DeskImpl(Arc::default())))
+        .start()
+        .unwrap();
+    let err = std::net::UdpSocket::bind(server.addr()).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    let err = Server::bind(format!("udp://{}", server.addr()).as_str()).unwrap_err();
+    assert!(matches!(err, tiercel::ServerError::Listen { .. }), "{err}");
+}
+
+fn long_calls_and_a_quick_one(config: tiercel::ServerConfig) {
+    let counts = Arc::new(Counts::default());
+    let server = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(DeskServer::new(DeskImpl(counts.clone())))
+        .start()
+        .unwrap();
     let addr = format!("udp://{}", server.addr());
     let desk: DeskClient = Client::connect(addr.as_str()).unwrap().import().unwrap();
     // Quick calls first: they are all served by one worker, and nothing is refused.

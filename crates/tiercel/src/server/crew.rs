@@ -20,6 +20,12 @@
 //! behind one another. A listener that finds nothing to read (after its spin) while another
 //! listener is free stands by again. The deputy's looks stop while
 //! the server is idle, and resume when a listener wakes for a datagram.
+//!
+//! A server with several sockets on its port (`ServerConfig::sockets`) has one listener on each
+//! from the start, and one pool of workers standing by: the deputy looks at each socket when its
+//! time comes, by the same rules and with that socket's own counts of calls running and started,
+//! and sends a worker to whichever has calls held up. A listener stands by only while another
+//! listener of its own socket is free, so no socket is left without one.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -57,9 +63,10 @@ const IDLE_LOOKS: u32 = 100;
 const IDLE_LOOK: Duration = Duration::from_millis(100);
 
 pub(super) struct Crew {
-    /// Workers in the listener role (reading the socket or running a call they read); at least 1.
-    listeners: AtomicUsize,
-    /// Most listeners (`ServerConfig::workers`).
+    /// Workers in the listener role on each of the server's sockets (reading it or running a call
+    /// they read); at least 1 each.
+    listeners: Vec<AtomicUsize>,
+    /// Most listeners, on all sockets together (`ServerConfig::workers`).
     workers: usize,
     /// The deputy looks only now and then: a listener that wakes for a datagram wakes it.
     deputy_idle: AtomicBool,
@@ -83,18 +90,19 @@ struct Roles {
 /// What a standing-by worker does next.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Standby {
-    /// Read the socket.
-    Listen,
+    /// Read the socket of this index.
+    Listen(usize),
     /// The server is stopping.
     Stop,
 }
 
 impl Crew {
-    /// A crew of `workers` in which one worker listens.
-    pub(super) fn new(workers: usize) -> Crew {
+    /// A crew of `workers` for `sockets` sockets, in which one worker listens on each.
+    pub(super) fn new(workers: usize, sockets: usize) -> Crew {
+        let sockets = sockets.max(1);
         Crew {
-            listeners: AtomicUsize::new(1),
-            workers: workers.max(1),
+            listeners: (0..sockets).map(|_| AtomicUsize::new(1)).collect(),
+            workers: workers.max(sockets),
             deputy_idle: AtomicBool::new(false),
             roles: Mutex::new(Roles::default()),
             changed: Condvar::new(),
@@ -104,74 +112,98 @@ impl Crew {
         }
     }
 
-    /// Listeners now.
+    /// Listeners now, on every socket.
     #[cfg(test)]
     fn listeners(&self) -> usize {
-        self.listeners.load(Ordering::Acquire)
+        self.listeners.iter().map(|l| l.load(Ordering::Acquire)).sum()
     }
 
-    /// Whether a listener that found nothing to read should stand by: another listener is free
-    /// (`running()` listeners are running calls). One atomic load while a single worker listens.
-    pub(super) fn should_stand_by(&self, running: impl FnOnce() -> usize) -> bool {
-        if self.listeners.load(Ordering::Acquire) == 1 {
+    /// Whether a listener on socket `lane` that found nothing to read should stand by: another
+    /// listener of that socket is free (`running()` of its listeners are running calls). One atomic
+    /// load while a single worker listens there.
+    pub(super) fn should_stand_by(&self, lane: usize, running: impl FnOnce() -> usize) -> bool {
+        let Some(count) = self.listeners.get(lane) else { return false };
+        if count.load(Ordering::Acquire) == 1 {
             return false;
         }
         let _roles = self.lock();
-        let listeners = self.listeners.load(Ordering::Acquire);
+        let listeners = count.load(Ordering::Acquire);
         if listeners > 1 && listeners.saturating_sub(running()) >= 2 {
-            self.listeners.store(listeners - 1, Ordering::Release);
+            count.store(listeners - 1, Ordering::Release);
             return true;
         }
         false
     }
 
     /// Parks a worker that is not listening until it is to listen, or the server stops. One
-    /// standing-by worker at a time is the deputy and decides when another listener is needed:
-    /// `running()` gives the listeners running calls, `started()` the count of calls started,
-    /// `queued()` whether a datagram waits in the socket (asked only while every listener runs a
-    /// call).
+    /// standing-by worker at a time is the deputy and decides when another listener is needed on
+    /// a socket, looking at each socket when its time comes: `running(lane)` gives the listeners
+    /// of socket `lane` running calls, `started(lane)` the count of calls they have started,
+    /// `queued(lane)` whether a datagram waits in that socket (asked only while every listener
+    /// there runs a call).
     pub(super) fn stand_by(
         &self,
         stop: &AtomicBool,
-        running: impl Fn() -> usize,
-        started: impl Fn() -> u64,
-        queued: impl Fn() -> bool,
+        running: impl Fn(usize) -> usize,
+        started: impl Fn(usize) -> u64,
+        queued: impl Fn(usize) -> bool,
     ) -> Standby {
         let mut roles = self.lock();
-        let mut deputy: Option<Deputy> = None;
+        // The deputy's memory of each socket, and when it looks at it next.
+        let mut deputy: Vec<(Deputy, Instant)> = Vec::new();
         loop {
             if stop.load(Ordering::Acquire) {
-                if deputy.is_some() {
+                if !deputy.is_empty() {
                     roles.deputy = false;
                 }
                 return Standby::Stop;
             }
-            if deputy.is_none() && !roles.deputy {
+            if deputy.is_empty() && !roles.deputy {
                 roles.deputy = true;
-                deputy = Some(Deputy::new(started()));
+                let now = Instant::now();
+                deputy = (0..self.listeners.len()).map(|lane| (Deputy::new(started(lane)), now)).collect();
             }
-            let Some(d) = deputy.as_mut() else {
+            if deputy.is_empty() {
                 roles = self.changed.wait(roles).unwrap_or_else(|p| p.into_inner());
                 continue;
-            };
-            let listeners = self.listeners.load(Ordering::Acquire);
-            let period = match d.look(listeners, self.workers, running(), started(), &queued) {
-                Look::Listen => {
-                    self.listeners.store(listeners + 1, Ordering::Release);
-                    roles.deputy = false;
-                    // Another standing-by worker becomes the deputy.
-                    self.changed.notify_one();
-                    return Standby::Listen;
+            }
+            let now = Instant::now();
+            let spare = self.workers.saturating_sub(self.listeners.iter().map(|l| l.load(Ordering::Acquire)).sum());
+            let mut period = IDLE_LOOK;
+            for (lane, (d, due)) in deputy.iter_mut().enumerate() {
+                if now < *due {
+                    period = period.min(*due - now);
+                    continue;
                 }
-                Look::Again(period) => period,
-            };
-            if period == IDLE_LOOK {
+                let count = &self.listeners[lane];
+                let listeners = count.load(Ordering::Acquire);
+                match d.look(listeners, listeners + spare, running(lane), started(lane), || queued(lane)) {
+                    Look::Listen => {
+                        count.store(listeners + 1, Ordering::Release);
+                        roles.deputy = false;
+                        // Another standing-by worker becomes the deputy.
+                        self.changed.notify_one();
+                        return Standby::Listen(lane);
+                    }
+                    Look::Again(wait) => {
+                        *due = now + wait;
+                        period = period.min(wait);
+                    }
+                }
+            }
+            // Idle only when every socket is: then a listener woken by a datagram wakes it.
+            let idle = deputy.iter().all(|(d, _)| d.idle());
+            if idle {
                 self.deputy_idle.store(true, Ordering::Release);
             }
             roles = self.look.wait_timeout(roles, period).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
-            if period == IDLE_LOOK && !self.deputy_idle.swap(false, Ordering::AcqRel) {
+            if idle && !self.deputy_idle.swap(false, Ordering::AcqRel) {
                 // A listener woke for a datagram: calls may be coming again.
-                d.wake();
+                let now = Instant::now();
+                for (d, due) in &mut deputy {
+                    d.wake();
+                    *due = now;
+                }
             }
         }
     }
@@ -275,6 +307,11 @@ impl Deputy {
         Look::Again(self.waited)
     }
 
+    /// Whether the looks have stopped for want of calls (each an [`IDLE_LOOK`] apart).
+    fn idle(&self) -> bool {
+        self.waited == IDLE_LOOK
+    }
+
     /// Calls may be coming again: the waits between looks start again from a tick.
     fn wake(&mut self) {
         self.quiet = 0;
@@ -298,13 +335,13 @@ mod tests {
 
     #[test]
     fn a_listener_stands_by_only_when_another_is_free() {
-        let crew = Crew::new(4);
-        assert!(!crew.should_stand_by(|| 0), "the only listener never stands by");
-        crew.listeners.store(2, Ordering::Release);
-        assert!(!crew.should_stand_by(|| 1), "the other listener is running a call");
-        assert!(crew.should_stand_by(|| 0));
+        let crew = Crew::new(4, 1);
+        assert!(!crew.should_stand_by(0, || 0), "the only listener never stands by");
+        crew.listeners[0].store(2, Ordering::Release);
+        assert!(!crew.should_stand_by(0, || 1), "the other listener is running a call");
+        assert!(crew.should_stand_by(0, || 0));
         assert_eq!(crew.listeners(), 1);
-        assert!(!crew.should_stand_by(|| 0));
+        assert!(!crew.should_stand_by(0, || 0));
     }
 
     #[test]
@@ -393,22 +430,58 @@ mod tests {
 
     #[test]
     fn a_standing_by_worker_listens_when_a_call_holds_the_listener() {
-        let crew = Arc::new(Crew::new(3));
+        let crew = Arc::new(Crew::new(3, 1));
         let stop = AtomicBool::new(false);
         // The one listener runs a call that does not end.
-        let listen = crew.stand_by(&stop, || 1, || 5, || false);
-        assert_eq!(listen, Standby::Listen);
+        let listen = crew.stand_by(&stop, |_| 1, |_| 5, |_| false);
+        assert_eq!(listen, Standby::Listen(0));
         assert_eq!(crew.listeners(), 2);
     }
 
     #[test]
+    fn with_several_sockets_a_worker_takes_over_on_the_one_held_up() {
+        let crew = Crew::new(4, 2);
+        let stop = AtomicBool::new(false);
+        assert_eq!(crew.listeners(), 2, "one listener on each socket");
+        // Socket 1's listener runs a call that does not end; socket 0's is free.
+        let listen = crew.stand_by(&stop, |lane| usize::from(lane == 1), |_| 5, |_| false);
+        assert_eq!(listen, Standby::Listen(1));
+        assert_eq!(crew.listeners[1].load(Ordering::Acquire), 2);
+        assert_eq!(crew.listeners[0].load(Ordering::Acquire), 1);
+        // Each socket's listeners stand by on their own: never the last of a socket.
+        assert!(!crew.should_stand_by(0, || 0), "the only listener of socket 0");
+        assert!(!crew.should_stand_by(1, || 1), "the other listener of socket 1 runs a call");
+        assert!(crew.should_stand_by(1, || 0));
+        assert_eq!(crew.listeners(), 2);
+        assert!(!crew.should_stand_by(7, || 0), "no such socket");
+    }
+
+    #[test]
+    fn with_several_sockets_no_more_listeners_than_workers_in_all() {
+        let crew = Crew::new(3, 2);
+        let stop = AtomicBool::new(false);
+        // Both sockets held up, one worker to spare: it goes to one of them, then none is left.
+        assert!(matches!(crew.stand_by(&stop, |_| 2, |_| 5, |_| true), Standby::Listen(_)));
+        assert_eq!(crew.listeners(), 3);
+        let t = std::thread::scope(|s| {
+            let h = s.spawn(|| crew.stand_by(&stop, |_| 2, |_| 5, |_| true));
+            std::thread::sleep(TICK * 10);
+            stop.store(true, Ordering::Release);
+            crew.release();
+            h.join().unwrap()
+        });
+        assert_eq!(t, Standby::Stop);
+        assert_eq!(crew.listeners(), 3);
+    }
+
+    #[test]
     fn standing_by_workers_stop_with_the_server() {
-        let crew = Arc::new(Crew::new(4));
+        let crew = Arc::new(Crew::new(4, 1));
         let stop = Arc::new(AtomicBool::new(false));
         let workers: Vec<_> = (0..3)
             .map(|_| {
                 let (crew, stop) = (crew.clone(), stop.clone());
-                std::thread::spawn(move || crew.stand_by(&stop, || 0, || 0, || false))
+                std::thread::spawn(move || crew.stand_by(&stop, |_| 0, |_| 0, |_| false))
             })
             .collect();
         std::thread::sleep(Duration::from_millis(20));
@@ -422,12 +495,12 @@ mod tests {
 
     #[test]
     fn no_more_listeners_than_workers() {
-        let crew = Crew::new(1);
+        let crew = Crew::new(1, 1);
         let stop = AtomicBool::new(false);
         let started = AtomicU64::new(0);
         // Every listener held up, but there is no worker to add: the deputy keeps looking.
         let t = std::thread::scope(|s| {
-            let h = s.spawn(|| crew.stand_by(&stop, || 1, || started.load(Ordering::Acquire), || true));
+            let h = s.spawn(|| crew.stand_by(&stop, |_| 1, |_| started.load(Ordering::Acquire), |_| true));
             std::thread::sleep(TICK * 10);
             stop.store(true, Ordering::Release);
             crew.release();

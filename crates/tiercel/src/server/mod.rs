@@ -142,6 +142,8 @@ impl Server {
         };
         let incarnation = u64::from_le_bytes(crate::client::random_bytes()?[..8].try_into().unwrap_or_default());
         let workers = self.config.workers.max(1);
+        // Each socket has a worker to spare.
+        let sockets = self.config.sockets.clamp(1, (workers / 2).max(1));
         let mut config = self.config;
         config.binding_idle = config.binding_idle.max(2 * config.timing.dead_after);
         let challenger = match config.secret {
@@ -180,15 +182,18 @@ impl Server {
                 memory: config.message_memory,
                 stalled_after: config.stalled_call,
                 binding_idle: config.binding_idle,
-                // One worker is kept free to receive (probes, duplicates, and the quick "busy"
-                // answer to new calls) when there are three or more.
-                max_running: if workers >= 3 { workers - 1 } else { usize::MAX },
+                // One worker for each socket is kept free to receive (probes, duplicates, and the
+                // quick "busy" answer to new calls) when there are three or more.
+                max_running: if workers >= 3 { workers - sockets } else { usize::MAX },
                 timing: config.timing,
             },
             std::time::Instant::now(),
             Box::new(crate::auth::Challenger::new()?),
         );
         let spin_leases = spinning::SpinLeases::new(config.spinners.max(1));
+        let more = tiercel_sys::udp::share_port(&self.socket, sockets - 1)
+            .map_err(|source| ServerError::Listen { addr, source })?;
+        let lanes = std::iter::once(self.socket).chain(more).map(udp::Lane::new).collect();
         let shared = Arc::new(Shared {
             memory: endpoint.budget(),
             rendezvous: listener.as_ref().map(|l| (l.rendezvous, l.name.clone())),
@@ -196,17 +201,15 @@ impl Server {
             metrics,
             specs,
             endpoint,
-            coalescing: tiercel_sys::udp::enable_gro(&self.socket),
             segmenting: AtomicBool::new(true),
-            socket: self.socket,
+            lanes,
             config,
             exports: self.exports,
             incarnation,
             stop: AtomicBool::new(false),
             shutdown_by: std::sync::Mutex::new(None),
             spin_leases,
-            crew: crew::Crew::new(workers),
-            handoff: handoff::Handoff::new(),
+            crew: crew::Crew::new(workers, sockets),
             stats: Arc::new(ServerStats::default()),
             registrations: std::sync::Mutex::new(Vec::new()),
             binding_threads: std::sync::Mutex::new(Vec::new()),
@@ -275,12 +278,12 @@ fn slow_calls(calls: u64, threads: usize, period: std::time::Duration) -> bool {
 }
 
 pub(crate) struct Shared {
-    socket: UdpSocket,
+    /// The UDP sockets (`ServerConfig::sockets`), all on the server's port, and what the workers
+    /// reading each share; the first is the one the server was bound with.
+    lanes: Vec<udp::Lane>,
     /// Whether result fragments may go out in runs of one segmented send (UDP GSO): until the
     /// kernel refuses one.
     segmenting: AtomicBool,
-    /// Whether the socket takes runs of datagrams whole (UDP GRO), so that receives must be cut.
-    coalescing: bool,
     config: ServerConfig,
     /// Makes and checks bind challenges when the server has a shared secret.
     challenger: Option<crate::auth::Challenger>,
@@ -311,10 +314,8 @@ pub(crate) struct Shared {
     shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
     /// Leave to spin (`ServerConfig::spinners`), for every transport's threads.
     spin_leases: Arc<spinning::SpinLeases>,
-    /// Which workers read the socket.
+    /// Which workers read each socket.
     crew: crew::Crew,
-    /// Datagrams a worker took in a batch and left to the other listeners.
-    handoff: handoff::Handoff,
     stats: Arc<ServerStats>,
     /// The threads serving shared-memory and TCP bindings (finished ones are pruned as new ones
     /// start).

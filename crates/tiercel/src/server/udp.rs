@@ -8,11 +8,13 @@
 //! of them, and the results of the quick ones go out together with one `sendmmsg` (`outbox`); the
 //! calls behind one that may be slow are left to the other listeners (`handoff`). While a large
 //! call's fragments arrive, the next receive puts them straight into its reassembly (`landing`).
+//! A server may have several sockets on its port (`Lane`, `ServerConfig::sockets`): each worker
+//! reads one at a time, and the crew says which.
 
 use std::cell::{Cell, RefCell};
 use std::io::{IoSlice, IoSliceMut};
-use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -25,6 +27,7 @@ use tiercel_sys::udp::{self, Received};
 
 use super::crew::Standby;
 use super::dispatch::{run_in_place, run_procedure, Arrival};
+use super::handoff::Handoff;
 use super::landing::{gather, Landing, MAX_LANDED, MAX_PARTS};
 use super::outbox::{Outbox, QuickProcedures, MAX_HELD, QUICK_RUN};
 use super::spinning::SpinLease;
@@ -51,9 +54,44 @@ fn checksummed(p: &Packet<&[u8]>) -> bool {
 /// How often worker 0 looks for idle bindings.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
+/// One of the server's UDP sockets (`ServerConfig::sockets`), with what the workers reading it
+/// share.
+pub(super) struct Lane {
+    socket: UdpSocket,
+    /// Whether the socket takes runs of datagrams whole (UDP GRO), so that receives must be cut.
+    coalescing: bool,
+    /// Datagrams a worker took in a batch from this socket and left to its other listeners.
+    handoff: Handoff,
+    /// Procedures that this socket's listeners are running: the crew's deputy asks whether every
+    /// one of them is running a call.
+    running: AtomicUsize,
+    /// Procedures that this socket's listeners have started: whether any started between two of
+    /// the deputy's looks.
+    started: AtomicU64,
+}
+
+impl Lane {
+    pub(super) fn new(socket: UdpSocket) -> Lane {
+        Lane {
+            coalescing: udp::enable_gro(&socket),
+            socket,
+            handoff: Handoff::new(),
+            running: AtomicUsize::new(0),
+            started: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a datagram waits for this socket's listeners (in the socket, or handed over).
+    fn queued(&self) -> bool {
+        !self.handoff.is_empty() || udp::wait_readable(&self.socket, Some(Duration::ZERO)).unwrap_or(false)
+    }
+}
+
 pub(super) struct UdpWorker {
     shared: Arc<Shared>,
     index: usize,
+    /// The socket this worker reads (while listening), an index into `Shared::lanes`.
+    lane: usize,
     /// Where one `recvmmsg` puts the datagrams waiting.
     batch: RecvBatch,
     /// The datagram of the batch being handled, and the end of what is left of the batch to this
@@ -91,13 +129,14 @@ struct Spares {
 impl UdpWorker {
     pub(super) fn new(shared: Arc<Shared>, index: usize) -> UdpWorker {
         // A socket that takes runs of datagrams whole needs room for a whole run.
-        let size = if shared.coalescing {
+        let size = if shared.lanes.iter().any(|l| l.coalescing) {
             shared.config.max_datagram.max(udp::GRO_BUFFER)
         } else {
             shared.config.max_datagram
         };
         let lease = SpinLease::new(&shared.spin_leases);
         UdpWorker {
+            lane: index % shared.lanes.len(),
             shared,
             index,
             batch: RecvBatch::new(size),
@@ -112,6 +151,12 @@ impl UdpWorker {
         }
     }
 
+    /// The socket this worker reads, and what its listeners share.
+    #[inline]
+    fn lane(&self) -> &Lane {
+        &self.shared.lanes[self.lane]
+    }
+
     /// Runs the worker: listening (see `crew`) or standing by, until the server stops.
     pub(super) fn run(mut self) {
         let cpus = &self.shared.config.cpus;
@@ -119,8 +164,8 @@ impl UdpWorker {
             let _ = tiercel_sys::cpu::pin_current_thread(cpus[self.index % cpus.len()]);
         }
         let shared = self.shared.clone();
-        // Worker 0 starts as the listener; the others stand by.
-        let mut listening = self.index == 0;
+        // Worker `i` starts as the listener of socket `i`, if there is one; the others stand by.
+        let mut listening = self.index < shared.lanes.len();
         while !shared.stop.load(Ordering::Acquire) {
             if listening {
                 self.listen();
@@ -128,13 +173,15 @@ impl UdpWorker {
                 self.spares.take();
                 self.landing.free();
             }
-            let running = || shared.endpoint.running();
-            let started = || shared.stats.calls.load(Ordering::Relaxed);
-            let queued = || {
-                !shared.handoff.is_empty() || udp::wait_readable(&shared.socket, Some(Duration::ZERO)).unwrap_or(false)
-            };
+            let lane = |i: usize| &shared.lanes[i];
+            let running = |i| lane(i).running.load(Ordering::Acquire);
+            let started = |i| lane(i).started.load(Ordering::Relaxed);
+            let queued = |i| lane(i).queued();
             listening = match shared.crew.stand_by(&shared.stop, running, started, queued) {
-                Standby::Listen => true,
+                Standby::Listen(i) => {
+                    self.lane = i;
+                    true
+                }
                 Standby::Stop => break,
             };
         }
@@ -147,10 +194,10 @@ impl UdpWorker {
         // listener, not all of them (falling back to `poll` if epoll is refused). A worker standing
         // by has none: every waiter registered on the socket is visited for every datagram that
         // arrives (16 of them made a Null call 0.7 µs slower).
-        self.waiter = udp::ExclusiveWaiter::new(&self.shared.socket).ok();
+        self.waiter = udp::ExclusiveWaiter::new(&self.lane().socket).ok();
         // Datagrams another worker leaves wake a listener asleep as datagrams in the socket do.
         // (Refused, they wake with the next datagram, at the latest a retransmission of theirs.)
-        if let (Some(w), Some(nudge)) = (&self.waiter, self.shared.handoff.nudge()) {
+        if let (Some(w), Some(nudge)) = (&self.waiter, self.lane().handoff.nudge()) {
             let _ = w.also(nudge.as_fd());
         }
         let mut spin_until = Instant::now();
@@ -177,7 +224,7 @@ impl UdpWorker {
                 self.shared.stop_workers();
             }
             // Datagrams another worker left first: they were received before what waits now.
-            if let Some(handed) = self.shared.handoff.take_if_any() {
+            if let Some(handed) = self.lane().handoff.take_if_any() {
                 self.outbox.borrow_mut().open(false);
                 for piece in udp::segments(handed.bytes.len(), handed.segment) {
                     self.handle_packet(&handed.bytes[piece], handed.from);
@@ -207,7 +254,7 @@ impl UdpWorker {
                 }
             }
             let max = if queueing { MAX_BATCH } else { 1 };
-            match self.batch.recv_nowait(&self.shared.socket, max) {
+            match self.batch.recv_nowait(&self.shared.lanes[self.lane].socket, max) {
                 Ok(0) => {}
                 Ok(n) => {
                     found = n as u32;
@@ -225,14 +272,14 @@ impl UdpWorker {
             }
             // Nothing to read: stand by rather than wait beside another listener that is free
             // (a listener with calls waiting in the socket keeps taking them).
-            if self.shared.crew.should_stand_by(|| self.shared.endpoint.running()) {
+            if self.shared.crew.should_stand_by(self.lane, || self.lane().running.load(Ordering::Acquire)) {
                 break;
             }
             self.lease.give_back();
             steps::slept(steps::Side::Server);
             let ready = match &self.waiter {
                 Some(w) => w.wait(Some(SPARES_IDLE)),
-                None => udp::wait_readable(&self.shared.socket, Some(SPARES_IDLE)),
+                None => udp::wait_readable(&self.lane().socket, Some(SPARES_IDLE)),
             };
             match ready {
                 // A datagram after a wait: calls may be coming again, and the deputy looks.
@@ -256,7 +303,7 @@ impl UdpWorker {
         let Some(expected) = self.landing.expected() else { return Ok(Landed::NotExpected) };
         let binding = &expected.binding;
         let (frag_payload, trailer) = (binding.frag_payload(), expected.trailer);
-        let max = if self.shared.coalescing {
+        let max = if self.lane().coalescing {
             (udp::GRO_BUFFER / (HEADER_LEN + frag_payload + trailer)).clamp(1, MAX_LANDED)
         } else {
             1
@@ -286,7 +333,7 @@ impl UdpWorker {
         }
         let fragments = n / stride;
         parts[n] = IoSliceMut::new(tail);
-        let got = mmsg::recv_scattered_from_nowait(&self.shared.socket, &mut parts[..=n])?;
+        let got = mmsg::recv_scattered_from_nowait(&self.shared.lanes[self.lane].socket, &mut parts[..=n])?;
         let stats = &self.shared.stats;
         let (len, from) = match (got.received, got.from) {
             (Received::Datagram(len), Some(from)) => (len, from),
@@ -444,7 +491,7 @@ impl UdpWorker {
                 None
             }
         });
-        let n = self.shared.handoff.hand_over(rest);
+        let n = self.lane().handoff.hand_over(rest);
         self.shared.stats.handed_off.fetch_add(n as u64, Ordering::Relaxed);
     }
 
@@ -452,7 +499,7 @@ impl UdpWorker {
     fn send_held(&self) {
         let mut outbox = self.outbox.borrow_mut();
         if !outbox.is_empty() {
-            let together = outbox.send(&self.shared.socket);
+            let together = outbox.send(&self.lane().socket);
             self.shared.stats.sent_together.fetch_add(together as u64, Ordering::Relaxed);
         }
     }
@@ -656,6 +703,9 @@ impl UdpWorker {
         let endpoint = &self.shared.endpoint;
         self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
         endpoint.run_started();
+        let lane = self.lane();
+        lane.started.fetch_add(1, Ordering::Relaxed);
+        lane.running.fetch_add(1, Ordering::AcqRel);
         let arrival =
             Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "udp" };
         let limit = self.shared.config.timing.max_message;
@@ -713,6 +763,7 @@ impl UdpWorker {
             }
         };
         endpoint.run_finished();
+        lane.running.fetch_sub(1, Ordering::AcqRel);
         if batching {
             self.quick.borrow_mut().observe(export, p.procedure(), arrived.elapsed());
         }
@@ -758,7 +809,7 @@ impl UdpWorker {
     fn execute_async(&self, binding: &Arc<UdpBinding>, p: &Packet<&[u8]>, args: &[u8], arrived: Instant) {
         // The call's header alone, to answer it later.
         let header = Header { payload_len: 0, message_len: 0, frag_index: 0, frag_count: 1, ..p.header() }.to_bytes();
-        let (shared, b) = (self.shared.clone(), binding.clone());
+        let (shared, b, lane) = (self.shared.clone(), binding.clone(), self.lane);
         let finish = move |status: Status, results: Vec<u8>| {
             let p = Packet::new_unchecked(&header[..]);
             let Some(mut cell) = b.slot(p.slot()) else { return };
@@ -766,7 +817,7 @@ impl UdpWorker {
             out.resize(HEADER_LEN, 0);
             out.extend_from_slice(&results);
             cell.complete(&b, &p, status, out, &shared.config.timing);
-            flush(&shared, &b, &mut cell, None);
+            flush(&shared, lane, &b, &mut cell, None);
         };
         let arrival =
             Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "udp" };
@@ -808,13 +859,13 @@ impl UdpWorker {
     /// Sends the result fragments the slot has queued, counting those sent before as resent; in a
     /// batch, small ones are held to go out with the batch's other results.
     fn flush(&self, binding: &UdpBinding, cell: &mut UdpSlot) {
-        flush(&self.shared, binding, cell, Some(&mut self.outbox.borrow_mut()));
+        flush(&self.shared, self.lane, binding, cell, Some(&mut self.outbox.borrow_mut()));
     }
 
     fn send_control(&self, binding: &UdpBinding, p: &Packet<&[u8]>, to: SocketAddr, kind: Kind, payload: &[u8]) {
         let h = binding.reply_header(p, kind, Status::Ok, payload.len());
         let _ = transmit::send(
-            &self.shared.socket,
+            &self.lane().socket,
             Some(&to),
             &[IoSlice::new(&h.to_bytes()), IoSlice::new(payload)],
             checksummed(p),
@@ -827,7 +878,7 @@ impl UdpWorker {
         let checksum = h.flags & flags::CHECKSUM != 0;
         let header = h.to_bytes();
         let io = [IoSlice::new(&header), IoSlice::new(payload)];
-        let _ = transmit::send(&self.shared.socket, Some(&to), &io, checksum);
+        let _ = transmit::send(&self.lane().socket, Some(&to), &io, checksum);
     }
 
     /// Answers a bind request through the server's bind machine: a binding from the table, or the
@@ -855,7 +906,7 @@ impl UdpWorker {
             // A client on this host asks where to bind through shared memory. Only a source on this
             // host is told: loopback, or the very address the server is bound to.
             let ip = from.ip().to_canonical();
-            let local = self.shared.socket.local_addr().is_ok_and(|a| a.ip().to_canonical() == ip);
+            let local = self.lane().socket.local_addr().is_ok_and(|a| a.ip().to_canonical() == ip);
             if ip.is_loopback() || local {
                 return self.send_packet(from, &admission.rendezvous(&machine, *rendezvous), checksummed(p));
             }
@@ -885,7 +936,7 @@ impl UdpWorker {
 
     fn send_packet(&self, to: SocketAddr, packet: &[u8], checksum: bool) {
         // A failed send is a lost packet: the client retransmits its request.
-        let _ = transmit::send(&self.shared.socket, Some(&to), &[IoSlice::new(packet)], checksum);
+        let _ = transmit::send(&self.lane().socket, Some(&to), &[IoSlice::new(packet)], checksum);
     }
 }
 
@@ -893,7 +944,9 @@ impl UdpWorker {
 /// of a multi-packet result go out in runs, one segmented send each (UDP GSO), when the kernel
 /// allows it: every fragment but the message's last is full, so a run is cut where it ends. A small
 /// fragment is held in `outbox` instead, when it will take it (a batch is being handled).
-fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot, mut outbox: Option<&mut Outbox>) {
+/// They go out on socket `lane`: any of the server's sockets sends from its address.
+fn flush(shared: &Shared, lane: usize, binding: &UdpBinding, cell: &mut UdpSlot, mut outbox: Option<&mut Outbox>) {
+    let socket = &shared.lanes[lane].socket;
     let Some(peer) = cell.peer else { return };
     let again = cell.proto.take_resent();
     if again > 0 {
@@ -909,7 +962,7 @@ fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot, mut outbox: 
             if let Fragment::Parts(_, body) = cell.fragment(binding, index) {
                 let short = body.len() < full;
                 if run.push(index) == run_length || short {
-                    send_run(shared, binding, cell, peer, run.take(), segment);
+                    send_run(shared, socket, binding, cell, peer, run.take(), segment);
                 }
                 continue;
             }
@@ -925,25 +978,38 @@ fn flush(shared: &Shared, binding: &UdpBinding, cell: &mut UdpSlot, mut outbox: 
             }
         }
         // A failed send is a lost packet: the client's timers ask again.
-        let _ = send_fragment(shared, fragment, peer, checksum);
+        let _ = send_fragment(socket, fragment, peer, checksum);
     }
     if !run.is_empty() {
-        send_run(shared, binding, cell, peer, run.take(), segment);
+        send_run(shared, socket, binding, cell, peer, run.take(), segment);
     }
 }
 
-fn send_fragment(shared: &Shared, fragment: Fragment<'_>, peer: SocketAddr, checksum: bool) -> std::io::Result<usize> {
+fn send_fragment(
+    socket: &UdpSocket,
+    fragment: Fragment<'_>,
+    peer: SocketAddr,
+    checksum: bool,
+) -> std::io::Result<usize> {
     match fragment {
-        Fragment::Whole(datagram) => transmit::send(&shared.socket, Some(&peer), &[IoSlice::new(datagram)], checksum),
+        Fragment::Whole(datagram) => transmit::send(socket, Some(&peer), &[IoSlice::new(datagram)], checksum),
         Fragment::Parts(header, body) => {
-            transmit::send(&shared.socket, Some(&peer), &[IoSlice::new(&header), IoSlice::new(body)], checksum)
+            transmit::send(socket, Some(&peer), &[IoSlice::new(&header), IoSlice::new(body)], checksum)
         }
     }
 }
 
 /// Sends result fragments `run` with one segmented send, or one by one (from now on, server-wide)
 /// if the kernel refuses segmentation.
-fn send_run(shared: &Shared, binding: &UdpBinding, cell: &UdpSlot, peer: SocketAddr, run: &[u16], segment: usize) {
+fn send_run(
+    shared: &Shared,
+    socket: &UdpSocket,
+    binding: &UdpBinding,
+    cell: &UdpSlot,
+    peer: SocketAddr,
+    run: &[u16],
+    segment: usize,
+) {
     let checksum = cell.checksummed();
     let mut headers = [[0u8; HEADER_LEN]; transmit::MAX_RUN];
     let mut bodies: [&[u8]; transmit::MAX_RUN] = [&[]; transmit::MAX_RUN];
@@ -960,12 +1026,11 @@ fn send_run(shared: &Shared, binding: &UdpBinding, cell: &UdpSlot, peer: SocketA
         ends[i] = 2 * i + 2;
     }
     let k = 2 * run.len();
-    if let Err(e) = transmit::send_run(&shared.socket, Some(&peer), &parts[..k], &ends[..run.len()], checksum, segment)
-    {
+    if let Err(e) = transmit::send_run(socket, Some(&peer), &parts[..k], &ends[..run.len()], checksum, segment) {
         if tiercel_sys::udp::is_segmentation_refused(&e) {
             shared.segmenting.store(false, Ordering::Relaxed);
             for pair in parts[..k].chunks(2) {
-                let _ = transmit::send(&shared.socket, Some(&peer), pair, checksum);
+                let _ = transmit::send(socket, Some(&peer), pair, checksum);
             }
         }
     }
