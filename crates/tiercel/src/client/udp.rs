@@ -434,7 +434,18 @@ impl UdpEndpoint {
     ) -> Result<(), CallError> {
         let mut deadline = SpinDeadline::new(start, &self.spin);
         let mut spinner = SPINNERS.start();
-        spinner.before_first_look();
+        if spinner.crowded() {
+            spinner.before_first_look();
+        } else if len <= self.frag_payload {
+            // A one-packet call: nothing to look for before its result. The wait reads the clock
+            // and nothing else. With a `pause` in each turn, as the other spins have, a lone
+            // caller's mean Null call took 0.04 to 0.15 µs longer than with no wait in three of
+            // four A/B runs on our VM (perhaps the hypervisor's pause-loop exiting, which takes a
+            // long run of `pause` for a lock's spin); without it, within 0.02 µs in three and 0.18
+            // µs shorter in the fourth.
+            let first = self.spin.first_look(start);
+            while Instant::now() < first {}
+        }
         loop {
             let now = match self.step(inner, segs, tail.as_deref_mut(), len)? {
                 Step::Done => return Ok(()),
