@@ -42,6 +42,16 @@ impl Desk for DeskImpl {
     }
 }
 
+/// A server of `config`, bound to a free port on loopback, exporting a `Desk` that counts in `counts`.
+fn desk_server(config: tiercel::ServerConfig, counts: &Arc<Counts>) -> tiercel::RunningServer {
+    Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(DeskServer::new(DeskImpl(counts.clone())))
+        .start()
+        .unwrap()
+}
+
 /// Starts `n` calls of `ms` milliseconds from `n` threads, and waits (at most `within`) until all of
 /// them run at once.
 fn long_calls(
@@ -91,14 +101,8 @@ fn on_three_sockets_long_calls_run_at_once_and_a_quick_call_is_answered_while_th
 
 #[test]
 fn every_socket_of_the_port_is_read_by_a_worker_of_its_own() {
-    let counts = Arc::new(Counts::default());
     let config = tiercel::ServerConfig { sockets: 2, workers: 4, ..tiercel::ServerConfig::default() };
-    let server = Server::bind("udp://127.0.0.1:0")
-        .unwrap()
-        .with_config(config)
-        .export(DeskServer::new(DeskImpl(counts)))
-        .start()
-        .unwrap();
+    let server = desk_server(config, &Arc::default());
     let addr = format!("udp://{}", server.addr());
     // 24 clients, each with a socket of its own: all on one of the two sockets has odds of 2^-23.
     let mut workers = std::collections::BTreeSet::new();
@@ -108,19 +112,14 @@ fn every_socket_of_the_port_is_read_by_a_worker_of_its_own() {
             workers.insert(desk.worker().unwrap());
         }
     }
-    // Quick calls: each is run by the first worker reading its socket, the others stand by.
-    let expected: std::collections::BTreeSet<String> =
-        ["tiercel-worker-0", "tiercel-worker-1"].map(String::from).into();
-    assert_eq!(workers, expected);
+    // Quick calls: each is run by the worker reading its socket (worker `i` reads socket `i`).
+    // Another may take over where a call was held up (a worker preempted in one), so the test asks
+    // for both readers, not for them alone.
+    assert!(workers.contains("tiercel-worker-0") && workers.contains("tiercel-worker-1"), "{workers:?}");
     assert_eq!(server.stats().calls.load(Ordering::Relaxed), 240);
     // A server of one worker has one socket, whatever is asked: each socket has a worker to spare.
     let config = tiercel::ServerConfig { sockets: 4, workers: 1, ..tiercel::ServerConfig::default() };
-    let one = Server::bind("udp://127.0.0.1:0")
-        .unwrap()
-        .with_config(config)
-        .export(DeskServer::new(DeskImpl(Arc::default())))
-        .start()
-        .unwrap();
+    let one = desk_server(config, &Arc::default());
     let desk: DeskClient = Client::connect(format!("udp://{}", one.addr())).unwrap().import().unwrap();
     assert_eq!(desk.worker().unwrap(), "tiercel-worker-0");
 }
@@ -128,12 +127,7 @@ fn every_socket_of_the_port_is_read_by_a_worker_of_its_own() {
 #[test]
 fn a_port_with_several_sockets_is_still_refused_to_a_plain_socket() {
     let config = tiercel::ServerConfig { sockets: 2, ..tiercel::ServerConfig::default() };
-    let server = Server::bind("udp://127.0.0.1:0")
-        .unwrap()
-        .with_config(config)
-        .export(DeskServer::new(DeskImpl(Arc::default())))
-        .start()
-        .unwrap();
+    let server = desk_server(config, &Arc::default());
     let err = std::net::UdpSocket::bind(server.addr()).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
     let err = Server::bind(format!("udp://{}", server.addr()).as_str()).unwrap_err();
@@ -142,12 +136,7 @@ fn a_port_with_several_sockets_is_still_refused_to_a_plain_socket() {
 
 fn long_calls_and_a_quick_one(config: tiercel::ServerConfig) {
     let counts = Arc::new(Counts::default());
-    let server = Server::bind("udp://127.0.0.1:0")
-        .unwrap()
-        .with_config(config)
-        .export(DeskServer::new(DeskImpl(counts.clone())))
-        .start()
-        .unwrap();
+    let server = desk_server(config, &counts);
     let addr = format!("udp://{}", server.addr());
     let desk: DeskClient = Client::connect(addr.as_str()).unwrap().import().unwrap();
     // Quick calls first: they are all served by one worker, and nothing is refused.
@@ -172,12 +161,7 @@ fn long_calls_and_a_quick_one(config: tiercel::ServerConfig) {
 fn a_server_of_two_workers_serves_a_quick_call_beside_a_long_one() {
     let counts = Arc::new(Counts::default());
     let config = tiercel::ServerConfig { workers: 2, ..tiercel::ServerConfig::default() };
-    let server = Server::bind("udp://127.0.0.1:0")
-        .unwrap()
-        .with_config(config)
-        .export(DeskServer::new(DeskImpl(counts.clone())))
-        .start()
-        .unwrap();
+    let server = desk_server(config, &counts);
     let addr = format!("udp://{}", server.addr());
     let desk: DeskClient = Client::connect(addr.as_str()).unwrap().import().unwrap();
     let long = {
@@ -196,12 +180,7 @@ fn a_server_of_two_workers_serves_a_quick_call_beside_a_long_one() {
 
 /// Through shared memory: each thread of a client calls on its own slot of the one binding.
 fn shm_desk(config: tiercel::ServerConfig, counts: &Arc<Counts>) -> (tiercel::RunningServer, DeskClient) {
-    let server = Server::bind("udp://127.0.0.1:0")
-        .unwrap()
-        .with_config(config)
-        .export(DeskServer::new(DeskImpl(counts.clone())))
-        .start()
-        .unwrap();
+    let server = desk_server(config, counts);
     let desk: DeskClient = Client::connect(server.addr()).unwrap().import().unwrap();
     assert_eq!(desk.binding().transport(), tiercel::Transport::SharedMemory);
     (server, desk)

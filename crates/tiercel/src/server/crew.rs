@@ -463,14 +463,7 @@ mod tests {
         // Both sockets held up, one worker to spare: it goes to one of them, then none is left.
         assert!(matches!(crew.stand_by(&stop, |_| 2, |_| 5, |_| true), Standby::Listen(_)));
         assert_eq!(crew.listeners(), 3);
-        let t = std::thread::scope(|s| {
-            let h = s.spawn(|| crew.stand_by(&stop, |_| 2, |_| 5, |_| true));
-            std::thread::sleep(TICK * 10);
-            stop.store(true, Ordering::Release);
-            crew.release();
-            h.join().unwrap()
-        });
-        assert_eq!(t, Standby::Stop);
+        assert_eq!(stand_by_for_ten_ticks(&crew, |_| 2), Standby::Stop);
         assert_eq!(crew.listeners(), 3);
     }
 
@@ -496,17 +489,21 @@ mod tests {
     #[test]
     fn no_more_listeners_than_workers() {
         let crew = Crew::new(1, 1);
-        let stop = AtomicBool::new(false);
-        let started = AtomicU64::new(0);
         // Every listener held up, but there is no worker to add: the deputy keeps looking.
-        let t = std::thread::scope(|s| {
-            let h = s.spawn(|| crew.stand_by(&stop, |_| 1, |_| started.load(Ordering::Acquire), |_| true));
+        assert_eq!(stand_by_for_ten_ticks(&crew, |_| 1), Standby::Stop);
+        assert_eq!(crew.listeners(), 1);
+    }
+
+    /// A worker standing by in `crew` while `running(lane)` listeners of each socket run calls
+    /// that never end and datagrams wait, until the server stops ten ticks later.
+    fn stand_by_for_ten_ticks(crew: &Crew, running: impl Fn(usize) -> usize + Sync) -> Standby {
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let h = s.spawn(|| crew.stand_by(&stop, &running, |_| 5, |_| true));
             std::thread::sleep(TICK * 10);
             stop.store(true, Ordering::Release);
             crew.release();
             h.join().unwrap()
-        });
-        assert_eq!(t, Standby::Stop);
-        assert_eq!(crew.listeners(), 1);
+        })
     }
 }
