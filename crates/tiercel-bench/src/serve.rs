@@ -27,8 +27,8 @@ pub struct Args {
     #[arg(long, default_value_t = ServerConfig::default().workers)]
     workers: usize,
     /// UDP sockets on the port (`SO_REUSEPORT`), each with a worker reading it: the kernel spreads
-    /// the clients' sockets over them, and the calls of many clients run on as many cores (at most
-    /// half of `--workers`). The default is one less than the CPUs, at least 1.
+    /// the clients' sockets over them, and the calls of many clients can run on as many cores (at
+    /// most half of `--workers`). The default is one less than the CPUs, at least 1.
     #[arg(long, default_value_t = ServerConfig::default().sockets)]
     sockets: usize,
     /// Microseconds an idle worker spins for the next packet before blocking.

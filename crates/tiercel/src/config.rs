@@ -134,7 +134,8 @@ pub struct ServerConfig {
     /// UDP sockets the server reads, all bound to its port (`SO_REUSEPORT`). The kernel gives the
     /// datagrams of each client socket (each thread of a client has its own) to one of them, by a
     /// hash of the addresses, and each socket has a worker of its own reading it, so the calls of
-    /// many clients are received and run on as many cores without one shared queue. The workers
+    /// many clients can be received and run on as many cores, without one shared queue (not
+    /// measured on more than two CPUs). The workers
     /// standing by take over on whichever socket has calls held up (see `workers`), and the
     /// admission keeps one worker free to receive for each socket. At most half of `workers`, so
     /// that each socket has a worker to spare; at least 1. While there are several, another
