@@ -1,9 +1,15 @@
 //! The raw baselines, measured in the same run as the RPC figures and with the same placement: a
-//! plain and an indirect function call, a system call, and the ping-pongs of every mechanism a
-//! transport (or a user's hand-rolled alternative) stands on: UDP, shared memory, futex, TCP.
+//! plain and an indirect function call, a system call, a UDP send alone and in a batch, and the
+//! ping-pongs of every mechanism a transport (or a user's hand-rolled alternative) stands on: UDP,
+//! shared memory, futex, TCP.
 
-use std::net::SocketAddr;
+use std::io::IoSlice;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tiercel_sys::mmsg::{self, RecvBatch, MAX_BATCH};
 
 use crate::harness::{spawn, Baseline, HEADER};
 use crate::progress::outln;
@@ -93,6 +99,9 @@ pub fn run(server_cpu: usize, time: Duration, mut progress: impl FnMut()) -> cra
             Ok(())
         })?,
     );
+    let (one, batched) = udp_sends(server_cpu, time)?;
+    push("UDP send", "sendmsg of one datagram, loopback, the sender's time", HEADER, one);
+    push("UDP send, batched", "sendmmsg of 16 datagrams, per datagram", HEADER, batched);
     progress();
     let cpu = server_cpu.to_string();
     for (echo, spin) in [
@@ -147,6 +156,60 @@ pub fn run(server_cpu: usize, time: Duration, mut progress: impl FnMut()) -> cra
     Ok(rows)
 }
 
+/// Alternating rounds of the two kinds of UDP send.
+const SEND_ROUNDS: u32 = 5;
+
+/// The sender's time per datagram of `HEADER` bytes sent over loopback to a socket that a thread
+/// on the server CPU drains: with a `sendmsg` each (timed in batches of 16 sends), and with one
+/// `sendmmsg` of [`MAX_BATCH`] datagrams (each recorded as its time over the datagrams sent), in alternating rounds. Their
+/// difference is what sharing one system call among several datagrams saves the sender: the
+/// kernel's path for each datagram is the same either way.
+fn udp_sends(server_cpu: usize, time: Duration) -> crate::Result<(Summary, Summary)> {
+    let sink = UdpSocket::bind("127.0.0.1:0")?;
+    let to = sink.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let drain = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let _ = tiercel_sys::cpu::pin_current_thread(server_cpu);
+            let mut batch = RecvBatch::new(HEADER);
+            while !stop.load(Ordering::Relaxed) {
+                let _ = batch.recv_nowait(&sink, MAX_BATCH);
+            }
+        })
+    };
+    let measured = (|| -> crate::Result<(Summary, Summary)> {
+        let socket = UdpSocket::bind("127.0.0.1:0")?;
+        let payload = [0u8; HEADER];
+        let mut send = || -> crate::Result<()> {
+            tiercel_sys::udp::send_gather_to(&socket, &to, &[IoSlice::new(&payload)])?;
+            Ok(())
+        };
+        let datagrams: Vec<(SocketAddr, &[u8])> = (0..MAX_BATCH).map(|_| (to, &payload[..])).collect();
+        let (mut one, mut batched) = (Summary::new(), Summary::new());
+        // Untimed first, then the two kinds alternate, so that the machine's drift hits both.
+        for _ in 0..20_000 {
+            send()?;
+        }
+        for _ in 0..SEND_ROUNDS {
+            one.add(&timed(time / SEND_ROUNDS, 16, &mut send)?);
+            let start = Instant::now();
+            while start.elapsed() < time / SEND_ROUNDS {
+                let t = Instant::now();
+                match mmsg::send_batch(&socket, &datagrams) {
+                    (_, Some(e)) => return Err(e.into()),
+                    (0, None) => return Err("sendmmsg sent nothing".into()),
+                    (sent, None) => batched.record(t.elapsed() / sent as u32),
+                }
+            }
+        }
+        Ok((one, batched))
+    })();
+    stop.store(true, Ordering::Relaxed);
+    let _ = drain.join();
+    measured
+}
+
 /// Prints the baselines.
 pub fn print(rows: &[Row]) {
     outln!("\nRaw baselines (the floor beneath each transport), median and p99 per operation, µs");
@@ -162,6 +225,7 @@ pub fn print(rows: &[Row]) {
             r.p99_us
         );
     }
-    outln!("(function and indirect calls and the syscall are timed in batches of 1000 and 100; each");
+    outln!("(function and indirect calls and the syscall are timed in batches of 1000 and 100, the UDP sends");
+    outln!("in batches of 16 sendmsg or one sendmmsg of 16, to a socket drained on the server CPU; each");
     outln!("ping-pong is a round trip between this thread and an echo process on the server CPU)");
 }
