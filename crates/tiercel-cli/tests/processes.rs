@@ -319,6 +319,8 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         "function call",
         "indirect call",
         "syscall",
+        "UDP send",
+        "UDP send, batched",
         "raw UDP ping-pong",
         "raw shm ping-pong",
         "futex ping-pong",
@@ -326,7 +328,14 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
     ] {
         assert!(baselines.contains(&b), "baseline {b} missing: {baselines:?}");
     }
-    assert_eq!(baselines.len(), 9, "UDP and TCP are measured busy-polling and blocking");
+    assert_eq!(baselines.len(), 11, "UDP and TCP are measured busy-polling and blocking");
+    let per_datagram = |name: &str| {
+        let rows = report["baselines"].as_array().unwrap();
+        let row = rows.iter().find(|r| r["name"] == name).unwrap();
+        assert_eq!(row["bytes_each_way"], 56, "{row}");
+        row["median_us"].as_f64().unwrap()
+    };
+    assert!(per_datagram("UDP send") > 0.0 && per_datagram("UDP send, batched") > 0.0);
 
     let mach = names(&report["mach"], "test");
     for t in [
