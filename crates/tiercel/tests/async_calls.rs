@@ -1,6 +1,7 @@
 //! The async client (crate feature `async`) on both transports: every kind of argument, many
 //! concurrent calls from one task and from many tasks on one binding (more than it has slots),
-//! runtime threads left free while calls wait, deadlines, and futures dropped mid-call.
+//! runtime threads left free while calls wait, calls through a lossy relay, deadlines, and futures
+//! dropped mid-call.
 #![cfg(feature = "async")]
 
 use std::collections::HashSet;
@@ -254,6 +255,71 @@ async fn futures_join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Out
     })
     .await;
     out.into_iter().map(|o| o.unwrap()).collect()
+}
+
+/// A UDP relay in front of `server` that drops every `nth` datagram each way (counted over all the
+/// relay's traffic in that direction), each client socket with an upstream socket of its own, so
+/// that the server tells the client's sockets apart. Runs until the process ends.
+fn lossy_relay(server: std::net::SocketAddr, nth: u64) -> std::net::SocketAddr {
+    use std::collections::HashMap;
+    use std::net::UdpSocket;
+    let front = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+    let addr = front.local_addr().unwrap();
+    let (up_count, down_count) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    std::thread::spawn(move || {
+        let mut upstream: HashMap<std::net::SocketAddr, Arc<UdpSocket>> = HashMap::new();
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let Ok((n, client)) = front.recv_from(&mut buf) else { continue };
+            let up = upstream.entry(client).or_insert_with(|| {
+                let up = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+                up.connect(server).unwrap();
+                let (back, front, down_count) = (up.clone(), front.clone(), down_count.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 65_536];
+                    while let Ok(n) = back.recv(&mut buf) {
+                        if down_count.fetch_add(1, Ordering::Relaxed) % nth != nth - 1 {
+                            let _ = front.send_to(&buf[..n], client);
+                        }
+                    }
+                });
+                up
+            });
+            if up_count.fetch_add(1, Ordering::Relaxed) % nth != nth - 1 {
+                let _ = up.send(&buf[..n]);
+            }
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn concurrent_calls_on_one_runtime_thread_complete_once_each_through_a_lossy_relay() {
+    // Eight tasks' calls in flight at once on one thread (none alone: each waits for its socket to
+    // be readable before its first look), with every fifth datagram dropped each way: every call
+    // completes, with its own result, and no procedure runs twice.
+    let served = serve(ServerConfig::default());
+    let relay = lossy_relay(served.server.addr(), 5);
+    let client: LedgerAsyncClient = Client::connect(format!("udp://{relay}")).unwrap().import_async().await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..8u64 {
+        let client = client.clone();
+        tasks.spawn(async move {
+            for i in 0..25u64 {
+                let tag = 10_000 + t * 100 + i;
+                assert_eq!(client.slow(0, tag).await.unwrap(), tag);
+                let data = vec![tag as u8; if i % 5 == 0 { 5_000 } else { 40 }];
+                assert_eq!(client.echo(&data).await.unwrap(), data);
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    assert_eq!(served.ledger.ran.lock().unwrap().len(), 200);
+    assert_eq!(served.ledger.twice.load(Ordering::Relaxed), 0, "a call ran twice");
+    let resent = client.binding().stats().retransmissions.load(Ordering::Relaxed);
+    assert!(resent > 0, "the relay dropped datagrams, yet nothing was sent again");
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -8,7 +8,9 @@
 //! binding (the client doorbell), waking the task, which copies the result out itself. A call that is
 //! the only one of its binding in flight first spins for about the expected round trip, as a
 //! synchronous call does (waking a parked runtime thread costs more than a round trip on a small
-//! machine); with several in flight, each yields at once.
+//! machine); with several in flight, each yields at once (over UDP, a call not alone waits for its
+//! socket to be readable before its first look, so it makes no receive that cannot yet succeed:
+//! one system call fewer per call, a send and a receive left).
 //!
 //! When every slot of the binding is in use, a call waits for one to come back: calls queue, in
 //! the order they asked, rather than fail. Dropping a call's future before it completes cancels it:
@@ -187,16 +189,25 @@ async fn run_udp(
     alone: bool,
 ) -> Result<bool, CallError> {
     let inner = &*binding.inner;
+    if !alone {
+        // Cleared before the call goes, the socket's readiness is set again by the first datagram
+        // after it (the result, or an acknowledgement): the call waits for that before its first
+        // look, rather than make a receive that cannot yet succeed.
+        clear_readiness(ready);
+    }
     let (len, start) = match tail.as_deref() {
         Some(tail) => ep.send_lent(binding, procedure, segs, tail)?,
         None => ep.send_call(binding, procedure, segs)?,
     };
+    if !alone {
+        wait_readable(ready, ep).await?;
+    }
     // A lone call spins (for its budget, and for each next packet while they keep coming).
     let mut deadline = alone.then(|| ep.spin_deadline(start));
     loop {
         // Clear the socket's readiness, then look: a datagram that arrives after the clear sets
         // it again, so the wait below cannot miss it.
-        let _ = ready.try_io(Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+        clear_readiness(ready);
         let now = match ep.step(inner, segs, tail.as_deref_mut(), len)? {
             Step::Done => break,
             Step::Progress => {
@@ -211,21 +222,33 @@ async fn run_udp(
             core::hint::spin_loop();
             continue;
         }
-        crate::steps::slept(crate::steps::Side::Client);
-        in_runtime()?;
-        match ep.next_timeout() {
-            // When it ends at the timer, the next step handles what is due.
-            Some(t) => {
-                if let Ok(readable) = tokio::time::timeout_at(t.into(), ready.readable()).await {
-                    readable?;
-                }
-            }
-            None => ready.readable().await?,
-        }
+        wait_readable(ready, ep).await?;
     }
     ep.observe(start.elapsed());
     ep.finish(inner, procedure)?;
     Ok(tail.is_some_and(|tail| ep.settle_lent(inner, tail)))
+}
+
+/// Forgets that the socket was readable (no system call): the next datagram to arrive marks it so
+/// again.
+fn clear_readiness(ready: &tokio::net::UdpSocket) {
+    let _ = ready.try_io(Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+}
+
+/// Waits without holding the thread until the socket is readable or the endpoint's timer is due.
+async fn wait_readable(ready: &tokio::net::UdpSocket, ep: &UdpEndpoint) -> Result<(), CallError> {
+    crate::steps::slept(crate::steps::Side::Client);
+    in_runtime()?;
+    match ep.next_timeout() {
+        // When it ends at the timer, the next step handles what is due.
+        Some(t) => {
+            if let Ok(readable) = tokio::time::timeout_at(t.into(), ready.readable()).await {
+                readable?;
+            }
+        }
+        None => ready.readable().await?,
+    }
+    Ok(())
 }
 
 impl AsyncState {
