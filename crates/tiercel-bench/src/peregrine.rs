@@ -69,8 +69,9 @@ pub struct Table5Row {
     /// Packets the client sent again during the row (timeouts and negative acknowledgements).
     pub retransmissions: u64,
     /// Over UDP, for a row whose call or result takes several datagrams: the penalty of its
-    /// messages moved from and into buffers of their size (Table 3's message column; a
-    /// single-datagram message counts its ordinary penalty), and the call's ratio to it.
+    /// messages moved from and into buffers of their size (measured as Table 3's message column is,
+    /// for this row's sizes; a single-datagram message counts its ordinary penalty), and the call's
+    /// ratio to it.
     pub message_penalty_us: Option<f64>,
     pub message_ratio: Option<f64>,
 }
@@ -430,7 +431,10 @@ pub fn table5(
     );
     outln!("both sides spin); medians of about {} ms of calls per row", budget.as_millis());
     if medium == Medium::Udp {
-        outln!("(msg penalty: of messages of several datagrams, Table 3's message column: from and into buffers of their size)");
+        outln!(
+            "(msg penalty: of messages of several datagrams, measured as Table 3's message column is, for these sizes: \
+             from and into buffers of their size)"
+        );
     }
     outln!(
         "{:<18} {:>21} | {:>10} {:>10} {:>10} {:>9} {:>7} | {:>9} {:>7} | {:>11} {:>7}",
