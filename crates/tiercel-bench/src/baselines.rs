@@ -161,9 +161,9 @@ const SEND_ROUNDS: u32 = 5;
 
 /// The sender's time per datagram of `HEADER` bytes sent over loopback to a socket that a thread
 /// on the server CPU drains: with a `sendmsg` each (timed in batches of 16 sends), and with one
-/// `sendmmsg` of [`MAX_BATCH`] datagrams (each recorded as its time over the datagrams sent), in alternating rounds. Their
-/// difference is what sharing one system call among several datagrams saves the sender: the
-/// kernel's path for each datagram is the same either way.
+/// `sendmmsg` of [`MAX_BATCH`] datagrams (each recorded as its time over the datagrams sent), in
+/// alternating rounds. Their difference is what sharing one system call among several datagrams
+/// saves the sender: the kernel's path for each datagram is the same either way.
 fn udp_sends(server_cpu: usize, time: Duration) -> crate::Result<(Summary, Summary)> {
     let sink = UdpSocket::bind("127.0.0.1:0")?;
     let to = sink.local_addr()?;

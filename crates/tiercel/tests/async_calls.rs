@@ -295,7 +295,7 @@ fn lossy_relay(server: std::net::SocketAddr, nth: u64) -> std::net::SocketAddr {
 
 #[tokio::test(flavor = "current_thread")]
 async fn concurrent_calls_on_one_runtime_thread_complete_once_each_through_a_lossy_relay() {
-    // Eight tasks' calls in flight at once on one thread (none alone: each waits for its socket to
+    // Eight tasks' calls in flight at once on one thread (a call not alone waits for its socket to
     // be readable before its first look), with every fifth datagram dropped each way: every call
     // completes, with its own result, and no procedure runs twice.
     let served = serve(ServerConfig::default());
