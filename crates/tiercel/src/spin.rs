@@ -63,12 +63,14 @@ impl Spinner<'_> {
     /// one CPU, a Null call took 4.1 to 4.3 system calls of its caller (send, a failed receive, the
     /// yield, the receive of the result), and 3.0 to 3.4 with the yield first. (Over TCP a caller
     /// mostly looks at a result another thread read, a load from memory: yielding first there made
-    /// eight callers slower.)
+    /// eight callers slower.) Returns whether it yielded: whether another caller spins.
     #[inline]
-    pub(crate) fn before_first_look(&self) {
-        if self.crowded() {
+    pub(crate) fn before_first_look(&self) -> bool {
+        let crowded = self.crowded();
+        if crowded {
             std::thread::yield_now();
         }
+        crowded
     }
 
     /// Spins again after a block: counted again.
