@@ -1,9 +1,9 @@
 //! The server's workers as a user gets them: Null over UDP against servers of the default
 //! configuration and of 1, 2 and 4 workers (everything else at its default, spinning included),
-//! in interleaved rounds (each starting with the next server), with the latency of one caller against a raw spinning UDP ping-pong
-//! measured in the same rounds (the machine's tail swings from minute to minute, so a ratio of
-//! p99s taken minutes apart says little), and the calls per second of 1 and 8 caller threads on
-//! one binding.
+//! in interleaved rounds (each starting with the next server), with the latency of one caller
+//! against a raw spinning UDP ping-pong measured in the same rounds (the machine's tail swings from
+//! minute to minute, so a ratio of p99s taken minutes apart says little), and the calls per second
+//! of 1 and 8 caller threads on one binding.
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,23 @@ pub struct Row {
 
 /// Worker counts set against the default.
 const FIXED: [usize; 3] = [1, 2, 4];
+
+/// Timed calls of one server in one latency round.
+const LATENCY_ROUND: u32 = 400;
+
+/// Untimed calls at the start of each latency round: the server (or echo) had stopped spinning
+/// while the others were measured, and its first calls wake it.
+const ROUND_WARM_UP: u32 = 50;
+
+/// The latency's timed calls per server in a round, and its rounds, for `calls` calls per server.
+/// Short rounds, many of them: the machine's slow stretches last milliseconds, and in rounds of
+/// 2,000 calls (10 ms each), five per server, the p99 of servers of the same code differed by up to
+/// 2.2× in one run (1.6× on average in three runs); in rounds of 400, by 1.3× on average in nine
+/// runs (the largest p99 over the smallest of the four).
+fn latency_rounds(calls: u32) -> (u32, u32) {
+    let per_round = LATENCY_ROUND.min(calls).max(1);
+    (per_round, calls.div_ceil(per_round))
+}
 
 /// Slices of calls/s measurement per server and caller count in each round.
 const SLICES_PER_ROUND: usize = 3;
@@ -61,10 +78,13 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time
         ping.round_trip()?;
     }
     let mut raw = Summary::new();
-    let per_round = (calls / rounds).max(1);
+    let (per_round, latency_rounds) = latency_rounds(calls);
     let count = servers.len();
-    for round in 0..rounds as usize {
+    for round in 0..latency_rounds as usize {
         std::thread::sleep(Duration::from_millis(5));
+        for _ in 0..ROUND_WARM_UP {
+            ping.round_trip()?;
+        }
         for _ in 0..per_round {
             let t = Instant::now();
             // A lost datagram (none on loopback, in practice) is left out, not timed as a second.
@@ -78,6 +98,9 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time
             let (_, client, summary) = &mut servers[(round + i) % count];
             // The server last measured spins 1 ms past its last call: let it stop first.
             std::thread::sleep(Duration::from_millis(5));
+            for _ in 0..ROUND_WARM_UP {
+                client.null()?;
+            }
             for _ in 0..per_round {
                 let t = Instant::now();
                 client.null()?;
@@ -118,15 +141,16 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time
 
 /// Prints the table.
 pub fn print(rows: &[Row], calls: u32, rounds: u32, time: Duration) {
+    let (per_round, latency_rounds) = latency_rounds(calls);
     outln!(
         "\nServer workers: Null over UDP, the default server against servers of 1, 2 and 4 workers (all else at its \
          default:"
     );
     outln!(
-        "one worker spins 1 ms past its last packet); latency of one caller ({calls} calls per server in {rounds} \
-         interleaved rounds,"
+        "one worker spins 1 ms past its last packet); latency of one caller ({calls} calls per server in \
+         {latency_rounds} interleaved rounds of {per_round},"
     );
-    outln!("each round starting with the next server)");
+    outln!("each after {ROUND_WARM_UP} untimed calls, each round starting with the next server)");
     outln!(
         "against a raw spinning UDP ping-pong (56 bytes each way) timed in the same rounds; calls/s of 1 and 8 caller threads on one \
          binding (the median of {} slices of {:.0} ms each, interleaved the same way)",
