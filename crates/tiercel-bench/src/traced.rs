@@ -1,9 +1,10 @@
 //! What tracing costs a call: Null with tiercel's `tracing` feature compiled in (as in this binary),
-//! with no subscriber (one check of each span's cached interest, no context on the wire) against a
+//! with no subscriber (one load of tracing's global level, no context on the wire) against a
 //! subscriber on both sides that formats every `tiercel.call` and `tiercel.serve` span and throws
 //! the text away, on the same CPUs: the calls without a subscriber first (once a subscriber exists,
-//! tracing's global level is raised for the whole process). (Without the feature the spans are not
-//! compiled at all: a build of its own, measured apart.)
+//! tracing's global level is raised for the whole process, and each call then also looks at its
+//! thread's subscriber). (Without the feature the spans are not compiled at all: a build of its
+//! own, measured apart.)
 
 use std::time::Instant;
 

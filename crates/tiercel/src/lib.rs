@@ -45,7 +45,7 @@
 //!   for a slot, cancelled when dropped), `Client::import_async`, and `async fn` procedures run on a
 //!   tokio runtime rather than a worker. Adds tokio; the synchronous path does not use it.
 //! * `tracing`: `tiercel.call` and `tiercel.serve` spans linked across processes by the trace ids a
-//!   call carries. One check of cached interest per call when no subscriber listens.
+//!   call carries. One load of tracing's global level per call when no subscriber listens.
 //! * `metrics`: per-procedure call counts and latency histograms through the `metrics` facade.
 //! * `serde`: `wire::Serde<T>`, serde types as arguments and results.
 //! * `explain`: the timestamps `tiercel explain` reads; off, they compile to nothing.
