@@ -2,15 +2,21 @@
 //! a lease the server's process keeps alive (every third of its time to live); when the process
 //! dies, etcd drops the key once the lease runs out. The value is the same text as a local entry.
 //!
-//! The etcd client is async: one thread per process (`tiercel-etcd`) runs it on a current-thread
-//! tokio runtime, with the keep-alive of every registration, and the synchronous calls of
-//! [`Registry`](super::Registry) wait for their answer from it, up to [`ANSWER_WITHIN`].
+//! The client speaks etcd's JSON gateway (the v3 API as JSON over HTTP/1.1 on the client port,
+//! served by every etcd since 3.4; keys and values in base64, 64-bit integers as strings), so that
+//! building it needs no code generation and no `protoc`, and it runs on plain threads: the
+//! synchronous calls of [`Registry`](super::Registry) make one HTTP request each, a registration's
+//! lease is kept alive by a thread of its own, and a watch is a thread reading etcd's stream of
+//! events. Each request tries the endpoints in turn, starting from the last that answered.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use serde_json::{json, Value};
 
 use super::{Exporter, NameError};
 
@@ -22,6 +28,11 @@ pub(super) const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 const CONNECT_WITHIN: Duration = Duration::from_secs(2);
 /// The time to live of a registration's lease when the registry does not say.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(5);
+/// How long a watch's read waits for an event before it looks whether it is still wanted (and then
+/// watches again from the revision it had reached, so that no event is missed between the two).
+const WATCH_LOOK: Duration = Duration::from_secs(2);
+/// The largest answer read from etcd (a range of every name's entries stays far below it).
+const MAX_ANSWER: u64 = 16 << 20;
 
 /// An etcd cluster holding names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,56 +50,129 @@ impl core::fmt::Display for Etcd {
     }
 }
 
-/// The thread running the etcd client, started by the first use.
-fn agent() -> Result<&'static tokio::runtime::Handle, std::io::Error> {
-    static AGENT: OnceLock<Result<tokio::runtime::Handle, String>> = OnceLock::new();
-    let started = AGENT.get_or_init(|| {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-        let handle = runtime.handle().clone();
-        std::thread::Builder::new()
-            .name("tiercel-etcd".into())
-            .spawn(move || runtime.block_on(std::future::pending::<()>()))
-            .map_err(|e| e.to_string())?;
-        Ok(handle)
-    });
-    started.as_ref().map_err(|e| std::io::Error::other(format!("cannot start the etcd client's thread: {e}")))
+/// A connection to the cluster: an HTTP agent (which keeps connections open between requests) and
+/// the endpoint that answered last.
+#[derive(Clone)]
+struct Gateway {
+    endpoints: Arc<[String]>,
+    agent: ureq::Agent,
+    preferred: Arc<AtomicUsize>,
 }
 
-/// Runs `job` on the agent's thread and waits for its result.
-fn run<T: Send + 'static>(
-    job: impl core::future::Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
-) -> Result<T, std::io::Error> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    agent()?.spawn(async move {
-        let _ = tx.send(tokio::time::timeout(ANSWER_WITHIN, job).await);
-    });
-    match rx.recv_timeout(ANSWER_WITHIN + Duration::from_secs(1)) {
-        Ok(Ok(Ok(v))) => Ok(v),
-        Ok(Ok(Err(e))) => Err(std::io::Error::other(e.to_string())),
-        Ok(Err(_)) | Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "etcd did not answer in time")),
+fn io_error(e: impl core::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+impl Gateway {
+    fn new(etcd: &Etcd, read_within: Duration) -> Gateway {
+        let agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(CONNECT_WITHIN))
+            .timeout_per_read(Some(read_within))
+            .timeout_per_write(Some(ANSWER_WITHIN))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Gateway { endpoints: etcd.endpoints.clone().into(), agent, preferred: Arc::default() }
+    }
+
+    /// Sends `body` to `path` of the first endpoint that answers, and returns the response whole.
+    fn request(&self, path: &str, body: &Value) -> Result<Value, std::io::Error> {
+        let mut response = self.open(path, body)?;
+        let text = response.body_mut().with_config().limit(MAX_ANSWER).read_to_string().map_err(io_error)?;
+        serde_json::from_str(&text).map_err(|e| io_error(format!("etcd answered {path} with bad JSON: {e}")))
+    }
+
+    /// Sends `body` to `path`, trying each endpoint from the preferred one, and returns the response
+    /// (its body unread) of the first that answers with success.
+    fn open(&self, path: &str, body: &Value) -> Result<ureq::http::Response<ureq::Body>, std::io::Error> {
+        let body = body.to_string();
+        let first = self.preferred.load(Ordering::Relaxed);
+        let mut why = String::new();
+        for i in 0..self.endpoints.len() {
+            let at = (first + i) % self.endpoints.len();
+            let url = format!("http://{}{path}", self.endpoints[at]);
+            match self.agent.post(&url).header("content-type", "application/json").send(body.as_str()) {
+                Ok(r) if r.status().is_success() => {
+                    self.preferred.store(at, Ordering::Relaxed);
+                    return Ok(r);
+                }
+                Ok(mut r) => {
+                    let said = r.body_mut().with_config().limit(4096).read_to_string().unwrap_or_default();
+                    return Err(io_error(format!(
+                        "etcd at {} refused {path} ({}): {}",
+                        self.endpoints[at],
+                        r.status(),
+                        said.trim()
+                    )));
+                }
+                Err(e) => why = format!("etcd at {} did not answer {path}: {e}", self.endpoints[at]),
+            }
+        }
+        Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why))
     }
 }
 
-/// A client of the cluster, connected once per set of endpoints and shared (it reconnects by
-/// itself).
-async fn client(endpoints: &[String]) -> Result<Client, etcd_client::Error> {
-    static CLIENTS: OnceLock<Mutex<HashMap<Vec<String>, Client>>> = OnceLock::new();
-    let clients = CLIENTS.get_or_init(Default::default);
-    if let Some(c) = clients.lock().unwrap_or_else(|p| p.into_inner()).get(endpoints) {
-        return Ok(c.clone());
+/// A 64-bit integer of the gateway's JSON (written as a string, or absent when zero).
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::String(s) => s.parse().unwrap_or(0),
+        Value::Number(n) => n.as_i64().unwrap_or(0),
+        _ => 0,
     }
-    let options = ConnectOptions::new().with_connect_timeout(CONNECT_WITHIN).with_timeout(ANSWER_WITHIN);
-    let c = Client::connect(endpoints, Some(options)).await?;
-    clients.lock().unwrap_or_else(|p| p.into_inner()).insert(endpoints.to_vec(), c.clone());
-    Ok(c)
 }
 
-/// A registration's lease, kept alive by a task on the agent's thread until dropped (then revoked:
-/// the key goes at once).
+/// The bytes of a base64 field (empty when absent or not base64).
+fn bytes(v: &Value) -> Vec<u8> {
+    v.as_str().and_then(|s| BASE64.decode(s).ok()).unwrap_or_default()
+}
+
+/// The end of the range of keys starting with `prefix` (its last byte below 0xff, plus one).
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// The keys and values of every key starting with `prefix`.
+fn range(gateway: &Gateway, prefix: &str, keys_only: bool) -> Result<Vec<(Vec<u8>, Vec<u8>)>, std::io::Error> {
+    let found = gateway.request(
+        "/v3/kv/range",
+        &json!({ "key": BASE64.encode(prefix), "range_end": BASE64.encode(prefix_end(prefix)), "keys_only": keys_only }),
+    )?;
+    let kvs = found["kvs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    Ok(kvs.iter().map(|kv| (bytes(&kv["key"]), bytes(&kv["value"]))).collect())
+}
+
+/// A new lease of `ttl`, with `key` put under it.
+fn grant_and_put(gateway: &Gateway, ttl: Duration, key: &str, value: &str) -> Result<i64, std::io::Error> {
+    let granted = gateway.request("/v3/lease/grant", &json!({ "TTL": ttl.as_secs().max(1).to_string() }))?;
+    let lease = int(&granted["ID"]);
+    if lease == 0 {
+        return Err(io_error(format!("etcd granted no lease: {granted}")));
+    }
+    let put = json!({ "key": BASE64.encode(key), "value": BASE64.encode(value), "lease": lease.to_string() });
+    gateway.request("/v3/kv/put", &put)?;
+    Ok(lease)
+}
+
+/// Whether `lease` is still alive after one keep-alive.
+fn keep_alive(gateway: &Gateway, lease: i64) -> Result<bool, std::io::Error> {
+    let kept = gateway.request("/v3/lease/keepalive", &json!({ "ID": lease.to_string() }))?;
+    // A time to live of 0 (absent): the lease ran out while etcd was out of reach.
+    Ok(int(&kept["result"]["TTL"]) > 0)
+}
+
+/// A registration's lease, kept alive by a thread of its own until dropped (then revoked: the key
+/// goes at once).
 #[derive(Debug)]
 pub(super) struct Lease {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    revoked: std::sync::mpsc::Receiver<()>,
+    stop: Option<mpsc::Sender<()>>,
+    revoked: mpsc::Receiver<()>,
 }
 
 impl Drop for Lease {
@@ -96,131 +180,141 @@ impl Drop for Lease {
         if let Some(stop) = self.stop.take() {
             if stop.send(()).is_ok() {
                 // Bounded: an unreachable etcd drops the key when the lease runs out instead.
-                let _ = self.revoked.recv_timeout(ANSWER_WITHIN);
+                let _ = self.revoked.recv_timeout(ANSWER_WITHIN + Duration::from_secs(1));
             }
         }
     }
-}
-
-async fn grant_and_put(c: &mut Client, ttl: Duration, key: &str, value: &str) -> Result<i64, etcd_client::Error> {
-    let lease = c.lease_grant(ttl.as_secs().max(1) as i64, None).await?.id();
-    c.put(key, value, Some(PutOptions::new().with_lease(lease))).await?;
-    Ok(lease)
 }
 
 /// Registers `exporter`: its key under a new lease, kept alive until the returned lease drops.
 pub(super) fn register(etcd: &Etcd, exporter: &Exporter) -> Result<Lease, std::io::Error> {
     let key = format!("{PREFIX}{}/{:016x}-{}", exporter.name, exporter.incarnation, super::unique());
     let value = exporter.encode();
-    let (endpoints, ttl) = (etcd.endpoints.clone(), etcd.ttl);
-    let (k, v) = (key.clone(), value.clone());
-    let (c, lease) = run(async move {
-        let mut c = client(&endpoints).await?;
-        let lease = grant_and_put(&mut c, ttl, &k, &v).await?;
-        Ok((c, lease))
-    })?;
-    let (stop, mut stopped) = tokio::sync::oneshot::channel();
-    let (revoked_tx, revoked) = std::sync::mpsc::sync_channel(1);
-    agent()?.spawn(async move {
-        let mut c = c;
-        let mut lease = lease;
-        let mut keeper = None;
+    let gateway = Gateway::new(etcd, ANSWER_WITHIN);
+    let ttl = etcd.ttl;
+    let mut lease = grant_and_put(&gateway, ttl, &key, &value)?;
+    let (stop, stopped) = mpsc::channel();
+    let (revoked_tx, revoked) = mpsc::sync_channel(1);
+    std::thread::Builder::new().name("tiercel-etcd-lease".into()).spawn(move || {
         let period = ttl / 3;
         loop {
-            if tokio::time::timeout(period, &mut stopped).await.is_ok() {
-                let _ = tokio::time::timeout(ANSWER_WITHIN, c.lease_revoke(lease)).await;
+            if stopped.recv_timeout(period) != Err(mpsc::RecvTimeoutError::Timeout) {
+                let _ = gateway.request("/v3/lease/revoke", &json!({ "ID": lease.to_string() }));
                 let _ = revoked_tx.send(());
                 return;
             }
-            let renewed = tokio::time::timeout(period, async {
-                if keeper.is_none() {
-                    keeper = Some(c.lease_keep_alive(lease).await?);
-                }
-                let Some((k, s)) = keeper.as_mut() else { return Ok(false) };
-                k.keep_alive().await?;
-                // A time to live of 0: the lease ran out (etcd was out of reach too long).
-                Ok::<_, etcd_client::Error>(s.message().await?.is_some_and(|r| r.ttl() > 0))
-            })
-            .await;
-            if !matches!(renewed, Ok(Ok(true))) {
+            if !matches!(keep_alive(&gateway, lease), Ok(true)) {
                 // Lost: the entry again under a new lease (once etcd answers again).
-                keeper = None;
-                if let Ok(Ok(fresh)) = tokio::time::timeout(period, grant_and_put(&mut c, ttl, &key, &value)).await {
+                if let Ok(fresh) = grant_and_put(&gateway, ttl, &key, &value) {
                     lease = fresh;
                 }
             }
         }
-    });
+    })?;
     Ok(Lease { stop: Some(stop), revoked })
 }
 
 /// The exporters of `name` registered now (entries that do not parse are skipped).
 pub(super) fn lookup(etcd: &Etcd, name: &str) -> Result<Vec<Exporter>, std::io::Error> {
-    let prefix = format!("{PREFIX}{name}/");
-    let endpoints = etcd.endpoints.clone();
-    let values = run(async move {
-        let mut c = client(&endpoints).await?;
-        let found = c.get(prefix, Some(GetOptions::new().with_prefix())).await?;
-        Ok(found.kvs().iter().map(|kv| kv.value().to_vec()).collect::<Vec<_>>())
-    })?;
-    Ok(values.iter().filter_map(|v| std::str::from_utf8(v).ok().and_then(Exporter::decode)).collect())
+    let found = range(&Gateway::new(etcd, ANSWER_WITHIN), &format!("{PREFIX}{name}/"), false)?;
+    Ok(found.iter().filter_map(|(_, v)| std::str::from_utf8(v).ok().and_then(Exporter::decode)).collect())
 }
 
-/// Watches `name`'s keys on the agent's thread until the returned sender drops, telling
-/// `departures` of each exporter whose key is deleted (its lease revoked or expired). A broken
-/// watch is made again after a second.
-pub(super) fn watch(
-    etcd: &Etcd,
-    name: &str,
-    departures: std::sync::Arc<super::Departures>,
-) -> Result<tokio::sync::oneshot::Sender<()>, std::io::Error> {
+/// A watch's thread is asked to end when this drops.
+#[derive(Debug)]
+pub(super) struct WatchStop(Arc<AtomicBool>);
+
+impl Drop for WatchStop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Watches `name`'s keys on a thread of its own until the returned stop drops (the thread ends at
+/// its next look, within [`WATCH_LOOK`]), telling `departures` of each exporter whose key is deleted
+/// (its lease revoked or expired). Each watch starts from the revision the last one reached, so no
+/// deletion is missed between them; a broken one is made again after a second.
+pub(super) fn watch(etcd: &Etcd, name: &str, departures: Arc<super::Departures>) -> Result<WatchStop, std::io::Error> {
     let prefix = format!("{PREFIX}{name}/");
-    let endpoints = etcd.endpoints.clone();
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    agent()?.spawn(async move {
-        let watching = async {
-            loop {
-                let watched = async {
-                    let mut c = client(&endpoints).await?;
-                    let options = WatchOptions::new().with_prefix().with_prev_key();
-                    let mut stream = c.watch(prefix.as_bytes(), Some(options)).await?;
-                    while let Some(response) = stream.message().await? {
-                        for event in response.events() {
-                            let gone = (event.event_type() == EventType::Delete)
-                                .then(|| event.prev_kv())
-                                .flatten()
-                                .and_then(|kv| std::str::from_utf8(kv.value()).ok())
-                                .and_then(Exporter::decode);
-                            if let Some(exporter) = gone {
-                                departures.depart(&exporter);
-                            }
-                        }
-                    }
-                    Ok::<_, etcd_client::Error>(())
-                };
-                let _ = watched.await;
-                tokio::time::sleep(Duration::from_secs(1)).await;
+    let gateway = Gateway::new(etcd, WATCH_LOOK);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    std::thread::Builder::new().name("tiercel-etcd-watch".into()).spawn(move || {
+        let mut next_revision = 0;
+        while !stopped.load(Ordering::Relaxed) {
+            let mut create = json!({
+                "key": BASE64.encode(&prefix),
+                "range_end": BASE64.encode(prefix_end(&prefix)),
+                "prev_kv": true,
+            });
+            if next_revision > 0 {
+                create["start_revision"] = next_revision.to_string().into();
             }
-        };
-        tokio::select! {
-            _ = &mut stopped => {}
-            _ = watching => {}
+            match follow(&gateway, &json!({ "create_request": create }), &departures, &stopped, &mut next_revision) {
+                // The read waited WATCH_LOOK with nothing to say: look, and watch again.
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                _ => std::thread::sleep(Duration::from_secs(1)),
+            }
         }
-    });
-    Ok(stop)
+    })?;
+    Ok(WatchStop(stop))
+}
+
+/// Reads one watch's stream of events until it breaks, times out or is no longer wanted, moving
+/// `next_revision` past every revision it has seen.
+fn follow(
+    gateway: &Gateway,
+    request: &Value,
+    departures: &super::Departures,
+    stopped: &AtomicBool,
+    next_revision: &mut i64,
+) -> Result<(), std::io::Error> {
+    use std::io::BufRead as _;
+    let response = gateway.open("/v3/watch", request)?;
+    let mut lines = std::io::BufReader::new(response.into_body().into_reader());
+    let mut line = String::new();
+    while !stopped.load(Ordering::Relaxed) {
+        line.clear();
+        if lines.read_line(&mut line).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => std::io::Error::new(std::io::ErrorKind::TimedOut, e),
+            _ => e,
+        })? == 0
+        {
+            return Ok(());
+        }
+        let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
+        let result = &message["result"];
+        if int(&result["compact_revision"]) > 0 {
+            // The revision to start from was compacted away: watch again from now.
+            *next_revision = 0;
+            return Ok(());
+        }
+        for event in result["events"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            *next_revision = (*next_revision).max(int(&event["kv"]["mod_revision"]) + 1);
+            if event["type"].as_str() != Some("DELETE") {
+                continue;
+            }
+            let gone = std::str::from_utf8(&bytes(&event["prev_kv"]["value"])).ok().and_then(Exporter::decode);
+            if let Some(exporter) = gone {
+                departures.depart(&exporter);
+            }
+        }
+        // A watch created from revision 0 starts after the header's revision.
+        if *next_revision == 0 {
+            *next_revision = int(&result["header"]["revision"]) + 1;
+        }
+    }
+    Ok(())
 }
 
 /// The names with at least one key, sorted.
 pub(super) fn names(etcd: &Etcd) -> Result<Vec<String>, std::io::Error> {
-    let endpoints = etcd.endpoints.clone();
-    let keys = run(async move {
-        let mut c = client(&endpoints).await?;
-        let found = c.get(PREFIX, Some(GetOptions::new().with_prefix().with_keys_only())).await?;
-        Ok(found.kvs().iter().map(|kv| kv.key().to_vec()).collect::<Vec<_>>())
-    })?;
+    let keys = range(&Gateway::new(etcd, ANSWER_WITHIN), PREFIX, true)?;
     let mut names: Vec<String> = keys
         .iter()
-        .filter_map(|k| std::str::from_utf8(k).ok()?.strip_prefix(PREFIX)?.split_once('/').map(|(n, _)| n.to_owned()))
+        .filter_map(|(k, _)| {
+            std::str::from_utf8(k).ok()?.strip_prefix(PREFIX)?.split_once('/').map(|(n, _)| n.to_owned())
+        })
         .filter(|n| super::valid_name(n))
         .collect();
     names.sort();

@@ -238,9 +238,9 @@ impl Departures {
 #[derive(Debug)]
 pub(crate) struct Watch {
     pub(crate) departures: std::sync::Arc<Departures>,
-    /// Dropped with the watch: its task ends.
+    /// Dropped with the watch: its thread ends.
     #[cfg(feature = "etcd")]
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _stop: etcd::WatchStop,
 }
 
 /// Whether `name` may be registered: see [`NameError::InvalidName`].
