@@ -138,8 +138,11 @@ fn prefix_end(prefix: &str) -> Vec<u8> {
     vec![0]
 }
 
+/// A key and its value, as etcd holds them.
+type Entry = (Vec<u8>, Vec<u8>);
+
 /// The keys and values of every key starting with `prefix`.
-fn range(gateway: &Gateway, prefix: &str, keys_only: bool) -> Result<Vec<(Vec<u8>, Vec<u8>)>, std::io::Error> {
+fn range(gateway: &Gateway, prefix: &str, keys_only: bool) -> Result<Vec<Entry>, std::io::Error> {
     let found = gateway.request(
         "/v3/kv/range",
         &json!({ "key": BASE64.encode(prefix), "range_end": BASE64.encode(prefix_end(prefix)), "keys_only": keys_only }),
