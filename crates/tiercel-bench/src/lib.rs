@@ -28,7 +28,7 @@ pub mod asynch;
 pub mod baselines;
 pub mod bench;
 pub mod blocking;
-pub mod etcd;
+pub use tiercel_seeds::etcd;
 pub mod explain;
 pub mod failover;
 pub mod harness;
@@ -45,7 +45,7 @@ pub mod raw;
 pub mod raw_shm;
 pub mod raw_tcp;
 pub mod roles;
-pub mod seeds;
+pub use tiercel_seeds as seeds;
 pub mod serve;
 #[cfg(feature = "fault-injection")]
 pub mod soak;
@@ -116,13 +116,7 @@ impl From<&str> for Error {
 /// The result of a measurement.
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// Whether this process runs as root (and may create network namespaces).
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false)
-}
+pub use tiercel_seeds::is_root;
 
 /// Peak resident set size of this process (VmHWM), KiB.
 pub fn peak_rss_kib() -> u64 {

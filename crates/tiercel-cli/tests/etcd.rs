@@ -33,6 +33,7 @@ fn call_add(registry: &str) -> String {
 
 #[test]
 fn a_killed_exporter_drops_out_when_its_lease_runs_out() {
+    tiercel_seeds::needs!(ETCD);
     let etcd = EtcdServer::start().unwrap();
     let spec = etcd.registry(TTL);
     let registry = Registry::parse(&spec).unwrap();

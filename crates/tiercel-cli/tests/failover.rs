@@ -44,6 +44,7 @@ impl Drop for Killed {
 
 #[test]
 fn calls_move_to_the_live_exporters_when_one_is_killed_and_none_runs_twice() {
+    tiercel_seeds::needs!(ROOT, IP, ETCD);
     let hub = Hub::new(3).unwrap();
     let dir = std::env::temp_dir().join(format!("tiercel-failover-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

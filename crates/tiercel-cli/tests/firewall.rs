@@ -1,7 +1,7 @@
 //! A local firewall that drops a third of a client's packets on their way out: the kernel fails
 //! those `sendmsg` calls with `EPERM`, and the client must take each for a lost packet and
 //! retransmit it, not fail the call as "may have run". Runs client and server in a network namespace
-//! of its own (needs root, `ip` and `nft`; set `TIERCEL_SKIP_NETNS=1` to skip it).
+//! of its own (needs root, `ip` and `nft`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -53,9 +53,7 @@ fn run(program: &str, args: &[&str]) {
 
 #[test]
 fn a_firewall_drop_on_the_way_out_is_a_lost_packet_not_a_failed_call() {
-    if std::env::var_os("TIERCEL_SKIP_NETNS").is_some() {
-        return;
-    }
+    tiercel_seeds::needs!(ROOT, IP, NFT);
     let mut ns = Namespace::new(format!("tcfw{}", std::process::id()));
     let port = "7400";
     ns.nft(&["add", "table", "inet", "tiercel"]);

@@ -339,6 +339,7 @@ fn lying_server(rendezvous: Rendezvous) -> (SocketAddr, Arc<AtomicBool>) {
 
 #[test]
 fn an_impostor_of_another_user_never_serves_a_client() {
+    tiercel_seeds::needs!(ROOT);
     // The name a server of this address would have had before (fixed by the address), taken by
     // the impostor before the server starts; and a random name it took after learning it.
     let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

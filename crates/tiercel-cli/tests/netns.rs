@@ -3,7 +3,7 @@
 //!
 //! Needs root and `ip` (iproute2). The namespaces and the veth pair are created here and removed
 //! afterwards, even when the test fails. Addresses come from TEST-NET-1 (192.0.2.0/24) and exist only
-//! inside the two namespaces. Set `TIERCEL_SKIP_NETNS=1` to skip on a machine without these.
+//! inside the two namespaces.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -50,10 +50,7 @@ impl Drop for Net {
 
 #[test]
 fn hundred_thousand_calls_of_every_procedure_across_namespaces() {
-    if std::env::var_os("TIERCEL_SKIP_NETNS").is_some() {
-        eprintln!("TIERCEL_SKIP_NETNS set: not testing across network namespaces");
-        return;
-    }
+    tiercel_seeds::needs!(ROOT, IP);
     let net = Net::new();
     let mut server = Command::new("ip")
         .args(["netns", "exec", &net.b, TIERCEL, "serve", "--addr", "udp://192.0.2.2:7373"])

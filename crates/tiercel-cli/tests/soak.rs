@@ -1,15 +1,16 @@
 //! The lossy-network soak at CI size: 100,000 calls from 8 threads across two network namespaces,
 //! nftables dropping 10% of UDP each way, the fault layer duplicating 5%, reordering 5% and
 //! corrupting 1% of packets on both sides; the server reads its port through two sockets, so the
-//! callers' datagrams are spread over two sets of workers. Needs root, `ip` and `nft`; set `TIERCEL_SKIP_NETNS=1` to
-//! run it on loopback with the fault layer dropping packets instead.
+//! callers' datagrams are spread over two sets of workers. Needs root, `ip` and `nft`
+//! (`tiercel soak` without `--netns` runs on loopback, the fault layer dropping packets instead).
 #![cfg(feature = "fault-injection")]
 
 use std::process::Command;
 
 #[test]
 fn lossy_network_soak_runs_every_call_at_most_once() {
-    let mut args = vec![
+    tiercel_seeds::needs!(ROOT, IP, NFT);
+    let args = [
         "soak",
         "--calls",
         "100000",
@@ -23,10 +24,8 @@ fn lossy_network_soak_runs_every_call_at_most_once() {
         "5",
         "--sockets",
         "2",
+        "--netns",
     ];
-    if std::env::var_os("TIERCEL_SKIP_NETNS").is_none() {
-        args.push("--netns");
-    }
     let out = Command::new(env!("CARGO_BIN_EXE_tiercel")).args(&args).output().expect("run tiercel soak");
     let stdout = String::from_utf8_lossy(&out.stdout);
     // The figures, for the CI log.

@@ -2,7 +2,7 @@
 //! drops every packet to and from, reached from a client namespace over a veth pair. A forced
 //! `udp://` bind gets no answer; a plain address falls back to TCP by itself; `tcp://` binds at
 //! once; and a server killed with SIGKILL mid-call fails that call at once as "may have run".
-//! Needs root, `ip` and `nft`; set `TIERCEL_SKIP_NETNS=1` to skip it.
+//! Needs root, `ip` and `nft`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
@@ -52,9 +52,7 @@ fn serve(pair: &Pair) -> Served {
 
 #[test]
 fn where_udp_is_dropped_calls_go_over_tcp_and_a_killed_server_fails_them_at_once() {
-    if std::env::var_os("TIERCEL_SKIP_NETNS").is_some() {
-        return;
-    }
+    tiercel_seeds::needs!(ROOT, IP, NFT);
     let pair = Pair::new(PORT, 100.0).unwrap();
     let mut server = serve(&pair);
     let addr = format!("{SERVER_IP}:{PORT}");

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tiercel::{BindError, CallError, Client, ClientConfig, Execution, In, InOut, Out, Server, Spin, Timing, Wire};
-use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
+use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
 
 #[derive(Wire, Debug, Clone, PartialEq)]
 pub struct Point {

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use tiercel::names::{NameError, Registry};
 use tiercel::{BindError, Client, Server, ServerError};
-use tiercel_bench::etcd::EtcdServer;
+use tiercel_seeds::etcd::EtcdServer;
 
 #[tiercel::interface]
 pub trait Accounts {
@@ -31,6 +31,7 @@ fn bank(registry: &Registry, name: &str, base: i64) -> Result<tiercel::RunningSe
 
 #[test]
 fn servers_register_in_etcd_and_clients_spread_over_them() {
+    tiercel_seeds::needs!(ETCD);
     let etcd = EtcdServer::start().unwrap();
     let registry = Registry::parse(&etcd.registry(2)).unwrap();
     let servers: Vec<_> = (0..3).map(|i| bank(&registry, "accounts", i * 1000).unwrap()).collect();
@@ -60,6 +61,7 @@ fn servers_register_in_etcd_and_clients_spread_over_them() {
 
 #[test]
 fn an_unreachable_etcd_is_a_clear_error() {
+    tiercel_seeds::needs!(ETCD);
     // Nothing listens there (etcd started and stopped).
     let gone = {
         let etcd = EtcdServer::start().unwrap();
@@ -74,6 +76,7 @@ fn an_unreachable_etcd_is_a_clear_error() {
 
 #[test]
 fn a_binding_by_name_leaves_an_exporter_that_goes_before_calling_it() {
+    tiercel_seeds::needs!(ETCD);
     let etcd = EtcdServer::start().unwrap();
     let registry = Registry::parse(&etcd.registry(2)).unwrap();
     let mut servers: Vec<_> = (0..2).map(|i| Some(bank(&registry, "accounts", i * 1000).unwrap())).collect();

@@ -45,8 +45,10 @@ fn the_example_client_calls_the_example_server_in_another_process() {
 }
 
 /// A child process killed when dropped.
+#[cfg(feature = "async")]
 struct Killed(std::process::Child);
 
+#[cfg(feature = "async")]
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -55,6 +57,7 @@ impl Drop for Killed {
 }
 
 /// Starts `example` with `args` and reads the address it prints (`listening ADDR`).
+#[cfg(feature = "async")]
 fn listening(example_name: &str, args: &[&str]) -> (Killed, String) {
     let mut child = Command::new(example(example_name)).args(args).stdout(Stdio::piped()).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();

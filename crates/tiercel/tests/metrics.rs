@@ -5,7 +5,7 @@
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tiercel::{Client, ClientConfig, Server, ServerConfig};
-use tiercel_bench::seeds::{SeedTest, TestClient, TestServer};
+use tiercel_seeds::{SeedTest, TestClient, TestServer};
 
 /// A metric's name, labels and value.
 type Sample = (String, Vec<(String, String)>, DebugValue);

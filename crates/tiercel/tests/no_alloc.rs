@@ -6,7 +6,7 @@ use std::alloc::System;
 
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use tiercel::{Client, In, InOut, Out, Server};
-use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
+use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tiercel::{BindError, Client, ClientConfig, Execution, RunningServer, Secret, Server, ServerConfig};
-use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
 use tiercel_proto::bind::wire::{BindChallenge, BindProof, BindRequest, CHALLENGE_LEN, CHALLENGE_MSG_LEN, PROOF_LEN};
 use tiercel_proto::wire::{Header, Kind, Packet, Status};
+use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
 
 fn secret(byte: u8) -> Secret {
     Secret::new(&[byte; 32]).unwrap()

@@ -10,7 +10,7 @@ use tiercel::{
     BindError, CallError, Client, ClientConfig, Error, Execution, In, InOut, Out, Secret, Server, ServerConfig,
     Transport,
 };
-use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
+use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
 
 #[tiercel::interface]
 pub trait Store {

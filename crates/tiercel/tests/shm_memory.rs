@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tiercel::{Client, InOut, Server, Transport};
-use tiercel_bench::seeds::{SeedTest, TestClient, TestServer};
+use tiercel_seeds::{SeedTest, TestClient, TestServer};
 
 /// Resident shared memory of this process (both mappings of the region count), MiB.
 fn shmem_mib() -> f64 {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tiercel::{CallError, Client, ClientConfig, Execution, In, InOut, Out, Server, ServerConfig, Transport};
-use tiercel_bench::seeds::{self, SeedTest, TestClient, TestServer};
+use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
 
 fn serve() -> tiercel::RunningServer {
     Server::bind("127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap()

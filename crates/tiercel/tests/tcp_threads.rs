@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use tiercel::{Client, Server};
-use tiercel_bench::seeds::{SeedTest, TestClient, TestServer};
+use tiercel_seeds::{SeedTest, TestClient, TestServer};
 
 /// Threads of this process serving TCP bindings (thread names are cut to 15 bytes).
 fn binding_threads() -> usize {

@@ -1,4 +1,7 @@
-//! The `Test` interface of the seed papers (Firefly, Peregrine, Mach), exported by `tiercel serve`.
+//! The `Test` interface of the seed papers (Firefly, Peregrine, Mach), exported by `tiercel serve`
+//! and called by tiercel's own tests, and the kit those tests share: [`etcd::EtcdServer`], a real
+//! etcd; [`needs`], what a test needs of the machine (root, a command) and, where it is missing, the
+//! test skipped and listed by `./test`.
 //!
 //! Procedures and buffer sizes follow the seeds: Null; Add; MaxArg and MaxResult with 1440-byte
 //! buffers (one Ethernet packet of data); BigIn, BigOut and BigInOut with 200-byte buffers; the
@@ -6,6 +9,11 @@
 //! procedure with a fixed service time for the load table. The
 //! implementation checks what it receives and fills what it returns with [`pattern`], so that a
 //! client can verify every byte.
+
+#![forbid(unsafe_code)]
+
+pub mod etcd;
+pub mod needs;
 
 use tiercel::{In, InOut, Out};
 
@@ -206,4 +214,12 @@ pub fn check_all(client: &TestClient, round: u32) -> Result<(), CheckFailure> {
     }
     client.work(1).map_err(e("work"))?;
     Ok(())
+}
+
+/// Whether this process runs as root (and may create network namespaces).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
 }

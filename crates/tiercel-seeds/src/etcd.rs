@@ -22,16 +22,15 @@ impl EtcdServer {
     /// Starts one on loopback and waits until it answers (at most 20 s). Its ports are free when
     /// chosen, but another process may take one before etcd binds it: an etcd that exits before
     /// it answers is started again on other ports (up to 5 times).
-    pub fn start() -> crate::Result<EtcdServer> {
+    pub fn start() -> std::io::Result<EtcdServer> {
         let mut why = String::new();
         for _ in 0..5 {
             let (client, peer) = (free_port()?, free_port()?);
             let mut server = EtcdServer::spawn(None, "127.0.0.1", client, peer)?;
-            let registry = tiercel::names::Registry::parse(&server.registry(5)).map_err(|e| e.to_string())?;
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
-                match registry.names() {
-                    Ok(_) => return Ok(server),
+                match server.healthy() {
+                    Ok(()) => return Ok(server),
                     Err(e) => why = e.to_string(),
                 }
                 if let Ok(Some(status)) = server.child.try_wait() {
@@ -39,21 +38,36 @@ impl EtcdServer {
                     break;
                 }
                 if Instant::now() > deadline {
-                    return Err(format!("etcd did not come up: {why}").into());
+                    return Err(std::io::Error::other(format!("etcd did not come up: {why}")));
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        Err(format!("etcd did not come up: {why}").into())
+        Err(std::io::Error::other(format!("etcd did not come up: {why}")))
+    }
+
+    /// Whether etcd says it is healthy (`GET /health` on its client port: it has a leader and
+    /// answers requests).
+    fn healthy(&self) -> std::io::Result<()> {
+        use std::io::{Read as _, Write as _};
+        let mut c = std::net::TcpStream::connect(&self.client_addr)?;
+        c.set_read_timeout(Some(Duration::from_secs(2)))?;
+        c.write_all(b"GET /health HTTP/1.0\r\n\r\n")?;
+        let mut answer = String::new();
+        c.read_to_string(&mut answer)?;
+        match answer.contains("\"health\":\"true\"") {
+            true => Ok(()),
+            false => Err(std::io::Error::other(format!("not healthy yet: {}", answer.lines().last().unwrap_or("")))),
+        }
     }
 
     /// Starts one in network namespace `ns` at `ip` (ports 2379 and 2380, free in a namespace of
     /// the test's own), without waiting for it: its clients there retry until it answers.
-    pub fn start_in(ns: &str, ip: &str) -> crate::Result<EtcdServer> {
+    pub fn start_in(ns: &str, ip: &str) -> std::io::Result<EtcdServer> {
         EtcdServer::spawn(Some(ns), ip, 2379, 2380)
     }
 
-    fn spawn(ns: Option<&str>, ip: &str, client: u16, peer: u16) -> crate::Result<EtcdServer> {
+    fn spawn(ns: Option<&str>, ip: &str, client: u16, peer: u16) -> std::io::Result<EtcdServer> {
         let dir = std::env::temp_dir().join(format!("tiercel-etcd-{}-{client}-{ip}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let (client_url, peer_url) = (format!("http://{ip}:{client}"), format!("http://{ip}:{peer}"));
@@ -75,7 +89,9 @@ impl EtcdServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot start etcd (Debian package etcd-server): {e}"))?;
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot start etcd (Debian package etcd-server): {e}"))
+            })?;
         Ok(EtcdServer { child, dir, client_addr: format!("{ip}:{client}") })
     }
 
