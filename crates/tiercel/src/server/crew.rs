@@ -81,10 +81,12 @@ pub(super) struct Crew {
     epoch: Instant,
 }
 
-#[derive(Default)]
 struct Roles {
     /// Whether a standing-by worker is the deputy.
     deputy: bool,
+    /// The deputy's memory of each socket, kept here between deputies so that becoming the deputy
+    /// allocates nothing (the deputy takes it and gives it back).
+    memory: Vec<(Deputy, Instant)>,
 }
 
 /// What a standing-by worker does next.
@@ -104,7 +106,7 @@ impl Crew {
             listeners: (0..sockets).map(|_| AtomicUsize::new(1)).collect(),
             workers: workers.max(sockets),
             deputy_idle: AtomicBool::new(false),
-            roles: Mutex::new(Roles::default()),
+            roles: Mutex::new(Roles { deputy: false, memory: Vec::with_capacity(sockets) }),
             changed: Condvar::new(),
             look: Condvar::new(),
             next_sweep: AtomicU64::new(0),
@@ -149,19 +151,23 @@ impl Crew {
         queued: impl Fn(usize) -> bool,
     ) -> Standby {
         let mut roles = self.lock();
-        // The deputy's memory of each socket, and when it looks at it next.
+        // The deputy's memory of each socket, and when it looks at it next (empty unless this
+        // worker is the deputy; taken from and given back to `Roles::memory`).
         let mut deputy: Vec<(Deputy, Instant)> = Vec::new();
         loop {
             if stop.load(Ordering::Acquire) {
                 if !deputy.is_empty() {
                     roles.deputy = false;
+                    deputy.clear();
+                    roles.memory = deputy;
                 }
                 return Standby::Stop;
             }
             if deputy.is_empty() && !roles.deputy {
                 roles.deputy = true;
                 let now = Instant::now();
-                deputy = (0..self.listeners.len()).map(|lane| (Deputy::new(started(lane)), now)).collect();
+                deputy = std::mem::take(&mut roles.memory);
+                deputy.extend((0..self.listeners.len()).map(|lane| (Deputy::new(started(lane)), now)));
             }
             if deputy.is_empty() {
                 roles = self.changed.wait(roles).unwrap_or_else(|p| p.into_inner());
@@ -181,6 +187,8 @@ impl Crew {
                     Look::Listen => {
                         count.store(listeners + 1, Ordering::Release);
                         roles.deputy = false;
+                        deputy.clear();
+                        roles.memory = deputy;
                         // Another standing-by worker becomes the deputy.
                         self.changed.notify_one();
                         return Standby::Listen(lane);

@@ -8,7 +8,9 @@
 //! datagrams waiting. Each datagram left here rings a [`Nudge`] that listeners asleep on the socket
 //! wait on too, so that one of them wakes for it as for a datagram in the socket. At most one batch,
 //! less one datagram, is added per procedure a worker starts, and workers take from here before
-//! they take a new batch.
+//! they take a new batch. The copies go into buffers the listeners give back once they have handled
+//! what came in them ([`Handoff::recycle`]), so that handing over allocates nothing once as many
+//! buffers as are ever in flight at once have been made.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -24,19 +26,31 @@ pub(super) struct Handed {
     pub(super) segment: Option<usize>,
 }
 
+/// Buffers kept for the copies of datagrams handed over: a batch's worth.
+const SPARE_BUFFERS: usize = 16;
+
 /// Datagrams waiting for a listener, in the order they arrived.
 pub(super) struct Handoff {
     /// How many wait: read without the lock on every look at the socket.
     waiting: AtomicUsize,
     queue: Mutex<VecDeque<Handed>>,
+    /// Buffers given back, for the next copies.
+    spare: Mutex<Vec<Vec<u8>>>,
     /// Counts what waits, for listeners asleep on the socket (none if the kernel refused one:
     /// they then wake with the next datagram, at the latest the retransmission of a call here).
     nudge: Option<Nudge>,
 }
 
 impl Handoff {
-    pub(super) fn new() -> Handoff {
-        Handoff { waiting: AtomicUsize::new(0), queue: Mutex::new(VecDeque::new()), nudge: Nudge::new().ok() }
+    /// A handoff whose spare buffers each hold a datagram of `datagram` bytes (a coalesced run of
+    /// several, the start of a multi-packet message, may grow one).
+    pub(super) fn new(datagram: usize) -> Handoff {
+        Handoff {
+            waiting: AtomicUsize::new(0),
+            queue: Mutex::new(VecDeque::with_capacity(SPARE_BUFFERS)),
+            spare: Mutex::new((0..SPARE_BUFFERS).map(|_| Vec::with_capacity(datagram)).collect()),
+            nudge: Nudge::new().ok(),
+        }
     }
 
     /// What listeners asleep on the socket wait on too.
@@ -54,9 +68,15 @@ impl Handoff {
         &self,
         datagrams: impl Iterator<Item = (SocketAddr, &'a [u8], Option<usize>)>,
     ) -> usize {
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let before = queue.len();
-        queue.extend(datagrams.map(|(from, bytes, segment)| Handed { from, bytes: bytes.to_vec(), segment }));
+        queue.extend(datagrams.map(|(from, bytes, segment)| {
+            let mut copy = spare.pop().unwrap_or_default();
+            copy.clear();
+            copy.extend_from_slice(bytes);
+            Handed { from, bytes: copy, segment }
+        }));
         self.waiting.store(queue.len(), Ordering::Relaxed);
         // Under the lock, so that the nudge's count is the queue's length.
         if let Some(nudge) = &self.nudge {
@@ -65,6 +85,14 @@ impl Handoff {
             }
         }
         queue.len() - before
+    }
+
+    /// Gives back the buffer of a datagram taken and handled, for the next copy.
+    pub(super) fn recycle(&self, buffer: Vec<u8>) {
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(buffer);
+        }
     }
 
     /// The datagram that has waited longest, if any (without the lock when none waits).
@@ -93,7 +121,7 @@ mod tests {
 
     #[test]
     fn datagrams_handed_over_are_taken_in_order_once() {
-        let handoff = Handoff::new();
+        let handoff = Handoff::new(1500);
         let nudge = handoff.nudge().unwrap();
         assert!(handoff.is_empty());
         assert!(handoff.take().is_none());

@@ -193,7 +193,8 @@ impl Server {
         let spin_leases = spinning::SpinLeases::new(config.spinners.max(1));
         let more = tiercel_sys::udp::share_port(&self.socket, sockets - 1)
             .map_err(|source| ServerError::Listen { addr, source })?;
-        let lanes = std::iter::once(self.socket).chain(more).map(udp::Lane::new).collect();
+        let datagram = config.max_datagram;
+        let lanes = std::iter::once(self.socket).chain(more).map(|s| udp::Lane::new(s, datagram)).collect();
         let shared = Arc::new(Shared {
             memory: endpoint.budget(),
             rendezvous: listener.as_ref().map(|l| (l.rendezvous, l.name.clone())),

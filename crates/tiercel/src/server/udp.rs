@@ -71,11 +71,12 @@ pub(super) struct Lane {
 }
 
 impl Lane {
-    pub(super) fn new(socket: UdpSocket) -> Lane {
+    /// A lane reading `socket`, whose datagrams are at most `datagram` bytes (a coalesced run more).
+    pub(super) fn new(socket: UdpSocket, datagram: usize) -> Lane {
         Lane {
             coalescing: udp::enable_gro(&socket),
             socket,
-            handoff: Handoff::new(),
+            handoff: Handoff::new(datagram),
             running: AtomicUsize::new(0),
             started: AtomicU64::new(0),
         }
@@ -229,6 +230,7 @@ impl UdpWorker {
                 for piece in udp::segments(handed.bytes.len(), handed.segment) {
                     self.handle_packet(&handed.bytes[piece], handed.from);
                 }
+                self.lane().handoff.recycle(handed.bytes);
                 if self.lease.take() {
                     spin_until = Instant::now() + self.shared.config.spin;
                 }
