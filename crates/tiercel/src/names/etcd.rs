@@ -235,15 +235,20 @@ impl Drop for WatchStop {
 
 /// Watches `name`'s keys on a thread of its own until the returned stop drops (the thread ends at
 /// its next look, within [`WATCH_LOOK`]), telling `departures` of each exporter whose key is deleted
-/// (its lease revoked or expired). Each watch starts from the revision the last one reached, so no
-/// deletion is missed between them; a broken one is made again after a second.
+/// (its lease revoked or expired). The first watch starts from etcd's revision when this is called
+/// and each later one from the revision the last one reached, so no deletion is missed between
+/// them; one that cannot be made is tried again after a second.
 pub(super) fn watch(etcd: &Etcd, name: &str, departures: Arc<super::Departures>) -> Result<WatchStop, std::io::Error> {
     let prefix = format!("{PREFIX}{name}/");
     let gateway = Gateway::new(etcd, WATCH_LOOK);
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = stop.clone();
+    // The watch starts from the revision etcd is at now: no deletion after this call is missed,
+    // however late the thread's first watch is made.
+    let range =
+        json!({ "key": BASE64.encode(&prefix), "range_end": BASE64.encode(prefix_end(&prefix)), "count_only": true });
+    let mut next_revision = int(&gateway.request("/v3/kv/range", &range)?["header"]["revision"]) + 1;
     std::thread::Builder::new().name("tiercel-etcd-watch".into()).spawn(move || {
-        let mut next_revision = 0;
         while !stopped.load(Ordering::Relaxed) {
             let mut create = json!({
                 "key": BASE64.encode(&prefix),
@@ -253,10 +258,13 @@ pub(super) fn watch(etcd: &Etcd, name: &str, departures: Arc<super::Departures>)
             if next_revision > 0 {
                 create["start_revision"] = next_revision.to_string().into();
             }
-            match follow(&gateway, &json!({ "create_request": create }), &departures, &stopped, &mut next_revision) {
-                // The read waited WATCH_LOOK with nothing to say: look, and watch again.
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
-                _ => std::thread::sleep(Duration::from_secs(1)),
+            // A watch that could not be made is tried again after a second; one that ended (etcd
+            // closed it, or its read waited WATCH_LOOK with nothing to say) is made again at once,
+            // from the revision it reached.
+            if follow(&gateway, &json!({ "create_request": create }), &departures, &stopped, &mut next_revision)
+                .is_err()
+            {
+                std::thread::sleep(Duration::from_secs(1));
             }
         }
     })?;
@@ -264,7 +272,7 @@ pub(super) fn watch(etcd: &Etcd, name: &str, departures: Arc<super::Departures>)
 }
 
 /// Reads one watch's stream of events until it breaks, times out or is no longer wanted, moving
-/// `next_revision` past every revision it has seen.
+/// `next_revision` past every revision it has seen. Err: the watch could not be made.
 fn follow(
     gateway: &Gateway,
     request: &Value,
@@ -278,11 +286,9 @@ fn follow(
     let mut line = String::new();
     while !stopped.load(Ordering::Relaxed) {
         line.clear();
-        if lines.read_line(&mut line).map_err(|e| match e.kind() {
-            std::io::ErrorKind::WouldBlock => std::io::Error::new(std::io::ErrorKind::TimedOut, e),
-            _ => e,
-        })? == 0
-        {
+        // The end of the stream, a read that waited WATCH_LOOK, a broken connection: this watch
+        // is over (the caller makes the next one).
+        if !matches!(lines.read_line(&mut line), Ok(n) if n > 0) {
             return Ok(());
         }
         let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
