@@ -58,6 +58,8 @@ pub struct Args {
 /// Everything a run measured, for `--json`.
 #[derive(serde::Serialize, Default)]
 pub struct Report {
+    /// The commit, date and machine of the run (what `tiercel report` stamps its tables with).
+    run: crate::report::Stamp,
     cpus: usize,
     client_cpu: usize,
     server_cpu: usize,
@@ -154,6 +156,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         [Medium::Udp, Medium::Shm, Medium::Tcp].into_iter().filter(|m| media.contains(m)).collect();
     tiercel_sys::cpu::pin_current_thread(args.client_cpu).map_err(crate::Error::from)?;
     let mut report = Report {
+        run: crate::report::Stamp::now(),
         cpus: tiercel_sys::cpu::available(),
         client_cpu: args.client_cpu,
         server_cpu: args.server_cpu,

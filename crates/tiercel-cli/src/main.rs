@@ -38,6 +38,9 @@ enum Command {
     /// Where the time of a Null and a MaxResult call goes, step by step, on each transport, against
     /// the raw baselines measured in the same run.
     Explain(tiercel_bench::explain::Args),
+    /// Write docs/measured/README.md and the README's headline table from the kept runs
+    /// (docs/measured/runs/*.json); with --check, fail if they are not up to date.
+    Report(tiercel_bench::report::Args),
     /// Many calls through a lossy, duplicating, reordering, corrupting network; checks that each call
     /// returns intact or fails clearly and that none runs twice (built with `--features fault-injection`).
     #[cfg(feature = "fault-injection")]
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Command::List(a) => list::run(a),
         Command::Bench(a) => tiercel_bench::bench::run(a).map_err(Error::from),
         Command::Explain(a) => tiercel_bench::explain::run(a).map_err(Error::from),
+        Command::Report(a) => tiercel_bench::report::run(a).map_err(Error::from),
         #[cfg(feature = "fault-injection")]
         Command::Soak(a) => tiercel_bench::soak::run(a).map_err(Error::from),
     };
