@@ -8,7 +8,7 @@
 use libfuzzer_sys::fuzz_target;
 use tiercel_proto::bind::wire::{BindRequest, CHALLENGE_LEN, PROOF_LEN};
 use tiercel_proto::bind::{
-    BindClient, BindDecision, BindEvent, BindServer, Challenges, InterfaceSpec, Keyed, Rendezvous, ServerAuth,
+    BindClient, BindDecision, BindEvent, BindServer, Challenges, InterfaceSpec, ProcedureShape, Keyed, Rendezvous, ServerAuth,
 };
 use tiercel_proto::wire::{Packet, HEADER_LEN};
 
@@ -48,6 +48,7 @@ const BANK: InterfaceSpec<'static> = InterfaceSpec {
     version: 1,
     fingerprint: 99,
     signature: "deposit(u64)\nwithdraw(u64) -> bool",
+    procedures: &[ProcedureShape { name: 1, shape: 11 }, ProcedureShape { name: 2, shape: 22 }],
 };
 
 fuzz_target!(|data: &[u8]| {

@@ -77,6 +77,7 @@ pub fn run(
     let procedures: Vec<&'static str> = export
         .signature
         .lines()
+        .filter(|l| !l.starts_with("type "))
         .map(|l| &*Box::leak(l.split('(').next().unwrap_or(l).to_string().into_boxed_str()))
         .collect();
     // The interface as the server described it: bound like any other (its fingerprint checked).
@@ -85,8 +86,7 @@ pub fn run(
         id: tiercel::__private::interface_id(&export.name),
         version: export.version,
         procedures: Box::leak(procedures.into_boxed_slice()),
-        signature: Box::leak(export.signature.clone().into_boxed_str()),
-        fingerprint: export.fingerprint,
+        source: tiercel::SignatureSource::Given(Box::leak(export.signature.clone().into_boxed_str())),
     }));
     let binding = client.import_info(info).map_err(tiercel::Error::from)?;
     let bind_time = bind_start.elapsed();

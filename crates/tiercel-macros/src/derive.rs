@@ -7,7 +7,7 @@ use syn::{parse2, Data, DeriveInput, Fields, GenericParam, Lifetime, LifetimePar
 pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     let input: DeriveInput = parse2(input)?;
     let name = &input.ident;
-    let (encode, decode) = match &input.data {
+    let (encode, decode, shape) = match &input.data {
         Data::Struct(s) => {
             let (pattern, names) = destructure(&s.fields);
             let encode = quote! {
@@ -15,7 +15,9 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                 #( ::tiercel::Wire::encode(#names, __w); )*
             };
             let decode = construct(quote!(Self), &s.fields);
-            (encode, quote!(::core::result::Result::Ok(#decode)))
+            let fields = shape_of(&s.fields);
+            let shape = quote! { __s.write("struct"); #fields };
+            (encode, quote!(::core::result::Result::Ok(#decode)), shape)
         }
         Data::Enum(e) => {
             if e.variants.len() > u32::MAX as usize {
@@ -23,7 +25,12 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
             }
             let mut enc = Vec::new();
             let mut dec = Vec::new();
+            let mut variants = Vec::new();
             for (i, v) in e.variants.iter().enumerate() {
+                let separator = if i == 0 { " " } else { ", " };
+                let vlabel = format!("{separator}{}", v.ident);
+                let fields = shape_of(&v.fields);
+                variants.push(quote! { __s.write(#vlabel); #fields });
                 let tag = i as u32;
                 let vname = &v.ident;
                 let (pattern, names) = destructure(&v.fields);
@@ -44,7 +51,9 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                     _ => ::core::result::Result::Err(::tiercel::DecodeError::Invalid(#label)),
                 }
             };
-            (encode, decode)
+            let close = if e.variants.is_empty() { "}" } else { " }" };
+            let shape = quote! { __s.write("enum {"); #(#variants)* __s.write(#close); };
+            (encode, decode, shape)
         }
         Data::Union(u) => {
             return Err(syn::Error::new_spanned(u.union_token, "#[derive(Wire)] does not support unions"));
@@ -73,6 +82,10 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
             #[inline]
             fn decode(__r: &mut ::tiercel::Reader<#de>) -> ::core::result::Result<Self, ::tiercel::DecodeError> {
                 #decode
+            }
+            fn shape(__s: &mut ::tiercel::wire::shape::Shape<'_>) {
+                let __name = ::tiercel::wire::shape::short_name(::core::any::type_name::<Self>());
+                __s.named::<Self>(&__name, |__s| { #shape });
             }
         }
     })
@@ -103,5 +116,32 @@ fn construct(path: TokenStream, fields: &Fields) -> TokenStream {
             quote!(#path ( #(#each),* ))
         }
         Fields::Unit => path,
+    }
+}
+
+/// The shape of a struct's or variant's fields: ` { name: T, … }`, `(T, …)`, or nothing.
+fn shape_of(fields: &Fields) -> TokenStream {
+    match fields {
+        Fields::Named(f) => {
+            let each = f.named.iter().enumerate().map(|(i, f)| {
+                let label = format!(
+                    "{}{}: ",
+                    if i == 0 { " " } else { ", " },
+                    f.ident.as_ref().map(|i| i.to_string()).unwrap_or_default()
+                );
+                let ty = &f.ty;
+                quote! { __s.write(#label); __s.of::<#ty>(); }
+            });
+            quote! { __s.write(" {"); #(#each)* __s.write(" }"); }
+        }
+        Fields::Unnamed(f) => {
+            let each = f.unnamed.iter().enumerate().map(|(i, f)| {
+                let ty = &f.ty;
+                let sep = if i == 0 { "" } else { ", " };
+                quote! { __s.write(#sep); __s.of::<#ty>(); }
+            });
+            quote! { __s.write("("); #(#each)* __s.write(")"); }
+        }
+        Fields::Unit => quote!(),
     }
 }

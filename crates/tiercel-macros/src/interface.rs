@@ -300,55 +300,59 @@ fn find_reference(ty: &Type) -> Option<Span> {
     }
 }
 
-/// A type as it is written, with the spaces the token printer puts between punctuation removed:
-/// `In<&[u8]>`, `InOut<&mut[u8]>`, `Vec<String>`.
-fn type_text(ty: &Type) -> String {
-    let printed = quote!(#ty).to_string();
-    let chars: Vec<char> = printed.chars().collect();
-    let word = |c: char| c.is_alphanumeric() || c == '_';
-    let mut out = String::with_capacity(printed.len());
-    for (i, &c) in chars.iter().enumerate() {
-        if c == ' ' {
-            let (before, after) = (chars.get(i.wrapping_sub(1)), chars.get(i + 1));
-            if !(before.is_some_and(|&b| word(b)) && after.is_some_and(|&a| word(a))) {
-                continue;
-            }
-        }
-        out.push(c);
-    }
-    out
+/// The closure that writes one argument's or result's shape ([`tiercel::wire::shape`]): a value's
+/// through its `Wire::shape`, a buffer's as `In<…>`, `Out<Vec<u8>>` or `InOut<Vec<u8>>`.
+fn shape_writer(ty: &Type, kind: &ArgKind) -> TokenStream {
+    let body = match kind {
+        ArgKind::Value => quote!(__s.of::<#ty>();),
+        ArgKind::In => match last_segment(ty) {
+            Some((_, Some(inner))) => quote!(__s.write("In<"); __s.of::<#inner>(); __s.write(">");),
+            _ => quote!(__s.write("In<"); __s.opaque::<#ty>(); __s.write(">");),
+        },
+        ArgKind::Out => quote!(__s.write("Out<Vec<u8>>");),
+        ArgKind::InOut => quote!(__s.write("InOut<Vec<u8>>");),
+    };
+    quote!(&|__s: &mut ::tiercel::wire::shape::Shape<'_>| { #body })
 }
 
-/// The interface's signature, one procedure a line: `name(argument types) -> result type`.
-/// Argument names are left out: renaming one changes nothing on the wire.
-fn signature(m: &Interface) -> String {
-    let lines: Vec<String> = m
-        .methods
-        .iter()
-        .map(|x| {
-            let args: Vec<String> = x.args.iter().map(|a| type_text(&a.ty)).collect();
-            match &x.ret {
-                Some(r) => format!("{}({}) -> {}", x.name, args.join(", "), type_text(r)),
-                None => format!("{}({})", x.name, args.join(", ")),
+/// The generated `describe` of the interface: each procedure's line of the signature,
+/// `name(shape, …) -> shape` (argument names are left out: renaming one changes nothing on the
+/// wire), in the order of their numbers.
+fn describe(m: &Interface) -> TokenStream {
+    let lines = m.methods.iter().map(|x| {
+        let name = x.name.to_string();
+        let args = x.args.iter().map(|a| shape_writer(&a.ty, &a.kind));
+        let result = match &x.ret {
+            Some(r) => {
+                let w = shape_writer(r, &ArgKind::Value);
+                quote!(::core::option::Option::Some(#w))
             }
-        })
-        .collect();
-    lines.join("\n")
+            None => quote!(::core::option::Option::None),
+        };
+        quote!(__shapes.procedure(#name, &[#(#args),*], #result))
+    });
+    quote! {
+        {
+            fn __describe(__shapes: &mut ::tiercel::wire::shape::Shapes) -> ::std::vec::Vec<::std::string::String> {
+                ::std::vec![#(#lines),*]
+            }
+            __describe
+        }
+    }
 }
 
 fn info_tokens(m: &Interface) -> TokenStream {
     let name = m.name.to_string();
     let version = m.version;
     let procs = m.methods.iter().map(|x| x.name.to_string());
-    let signature = signature(m);
+    let describe = describe(m);
     quote! {
         &::tiercel::InterfaceInfo {
             name: #name,
             id: ::tiercel::__private::interface_id(#name),
             version: #version,
             procedures: &[#(#procs),*],
-            signature: #signature,
-            fingerprint: ::tiercel::__private::fingerprint(#name, #signature),
+            source: ::tiercel::SignatureSource::Described(#describe),
         }
     }
 }

@@ -26,12 +26,12 @@ pub const HEADER_LEN: usize = 56;
 /// First two bytes of every packet: "tc".
 pub const MAGIC: u16 = u16::from_le_bytes(*b"tc");
 /// Protocol version carried in every packet.
-pub const VERSION: u8 = 6;
+pub const VERSION: u8 = 7;
 /// Oldest protocol version this code speaks. A `Bind` of a newer version (whose header, and the
 /// first 36 bytes of whose request, keep their layout in every version from 6 on) is answered with
 /// `Reject {UnsupportedVersion}` and the range spoken here, in this code's version; a client reads
 /// such a reject whatever its version.
-pub const MIN_VERSION: u8 = 6;
+pub const MIN_VERSION: u8 = 7;
 
 mod field {
     use core::ops::Range;

@@ -89,6 +89,20 @@ pub enum BindError {
         /// Where the two copies first differ, naming both.
         difference: String,
     },
+    /// A procedure this client has is exported under the same name with another shape: its
+    /// arguments or result, or a type they reach (a field added, removed, reordered or retyped, a
+    /// variant changed), differ, so the two sides would read each other's bytes as something else.
+    /// Procedures added or removed on either side do not refuse a bind; this does. Rebuild one side
+    /// from the same definition, or give the changed procedure a new name.
+    #[error("interface {name}: procedure `{procedure}` differs between client and server: {difference}")]
+    ProcedureMismatch {
+        /// Interface name.
+        name: &'static str,
+        /// The procedure.
+        procedure: &'static str,
+        /// How the two copies differ: the procedure's lines, or the first type that differs.
+        difference: String,
+    },
     /// The server requires proof of a shared secret and this client has none
     /// (`ClientConfig::secret`).
     #[error("server requires a shared secret to bind; configure the client with one")]
@@ -178,6 +192,16 @@ pub enum CallError {
     /// client agrees with the server on every procedure).
     #[error("server has no procedure {0}")]
     UnknownProcedure(u16),
+    /// The server's copy of the interface has no procedure of this name: it was bound by procedure
+    /// names (the server's copy is older, or dropped it), and the call was never sent (gRPC's
+    /// UNIMPLEMENTED). Call it on a server whose copy has it.
+    #[error("the server's copy of interface {interface} has no procedure `{procedure}`: never sent")]
+    NotExported {
+        /// The interface.
+        interface: &'static str,
+        /// The procedure's name.
+        procedure: &'static str,
+    },
     /// The server could not decode the arguments.
     #[error("server could not decode the arguments: {0}")]
     BadArguments(String),
@@ -231,6 +255,7 @@ impl CallError {
             | CallError::Protocol(_)
             | CallError::Io(_) => Execution::MayHaveRun,
             CallError::UnknownProcedure(_)
+            | CallError::NotExported { .. }
             | CallError::BadArguments(_)
             | CallError::TooLarge(_)
             | CallError::DeadlineExceeded { may_have_run: false }

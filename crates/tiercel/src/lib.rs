@@ -95,7 +95,9 @@ pub use client::AsyncCall;
 pub use client::{Call, Reply};
 pub use config::{ClientConfig, ServerConfig, Spin, Timing};
 pub use error::{AddressError, BindError, CallError, Error, Execution, SecretError, ServerError};
-pub use interface::{AsyncDispatch, DispatchError, Export, ExportInfo, Import, InterfaceInfo, Region, Results};
+pub use interface::{
+    AsyncDispatch, DispatchError, Export, ExportInfo, Import, InterfaceInfo, Region, Results, SignatureSource,
+};
 pub use server::{deadline, RunningServer, Server, ServerStats, ShutdownHandle};
 pub use tiercel_macros::{interface, Wire};
 pub use wire::{DecodeError, Reader, Wire, Writer};

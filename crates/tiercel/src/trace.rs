@@ -244,8 +244,7 @@ mod imp {
             id: 1,
             version: 1,
             procedures: &["ping"],
-            signature: "ping() -> ()",
-            fingerprint: 1,
+            source: crate::SignatureSource::Given("ping() -> ()"),
         };
 
         /// Whether each side made a span and a trace context.

@@ -47,8 +47,8 @@ fn a_server_lists_every_export_with_its_procedures() {
     let ledger = <LedgerClient as tiercel::Import>::INFO;
     assert_eq!(exports.len(), 2);
     assert_eq!((exports[0].name.as_str(), exports[0].version), ("Ledger", 3));
-    assert_eq!(exports[0].fingerprint, ledger.fingerprint);
-    assert_eq!(exports[0].signature, ledger.signature);
+    assert_eq!(exports[0].fingerprint, ledger.fingerprint());
+    assert_eq!(exports[0].signature, ledger.signature());
     assert_eq!(exports[0].signature.lines().collect::<Vec<_>>(), ["add(u64, u64) -> u64", "name(u32) -> String"]);
     assert!(exports[0].complete);
     assert_eq!((exports[1].name.as_str(), exports[1].signature.as_str()), ("Clock", "now() -> u64"));

@@ -91,7 +91,7 @@ fn challenges_are_bound_to_the_asking_address_and_nonce_and_proofs_cannot_be_for
         version: info.version,
         max_datagram: 1400,
         nonce: 77,
-        fingerprint: info.fingerprint,
+        fingerprint: info.fingerprint(),
         proof: None,
         rendezvous: false,
         features: tiercel_proto::bind::wire::features::ALL,

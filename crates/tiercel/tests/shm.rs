@@ -356,7 +356,7 @@ mod hostile {
                 version: info.version,
                 max_datagram: 0,
                 nonce: 1,
-                fingerprint: info.fingerprint,
+                fingerprint: info.fingerprint(),
                 proof: None,
                 rendezvous: false,
                 features: tiercel_proto::bind::wire::features::ALL,

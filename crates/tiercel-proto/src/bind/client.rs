@@ -4,7 +4,7 @@ use super::wire::{
     features, BindChallenge, BindGrant, BindProof, BindRefusal, BindRequest, ExportListing, Rendezvous, VersionRefusal,
     CHALLENGE_LEN, REQUEST_LEN,
 };
-use super::{InterfaceSpec, Keyed};
+use super::{InterfaceSpec, Keyed, ProcedureShape};
 use crate::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
 /// Bytes of a bind request packet (header and padded request): large enough that a server's refusal,
@@ -19,10 +19,19 @@ pub struct BindClient {
     flags: u8,
     /// The challenge last answered, once a server with a shared secret sent one.
     challenge: Option<[u8; CHALLENGE_LEN]>,
+    /// This client's procedures, by name and shape.
+    procedures: Vec<ProcedureShape>,
+    /// Once the server's copy of the interface was found to differ and to agree on every procedure
+    /// both have: the server's number for each of this client's procedures ([`ABSENT`] for those it
+    /// lacks).
+    map: Option<Vec<u16>>,
 }
 
+/// In [`BindClient::procedure_map`]: a procedure the server does not have.
+pub const ABSENT: u16 = u16::MAX;
+
 /// A binding granted by the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Granted {
     /// The binding's id on the server.
     pub binding: u32,
@@ -32,6 +41,10 @@ pub struct Granted {
     pub incarnation: u64,
     /// What the server granted.
     pub grant: BindGrant,
+    /// Where the server's copy of the interface differs: its number for each of this client's
+    /// procedures ([`ABSENT`] for one it lacks); `None` when the copies are the same
+    /// ([`BindClient::procedure_map`]).
+    pub procedures: Option<Vec<u16>>,
 }
 
 /// Why the server would not bind, as the client can tell it.
@@ -41,8 +54,18 @@ pub enum Refusal<'p> {
     UnknownInterface,
     /// Exported in another version; what the server exports.
     VersionMismatch(BindRefusal<'p>),
-    /// Exported in the same version with other procedures or types; what the server exports.
+    /// Exported in the same version with other procedures or types, and the client could not match
+    /// its procedures to the server's (the server did not send its whole table); what the server
+    /// exports.
     InterfaceMismatch(BindRefusal<'p>),
+    /// A procedure this client has is exported under the same name with another shape: the
+    /// client's procedure number, and what the server exports.
+    ProcedureMismatch {
+        /// This client's number of the procedure that differs.
+        procedure: usize,
+        /// What the server exports.
+        exported: BindRefusal<'p>,
+    },
     /// The server wants proof of a shared secret and this client has none.
     AuthRequired,
     /// The secrets differ: the server refused the proof, or could not prove the secret back.
@@ -99,13 +122,45 @@ impl BindClient {
             },
             flags: if checksum { flags::CHECKSUM } else { 0 },
             challenge: None,
+            procedures: interface.procedures.to_vec(),
+            map: None,
         }
+    }
+
+    /// Where the server's copy of the interface differs from this client's and the bind went on by
+    /// procedure names and shapes: the server's number for each of this client's procedures
+    /// ([`ABSENT`] for one the server lacks). `None` when both copies are the same (a procedure's
+    /// number is then the same on both sides).
+    pub fn procedure_map(&self) -> Option<&[u16]> {
+        self.map.as_deref()
+    }
+
+    /// Matches this client's procedures to `exported`'s table by name: the server's number for each,
+    /// or the client's number of the first that the server has with another shape.
+    fn match_procedures(&self, exported: &BindRefusal<'_>) -> Result<Vec<u16>, usize> {
+        let theirs: Vec<ProcedureShape> = exported.procedures.shapes().collect();
+        self.procedures
+            .iter()
+            .enumerate()
+            .map(|(i, ours)| match theirs.iter().position(|t| t.name == ours.name) {
+                Some(at) if theirs[at].shape == ours.shape => Ok(at as u16),
+                Some(_) => Err(i),
+                None => Ok(ABSENT),
+            })
+            .collect()
     }
 
     /// A request for what the server exports at `index` (an [`ExportListing`]) instead of a
     /// binding. A server with a shared secret asks for proof first, as for a binding.
     pub fn listing(index: u32, nonce: u64, checksum: bool) -> BindClient {
-        let spec = InterfaceSpec { name: "", id: u64::from(index), version: 0, fingerprint: 0, signature: "" };
+        let spec = InterfaceSpec {
+            name: "",
+            id: u64::from(index),
+            version: 0,
+            fingerprint: 0,
+            signature: "",
+            procedures: &[],
+        };
         let mut c = BindClient::new(&spec, 0, nonce, checksum);
         c.request.list = true;
         c
@@ -156,7 +211,13 @@ impl BindClient {
                 if !acceptable || grant.version != self.request.version {
                     return BindEvent::Ignored;
                 }
-                let granted = Granted { binding: p.binding(), token: p.token(), incarnation: p.incarnation(), grant };
+                let granted = Granted {
+                    binding: p.binding(),
+                    token: p.token(),
+                    incarnation: p.incarnation(),
+                    grant,
+                    procedures: self.map.clone(),
+                };
                 if let Some(secret) = secret {
                     let (Some(proof), Some(challenge)) = (grant.proof, self.challenge) else {
                         return BindEvent::Refused(Refusal::AuthFailed(
@@ -201,6 +262,24 @@ impl BindClient {
                 BindEvent::Refused(match status {
                     Status::UnknownInterface => Refusal::UnknownInterface,
                     Status::VersionMismatch => Refusal::VersionMismatch(r),
+                    // Another copy of the interface: bind by procedure names and shapes where the
+                    // server sent its whole table and every procedure both have agrees (once: a
+                    // second refusal ends the bind).
+                    Status::InterfaceMismatch if self.map.is_none() && r.procedures.is_whole() => {
+                        match self.match_procedures(&r) {
+                            Err(procedure) => Refusal::ProcedureMismatch { procedure, exported: r },
+                            Ok(map) => {
+                                self.map = Some(map);
+                                self.request.fingerprint = r.fingerprint;
+                                if let (Some(secret), Some(proof)) = (secret, self.request.proof) {
+                                    let request = BindRequest { proof: None, ..self.request };
+                                    let mac = secret.prove(&request.proof_transcript(&proof.challenge));
+                                    self.request.proof = Some(BindProof { challenge: proof.challenge, mac });
+                                }
+                                return BindEvent::SendAgain;
+                            }
+                        }
+                    }
                     Status::InterfaceMismatch => Refusal::InterfaceMismatch(r),
                     Status::AuthFailed => {
                         Refusal::AuthFailed("the server refused this client's proof: the secrets differ")
@@ -260,6 +339,7 @@ mod tests {
         version: 1,
         fingerprint: 99,
         signature: "deposit(u64)\nwithdraw(u64) -> bool",
+        procedures: &[ProcedureShape { name: 1, shape: 11 }, ProcedureShape { name: 2, shape: 22 }],
     };
 
     fn server<'a>(exports: &'a [InterfaceSpec<'a>], auth: Option<ServerAuth<'a>>) -> BindServer<'a> {
@@ -315,7 +395,11 @@ mod tests {
         let cases = [
             (InterfaceSpec { id: 11, ..BANK }, Refused::UnknownInterface),
             (InterfaceSpec { version: 2, ..BANK }, Refused::VersionMismatch),
-            (InterfaceSpec { fingerprint: 98, ..BANK }, Refused::InterfaceMismatch),
+            // `deposit` of another shape.
+            (
+                InterfaceSpec { fingerprint: 98, procedures: &[ProcedureShape { name: 1, shape: 12 }], ..BANK },
+                Refused::InterfaceMismatch,
+            ),
         ];
         for (spec, want) in cases {
             let mut c = BindClient::new(&spec, 1472, 5, false);
@@ -326,12 +410,59 @@ mod tests {
             match (want, event) {
                 (Refused::UnknownInterface, BindEvent::Refused(Refusal::UnknownInterface)) => {}
                 (Refused::VersionMismatch, BindEvent::Refused(Refusal::VersionMismatch(r)))
-                | (Refused::InterfaceMismatch, BindEvent::Refused(Refusal::InterfaceMismatch(r))) => {
+                | (
+                    Refused::InterfaceMismatch,
+                    BindEvent::Refused(Refusal::ProcedureMismatch { procedure: 0, exported: r }),
+                ) => {
                     assert_eq!((r.version, r.fingerprint), (1, 99));
                     assert_eq!(r.signature, BANK.signature.as_bytes());
+                    assert_eq!(r.procedures.shapes().collect::<Vec<_>>(), BANK.procedures);
                 }
                 (want, event) => panic!("{want:?}: {event:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_client_whose_copy_differs_binds_by_procedure_names_where_every_shared_one_agrees() {
+        // The server's copy gained `audit` first and `close` last; the client has `deposit`,
+        // `withdraw` and `rename`, which the server lacks.
+        let server_procedures = [
+            ProcedureShape { name: 9, shape: 90 },
+            ProcedureShape { name: 2, shape: 22 },
+            ProcedureShape { name: 1, shape: 11 },
+            ProcedureShape { name: 8, shape: 80 },
+        ];
+        let exported = InterfaceSpec { fingerprint: 1234, procedures: &server_procedures, ..BANK };
+        let s = server(std::slice::from_ref(&exported), None);
+        let ours = [
+            ProcedureShape { name: 1, shape: 11 },
+            ProcedureShape { name: 2, shape: 22 },
+            ProcedureShape { name: 7, shape: 70 },
+        ];
+        let mut c = BindClient::new(&InterfaceSpec { procedures: &ours, ..BANK }, 1472, 5, false);
+        let BindDecision::Answer { packet, refused: Refused::InterfaceMismatch } = decide(&s, &c) else {
+            panic!("not refused")
+        };
+        assert_eq!(c.handle(&Packet::new_checked(&packet[..]).unwrap(), None), BindEvent::SendAgain);
+        assert_eq!(c.procedure_map(), Some(&[2, 1, ABSENT][..]));
+        let a = admitted(decide(&s, &c));
+        let reply = a.grant(&s, 3, 0xabc, 16, 0);
+        assert!(matches!(c.handle(&Packet::new_checked(&reply[..]).unwrap(), None), BindEvent::Granted(_)));
+        // A second refusal after matching ends the bind instead of going round again.
+        let BindDecision::Answer { packet, .. } = decide(&server(&[BANK], None), &c) else { panic!("admitted") };
+        let event = c.handle(&Packet::new_checked(&packet[..]).unwrap(), None);
+        assert!(matches!(event, BindEvent::Refused(Refusal::InterfaceMismatch(_))), "{event:?}");
+    }
+
+    #[test]
+    fn a_server_exporting_two_versions_binds_each_client_to_its_own() {
+        let v2 = InterfaceSpec { version: 2, fingerprint: 200, ..BANK };
+        let exports = [BANK, v2];
+        let s = server(&exports, None);
+        for (spec, export) in [(BANK, 0), (v2, 1)] {
+            let c = BindClient::new(&spec, 1472, 5, false);
+            assert_eq!(admitted(decide(&s, &c)).export, export);
         }
     }
 
@@ -346,7 +477,11 @@ mod tests {
             let d = s.on_request(&Packet::new_checked(&bytes[..]).unwrap(), b"a", budget);
             let BindDecision::Answer { packet, .. } = d else { panic!("admitted") };
             // The fixed part of a refusal always goes; the signature only as far as the budget allows.
-            assert!(packet.len() <= budget.max(HEADER_LEN + 20), "{} for a budget of {budget}", packet.len());
+            assert!(
+                packet.len() <= budget.max(HEADER_LEN + super::super::wire::REFUSAL_LEN),
+                "{} for a budget of {budget}",
+                packet.len()
+            );
         }
         assert!(long.len() > PADDED_REQUEST, "the signature had to be cut");
     }
@@ -360,8 +495,8 @@ mod tests {
         assert_eq!(c.handle(&Packet::new_checked(&reply[..]).unwrap(), None), BindEvent::Ignored, "another nonce");
         let odd = Header { status: Status::TooLarge, ..Header::new(Kind::Reject) };
         let mut b = odd.to_bytes().to_vec();
-        b.extend_from_slice(&BindRefusal { nonce: 5, version: 1, fingerprint: 0, signature: &[] }.to_bytes(100));
-        b[24..28].copy_from_slice(&20u32.to_le_bytes());
+        b.extend_from_slice(&BindRefusal::nothing(5, 1).to_bytes(100));
+        b[24..28].copy_from_slice(&(super::super::wire::REFUSAL_LEN as u32).to_le_bytes());
         assert_eq!(c.handle(&Packet::new_checked(&b[..]).unwrap(), None), BindEvent::Ignored, "no bind answer");
         let zero_slots = admitted(decide(&s, &c)).grant(&s, 1, 1, 0, 0);
         assert_eq!(c.handle(&Packet::new_checked(&zero_slots[..]).unwrap(), None), BindEvent::Ignored);

@@ -11,6 +11,12 @@
 //!          ◄── BindReply {grant (+ proof)}               Admission::grant, once the transport has a
 //!                                                        binding id, token and slots (or a region)
 //!   or     ◄── Reject {status, what is exported}         refusal: the client names both sides
+//!
+//!   a client whose copy of the interface differs from the exported one (same name and version,
+//!   another fingerprint) reads the refusal's procedure table: where every procedure it has that
+//!   the server has too (by name) has the same shape, it binds again with the server's fingerprint
+//!   and calls each procedure by the server's number for it (procedures the server lacks fail
+//!   without being sent); a procedure of the same name and another shape ends the bind, named.
 //! ```
 //!
 //! Over UDP the messages are datagrams; through shared memory the same packets go over the
@@ -22,9 +28,9 @@ mod client;
 mod server;
 pub mod wire;
 
-pub use client::{BindClient, BindEvent, Granted, Refusal, PADDED_REQUEST};
-pub use server::{Admission, BindDecision, BindServer, Refused, ServerAuth};
-pub use wire::Rendezvous;
+pub use client::{BindClient, BindEvent, Granted, Refusal, ABSENT, PADDED_REQUEST};
+pub use server::{Admission, BindDecision, BindServer, Refused, ServerAuth, MAX_REQUESTS};
+pub use wire::{ProcedureTable, Rendezvous};
 
 use wire::{CHALLENGE_LEN, PROOF_LEN};
 
@@ -40,8 +46,21 @@ pub struct InterfaceSpec<'a> {
     pub version: u32,
     /// A hash of the whole interface: procedure names, argument and result types, in order.
     pub fingerprint: u64,
-    /// One procedure a line: `name(argument types) -> result type`.
+    /// One procedure a line, `name(shape, …) -> shape`, then the types they reach, `type Name = …`.
     pub signature: &'a str,
+    /// Each procedure's name and shape, in the order of their numbers.
+    pub procedures: &'a [ProcedureShape],
+}
+
+/// A procedure as two sides of a binding compare it: hashes of its name, and of its shape (its
+/// arguments' and result's encodings and the definitions of every type they reach). Equal shapes
+/// mean the same bytes on the wire; like the fingerprint, these catch accidents, not an adversary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcedureShape {
+    /// 32-bit FNV-1a of the procedure's name.
+    pub name: u32,
+    /// The low 32 bits of the 64-bit FNV-1a of its shape.
+    pub shape: u32,
 }
 
 /// A shared secret's keyed hash, supplied by the transport (the `tiercel` crate uses keyed BLAKE3).

@@ -1,8 +1,8 @@
 //! The server's side of binding: which requests get a binding, and what every other one is told.
 
 use super::wire::{
-    features, BindChallenge, BindGrant, BindRefusal, BindRequest, ExportListing, Rendezvous, VersionRefusal,
-    CHALLENGE_LEN,
+    features, BindChallenge, BindGrant, BindRefusal, BindRequest, ExportListing, ProcedureTable, Rendezvous,
+    VersionRefusal, CHALLENGE_LEN,
 };
 use super::{Challenges, InterfaceSpec, Keyed};
 use crate::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
@@ -57,6 +57,19 @@ pub enum Refused {
     /// Not a bind: the request asked what the server exports, and was told.
     Listed,
 }
+
+impl Refused {
+    /// Whether a connection's handshake (TCP, the shared-memory rendezvous) waits for another
+    /// request after this answer, the `answered`-th on it: after a challenge the proof follows, and
+    /// after an interface mismatch the client may bind again by procedure names; three requests at
+    /// most (a request, its proof, its second form).
+    pub fn expects_another(self, answered: u8) -> bool {
+        matches!(self, Refused::Challenged | Refused::InterfaceMismatch) && answered < MAX_REQUESTS
+    }
+}
+
+/// Most bind requests one connection's handshake may make.
+pub const MAX_REQUESTS: u8 = 3;
 
 /// What to do with a bind request.
 #[derive(Debug)]
@@ -124,7 +137,7 @@ impl BindServer<'_> {
             let transcript = req.proof_transcript(&proof.challenge);
             if !auth.challenges.check(peer, req.nonce, &proof.challenge) || !auth.secret.verify(&transcript, &proof.mac)
             {
-                let nothing = BindRefusal { nonce: req.nonce, version: 0, fingerprint: 0, signature: &[] };
+                let nothing = BindRefusal::nothing(req.nonce, 0);
                 return answer(Status::AuthFailed, &nothing.to_bytes(room), Refused::AuthFailed);
             }
             challenge = Some(proof.challenge);
@@ -151,8 +164,12 @@ impl BindServer<'_> {
             let packet = self.packet(Kind::BindReply, Status::Ok, flags, 0, 0, &listing.to_bytes(room));
             return BindDecision::Answer { packet, refused: Refused::Listed };
         }
-        let Some(export) = self.exports.iter().position(|e| e.id == req.interface) else {
-            let nothing = BindRefusal { nonce: req.nonce, version: 0, fingerprint: 0, signature: &[] };
+        // The export of the version asked for, where several versions are exported side by side;
+        // else the first of that name, whose version the refusal tells.
+        let named = |e: &&InterfaceSpec<'_>| e.id == req.interface;
+        let export = self.exports.iter().position(|e| named(&e) && e.version == req.version);
+        let Some(export) = export.or_else(|| self.exports.iter().position(|e| named(&e))) else {
+            let nothing = BindRefusal::nothing(req.nonce, 0);
             return answer(Status::UnknownInterface, &nothing.to_bytes(room), Refused::UnknownInterface);
         };
         let spec = &self.exports[export];
@@ -162,10 +179,15 @@ impl BindServer<'_> {
             } else {
                 (Status::InterfaceMismatch, Refused::InterfaceMismatch)
             };
+            // Each procedure's name and shape, so that a client whose copy differs can tell whether
+            // the procedures it has agree with the server's (then it binds again by the server's
+            // fingerprint), and which one differs where they do not.
+            let table = ProcedureTable::encode(spec.procedures);
             let exported = BindRefusal {
                 nonce: req.nonce,
                 version: spec.version,
                 fingerprint: spec.fingerprint,
+                procedures: ProcedureTable { total: spec.procedures.len() as u16, entries: &table },
                 signature: spec.signature.as_bytes(),
             };
             return answer(status, &exported.to_bytes(room), refused);
@@ -245,7 +267,7 @@ impl Admission {
     /// The refusal of an admitted request for want of room (bindings, memory, threads).
     pub fn busy(&self, server: &BindServer<'_>) -> Vec<u8> {
         let spec = &server.exports[self.export];
-        let refusal = BindRefusal { nonce: self.request.nonce, version: spec.version, fingerprint: 0, signature: &[] };
+        let refusal = BindRefusal::nothing(self.request.nonce, spec.version);
         server.packet(Kind::Reject, Status::Busy, self.flags, 0, 0, &refusal.to_bytes(0))
     }
 }

@@ -13,8 +13,10 @@
 //!                                               (binding id, token and incarnation: in the header)
 //!          with the rendezvous flag: 64 rendezvous name (16)  80 server pid  84 server uid
 //! challenge 0 nonce  8 challenge (16)           (a Reject with status AuthRequired)
-//! refusal  0 nonce  8 exported version  12 exported fingerprint  20 exported signature (UTF-8, cut
-//!          to what the server may send back)    (a Reject with the refusal's status)
+//! refusal  0 nonce  8 exported version  12 exported fingerprint  20 procedures exported (u16)
+//!          22 entries here (u16)  24 entries: name hash (u32), shape hash (u32), in procedure order
+//!          then the exported signature (UTF-8); entries, then signature, cut to what the server
+//!          may send back                        (a Reject with the refusal's status)
 //! versions 0 nonce  8 oldest protocol version spoken  9 newest   (a Reject with status
 //!          UnsupportedVersion, answering a request of a version the server does not speak)
 //! ```
@@ -31,8 +33,10 @@ pub const GRANT_LEN: usize = 64;
 pub const RENDEZVOUS_GRANT_LEN: usize = GRANT_LEN + 24;
 /// Encoded size of a [`BindChallenge`].
 pub const CHALLENGE_MSG_LEN: usize = 24;
-/// Encoded size of a [`BindRefusal`] before the exported signature.
-pub const REFUSAL_LEN: usize = 20;
+/// Encoded size of a [`BindRefusal`] before its procedure table and the exported signature.
+pub const REFUSAL_LEN: usize = 24;
+/// Encoded size of one entry of a refusal's procedure table.
+pub const PROCEDURE_LEN: usize = 8;
 /// Encoded size of a [`VersionRefusal`].
 pub const VERSIONS_LEN: usize = 10;
 
@@ -104,7 +108,9 @@ mod field {
         pub const NONCE: Range<usize> = 0..8;
         pub const VERSION: Range<usize> = 8..12;
         pub const FINGERPRINT: Range<usize> = 12..20;
-        pub const SIGNATURE: usize = 20;
+        pub const PROCEDURES: Range<usize> = 20..22;
+        pub const ENTRIES: Range<usize> = 22..24;
+        pub const TABLE: usize = 24;
     }
 }
 
@@ -501,32 +507,86 @@ pub struct BindRefusal<'a> {
     pub version: u32,
     /// The exported interface's fingerprint (0 when there is none).
     pub fingerprint: u64,
-    /// The exported interface's signature: one procedure a line (`name(argument types) -> result`),
-    /// cut short where the server may not send more; empty when there is none.
+    /// The exported interface's procedures, by name and shape.
+    pub procedures: ProcedureTable<'a>,
+    /// The exported interface's signature: one procedure a line, then the types they reach
+    /// (`type Name = …`), cut short where the server may not send more; empty when there is none.
     pub signature: &'a [u8],
 }
 
+/// The procedure table of a refusal: how many procedures the interface has, and the encoded
+/// entries ([`PROCEDURE_LEN`] bytes each, a name hash and a shape hash) of the first of them, all of
+/// them unless the server could not send more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProcedureTable<'a> {
+    /// How many procedures the exported interface has.
+    pub total: u16,
+    /// The entries that travel.
+    pub entries: &'a [u8],
+}
+
+impl ProcedureTable<'_> {
+    /// The entries of `procedures`, encoded.
+    pub fn encode(procedures: &[crate::bind::ProcedureShape]) -> Vec<u8> {
+        procedures.iter().flat_map(|p| p.name.to_le_bytes().into_iter().chain(p.shape.to_le_bytes())).collect()
+    }
+
+    /// The procedures whose entries travel, in order.
+    pub fn shapes(&self) -> impl Iterator<Item = crate::bind::ProcedureShape> + '_ {
+        self.entries.chunks_exact(PROCEDURE_LEN).map(|e| crate::bind::ProcedureShape {
+            name: u32::from_le_bytes([e[0], e[1], e[2], e[3]]),
+            shape: u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+        })
+    }
+
+    /// Whether every procedure's entry travels.
+    pub fn is_whole(&self) -> bool {
+        self.entries.len() / PROCEDURE_LEN == usize::from(self.total)
+    }
+}
+
 impl BindRefusal<'_> {
-    /// The refusal as bytes, at most `limit` long (the signature is cut to fit).
+    /// A refusal telling nothing of an export (for want of one, of proof, or of room).
+    pub fn nothing(nonce: u64, version: u32) -> BindRefusal<'static> {
+        BindRefusal { nonce, version, fingerprint: 0, procedures: ProcedureTable::default(), signature: &[] }
+    }
+
+    /// The refusal as bytes, at most `limit` long (the table, then the signature, cut to fit).
     pub fn to_bytes(&self, limit: usize) -> Vec<u8> {
         use field::refusal as f;
-        let keep = self.signature.len().min(limit.saturating_sub(REFUSAL_LEN));
-        let mut b = vec![0u8; REFUSAL_LEN + keep];
+        let room = limit.saturating_sub(REFUSAL_LEN);
+        let entries = (self.procedures.entries.len() / PROCEDURE_LEN).min(room / PROCEDURE_LEN).min(u16::MAX.into());
+        let table = entries * PROCEDURE_LEN;
+        let keep = self.signature.len().min(room - table);
+        let mut b = vec![0u8; REFUSAL_LEN + table + keep];
         b[f::NONCE].copy_from_slice(&self.nonce.to_le_bytes());
         b[f::VERSION].copy_from_slice(&self.version.to_le_bytes());
         b[f::FINGERPRINT].copy_from_slice(&self.fingerprint.to_le_bytes());
-        b[f::SIGNATURE..].copy_from_slice(&self.signature[..keep]);
+        b[f::PROCEDURES].copy_from_slice(&self.procedures.total.to_le_bytes());
+        b[f::ENTRIES].copy_from_slice(&(entries as u16).to_le_bytes());
+        b[f::TABLE..f::TABLE + table].copy_from_slice(&self.procedures.entries[..table]);
+        b[f::TABLE + table..].copy_from_slice(&self.signature[..keep]);
         b
     }
 
     /// Decodes a refusal payload.
     pub fn parse(b: &[u8]) -> Option<BindRefusal<'_>> {
         use field::refusal as f;
-        (b.len() >= REFUSAL_LEN).then(|| BindRefusal {
+        if b.len() < REFUSAL_LEN {
+            return None;
+        }
+        let total = u16::from_le_bytes([b[f::PROCEDURES.start], b[f::PROCEDURES.start + 1]]);
+        let entries = usize::from(u16::from_le_bytes([b[f::ENTRIES.start], b[f::ENTRIES.start + 1]]));
+        let table_end = f::TABLE + entries * PROCEDURE_LEN;
+        if entries > usize::from(total) || table_end > b.len() {
+            return None;
+        }
+        Some(BindRefusal {
             nonce: u64_at(b, f::NONCE),
             version: u32_at(b, f::VERSION),
             fingerprint: u64_at(b, f::FINGERPRINT),
-            signature: &b[f::SIGNATURE..],
+            procedures: ProcedureTable { total, entries: &b[f::TABLE..table_end] },
+            signature: &b[table_end..],
         })
     }
 }
@@ -534,6 +594,7 @@ impl BindRefusal<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bind::ProcedureShape;
 
     #[test]
     fn requests_round_trip_with_and_without_proof_and_padding() {
@@ -601,13 +662,32 @@ mod tests {
         let c = BindChallenge { nonce: 5, challenge: [3; CHALLENGE_LEN] };
         assert_eq!(BindChallenge::parse(&c.to_bytes()), Some(c));
         assert_eq!(BindChallenge::parse(&[0; 23]), None);
-        let r = BindRefusal { nonce: 1, version: 2, fingerprint: 3, signature: b"null()\nadd(i32, i32) -> i32" };
-        assert_eq!(BindRefusal::parse(&r.to_bytes(1200)), Some(r.clone()));
-        let cut = r.to_bytes(REFUSAL_LEN + 4);
-        assert_eq!(cut.len(), REFUSAL_LEN + 4, "the signature is cut to the limit");
+        let shapes = [ProcedureShape { name: 1, shape: 2 }, ProcedureShape { name: 3, shape: 4 }];
+        let table = ProcedureTable::encode(&shapes);
+        let r = BindRefusal {
+            nonce: 1,
+            version: 2,
+            fingerprint: 3,
+            procedures: ProcedureTable { total: 2, entries: &table },
+            signature: b"null()\nadd(i32, i32) -> i32",
+        };
+        let bytes = r.to_bytes(1200);
+        let whole = BindRefusal::parse(&bytes).unwrap();
+        assert_eq!(whole, r.clone());
+        assert!(whole.procedures.is_whole());
+        assert_eq!(whole.procedures.shapes().collect::<Vec<_>>(), shapes);
+        let cut = r.to_bytes(REFUSAL_LEN + 2 * PROCEDURE_LEN + 4);
+        assert_eq!(cut.len(), REFUSAL_LEN + 2 * PROCEDURE_LEN + 4, "the signature is cut to the limit");
         assert_eq!(BindRefusal::parse(&cut).unwrap().signature, b"null");
+        let bytes = r.to_bytes(REFUSAL_LEN + PROCEDURE_LEN + 3);
+        let short = BindRefusal::parse(&bytes).unwrap();
+        assert_eq!((short.procedures.total, short.procedures.shapes().count()), (2, 1), "whole entries only");
+        assert!(!short.procedures.is_whole() && short.signature == b"nul");
         assert_eq!(r.to_bytes(3).len(), REFUSAL_LEN, "never shorter than the fixed fields");
         assert_eq!(BindRefusal::parse(&[0; REFUSAL_LEN - 1]), None);
+        let mut lying = r.to_bytes(1200);
+        lying[22] = 9;
+        assert_eq!(BindRefusal::parse(&lying), None, "more entries than procedures");
         let l = ExportListing {
             nonce: 1,
             count: 2,

@@ -79,7 +79,10 @@ pub struct Call<'b, 'a> {
     binding: Through<'b>,
     engine: Option<Engine>,
     segments: Segments<'a>,
+    /// The client's number of the procedure (its metrics, its errors).
     procedure: u16,
+    /// The server's number of it (the same unless the server's copy of the interface differs).
+    wire: u16,
     span: CallSpan,
 }
 
@@ -87,6 +90,7 @@ impl<'b, 'a> Call<'b, 'a> {
     pub(super) fn new(binding: &'b Binding, procedure: u16) -> Result<Call<'b, 'a>, CallError> {
         mark(Point::CallStart);
         let binding = binding.through()?;
+        let wire = binding.inner.wire_procedure(procedure)?;
         let mut engine = Engine::take(&binding)?;
         let (span, context) = binding.context(procedure);
         match &mut engine {
@@ -97,7 +101,7 @@ impl<'b, 'a> Call<'b, 'a> {
             Engine::Async(..) => unreachable!("a synchronous call takes the thread's endpoint"),
         }
         mark(Point::EndpointReady);
-        Ok(Call { binding, engine: Some(engine), segments: Segments::new(0), procedure, span })
+        Ok(Call { binding, engine: Some(engine), segments: Segments::new(0), procedure, wire, span })
     }
 
     /// Where the arguments are marshaled.
@@ -140,17 +144,17 @@ impl<'b, 'a> Call<'b, 'a> {
         let mut in_place = false;
         let outcome = match (&mut engine, &b.inner.shm) {
             (Engine::Udp(ep), _) => match tail {
-                Some(tail) => ep.run_in_out(b, self.procedure, &self.segments, tail).map(|landed| in_place = landed),
-                None => ep.run(b, self.procedure, &self.segments),
+                Some(tail) => ep.run_in_out(b, self.wire, &self.segments, tail).map(|landed| in_place = landed),
+                None => ep.run(b, self.wire, &self.segments),
             },
             (Engine::Shm(ep), Some(link)) => {
-                ep.run(&b.inner, link, b.deadline, self.procedure, &self.segments, tail).map(|landed| in_place = landed)
+                ep.run(&b.inner, link, b.deadline, self.wire, &self.segments, tail).map(|landed| in_place = landed)
             }
             (Engine::Shm(_), None) => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
             (Engine::Tcp(ep), _) => match &b.inner.tcp {
-                Some(link) => ep
-                    .run(&b.inner, link, b.deadline, self.procedure, &self.segments, tail)
-                    .map(|landed| in_place = landed),
+                Some(link) => {
+                    ep.run(&b.inner, link, b.deadline, self.wire, &self.segments, tail).map(|landed| in_place = landed)
+                }
                 None => unreachable!("a TCP endpoint belongs to a TCP binding"),
             },
             #[cfg(feature = "async")]
@@ -191,7 +195,10 @@ pub struct AsyncCall<'b, 'a> {
     binding: Through<'b>,
     engine: Option<Box<AsyncEndpoint>>,
     segments: Segments<'a>,
+    /// The client's number of the procedure (its metrics, its errors).
     procedure: u16,
+    /// The server's number of it, found when the call starts.
+    wire: u16,
     /// Sent and not yet answered: dropped now, the call is cancelled.
     in_flight: bool,
     span: CallSpan,
@@ -208,6 +215,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
             engine: None,
             segments: Segments::new(0),
             procedure,
+            wire: procedure,
             in_flight: false,
             span: CallSpan::none(),
         }
@@ -218,6 +226,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
         if self.binding.rebind.is_some() {
             self.binding = self.latest().await?;
         }
+        self.wire = self.binding.inner.wire_procedure(self.procedure)?;
         let mut ep = AsyncState::acquire(&self.binding.inner).await?;
         let (span, context) = self.binding.context(self.procedure);
         ep.begin(&context);
@@ -271,7 +280,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
         let (flight, alone) = b.inner.asynch.fly();
         self.in_flight = true;
         let outcome = match &mut self.engine {
-            Some(ep) => self.span.instrument(ep.run(b, self.procedure, &self.segments, tail, alone)).await,
+            Some(ep) => self.span.instrument(ep.run(b, self.wire, &self.segments, tail, alone)).await,
             None => unreachable!("a call has its endpoint until invoked"),
         };
         self.in_flight = false;

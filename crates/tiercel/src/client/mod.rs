@@ -231,6 +231,10 @@ pub(crate) struct BindingInner {
     features: u16,
     /// Each procedure's metrics handles (feature `metrics`; empty types without it).
     metrics: Vec<crate::metrics::Procedure>,
+    /// Where the server's copy of the interface differs from this client's: the server's number for
+    /// each of the client's procedures (`tiercel_proto::bind::ABSENT` for one it lacks). `None`
+    /// (the copies are the same) costs a call one branch.
+    procedures: Option<Box<[u16]>>,
     /// The pool of endpoints of async calls.
     #[cfg(feature = "async")]
     asynch: asynch::AsyncState,
@@ -256,6 +260,22 @@ impl BindingInner {
         self.features & features::CANCEL != 0
     }
 
+    /// The server's number for this client's procedure `procedure`; an error, before anything is
+    /// sent, for a procedure the server's copy of the interface lacks.
+    #[inline]
+    pub(crate) fn wire_procedure(&self, procedure: u16) -> Result<u16, CallError> {
+        match &self.procedures {
+            None => Ok(procedure),
+            Some(map) => match map.get(usize::from(procedure)) {
+                Some(&n) if n != tiercel_proto::bind::ABSENT => Ok(n),
+                _ => Err(CallError::NotExported {
+                    interface: self.info.name,
+                    procedure: self.info.procedures.get(usize::from(procedure)).copied().unwrap_or("?"),
+                }),
+            },
+        }
+    }
+
     /// Returns a slot taken with [`BindingInner::take_slot`].
     pub(crate) fn give_slot(&self, slot: u32, seq: u32) {
         self.free_slots.lock().unwrap_or_else(|p| p.into_inner()).0.push((slot, seq));
@@ -272,6 +292,7 @@ struct Granted {
     features: u16,
     shm: Option<shm::Link>,
     tcp: Option<tcp::Link>,
+    procedures: Option<Vec<u16>>,
 }
 
 /// A binding to an interface exported by a server: what a generated client stub holds.
@@ -346,6 +367,7 @@ impl Binding {
                     features: granted.features,
                     shm: Some(granted.link),
                     tcp: None,
+                    procedures: granted.procedures,
                 },
             )),
             // No shared memory to be had (the wrong process at the rendezvous, no room, a broken
@@ -386,6 +408,7 @@ impl Binding {
             features: granted.features,
             shm: None,
             tcp: Some(granted.link),
+            procedures: granted.procedures,
         };
         Ok(Self::assemble(server, info, config, granted))
     }
@@ -417,6 +440,7 @@ impl Binding {
             features: granted.grant.features,
             shm: None,
             tcp: None,
+            procedures: granted.procedures,
         };
         Self::assemble(server, info, config, granted)
     }
@@ -443,6 +467,7 @@ impl Binding {
                 shm_refused: None,
                 features: granted.features,
                 metrics,
+                procedures: granted.procedures.map(Vec::into_boxed_slice),
                 #[cfg(feature = "async")]
                 asynch: Default::default(),
             }),

@@ -52,6 +52,8 @@ pub(crate) struct Granted {
     pub(crate) slots: u32,
     /// The protocol features granted (`tiercel_proto::bind::wire::features`).
     pub(crate) features: u16,
+    /// The server's procedure numbers, where its copy of the interface differs.
+    pub(crate) procedures: Option<Vec<u16>>,
 }
 
 /// Connects to the rendezvous the server at `server` told over UDP, and checks that the process
@@ -93,8 +95,9 @@ pub(crate) fn bind(
         std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => BindError::Busy,
         _ => BindError::Io(e),
     })?;
-    // At most two answers: a challenge, then the grant or refusal.
-    for _ in 0..2 {
+    // At most three answers: a challenge, a refusal by an interface's other copy (then the bind
+    // by procedure names), then the grant or refusal.
+    for _ in 0..tiercel_proto::bind::MAX_REQUESTS {
         let (msg, fd) = match rendezvous::recv(&stream) {
             Ok(m) => m,
             // The server closes a connection unanswered only when it has no room for another binding
@@ -132,6 +135,7 @@ pub(crate) fn bind(
             incarnation: granted.incarnation,
             slots: grant.slots,
             features: grant.features,
+            procedures: granted.procedures,
         });
     }
     Err(bad("a second challenge"))

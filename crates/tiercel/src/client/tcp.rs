@@ -62,6 +62,8 @@ pub(crate) struct Granted {
     pub(crate) incarnation: u64,
     pub(crate) slots: u32,
     pub(crate) features: u16,
+    /// The server's procedure numbers, where its copy of the interface differs.
+    pub(crate) procedures: Option<Vec<u16>>,
 }
 
 /// A binding's connection, shared by its callers.
@@ -242,6 +244,7 @@ pub(crate) fn bind(
         incarnation: granted.incarnation,
         slots: granted.grant.slots.clamp(1, 1 << 16),
         features: granted.grant.features,
+        procedures: granted.procedures,
     })
 }
 
@@ -290,8 +293,9 @@ fn exchange<T>(
         _ => BindError::Io(e),
     };
     send(&machine.packet()).map_err(closed)?;
-    // At most two answers: a challenge, then the answer.
-    for _ in 0..2 {
+    // At most three answers: a challenge, a refusal by an interface's other copy (then the bind
+    // by procedure names), then the answer.
+    for _ in 0..tiercel_proto::bind::MAX_REQUESTS {
         loop {
             match frames.next() {
                 Ok(Next::Frame(_)) => break,

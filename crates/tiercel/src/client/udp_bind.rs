@@ -10,6 +10,7 @@ use tiercel_sys::udp;
 
 use crate::config::ClientConfig;
 use crate::interface::{fingerprint, ExportInfo, InterfaceInfo};
+use crate::wire::shape::procedure_shapes;
 use crate::BindError;
 
 /// IPv4 and UDP headers: what a datagram adds to its payload on the path.
@@ -181,6 +182,16 @@ pub(super) fn refusal_error(info: &'static InterfaceInfo, refusal: Refusal<'_>) 
         Refusal::InterfaceMismatch(r) => {
             BindError::InterfaceMismatch { name: info.name, difference: difference(info, r.fingerprint, r.signature) }
         }
+        Refusal::ProcedureMismatch { procedure, exported } => BindError::ProcedureMismatch {
+            name: info.name,
+            procedure: info.procedures.get(procedure).copied().unwrap_or("?"),
+            difference: procedure_difference(
+                info.signature(),
+                procedure,
+                exported.signature,
+                fingerprint(info.name, &String::from_utf8_lossy(exported.signature)) == exported.fingerprint,
+            ),
+        },
         other => refused(other),
     }
 }
@@ -195,9 +206,54 @@ pub(super) fn refused(refusal: Refusal<'_>) -> BindError {
             BindError::ProtocolVersion { client: tiercel_proto::wire::VERSION, server_min: min, server_max: max }
         }
         // Only a request for a binding is refused for its interface.
-        Refusal::UnknownInterface | Refusal::VersionMismatch(_) | Refusal::InterfaceMismatch(_) => BindError::Io(
-            std::io::Error::new(std::io::ErrorKind::InvalidData, "a server refused a listing as it refuses a bind"),
-        ),
+        Refusal::UnknownInterface
+        | Refusal::VersionMismatch(_)
+        | Refusal::InterfaceMismatch(_)
+        | Refusal::ProcedureMismatch { .. } => BindError::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "a server refused a listing as it refuses a bind",
+        )),
+    }
+}
+
+/// How this client's procedure `procedure` (of `ours`, a signature) differs from the server's of the
+/// same name (in `theirs`, its signature, `whole` or cut short): their lines, or the first type of
+/// those they reach that is defined otherwise or on one side only.
+fn procedure_difference(ours: &str, procedure: usize, theirs: &[u8], whole: bool) -> String {
+    let theirs = String::from_utf8_lossy(theirs);
+    let ours = procedure_shapes(ours);
+    let Some((name, our_shape)) = ours.get(procedure) else { return "no such procedure here".into() };
+    // A signature cut short ends in a partial line, which is not read.
+    let lines = match theirs.rfind('\n') {
+        Some(end) if !whole => &theirs[..end],
+        None if !whole => "",
+        _ => &theirs[..],
+    };
+    let Some((_, their_shape)) = procedure_shapes(lines).into_iter().find(|(n, _)| n == name) else {
+        return "the server's signature came cut short before it".into();
+    };
+    let (our_line, our_types) = our_shape.split_once('\n').unwrap_or((our_shape, ""));
+    let (their_line, their_types) = their_shape.split_once('\n').unwrap_or((&their_shape, ""));
+    if our_line != their_line {
+        return format!("client has `{our_line}`, server has `{their_line}`");
+    }
+    let defined = |types: &str| -> Vec<(String, String)> {
+        types
+            .lines()
+            .filter_map(|t| t.strip_prefix("type ")?.split_once(" = ").map(|(n, d)| (n.to_owned(), d.to_owned())))
+            .collect()
+    };
+    let (ours, theirs) = (defined(our_types), defined(their_types));
+    for (n, d) in &ours {
+        match theirs.iter().find(|(m, _)| m == n) {
+            Some((_, e)) if e == d => {}
+            Some((_, e)) => return format!("type {n}: client has `{d}`, server has `{e}`"),
+            None => return format!("type {n}: client has `{d}`, server has none"),
+        }
+    }
+    match theirs.iter().find(|(m, _)| !ours.iter().any(|(n, _)| n == m)) {
+        Some((m, e)) => format!("type {m}: client has none, server has `{e}`"),
+        None => "the same lines and types, yet different shapes (the server's signature may be cut short)".into(),
     }
 }
 
@@ -206,7 +262,7 @@ pub(super) fn refused(refusal: Refusal<'_>) -> BindError {
 fn difference(info: &InterfaceInfo, exported: u64, signature: &[u8]) -> String {
     let text = String::from_utf8_lossy(signature);
     let whole = fingerprint(info.name, &text) == exported;
-    let ours: Vec<&str> = info.signature.split('\n').filter(|l| !l.is_empty()).collect();
+    let ours: Vec<&str> = info.signature().split('\n').filter(|l| !l.is_empty()).collect();
     let theirs: Vec<&str> = text.split('\n').filter(|l| !l.is_empty()).collect();
     // A line cut short by the server's answer limit is not compared.
     let comparable = if whole { theirs.len() } else { theirs.len().saturating_sub(1) };
@@ -242,9 +298,33 @@ mod tests {
             id: crate::interface::interface_id("Bank"),
             version: 1,
             procedures: &[],
-            signature,
-            fingerprint: fingerprint("Bank", signature),
+            source: crate::SignatureSource::Given(signature),
         }
+    }
+
+    #[test]
+    fn a_procedure_difference_names_its_line_or_the_first_type_that_differs() {
+        let ours = "pay(Order) -> u8\ntype Order = struct { id: u64, lines: Vec<Line> }\ntype Line = struct { n: u32 }";
+        let moved =
+            b"pay(Order) -> u8\ntype Order = struct { lines: Vec<Line>, id: u64 }\ntype Line = struct { n: u32 }";
+        assert_eq!(
+            procedure_difference(ours, 0, moved, true),
+            "type Order: client has `struct { id: u64, lines: Vec<Line> }`, server has `struct { lines: Vec<Line>, id: u64 }`"
+        );
+        let deeper =
+            b"pay(Order) -> u8\ntype Order = struct { id: u64, lines: Vec<Line> }\ntype Line = struct { n: u64 }";
+        assert_eq!(
+            procedure_difference(ours, 0, deeper, true),
+            "type Line: client has `struct { n: u32 }`, server has `struct { n: u64 }`"
+        );
+        assert_eq!(
+            procedure_difference(ours, 0, b"pay(Order) -> u16\ntype Order = struct", false),
+            "client has `pay(Order) -> u8`, server has `pay(Order) -> u16`"
+        );
+        assert_eq!(
+            procedure_difference(ours, 0, b"other()\npay(Ord", false),
+            "the server's signature came cut short before it"
+        );
     }
 
     #[test]

@@ -87,13 +87,13 @@ pub enum NameError {
         /// The registry looked in.
         registry: String,
     },
-    /// Servers export the name, but with another interface (or another version or definition of
-    /// it) than the client's.
+    /// Servers export the name, but with another interface (or another version of it) than the
+    /// client's.
     #[error("name {name:?} is exported as {exported}, not as {wanted}")]
     WrongInterface {
         /// The name.
         name: String,
-        /// The client's interface: name, version and fingerprint.
+        /// The client's interface: name and version.
         wanted: String,
         /// What the exporters export, each with its address.
         exported: String,
@@ -128,9 +128,11 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Whether this exporter exports `info` exactly (name, version and fingerprint).
+    /// Whether this exporter exports `info`'s interface in its version. Its copy may differ from
+    /// `info` (another fingerprint): a bind then goes by procedure names and shapes, and refuses a
+    /// procedure both have with different shapes.
     pub fn exports(&self, info: &InterfaceInfo) -> bool {
-        self.interface == info.name && self.version == info.version && self.fingerprint == info.fingerprint
+        self.interface == info.name && self.version == info.version
     }
 
     fn encode(&self) -> String {
@@ -452,7 +454,7 @@ impl Registry {
             let exported: Vec<String> = other.iter().map(|e| e.to_string()).collect();
             return Err(NameError::WrongInterface {
                 name: name.to_owned(),
-                wanted: format!("{} v{} (fingerprint {:016x})", info.name, info.version, info.fingerprint),
+                wanted: format!("{} v{}", info.name, info.version),
                 exported: exported.join("; "),
             });
         }
@@ -620,11 +622,13 @@ mod tests {
             id: 1,
             version: 2,
             procedures: &[],
-            signature: "",
-            fingerprint: 0xfeed_beef,
+            source: crate::SignatureSource::Given(""),
         };
         assert_eq!(registry.resolve("accounts", &info).unwrap().len(), 1);
-        let other = InterfaceInfo { name: "Test", version: 1, fingerprint: 7, ..info };
+        // Another copy of the same interface and version: the bind decides, by procedure names.
+        let copy = InterfaceInfo { source: crate::SignatureSource::Given("audit()"), ..info };
+        assert_eq!(registry.resolve("accounts", &copy).unwrap().len(), 1);
+        let other = InterfaceInfo { name: "Test", version: 1, ..info };
         let err = registry.resolve("accounts", &other).unwrap_err().to_string();
         assert!(err.contains("Ledger v2") && err.contains("Test v1") && err.contains("127.0.0.1:7000"), "{err}");
         assert!(matches!(registry.resolve("nobody", &info), Err(NameError::NotFound { .. })));

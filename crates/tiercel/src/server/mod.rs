@@ -250,7 +250,7 @@ impl Server {
                     name: name.clone(),
                     interface: info.name.to_owned(),
                     version: info.version,
-                    fingerprint: info.fingerprint,
+                    fingerprint: info.fingerprint(),
                     addr: reachable,
                     incarnation,
                     pid: std::process::id(),

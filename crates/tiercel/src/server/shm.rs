@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiercel_proto::bind::{BindDecision, Refused, Rendezvous};
+use tiercel_proto::bind::{BindDecision, Rendezvous};
 use tiercel_proto::endpoint::Budget;
 use tiercel_proto::shm::{self as proto, header, slot, Layout, PAGE};
 use tiercel_proto::wire::{Packet, Status};
@@ -83,7 +83,7 @@ struct Handshake {
     arrived: Instant,
     /// What has arrived of the current request.
     partial: Vec<u8>,
-    /// Requests answered so far (a challenge allows a second).
+    /// Requests answered so far (`Refused::expects_another`).
     answered: u8,
     /// Stands for the peer's address in challenges: they are bound to this connection.
     peer: [u8; 16],
@@ -257,7 +257,7 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
             h.answered += 1;
             // A fresh connection's socket buffer takes an answer this small whole.
             let sent = rendezvous::send(&h.stream, &packet, None).is_ok();
-            return if sent && refused == Refused::Challenged && h.answered < 2 { Step::Wait } else { Step::Done };
+            return if sent && refused.expects_another(h.answered) { Step::Wait } else { Step::Done };
         }
         BindDecision::Admit(a) => a,
     };

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::bind::{BindDecision, Refused};
+use tiercel_proto::bind::BindDecision;
 use tiercel_proto::endpoint::Budget;
 use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
@@ -120,7 +120,7 @@ struct Handshake {
     stream: TcpStream,
     arrived: Instant,
     frames: Deframer,
-    /// Requests answered so far (a challenge allows a second).
+    /// Requests answered so far (`Refused::expects_another`).
     answered: u8,
     /// Stands for the peer in challenges: they are bound to this connection.
     peer: [u8; 16],
@@ -243,11 +243,7 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
             h.answered += 1;
             h.frames.consume();
             let sent = answer(&packet);
-            return if sent && refused == Refused::Challenged && h.answered < 2 {
-                Progress::Wait
-            } else {
-                Progress::Done
-            };
+            return if sent && refused.expects_another(h.answered) { Progress::Wait } else { Progress::Done };
         }
         BindDecision::Admit(a) => a,
     };

@@ -1,5 +1,6 @@
 //! [`Wire`] for the standard types.
 
+use super::shape::Shape;
 use super::{DecodeError, Reader, Wire, Writer};
 
 macro_rules! number {
@@ -12,6 +13,9 @@ macro_rules! number {
             #[inline]
             fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
                 Ok(<$t>::from_le_bytes(r.array()?))
+            }
+            fn shape(s: &mut Shape<'_>) {
+                s.write(stringify!($t));
             }
         }
     )*};
@@ -36,6 +40,9 @@ impl<'de> Wire<'de> for u8 {
     fn decode_array<const N: usize>(r: &mut Reader<'de>) -> Result<[u8; N], DecodeError> {
         r.array::<N>()
     }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("u8");
+    }
 }
 
 impl<'de> Wire<'de> for usize {
@@ -45,6 +52,9 @@ impl<'de> Wire<'de> for usize {
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         usize::try_from(u64::from_le_bytes(r.array()?)).map_err(|_| DecodeError::Invalid("usize"))
     }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("u64");
+    }
 }
 
 impl<'de> Wire<'de> for isize {
@@ -53,6 +63,9 @@ impl<'de> Wire<'de> for isize {
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         isize::try_from(i64::from_le_bytes(r.array()?)).map_err(|_| DecodeError::Invalid("isize"))
+    }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("i64");
     }
 }
 
@@ -69,6 +82,9 @@ impl<'de> Wire<'de> for bool {
             _ => Err(DecodeError::Invalid("bool")),
         }
     }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("bool");
+    }
 }
 
 impl<'de> Wire<'de> for char {
@@ -78,6 +94,9 @@ impl<'de> Wire<'de> for char {
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         char::from_u32(u32::from_le_bytes(r.array()?)).ok_or(DecodeError::Invalid("char"))
     }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("char");
+    }
 }
 
 impl<'de> Wire<'de> for () {
@@ -86,6 +105,9 @@ impl<'de> Wire<'de> for () {
     #[inline]
     fn decode(_: &mut Reader<'de>) -> Result<Self, DecodeError> {
         Ok(())
+    }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("()");
     }
 }
 
@@ -100,6 +122,9 @@ impl<'de: 'b, 'b> Wire<'de> for &'b [u8] {
         let n = r.len_prefix(1)?;
         r.take(n)
     }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("Vec<u8>");
+    }
 }
 
 impl<'de: 'b, 'b> Wire<'de> for &'b str {
@@ -111,6 +136,9 @@ impl<'de: 'b, 'b> Wire<'de> for &'b str {
         let n = r.len_prefix(1)?;
         core::str::from_utf8(r.take(n)?).map_err(|_| DecodeError::Utf8)
     }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("String");
+    }
 }
 
 impl<'de> Wire<'de> for String {
@@ -120,6 +148,9 @@ impl<'de> Wire<'de> for String {
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         <&str>::decode(r).map(str::to_owned)
+    }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("String");
     }
 }
 
@@ -131,6 +162,11 @@ impl<'de, T: Wire<'de>> Wire<'de> for Vec<T> {
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         let n = r.len_prefix(1)?;
         r.nested(|r| T::decode_vec(r, n))
+    }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("Vec<");
+        s.of::<T>();
+        s.write(">");
     }
 }
 
@@ -208,6 +244,9 @@ impl<'de, K: Wire<'de> + Eq + std::hash::Hash, V: Wire<'de>, S: std::hash::Build
         let new = |n| Self::with_capacity_and_hasher(n, S::default());
         decode_map(r, "HashMap key given twice", new, |m, k, v| m.insert(k, v).is_none())
     }
+    fn shape(s: &mut Shape<'_>) {
+        map_shape::<K, V>(s);
+    }
 }
 
 impl<'de, K: Wire<'de> + Ord, V: Wire<'de>> Wire<'de> for std::collections::BTreeMap<K, V> {
@@ -216,6 +255,9 @@ impl<'de, K: Wire<'de> + Ord, V: Wire<'de>> Wire<'de> for std::collections::BTre
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         decode_map(r, "BTreeMap key given twice", |_| Self::new(), |m, k, v| m.insert(k, v).is_none())
+    }
+    fn shape(s: &mut Shape<'_>) {
+        map_shape::<K, V>(s);
     }
 }
 
@@ -229,6 +271,9 @@ impl<'de, T: Wire<'de> + Eq + std::hash::Hash, S: std::hash::BuildHasher + Defau
         let new = |n| Self::with_capacity_and_hasher(n, S::default());
         decode_set(r, "HashSet element given twice", new, |s, t| s.insert(t))
     }
+    fn shape(s: &mut Shape<'_>) {
+        set_shape::<T>(s);
+    }
 }
 
 impl<'de, T: Wire<'de> + Ord> Wire<'de> for std::collections::BTreeSet<T> {
@@ -238,6 +283,9 @@ impl<'de, T: Wire<'de> + Ord> Wire<'de> for std::collections::BTreeSet<T> {
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         decode_set(r, "BTreeSet element given twice", |_| Self::new(), |s, t| s.insert(t))
     }
+    fn shape(s: &mut Shape<'_>) {
+        set_shape::<T>(s);
+    }
 }
 
 impl<'de, T: Wire<'de>> Wire<'de> for Box<T> {
@@ -246,6 +294,9 @@ impl<'de, T: Wire<'de>> Wire<'de> for Box<T> {
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         r.nested(|r| T::decode(r).map(Box::new))
+    }
+    fn shape(s: &mut Shape<'_>) {
+        s.of::<T>();
     }
 }
 
@@ -265,6 +316,11 @@ impl<'de, T: Wire<'de>> Wire<'de> for Option<T> {
             1 => T::decode(r).map(Some),
             _ => Err(DecodeError::Invalid("Option")),
         }
+    }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("Option<");
+        s.of::<T>();
+        s.write(">");
     }
 }
 
@@ -288,6 +344,13 @@ impl<'de, T: Wire<'de>, E: Wire<'de>> Wire<'de> for Result<T, E> {
             _ => Err(DecodeError::Invalid("Result")),
         }
     }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("Result<");
+        s.of::<T>();
+        s.write(", ");
+        s.of::<E>();
+        s.write(">");
+    }
 }
 
 impl<'de, T: Wire<'de>, const N: usize> Wire<'de> for [T; N] {
@@ -296,6 +359,11 @@ impl<'de, T: Wire<'de>, const N: usize> Wire<'de> for [T; N] {
     }
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         T::decode_array::<N>(r)
+    }
+    fn shape(s: &mut Shape<'_>) {
+        s.write("[");
+        s.of::<T>();
+        s.write(&format!("; {N}]"));
     }
 }
 
@@ -310,6 +378,18 @@ macro_rules! tuple {
             fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
                 Ok(($($name::decode(r)?,)+))
             }
+            fn shape(s: &mut Shape<'_>) {
+                let mut items = 0;
+                s.write("(");
+                $(
+                    if items > 0 {
+                        s.write(", ");
+                    }
+                    s.of::<$name>();
+                    items += 1;
+                )+
+                s.write(if items == 1 { ",)" } else { ")" });
+            }
         }
     };
 }
@@ -321,6 +401,20 @@ tuple!(A, B, C, D, E);
 tuple!(A, B, C, D, E, F);
 tuple!(A, B, C, D, E, F, G);
 tuple!(A, B, C, D, E, F, G, H);
+
+fn map_shape<'de, K: Wire<'de>, V: Wire<'de>>(s: &mut Shape<'_>) {
+    s.write("Map<");
+    s.of::<K>();
+    s.write(", ");
+    s.of::<V>();
+    s.write(">");
+}
+
+fn set_shape<'de, T: Wire<'de>>(s: &mut Shape<'_>) {
+    s.write("Set<");
+    s.of::<T>();
+    s.write(">");
+}
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@
 mod impls;
 #[cfg(feature = "serde")]
 mod serde;
+pub mod shape;
 
 #[cfg(feature = "serde")]
 pub use self::serde::Serde;
@@ -29,6 +30,13 @@ pub trait Wire<'de>: Sized {
 
     /// Decodes a value, borrowing from the message where the type borrows.
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError>;
+
+    /// Writes the shape of the type's encoding ([`shape`]): what client and server compare at bind,
+    /// and what `tiercel call` reads values by. `#[derive(Wire)]` writes the fields and variants;
+    /// a hand-written implementation is known only by its Rust name unless it writes its own.
+    fn shape(s: &mut shape::Shape<'_>) {
+        s.opaque::<Self>();
+    }
 
     /// Encodes a slice of values; `u8` overrides this to send the bytes as they are.
     #[doc(hidden)]
