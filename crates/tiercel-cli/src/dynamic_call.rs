@@ -26,23 +26,38 @@ pub fn run(
     let client = Client::connect(target).map_err(tiercel::Error::from)?.with_config(config).with_registry(registry);
     let bind_start = Instant::now();
     let exports = client.exports().map_err(tiercel::Error::from)?;
+    // `proc`, `Interface.proc`, or `Interface@VERSION.proc` where a server exports several versions.
     let (interface, wanted) = match procedure.split_once('.') {
         Some((i, p)) => (Some(i), p),
         None => (None, procedure),
     };
+    let (interface, version) = match interface.map(|i| i.split_once('@')) {
+        Some(Some((i, v))) => {
+            let v = v.parse::<u32>().map_err(|_| Error::Usage(format!("{v:?} is not a version (Interface@N.proc)")))?;
+            (Some(i), Some(v))
+        }
+        _ => (interface, None),
+    };
     let mut found = Vec::new();
     for e in &exports {
-        if interface.is_some_and(|i| i != e.name) {
+        if interface.is_some_and(|i| i != e.name) || version.is_some_and(|v| v != e.version) {
             continue;
         }
-        for (index, line) in e.signature.lines().enumerate() {
+        for (index, line) in e.signature.lines().filter(|l| !l.starts_with("type ")).enumerate() {
             if line.split('(').next() == Some(wanted) {
                 found.push((e, index, line));
             }
         }
     }
-    // Several exporters of a name export the same interface: one is as good as another.
+    // Several exporters of a name export the same interface: one is as good as another. Of several
+    // versions of one interface, the newest, unless a version is named.
     found.dedup_by(|a, b| a.0.name == b.0.name && a.0.fingerprint == b.0.fingerprint && a.1 == b.1);
+    let newest: std::collections::HashMap<&str, u32> = found.iter().fold(Default::default(), |mut m, (e, ..)| {
+        let v = m.entry(e.name.as_str()).or_insert(e.version);
+        *v = (*v).max(e.version);
+        m
+    });
+    found.retain(|(e, ..)| newest.get(e.name.as_str()) == Some(&e.version));
     let (export, index, line) = match found[..] {
         [one] => one,
         [] => {

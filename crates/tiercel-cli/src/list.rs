@@ -40,8 +40,18 @@ pub fn run(args: Args) -> crate::Result<()> {
     for e in exports {
         let cut = if e.complete { "" } else { ", signature cut short" };
         println!("{}: {} v{} (fingerprint {:016x}{cut})", e.server, e.name, e.version, e.fingerprint);
-        for (i, procedure) in e.signature.lines().enumerate() {
-            println!("  {i:>3} {procedure}");
+        // Each procedure with its own shape fingerprint (what a client of another copy of the
+        // interface must agree with to call it), then the types they reach.
+        let shapes = tiercel::interface::procedure_fingerprints(&e.signature);
+        let (procedures, types): (Vec<&str>, Vec<&str>) = e.signature.lines().partition(|l| !l.starts_with("type "));
+        for (i, procedure) in procedures.iter().enumerate() {
+            match shapes.get(i) {
+                Some(shape) => println!("  {i:>3} {procedure}  [shape {shape:016x}]"),
+                None => println!("  {i:>3} {procedure}"),
+            }
+        }
+        for t in types {
+            println!("      {t}");
         }
     }
     Ok(())

@@ -55,7 +55,7 @@ fn servers_export_a_name_and_clients_call_it_until_the_last_is_gone() {
     assert_eq!(names.lines().filter(|l| l.starts_with("accounts\tTest v1\t127.0.0.1:")).count(), 2, "{names}");
     let listed = list(&["accounts"]);
     assert_eq!(listed.lines().filter(|l| l.contains(": Test v1 (fingerprint")).count(), 2, "{listed}");
-    assert!(listed.contains("    1 add(i32, i32) -> i32"), "{listed}");
+    assert!(listed.contains("    1 add(i32, i32) -> i32  [shape "), "{listed}");
     let one = list(&[&first.addr]);
     assert_eq!(one.lines().filter(|l| l.contains(": Test v1")).count(), 1, "{one}");
     // Bindings by name go to both servers, through shared memory (they are on this host).
