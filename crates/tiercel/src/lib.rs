@@ -62,6 +62,11 @@ extern crate self as tiercel;
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExample;
 
+// Every block of the guide runs with the doctests (it uses every feature but `etcd`).
+#[cfg(all(doctest, feature = "async", feature = "tracing", feature = "metrics"))]
+#[doc = include_str!("../../../docs/guide.md")]
+struct Guide;
+
 pub mod address;
 mod auth;
 mod buffers;
