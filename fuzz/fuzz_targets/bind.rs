@@ -8,7 +8,8 @@
 use libfuzzer_sys::fuzz_target;
 use tiercel_proto::bind::wire::{BindRequest, CHALLENGE_LEN, PROOF_LEN};
 use tiercel_proto::bind::{
-    BindClient, BindDecision, BindEvent, BindServer, Challenges, InterfaceSpec, ProcedureShape, Keyed, Rendezvous, ServerAuth,
+    BindClient, BindDecision, BindEvent, BindServer, Challenges, InterfaceSpec, Keyed, ProcedureShape, Rendezvous,
+    ServerAuth,
 };
 use tiercel_proto::wire::{Packet, HEADER_LEN};
 

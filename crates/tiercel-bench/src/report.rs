@@ -101,7 +101,7 @@ fn figure(v: &Value) -> String {
 }
 
 fn is_scalar(v: &Value) -> bool {
-    !v.is_object() && !(v.is_array() && v.as_array().is_some_and(|a| a.iter().any(|x| x.is_object())))
+    !v.is_object() && !v.as_array().is_some_and(|a| a.iter().any(Value::is_object))
 }
 
 /// Writes `rows` (objects) as a markdown table of their scalar fields, every row, then each ratio

@@ -26,7 +26,7 @@ fn lossy_network_soak_runs_every_call_at_most_once() {
         "2",
         "--netns",
     ];
-    let out = Command::new(env!("CARGO_BIN_EXE_tiercel")).args(&args).output().expect("run tiercel soak");
+    let out = Command::new(env!("CARGO_BIN_EXE_tiercel")).args(args).output().expect("run tiercel soak");
     let stdout = String::from_utf8_lossy(&out.stdout);
     // The figures, for the CI log.
     println!("{stdout}");

@@ -1,6 +1,6 @@
 //! The `Test` interface of the seed papers (Firefly, Peregrine, Mach), exported by `tiercel serve`
 //! and called by tiercel's own tests, and the kit those tests share: [`etcd::EtcdServer`], a real
-//! etcd; [`needs`], what a test needs of the machine (root, a command) and, where it is missing, the
+//! etcd; [`needs`](mod@needs), what a test needs of the machine (root, a command) and, where it is missing, the
 //! test skipped and listed by `./test`.
 //!
 //! Procedures and buffer sizes follow the seeds: Null; Add; MaxArg and MaxResult with 1440-byte

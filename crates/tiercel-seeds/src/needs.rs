@@ -103,7 +103,7 @@ pub fn met(needs: &[Need]) -> bool {
 }
 
 /// Returns from the test unless the machine has everything named, each a constant of
-/// [`needs`](crate::needs) (see [`met`]): `tiercel_seeds::needs!(ETCD)`,
+/// [`needs`](mod@crate::needs) (see [`met`]): `tiercel_seeds::needs!(ETCD)`,
 /// `tiercel_seeds::needs!(ROOT, IP, NFT)`.
 #[macro_export]
 macro_rules! needs {

@@ -2,11 +2,9 @@
 
 use tiercel::{In, InOut, Out};
 
-/// The seeds' `Test` interface, from the bench crate's own file: the fuzz targets build only what
-/// they call, not the bench's peers (tarpc, tonic) and tools, which cost minutes under ASan.
-#[path = "../../../crates/tiercel-bench/src/seeds.rs"]
-#[allow(dead_code)]
-pub mod seeds;
+/// The seeds' `Test` interface, from the small dev-only crate that holds it (not the bench, whose
+/// peers and tools cost minutes under ASan).
+pub use tiercel_seeds as seeds;
 
 use seeds::Test;
 
