@@ -75,6 +75,7 @@ pub fn run(
         return Err(Error::Usage(format!("{}'s signature came cut short: it cannot be called from here", export.name)));
     }
     let proc = dynamic::parse_procedure(line).map_err(|e| Error::Usage(format!("{}: {e}", export.name)))?;
+    let types = dynamic::Types::parse(&export.signature).map_err(|e| Error::Usage(format!("{}: {e}", export.name)))?;
     if args.len() != proc.args.len() {
         return Err(Error::Usage(format!("{line} takes {} arguments, {} given", proc.args.len(), args.len())));
     }
@@ -82,7 +83,7 @@ pub fn run(
     let mut encoded = Vec::new();
     let mut buffers = Vec::new();
     for (ty, v) in proc.args.iter().zip(&values) {
-        dynamic::encode(ty, v, &mut encoded).map_err(|e| Error::Usage(format!("{line}: {e}")))?;
+        dynamic::encode(ty, v, &types, &mut encoded).map_err(|e| Error::Usage(format!("{line}: {e}")))?;
         match ty {
             Ty::Out => buffers.push(v.as_u64().unwrap_or(0) as usize),
             Ty::InOut => buffers.push(dynamic::bytes_of(v).map(|b| b.len()).unwrap_or(0)),
@@ -118,10 +119,12 @@ pub fn run(
         for len in &buffers {
             let bytes = r.take(*len).map_err(|e| call_error(tiercel::Reply::bad_result(e)))?;
             out.push(
-                dynamic::decode(&Ty::Bytes, &mut tiercel::wire::Reader::new(&with_len(bytes))).unwrap_or_default(),
+                dynamic::decode(&Ty::Bytes, &types, &mut tiercel::wire::Reader::new(&with_len(bytes)))
+                    .unwrap_or_default(),
             );
         }
-        let result = dynamic::decode(&proc.ret, &mut r).map_err(|e| Error::Check(format!("{line}: result: {e}")))?;
+        let result =
+            dynamic::decode(&proc.ret, &types, &mut r).map_err(|e| Error::Check(format!("{line}: result: {e}")))?;
         r.finish().map_err(|e| call_error(tiercel::Reply::bad_result(e)))?;
         summary.record(start.elapsed());
         let args_shown: Vec<String> = values.iter().map(|v| v.to_string()).collect();
