@@ -21,9 +21,11 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
-/// What a trait may hold: only methods, none generic, async, unsafe or variadic, each taking
-/// `&self` (the server runs calls concurrently on one shared implementation) and arguments with
-/// plain names. An argument is one of:
+/// What a trait may hold: only methods, none generic, unsafe or variadic, each taking `&self` (the
+/// server runs calls concurrently on one shared implementation) and arguments with plain names. A
+/// method may be an `async fn` (crate feature `async`): the server runs it on its tokio runtime
+/// rather than a worker, and it takes owned arguments (no `&str`, `&[u8]`, `Out` or `InOut`: it
+/// outlives the packet that carried them). An argument is one of:
 /// * a value of any type that implements `tiercel::Wire` (integers, floats, `bool`, `char`,
 ///   `String`, `Vec<T>`, `Option<T>`, `Result<T, E>`, maps and sets of the standard library, tuples,
 ///   arrays, and your own types with
@@ -47,25 +49,31 @@ use proc_macro::TokenStream;
 ///   counters) and `with_deadline(duration)` (a clone whose calls fail with
 ///   `CallError::DeadlineExceeded` after that long). Clones share the binding; each thread that
 ///   calls gets its own client slot, up to the server's `slots_per_binding`;
+/// * `<Trait>AsyncClient` (crate feature `async`): the same methods as `async fn`s for tokio tasks,
+///   which wait without holding a thread and queue for a slot when every one is busy
+///   (`Client::import_async`, or `to_async()` on a `<Trait>Client`);
 /// * `<Trait>Server<T>`: wraps an implementation of the trait and dispatches calls to it by
 ///   procedure number (the declaration order), for `Server::export`. A procedure whose one buffer
 ///   is an `InOut` and its last argument can also run where the call's arguments arrived
 ///   (`Export::dispatch_in_place`): a UDP server runs a call of several packets so, on the buffer
 ///   where it put the call together, and sends the buffer back from there without copying it.
 ///
-/// Binding compares the whole interface: its name, its version, and a fingerprint of its procedures
-/// in order with their names and the types of their arguments and results as written. A client
-/// whose copy of the trait differs in any of these is refused at import with an error that names
-/// both sides (types are compared as written: a type alias, or the same type under another path,
-/// counts as a difference). `#[tiercel::interface(version = 2)]` sets the version (1 by default):
-/// bump it when the meaning of a procedure changes without its signature changing.
+/// Binding compares the interface's name and version, then each procedure's shape: the encodings of
+/// its arguments and result, down to every field and variant of the types they reach
+/// (`tiercel::wire::shape`). A client whose copy of the trait has procedures added, removed or
+/// reordered binds by procedure names (a procedure the server lacks fails without being sent); a
+/// procedure of the same name with another shape is refused at import, naming it and the type that
+/// differs. `#[tiercel::interface(version = 2)]` sets the version (1 by default): bump it for a
+/// deliberate break, such as a procedure whose meaning changes without its shape changing.
 #[proc_macro_attribute]
 pub fn interface(attr: TokenStream, item: TokenStream) -> TokenStream {
     interface::expand(attr.into(), item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
 }
 
 /// Derives `tiercel::Wire` for a struct or enum: fields in declaration order, enums as a `u32`
-/// variant index followed by the variant's fields.
+/// variant index followed by the variant's fields. Its shape (`Wire::shape`: every field's name and
+/// shape, every variant) is part of each procedure that carries it, so a change to it is found at
+/// bind rather than read as other bytes.
 #[proc_macro_derive(Wire)]
 pub fn derive_wire(input: TokenStream) -> TokenStream {
     derive::expand(input.into()).unwrap_or_else(syn::Error::into_compile_error).into()

@@ -2,9 +2,7 @@
 //! `cargo run --example client [ADDR]` in another terminal. Ctrl-C shuts it down gracefully: new
 //! bindings and calls are refused, calls under way finish.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 #[allow(dead_code)] // each example uses one side of the interface
 mod arith;
@@ -29,14 +27,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::args().nth(1).unwrap_or_else(|| "udp://127.0.0.1:7878".into());
     let server = tiercel::Server::bind(addr.as_str())?.export(ArithServer::new(Calculator)).start()?;
     println!("listening {}", server.addr());
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, interrupted.clone())?;
-    }
-    while !interrupted.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    println!("shutting down after {} calls", server.stats().calls.load(Ordering::Relaxed));
-    server.shutdown();
+    let stats = server.stats_handle();
+    // Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
+    server.run_until_signal()?;
+    println!("shutting down after {} calls", stats.calls.load(Ordering::Relaxed));
     Ok(())
 }

@@ -48,6 +48,8 @@
 //!   call carries. One load of tracing's global level per call when no subscriber listens.
 //! * `metrics`: per-procedure call counts and latency histograms through the `metrics` facade.
 //! * `serde`: `wire::Serde<T>`, serde types as arguments and results.
+//! * `etcd`: `names::Registry::Etcd`, names in an etcd cluster (through etcd's JSON gateway; a
+//!   thread keeps each registration's lease alive).
 //! * `explain`: the timestamps `tiercel explain` reads; off, they compile to nothing.
 
 #![forbid(unsafe_code)]

@@ -635,6 +635,20 @@ impl RunningServer {
         self.join();
     }
 
+    /// Serves until the process is sent SIGTERM or SIGINT (Ctrl-C), then shuts down gracefully (new
+    /// bindings and calls refused, calls under way finish, names taken back at once rather than
+    /// when a lease runs out) and returns the signal. What a server's `main` ends with, instead of
+    /// signal handling of its own. The handlers stay installed for the rest of the process (a
+    /// second signal is ignored rather than killing it mid-shutdown); an error if the process may
+    /// not install them.
+    pub fn run_until_signal(self) -> std::io::Result<i32> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+        let signal = signals.forever().next().unwrap_or(SIGTERM);
+        self.shutdown();
+        Ok(signal)
+    }
+
     fn stop_now(&mut self) {
         self.shared.registrations.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.shared.stop_workers();

@@ -23,6 +23,12 @@ use std::io::IoSlice;
 /// Implemented for integers, floats, `bool`, `char`, `()`, fixed arrays, tuples, `&[u8]`, `&str`,
 /// `Vec<T>`, `String`, `Option<T>`, `Result<T, E>`, `HashMap`, `BTreeMap`, `HashSet`, `BTreeSet`, and any
 /// struct or enum with `#[derive(Wire)]`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot travel as an argument or result: it does not implement `tiercel::Wire`",
+    label = "not `tiercel::Wire`",
+    note = "derive it with `#[derive(tiercel::Wire)]`, or, for a type with serde's `Serialize` and \
+            `Deserialize`, pass it as `tiercel::wire::Serde<T>` (crate feature `serde`)"
+)]
 pub trait Wire<'de>: Sized {
     /// Appends the encoding of `self`. Large byte slices may be recorded by reference, so the writer
     /// borrows `self` for `'a`.
