@@ -118,23 +118,47 @@ pub struct ExportInfo {
     pub version: u32,
     /// Its fingerprint ([`InterfaceInfo::fingerprint`]).
     pub fingerprint: u64,
-    /// Its procedures, one a line, in order (a procedure's number is its line's index):
-    /// `name(argument types) -> result type`.
+    /// Its signature ([`InterfaceInfo::signature`]): its procedures, one a line, in order (a
+    /// procedure's number is its line's index), then the types they reach.
     pub signature: String,
-    /// Whether `signature` is whole: a long one comes cut (each answer is no longer than the
-    /// request), and then hashes to another fingerprint.
+    /// Whether `signature` is whole (it hashes to the fingerprint): a long one comes in pages, and a
+    /// server that stops answering part way leaves it cut.
     pub complete: bool,
 }
 
 impl ExportInfo {
-    pub(crate) fn from_listing(
-        server: std::net::SocketAddr,
-        l: &tiercel_proto::bind::wire::ExportListing<'_>,
-    ) -> ExportInfo {
-        let name = String::from_utf8_lossy(l.name).into_owned();
-        let signature = String::from_utf8_lossy(l.signature).into_owned();
-        let complete = fingerprint(&name, &signature) == l.fingerprint;
-        ExportInfo { server, name, version: l.version, fingerprint: l.fingerprint, signature, complete }
+    /// The export a listing told of, its signature put together from its pages.
+    pub(crate) fn from_pages(server: std::net::SocketAddr, first: &ListingPage, signature: &[u8]) -> ExportInfo {
+        let signature = String::from_utf8_lossy(signature).into_owned();
+        let complete = fingerprint(&first.name, &signature) == first.fingerprint;
+        ExportInfo {
+            server,
+            name: first.name.clone(),
+            version: first.version,
+            fingerprint: first.fingerprint,
+            signature,
+            complete,
+        }
+    }
+}
+
+/// One answer to a listing request: an export and a page of its signature.
+#[derive(Debug, Clone)]
+pub(crate) struct ListingPage {
+    pub(crate) name: String,
+    pub(crate) version: u32,
+    pub(crate) fingerprint: u64,
+    pub(crate) signature: Vec<u8>,
+}
+
+impl ListingPage {
+    pub(crate) fn from_listing(l: &tiercel_proto::bind::wire::ExportListing<'_>) -> ListingPage {
+        ListingPage {
+            name: String::from_utf8_lossy(l.name).into_owned(),
+            version: l.version,
+            fingerprint: l.fingerprint,
+            signature: l.signature.to_vec(),
+        }
     }
 }
 

@@ -76,3 +76,61 @@ fn a_server_with_a_secret_lists_only_to_a_client_that_proves_it() {
     assert_eq!(exports.len(), 1);
     assert_eq!(exports[0].name, "Clock");
 }
+
+/// A type whose definition alone is longer than one listing answer holds.
+#[derive(tiercel::Wire, Debug, Clone, PartialEq)]
+pub struct Wide {
+    pub the_first_field_with_a_rather_long_name_a: u64,
+    pub the_first_field_with_a_rather_long_name_b: u64,
+    pub the_first_field_with_a_rather_long_name_c: u64,
+    pub the_first_field_with_a_rather_long_name_d: u64,
+    pub the_first_field_with_a_rather_long_name_e: Option<String>,
+    pub the_first_field_with_a_rather_long_name_f: Vec<u8>,
+    pub the_first_field_with_a_rather_long_name_g: (u8, u16, u32),
+    pub the_first_field_with_a_rather_long_name_h: bool,
+    pub the_second_field_with_a_rather_long_name_a: u64,
+    pub the_second_field_with_a_rather_long_name_b: u64,
+    pub the_second_field_with_a_rather_long_name_c: u64,
+    pub the_second_field_with_a_rather_long_name_d: u64,
+    pub the_second_field_with_a_rather_long_name_e: Option<String>,
+    pub the_second_field_with_a_rather_long_name_f: Vec<u8>,
+    pub the_second_field_with_a_rather_long_name_g: (u8, u16, u32),
+    pub the_second_field_with_a_rather_long_name_h: bool,
+    pub the_third_field_with_a_rather_long_name_a: u64,
+    pub the_third_field_with_a_rather_long_name_b: u64,
+    pub the_third_field_with_a_rather_long_name_c: u64,
+    pub the_third_field_with_a_rather_long_name_d: u64,
+    pub the_third_field_with_a_rather_long_name_e: Option<String>,
+    pub the_third_field_with_a_rather_long_name_f: Vec<u8>,
+    pub the_third_field_with_a_rather_long_name_g: (u8, u16, u32),
+    pub the_third_field_with_a_rather_long_name_h: bool,
+}
+
+#[tiercel::interface]
+pub trait Archive {
+    fn store(&self, w: Wide) -> u64;
+    fn fetch(&self, id: u64) -> Option<Wide>;
+}
+
+impl Archive for Impl {
+    fn store(&self, _: Wide) -> u64 {
+        1
+    }
+    fn fetch(&self, _: u64) -> Option<Wide> {
+        None
+    }
+}
+
+#[test]
+fn a_signature_longer_than_an_answer_comes_whole_in_pages_over_udp_and_tcp() {
+    let server = Server::bind("127.0.0.1:0").unwrap().export(ArchiveServer::new(Impl)).start().unwrap();
+    let info = <ArchiveClient as tiercel::Import>::INFO;
+    assert!(info.signature().len() > tiercel_proto::bind::PADDED_REQUEST, "{}", info.signature().len());
+    for addr in [format!("udp://{}", server.addr()), format!("tcp://{}", server.addr())] {
+        let exports = Client::connect(addr.as_str()).unwrap().exports().unwrap();
+        assert_eq!(exports.len(), 1);
+        assert!(exports[0].complete, "{addr}");
+        assert_eq!(exports[0].signature, info.signature(), "{addr}");
+        assert_eq!(exports[0].fingerprint, info.fingerprint());
+    }
+}

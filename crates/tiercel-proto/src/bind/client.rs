@@ -153,10 +153,17 @@ impl BindClient {
     /// A request for what the server exports at `index` (an [`ExportListing`]) instead of a
     /// binding. A server with a shared secret asks for proof first, as for a binding.
     pub fn listing(index: u32, nonce: u64, checksum: bool) -> BindClient {
+        BindClient::listing_from(index, 0, nonce, checksum)
+    }
+
+    /// [`BindClient::listing`] of the signature from byte `offset` on: a signature longer than one
+    /// answer holds is asked for in pages (the version field of a listing request carries the
+    /// offset).
+    pub fn listing_from(index: u32, offset: u32, nonce: u64, checksum: bool) -> BindClient {
         let spec = InterfaceSpec {
             name: "",
             id: u64::from(index),
-            version: 0,
+            version: offset,
             fingerprint: 0,
             signature: "",
             procedures: &[],

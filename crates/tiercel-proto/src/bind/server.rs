@@ -159,7 +159,8 @@ impl BindServer<'_> {
                 version: spec.map_or(0, |s| s.version),
                 fingerprint: spec.map_or(0, |s| s.fingerprint),
                 name: spec.map_or(&[][..], |s| s.name.as_bytes()),
-                signature: spec.map_or(&[][..], |s| s.signature.as_bytes()),
+                // From the offset the request's version field asks for (pages of a long signature).
+                signature: spec.map_or(&[][..], |s| s.signature.as_bytes().get(req.version as usize..).unwrap_or(&[])),
             };
             let packet = self.packet(Kind::BindReply, Status::Ok, flags, 0, 0, &listing.to_bytes(room));
             return BindDecision::Answer { packet, refused: Refused::Listed };

@@ -251,10 +251,10 @@ pub(crate) fn bind(
 /// What the server exports, asked over TCP: one connection per interface (the server answers a
 /// listing and closes).
 pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crate::ExportInfo>, BindError> {
-    super::udp_bind::list_each(|index| {
+    super::udp_bind::list_each(server, |index, offset| {
         let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
-        let machine = BindClient::listing(index, nonce, false);
-        exchange(server, config, machine, |event| super::udp_bind::listed(server, event)).map(|(listed, _)| listed)
+        let machine = BindClient::listing_from(index, offset, nonce, false);
+        exchange(server, config, machine, super::udp_bind::listed).map(|(listed, _)| listed)
     })
 }
 

@@ -9,7 +9,7 @@ use tiercel_proto::wire::{Packet, CHECKSUM_LEN, HEADER_LEN};
 use tiercel_sys::udp;
 
 use crate::config::ClientConfig;
-use crate::interface::{fingerprint, ExportInfo, InterfaceInfo};
+use crate::interface::{fingerprint, ExportInfo, InterfaceInfo, ListingPage};
 use crate::wire::shape::procedure_shapes;
 use crate::BindError;
 
@@ -131,43 +131,60 @@ fn exchange<T>(
 }
 
 /// What a server at `server` exports, asked over UDP one export at a time (each answer is no
-/// longer than its request: a signature longer than about 1,100 bytes comes cut, and says so).
+/// longer than its request: a signature longer than about 1,100 bytes comes in pages).
 pub(super) fn list_udp(server: SocketAddr, config: &ClientConfig) -> Result<Vec<ExportInfo>, BindError> {
     let socket = udp::connect(server)?;
-    list_each(|index| {
+    list_each(server, |index, offset| {
         let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
-        let mut machine = BindClient::listing(index, nonce, config.checksum);
+        let mut machine = BindClient::listing_from(index, offset, nonce, config.checksum);
         let rx_len = tiercel_proto::bind::PADDED_REQUEST + CHECKSUM_LEN;
-        exchange(&socket, server, config, &mut machine, rx_len, |event| listed(server, event))
+        exchange(&socket, server, config, &mut machine, rx_len, listed)
     })
 }
 
-/// What a listing's answer says: the count of exports and the one at the index asked for (none
-/// past the count), or the refusal; `None` for an answer to another request.
-pub(super) fn listed(server: SocketAddr, event: BindEvent<'_>) -> Option<Result<(u32, Option<ExportInfo>), BindError>> {
+/// What a listing's answer says: the count of exports and a page of the one at the index asked for
+/// (none past the count), or the refusal; `None` for an answer to another request.
+pub(super) fn listed(event: BindEvent<'_>) -> Option<Result<(u32, Option<ListingPage>), BindError>> {
     match event {
-        BindEvent::Listed(l) => Some(Ok((l.count, (l.index < l.count).then(|| ExportInfo::from_listing(server, &l))))),
+        BindEvent::Listed(l) => Some(Ok((l.count, (l.index < l.count).then(|| ListingPage::from_listing(&l))))),
         BindEvent::Refused(refusal) => Some(Err(refused(refusal))),
         _ => None,
     }
 }
 
-/// Every export, asking for index 0, 1, … with `ask` until the count the answers give.
+/// Most pages asked for one export's signature (64 KiB and more: far beyond any interface).
+const MAX_PAGES: usize = 64;
+
+/// Every export, asking with `ask(index, offset)` for index 0, 1, … until the count the answers
+/// give, and for the further pages of each signature until it is whole (its fingerprint matches),
+/// a page brings nothing new, or [`MAX_PAGES`].
 pub(super) fn list_each(
-    mut ask: impl FnMut(u32) -> Result<(u32, Option<ExportInfo>), BindError>,
+    server: SocketAddr,
+    mut ask: impl FnMut(u32, u32) -> Result<(u32, Option<ListingPage>), BindError>,
 ) -> Result<Vec<ExportInfo>, BindError> {
     let mut exports = Vec::new();
     let mut index = 0u32;
     loop {
-        match ask(index)? {
-            (count, Some(export)) => {
-                exports.push(export);
-                index += 1;
-                if index >= count {
-                    return Ok(exports);
-                }
+        let (count, Some(first)) = ask(index, 0)? else { return Ok(exports) };
+        let mut signature = first.signature.clone();
+        let mut export = ExportInfo::from_pages(server, &first, &signature);
+        for _ in 1..MAX_PAGES {
+            if export.complete {
+                break;
             }
-            (_, None) => return Ok(exports),
+            let offset = u32::try_from(signature.len()).unwrap_or(u32::MAX);
+            match ask(index, offset)? {
+                (_, Some(page)) if !page.signature.is_empty() && page.fingerprint == first.fingerprint => {
+                    signature.extend_from_slice(&page.signature);
+                    export = ExportInfo::from_pages(server, &first, &signature);
+                }
+                _ => break,
+            }
+        }
+        exports.push(export);
+        index += 1;
+        if index >= count {
+            return Ok(exports);
         }
     }
 }
