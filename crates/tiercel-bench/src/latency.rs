@@ -172,7 +172,7 @@ pub fn measure(
     if lost > 0 {
         outln!("({lost} raw round trips lost a packet and were left out)");
     }
-    let retransmissions = client.binding().stats().retransmissions.load(std::sync::atomic::Ordering::Relaxed);
+    let retransmissions = client.binding().stats().retransmissions;
     outln!("tiercel retransmissions during the run: {retransmissions}");
     Ok(rows)
 }

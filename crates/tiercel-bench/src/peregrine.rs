@@ -360,7 +360,7 @@ pub fn table5(
             call()?;
         }
         let min = if c.size > 4 << 20 { 5 } else { 20 };
-        let resent = || client.binding().stats().retransmissions.load(std::sync::atomic::Ordering::Relaxed);
+        let resent = || client.binding().stats().retransmissions;
         let resent_before = resent();
         let (s, _) = repeat(budget, min, &mut call)?;
         let moved = (c.call + c.result) as f64;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tiercel::{ClientConfig, In, InOut, Out, Server, ServerStats, Timing};
+use tiercel::{ClientConfig, In, InOut, Out, Server, StatsHandle, Timing};
 use tiercel_sys::faults::{self, FaultConfig};
 
 use crate::harness::start;
@@ -144,16 +144,15 @@ impl Ledger for LedgerImpl {
 
     fn report(&self) -> LedgerReport {
         let runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
-        let s = STATS.get();
-        let get = |f: fn(&ServerStats) -> &AtomicU64| s.map(|s| f(s).load(Ordering::Relaxed)).unwrap_or(0);
+        let s = STATS.get().map(StatsHandle::get).unwrap_or_default();
         LedgerReport {
             executions: runs.values().map(|&n| n as u64).sum(),
             distinct: runs.len() as u64,
             ran_twice: runs.values().filter(|&&n| n > 1).count() as u64,
-            duplicates: get(|s| &s.duplicates),
-            resent: get(|s| &s.resent),
-            malformed: get(|s| &s.malformed),
-            busy: get(|s| &s.busy),
+            duplicates: s.duplicates,
+            resent: s.resent,
+            malformed: s.malformed,
+            busy: s.busy,
             peak_rss_kib: crate::peak_rss_kib(),
             faults: fault_counts(),
         }
@@ -210,7 +209,7 @@ pub fn server(args: ServerArgs) -> crate::Result<()> {
 }
 
 /// The soak server's counters, for the ledger's report.
-static STATS: OnceLock<Arc<ServerStats>> = OnceLock::new();
+static STATS: OnceLock<StatsHandle> = OnceLock::new();
 
 /// Runs `tiercel soak`.
 pub fn run(args: Args) -> crate::Result<()> {
@@ -347,10 +346,10 @@ fn client(args: &Args, addr: &str) -> crate::Result<()> {
     for (kind, n) in &failed {
         println!("    {n:>8}  {kind}");
     }
-    println!("client retransmissions {}", stats.retransmissions.load(Ordering::Relaxed));
-    println!("client stale packets   {}", stats.stale.load(Ordering::Relaxed));
-    println!("client corrupt dropped {}", stats.malformed.load(Ordering::Relaxed));
-    let (in_place, lent) = (stats.in_place.load(Ordering::Relaxed), stats.lent_fragments.load(Ordering::Relaxed));
+    println!("client retransmissions {}", stats.retransmissions);
+    println!("client stale packets   {}", stats.stale);
+    println!("client corrupt dropped {}", stats.malformed);
+    let (in_place, lent) = (stats.in_place, stats.lent_fragments);
     println!("client results received into the lent buffer {in_place} ({lent} fragments straight there)");
     println!("client faults injected dropped {fd}, duplicated {fu}, delayed {fr}, corrupted {fc}");
     let (sd, su, sr, sc) = report.faults;

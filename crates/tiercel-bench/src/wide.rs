@@ -96,7 +96,7 @@ pub fn remote(args: RemoteArgs) -> crate::Result<()> {
     let reply = small.median_us() / 2.0;
     let mut data = vec![0u8; SIZES[SIZES.len() - 1].0];
     fill(&mut data);
-    let resent = || client.binding().stats().retransmissions.load(std::sync::atomic::Ordering::Relaxed);
+    let resent = || client.binding().stats().retransmissions;
     let mut rows = Vec::new();
     for (bytes, label) in SIZES {
         let mut raw = [Summary::new(), Summary::new(), Summary::new()];

@@ -89,7 +89,7 @@ pub fn run(args: Args) -> crate::Result<()> {
                                     }
                                 }
                             };
-                            let old = c.binding().stats().retransmissions.load(Ordering::Relaxed);
+                            let old = c.binding().stats().retransmissions;
                             retransmissions.fetch_add(old, Ordering::Relaxed);
                             c = fresh;
                             reimports.fetch_add(1, Ordering::Relaxed);
@@ -97,8 +97,7 @@ pub fn run(args: Args) -> crate::Result<()> {
                         Err(f) => return Err(crate::Error::Check(format!("thread {t} round {round}: {f}"))),
                     }
                 }
-                retransmissions
-                    .fetch_add(c.binding().stats().retransmissions.load(Ordering::Relaxed), Ordering::Relaxed);
+                retransmissions.fetch_add(c.binding().stats().retransmissions, Ordering::Relaxed);
                 Ok(())
             })
         })

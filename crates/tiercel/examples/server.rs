@@ -2,8 +2,6 @@
 //! `cargo run --example client [ADDR]` in another terminal. Ctrl-C shuts it down gracefully: new
 //! bindings and calls are refused, calls under way finish.
 
-use std::sync::atomic::Ordering;
-
 #[allow(dead_code)] // each example uses one side of the interface
 mod arith;
 
@@ -30,6 +28,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stats = server.stats_handle();
     // Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
     server.run_until_signal()?;
-    println!("shutting down after {} calls", stats.calls.load(Ordering::Relaxed));
+    println!("shutting down after {} calls", stats.get().calls);
     Ok(())
 }

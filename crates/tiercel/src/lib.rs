@@ -74,6 +74,7 @@ mod auth;
 mod buffers;
 mod client;
 pub mod config;
+mod counters;
 mod error;
 mod framed;
 pub mod interface;
@@ -84,9 +85,12 @@ mod retention;
 mod server;
 mod spin;
 mod trace;
-// Timestamps of the fast path for `tiercel explain` (tiercel-bench); not part of the user API.
+// The step timestamps `tiercel explain` reads: public only to the build that reads them.
+#[cfg(feature = "explain")]
 #[doc(hidden)]
 pub mod steps;
+#[cfg(not(feature = "explain"))]
+mod steps;
 mod transmit;
 pub mod wire;
 
@@ -105,7 +109,7 @@ pub use error::{AddressError, BindError, CallError, Error, Execution, SecretErro
 pub use interface::{
     AsyncDispatch, DispatchError, Export, ExportInfo, Import, InterfaceInfo, Region, Results, SignatureSource,
 };
-pub use server::{deadline, RunningServer, Server, ServerStats, ShutdownHandle};
+pub use server::{deadline, RunningServer, Server, ServerStats, ShutdownHandle, StatsHandle};
 pub use tiercel_macros::{interface, Wire};
 pub use wire::{DecodeError, Reader, Wire, Writer};
 

@@ -9,6 +9,9 @@
 //! caller closes after each call; a server thread closes after each call it answers. Durations are
 //! only ever taken between two timestamps of one thread.
 
+// Without `explain` only the marks are used (they compile to nothing); the reading is the bench's.
+#![cfg_attr(not(feature = "explain"), allow(dead_code))]
+
 #[cfg(feature = "explain")]
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

@@ -207,10 +207,8 @@ async fn the_async_stub_lends_a_large_in_out_buffer_and_receives_its_result_into
         assert_eq!(client.flip(0x0f, InOut(&mut both)).await.unwrap(), sum(&expected), "{case}");
         expected.iter_mut().for_each(|b| *b ^= 0x0f);
         assert!(both == expected, "{case}: the call after the dropped one came back whole");
-        let stats = client.binding().stats();
-        let (in_place, lent) =
-            (stats.in_place.load(Ordering::Relaxed), stats.lent_fragments.load(Ordering::Relaxed) as usize);
-        let lent_bytes = stats.lent_bytes.load(Ordering::Relaxed) as usize;
+        let (in_place, lent) = (client.binding().stats().in_place, client.binding().stats().lent_fragments as usize);
+        let lent_bytes = client.binding().stats().lent_bytes as usize;
         if transport == Transport::Tcp {
             // The three awaited large calls, and perhaps the dropped one; each result's bytes
             // read straight into the buffer but for what came with its frame's header (at most
@@ -318,7 +316,7 @@ async fn concurrent_calls_on_one_runtime_thread_complete_once_each_through_a_los
     }
     assert_eq!(served.ledger.ran.lock().unwrap().len(), 200);
     assert_eq!(served.ledger.twice.load(Ordering::Relaxed), 0, "a call ran twice");
-    let resent = client.binding().stats().retransmissions.load(Ordering::Relaxed);
+    let resent = client.binding().stats().retransmissions;
     assert!(resent > 0, "the relay dropped datagrams, yet nothing was sent again");
 }
 
@@ -505,7 +503,7 @@ async fn async_procedures_run_concurrently_without_holding_the_worker() {
         let left = client.with_deadline(Duration::from_secs(2)).left_ms().await.unwrap();
         assert!(left.is_some_and(|l| (1000..=2000).contains(&l)), "{transport:?}: {left:?} ms left of 2 s");
     }
-    assert!(server.stats().panics.load(Ordering::Relaxed) >= 2);
+    assert!(server.stats().panics >= 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -534,7 +532,7 @@ async fn a_dropped_call_of_an_async_procedure_is_aborted_on_the_server() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let finished = state.finished.lock().unwrap().clone();
     assert!(!finished.contains(&101) && !finished.contains(&112), "aborted calls finished: {finished:?}");
-    assert!(server.stats().cancelled.load(Ordering::Relaxed) >= 2, "{}", server.stats());
+    assert!(server.stats().cancelled >= 2, "{}", server.stats());
 }
 
 /// Holds a buffer while an async procedure awaits.
@@ -569,7 +567,7 @@ async fn the_arguments_of_running_async_procedures_count_against_the_message_bud
             .export(HolderServer::new(HolderImpl))
             .start()
             .unwrap();
-        let before = server.stats().busy.load(Ordering::Relaxed);
+        let before = server.stats().busy;
         let client: HolderAsyncClient =
             Client::connect(format!("{scheme}{}", server.addr())).unwrap().import_async().await.unwrap();
         let data = vec![7u8; 1 << 20];
@@ -589,7 +587,7 @@ async fn the_arguments_of_running_async_procedures_count_against_the_message_bud
         if transport == Transport::Udp {
             assert_eq!(done, 6, "every UDP call completes, after backing off if refused");
         }
-        let busy = server.stats().busy.load(Ordering::Relaxed) - before;
+        let busy = server.stats().busy - before;
         assert!(busy > 0, "{transport:?}: six 1 MiB calls held at once in a {budget}-byte budget");
         assert!(server.message_memory() <= budget, "{transport:?}: {} bytes held", server.message_memory());
     }

@@ -155,27 +155,25 @@ fn queue_behind_gates<T: Send + 'static>(
 /// Queues quick calls until their results have gone out together: the worker then knows `add` as
 /// quick. At most ten rounds (a preempted run makes a call look slow).
 fn batch_quick_calls(server: &tiercel::RunningServer, desk: &DeskClient, flags: &Flags, gates: u32) {
-    let stats = server.stats();
     for round in 0..10u64 {
         let rest: Vec<Call<u64>> =
             (0..6u64).map(|i| Box::new(move |d: &DeskClient| d.add(round, i).unwrap() - round - i) as _).collect();
         let sums = queue_behind_gates(desk, flags, gates, rest, || {});
         assert_eq!(sums, vec![0; 6]);
-        if stats.sent_together.load(Ordering::Relaxed) >= 2 {
+        if server.stats().sent_together >= 2 {
             return;
         }
     }
-    panic!("no results went out together in ten rounds: {stats}");
+    panic!("no results went out together in ten rounds: {}", server.stats());
 }
 
 #[test]
 fn calls_that_queue_are_received_together_and_their_results_sent_together() {
     let (server, desk, flags) = setup(1);
     batch_quick_calls(&server, &desk, &flags, 1);
-    let stats = server.stats();
-    assert!(stats.batched.load(Ordering::Relaxed) >= 1, "no receive took several datagrams");
-    assert!(stats.sent_together.load(Ordering::Relaxed) >= 2);
-    assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
+    assert!(server.stats().batched >= 1, "no receive took several datagrams");
+    assert!(server.stats().sent_together >= 2);
+    assert_eq!(server.stats().malformed, 0);
 }
 
 #[test]
@@ -186,7 +184,6 @@ fn a_held_result_goes_out_before_a_procedure_not_known_to_be_quick_runs() {
     // call's result has reached its caller. Were that result held until the end of the batch, the
     // second procedure would wait for it in vain. Until the two are received together (a preempted
     // run makes the worker read one datagram at a time), at most ten rounds.
-    let stats = server.stats();
     for _ in 0..10 {
         flags.quick_result_seen.store(false, Ordering::Release);
         let f = flags.clone();
@@ -198,15 +195,15 @@ fn a_held_result_goes_out_before_a_procedure_not_known_to_be_quick_runs() {
             }),
             Box::new(|d| d.after_quick_result().unwrap()),
         ];
-        let batched = stats.batched.load(Ordering::Relaxed);
+        let batched = server.stats().batched;
         let results = queue_behind_gates(&desk, &flags, 1, rest, || {});
         assert!(results[0]);
         assert!(results[1], "the quick call's result waited for the procedure after it");
-        if stats.batched.load(Ordering::Relaxed) > batched {
+        if server.stats().batched > batched {
             return;
         }
     }
-    panic!("the calls were not received together in ten rounds: {stats}");
+    panic!("the calls were not received together in ten rounds: {}", server.stats());
 }
 
 #[test]
@@ -219,7 +216,6 @@ fn a_call_behind_a_slow_one_in_a_batch_is_left_to_another_worker() {
     // received together, at most ten rounds.
     let (server, desk, flags) = setup(2);
     batch_quick_calls(&server, &desk, &flags, 2);
-    let stats = server.stats();
     for _ in 0..10 {
         flags.quick_result_seen.store(false, Ordering::Release);
         flags.waiting_runs.store(false, Ordering::Release);
@@ -232,15 +228,15 @@ fn a_call_behind_a_slow_one_in_a_batch_is_left_to_another_worker() {
                 sum == 9
             }),
         ];
-        let handed_off = stats.handed_off.load(Ordering::Relaxed);
+        let handed_off = server.stats().handed_off;
         let results = queue_behind_gates(&desk, &flags, 2, rest, || {
             assert!(wait_for(&flags.waiting_runs), "the waiting call never ran");
         });
         assert!(results[0], "the quick call waited behind the procedure before it");
         assert!(results[1]);
-        if stats.handed_off.load(Ordering::Relaxed) > handed_off {
+        if server.stats().handed_off > handed_off {
             return;
         }
     }
-    panic!("nothing was left to the other worker in ten rounds: {stats}");
+    panic!("nothing was left to the other worker in ten rounds: {}", server.stats());
 }

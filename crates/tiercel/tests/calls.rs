@@ -119,8 +119,8 @@ fn every_seed_procedure_returns_correct_results() {
     for round in 0..200 {
         seeds::check_all(&client, round).unwrap();
     }
-    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 200 * seeds::CHECK_CALLS);
-    assert_eq!(server.stats().panics.load(Ordering::Relaxed), 0);
+    assert_eq!(server.stats().calls, 200 * seeds::CHECK_CALLS);
+    assert_eq!(server.stats().panics, 0);
 }
 
 #[test]
@@ -176,19 +176,18 @@ fn on_small_datagrams_fragments_go_in_segmented_runs_and_arrive_whole() {
             // Single-packet calls between the large ones, on the same endpoint.
             assert_eq!(k.echo_str("between").unwrap(), "between");
         }
-        let stats = server.stats();
-        assert_eq!(stats.malformed.load(Ordering::Relaxed), 0, "checksum {checksum}");
-        assert_eq!(stats.calls.load(Ordering::Relaxed), 6);
+        assert_eq!(server.stats().malformed, 0, "checksum {checksum}");
+        assert_eq!(server.stats().calls, 6);
         // Each call of 2 MiB is about 1,500 datagrams: far fewer receives than datagrams.
-        let coalesced = stats.coalesced.load(Ordering::Relaxed);
+        let coalesced = server.stats().coalesced;
         assert!(coalesced >= 3, "the server took {coalesced} runs whole (checksum {checksum})");
         // Fragments of a run that follow those the worker took went straight into place, and on
         // the client the runs of the results' fragments (each result is some 1,500 datagrams).
-        let landed = stats.landed.load(Ordering::Relaxed);
+        let landed = server.stats().landed;
         assert!(landed >= 1000, "{landed} fragments landed in place (checksum {checksum})");
-        let landed = k.binding().stats().landed.load(Ordering::Relaxed);
+        let landed = k.binding().stats().landed;
         assert!(landed >= 1000, "{landed} result fragments landed in place (checksum {checksum})");
-        assert_eq!(k.binding().stats().malformed.load(Ordering::Relaxed), 0);
+        assert_eq!(k.binding().stats().malformed, 0);
     }
 }
 
@@ -209,7 +208,7 @@ fn a_large_in_out_buffer_goes_back_from_where_its_call_was_put_together() {
             k = k.with_deadline(Duration::from_secs(60));
         }
         let case = format!("datagrams {max_datagram}, checksum {checksum}, deadline {deadline}");
-        let in_place = || server.stats().in_place.load(Ordering::Relaxed);
+        let in_place = || server.stats().in_place;
         let mut both: Vec<u8> = (0..(1 << 20) + 77).map(|i| (i % 249) as u8).collect();
         let mut expected = both.clone();
         for key in [0x5a, 0xa5, 0x0f] {
@@ -240,17 +239,16 @@ fn a_large_in_out_buffer_goes_back_from_where_its_call_was_put_together() {
         // 44 that arrived whole, comes the usual way and starts the reassembly; so does the last,
         // which holds the return value), the one-datagram results the usual way.
         let client = k.binding().stats();
-        assert_eq!(client.in_place.load(Ordering::Relaxed), 4, "{case}");
+        assert_eq!(client.in_place, 4, "{case}");
         // (Fragments of 56 bytes of header less than the datagram, 4 more with a checksum.)
         let (most, fewest) = (both.len() / (max_datagram - 60) + 2, both.len() / (max_datagram - 56));
-        let lent = client.lent_fragments.load(Ordering::Relaxed) as usize;
+        let lent = client.lent_fragments as usize;
         assert!(
             lent >= 4 * fewest.saturating_sub(50).max(fewest / 2) && lent <= 4 * most,
             "{case}: {lent} of 4 × {fewest} to {most}"
         );
-        let stats = server.stats();
-        assert_eq!(stats.panics.load(Ordering::Relaxed), 1, "{case}");
-        assert_eq!(stats.malformed.load(Ordering::Relaxed), 0, "{case}");
+        assert_eq!(server.stats().panics, 1, "{case}");
+        assert_eq!(server.stats().malformed, 0, "{case}");
     }
 }
 
@@ -273,22 +271,21 @@ fn multi_packet_calls_and_results_reassemble() {
     // duplicate, and one sent for the first time is not resent. Loopback never duplicates a packet,
     // so every duplicate the server saw is one the client sent again (it does, when a window of
     // 64 KiB datagrams overflows a socket buffer), and without retransmissions there is none.
-    let stats = server.stats();
-    let (duplicates, resent) = (stats.duplicates.load(Ordering::Relaxed), stats.resent.load(Ordering::Relaxed));
-    let retransmissions = k.binding().stats().retransmissions.load(Ordering::Relaxed);
+    let (duplicates, resent) = (server.stats().duplicates, server.stats().resent);
+    let retransmissions = k.binding().stats().retransmissions;
     assert!(duplicates <= retransmissions, "{duplicates} duplicates from {retransmissions} retransmissions");
     if retransmissions == 0 {
         assert_eq!((duplicates, resent), (0, 0), "no retransmission, yet counted as duplicates and resent");
     }
-    assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
-    assert_eq!(stats.bindings.load(Ordering::Relaxed), 1);
+    assert_eq!(server.stats().malformed, 0);
+    assert_eq!(server.stats().bindings, 1);
     // 64 fragments of 64 KiB in the arguments of each call: after the first of a call, the
     // worker expects the next, and receives it straight into place (about 58 a call land here; a
     // fragment another worker takes, or one resent, does not).
-    let landed = stats.landed.load(Ordering::Relaxed);
+    let landed = server.stats().landed;
     assert!(landed >= 3 * 16, "{landed} fragments landed in place");
     // And the client its results' fragments (64 of each result's 4 MiB, after the first).
-    let landed = k.binding().stats().landed.load(Ordering::Relaxed);
+    let landed = k.binding().stats().landed;
     assert!(landed >= 3 * 16, "{landed} result fragments landed in place");
     // Once acknowledged, a big result no longer holds memory in the server's budget (the
     // acknowledgement is on its way when the call returns: wait for it, boundedly).
@@ -329,7 +326,7 @@ fn panicking_procedure_reports_and_server_keeps_serving() {
     }
     assert_eq!(err.execution(), Execution::Ran);
     assert_eq!(k.echo_str("still here").unwrap(), "still here");
-    assert_eq!(server.stats().panics.load(Ordering::Relaxed), 1);
+    assert_eq!(server.stats().panics, 1);
 }
 
 #[test]
@@ -386,7 +383,7 @@ fn many_threads_share_one_binding() {
     for t in threads {
         t.join().unwrap();
     }
-    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 8 * 300);
+    assert_eq!(server.stats().calls, 8 * 300);
 }
 
 #[test]
@@ -405,7 +402,7 @@ fn slow_procedure_stays_alive_through_probes() {
         .unwrap();
     // Runs four times longer than dead_after: probes keep it alive, and it runs exactly once.
     assert_eq!(k.sleep_ms(1200).unwrap(), 1);
-    assert!(k.binding().stats().retransmissions.load(Ordering::Relaxed) > 0, "the client probed");
+    assert!(k.binding().stats().retransmissions > 0, "the client probed");
     assert_eq!(k.sleep_ms(0).unwrap(), 2);
 }
 
@@ -465,7 +462,7 @@ fn restarted_server_never_runs_old_calls() {
     let err = client.null().unwrap_err();
     assert!(matches!(err, CallError::UnknownBinding | CallError::ServerRestarted), "{err:?}");
     assert_eq!(err.execution(), Execution::MayHaveRun);
-    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 0, "nothing of the old binding ran");
+    assert_eq!(server.stats().calls, 0, "nothing of the old binding ran");
     let client: TestClient = Client::connect(udp(addr)).unwrap().import().unwrap();
     client.null().unwrap();
     let _ = Arc::new(());
@@ -512,7 +509,7 @@ fn overloaded_server_refuses_new_calls_and_clients_back_off() {
     let mut runs: Vec<u32> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     runs.sort();
     assert_eq!(runs, vec![1, 2, 3, 4, 5], "every call ran exactly once");
-    assert!(server.stats().busy.load(Ordering::Relaxed) > 0, "some calls were refused as busy first");
+    assert!(server.stats().busy > 0, "some calls were refused as busy first");
 }
 
 #[test]
@@ -552,5 +549,5 @@ fn a_client_with_one_thread_is_served_while_clients_with_many_keep_every_worker_
     stop.store(true, Ordering::Relaxed);
     let hog_calls: u32 = hogs.into_iter().map(|h| h.join().unwrap()).sum();
     assert!(hog_calls > 0, "the busy clients were served too");
-    assert!(server.stats().busy.load(Ordering::Relaxed) > 0, "the workers were contended");
+    assert!(server.stats().busy > 0, "the workers were contended");
 }

@@ -84,8 +84,6 @@ fn a_shared_memory_call_whose_deadline_passes_while_it_waits_is_never_started() 
     assert_eq!(client.work(0, 3).unwrap(), 3);
     let ran = timed.ran.lock().unwrap().clone();
     assert_eq!(ran, HashSet::from([1, 3]), "the call given up before it started ran");
-    let stats = server.stats();
-    let refused = stats.late.load(std::sync::atomic::Ordering::Relaxed)
-        + stats.cancelled.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(refused, 1, "{stats}");
+    let refused = server.stats().late + server.stats().cancelled;
+    assert_eq!(refused, 1, "{}", server.stats());
 }

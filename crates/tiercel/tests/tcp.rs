@@ -4,7 +4,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tiercel::{CallError, Client, ClientConfig, Execution, In, InOut, Out, Server, ServerConfig, Transport};
@@ -30,7 +29,7 @@ fn every_seed_procedure_returns_correct_results_over_tcp() {
     for round in 0..200 {
         seeds::check_all(&client, round).unwrap();
     }
-    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 200 * seeds::CHECK_CALLS);
+    assert_eq!(server.stats().calls, 200 * seeds::CHECK_CALLS);
     assert_eq!(server.bindings(), 1);
 }
 
@@ -56,8 +55,8 @@ fn threads_share_one_connection_with_calls_in_flight_at_once() {
         t.join().unwrap();
     }
     assert_eq!(server.bindings(), 1, "one connection, one binding, for every thread");
-    assert_eq!(server.stats().malformed.load(Ordering::Relaxed), 0);
-    assert_eq!(client.binding().stats().stale.load(Ordering::Relaxed), 0);
+    assert_eq!(server.stats().malformed, 0);
+    assert_eq!(client.binding().stats().stale, 0);
 }
 
 #[test]
@@ -96,7 +95,7 @@ fn a_call_past_its_deadline_may_have_run_and_the_binding_goes_on() {
     // first: the abandoned call ended meanwhile).
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(client.add(2, 3).unwrap(), 5);
-    assert_eq!(client.binding().stats().stale.load(Ordering::Relaxed), 1, "the late result was dropped");
+    assert_eq!(client.binding().stats().stale, 1, "the late result was dropped");
 }
 
 #[test]
@@ -119,8 +118,8 @@ fn a_call_larger_than_the_servers_budget_is_answered_busy_and_the_connection_goe
     let data: Vec<u8> = (0..4 << 20).map(seeds::pattern).collect();
     let err = client.bulk_in(In(&data)).unwrap_err();
     assert!(matches!(err, CallError::Overloaded), "{err:?}");
-    assert_eq!(server.stats().busy.load(Ordering::Relaxed), 1);
-    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 0, "refused unread, never run");
+    assert_eq!(server.stats().busy, 1);
+    assert_eq!(server.stats().calls, 0, "refused unread, never run");
     assert_eq!(client.add(20, 22).unwrap(), 42);
     assert!(server.message_memory() < 1 << 20);
 }
@@ -150,7 +149,7 @@ fn bad_frames_and_slow_handshakes_are_dropped_and_counted() {
     s.write_all(&100u32.to_le_bytes()).unwrap();
     s.write_all(&[0xab; 100]).unwrap();
     assert!(closed(&mut s));
-    assert_eq!(server.stats().malformed.load(Ordering::Relaxed), 2);
+    assert_eq!(server.stats().malformed, 2);
     // A connection that never completes the bind exchange is closed after the handshake time.
     let started = Instant::now();
     let mut silent = raw(&server);
@@ -160,7 +159,7 @@ fn bad_frames_and_slow_handshakes_are_dropped_and_counted() {
     let client = tcp(&server);
     assert_eq!(client.add(1, 2).unwrap(), 3);
     assert_eq!(server.bindings(), 1);
-    assert_eq!(server.stats().bindings.load(Ordering::Relaxed), 1);
+    assert_eq!(server.stats().bindings, 1);
 }
 
 #[test]
@@ -239,7 +238,7 @@ fn an_idle_binding_expires_and_the_next_call_says_it_was_not_sent() {
     assert_eq!(client.add(1, 2).unwrap(), 3);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(server.bindings(), 0, "{}", server.stats());
-    assert_eq!(server.stats().expired.load(Ordering::Relaxed), 1);
+    assert_eq!(server.stats().expired, 1);
     let err = client.add(1, 2).unwrap_err();
     assert!(matches!(err, CallError::ConnectionLost { sent: false, .. }), "{err}");
     assert_eq!(err.execution(), Execution::NeverRan);
@@ -390,7 +389,7 @@ fn a_large_in_out_buffer_goes_back_from_the_frame_its_call_came_in() {
         if deadline {
             client = client.with_deadline(Duration::from_secs(60));
         }
-        let in_place = || server.stats().in_place.load(Ordering::Relaxed);
+        let in_place = || server.stats().in_place;
         let mut both: Vec<u8> = (0..(1 << 20) + 77).map(|i| (i % 249) as u8).collect();
         let mut expected = both.clone();
         for key in [0x5a, 0xa5, 0x0f] {
@@ -427,9 +426,8 @@ fn a_large_in_out_buffer_goes_back_from_the_frame_its_call_came_in() {
         // The client: the five large results, each read into the buffer but for what came with
         // its frame's header (at most the connection's 64 KiB receive buffer); the small result,
         // the panic and the refusal the usual way.
-        let stats = client.binding().stats();
-        assert_eq!(stats.in_place.load(Ordering::Relaxed), 5, "deadline {deadline}");
-        let straight = stats.lent_bytes.load(Ordering::Relaxed) as usize;
+        assert_eq!(client.binding().stats().in_place, 5, "deadline {deadline}");
+        let straight = client.binding().stats().lent_bytes as usize;
         let least = 4 * (both.len() - (64 << 10)) + near.len() - (64 << 10);
         assert!(straight >= least, "deadline {deadline}: {straight} bytes straight into the buffers, not {least}");
     }
@@ -464,10 +462,10 @@ fn large_results_of_threads_sharing_a_connection_reach_each_its_own_caller() {
     }
     // A large call runs where it landed when its frame is all the connection's buffer holds;
     // with another call's bytes read behind it, it runs on a copy.
-    let in_place = server.stats().in_place.load(Ordering::Relaxed);
+    let in_place = server.stats().in_place;
     assert!((1..=4 * 20).contains(&in_place), "{in_place} of the 80 large calls ran in place");
     assert_eq!(server.bindings(), 1);
-    assert_eq!(client.binding().stats().stale.load(Ordering::Relaxed), 0);
-    let received = client.binding().stats().in_place.load(Ordering::Relaxed);
+    assert_eq!(client.binding().stats().stale, 0);
+    let received = client.binding().stats().in_place;
     assert!((1..=4 * 20).contains(&received), "{received} of the 80 large results read into the lent buffers");
 }

@@ -84,7 +84,7 @@ fn ran_at_once(
     for c in calls {
         assert_eq!(c.join().unwrap().unwrap(), n, "the long calls did not all run at once");
     }
-    assert_eq!(server.stats().busy.load(Ordering::Relaxed), 0, "a call was refused as busy");
+    assert_eq!(server.stats().busy, 0, "a call was refused as busy");
 }
 
 #[test]
@@ -116,7 +116,7 @@ fn every_socket_of_the_port_is_read_by_a_worker_of_its_own() {
     // Another may take over where a call was held up (a worker preempted in one), so the test asks
     // for both readers, not for them alone.
     assert!(workers.contains("tiercel-worker-0") && workers.contains("tiercel-worker-1"), "{workers:?}");
-    assert_eq!(server.stats().calls.load(Ordering::Relaxed), 240);
+    assert_eq!(server.stats().calls, 240);
     // A server of one worker has one socket, whatever is asked: each socket has a worker to spare.
     let config = tiercel::ServerConfig { sockets: 4, workers: 1, ..tiercel::ServerConfig::default() };
     let one = desk_server(config, &Arc::default());
@@ -251,7 +251,7 @@ fn calls_whose_procedures_block_for_a_millisecond_run_side_by_side_on_every_tran
             c.join().unwrap();
         }
         most.push((scheme, counts.most.load(Ordering::Acquire)));
-        assert_eq!(server.stats().busy.load(Ordering::Relaxed), 0, "{scheme}: a call was refused as busy");
+        assert_eq!(server.stats().busy, 0, "{scheme}: a call was refused as busy");
     }
     // One thread serving the calls in turn would have run one at a time.
     assert!(most.iter().all(|&(_, n)| n >= 4), "most of 8 callers' calls running at once: {most:?}");

@@ -175,32 +175,36 @@ impl Client {
     }
 }
 
-/// Counters of a binding's slow path, summed over its threads.
-#[derive(Debug, Default)]
-pub struct ClientStats {
-    /// Packets retransmitted: call fragments, probes, result requests.
-    pub retransmissions: AtomicU64,
-    /// Packets that failed header validation, or arrived truncated.
-    pub malformed: AtomicU64,
-    /// Valid packets not for the current call (late duplicates, old results).
-    pub stale: AtomicU64,
-    /// Result fragments received straight into their place in the result's reassembly (the
-    /// kernel's copy of their bytes the only one): on loopback one a receive, on paths of small
-    /// datagrams the fragments of a coalesced run.
-    pub landed: AtomicU64,
-    /// Results received into the buffer the caller lent (a call, synchronous or async, of a
-    /// procedure whose one buffer is an `InOut` and its last argument, with a result of several
-    /// datagrams over UDP, larger than the connection's 64 KiB receive buffer over TCP, or any `Ok`
-    /// result through shared memory), not copied there out of the result's reassembly, frame or
-    /// private copy.
-    pub in_place: AtomicU64,
-    /// Of the fragments of those results over UDP, the ones received straight into the lent
-    /// buffer (the others, a few, are copied there once the result is whole).
-    pub lent_fragments: AtomicU64,
-    /// Of the bytes of those results over TCP, the ones read from the connection straight into the
-    /// lent buffer (the others, those read before the result's header was seen, or by another
-    /// caller reading the connection meanwhile, are copied there).
-    pub lent_bytes: AtomicU64,
+crate::counters::counters! {
+    /// The counters of a binding's slow path, bumped as it goes (read through [`ClientStats`]).
+    ClientCounters,
+    /// Counters of a binding's slow path, summed over its threads, as they stood when read
+    /// ([`Binding::stats`]).
+    ClientStats {
+        /// Packets retransmitted: call fragments, probes, result requests.
+        retransmissions,
+        /// Packets that failed header validation, or arrived truncated.
+        malformed,
+        /// Valid packets not for the current call (late duplicates, old results).
+        stale,
+        /// Result fragments received straight into their place in the result's reassembly (the
+        /// kernel's copy of their bytes the only one): on loopback one a receive, on paths of small
+        /// datagrams the fragments of a coalesced run.
+        landed,
+        /// Results received into the buffer the caller lent (a call, synchronous or async, of a
+        /// procedure whose one buffer is an `InOut` and its last argument, with a result of several
+        /// datagrams over UDP, larger than the connection's 64 KiB receive buffer over TCP, or any `Ok`
+        /// result through shared memory), not copied there out of the result's reassembly, frame or
+        /// private copy.
+        in_place,
+        /// Of the fragments of those results over UDP, the ones received straight into the lent
+        /// buffer (the others, a few, are copied there once the result is whole).
+        lent_fragments,
+        /// Of the bytes of those results over TCP, the ones read from the connection straight into the
+        /// lent buffer (the others, those read before the result's header was seen, or by another
+        /// caller reading the connection meanwhile, are copied there).
+        lent_bytes,
+    }
 }
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
@@ -222,7 +226,7 @@ pub(crate) struct BindingInner {
     config: ClientConfig,
     info: &'static InterfaceInfo,
     /// Shared by the bindings a [`Rebinder`] makes in turn.
-    stats: Arc<ClientStats>,
+    stats: Arc<ClientCounters>,
     /// Why a binding that could have used shared memory (a server on this host, the binder
     /// choosing) went over UDP instead.
     shm_refused: Option<String>,
@@ -561,9 +565,10 @@ impl Binding {
         self.now().max_datagram
     }
 
-    /// Slow-path counters (of every binding made in turn, with `ClientConfig::rebind`).
-    pub fn stats(&self) -> &ClientStats {
-        &self.inner.stats
+    /// Slow-path counters as they stand now (of every binding made in turn, with
+    /// `ClientConfig::rebind`).
+    pub fn stats(&self) -> ClientStats {
+        self.inner.stats.snapshot()
     }
 
     /// Starts a call of procedure `procedure`: marshal the arguments into [`Call::writer`], then

@@ -19,7 +19,7 @@ mod udp;
 pub(crate) use spinning::default_spinners;
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -211,7 +211,7 @@ impl Server {
             shutdown_by: std::sync::Mutex::new(None),
             spin_leases,
             crew: crew::Crew::new(workers, sockets),
-            stats: Arc::new(ServerStats::default()),
+            stats: Arc::new(ServerCounters::default()),
             registrations: std::sync::Mutex::new(Vec::new()),
             binding_threads: std::sync::Mutex::new(Vec::new()),
             shm_bindings: AtomicUsize::new(0),
@@ -317,7 +317,7 @@ pub(crate) struct Shared {
     spin_leases: Arc<spinning::SpinLeases>,
     /// Which workers read each socket.
     crew: crew::Crew,
-    stats: Arc<ServerStats>,
+    stats: Arc<ServerCounters>,
     /// The threads serving shared-memory and TCP bindings (finished ones are pruned as new ones
     /// start).
     binding_threads: std::sync::Mutex<Vec<JoinHandle<()>>>,
@@ -378,109 +378,87 @@ impl Shared {
     }
 }
 
-/// Counters of a running server.
-#[derive(Debug, Default)]
-pub struct ServerStats {
-    /// Calls run (procedure bodies entered).
-    pub calls: AtomicU64,
-    /// Call packets received again (a fragment already held, a call already running or finished),
-    /// dropped or answered from saved state, never run again. A fragment received for the first
-    /// time is not counted.
-    pub duplicates: AtomicU64,
-    /// Result fragments sent again (for duplicates, probes, acknowledgements asking for them); a
-    /// fragment sent for the first time, when an acknowledgement opens the window, is not counted.
-    pub resent: AtomicU64,
-    /// Packets dropped because they failed validation (bad header, truncated, inconsistent fragment).
-    pub malformed: AtomicU64,
-    /// Packets refused with a `Reject` (unknown binding, old incarnation, bad slot).
-    pub rejected: AtomicU64,
-    /// Procedures that panicked.
-    pub panics: AtomicU64,
-    /// New calls refused as busy: every worker that may run calls was running one, or the
-    /// memory budgets (`binding_memory`, `message_memory`) had no room for the call's fragments.
-    pub busy: AtomicU64,
-    /// Bindings granted.
-    pub bindings: AtomicU64,
-    /// Bindings forgotten after `binding_idle` without a packet.
-    pub expired: AtomicU64,
-    /// Multi-packet calls given up after `stalled_call` without a fragment, their memory reclaimed.
-    pub reclaimed: AtomicU64,
-    /// Packets from an address that had not proven it receives for their client slot, answered
-    /// with a challenge (each thread of a client pays one on its first call; a spoofed source gets
-    /// nothing more).
-    pub challenged_addresses: AtomicU64,
-    /// Bind requests answered with a challenge for the shared secret.
-    pub challenged: AtomicU64,
-    /// Bind requests whose proof of the shared secret was wrong or stale.
-    pub auth_failed: AtomicU64,
-    /// Calls answered `DeadlineExceeded` without running: their deadline had passed when they
-    /// were about to start.
-    pub late: AtomicU64,
-    /// Calls their clients gave up: through shared memory, those answered `Cancelled` without
-    /// running, and async procedures aborted; over UDP, the `Cancel` packets received (each drops
-    /// the call's partial message or saved result, if the server holds one, and aborts an async
-    /// procedure running it; a plain procedure running runs to its end).
-    pub cancelled: AtomicU64,
-    /// Receives that brought a run of several datagrams at once (UDP generic receive offload: the
-    /// fragments a client sent with one segmented send, on paths of small datagrams).
-    pub coalesced: AtomicU64,
-    /// Receives that brought several datagrams at once (`recvmmsg`): calls had queued while the
-    /// worker was busy.
-    pub batched: AtomicU64,
-    /// Results sent together with others by one `sendmmsg`, at the end of a batch.
-    pub sent_together: AtomicU64,
-    /// Datagrams of a batch left to other workers, because the worker that received them was about
-    /// to run a procedure that may be slow.
-    pub handed_off: AtomicU64,
-    /// Call fragments received straight into their place in the call's reassembly (the next
-    /// fragments of a large call, expected by the worker that took the one before): the kernel's
-    /// copy of their bytes is the only one.
-    pub landed: AtomicU64,
-    /// Large calls whose procedure ran on its `InOut` buffer where the call's fragments were put
-    /// together (over TCP: where its frame was read; through shared memory: in the private copy of
-    /// its arguments), the result sent back from there: the buffer went back without a copy.
-    pub in_place: AtomicU64,
-    /// Bytes of shared-memory slot pages given back to the kernel after calls with large arguments
-    /// and small results: at most once a second for a slot, and after every such call while the
-    /// binding holds more than three quarters of its `binding_memory` (its calls are then faulted
-    /// in anew, and zeroed: a count that grows with every large call says the budget is too small
-    /// for the calls).
-    pub given_back: AtomicU64,
+/// Reads a server's counters from anywhere, for as long as it is kept ([`RunningServer::stats_handle`]).
+#[derive(Debug, Clone)]
+pub struct StatsHandle(Arc<ServerCounters>);
+
+impl StatsHandle {
+    /// The counters as they stand now.
+    pub fn get(&self) -> ServerStats {
+        self.0.snapshot()
+    }
 }
 
-impl core::fmt::Display for ServerStats {
-    /// The counters as `name=value` pairs, for logs.
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        write!(
-            f,
-            "calls={} duplicates={} resent={} malformed={} rejected={} panics={} busy={} bindings={} expired={} \
-             reclaimed={} challenged_addresses={} challenged={} auth_failed={} late={} cancelled={} coalesced={} \
-             batched={} sent_together={} handed_off={} landed={} in_place={} \
-             given_back={}",
-            l(&self.calls),
-            l(&self.duplicates),
-            l(&self.resent),
-            l(&self.malformed),
-            l(&self.rejected),
-            l(&self.panics),
-            l(&self.busy),
-            l(&self.bindings),
-            l(&self.expired),
-            l(&self.reclaimed),
-            l(&self.challenged_addresses),
-            l(&self.challenged),
-            l(&self.auth_failed),
-            l(&self.late),
-            l(&self.cancelled),
-            l(&self.coalesced),
-            l(&self.batched),
-            l(&self.sent_together),
-            l(&self.handed_off),
-            l(&self.landed),
-            l(&self.in_place),
-            l(&self.given_back),
-        )
+crate::counters::counters! {
+    /// The counters of a running server, bumped as it goes (read through [`ServerStats`]).
+    ServerCounters,
+    /// Counters of a running server, as they stood when read ([`RunningServer::stats`]).
+    ServerStats {
+        /// Calls run (procedure bodies entered).
+        calls,
+        /// Call packets received again (a fragment already held, a call already running or finished),
+        /// dropped or answered from saved state, never run again. A fragment received for the first
+        /// time is not counted.
+        duplicates,
+        /// Result fragments sent again (for duplicates, probes, acknowledgements asking for them); a
+        /// fragment sent for the first time, when an acknowledgement opens the window, is not counted.
+        resent,
+        /// Packets dropped because they failed validation (bad header, truncated, inconsistent fragment).
+        malformed,
+        /// Packets refused with a `Reject` (unknown binding, old incarnation, bad slot).
+        rejected,
+        /// Procedures that panicked.
+        panics,
+        /// New calls refused as busy: every worker that may run calls was running one, or the
+        /// memory budgets (`binding_memory`, `message_memory`) had no room for the call's fragments.
+        busy,
+        /// Bindings granted.
+        bindings,
+        /// Bindings forgotten after `binding_idle` without a packet.
+        expired,
+        /// Multi-packet calls given up after `stalled_call` without a fragment, their memory reclaimed.
+        reclaimed,
+        /// Packets from an address that had not proven it receives for their client slot, answered
+        /// with a challenge (each thread of a client pays one on its first call; a spoofed source gets
+        /// nothing more).
+        challenged_addresses,
+        /// Bind requests answered with a challenge for the shared secret.
+        challenged,
+        /// Bind requests whose proof of the shared secret was wrong or stale.
+        auth_failed,
+        /// Calls answered `DeadlineExceeded` without running: their deadline had passed when they
+        /// were about to start.
+        late,
+        /// Calls their clients gave up: through shared memory, those answered `Cancelled` without
+        /// running, and async procedures aborted; over UDP, the `Cancel` packets received (each drops
+        /// the call's partial message or saved result, if the server holds one, and aborts an async
+        /// procedure running it; a plain procedure running runs to its end).
+        cancelled,
+        /// Receives that brought a run of several datagrams at once (UDP generic receive offload: the
+        /// fragments a client sent with one segmented send, on paths of small datagrams).
+        coalesced,
+        /// Receives that brought several datagrams at once (`recvmmsg`): calls had queued while the
+        /// worker was busy.
+        batched,
+        /// Results sent together with others by one `sendmmsg`, at the end of a batch.
+        sent_together,
+        /// Datagrams of a batch left to other workers, because the worker that received them was about
+        /// to run a procedure that may be slow.
+        handed_off,
+        /// Call fragments received straight into their place in the call's reassembly (the next
+        /// fragments of a large call, expected by the worker that took the one before): the kernel's
+        /// copy of their bytes is the only one.
+        landed,
+        /// Large calls whose procedure ran on its `InOut` buffer where the call's fragments were put
+        /// together (over TCP: where its frame was read; through shared memory: in the private copy of
+        /// its arguments), the result sent back from there: the buffer went back without a copy.
+        in_place,
+        /// Bytes of shared-memory slot pages given back to the kernel after calls with large arguments
+        /// and small results: at most once a second for a slot, and after every such call while the
+        /// binding holds more than three quarters of its `binding_memory` (its calls are then faulted
+        /// in anew, and zeroed: a count that grows with every large call says the budget is too small
+        /// for the calls).
+        given_back,
     }
 }
 
@@ -581,14 +559,15 @@ impl RunningServer {
         self.shared.incarnation
     }
 
-    /// Counters.
-    pub fn stats(&self) -> &ServerStats {
-        &self.shared.stats
+    /// The counters as they stand now.
+    pub fn stats(&self) -> ServerStats {
+        self.shared.stats.snapshot()
     }
 
-    /// The counters, shareable (for example with an exported implementation that reports them).
-    pub fn stats_handle(&self) -> Arc<ServerStats> {
-        self.shared.stats.clone()
+    /// A handle that reads the counters from elsewhere (for example an exported implementation that
+    /// reports them, or a line printed after the server has stopped).
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle(self.shared.stats.clone())
     }
 
     /// Bindings currently held (over UDP, through shared memory and over TCP).
