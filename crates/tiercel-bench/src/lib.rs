@@ -119,6 +119,14 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 pub use tiercel_seeds::is_root;
 
+/// Why the tables across two network namespaces cannot run on this machine, if they cannot: they
+/// need root, `ip` (iproute2) and `nft` (nftables), which a fresh machine may lack.
+pub fn namespaces_unavailable() -> Option<String> {
+    use tiercel_seeds::needs::{Need, IP, NFT, ROOT};
+    let missing: Vec<String> = [ROOT, IP, NFT].iter().filter(|n| !n.met()).map(Need::remedy).collect();
+    (!missing.is_empty()).then(|| missing.join(", "))
+}
+
 /// Peak resident set size of this process (VmHWM), KiB.
 pub fn peak_rss_kib() -> u64 {
     rss_kib("VmHWM:")

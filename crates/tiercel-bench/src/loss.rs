@@ -81,8 +81,8 @@ pub fn table(server_cpu: usize, calls: usize, budget: Duration) -> crate::Result
          (veth,\n1500-byte MTU), nftables dropping the given share of packets each way at random; tiercel's \
          default settings"
     );
-    if !crate::is_root() {
-        outln!("(skipped: needs root to create network namespaces)");
+    if let Some(why) = crate::namespaces_unavailable() {
+        outln!("(skipped: {why})");
         return Ok(Vec::new());
     }
     outln!(

@@ -213,8 +213,8 @@ pub fn mach_remote(args: RemoteArgs) -> crate::Result<()> {
 /// The remote rows across two network namespaces joined by a veth pair (root only): a server in one,
 /// the client in the other, both in processes of their own.
 fn remote_across_namespaces(server_cpu: usize, time: Duration) -> crate::Result<Vec<MachJson>> {
-    if !crate::is_root() {
-        return Err("needs root to create network namespaces".into());
+    if let Some(why) = crate::namespaces_unavailable() {
+        return Err(why.into());
     }
     let out = crate::harness::across_namespaces(7575, 0.0, server_cpu, "mach-remote", |pid, addr| {
         let millis = time.as_millis().to_string();

@@ -179,8 +179,8 @@ pub fn table(server_cpu: usize, calls: u32) -> crate::Result<Vec<Row>> {
          interleaved, each call after an untimed Null\nthat wakes the server as the raw transfers before it \
          wake the echo; medians µs"
     );
-    if !crate::is_root() {
-        outln!("(skipped: needs root to create network namespaces)");
+    if let Some(why) = crate::namespaces_unavailable() {
+        outln!("(skipped: {why})");
         return Ok(Vec::new());
     }
     let pair = crate::netns::Pair::new(PORT, 0.0)?;
