@@ -81,8 +81,7 @@ fn servers_export_a_name_and_clients_call_it_until_the_last_is_gone() {
     assert_eq!(entries, 1, "the killed server's entry is removed by the first lookup that finds it stale");
 
     // SIGTERM: a graceful shutdown takes the name back.
-    let pid = second.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    tiercel_seeds::signal(second.child.id(), "TERM").unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !registry.lookup("accounts").unwrap().is_empty() {
         assert!(std::time::Instant::now() < deadline, "the name outlived the shutdown");

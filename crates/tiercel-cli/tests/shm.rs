@@ -106,7 +106,7 @@ fn a_stopped_server_fails_the_call_after_dead_after_on_either_transport() {
     // (before: a shared-memory caller waited for as long as the server was stopped).
     let (served, addr) = serve();
     let pid = served.child.id().to_string();
-    let signal = |sig: &str| assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    let signal = |sig: &str| tiercel_seeds::signal(served.child.id(), sig).unwrap();
     for (scheme, transport) in [("", tiercel::Transport::SharedMemory), ("udp://", tiercel::Transport::Udp)] {
         let timing = tiercel::Timing { dead_after: Duration::from_secs(1), ..tiercel::Timing::default() };
         let client: tiercel_bench::seeds::TestClient = tiercel::Client::connect(format!("{scheme}{addr}"))

@@ -15,8 +15,7 @@ fn sigterm_shuts_the_server_down_gracefully() {
     let call = |addr: &str| Command::new(TIERCEL).args(["call", addr, "add", "2", "3"]).output().unwrap();
     let out = call(&addr);
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("= 5"), "{out:?}");
-    let pid = served.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    tiercel_seeds::signal(served.child.id(), "TERM").unwrap();
     // Bounded so that a server that never exits fails the test instead of hanging it.
     let give_up = Instant::now() + Duration::from_secs(30);
     let status = loop {

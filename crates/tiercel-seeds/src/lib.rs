@@ -223,3 +223,20 @@ pub fn is_root() -> bool {
         .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
         .unwrap_or(false)
 }
+
+/// Sends `signal` (`"TERM"`, `"INT"`, `"KILL"`, `"STOP"`, `"CONT"`) to process `pid`, as `kill -SIGNAL`
+/// would: the tests' processes are signalled without the `kill` command, which a minimal machine
+/// lacks.
+pub fn signal(pid: u32, signal: &str) -> std::io::Result<()> {
+    use rustix::process::{kill_process, Pid, Signal};
+    let signal = match signal.trim_start_matches('-') {
+        "TERM" => Signal::TERM,
+        "INT" => Signal::INT,
+        "KILL" => Signal::KILL,
+        "STOP" => Signal::STOP,
+        "CONT" => Signal::CONT,
+        other => return Err(std::io::Error::other(format!("no signal {other:?} here"))),
+    };
+    let pid = i32::try_from(pid).ok().and_then(Pid::from_raw).ok_or_else(|| std::io::Error::other("no such pid"))?;
+    kill_process(pid, signal).map_err(std::io::Error::from)
+}

@@ -31,7 +31,7 @@ fn the_example_client_calls_the_example_server_in_another_process() {
     ] {
         assert!(text.contains(line), "{line:?} in {text}");
     }
-    assert!(Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap().success());
+    tiercel_seeds::signal(server.id(), "TERM").unwrap();
     let give_up = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(s) = server.try_wait().unwrap() {

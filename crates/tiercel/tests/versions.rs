@@ -136,7 +136,9 @@ pub trait Sink {
 /// challenges the slot's address when its first fragment comes, and acknowledges nothing: the
 /// fragments that came before the challenge, and the furthest that came at all.
 fn fragments_before_and_after_a_challenge(granted: u16) -> (Vec<(u16, bool)>, u16) {
-    let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // With the large receive buffer tiercel's own sockets ask for: the client's 256 fragments come at
+    // once, and a default buffer may drop the last of them before this thread reads them.
+    let fake = tiercel_sys::udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
     fake.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
     let addr = fake.local_addr().unwrap();
     let seen = std::thread::spawn(move || {
