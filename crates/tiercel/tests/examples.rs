@@ -16,8 +16,10 @@ fn example(name: &str) -> PathBuf {
 
 #[test]
 fn the_example_client_calls_the_example_server_in_another_process() {
-    let mut server = Command::new(example("server")).arg("udp://127.0.0.1:0").stdout(Stdio::piped()).spawn().unwrap();
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines().map_while(Result::ok);
+    // Killed when dropped: a failing assertion leaves no server behind.
+    let mut server =
+        Killed(Command::new(example("server")).arg("udp://127.0.0.1:0").stdout(Stdio::piped()).spawn().unwrap());
+    let mut lines = BufReader::new(server.0.stdout.take().unwrap()).lines().map_while(Result::ok);
     let first = lines.next().expect("the server prints its address");
     let addr = first.strip_prefix("listening ").expect("a `listening ADDR` line");
     let out = Command::new(example("client")).arg(format!("udp://{addr}")).output().unwrap();
@@ -31,10 +33,10 @@ fn the_example_client_calls_the_example_server_in_another_process() {
     ] {
         assert!(text.contains(line), "{line:?} in {text}");
     }
-    tiercel_seeds::signal(server.id(), "TERM").unwrap();
+    tiercel_seeds::signal(server.0.id(), "TERM").unwrap();
     let give_up = Instant::now() + Duration::from_secs(30);
     let status = loop {
-        if let Some(s) = server.try_wait().unwrap() {
+        if let Some(s) = server.0.try_wait().unwrap() {
             break s;
         }
         assert!(Instant::now() < give_up, "the server did not exit after SIGTERM");
@@ -45,10 +47,8 @@ fn the_example_client_calls_the_example_server_in_another_process() {
 }
 
 /// A child process killed when dropped.
-#[cfg(feature = "async")]
 struct Killed(std::process::Child);
 
-#[cfg(feature = "async")]
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
