@@ -167,9 +167,9 @@ impl BindServer<'_> {
         }
         // The export of the version asked for, where several versions are exported side by side;
         // else the first of that name, whose version the refusal tells.
-        let named = |e: &&InterfaceSpec<'_>| e.id == req.interface;
-        let export = self.exports.iter().position(|e| named(&e) && e.version == req.version);
-        let Some(export) = export.or_else(|| self.exports.iter().position(|e| named(&e))) else {
+        let named = |e: &InterfaceSpec<'_>| e.id == req.interface;
+        let export = self.exports.iter().position(|e| named(e) && e.version == req.version);
+        let Some(export) = export.or_else(|| self.exports.iter().position(named)) else {
             let nothing = BindRefusal::nothing(req.nonce, 0);
             return answer(Status::UnknownInterface, &nothing.to_bytes(room), Refused::UnknownInterface);
         };
