@@ -186,7 +186,7 @@ fn a_flooded_server_keeps_serving_and_drops_what_is_bad() {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) && n < 500 {
                 let info = <TestClient as tiercel::Import>::INFO;
-                let spec = info.spec();
+                let spec = tiercel_seeds::bind_spec(info);
                 let _ = socket.send(&BindClient::new(&spec, 1400, n, false).packet());
                 n += 1;
                 std::thread::sleep(Duration::from_millis(5));

@@ -40,7 +40,7 @@ fn bind(server: SocketAddr, nonce: u64) -> (UdpSocket, Granted) {
     socket.connect(server).unwrap();
     socket.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let info = <TestClient as tiercel::Import>::INFO;
-    let spec = info.spec();
+    let spec = tiercel_seeds::bind_spec(info);
     let mut bind = BindClient::new(&spec, tiercel::config::MAX_UDP_PAYLOAD as u32, nonce, false);
     socket.send(&bind.packet()).unwrap();
     let mut buf = vec![0u8; 65_536];

@@ -58,7 +58,7 @@ fn connect_abstract(name: &str) -> std::io::Result<UnixStream> {
 
 fn test_spec() -> InterfaceSpec<'static> {
     let info = <TestClient as tiercel::Import>::INFO;
-    info.spec()
+    tiercel_seeds::bind_spec(info)
 }
 
 /// A shared-memory binding made by hand, whose slots the caller writes as it likes.

@@ -240,3 +240,26 @@ pub fn signal(pid: u32, signal: &str) -> std::io::Result<()> {
     let pid = i32::try_from(pid).ok().and_then(Pid::from_raw).ok_or_else(|| std::io::Error::other("no such pid"))?;
     kill_process(pid, signal).map_err(std::io::Error::from)
 }
+
+/// `info` as the bind exchange of `tiercel-proto` sees it, for tests that play a client or a
+/// server by hand: the same name, id, version, fingerprint, signature and procedure shapes the
+/// library sends (kept for the life of the test process).
+pub fn bind_spec(info: &tiercel::InterfaceInfo) -> tiercel_proto::bind::InterfaceSpec<'static> {
+    let procedures: Vec<_> = info
+        .procedures
+        .iter()
+        .zip(info.procedure_fingerprints())
+        .map(|(name, shape)| tiercel_proto::bind::ProcedureShape {
+            name: tiercel::interface::interface_id(name) as u32,
+            shape: shape as u32,
+        })
+        .collect();
+    tiercel_proto::bind::InterfaceSpec {
+        name: info.name,
+        id: info.id,
+        version: info.version,
+        fingerprint: info.fingerprint(),
+        signature: info.signature(),
+        procedures: Box::leak(procedures.into_boxed_slice()),
+    }
+}

@@ -79,7 +79,9 @@ pub struct ClientConfig {
     /// to a server on this host that refused shared memory tries it again at most once a second
     /// ([`Binding::shared_memory_refused`](crate::Binding::shared_memory_refused) says why not
     /// yet). Costs each call a lock and a few reference counts. Default: off (a binding whose server
-    /// went away fails every call until the application imports again).
+    /// went away fails every call until the application imports again), because the binding then
+    /// goes to whoever answers at the address or name: without a shared secret, which the server
+    /// must prove it holds, another process that took the dead server's port would get the calls.
     pub rebind: bool,
 }
 

@@ -164,8 +164,7 @@ impl ListingPage {
 
 impl InterfaceInfo {
     /// The interface as the bind exchange of `tiercel-proto` sees it.
-    #[doc(hidden)]
-    pub fn spec(&self) -> tiercel_proto::bind::InterfaceSpec<'static> {
+    pub(crate) fn spec(&self) -> tiercel_proto::bind::InterfaceSpec<'static> {
         let d = self.described();
         tiercel_proto::bind::InterfaceSpec {
             name: self.name,

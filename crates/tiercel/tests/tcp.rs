@@ -259,7 +259,7 @@ fn bind_raw(server: &tiercel::RunningServer) -> (TcpStream, tiercel_proto::bind:
     use tiercel_proto::bind::{BindClient, BindEvent};
     let mut s = raw(server);
     let info = <TestClient as tiercel::Import>::INFO;
-    let mut machine = BindClient::new(&info.spec(), 0, 7, false);
+    let mut machine = BindClient::new(&tiercel_seeds::bind_spec(info), 0, 7, false);
     let request = machine.packet();
     s.write_all(&tiercel_proto::stream::prefix(request.len())).unwrap();
     s.write_all(&request).unwrap();

@@ -29,7 +29,7 @@ fn udp_only() -> ClientConfig {
 /// A bind request for `Echo` as this client would send it.
 fn request() -> Vec<u8> {
     let info = <EchoClient as tiercel::Import>::INFO;
-    let spec = info.spec();
+    let spec = tiercel_seeds::bind_spec(info);
     tiercel_proto::bind::BindClient::new(&spec, 1472, 42, false).packet()
 }
 
@@ -93,7 +93,7 @@ fn a_client_told_its_version_is_not_spoken_says_so() {
 /// version that grants only the features `granted`: it binds with the protocol machine, which grants
 /// every feature the client asked for, then rewrites the grant's.
 fn grant_only(fake: &UdpSocket, info: &tiercel::InterfaceInfo, granted: u16) {
-    let spec = info.spec();
+    let spec = tiercel_seeds::bind_spec(info);
     let exports = [spec];
     let machine = BindServer { exports: &exports, auth: None, incarnation: 9, max_datagram: 1472 };
     let mut buf = [0u8; 2048];
