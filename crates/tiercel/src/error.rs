@@ -123,8 +123,10 @@ pub enum BindError {
         server_max: u8,
     },
     /// The server has no room for another binding (its `max_bindings`, or the memory or threads a
-    /// shared-memory binding needs). Existing bindings are not affected; try again later.
-    #[error("server is busy: no room for another binding")]
+    /// shared-memory binding needs), or, over TCP, closed the connection before answering, three
+    /// times: too many connections were in the bind exchange at once, or it is stopping. Existing
+    /// bindings are not affected; try again later.
+    #[error("server is busy: no room for another binding, or too many connections binding at once")]
     Busy,
     /// The name could not be resolved to a server exporting the interface: nobody exports it, or
     /// only with another interface (the error names both), or the registry could not be read.

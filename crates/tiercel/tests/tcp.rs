@@ -163,6 +163,63 @@ fn bad_frames_and_slow_handshakes_are_dropped_and_counted() {
 }
 
 #[test]
+fn connections_dribbling_bind_requests_keep_no_client_from_binding() {
+    let server = serve();
+    let addr = server.addr();
+    // 320 connections from the clients' own address (more than the 256 the server holds in the
+    // bind exchange, and than the 64 of one address), each sending one byte of a bind request
+    // every 100 ms (it would take 10 s), each reopened the moment the server closes it.
+    const SLOW: usize = 320;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dribbler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // A frame of 100 bytes announced, then its bytes one at a time.
+            let open = || {
+                let mut s = TcpStream::connect(addr).ok()?;
+                s.set_nodelay(true).ok()?;
+                s.write_all(&100u32.to_le_bytes()).ok()?;
+                Some(s)
+            };
+            let mut slow: Vec<Option<TcpStream>> = (0..SLOW).map(|_| open()).collect();
+            let mut reopened = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in &mut slow {
+                    if s.as_mut().is_none_or(|s| s.write_all(&[0x40]).is_err()) {
+                        *s = open();
+                        reopened += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            reopened
+        })
+    };
+    // The attack is on once the server has had to close some of them to make room.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while server.stats().rejected < (SLOW - 64) as u64 {
+        assert!(Instant::now() < give_up, "the dribblers never filled the server: {}", server.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for i in 0..30i32 {
+        let client: TestClient = Client::connect(format!("tcp://{addr}"))
+            .unwrap()
+            .import()
+            .unwrap_or_else(|e| panic!("bind {i} of 30 during the attack: {e} ({})", server.stats()));
+        assert_eq!(client.add(i, 1).unwrap(), i + 1);
+        let big: Vec<u8> = (0..1 << 20).map(seeds::pattern).collect();
+        assert!(client.bulk_in(In(&big)).is_ok(), "a 1 MiB call during the attack");
+        // Over three seconds: the dribblers' connections are closed (to make room, or at the end
+        // of their two seconds) and reopened meanwhile.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reopened = dribbler.join().unwrap();
+    eprintln!("dribblers reopened {reopened} connections; {}", server.stats());
+    assert!(reopened >= SLOW as u64, "the dribblers kept at it, reopening what the server closed");
+}
+
+#[test]
 fn a_server_that_stops_fails_the_call_as_may_have_run_and_rebind_moves_on() {
     let server = serve();
     let addr = server.addr();

@@ -17,9 +17,11 @@
 
 mod binding;
 mod budget;
+mod handshakes;
 
 pub use binding::{Binding, CallAt, Fragment, SlotCell};
 pub use budget::Budget;
+pub use handshakes::{HandshakeLimits, Handshakes, Pending};
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;

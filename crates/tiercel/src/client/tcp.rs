@@ -212,13 +212,25 @@ pub(crate) fn bind(
     info: &'static InterfaceInfo,
     config: &ClientConfig,
 ) -> Result<Granted, BindError> {
-    let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
-    let machine = BindClient::new(&info.spec(), 0, nonce, false);
-    let (granted, stream) = exchange(server, config, machine, |event| match event {
-        BindEvent::Refused(r) => Some(Err(super::udp_bind::refusal_error(info, r))),
-        BindEvent::Granted(g) => Some(Ok(g)),
-        _ => None,
-    })?;
+    // A server with too many connections binding at once closes one before answering it: a new
+    // connection, with a new request, is likely to be answered (its request lands whole as it
+    // connects, where the ones closed dribble theirs).
+    let mut attempts = 0;
+    let (granted, stream) = loop {
+        attempts += 1;
+        let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+        let machine = BindClient::new(&info.spec(), 0, nonce, false);
+        let exchanged = exchange(server, config, machine, |event| match event {
+            BindEvent::Refused(r) => Some(Err(super::udp_bind::refusal_error(info, r))),
+            BindEvent::Granted(g) => Some(Ok(g)),
+            _ => None,
+        });
+        match exchanged {
+            Err(Unanswered) if attempts < BIND_ATTEMPTS => std::thread::sleep(Duration::from_millis(attempts)),
+            Err(Unanswered) => return Err(BindError::Busy),
+            Ok(bound) => break bound?,
+        }
+    };
     let dead_after = config.timing.dead_after;
     let link = Link {
         stream,
@@ -254,7 +266,10 @@ pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crat
     super::udp_bind::list_each(server, |index, offset| {
         let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
         let machine = BindClient::listing_from(index, offset, nonce, false);
-        exchange(server, config, machine, super::udp_bind::listed).map(|(listed, _)| listed)
+        match exchange(server, config, machine, super::udp_bind::listed) {
+            Ok(listed) => listed.map(|(listed, _)| listed),
+            Err(Unanswered) => Err(BindError::Busy),
+        }
     })
 }
 
@@ -265,8 +280,31 @@ pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crat
 fn exchange<T>(
     server: SocketAddr,
     config: &ClientConfig,
+    machine: BindClient,
+    on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
+) -> Result<Result<(T, TcpStream), BindError>, Unanswered> {
+    let mut answered = false;
+    match exchange_answered(server, config, machine, on, &mut answered) {
+        Err(BindError::Busy) if !answered => Err(Unanswered),
+        outcome => Ok(outcome),
+    }
+}
+
+/// The server closed the connection before it answered anything.
+struct Unanswered;
+
+/// Binds at most this many times over as many connections when the server closes each before
+/// answering.
+const BIND_ATTEMPTS: u64 = 3;
+
+/// [`exchange`], setting `answered` once an answer has come (a closed connection is
+/// `BindError::Busy` either way).
+fn exchange_answered<T>(
+    server: SocketAddr,
+    config: &ClientConfig,
     mut machine: BindClient,
     mut on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
+    answered: &mut bool,
 ) -> Result<(T, TcpStream), BindError> {
     // Measure the tick counter's rate (2 ms) now, not on the first call.
     let _ = tiercel_sys::clock::ticks_per_second();
@@ -309,6 +347,7 @@ fn exchange<T>(
                 }
             }
         }
+        *answered = true;
         let p = Packet::new_checked(frames.frame()).map_err(|_| bad("malformed bind answer"))?;
         match machine.handle(&p, secret) {
             BindEvent::SendAgain => {

@@ -5,6 +5,7 @@ mod asynch;
 mod crew;
 mod dispatch;
 mod handoff;
+mod handshake;
 mod landing;
 mod outbox;
 

@@ -10,8 +10,9 @@
 //! [`Books`]) before it reads it.
 //!
 //! Before a client has a binding it costs no thread: the rendezvous thread runs every bind exchange
-//! itself, on non-blocking sockets, at most [`MAX_HANDSHAKES`] at once, each within [`HANDSHAKE`]
-//! from its connection. A binding's memory (the slot pages the server has mapped, and its private
+//! itself, on non-blocking sockets, through the same doorway as TCP's (`super::handshake`): at
+//! most [`MAX_HANDSHAKES`] at once and [`MAX_HANDSHAKES_PER_SOURCE`] of one user, each within
+//! `HANDSHAKE` from its connection. A binding's memory (the slot pages the server has mapped, and its private
 //! copies of arguments and results) is charged to `ServerConfig::binding_memory` and to the
 //! server-wide `ServerConfig::message_memory` before it is touched; a call that does not fit is
 //! answered `Busy` without reading it.
@@ -22,14 +23,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiercel_proto::bind::{BindDecision, Rendezvous};
+use tiercel_proto::bind::Rendezvous;
 use tiercel_proto::endpoint::Budget;
 use tiercel_proto::shm::{self as proto, header, slot, Layout, PAGE};
-use tiercel_proto::wire::{Packet, Status};
+use tiercel_proto::wire::Status;
 use tiercel_sys::clock;
 use tiercel_sys::shm::{futex_wait, futex_wake, Region};
 
 use super::dispatch::Arrival;
+use super::handshake::{has_room, Broken, Doorway, Exchange, Step, ARRIVALS};
 use super::Shared;
 use crate::rendezvous;
 use crate::retention::{self, Retention};
@@ -40,10 +42,12 @@ const LIVENESS: Duration = Duration::from_millis(100);
 /// A call longer than this whose procedure works on its `InOut` buffer in place runs on its
 /// arguments' private copy, and its result is published from there (`serve_in_place`).
 const IN_PLACE: usize = PAGE;
-/// How long a connection has, from its arrival, to complete the bind exchange.
-pub(crate) const HANDSHAKE: Duration = Duration::from_secs(2);
-/// Connections in the bind exchange at once; more are closed at once (their clients bind over UDP).
+/// Connections in the bind exchange at once. When they are all taken, a new one makes room by
+/// closing the oldest of the user that holds the most ([`Doorway`]); a client whose connection is
+/// closed binds over UDP.
 pub(crate) const MAX_HANDSHAKES: usize = 16;
+/// Of those, from one user id (at its limit, a user's new connection closes its oldest).
+pub(crate) const MAX_HANDSHAKES_PER_SOURCE: usize = 8;
 
 /// The rendezvous socket of a server, bound under a name random for this incarnation.
 pub(super) struct Listener {
@@ -78,25 +82,29 @@ pub(super) fn listen(shared: &Arc<Shared>, listener: Listener) -> std::io::Resul
 }
 
 /// A connection in the bind exchange: no binding, no thread, no region yet.
-struct Handshake {
+struct Connecting {
     stream: UnixStream,
-    arrived: Instant,
     /// What has arrived of the current request.
     partial: Vec<u8>,
-    /// Requests answered so far (`Refused::expects_another`).
-    answered: u8,
-    /// Stands for the peer's address in challenges: they are bound to this connection.
-    peer: [u8; 16],
 }
 
-/// Where a handshake stands after some progress.
-enum Step {
-    /// Waiting for more bytes.
-    Wait,
-    /// Over: refused, or failed.
-    Done,
-    /// Bound: its first thread runs; the rendezvous thread beats its heart and gives it helpers.
-    Bound(std::sync::Weak<Team>),
+impl std::os::fd::AsFd for Connecting {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
+impl Exchange for Connecting {
+    fn request(&mut self) -> Result<Option<Vec<u8>>, Broken> {
+        rendezvous::recv_nonblocking(&self.stream, &mut self.partial).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => Broken::Malformed,
+            _ => Broken::Closed,
+        })
+    }
+
+    fn answer(&mut self, packet: &[u8]) -> bool {
+        rendezvous::send(&self.stream, packet, None).is_ok()
+    }
 }
 
 /// How often the rendezvous thread bumps every binding's heartbeat.
@@ -140,8 +148,7 @@ fn look_after(teams: &mut Vec<(std::sync::Weak<Team>, Watch)>, beat: bool, since
 
 fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
     let live = Arc::new(AtomicUsize::new(0));
-    let mut pending: Vec<Handshake> = Vec::new();
-    let mut ready = Vec::new();
+    let mut doorway: Doorway<u32, Connecting> = Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE);
     let mut teams = Vec::new();
     let mut last_beat = Instant::now();
     let (mut last_look, mut waited) = (Instant::now(), LOOK);
@@ -161,20 +168,35 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
         last_look = Instant::now();
         waited = if looked.in_use { super::crew::next_look(waited, looked.all_busy) } else { LOOK };
         let period = if looked.in_use { waited } else { HEARTBEAT };
-        loop {
+        // What becomes of a connection in the bind exchange after some progress.
+        let mut progress = |connecting: &mut Connecting, step: Step| match step {
+            Step::Wait => true,
+            Step::Done => false,
+            Step::Admit(admission) => {
+                if let Some(team) = bind(&shared, &live, connecting, admission) {
+                    teams.push((team, Watch::default()));
+                }
+                false
+            }
+        };
+        // A few arrivals at a time, then the connections' progress: a burst of arrivals from
+        // one source cannot push out a client whose request is landing meanwhile.
+        let mut more = false;
+        for _ in 0..ARRIVALS {
             match listener.accept() {
                 Ok((stream, _)) => {
-                    let Ok(peer) = crate::client::random_bytes() else { continue };
-                    if pending.len() >= MAX_HANDSHAKES
-                        || shared.refusing_bindings()
-                        || stream.set_nonblocking(true).is_err()
-                    {
-                        // No room: closing the connection unread tells the client (it reads end of
-                        // file, and binds over UDP).
+                    more = true;
+                    // The user the kernel recorded for the connection: what limits its share of
+                    // the handshakes.
+                    let uid = tiercel_sys::shm::peer_credentials(&stream).map(|(_, uid)| uid);
+                    let Ok(uid) = uid else { continue };
+                    if shared.refusing_bindings() || stream.set_nonblocking(true).is_err() {
+                        // Closing the connection unread tells the client (it reads end of file,
+                        // and binds over UDP).
                         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
-                    pending.push(Handshake { stream, arrived: Instant::now(), partial: Vec::new(), answered: 0, peer });
+                    doorway.arrive(&shared, uid, Connecting { stream, partial: Vec::new() }, &mut progress);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(_) => {
@@ -184,90 +206,30 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
                 }
             }
         }
-        let now = Instant::now();
-        pending.retain_mut(|h| {
-            if now.saturating_duration_since(h.arrived) >= HANDSHAKE {
-                shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                return false;
-            }
-            match progress(&shared, &live, h) {
-                Step::Wait => true,
-                Step::Done => false,
-                Step::Bound(team) => {
-                    teams.push((team, Watch::default()));
-                    false
-                }
-            }
-        });
-        let handshakes = pending.iter().map(|h| (h.arrived, std::os::fd::AsFd::as_fd(&h.stream)));
+        doorway.tend(&shared, &mut progress);
         let period = if teams.is_empty() { HEARTBEAT } else { period };
-        wait_for_handshakes(std::os::fd::AsFd::as_fd(&listener), handshakes, now, period, &mut ready);
-    }
-}
-
-/// Waits until the listener or a connection in the bind exchange is readable, at most until the
-/// first of those connections runs out of time or `period` passes. Idle (no handshake), it waits on
-/// the listener alone, allocating nothing.
-pub(super) fn wait_for_handshakes<'a>(
-    listener: std::os::fd::BorrowedFd<'a>,
-    handshakes: impl Iterator<Item = (Instant, std::os::fd::BorrowedFd<'a>)> + Clone,
-    now: Instant,
-    period: Duration,
-    ready: &mut Vec<bool>,
-) {
-    let wait = handshakes
-        .clone()
-        .map(|(arrived, _)| (arrived + HANDSHAKE).saturating_duration_since(now))
-        .min()
-        .unwrap_or(period)
-        .min(period)
-        .max(Duration::from_millis(1));
-    if handshakes.clone().next().is_none() {
-        let _ = tiercel_sys::udp::wait_readable_fd(listener, Some(wait));
-        return;
-    }
-    let fds: Vec<_> = std::iter::once(listener).chain(handshakes.map(|(_, fd)| fd)).collect();
-    let _ = tiercel_sys::udp::wait_any_readable(&fds, Some(wait), ready);
-}
-
-/// Reads what a handshake's client sent and answers it, through the server's bind machine.
-fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) -> Step {
-    let msg = match rendezvous::recv_nonblocking(&h.stream, &mut h.partial) {
-        Ok(Some(msg)) => msg,
-        Ok(None) => return Step::Wait,
-        Err(e) => {
-            if e.kind() == std::io::ErrorKind::InvalidData {
-                shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-            }
-            return Step::Done;
+        if !more {
+            doorway.wait(std::os::fd::AsFd::as_fd(&listener), period);
         }
-    };
-    let Ok(p) = Packet::new_checked(&msg[..]) else {
-        shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-        return Step::Done;
-    };
+    }
+}
+
+/// Makes the binding (its region, its first thread) a connection's bind request was admitted to,
+/// and answers with the grant and the region (or busy, without room): the binding's team, for the
+/// rendezvous thread to watch.
+fn bind(
+    shared: &Arc<Shared>,
+    live: &Arc<AtomicUsize>,
+    h: &mut Connecting,
+    admission: tiercel_proto::bind::Admission,
+) -> Option<std::sync::Weak<Team>> {
     let machine = shared.bind_machine(0);
-    let admission = match machine.on_request(&p, &h.peer, rendezvous::MAX_MESSAGE) {
-        BindDecision::Malformed => {
-            shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-            return Step::Done;
-        }
-        BindDecision::Answer { packet, refused } => {
-            shared.count_refusal(refused);
-            h.answered += 1;
-            // A fresh connection's socket buffer takes an answer this small whole.
-            let sent = rendezvous::send(&h.stream, &packet, None).is_ok();
-            return if sent && refused.expects_another(h.answered) { Step::Wait } else { Step::Done };
-        }
-        BindDecision::Admit(a) => a,
-    };
     let slots = shared.config.slots_per_binding.clamp(1, proto::MAX_SLOTS);
     // The header and the slots' control pages are the server's from the start.
     let control = PAGE * (1 + slots as usize);
     let budget = Arc::new(Budget::new(shared.config.binding_memory));
     let mut charged = Charge::new(budget, shared.memory.clone());
-    let room = live.load(Ordering::Relaxed) < shared.config.max_bindings && !shared.refusing_bindings();
-    let made = (room && charged.reserve(control))
+    let made = (has_room(shared, live) && charged.reserve(control))
         .then(|| Layout::new(slots, shared.config.timing.max_message))
         .flatten()
         .and_then(|layout| {
@@ -279,15 +241,15 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
         });
     let Some((region, layout)) = made else {
         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-        let _ = rendezvous::send(&h.stream, &admission.busy(&machine), None);
-        return Step::Done;
+        h.answer(&admission.busy(&machine));
+        return None;
     };
     let region = Arc::new(region);
     let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
     let reply = admission.grant(&machine, id, 0, slots, layout.data as u64);
-    let Ok(stream) = h.stream.try_clone() else { return Step::Done };
+    let stream = h.stream.try_clone().ok()?;
     if rendezvous::send(&stream, &reply, Some(region.fd())).is_err() || stream.set_nonblocking(false).is_err() {
-        return Step::Done;
+        return None;
     }
     let export = shared.exports[admission.export].clone();
     let (team, results) = new_team(shared, export, region, id, layout, charged);
@@ -304,12 +266,12 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
             let mut threads = shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
             threads.retain(|t| !t.is_finished());
             threads.push(thread);
-            Step::Bound(watched)
+            Some(watched)
         }
         // No thread: the connection (and with it the region) goes, and the client sees it closed.
         Err(_) => {
             live.fetch_sub(1, Ordering::Relaxed);
-            Step::Done
+            None
         }
     }
 }

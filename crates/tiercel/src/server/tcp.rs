@@ -3,8 +3,10 @@
 //! and run its calls.
 //!
 //! Before a client has a binding it costs no thread: the listener thread runs every bind exchange
-//! itself, on non-blocking sockets, at most [`MAX_HANDSHAKES`] at once (a few kilobytes each), each
-//! within [`HANDSHAKE`] of its connection, with the same bind machine as UDP and shared memory
+//! itself, on non-blocking sockets, through the doorway shared with shared memory
+//! (`super::handshake`): at most [`MAX_HANDSHAKES`] at once (a few kilobytes each) and
+//! [`MAX_HANDSHAKES_PER_SOURCE`] of one address, each within `HANDSHAKE` of its connection, with
+//! the same bind machine as UDP and shared memory
 //! (interface check, shared secret). A binding's buffers are charged to
 //! `ServerConfig::binding_memory` and the server-wide `ServerConfig::message_memory` before they
 //! grow: a call frame that does not fit is answered `Busy` and its bytes are dropped as they arrive,
@@ -33,21 +35,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::bind::BindDecision;
 use tiercel_proto::endpoint::Budget;
 use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
 use super::dispatch::{self, Arrival};
-use super::shm::{wait_for_handshakes, Charge, HANDSHAKE};
+use super::handshake::{has_room, Broken, Doorway, Exchange, Step, ARRIVALS};
+use super::shm::Charge;
 use super::Shared;
 use crate::framed;
 use crate::retention::Retention;
 
-/// Connections in the bind exchange at once; more are closed at once. Each holds a buffer of a
-/// few kilobytes and a descriptor for at most [`HANDSHAKE`], so that peers who connect and send
-/// nothing cannot keep others out for long.
+/// Connections in the bind exchange at once, each holding a buffer of a few kilobytes and a
+/// descriptor for at most `HANDSHAKE`. When they are all taken, a new one makes room by closing
+/// the oldest of the address that holds the most ([`Doorway`]).
 pub(crate) const MAX_HANDSHAKES: usize = 256;
+/// Of those, from one IP address (at its limit, an address's new connection closes its oldest).
+pub(crate) const MAX_HANDSHAKES_PER_SOURCE: usize = 64;
 /// How often a connection with a call running hears from the server.
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Bytes of a connection's receive buffer (frames larger grow it, charged to the budgets).
@@ -116,22 +120,47 @@ impl Conn {
 }
 
 /// A connection in the bind exchange: no binding, no thread yet.
-struct Handshake {
+struct Connecting {
     stream: TcpStream,
-    arrived: Instant,
     frames: Deframer,
-    /// Requests answered so far (`Refused::expects_another`).
-    answered: u8,
-    /// Stands for the peer in challenges: they are bound to this connection.
-    peer: [u8; 16],
+}
+
+impl std::os::fd::AsFd for Connecting {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
+impl Exchange for Connecting {
+    fn request(&mut self) -> Result<Option<Vec<u8>>, Broken> {
+        loop {
+            match self.frames.next() {
+                Err(_) => return Err(Broken::Malformed),
+                Ok(Next::Frame(_)) => {
+                    let request = self.frames.frame().to_vec();
+                    self.frames.consume();
+                    return Ok(Some(request));
+                }
+                Ok(_) => match framed::receive(&self.stream, &mut self.frames) {
+                    Ok(true) => continue,
+                    Ok(false) => return Ok(None),
+                    Err(_) => return Err(Broken::Closed),
+                },
+            }
+        }
+    }
+
+    fn answer(&mut self, packet: &[u8]) -> bool {
+        let prefix = stream::prefix(packet.len());
+        framed::send(&self.stream, &mut [IoSlice::new(&prefix), IoSlice::new(packet)], Duration::ZERO).is_ok()
+    }
 }
 
 fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     let live = Arc::new(AtomicUsize::new(0));
-    let mut pending: Vec<Handshake> = Vec::new();
+    let mut doorway: Doorway<std::net::IpAddr, Connecting> = Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE);
     // Each bound connection, the heartbeat frame it is sent, and what the last looks saw of it.
     let mut bindings: Vec<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> = Vec::new();
-    let mut ready = Vec::new();
     let mut last_beat = Instant::now();
     let idle = shared.config.timing.dead_after;
     while !shared.stop.load(Ordering::Relaxed) {
@@ -153,15 +182,26 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             }
             None => false,
         });
-        loop {
+        // What becomes of a connection in the bind exchange after some progress.
+        let mut progress = |connecting: &mut Connecting, step: Step| match step {
+            Step::Wait => true,
+            Step::Done => false,
+            Step::Admit(admission) => {
+                if let Some(bound) = bind(&shared, &live, connecting, admission) {
+                    bindings.push(bound);
+                }
+                false
+            }
+        };
+        // A few arrivals at a time, then the connections' progress: a burst of arrivals from
+        // one source cannot push out a client whose request is landing meanwhile.
+        let mut more = false;
+        for _ in 0..ARRIVALS {
             match listener.accept() {
-                Ok((stream, _)) => {
-                    let Ok(peer) = crate::client::random_bytes() else { continue };
-                    if pending.len() >= MAX_HANDSHAKES
-                        || shared.refusing_bindings()
-                        || tiercel_sys::tcp::prepare(&stream, idle).is_err()
-                    {
-                        // No room: closing the connection unread tells the client.
+                Ok((stream, from)) => {
+                    more = true;
+                    if shared.refusing_bindings() || tiercel_sys::tcp::prepare(&stream, idle).is_err() {
+                        // Closing the connection unread tells the client.
                         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
@@ -169,7 +209,7 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                         PREFIX_LEN + 2 * crate::rendezvous::MAX_MESSAGE,
                         2 * crate::rendezvous::MAX_MESSAGE,
                     );
-                    pending.push(Handshake { stream, arrived: Instant::now(), frames, answered: 0, peer });
+                    doorway.arrive(&shared, from.ip(), Connecting { stream, frames }, &mut progress);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(_) => {
@@ -179,89 +219,41 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                 }
             }
         }
-        let now = Instant::now();
-        pending.retain_mut(|h| {
-            if now.saturating_duration_since(h.arrived) >= HANDSHAKE {
-                shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                return false;
-            }
-            match progress(&shared, &live, h) {
-                Progress::Wait => true,
-                Progress::Done => false,
-                Progress::Bound(binding, header) => {
-                    bindings.push((binding, header, Watch::default()));
-                    false
-                }
-            }
-        });
+        doorway.tend(&shared, &mut progress);
         // Often while a binding is in use (it may need another thread soon), else once a heartbeat.
+        let now = Instant::now();
         let active = bindings.iter().any(|(b, _, _)| b.upgrade().is_some_and(|b| b.active(now)));
         let period = if active { HELP_AFTER } else { HEARTBEAT };
-        let handshakes = pending.iter().map(|h| (h.arrived, std::os::fd::AsFd::as_fd(&h.stream)));
-        wait_for_handshakes(std::os::fd::AsFd::as_fd(&listener), handshakes, now, period, &mut ready);
-    }
-}
-
-/// Where a handshake stands after some progress.
-enum Progress {
-    /// Waiting for more bytes.
-    Wait,
-    /// Over without a binding: refused, or failed.
-    Done,
-    /// Bound: its thread runs; the listener beats its heart (with this frame).
-    Bound(Weak<StreamBinding>, [u8; FRAME_HEAD]),
-}
-
-/// Reads what a handshake's client sent and answers it, through the server's bind machine.
-fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) -> Progress {
-    let malformed = || {
-        shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-        Progress::Done
-    };
-    loop {
-        match h.frames.next() {
-            Err(_) => return malformed(),
-            Ok(Next::Frame(_)) => break,
-            Ok(_) => match framed::receive(&h.stream, &mut h.frames) {
-                Ok(true) => continue,
-                Ok(false) => return Progress::Wait,
-                Err(_) => return Progress::Done,
-            },
+        if !more {
+            doorway.wait(std::os::fd::AsFd::as_fd(&listener), period);
         }
     }
-    let Ok(p) = Packet::new_checked(h.frames.frame()) else { return malformed() };
+}
+
+/// Makes the binding a connection's bind request was admitted to, and answers with the grant (or
+/// busy, without room): the binding, with the heartbeat frame the listener sends it, for the
+/// listener to watch.
+fn bind(
+    shared: &Arc<Shared>,
+    live: &Arc<AtomicUsize>,
+    h: &mut Connecting,
+    admission: tiercel_proto::bind::Admission,
+) -> Option<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> {
     let machine = shared.bind_machine(0);
-    let answer = |packet: &[u8]| {
-        let prefix = stream::prefix(packet.len());
-        // A fresh connection's socket buffer takes an answer this small whole.
-        framed::send(&h.stream, &mut [IoSlice::new(&prefix), IoSlice::new(packet)], Duration::ZERO).is_ok()
-    };
-    let admission = match machine.on_request(&p, &h.peer, crate::rendezvous::MAX_MESSAGE) {
-        BindDecision::Malformed => return malformed(),
-        BindDecision::Answer { packet, refused } => {
-            shared.count_refusal(refused);
-            h.answered += 1;
-            h.frames.consume();
-            let sent = answer(&packet);
-            return if sent && refused.expects_another(h.answered) { Progress::Wait } else { Progress::Done };
-        }
-        BindDecision::Admit(a) => a,
-    };
     let slots = shared.config.slots_per_binding.max(1);
     let budget = Arc::new(Budget::new(shared.config.binding_memory));
     let mut charge = Charge::new(budget.clone(), shared.memory.clone());
-    let room = live.load(Ordering::Relaxed) < shared.config.max_bindings && !shared.refusing_bindings();
     // The receive buffer now; each thread charges its own buffers when it starts.
-    if !room || !charge.reserve(BUFFER) {
+    if !has_room(shared, live) || !charge.reserve(BUFFER) {
         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-        answer(&admission.busy(&machine));
-        return Progress::Done;
+        h.answer(&admission.busy(&machine));
+        return None;
     }
     let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
-    if !answer(&admission.grant(&machine, id, 0, slots, 0)) {
-        return Progress::Done;
+    if !h.answer(&admission.grant(&machine, id, 0, slots, 0)) {
+        return None;
     }
-    let Ok(stream) = h.stream.try_clone() else { return Progress::Done };
+    let stream = h.stream.try_clone().ok()?;
     let conn = Arc::new(Conn {
         stream,
         writing: Mutex::new(()),
@@ -301,12 +293,8 @@ fn progress(shared: &Arc<Shared>, live: &Arc<AtomicUsize>, h: &mut Handshake) ->
     live.fetch_add(1, Ordering::Relaxed);
     shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
     shared.stream_bindings.fetch_add(1, Ordering::Relaxed);
-    if spawn(&binding, true) {
-        Progress::Bound(Arc::downgrade(&binding), beat)
-    } else {
-        // No thread: the connection goes, and the client sees it closed.
-        Progress::Done
-    }
+    // No thread: the connection goes, and the client sees it closed.
+    spawn(&binding, true).then(|| (Arc::downgrade(&binding), beat, Watch::default()))
 }
 
 /// How long every thread of a binding must have been running a call before the listener gives
