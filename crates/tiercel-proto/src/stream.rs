@@ -194,6 +194,33 @@ impl Deframer {
         }
     }
 
+    /// Whether the partial frame [`Deframer::next`] found (of `len` bytes) has filled the buffer,
+    /// so that no more of it can be read until the buffer grows ([`Deframer::grow_toward`]).
+    pub fn needs_room(&self, len: usize) -> bool {
+        !self.fits(len) && self.buffered() == self.buf.len()
+    }
+
+    /// The length the buffer grows to next for a frame of `len` bytes: twice what it is, at most
+    /// the frame (and the limit). Growing by what has arrived, a peer that announces a large frame
+    /// and sends little of it is given little.
+    pub fn next_size(&self, len: usize) -> usize {
+        (PREFIX_LEN + len.min(self.limit)).min(self.buf.len().saturating_mul(2)).max(self.buf.len())
+    }
+
+    /// Grows the buffer to `to` bytes ([`Deframer::next_size`]) for a frame of `len` bytes. At the
+    /// first step it sets aside room for the whole frame (address space, not memory: its pages are
+    /// touched as the buffer grows into them), so that growing never copies what arrived. The
+    /// caller has accounted for `to` bytes.
+    pub fn grow_toward(&mut self, len: usize, to: usize) {
+        let whole = PREFIX_LEN + len.min(self.limit);
+        let to = to.min(whole);
+        if to > self.buf.len() {
+            self.compact();
+            self.buf.reserve_exact(whole - self.buf.len());
+            self.buf.resize(to, 0);
+        }
+    }
+
     /// Bytes the buffer holds beyond its starting capacity (grown for large frames).
     pub fn grown(&self) -> usize {
         self.buf.len() - self.base
@@ -314,6 +341,34 @@ mod tests {
             d.consume();
         }
         frames
+    }
+
+    #[test]
+    fn a_large_frame_is_given_room_as_its_bytes_arrive() {
+        let big = packet(&vec![7u8; 100_000]);
+        let mut stream = prefix(big.len()).to_vec();
+        stream.extend_from_slice(&big);
+        let mut d = Deframer::new(1024, 1 << 20);
+        let mut fed = 0;
+        let mut most = 0;
+        while fed < stream.len() {
+            if let Ok(Next::Partial(len)) = d.next() {
+                if d.needs_room(len) {
+                    let to = d.next_size(len);
+                    assert!(to <= 2 * d.buffered().max(1024), "room for {to} bytes with {} here", d.buffered());
+                    d.grow_toward(len, to);
+                }
+            }
+            let spare = d.spare();
+            let n = spare.len().min(stream.len() - fed).min(3000);
+            spare[..n].copy_from_slice(&stream[fed..fed + n]);
+            d.filled(n);
+            fed += n;
+            most = most.max(d.grown() + 1024);
+            assert!(most <= 2 * fed.max(1024), "{most} bytes of buffer for {fed} bytes arrived");
+        }
+        assert_eq!(d.next(), Ok(Next::Frame(big.len())));
+        assert_eq!(d.frame(), &big[..]);
     }
 
     #[test]

@@ -332,6 +332,49 @@ fn bind_raw(server: &tiercel::RunningServer) -> (TcpStream, tiercel_proto::bind:
 }
 
 #[test]
+fn frames_announced_and_never_sent_are_charged_only_what_arrived() {
+    use tiercel_proto::wire::{Header, Kind};
+    let server = serve();
+    // 16 bound connections, each announcing a 16 MiB call and sending its header and 100 KiB of it.
+    let stalled: Vec<TcpStream> = (0..16)
+        .map(|i| {
+            let (mut s, granted) = bind_raw(&server);
+            let len = 16 << 20;
+            let h = Header {
+                binding: granted.binding,
+                slot: 0,
+                seq: 1,
+                procedure: 14,
+                incarnation: granted.incarnation,
+                payload_len: len,
+                message_len: len,
+                ..Header::new(Kind::Call)
+            };
+            let mut frame = tiercel_proto::stream::prefix(60 + len as usize).to_vec();
+            frame.extend_from_slice(&h.to_bytes());
+            frame.extend(std::iter::repeat_n(i as u8, 100 << 10));
+            s.write_all(&frame).unwrap();
+            s
+        })
+        .collect();
+    let settled = Instant::now() + Duration::from_secs(5);
+    while server.bindings() < 16 {
+        assert!(Instant::now() < settled, "{}", server.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // What they hold: their buffers, grown by what arrived (at most twice it), not the 256 MiB
+    // their prefixes claim.
+    let held = server.message_memory();
+    assert!(held <= 16 * (256 << 10) + (4 << 20), "{held} bytes charged for 1.6 MiB sent");
+    // Large calls of other clients still fit.
+    let client = tcp(&server);
+    let big: Vec<u8> = (0..4 << 20).map(seeds::pattern).collect();
+    client.bulk_in(In(&big)).expect("a 4 MiB call beside the stalled frames");
+    drop(stalled);
+}
+
+#[test]
 fn a_client_that_never_reads_its_results_is_cut_off() {
     use tiercel_proto::wire::{Header, Kind};
     let timing = tiercel::Timing { dead_after: Duration::from_millis(500), ..tiercel::Timing::default() };

@@ -662,7 +662,7 @@ impl StreamBinding {
                         }
                     }
                     Ok(Next::Partial(len)) => {
-                        if !r.frames.fits(len) && !self.grow_for(r, len) {
+                        if r.frames.needs_room(len) && !self.grow_for(r, len) {
                             self.close();
                             return None;
                         }
@@ -711,11 +711,15 @@ impl StreamBinding {
         }
     }
 
-    /// Makes room for a frame of `len` bytes larger than the buffer, charging it; without room,
-    /// answers the call `Busy` and drops its bytes as they come. False: the connection is over.
+    /// Makes room for more of a frame of `len` bytes that has filled the buffer: twice what the
+    /// buffer holds (at most the frame), charged before it is touched, so that a prefix claiming a
+    /// large frame is charged only as its bytes arrive. A frame larger than the binding may ever
+    /// hold, or one the budgets have no room for, is answered `Busy` and its bytes are dropped as
+    /// they come. False: the connection is over.
     fn grow_for(&self, r: &mut Reader, len: usize) -> bool {
-        if r.charge.settle(BUFFER + r.frames.grown().max(PREFIX_LEN + len - BUFFER)) {
-            r.frames.grow_for(len);
+        let to = r.frames.next_size(len);
+        if PREFIX_LEN + len <= r.charge.binding_limit() && r.charge.settle(to) {
+            r.frames.grow_toward(len, to);
             r.retention.large(Instant::now());
             return true;
         }
