@@ -100,14 +100,21 @@ fn a_killed_client_has_its_binding_freed() {
 }
 
 #[test]
-fn a_stopped_server_fails_the_call_after_dead_after_on_either_transport() {
+fn a_stopped_server_fails_the_call_after_dead_after_and_the_binding_recovers_on_every_transport() {
     // SIGSTOP: the process neither dies nor answers. Over UDP nothing is heard; through shared
-    // memory the server's heartbeat stands still. Either way the call fails after `dead_after`
-    // (before: a shared-memory caller waited for as long as the server was stopped).
+    // memory the server's heartbeat stands still; over TCP its heartbeat frames stop. Either way
+    // the call fails after `dead_after` (before: a shared-memory caller waited for as long as the
+    // server was stopped), and once the server runs again the same binding calls on (before: a TCP
+    // binding failed every later call, "nothing heard from the server").
     let (served, addr) = serve();
     let pid = served.child.id().to_string();
     let signal = |sig: &str| tiercel_seeds::signal(served.child.id(), sig).unwrap();
-    for (scheme, transport) in [("", tiercel::Transport::SharedMemory), ("udp://", tiercel::Transport::Udp)] {
+    let transports = [
+        ("", tiercel::Transport::SharedMemory),
+        ("udp://", tiercel::Transport::Udp),
+        ("tcp://", tiercel::Transport::Tcp),
+    ];
+    for (scheme, transport) in transports {
         let timing = tiercel::Timing { dead_after: Duration::from_secs(1), ..tiercel::Timing::default() };
         let client: tiercel_bench::seeds::TestClient = tiercel::Client::connect(format!("{scheme}{addr}"))
             .unwrap()
@@ -125,7 +132,10 @@ fn a_stopped_server_fails_the_call_after_dead_after_on_either_transport() {
             std::thread::sleep(Duration::from_millis(1));
         }
         let (tx, rx) = std::sync::mpsc::channel();
-        let caller = std::thread::spawn(move || tx.send(client.null()).unwrap());
+        let caller = {
+            let client = client.clone();
+            std::thread::spawn(move || tx.send(client.null()).unwrap())
+        };
         // A watchdog, so that a caller blocked for good fails the test instead of hanging it.
         let outcome = rx.recv_timeout(Duration::from_secs(30));
         signal("-CONT");
@@ -133,6 +143,16 @@ fn a_stopped_server_fails_the_call_after_dead_after_on_either_transport() {
         caller.join().unwrap();
         assert!(matches!(err, tiercel::CallError::Unreachable { .. }), "{transport:?}: {err}");
         assert_eq!(err.execution(), tiercel::Execution::MayHaveRun);
+        // Running again, the server answers the same binding's calls.
+        let resumed = Instant::now();
+        while let Err(e) = client.add(2, 3) {
+            assert!(resumed.elapsed() < Duration::from_secs(10), "{transport:?}: the binding never recovered: {e}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for i in 0..1000 {
+            assert_eq!(client.add(i, 1).unwrap(), i + 1, "{transport:?}");
+        }
+        assert_eq!(client.binding().transport(), transport);
     }
 }
 

@@ -150,7 +150,8 @@ impl BindError {
 #[non_exhaustive]
 pub enum CallError {
     /// Nothing was heard from the server for the configured `dead_after` time: it is dead,
-    /// restarting or unreachable. `acknowledged` says whether it had confirmed receiving the call.
+    /// restarting, stopped or unreachable. `acknowledged` says whether it had confirmed receiving
+    /// the call (over TCP it is always false).
     #[error("server {server} did not answer (call acknowledged: {acknowledged}); it may be dead or unreachable")]
     Unreachable {
         /// The server's address.
@@ -164,8 +165,9 @@ pub enum CallError {
         /// The server's address.
         server: SocketAddr,
     },
-    /// The TCP connection of the binding broke (closed, reset, or silent for `Timing::dead_after`
-    /// while the call waited). `sent` says whether the call had gone out: then it may have run.
+    /// The TCP connection of the binding broke (closed or reset; a server silent for
+    /// `Timing::dead_after` is `Unreachable`, and the connection stays). `sent` says whether the
+    /// call had gone out: then it may have run.
     #[error("the connection to server {server} broke{}: {reason}", if *sent { " during the call" } else { " before the call went out" })]
     ConnectionLost {
         /// The server's address.

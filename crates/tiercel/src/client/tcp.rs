@@ -13,10 +13,11 @@
 //! caller that lends its buffer to the call ([`TcpEndpoint::run`]) reads its result's bytes
 //! that go back into that buffer straight there ([`Link::land`]).
 //!
-//! The server sends a heartbeat frame every second while a call of the connection runs, so a
-//! connection from which nothing arrives for `Timing::dead_after` (at least 2 s) while calls wait
-//! is given up: those calls fail with [`CallError::ConnectionLost`] and may have run; a closed or
-//! reset connection fails them at once. Nothing is ever sent again.
+//! The server sends a heartbeat frame every second while a call of the connection runs, so when
+//! nothing arrives for `Timing::dead_after` (at least 2 s) while calls wait, those calls fail with
+//! [`CallError::Unreachable`] (they may have run), as over UDP, and the connection stays for the
+//! calls that follow (a stopped server that runs again answers them). A closed or reset connection
+//! fails its calls at once with [`CallError::ConnectionLost`], and nothing is sent on it again.
 
 use std::io::{IoSlice, Read};
 use std::net::{SocketAddr, TcpStream};
@@ -52,7 +53,7 @@ const FRAME_HEAD: usize = PREFIX_LEN + HEADER_LEN;
 const STALE_READER: Duration = Duration::from_millis(50);
 /// After this long without a call, a call first looks whether the server closed the connection.
 const IDLE_LOOK: Duration = Duration::from_secs(1);
-/// The least silence that ends a connection: a few of the server's heartbeats.
+/// The least silence that fails the calls waiting: a few of the server's heartbeats.
 const MIN_SILENCE: Duration = Duration::from_secs(2);
 
 /// What a TCP bind produced.
@@ -456,12 +457,13 @@ impl Link {
         }
     }
 
-    /// Gives up the connection if the server has been silent too long while calls wait.
-    fn check_silence(&self, demux: &mut Demux, now: Instant) {
-        if demux.expecting > 0 && now.saturating_duration_since(demux.heard) >= self.silence {
-            let _ = self.stream.shutdown(std::net::Shutdown::Both);
-            demux.break_off(format!("nothing heard from the server for {:?}", self.silence));
-        }
+    /// Whether the server has been silent too long while calls wait: each waiting call then fails
+    /// as over UDP (`Unreachable`), and the connection stays. A server stopped for a while (a
+    /// pause, a debugger, a host under load) answers the binding's next calls once it runs again,
+    /// and the late results of the calls given up are dropped as stale; a server that went away
+    /// closes or resets the connection (its kernel, or keepalive's probes, tell), which ends it.
+    fn silent(&self, demux: &Demux, now: Instant) -> bool {
+        demux.expecting > 0 && now.saturating_duration_since(demux.heard) >= self.silence
     }
 }
 
@@ -781,7 +783,10 @@ impl TcpEndpoint {
             self.give_up(&mut demux);
             return Ok(Waited::Arrived);
         }
-        link.check_silence(&mut demux, now);
+        if link.silent(&demux, now) {
+            self.give_up(&mut demux);
+            return Err(CallError::Unreachable { server: link.server, acknowledged: false });
+        }
         if let Some(why) = demux.broken.clone() {
             self.give_up(&mut demux);
             return Err(link.lost(&why, true));
