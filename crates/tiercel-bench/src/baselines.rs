@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tiercel_sys::mmsg::{self, RecvBatch, MAX_BATCH};
 
-use crate::harness::{spawn, Baseline, HEADER};
+use crate::harness::{spawn, udp_addr, Baseline, HEADER};
 use crate::progress::outln;
 use crate::raw::PingPong;
 use crate::raw_shm::ShmPingPong;
@@ -47,14 +47,6 @@ fn timed(time: Duration, batch: u32, mut f: impl FnMut() -> crate::Result<()>) -
         s.record(t.elapsed() / batch);
     }
     Ok(s)
-}
-
-/// The socket address of an echo helper's `udp://` or `tcp://` address.
-pub(crate) fn udp_addr(addr: &str) -> crate::Result<SocketAddr> {
-    addr.strip_prefix("udp://")
-        .or_else(|| addr.strip_prefix("tcp://"))
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| crate::Error::from(format!("echo address {addr:?}")))
 }
 
 /// Measures every baseline for about `time` each; `progress` is told as each row ends.

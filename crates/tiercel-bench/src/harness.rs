@@ -178,3 +178,19 @@ pub fn across_namespaces(
     }
     Ok(out.stdout)
 }
+
+/// The socket address of an echo helper's `udp://` or `tcp://` address.
+pub(crate) fn udp_addr(addr: &str) -> crate::Result<std::net::SocketAddr> {
+    addr.strip_prefix("udp://")
+        .or_else(|| addr.strip_prefix("tcp://"))
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| crate::Error::from(format!("echo address {addr:?}")))
+}
+
+/// Starts a `raw-echo --spin` helper pinned to `cpu` on loopback; the helper and its address.
+pub(crate) fn spinning_echo(cpu: usize) -> crate::Result<(Spawned, std::net::SocketAddr)> {
+    let cpu = cpu.to_string();
+    let args: Vec<String> = ["raw-echo", "--cpu", &cpu, "--spin"].iter().map(|s| s.to_string()).collect();
+    let (echo, addr) = spawn(&args)?;
+    Ok((echo, udp_addr(&addr)?))
+}

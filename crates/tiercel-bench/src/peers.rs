@@ -124,7 +124,7 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         let client: TestClient = crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())?;
         systems.push((name.to_string(), tiercel_server.0.id(), System::Tiercel(client)));
     }
-    let (raw_server, raw_addr) = crate::raw::spinning_echo(server_cpu)?;
+    let (raw_server, raw_addr) = crate::harness::spinning_echo(server_cpu)?;
     systems.push(("raw udp echo".to_string(), raw_server.0.id(), System::RawUdp(raw_addr)));
     // The peers' clients run on tokio's default runtime, its workers pinned with this thread.
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

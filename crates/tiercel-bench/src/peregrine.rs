@@ -116,7 +116,7 @@ fn echo(medium: Medium, spin: bool, server_cpu: usize) -> crate::Result<(crate::
 }
 
 fn socket_addr(addr: &str) -> crate::Result<SocketAddr> {
-    crate::baselines::udp_addr(addr)
+    crate::harness::udp_addr(addr)
 }
 
 /// Table 1: half the raw UDP round trip of two packets of each size, busy-polling and blocking.

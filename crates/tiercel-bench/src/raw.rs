@@ -50,14 +50,6 @@ pub struct EchoArgs {
     gro: bool,
 }
 
-/// Starts a `raw-echo --spin` helper pinned to `cpu` on loopback; the helper and its address.
-pub(crate) fn spinning_echo(cpu: usize) -> crate::Result<(crate::harness::Spawned, SocketAddr)> {
-    let cpu = cpu.to_string();
-    let args: Vec<String> = ["raw-echo", "--cpu", &cpu, "--spin"].iter().map(|s| s.to_string()).collect();
-    let (echo, addr) = crate::harness::spawn(&args)?;
-    Ok((echo, crate::baselines::udp_addr(&addr)?))
-}
-
 pub fn echo(args: EchoArgs) -> crate::Result<()> {
     if let Some(cpu) = args.cpu {
         tiercel_sys::cpu::pin_current_thread(cpu).map_err(crate::Error::from)?;

@@ -71,7 +71,7 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, rounds: u32, time
         servers.push((server, client, Summary::new()));
     }
     // The raw ping-pong: tiercel's 56-byte header each way to an echo spinning on the server CPU.
-    let (_raw_server, raw_addr) = crate::raw::spinning_echo(server_cpu)?;
+    let (_raw_server, raw_addr) = crate::harness::spinning_echo(server_cpu)?;
     const HEADER: usize = tiercel_proto::wire::HEADER_LEN;
     let mut ping = crate::raw::PingPong::new(raw_addr, HEADER, HEADER, true)?;
     for _ in 0..2_000 {

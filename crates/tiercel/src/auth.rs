@@ -102,7 +102,7 @@ pub(crate) struct Challenger {
 impl Challenger {
     /// A challenger with a fresh random key.
     pub(crate) fn new() -> std::io::Result<Challenger> {
-        Ok(Challenger { key: crate::client::random_bytes32()?, epoch: Instant::now() })
+        Ok(Challenger { key: crate::random::bytes32()?, epoch: Instant::now() })
     }
 
     fn window(&self) -> u64 {

@@ -216,8 +216,8 @@ impl Default for ServerConfig {
         ServerConfig {
             workers: 16,
             spin: Duration::from_millis(1),
-            spinners: crate::server::default_spinners(),
-            sockets: crate::server::default_spinners(),
+            spinners: default_spinners(),
+            sockets: default_spinners(),
             cpus: Vec::new(),
             slots_per_binding: 64,
             max_bindings: 4096,
@@ -237,4 +237,10 @@ impl Default for ServerConfig {
             max_async_calls: 4096,
         }
     }
+}
+
+/// The default number of spinners (and of sockets): one less than the CPUs this process may run
+/// on, at least one.
+pub(crate) fn default_spinners() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)).max(1)
 }

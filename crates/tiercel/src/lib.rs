@@ -80,6 +80,7 @@ mod framed;
 pub mod interface;
 mod metrics;
 pub mod names;
+mod random;
 mod rendezvous;
 mod retention;
 mod server;

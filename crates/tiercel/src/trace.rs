@@ -13,6 +13,19 @@
 
 pub(crate) use imp::*;
 
+#[cfg(feature = "async")]
+tokio::task_local! {
+    /// The deadline and trace of the async call a task runs: the server sets it around an async
+    /// procedure (`server::asynch`), and calls the procedure makes continue its trace.
+    pub(crate) static TASK_CALL: (Option<std::time::Instant>, Option<tiercel_proto::context::Trace>);
+}
+
+/// The trace of the async procedure the current task runs, if any.
+#[cfg(all(feature = "async", feature = "tracing"))]
+fn task_trace() -> Option<tiercel_proto::context::Trace> {
+    TASK_CALL.try_with(|c| c.1).ok().flatten()
+}
+
 #[cfg(feature = "tracing")]
 mod imp {
     use std::cell::Cell;
@@ -57,7 +70,7 @@ mod imp {
     fn next_id() -> u64 {
         static NEXT: OnceLock<AtomicU64> = OnceLock::new();
         let counter = NEXT.get_or_init(|| {
-            let seed = crate::client::random_bytes()
+            let seed = crate::random::bytes()
                 .map_or(0x9e37_79b9_7f4a_7c15, |b| u64::from_le_bytes(b[..8].try_into().unwrap_or_default()));
             AtomicU64::new(seed)
         });
@@ -83,7 +96,7 @@ mod imp {
         let here = CURRENT.with(Cell::get);
         #[cfg(feature = "async")]
         if here.is_none() {
-            return crate::server::task_trace();
+            return super::task_trace();
         }
         here
     }

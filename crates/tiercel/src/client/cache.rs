@@ -29,6 +29,33 @@ pub(super) trait Cached {
     fn is_live(&self) -> bool;
 }
 
+impl Cached for UdpEndpoint {
+    fn uid(&self) -> u64 {
+        UdpEndpoint::uid(self)
+    }
+    fn is_live(&self) -> bool {
+        UdpEndpoint::is_live(self)
+    }
+}
+
+impl Cached for ShmEndpoint {
+    fn uid(&self) -> u64 {
+        ShmEndpoint::uid(self)
+    }
+    fn is_live(&self) -> bool {
+        ShmEndpoint::is_live(self)
+    }
+}
+
+impl Cached for TcpEndpoint {
+    fn uid(&self) -> u64 {
+        TcpEndpoint::uid(self)
+    }
+    fn is_live(&self) -> bool {
+        TcpEndpoint::is_live(self)
+    }
+}
+
 /// Takes this thread's cached endpoint for binding `uid` out of `cache`, if there is one.
 #[allow(clippy::vec_box)]
 fn take_cached<E: Cached + 'static>(

@@ -112,7 +112,7 @@ impl Client {
         };
         let registry = self.registry()?;
         let mut exporters = registry.resolve(name, info)?;
-        let first = random_bytes().map(|b| b[0] as usize).unwrap_or(0) % exporters.len();
+        let first = crate::random::bytes().map(|b| b[0] as usize).unwrap_or(0) % exporters.len();
         exporters.rotate_left(first);
         let mut failed = None;
         for exporter in exporters {
@@ -752,20 +752,4 @@ impl Rebinder {
         latest.lost = false;
         self.rebinds.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-/// 16 bytes from the OS random source (a token, a nonce, an incarnation).
-pub(crate) fn random_bytes() -> std::io::Result<[u8; 16]> {
-    random_array()
-}
-
-/// 32 bytes from the OS random source (a key).
-pub(crate) fn random_bytes32() -> std::io::Result<[u8; 32]> {
-    random_array()
-}
-
-fn random_array<const N: usize>() -> std::io::Result<[u8; N]> {
-    let mut b = [0u8; N];
-    getrandom::fill(&mut b).map_err(|e| std::io::Error::other(e.to_string()))?;
-    Ok(b)
 }

@@ -87,7 +87,7 @@ pub(crate) fn bind(
     let _ = clock::ticks_per_second();
     let bad = |why: &str| BindError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
     stream.set_read_timeout(Some(config.timing.dead_after))?;
-    let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+    let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
     let mut machine = BindClient::new(&info.spec(), 0, nonce, false);
     let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
     // A server with no room closes the connection at once: writing to it may fail already.
@@ -550,11 +550,13 @@ impl Drop for ShmEndpoint {
     }
 }
 
-impl super::cache::Cached for ShmEndpoint {
-    fn uid(&self) -> u64 {
+impl ShmEndpoint {
+    /// The binding's unique id (what the thread's cache knows it by).
+    pub(super) fn uid(&self) -> u64 {
         self.uid
     }
-    fn is_live(&self) -> bool {
+    /// Whether the binding still exists.
+    pub(super) fn is_live(&self) -> bool {
         self.binding.strong_count() > 0
     }
 }

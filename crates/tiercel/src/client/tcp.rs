@@ -219,7 +219,7 @@ pub(crate) fn bind(
     let mut attempts = 0;
     let (granted, stream) = loop {
         attempts += 1;
-        let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+        let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
         let machine = BindClient::new(&info.spec(), 0, nonce, false);
         let exchanged = exchange(server, config, machine, |event| match event {
             BindEvent::Refused(r) => Some(Err(super::udp_bind::refusal_error(info, r))),
@@ -265,7 +265,7 @@ pub(crate) fn bind(
 /// listing and closes).
 pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crate::ExportInfo>, BindError> {
     super::udp_bind::list_each(server, |index, offset| {
-        let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+        let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
         let machine = BindClient::listing_from(index, offset, nonce, false);
         match exchange(server, config, machine, super::udp_bind::listed) {
             Ok(listed) => listed.map(|(listed, _)| listed),
@@ -515,11 +515,13 @@ struct Lend<'t> {
     lent: Lent,
 }
 
-impl super::cache::Cached for TcpEndpoint {
-    fn uid(&self) -> u64 {
+impl TcpEndpoint {
+    /// The binding's unique id (what the thread's cache knows it by).
+    pub(super) fn uid(&self) -> u64 {
         self.uid
     }
-    fn is_live(&self) -> bool {
+    /// Whether the binding still exists.
+    pub(super) fn is_live(&self) -> bool {
         self.binding.strong_count() > 0
     }
 }

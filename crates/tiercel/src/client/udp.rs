@@ -28,11 +28,13 @@ use crate::transmit::{self, MAX_RUN as MAX_LANDED};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{Binding, CallError};
 
-impl super::cache::Cached for UdpEndpoint {
-    fn uid(&self) -> u64 {
+impl UdpEndpoint {
+    /// The binding's unique id (what the thread's cache knows it by).
+    pub(super) fn uid(&self) -> u64 {
         self.uid
     }
-    fn is_live(&self) -> bool {
+    /// Whether the binding still exists.
+    pub(super) fn is_live(&self) -> bool {
         self.binding.strong_count() > 0
     }
 }

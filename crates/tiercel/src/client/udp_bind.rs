@@ -52,7 +52,7 @@ pub(super) fn bind_udp(
     // A checksum trailer rides beyond the negotiated datagram size, so leave room for it.
     let trailer = if config.checksum { CHECKSUM_LEN } else { 0 };
     let max_datagram = config.max_datagram.min(mtu_payload.unwrap_or(ETHERNET_PAYLOAD)).max(MIN_DATAGRAM) - trailer;
-    let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+    let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
     let mut machine = BindClient::new(&info.spec(), max_datagram as u32, nonce, config.checksum);
     if ask_rendezvous {
         machine = machine.asking_rendezvous();
@@ -135,7 +135,7 @@ fn exchange<T>(
 pub(super) fn list_udp(server: SocketAddr, config: &ClientConfig) -> Result<Vec<ExportInfo>, BindError> {
     let socket = udp::connect(server)?;
     list_each(server, |index, offset| {
-        let nonce = u64::from_le_bytes(super::random_bytes()?[..8].try_into().unwrap_or_default());
+        let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
         let mut machine = BindClient::listing_from(index, offset, nonce, config.checksum);
         let rx_len = tiercel_proto::bind::PADDED_REQUEST + CHECKSUM_LEN;
         exchange(&socket, server, config, &mut machine, rx_len, listed)

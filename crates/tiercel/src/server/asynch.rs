@@ -13,26 +13,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use tiercel_proto::context::Trace;
 use tiercel_proto::wire::Status;
 
-use tiercel_proto::context::Trace;
-
+use super::dispatch::CallKey;
 use crate::interface::DispatchError;
-
-tokio::task_local! {
-    /// The deadline and trace of the async call a task runs.
-    pub(crate) static TASK_CALL: (Option<Instant>, Option<Trace>);
-}
-
-/// The trace of the async procedure the current task runs, if any.
-#[cfg(feature = "tracing")]
-pub(crate) fn task_trace() -> Option<Trace> {
-    TASK_CALL.try_with(|c| c.1).ok().flatten()
-}
-
-/// Which call a running async procedure belongs to: the transport's binding id, the slot, and the
-/// call's sequence number (0 through shared memory, where a slot has one call at a time).
-pub(crate) type CallKey = (u32, u32, u32);
+use crate::trace::TASK_CALL;
 
 /// The async calls running, by (binding, slot): the call's sequence number and how to abort it.
 type Running = Arc<Mutex<HashMap<(u32, u32), (u32, tokio::task::AbortHandle)>>>;

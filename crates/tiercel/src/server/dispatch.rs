@@ -46,7 +46,7 @@ pub fn deadline() -> Option<Instant> {
     let inline = DEADLINE.with(Cell::get);
     #[cfg(feature = "async")]
     if inline.is_none() {
-        return super::asynch::TASK_CALL.try_with(|c| c.0).ok().flatten();
+        return crate::trace::TASK_CALL.try_with(|c| c.0).ok().flatten();
     }
     inline
 }
@@ -150,6 +150,11 @@ fn invoke<R>(
     (status, done)
 }
 
+/// Which call a running async procedure belongs to: the transport's binding id, the slot, and the
+/// call's sequence number (0 through shared memory, where a slot has one call at a time).
+#[cfg(feature = "async")]
+pub(crate) type CallKey = (u32, u32, u32);
+
 /// The message of a caught panic.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -174,7 +179,7 @@ pub(crate) fn start_async(
     arrival: Arrival,
     out: &mut Vec<u8>,
     limit: usize,
-    key: super::asynch::CallKey,
+    key: CallKey,
     finish: impl FnOnce(Status, Vec<u8>) + Send + 'static,
 ) -> Option<Result<(), Status>> {
     if !export.is_async(procedure) {

@@ -81,7 +81,7 @@ impl<S: Eq + Hash + Copy, E: Exchange> Doorway<S, E> {
         exchange: E,
         mut progress: impl FnMut(&mut E, Step) -> bool,
     ) {
-        let Ok(peer) = crate::client::random_bytes() else { return };
+        let Ok(peer) = crate::random::bytes() else { return };
         let mut w = Waiting { exchange, answered: 0, peer };
         let next = step(shared, &mut w.exchange, &mut w.answered, &w.peer);
         if progress(&mut w.exchange, next) && self.table.admit(source, Instant::now(), w).is_some() {

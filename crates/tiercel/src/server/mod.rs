@@ -9,15 +9,11 @@ mod handshake;
 mod landing;
 mod outbox;
 
-#[cfg(all(feature = "async", feature = "tracing"))]
-pub(crate) use asynch::task_trace;
 pub use dispatch::deadline;
 mod shm;
 mod spinning;
 mod tcp;
 mod udp;
-
-pub(crate) use spinning::default_spinners;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -141,7 +137,7 @@ impl Server {
             (Some(r), false) => Some(r.clone()),
             (None, false) => Some(Registry::from_env()?),
         };
-        let incarnation = u64::from_le_bytes(crate::client::random_bytes()?[..8].try_into().unwrap_or_default());
+        let incarnation = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
         let workers = self.config.workers.max(1);
         // Each socket has a worker to spare.
         let sockets = self.config.sockets.clamp(1, (workers / 2).max(1));

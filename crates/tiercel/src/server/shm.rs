@@ -60,7 +60,7 @@ pub(super) struct Listener {
 
 /// Binds the rendezvous socket under a fresh random name.
 pub(super) fn open() -> std::io::Result<Listener> {
-    open_named(crate::client::random_bytes()?)
+    open_named(crate::random::bytes()?)
 }
 
 /// Binds the rendezvous socket under `random`'s name; an error when the name is taken (what
@@ -1272,7 +1272,7 @@ mod tests {
 
     #[test]
     fn a_rendezvous_name_already_held_is_an_error_not_a_silent_fallback() {
-        let random = crate::client::random_bytes().unwrap();
+        let random = crate::random::bytes().unwrap();
         let first = open_named(random).expect("a fresh name binds");
         assert_eq!(first.rendezvous.name, random);
         assert_eq!((first.rendezvous.pid, first.rendezvous.uid), tiercel_sys::shm::own_credentials());

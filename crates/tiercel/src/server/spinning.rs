@@ -79,11 +79,6 @@ impl Drop for SpinLease {
     }
 }
 
-/// The default number of leases: one less than the CPUs this process may run on, at least one.
-pub(crate) fn default_spinners() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)).max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -914,7 +914,7 @@ impl UdpWorker {
             }
         }
         let config = &self.shared.config;
-        let granted = crate::client::random_bytes().ok().map(u128::from_le_bytes).and_then(|token| {
+        let granted = crate::random::bytes().ok().map(u128::from_le_bytes).and_then(|token| {
             let export = self.shared.exports[admission.export].clone();
             self.shared.endpoint.grant(
                 from,
