@@ -2,7 +2,8 @@
 //! the modules side by side (each with everything under it) use each other without a circle, so
 //! that each can be read knowing only those it uses. A module's own children are not its peers:
 //! `server/mod.rs` and `server/tcp.rs` may use each other, `server::tcp` and `server::udp` may not
-//! both use the other, and neither may `client` and `server`.
+//! both use the other, and neither may `client` and `server`. The server and the client of the
+//! `tiercel` crate do not use each other at all: what both need lives where both can reach it.
 //!
 //! The check reads the sources: every path that starts with `crate::`, `super::` or `self::` (in
 //! `use` declarations, braces and all, and in code), resolved to the module it names.
@@ -273,6 +274,22 @@ fn no_crate_has_an_import_circle() {
     }
     assert!(checked >= 7, "found only {checked} crates under {}", crates.display());
     assert!(report.is_empty(), "modules that use each other in a circle:\n  {}", report.join("\n  "));
+}
+
+#[test]
+fn the_server_and_the_client_never_use_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("tiercel/src");
+    let uses = modules_of(&src);
+    let under = |m: &Module, top: &str| m.first().is_some_and(|t| t == top);
+    for (from, to) in [("server", "client"), ("client", "server")] {
+        let crossing: Vec<String> = uses
+            .iter()
+            .filter(|(m, _)| under(m, from))
+            .flat_map(|(m, targets)| targets.iter().filter(|t| under(t, to)).map(move |t| (m, t)))
+            .map(|(m, t)| format!("{} uses {}", m.join("::"), t.join("::")))
+            .collect();
+        assert!(crossing.is_empty(), "the {from} uses the {to}: {crossing:?}");
+    }
 }
 
 #[test]
