@@ -263,3 +263,26 @@ pub fn bind_spec(info: &tiercel::InterfaceInfo) -> tiercel_proto::bind::Interfac
         procedures: Box::leak(procedures.into_boxed_slice()),
     }
 }
+
+/// Raises this process's limit of open descriptors to the most it may have, for tests that hold
+/// thousands of connections; returns the limit now.
+pub fn raise_open_files() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.maximum.is_some() && limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
+/// Threads and resident memory of this process now (`/proc/self/status`): for tests that show
+/// what a thousand idle peers cost.
+pub fn threads_and_rss() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap_or_default();
+        line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0)
+    };
+    (field("Threads:"), field("VmRSS:") * 1024)
+}

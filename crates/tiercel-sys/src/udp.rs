@@ -154,6 +154,24 @@ pub fn wait_readable_fd(socket: impl std::os::fd::AsFd, timeout: Option<Duration
     }
 }
 
+/// Waits until either of two descriptors is readable, or `timeout` passes, allocating nothing.
+/// Returns whether one is.
+pub fn wait_either_readable(
+    a: std::os::fd::BorrowedFd<'_>,
+    b: std::os::fd::BorrowedFd<'_>,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
+    let ts = timeout.map(|d| Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
+    let mut fds = [PollFd::new(&a, PollFlags::IN), PollFd::new(&b, PollFlags::IN)];
+    loop {
+        match poll(&mut fds, ts.as_ref()) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Waits until a descriptor (a stream socket with a full send buffer, say) is writable, or
 /// `timeout` passes. Returns whether it is.
 pub fn wait_writable_fd(socket: impl std::os::fd::AsFd, timeout: Option<Duration>) -> io::Result<bool> {

@@ -9,18 +9,9 @@ use std::time::{Duration, Instant};
 use tiercel::{CallError, Client, ClientConfig, Execution, In, InOut, Out, Server, ServerConfig, Transport};
 use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
 
-fn serve() -> tiercel::RunningServer {
-    Server::bind("127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap()
-}
+mod tcp_common;
 
-fn tcp(server: &tiercel::RunningServer) -> TestClient {
-    let client: TestClient = Client::connect(format!("tcp://{}", server.addr()))
-        .unwrap()
-        .import()
-        .unwrap_or_else(|e| panic!("{e}: {}", server.stats()));
-    assert_eq!(client.binding().transport(), Transport::Tcp);
-    client
-}
+use tcp_common::{bind_raw, raw, serve, tcp};
 
 #[test]
 fn every_seed_procedure_returns_correct_results_over_tcp() {
@@ -122,13 +113,6 @@ fn a_call_larger_than_the_servers_budget_is_answered_busy_and_the_connection_goe
     assert_eq!(server.stats().calls, 0, "refused unread, never run");
     assert_eq!(client.add(20, 22).unwrap(), 42);
     assert!(server.message_memory() < 1 << 20);
-}
-
-/// A raw connection to the server's TCP port.
-fn raw(server: &tiercel::RunningServer) -> TcpStream {
-    let s = TcpStream::connect(server.addr()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s
 }
 
 /// Whether the server closed `s` (reading gives end of file or a reset).
@@ -309,26 +293,6 @@ fn connections_that_never_bind_do_not_keep_a_client_out() {
     let client = tcp(&server);
     assert_eq!(client.add(40, 2).unwrap(), 42);
     drop(idle);
-}
-
-/// Binds over a raw connection, as a client of `Test` that then does what it likes.
-fn bind_raw(server: &tiercel::RunningServer) -> (TcpStream, tiercel_proto::bind::Granted) {
-    use tiercel_proto::bind::{BindClient, BindEvent};
-    let mut s = raw(server);
-    let info = <TestClient as tiercel::Import>::INFO;
-    let mut machine = BindClient::new(&tiercel_seeds::bind_spec(info), 0, 7, false);
-    let request = machine.packet();
-    s.write_all(&tiercel_proto::stream::prefix(request.len())).unwrap();
-    s.write_all(&request).unwrap();
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).unwrap();
-    let mut answer = vec![0u8; u32::from_le_bytes(len) as usize];
-    s.read_exact(&mut answer).unwrap();
-    let p = tiercel_proto::wire::Packet::new_checked(&answer[..]).unwrap();
-    match machine.handle(&p, None) {
-        BindEvent::Granted(g) => (s, g),
-        other => panic!("{other:?}"),
-    }
 }
 
 #[test]

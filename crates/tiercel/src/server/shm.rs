@@ -209,7 +209,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
         doorway.tend(&shared, &mut progress);
         let period = if teams.is_empty() { HEARTBEAT } else { period };
         if !more {
-            doorway.wait(std::os::fd::AsFd::as_fd(&listener), period);
+            doorway.wait(std::os::fd::AsFd::as_fd(&listener), None, period);
         }
     }
 }
@@ -644,6 +644,11 @@ impl Charge {
         }
         self.charged += bytes;
         true
+    }
+
+    /// Bytes charged now.
+    pub(super) fn charged(&self) -> usize {
+        self.charged
     }
 
     /// The most the binding's budget allows.

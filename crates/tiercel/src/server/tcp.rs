@@ -12,8 +12,13 @@
 //! grow: a call frame that does not fit is answered `Busy` and its bytes are dropped as they arrive,
 //! never held.
 //!
-//! A connection starts with one thread, which reads a call, copies its arguments out, runs it, and
-//! sends the result as one frame with one `write`. While it runs, another thread of the connection
+//! A bound connection starts parked ([`Parking`]): no thread and no receive buffer, its descriptor
+//! in an `epoll` set the listener polls beside its own sockets. When its client sends, the
+//! listener gives it a thread, which reads a call, copies its arguments out, runs it, and sends
+//! the result as one frame with one `write`; once the client has sent nothing for [`PARK_AFTER`],
+//! with no call running and no other thread, that thread gives its buffers back and ends, and the
+//! connection is parked again. So an idle connection costs a descriptor and a few hundred bytes,
+//! and only connections in use have threads. While it runs, another thread of the connection
 //! may read: when every thread has been running a call for [`HELP_AFTER`], or was running slow
 //! calls at [`WAITED_LOOKS`] of the listener's looks in a row (every [`HELP_AFTER`]) while the
 //! client's bytes waited unread, the listener starts one more, up to `ServerConfig::workers`, so
@@ -158,6 +163,9 @@ impl Exchange for Connecting {
 
 fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
     let live = Arc::new(AtomicUsize::new(0));
+    let Ok(set) = tiercel_sys::tcp::Parked::new() else { return };
+    let parking = Arc::new(Parking { set, bindings: Mutex::new(Default::default()) });
+    let mut tokens = Vec::new();
     let mut doorway: Doorway<std::net::IpAddr, Connecting> = Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE);
     // Each bound connection, the heartbeat frame it is sent, and what the last looks saw of it.
     let mut bindings: Vec<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> = Vec::new();
@@ -187,7 +195,7 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             Step::Wait => true,
             Step::Done => false,
             Step::Admit(admission) => {
-                if let Some(bound) = bind(&shared, &live, connecting, admission) {
+                if let Some(bound) = bind(&shared, &live, &parking, connecting, admission) {
                     bindings.push(bound);
                 }
                 false
@@ -220,14 +228,21 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             }
         }
         doorway.tend(&shared, &mut progress);
+        parking.wake_ready(&mut tokens);
+        if beat {
+            parking.expire(now, shared.config.binding_idle);
+        }
         // Often while a binding is in use (it may need another thread soon), else once a heartbeat.
         let now = Instant::now();
         let active = bindings.iter().any(|(b, _, _)| b.upgrade().is_some_and(|b| b.active(now)));
         let period = if active { HELP_AFTER } else { HEARTBEAT };
         if !more {
-            doorway.wait(std::os::fd::AsFd::as_fd(&listener), period);
+            let parked = std::os::fd::AsFd::as_fd(&parking.set);
+            doorway.wait(std::os::fd::AsFd::as_fd(&listener), Some(parked), period);
         }
     }
+    // Stopping: the parked bindings' connections close with them.
+    parking.bindings().clear();
 }
 
 /// Makes the binding a connection's bind request was admitted to, and answers with the grant (or
@@ -236,15 +251,16 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
 fn bind(
     shared: &Arc<Shared>,
     live: &Arc<AtomicUsize>,
+    parking: &Arc<Parking>,
     h: &mut Connecting,
     admission: tiercel_proto::bind::Admission,
 ) -> Option<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> {
     let machine = shared.bind_machine(0);
     let slots = shared.config.slots_per_binding.max(1);
     let budget = Arc::new(Budget::new(shared.config.binding_memory));
-    let mut charge = Charge::new(budget.clone(), shared.memory.clone());
-    // The receive buffer now; each thread charges its own buffers when it starts.
-    if !has_room(shared, live) || !charge.reserve(BUFFER) {
+    let charge = Charge::new(budget.clone(), shared.memory.clone());
+    // No buffer and no thread yet: the binding starts parked, and its first call gives it both.
+    if !has_room(shared, live) {
         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         h.answer(&admission.busy(&machine));
         return None;
@@ -275,7 +291,7 @@ fn bind(
         turn: std::sync::Condvar::new(),
         waiting: AtomicUsize::new(0),
         reader: Mutex::new(Some(Reader {
-            frames: Deframer::new(BUFFER, stream::max_frame(shared.config.timing.max_message)),
+            frames: Deframer::new(0, stream::max_frame(shared.config.timing.max_message)),
             charge,
             retention: Retention::default(),
             last_frame: now,
@@ -289,12 +305,17 @@ fn bind(
         created: now,
         closed: AtomicBool::new(false),
         live: live.clone(),
+        parking: parking.clone(),
+        parked: AtomicBool::new(true),
     });
     live.fetch_add(1, Ordering::Relaxed);
     shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
     shared.stream_bindings.fetch_add(1, Ordering::Relaxed);
-    // No thread: the connection goes, and the client sees it closed.
-    spawn(&binding, true).then(|| (Arc::downgrade(&binding), beat, Watch::default()))
+    if !binding.park() {
+        binding.ended();
+        return None;
+    }
+    Some((Arc::downgrade(&binding), beat, Watch::default()))
 }
 
 /// How long every thread of a binding must have been running a call before the listener gives
@@ -315,6 +336,51 @@ struct Watch {
 }
 /// A binding's extra thread that has had no call for this long ends.
 const HELPER_IDLE: Duration = Duration::from_secs(5);
+/// A binding whose client has sent nothing for this long, with no call running and no other
+/// thread, gives up its thread and its receive buffer: it waits, parked, for its next bytes.
+const PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// The bound connections that have no thread (bound and not called yet, or idle for
+/// [`PARK_AFTER`]): they cost a descriptor and a few hundred bytes each, no thread and no buffer.
+/// The listener polls them beside its own sockets and gives one a thread when its client sends.
+pub(crate) struct Parking {
+    set: tiercel_sys::tcp::Parked,
+    bindings: Mutex<std::collections::HashMap<u64, Arc<StreamBinding>>>,
+}
+
+impl Parking {
+    fn bindings(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Arc<StreamBinding>>> {
+        self.bindings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives a thread to each parked binding whose client has sent something (or closed).
+    fn wake_ready(&self, tokens: &mut Vec<u64>) {
+        if self.set.ready(tokens).is_err() {
+            return;
+        }
+        for token in tokens.iter() {
+            let Some(binding) = self.bindings().remove(token) else { continue };
+            self.set.remove(std::os::fd::AsFd::as_fd(&binding.conn.stream));
+            binding.parked.store(false, Ordering::Release);
+            spawn(&binding, true);
+        }
+    }
+
+    /// Ends the parked bindings unheard from for `idle` (as a bound connection's thread would).
+    fn expire(&self, now: Instant, idle: Duration) {
+        let mut bindings = self.bindings();
+        bindings.retain(|_, b| {
+            let quiet = b.reader.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.last_frame);
+            if quiet.is_some_and(|last| now.saturating_duration_since(last) < idle) {
+                return true;
+            }
+            self.set.remove(std::os::fd::AsFd::as_fd(&b.conn.stream));
+            b.shared.stats.expired.fetch_add(1, Ordering::Relaxed);
+            b.ended();
+            false
+        });
+    }
+}
 /// Bytes of call arguments a thread copies out of the receive buffer (a larger call runs on the
 /// thread that reads it, borrowed where it landed).
 const SMALL_CALL: usize = BUFFER;
@@ -332,7 +398,7 @@ fn spawn(binding: &Arc<StreamBinding>, first: bool) -> bool {
             let _ = tiercel_sys::cpu::pin_current_thread(cpus[i % cpus.len()]);
         }
         b.serve(first);
-        b.thread_ends();
+        StreamBinding::thread_ends(&b);
     });
     match spawned {
         // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
@@ -344,7 +410,7 @@ fn spawn(binding: &Arc<StreamBinding>, first: bool) -> bool {
         }
         Err(_) => {
             binding.close();
-            binding.thread_ends();
+            StreamBinding::thread_ends(binding);
             false
         }
     }
@@ -378,8 +444,12 @@ pub(crate) struct StreamBinding {
     created: Instant,
     /// The connection is over: the threads end.
     closed: AtomicBool,
-    /// Bindings of the listener, counted down when the last thread ends.
+    /// Bindings of the listener, counted down when the binding ends.
     live: Arc<AtomicUsize>,
+    /// Where the binding waits without a thread.
+    parking: Arc<Parking>,
+    /// Its last thread found it idle and gives it up to the parking when it ends.
+    parked: AtomicBool,
 }
 
 /// The reading side of a connection.
@@ -490,14 +560,34 @@ impl StreamBinding {
         let _ = self.conn.stream.shutdown(std::net::Shutdown::Both);
     }
 
-    /// A thread ends (from idle); the last one ends the binding.
-    fn thread_ends(&self) {
+    /// A thread ends (from idle); the last one parks the binding, if it found it idle, or ends it.
+    fn thread_ends(self: &Arc<Self>) {
         self.idle.fetch_sub(1, Ordering::AcqRel);
         if self.threads.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.close();
-            self.shared.stream_bindings.fetch_sub(1, Ordering::Relaxed);
-            self.live.fetch_sub(1, Ordering::Relaxed);
+            let over = self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed);
+            if !(self.parked.load(Ordering::Acquire) && !over && self.park()) {
+                self.ended();
+            }
         }
+    }
+
+    /// Leaves the binding, with no thread, to the listener until its client sends again. False if
+    /// it could not be parked.
+    fn park(self: &Arc<Self>) -> bool {
+        let token = u64::from(self.id);
+        self.parking.bindings().insert(token, self.clone());
+        let parked = self.parking.set.park(std::os::fd::AsFd::as_fd(&self.conn.stream), token).is_ok();
+        if !parked {
+            self.parking.bindings().remove(&token);
+        }
+        parked
+    }
+
+    /// The binding is over: its connection closes, and it no longer counts.
+    fn ended(&self) {
+        self.close();
+        self.shared.stream_bindings.fetch_sub(1, Ordering::Relaxed);
+        self.live.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// One thread's life: take a call from the connection, run it, answer, again.
@@ -634,6 +724,11 @@ impl StreamBinding {
     /// [`StreamBinding::take`]).
     fn read_call(&self, r: &mut Reader, own: &mut Own, first: bool, waiting_since: Instant) -> Option<Taken> {
         let spin = self.shared.config.spin;
+        if r.charge.charged() == 0 && r.charge.settle(BUFFER) {
+            // Back from the parking: the buffer again (without room for it, the frames grow from
+            // nothing, charged as they arrive).
+            r.frames = Deframer::new(BUFFER, stream::max_frame(self.shared.config.timing.max_message));
+        }
         loop {
             if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
                 return None;
@@ -695,6 +790,14 @@ impl StreamBinding {
                 return None;
             }
             if !first && now.saturating_duration_since(waiting_since) >= HELPER_IDLE {
+                return None;
+            }
+            let alone = self.threads.load(Ordering::Acquire) == 1 && self.conn.running.load(Ordering::Acquire) == 0;
+            if first && alone && quiet >= PARK_AFTER && r.frames.buffered() == 0 {
+                r.frames = Deframer::new(0, stream::max_frame(self.shared.config.timing.max_message));
+                r.charge.settle(0);
+                r.retention = Retention::default();
+                self.parked.store(true, Ordering::Release);
                 return None;
             }
             if r.retention.holds_large() && r.retention.idle(now) {
