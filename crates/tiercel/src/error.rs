@@ -234,7 +234,11 @@ pub enum CallError {
     /// The server broke the protocol: it answered with something no tiercel server sends there.
     /// Whether the procedure ran cannot be told.
     #[error("protocol violation: {0}")]
-    Protocol(String),
+    Protocol(Violation),
+    /// Something that cannot happen did: a bug of tiercel, or of the program around it (an async
+    /// call outside a tokio runtime). What it was says whether the call went out.
+    #[error("{0}")]
+    Internal(Invariant),
     /// The binding's server was found gone by an earlier call, and binding again
     /// (`ClientConfig::rebind`) failed: no server (or none exporting the name) could be bound.
     /// This call was not sent; the next one tries again.
@@ -257,7 +261,9 @@ impl CallError {
             | CallError::ServerGone { .. }
             | CallError::ConnectionLost { sent: true, .. }
             | CallError::Protocol(_)
+            | CallError::Internal(Invariant::NoOutcome)
             | CallError::Io(_) => Execution::MayHaveRun,
+            CallError::Internal(_) => Execution::NeverRan,
             CallError::UnknownProcedure(_)
             | CallError::NotExported { .. }
             | CallError::BadArguments(_)
@@ -269,6 +275,38 @@ impl CallError {
             CallError::Panicked(_) | CallError::BadResult(_) | CallError::ResultTooLarge(_) => Execution::Ran,
         }
     }
+}
+
+/// How a server broke the protocol (`CallError::Protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Violation {
+    /// It answered a call with a status that answers no call's result: one that answers a bind
+    /// request, refuses a packet, or says success without a result (its name as in the protocol's
+    /// table of statuses).
+    #[error("the server answered a call with status {0}")]
+    CallStatus(&'static str),
+}
+
+/// What could not happen and did (`CallError::Internal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Invariant {
+    /// The exchange of a call that had gone out ended with neither a result nor a failure.
+    #[error("the call ended without an outcome after it went out")]
+    NoOutcome,
+    /// The stub lent a buffer to a call whose arguments have no place for it; not sent.
+    #[error("the call's arguments have no place for the buffer lent to it; it was not sent")]
+    LentBufferMisplaced,
+    /// The connection could not be registered with tokio's reactor; not sent.
+    #[error("the connection cannot be registered with tokio's reactor; the call was not sent")]
+    NotRegistered,
+    /// An async call was made outside a tokio runtime; not sent.
+    #[error("tiercel's async calls run inside a tokio runtime (with its I/O and time drivers); the call was not sent")]
+    NoRuntime,
+    /// The task that binds again (on tokio's blocking pool) panicked or was cancelled; not sent.
+    #[error("the task binding again failed; the call was not sent")]
+    BindTaskFailed,
 }
 
 /// Why a server could not be set up or started.

@@ -106,7 +106,7 @@ pub use client::AsyncCall;
 #[doc(hidden)]
 pub use client::{Call, Reply};
 pub use config::{ClientConfig, ServerConfig, Spin, Timing};
-pub use error::{AddressError, BindError, CallError, Error, Execution, SecretError, ServerError};
+pub use error::{AddressError, BindError, CallError, Error, Execution, Invariant, SecretError, ServerError, Violation};
 pub use interface::{
     AsyncDispatch, DispatchError, Export, ExportInfo, Import, InterfaceInfo, Region, Results, SignatureSource,
 };

@@ -5,6 +5,7 @@
 #![cfg(feature = "async")]
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -98,6 +99,21 @@ const TRANSPORTS: [(&str, Transport); 3] =
 
 async fn import(served: &Served, scheme: &str) -> LedgerAsyncClient {
     Client::connect(format!("{scheme}{}", served.server.addr())).unwrap().import_async().await.unwrap()
+}
+
+#[test]
+fn an_async_call_outside_a_runtime_fails_typed_and_never_ran() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let served = runtime.block_on(async { serve(ServerConfig::default()) });
+    for (scheme, _) in TRANSPORTS {
+        let client = runtime.block_on(import(&served, scheme));
+        // Polled by hand, with no tokio runtime around.
+        let mut call = std::pin::pin!(client.add(2, 3));
+        let polled = call.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+        let std::task::Poll::Ready(Err(err)) = polled else { panic!("{scheme}: {polled:?}") };
+        assert!(matches!(err, tiercel::CallError::Internal(tiercel::Invariant::NoRuntime)), "{scheme}: {err}");
+        assert_eq!(err.execution(), tiercel::Execution::NeverRan);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -173,9 +173,7 @@ impl AsyncEndpoint {
 fn in_runtime() -> Result<(), CallError> {
     match tokio::runtime::Handle::try_current() {
         Ok(_) => Ok(()),
-        Err(_) => Err(CallError::Io(std::io::Error::other(
-            "tiercel's async calls run inside a tokio runtime (with its I/O and time drivers)",
-        ))),
+        Err(_) => Err(CallError::Internal(crate::error::Invariant::NoRuntime)),
     }
 }
 

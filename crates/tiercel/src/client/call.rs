@@ -242,7 +242,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
         let binding = (*self.binding).clone();
         match tokio::task::spawn_blocking(move || binding.through().map(|t| t.clone())).await {
             Ok(latest) => latest.map(Through::Latest),
-            Err(e) => Err(CallError::Io(std::io::Error::other(format!("the bind task failed: {e}")))),
+            Err(_) => Err(CallError::Internal(crate::error::Invariant::BindTaskFailed)),
         }
     }
 

@@ -853,7 +853,7 @@ impl TcpEndpoint {
                 self.result_at = 0;
                 Err(super::udp::status_error(status, procedure, message))
             }
-            None => Err(CallError::Io(std::io::Error::other("call ended without an outcome"))),
+            None => Err(CallError::Internal(crate::error::Invariant::NoOutcome)),
         }
     }
 }
@@ -868,7 +868,7 @@ impl Link {
             let stream = self.stream.try_clone().ok()?;
             tokio::net::TcpStream::from_std(stream).ok()
         });
-        ready.as_ref().ok_or_else(|| CallError::Io(std::io::Error::other("cannot register the connection with tokio")))
+        ready.as_ref().ok_or(CallError::Internal(crate::error::Invariant::NotRegistered))
     }
 }
 

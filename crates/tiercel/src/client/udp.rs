@@ -696,7 +696,7 @@ impl UdpEndpoint {
                 Failure::Rejected(status) => status_error(status, procedure, String::new()),
                 Failure::TooLarge => CallError::TooLarge("call exceeds the message limit".into()),
             }),
-            None => Err(CallError::Io(std::io::Error::other("call ended without an outcome"))),
+            None => Err(CallError::Internal(crate::error::Invariant::NoOutcome)),
         }
     }
 }
@@ -762,6 +762,10 @@ fn sent_or_lost(sent: std::io::Result<usize>) -> Result<(), CallError> {
     }
 }
 
+fn violation(status: &'static str) -> CallError {
+    CallError::Protocol(crate::error::Violation::CallStatus(status))
+}
+
 pub(super) fn status_error(status: Status, procedure: u16, message: String) -> CallError {
     match status {
         Status::UnknownProcedure => CallError::UnknownProcedure(procedure),
@@ -775,17 +779,17 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
         // Statuses that answer a bind request, a refusal as busy or a challenge of the address
         // (`Reject`s the call machine handles), or success, are no failure of a call's result: a
         // server that sends them as one breaks the protocol.
-        Status::Busy
-        | Status::AddressUnproven
-        | Status::UnknownInterface
-        | Status::VersionMismatch
-        | Status::InterfaceMismatch
-        | Status::AuthRequired
-        | Status::AuthFailed
-        | Status::UnsupportedVersion
+        Status::Busy => violation("Busy"),
+        Status::AddressUnproven => violation("AddressUnproven"),
+        Status::UnknownInterface => violation("UnknownInterface"),
+        Status::VersionMismatch => violation("VersionMismatch"),
+        Status::InterfaceMismatch => violation("InterfaceMismatch"),
+        Status::AuthRequired => violation("AuthRequired"),
+        Status::AuthFailed => violation("AuthFailed"),
+        Status::UnsupportedVersion => violation("UnsupportedVersion"),
         // Only the result of a call its client gave up, which no caller waits for.
-        | Status::Cancelled
-        | Status::Ok => CallError::Protocol(format!("the server answered a call with status {status:?}")),
+        Status::Cancelled => violation("Cancelled"),
+        Status::Ok => violation("Ok"),
     }
 }
 
@@ -806,8 +810,7 @@ pub(super) fn with_lent<'a: 't, 't>(
     scratch_len: usize,
     tail: &'t [u8],
 ) -> Result<Segments<'t>, CallError> {
-    segs.with_tail(scratch_len, tail)
-        .ok_or_else(|| CallError::Io(std::io::Error::other("no room in the call's segments for the lent buffer")))
+    segs.with_tail(scratch_len, tail).ok_or(CallError::Internal(crate::error::Invariant::LentBufferMisplaced))
 }
 
 #[cfg(test)]
