@@ -1,5 +1,5 @@
 //! The TCP transport's framing fed arbitrary bytes in arbitrary read sizes, growing for large frames
-//! and skipping some as a server without room does, working on frames where they landed, taking
+//! (all at once as a client does, or step by step as bytes arrive as the server does) and skipping some as a server without room does, working on frames where they landed, taking
 //! them, and counting bytes read elsewhere as a client does. Nothing panics; the buffer never grows
 //! beyond the limit; every frame taken is as long as its prefix said and no longer than the limit;
 //! a frame [`check_frame`] accepts holds one whole packet.
@@ -61,6 +61,15 @@ fuzz_target!(|data: &[u8]| {
                     if skip_next {
                         d.skip_frame();
                         skip_next = false;
+                    } else if len % 2 == 1 {
+                        // The server's way: room as the bytes arrive, twice what is here at most.
+                        if d.needs_room(len) {
+                            let before = d.buffered();
+                            let to = d.next_size(len);
+                            assert!(to <= (2 * before).max(PREFIX_LEN + len.min(LIMIT)).max(before));
+                            d.grow_toward(len, to);
+                            assert!(!d.needs_room(len), "grown, there is room for more of the frame");
+                        }
                     } else if !d.fits(len) {
                         d.grow_for(len);
                     }

@@ -2,6 +2,7 @@
 
 #[cfg(feature = "async")]
 mod asynch;
+mod charge;
 mod crew;
 mod dispatch;
 mod handoff;

@@ -44,9 +44,9 @@ use tiercel_proto::endpoint::Budget;
 use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
+use super::charge::Charge;
 use super::dispatch::{self, Arrival};
 use super::handshake::{has_room, Broken, Doorway, Exchange, Step, ARRIVALS};
-use super::shm::Charge;
 use super::Shared;
 use crate::framed;
 use crate::retention::Retention;

@@ -1,0 +1,62 @@
+//! What a binding's memory costs: bytes charged to its own budget and to the server's.
+
+use std::sync::Arc;
+
+use tiercel_proto::endpoint::Budget;
+
+/// Bytes charged to a binding's budget and to the server's, given back when dropped.
+pub(super) struct Charge {
+    pub(super) binding: Arc<Budget>,
+    pub(super) server: Arc<Budget>,
+    pub(super) charged: usize,
+}
+
+impl Charge {
+    pub(super) fn new(binding: Arc<Budget>, server: Arc<Budget>) -> Charge {
+        Charge { binding, server, charged: 0 }
+    }
+
+    /// Charges `bytes` more to both budgets; false (nothing charged) if either has no room.
+    pub(super) fn reserve(&mut self, bytes: usize) -> bool {
+        if !self.binding.reserve(bytes) {
+            return false;
+        }
+        if !self.server.reserve(bytes) {
+            self.binding.release(bytes);
+            return false;
+        }
+        self.charged += bytes;
+        true
+    }
+
+    /// Bytes charged now.
+    pub(super) fn charged(&self) -> usize {
+        self.charged
+    }
+
+    /// The most the binding's budget allows.
+    pub(super) fn binding_limit(&self) -> usize {
+        self.binding.limit()
+    }
+
+    /// Makes the charge `total`: more if there is room (false if not, the charge unchanged),
+    /// or less.
+    pub(super) fn settle(&mut self, total: usize) -> bool {
+        match total.checked_sub(self.charged) {
+            Some(more) => self.reserve(more),
+            None => {
+                let less = self.charged - total;
+                self.binding.release(less);
+                self.server.release(less);
+                self.charged = total;
+                true
+            }
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.settle(0);
+    }
+}

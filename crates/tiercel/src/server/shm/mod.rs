@@ -1,0 +1,312 @@
+//! The server side of the shared-memory transport: the rendezvous listener, and for each binding
+//! the threads that serve its slots, spinning for `ServerConfig::spin` after each call and then
+//! sleeping on the region's doorbell futex.
+//!
+//! A binding starts with one thread. While every awake thread of a binding has been running a slow
+//! call (see `super::slow_calls`) at two of the rendezvous thread's looks in a row (a [`LOOK`] apart
+//! while its threads are busy, up to 8 ms apart otherwise) and another call waits, the rendezvous
+//! thread starts a helper (or wakes a parked one), up to `ServerConfig::workers`, so that a slow
+//! procedure holds up only its own caller. A thread claims a slot's call (the lock of the slot's
+//! [`Books`]) before it reads it.
+//!
+//! Before a client has a binding it costs no thread: the rendezvous thread runs every bind exchange
+//! itself, on non-blocking sockets, through the same doorway as TCP's (`super::handshake`): at
+//! most [`MAX_HANDSHAKES`] at once and [`MAX_HANDSHAKES_PER_SOURCE`] of one user, each within
+//! `HANDSHAKE` from its connection. A binding's memory (the slot pages the server has mapped, and its private
+//! copies of arguments and results) is charged to `ServerConfig::binding_memory` and to the
+//! server-wide `ServerConfig::message_memory` before it is touched; a call that does not fit is
+//! answered `Busy` without reading it.
+
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tiercel_proto::bind::Rendezvous;
+use tiercel_proto::endpoint::Budget;
+use tiercel_proto::shm::{self as proto, header, Layout, PAGE};
+use tiercel_sys::shm::Region;
+
+use super::handshake::{has_room, Broken, Doorway, Exchange, Step, ARRIVALS};
+use super::Shared;
+use crate::rendezvous;
+
+#[cfg(feature = "async")]
+mod asynch;
+mod team;
+mod worker;
+
+use super::charge::Charge;
+use team::*;
+use worker::*;
+
+/// How long a blocked server thread sleeps before looking whether its client is still there.
+const LIVENESS: Duration = Duration::from_millis(100);
+/// A call longer than this whose procedure works on its `InOut` buffer in place runs on its
+/// arguments' private copy, and its result is published from there (`serve_in_place`).
+const IN_PLACE: usize = PAGE;
+/// Connections in the bind exchange at once. When they are all taken, a new one makes room by
+/// closing the oldest of the user that holds the most ([`Doorway`]); a client whose connection is
+/// closed binds over UDP.
+pub(crate) const MAX_HANDSHAKES: usize = 16;
+/// Of those, from one user id (at its limit, a user's new connection closes its oldest).
+pub(crate) const MAX_HANDSHAKES_PER_SOURCE: usize = 8;
+
+/// The rendezvous socket of a server, bound under a name random for this incarnation.
+pub(super) struct Listener {
+    listener: UnixListener,
+    /// What the server tells clients on its host that ask where to bind.
+    pub(super) rendezvous: Rendezvous,
+    /// The abstract socket name.
+    pub(super) name: String,
+}
+
+/// Binds the rendezvous socket under a fresh random name.
+pub(super) fn open() -> std::io::Result<Listener> {
+    open_named(crate::random::bytes()?)
+}
+
+/// Binds the rendezvous socket under `random`'s name; an error when the name is taken (what
+/// makes `Server::start` fail with `ServerError::SharedMemory` rather than serve without it).
+fn open_named(random: [u8; 16]) -> std::io::Result<Listener> {
+    let name = rendezvous::socket_name(&random);
+    let listener = UnixListener::bind_addr(&UnixAddr::from_abstract_name(name.as_bytes())?)?;
+    listener.set_nonblocking(true)?;
+    let (pid, uid) = tiercel_sys::shm::own_credentials();
+    Ok(Listener { listener, rendezvous: Rendezvous { name: random, pid, uid }, name })
+}
+
+/// Serves bind exchanges on `listener` until the server stops.
+pub(super) fn listen(shared: &Arc<Shared>, listener: Listener) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let shared = shared.clone();
+    std::thread::Builder::new()
+        .name("tiercel-shm-rendezvous".into())
+        .spawn(move || accept_loop(shared, listener.listener))
+}
+
+/// A connection in the bind exchange: no binding, no thread, no region yet.
+struct Connecting {
+    stream: UnixStream,
+    /// What has arrived of the current request.
+    partial: Vec<u8>,
+}
+
+impl std::os::fd::AsFd for Connecting {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
+impl Exchange for Connecting {
+    fn request(&mut self) -> Result<Option<Vec<u8>>, Broken> {
+        rendezvous::recv_nonblocking(&self.stream, &mut self.partial).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => Broken::Malformed,
+            _ => Broken::Closed,
+        })
+    }
+
+    fn answer(&mut self, packet: &[u8]) -> bool {
+        rendezvous::send(&self.stream, packet, None).is_ok()
+    }
+}
+
+/// How often the rendezvous thread bumps every binding's heartbeat.
+const HEARTBEAT: Duration = Duration::from_millis(50);
+
+/// What one look of the rendezvous thread at the bindings found.
+#[derive(Debug, Default)]
+struct Looked {
+    /// A binding has been in use lately.
+    in_use: bool,
+    /// At a binding in use, every awake thread was running a call.
+    all_busy: bool,
+}
+
+/// Bumps the heartbeat word of every live binding's region (when `beat`), gives a binding held up
+/// by its calls another thread, and forgets the bindings gone. `since` is the time since the last
+/// look.
+fn look_after(teams: &mut Vec<(std::sync::Weak<Team>, Watch)>, beat: bool, since: Duration) -> Looked {
+    let mut looked = Looked::default();
+    teams.retain_mut(|(team, watch)| match team.upgrade() {
+        Some(team) => {
+            if beat {
+                team.word(header::HEARTBEAT).fetch_add(1, Ordering::Release);
+            }
+            if team.in_use() {
+                looked.in_use = true;
+                let (held, all_busy) = team.held_up(watch, since);
+                looked.all_busy |= all_busy;
+                if held {
+                    team.add_thread();
+                }
+            } else {
+                *watch = Watch::default();
+            }
+            true
+        }
+        None => false,
+    });
+    looked
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
+    let live = Arc::new(AtomicUsize::new(0));
+    let mut doorway: Doorway<u32, Connecting> = Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE);
+    let mut teams = Vec::new();
+    let mut last_beat = Instant::now();
+    let (mut last_look, mut waited) = (Instant::now(), LOOK);
+    while !shared.stop.load(Ordering::Relaxed) {
+        // This thread, not a binding's (which may be running a long procedure), shows that the
+        // process lives: a stopped or hung process stops the beat.
+        let beat = last_beat.elapsed() >= HEARTBEAT;
+        if beat {
+            last_beat = Instant::now();
+        }
+        // Often while a binding is in use (it may need another thread soon), else once a heartbeat.
+        // Each look wakes this thread on the server's CPUs, where a binding's thread may be spinning:
+        // looking every millisecond while one caller's quick calls streamed, the server's CPU took
+        // about 1,100 timer interrupts a second, against about 600 with these waits
+        // (`crew::next_look`).
+        let looked = look_after(&mut teams, beat, last_look.elapsed());
+        last_look = Instant::now();
+        waited = if looked.in_use { super::crew::next_look(waited, looked.all_busy) } else { LOOK };
+        let period = if looked.in_use { waited } else { HEARTBEAT };
+        // What becomes of a connection in the bind exchange after some progress.
+        let mut progress = |connecting: &mut Connecting, step: Step| match step {
+            Step::Wait => true,
+            Step::Done => false,
+            Step::Admit(admission) => {
+                if let Some(team) = bind(&shared, &live, connecting, admission) {
+                    teams.push((team, Watch::default()));
+                }
+                false
+            }
+        };
+        // A few arrivals at a time, then the connections' progress: a burst of arrivals from
+        // one source cannot push out a client whose request is landing meanwhile.
+        let mut more = false;
+        for _ in 0..ARRIVALS {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    more = true;
+                    // The user the kernel recorded for the connection: what limits its share of
+                    // the handshakes.
+                    let uid = tiercel_sys::shm::peer_credentials(&stream).map(|(_, uid)| uid);
+                    let Ok(uid) = uid else { continue };
+                    if shared.refusing_bindings() || stream.set_nonblocking(true).is_err() {
+                        // Closing the connection unread tells the client (it reads end of file,
+                        // and binds over UDP).
+                        shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    doorway.arrive(&shared, uid, Connecting { stream, partial: Vec::new() }, &mut progress);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    // Out of descriptors, for example: try again a little later.
+                    std::thread::sleep(Duration::from_millis(10));
+                    break;
+                }
+            }
+        }
+        doorway.tend(&shared, &mut progress);
+        let period = if teams.is_empty() { HEARTBEAT } else { period };
+        if !more {
+            doorway.wait(std::os::fd::AsFd::as_fd(&listener), None, period);
+        }
+    }
+}
+
+/// Makes the binding (its region, its first thread) a connection's bind request was admitted to,
+/// and answers with the grant and the region (or busy, without room): the binding's team, for the
+/// rendezvous thread to watch.
+fn bind(
+    shared: &Arc<Shared>,
+    live: &Arc<AtomicUsize>,
+    h: &mut Connecting,
+    admission: tiercel_proto::bind::Admission,
+) -> Option<std::sync::Weak<Team>> {
+    let machine = shared.bind_machine(0);
+    let slots = shared.config.slots_per_binding.clamp(1, proto::MAX_SLOTS);
+    // The header and the slots' control pages are the server's from the start.
+    let control = PAGE * (1 + slots as usize);
+    let budget = Arc::new(Budget::new(shared.config.binding_memory));
+    let mut charged = Charge::new(budget, shared.memory.clone());
+    let made = (has_room(shared, live) && charged.reserve(control))
+        .then(|| Layout::new(slots, shared.config.timing.max_message))
+        .flatten()
+        .and_then(|layout| {
+            let region = Region::create("tiercel-binding", layout.region_len()?).ok()?;
+            for (at, v) in layout.header_words() {
+                region.u32_at(at)?.store(v, Ordering::Relaxed);
+            }
+            Some((region, layout))
+        });
+    let Some((region, layout)) = made else {
+        shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        h.answer(&admission.busy(&machine));
+        return None;
+    };
+    let region = Arc::new(region);
+    let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
+    let reply = admission.grant(&machine, id, 0, slots, layout.data as u64);
+    let stream = h.stream.try_clone().ok()?;
+    if rendezvous::send(&stream, &reply, Some(region.fd())).is_err() || stream.set_nonblocking(false).is_err() {
+        return None;
+    }
+    let export = shared.exports[admission.export].clone();
+    let (team, results) = new_team(shared, export, region, id, layout, charged);
+    let watched = Arc::downgrade(&team);
+    live.fetch_add(1, Ordering::Relaxed);
+    let live_ = live.clone();
+    let spawned = std::thread::Builder::new().name("tiercel-shm-binding".into()).spawn(move || {
+        serve_first(&team, stream, results);
+        live_.fetch_sub(1, Ordering::Relaxed);
+    });
+    match spawned {
+        // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
+        Ok(thread) => {
+            let mut threads = shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
+            threads.retain(|t| !t.is_finished());
+            threads.push(thread);
+            Some(watched)
+        }
+        // No thread: the connection (and with it the region) goes, and the client sees it closed.
+        Err(_) => {
+            live.fetch_sub(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// Which of the server's CPUs a new binding's first thread takes (round robin).
+fn binding_index(shared: &Shared) -> usize {
+    shared.shm_bindings.load(Ordering::Relaxed)
+}
+
+/// How soon the rendezvous thread looks again whether a binding in use needs another thread, after
+/// a look that found every awake thread of a binding running a call (after other looks, twice the
+/// wait before, up to `crew::MAX_LOOK`).
+const LOOK: Duration = super::crew::TICK;
+/// A binding whose last call ended longer ago than this is looked at only once a [`HEARTBEAT`].
+const IN_USE: Duration = Duration::from_secs(1);
+/// A binding's extra thread that has served no call for this long ends.
+const HELPER_IDLE: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rendezvous_name_already_held_is_an_error_not_a_silent_fallback() {
+        let random = crate::random::bytes().unwrap();
+        let first = open_named(random).expect("a fresh name binds");
+        assert_eq!(first.rendezvous.name, random);
+        assert_eq!((first.rendezvous.pid, first.rendezvous.uid), tiercel_sys::shm::own_credentials());
+        let again = open_named(random).err().expect("a name already held is refused");
+        assert_eq!(again.kind(), std::io::ErrorKind::AddrInUse);
+        let started = crate::ServerError::SharedMemory(again).to_string();
+        assert!(started.contains("cannot offer shared memory"), "{started}");
+    }
+}
