@@ -197,9 +197,14 @@ fn connections_dribbling_bind_requests_keep_no_client_from_binding() {
         // of their two seconds) and reopened meanwhile.
         std::thread::sleep(Duration::from_millis(100));
     }
+    let stats = server.stats();
+    // The server goes first, so that it closes the connections and their TIME_WAIT stays on its
+    // own port: thousands left on clients' ports would keep later servers of this machine from
+    // listening there for a minute.
+    drop(server);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let reopened = dribbler.join().unwrap();
-    eprintln!("dribblers reopened {reopened} connections; {}", server.stats());
+    eprintln!("dribblers reopened {reopened} connections; {stats}");
     assert!(reopened >= SLOW as u64, "the dribblers kept at it, reopening what the server closed");
 }
 
@@ -335,6 +340,8 @@ fn frames_announced_and_never_sent_are_charged_only_what_arrived() {
     let client = tcp(&server);
     let big: Vec<u8> = (0..4 << 20).map(seeds::pattern).collect();
     client.bulk_in(In(&big)).expect("a 4 MiB call beside the stalled frames");
+    // The server closes first (see `connections_dribbling_bind_requests_keep_no_client_from_binding`).
+    drop(server);
     drop(stalled);
 }
 
