@@ -78,7 +78,12 @@ pub(super) fn open(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// Serves bind exchanges on `listener`, and beats the connections' hearts, until the server stops.
 pub(super) fn listen(shared: &Arc<Shared>, listener: TcpListener) -> std::io::Result<std::thread::JoinHandle<()>> {
     let shared = shared.clone();
-    std::thread::Builder::new().name("tiercel-tcp-listener".into()).spawn(move || accept_loop(shared, listener))
+    // The set of parked connections: without it the server would take connections it cannot serve.
+    let set = tiercel_sys::tcp::Parked::new()?;
+    let parking = Arc::new(Parking { set, bindings: Mutex::new(Default::default()) });
+    std::thread::Builder::new()
+        .name("tiercel-tcp-listener".into())
+        .spawn(move || accept_loop(shared, listener, parking))
 }
 
 /// A bound connection, shared by its thread, the listener (heartbeats) and async procedures
@@ -161,10 +166,8 @@ impl Exchange for Connecting {
     }
 }
 
-fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>) {
     let live = Arc::new(AtomicUsize::new(0));
-    let Ok(set) = tiercel_sys::tcp::Parked::new() else { return };
-    let parking = Arc::new(Parking { set, bindings: Mutex::new(Default::default()) });
     let mut tokens = Vec::new();
     let mut doorway: Doorway<std::net::IpAddr, Connecting> = Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE);
     // Each bound connection, the heartbeat frame it is sent, and what the last looks saw of it.
