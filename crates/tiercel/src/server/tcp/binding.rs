@@ -1,0 +1,380 @@
+//! A bound connection's threads: how they start and end, park the binding when it is idle, run
+//! the calls they read, and send the results.
+
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tiercel_proto::endpoint::Budget;
+use tiercel_proto::stream::{self, Deframer, PREFIX_LEN};
+use tiercel_proto::wire::{Header, Kind, Status, HEADER_LEN};
+
+use super::super::charge::Charge;
+use super::super::dispatch::{self, Arrival};
+use super::super::Shared;
+use super::*;
+use crate::retention::Retention;
+
+/// Starts a thread serving `binding` (`first`: the one it starts with, which ends only with the
+/// connection). False if no thread could be had.
+pub(super) fn spawn(binding: &Arc<StreamBinding>, first: bool) -> bool {
+    binding.threads.fetch_add(1, Ordering::AcqRel);
+    binding.idle.fetch_add(1, Ordering::AcqRel);
+    let b = binding.clone();
+    let spawned = std::thread::Builder::new().name("tiercel-tcp-binding".into()).spawn(move || {
+        let cpus = &b.shared.config.cpus;
+        if first && !cpus.is_empty() {
+            let i = b.shared.stream_bindings.load(Ordering::Relaxed);
+            let _ = tiercel_sys::cpu::pin_current_thread(cpus[i % cpus.len()]);
+        }
+        b.serve(first);
+        StreamBinding::thread_ends(&b);
+    });
+    match spawned {
+        // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
+        Ok(thread) => {
+            let mut threads = binding.shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
+            threads.retain(|t| !t.is_finished());
+            threads.push(thread);
+            true
+        }
+        Err(_) => {
+            binding.close();
+            StreamBinding::thread_ends(binding);
+            false
+        }
+    }
+}
+
+/// One connection's binding: its threads take turns reading the connection, and run the calls
+/// they read.
+pub(crate) struct StreamBinding {
+    pub(super) shared: Arc<Shared>,
+    pub(super) conn: Arc<Conn>,
+    pub(super) export: Arc<dyn crate::interface::Export>,
+    pub(super) id: u32,
+    pub(super) slots: u32,
+    /// The binding's memory budget, shared by its threads' charges.
+    pub(super) budget: Arc<Budget>,
+    /// The reading side, taken out by the thread reading the connection and put back when it has a
+    /// call to run (`None` meanwhile).
+    pub(super) reader: Mutex<Option<Reader>>,
+    /// Signalled when the reading side is put back and a thread waits for it.
+    pub(super) turn: std::sync::Condvar,
+    /// Threads waiting for their turn to read.
+    pub(super) waiting: AtomicUsize,
+    /// Threads serving the binding.
+    pub(super) threads: AtomicUsize,
+    /// Those of them not running a call (reading, or waiting to read).
+    pub(super) idle: AtomicUsize,
+    /// Nanoseconds after `created` when the last idle thread took a call.
+    pub(super) all_busy_since: AtomicU64,
+    /// Calls taken by the binding's threads.
+    pub(super) taken: AtomicU64,
+    pub(super) created: Instant,
+    /// The connection is over: the threads end.
+    pub(super) closed: AtomicBool,
+    /// Bindings of the listener, counted down when the binding ends.
+    pub(super) live: Arc<AtomicUsize>,
+    /// Where the binding waits without a thread.
+    pub(super) parking: Arc<Parking>,
+    /// Its last thread found it idle and gives it up to the parking when it ends.
+    pub(super) parked: AtomicBool,
+}
+
+/// The reading side of a connection.
+pub(super) struct Reader {
+    pub(super) frames: Deframer,
+    /// The receive buffer, charged to the binding's budget and the server's.
+    pub(super) charge: Charge,
+    pub(super) retention: Retention,
+    /// When the last frame was read.
+    pub(super) last_frame: Instant,
+    /// Reading spins until then (`ServerConfig::spin` after the last frame, while it holds the
+    /// lease to).
+    pub(super) spin_until: Instant,
+    pub(super) lease: super::super::spinning::SpinLease,
+}
+
+/// A call read from the connection, its arguments copied into the reading thread's buffer.
+pub(super) struct Taken {
+    pub(super) slot: u32,
+    pub(super) seq: u32,
+    pub(super) procedure: u16,
+    pub(super) arrival: Arrival,
+}
+
+/// A thread's own buffers and their charge.
+pub(super) struct Own {
+    pub(super) args: Vec<u8>,
+    /// Prefix, header and results of the frame going back.
+    pub(super) out: Vec<u8>,
+    pub(super) charge: Charge,
+    /// When large results last passed (their buffer is kept a while).
+    pub(super) retention: Retention,
+}
+
+impl Own {
+    /// Charges what the buffers hold now; without room, gives back what large calls grew.
+    pub(super) fn settle(&mut self) {
+        if self.out.capacity() > OUT {
+            self.retention.large(Instant::now());
+        }
+        if !self.charge.settle(self.args.capacity() + self.out.capacity()) {
+            self.shrink();
+        }
+    }
+
+    /// Gives back what large calls grew.
+    pub(super) fn shrink(&mut self) {
+        self.args = Vec::new();
+        self.out = Vec::with_capacity(OUT);
+        self.charge.settle(OUT);
+    }
+}
+
+impl StreamBinding {
+    /// Most threads serving one binding: a slow call then holds up only its own caller while
+    /// fewer than this many run at once.
+    pub(super) fn max_threads(&self) -> usize {
+        (self.slots as usize).min(self.shared.config.workers.max(2))
+    }
+
+    /// Whether the listener should give the binding another thread: there is room for one more,
+    /// and every thread has been running a call for [`HELP_AFTER`], or every thread was running a
+    /// slow one (see `super::super::slow_calls`) while more of the client's bytes waited to be read at
+    /// [`WAITED_LOOKS`] looks in a row, so that calls whose procedures block run side by side
+    /// instead of queueing behind one another.
+    pub(super) fn wants_helper(&self, now: Instant, watch: &mut Watch) -> bool {
+        let taken = self.taken.load(Ordering::Acquire);
+        let since_taken = taken.wrapping_sub(std::mem::replace(&mut watch.taken, taken));
+        let waited = &mut watch.waited;
+        let threads = self.threads.load(Ordering::Acquire);
+        if self.idle.load(Ordering::Acquire) != 0
+            || threads == 0
+            || threads >= self.max_threads()
+            || self.closed.load(Ordering::Acquire)
+        {
+            *waited = 0;
+            return false;
+        }
+        let since = Duration::from_nanos(self.all_busy_since.load(Ordering::Acquire));
+        let slow = super::super::slow_calls(since_taken, threads, HELP_AFTER);
+        *waited = if slow && self.bytes_waiting() { waited.saturating_add(1) } else { 0 };
+        let help = now.saturating_duration_since(self.created + since) >= HELP_AFTER || *waited >= WAITED_LOOKS;
+        if help {
+            *waited = 0;
+        }
+        help
+    }
+
+    /// Whether bytes of the client wait to be read: in the socket, or read into the reading side's
+    /// buffer while no thread reads (every thread runs a call).
+    pub(super) fn bytes_waiting(&self) -> bool {
+        let buffered = match self.reader.try_lock() {
+            Ok(r) => r.as_ref().is_some_and(|r| r.frames.buffered() > 0),
+            Err(_) => false,
+        };
+        buffered || tiercel_sys::udp::wait_readable_fd(&self.conn.stream, Some(Duration::ZERO)).unwrap_or(false)
+    }
+
+    /// Whether a call of the binding started within the last second, or it was made within the
+    /// last second: the listener then looks every [`HELP_AFTER`] whether it needs another thread.
+    pub(super) fn active(&self, now: Instant) -> bool {
+        let since = Duration::from_nanos(self.all_busy_since.load(Ordering::Acquire));
+        !self.closed.load(Ordering::Acquire) && now.saturating_duration_since(self.created + since) < HEARTBEAT
+    }
+
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let _ = self.conn.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// A thread ends (from idle); the last one parks the binding, if it found it idle, or ends it.
+    pub(super) fn thread_ends(self: &Arc<Self>) {
+        self.idle.fetch_sub(1, Ordering::AcqRel);
+        if self.threads.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let over = self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed);
+            if !(self.parked.load(Ordering::Acquire) && !over && self.park()) {
+                self.ended();
+            }
+        }
+    }
+
+    /// Leaves the binding, with no thread, to the listener until its client sends again. False if
+    /// it could not be parked.
+    pub(super) fn park(self: &Arc<Self>) -> bool {
+        let token = u64::from(self.id);
+        self.parking.bindings().insert(token, self.clone());
+        let parked = self.parking.set.park(std::os::fd::AsFd::as_fd(&self.conn.stream), token).is_ok();
+        if !parked {
+            self.parking.bindings().remove(&token);
+        }
+        parked
+    }
+
+    /// The binding is over: its connection closes, and it no longer counts.
+    pub(super) fn ended(&self) {
+        self.close();
+        self.shared.stream_bindings.fetch_sub(1, Ordering::Relaxed);
+        self.live.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// One thread's life: take a call from the connection, run it, answer, again.
+    pub(super) fn serve(&self, first: bool) {
+        let mut own = Own {
+            args: Vec::new(),
+            out: Vec::new(),
+            charge: Charge::new(self.budget.clone(), self.shared.memory.clone()),
+            retention: Retention::default(),
+        };
+        if !own.charge.reserve(OUT) {
+            if first {
+                self.close();
+            }
+            return;
+        }
+        own.out.reserve(OUT);
+        while let Some(call) = self.take(&mut own, first) {
+            self.busy();
+            let status = self.run(&mut own, &call);
+            // Idle again before the result goes: the caller's next call, which may arrive as soon
+            // as it has gone, must not look like a call waiting while every thread is busy.
+            self.idle.fetch_add(1, Ordering::AcqRel);
+            let sent = self.send_result(&mut own.out, call.slot, call.seq, call.procedure, status);
+            own.settle();
+            if !sent {
+                self.close();
+                return;
+            }
+        }
+    }
+
+    /// This thread takes a call: one fewer idle. The instant is stored first, so that the listener,
+    /// seeing no thread idle, reads when the last one went busy (or later), never an older one.
+    pub(super) fn busy(&self) {
+        let since = self.created.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.all_busy_since.store(since, Ordering::Release);
+        self.taken.fetch_add(1, Ordering::Relaxed);
+        self.idle.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Runs a plain procedure with the arguments in `own.args`, its results into `own.out`.
+    pub(super) fn run(&self, own: &mut Own, call: &Taken) -> Status {
+        self.run_with(&own.args, &mut own.out, call)
+    }
+
+    pub(super) fn run_with(&self, args: &[u8], out: &mut Vec<u8>, call: &Taken) -> Status {
+        let shared = &*self.shared;
+        out.clear();
+        out.resize(FRAME_HEAD, 0);
+        self.conn.running.fetch_add(1, Ordering::AcqRel);
+        shared.stream_running.fetch_add(1, Ordering::AcqRel);
+        shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+        let limit = shared.config.timing.max_message;
+        let status =
+            dispatch::run_procedure(shared, &self.export, call.procedure, args, call.arrival, out, FRAME_HEAD, limit);
+        shared.stream_running.fetch_sub(1, Ordering::AcqRel);
+        self.conn.running.fetch_sub(1, Ordering::AcqRel);
+        status
+    }
+
+    /// Runs an in-place procedure ([`crate::Export::in_place`]) on `frame`, its call's whole frame
+    /// (prefix, header, message) where it landed, and sends the result from there: the buffer as
+    /// the procedure left it, then what it returned, appended. An error goes back from `own.out`.
+    /// False: the connection is over.
+    pub(super) fn run_in_place(&self, frame: &mut Vec<u8>, own: &mut Own, call: &Taken) -> bool {
+        let shared = &*self.shared;
+        let (slot, seq, procedure) = (call.slot, call.seq, call.procedure);
+        let out = &mut own.out;
+        out.clear();
+        out.resize(FRAME_HEAD, 0);
+        self.conn.running.fetch_add(1, Ordering::AcqRel);
+        shared.stream_running.fetch_add(1, Ordering::AcqRel);
+        shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+        let ran =
+            dispatch::run_in_place(shared, &self.export, procedure, frame, FRAME_HEAD, call.arrival, out, FRAME_HEAD);
+        shared.stream_running.fetch_sub(1, Ordering::AcqRel);
+        self.conn.running.fetch_sub(1, Ordering::AcqRel);
+        let limit = shared.config.timing.max_message;
+        match ran {
+            Ok(body) if frame.len() - body <= limit => {
+                shared.stats.in_place.fetch_add(1, Ordering::Relaxed);
+                let mut head = [0u8; FRAME_HEAD];
+                fill_head(&mut head, self.id, shared.incarnation, slot, seq, procedure, Status::Ok, frame.len() - body);
+                self.conn.send(&mut [IoSlice::new(&head), IoSlice::new(&frame[body..])]).is_ok()
+            }
+            Ok(body) => {
+                let message = format!("result of {} bytes exceeds the limit of {limit} bytes", frame.len() - body);
+                out.extend_from_slice(message.as_bytes());
+                self.send_result(out, slot, seq, procedure, Status::ResultTooLarge)
+            }
+            Err(status) => self.send_result(out, slot, seq, procedure, status),
+        }
+    }
+}
+
+impl StreamBinding {
+    /// Starts the call on the runtime if its procedure is async (`None`: it is not).
+    #[cfg(feature = "async")]
+    pub(super) fn start_async(&self, args: &[u8], call: &Taken, out: &mut Vec<u8>) -> Option<Result<(), Status>> {
+        let (id, incarnation, conn) = (self.id, self.shared.incarnation, self.conn.clone());
+        let (slot, seq, procedure) = (call.slot, call.seq, call.procedure);
+        let finish = move |status: Status, results: Vec<u8>| {
+            let mut head = [0u8; FRAME_HEAD];
+            fill_head(&mut head, id, incarnation, slot, seq, procedure, status, results.len());
+            let _ = conn.send(&mut [IoSlice::new(&head), IoSlice::new(&results)]);
+            conn.running.fetch_sub(1, Ordering::AcqRel);
+        };
+        self.conn.running.fetch_add(1, Ordering::AcqRel);
+        let key = (id | 1 << 31, slot, seq);
+        let limit = self.shared.config.timing.max_message;
+        let started =
+            dispatch::start_async(&self.shared, &self.export, procedure, args, call.arrival, out, limit, key, finish);
+        if !matches!(started, Some(Ok(()))) {
+            self.conn.running.fetch_sub(1, Ordering::AcqRel);
+        }
+        started
+    }
+
+    /// Sends the result frame in `out` (prefix and header filled in here). False: the connection
+    /// is over.
+    pub(super) fn send_result(&self, out: &mut [u8], slot: u32, seq: u32, procedure: u16, status: Status) -> bool {
+        let len = out.len() - FRAME_HEAD;
+        let (head, _) = out.split_at_mut(FRAME_HEAD);
+        let head: &mut [u8; FRAME_HEAD] = match head.try_into() {
+            Ok(h) => h,
+            Err(_) => unreachable!("the result buffer starts with a frame head"),
+        };
+        fill_head(head, self.id, self.shared.incarnation, slot, seq, procedure, status, len);
+        self.conn.send(&mut [IoSlice::new(out)]).is_ok()
+    }
+}
+
+/// Writes the prefix and header of a result frame of `len` bytes of results.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn fill_head(
+    head: &mut [u8; FRAME_HEAD],
+    binding: u32,
+    incarnation: u64,
+    slot: u32,
+    seq: u32,
+    procedure: u16,
+    status: Status,
+    len: usize,
+) {
+    head[..PREFIX_LEN].copy_from_slice(&stream::prefix(HEADER_LEN + len));
+    let h = Header {
+        status,
+        procedure,
+        binding,
+        slot,
+        seq,
+        incarnation,
+        payload_len: len as u32,
+        message_len: len as u32,
+        ..Header::new(Kind::Result)
+    };
+    head[PREFIX_LEN..].copy_from_slice(&h.to_bytes());
+}

@@ -1,0 +1,307 @@
+//! Reading a bound connection: the thread whose turn it is reads frames until a call to run comes,
+//! answering probes, cancels and refusals itself, growing the buffer for large calls as they arrive.
+
+use std::io::IoSlice;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
+use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
+
+use super::super::dispatch::Arrival;
+use super::binding::*;
+use super::*;
+use crate::framed;
+use crate::retention::Retention;
+
+impl StreamBinding {
+    /// Reads the connection until a call to run comes (`None`: the connection is over, or this
+    /// extra thread has had nothing to do for [`HELPER_IDLE`]). Everything else that comes is
+    /// handled here: probes, cancels, refusals, async procedures (started on the runtime), and
+    /// calls too large to copy, run by this thread where they landed.
+    pub(super) fn take(&self, own: &mut Own, first: bool) -> Option<Taken> {
+        let waiting_since = Instant::now();
+        let mut r = {
+            let mut slot = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
+                    return None;
+                }
+                if let Some(r) = slot.take() {
+                    break r;
+                }
+                if !first && waiting_since.elapsed() >= HELPER_IDLE {
+                    return None;
+                }
+                if own.retention.holds_large() && own.retention.idle(Instant::now()) {
+                    own.shrink();
+                }
+                self.waiting.fetch_add(1, Ordering::AcqRel);
+                slot = match self.turn.wait_timeout(slot, POLL) {
+                    Ok((slot, _)) => slot,
+                    Err(p) => p.into_inner().0,
+                };
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+            }
+        };
+        let taken = self.read_call(&mut r, own, first, waiting_since);
+        *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            self.turn.notify_one();
+        }
+        taken
+    }
+
+    /// Reads the connection, holding its reading side, until a call to run comes (see
+    /// [`StreamBinding::take`]).
+    pub(super) fn read_call(
+        &self,
+        r: &mut Reader,
+        own: &mut Own,
+        first: bool,
+        waiting_since: Instant,
+    ) -> Option<Taken> {
+        let spin = self.shared.config.spin;
+        if r.charge.charged() == 0 && r.charge.settle(BUFFER) {
+            // Back from the parking: the buffer again (without room for it, the frames grow from
+            // nothing, charged as they arrive).
+            r.frames = Deframer::new(BUFFER, stream::max_frame(self.shared.config.timing.max_message));
+        }
+        loop {
+            if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            loop {
+                match r.frames.next() {
+                    Err(_) => {
+                        self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                        self.close();
+                        return None;
+                    }
+                    Ok(Next::Frame(_)) => {
+                        let now = Instant::now();
+                        r.last_frame = now;
+                        r.spin_until = if r.lease.take() { now + spin } else { now };
+                        match self.on_frame(r, own, now) {
+                            Handled::Next => r.frames.consume(),
+                            Handled::Take(call) => {
+                                r.frames.consume();
+                                return Some(call);
+                            }
+                            Handled::Over => {
+                                self.close();
+                                return None;
+                            }
+                        }
+                    }
+                    Ok(Next::Partial(len)) => {
+                        if r.frames.needs_room(len) && !self.grow_for(r, len) {
+                            self.close();
+                            return None;
+                        }
+                        break;
+                    }
+                    Ok(Next::Nothing) => break,
+                }
+            }
+            match framed::receive(&self.conn.stream, &mut r.frames) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(_) => {
+                    self.close();
+                    return None;
+                }
+            }
+            let now = Instant::now();
+            if now < r.spin_until {
+                core::hint::spin_loop();
+                continue;
+            }
+            // Done spinning: another thread may.
+            r.lease.give_back();
+            // A binding that has sent nothing for `binding_idle`, with nothing running, goes as an
+            // idle UDP binding does (its client finds the connection closed, and binds again).
+            let quiet = now.saturating_duration_since(r.last_frame);
+            if quiet >= self.shared.config.binding_idle && self.conn.running.load(Ordering::Acquire) == 0 {
+                self.shared.stats.expired.fetch_add(1, Ordering::Relaxed);
+                self.close();
+                return None;
+            }
+            if !first && now.saturating_duration_since(waiting_since) >= HELPER_IDLE {
+                return None;
+            }
+            let alone = self.threads.load(Ordering::Acquire) == 1 && self.conn.running.load(Ordering::Acquire) == 0;
+            if first && alone && quiet >= PARK_AFTER && r.frames.buffered() == 0 {
+                r.frames = Deframer::new(0, stream::max_frame(self.shared.config.timing.max_message));
+                r.charge.settle(0);
+                r.retention = Retention::default();
+                self.parked.store(true, Ordering::Release);
+                return None;
+            }
+            if r.retention.holds_large() && r.retention.idle(now) {
+                r.frames.shrink();
+                r.charge.settle(BUFFER);
+            }
+            if own.retention.holds_large() && own.retention.idle(now) {
+                own.shrink();
+            }
+            if tiercel_sys::udp::wait_readable_fd(&self.conn.stream, Some(POLL)).is_err() {
+                self.close();
+                return None;
+            }
+        }
+    }
+
+    /// Makes room for more of a frame of `len` bytes that has filled the buffer: twice what the
+    /// buffer holds (at most the frame), charged before it is touched, so that a prefix claiming a
+    /// large frame is charged only as its bytes arrive. A frame larger than the binding may ever
+    /// hold, or one the budgets have no room for, is answered `Busy` and its bytes are dropped as
+    /// they come. False: the connection is over.
+    pub(super) fn grow_for(&self, r: &mut Reader, len: usize) -> bool {
+        let to = r.frames.next_size(len);
+        if PREFIX_LEN + len <= r.charge.binding_limit() && r.charge.settle(to) {
+            r.frames.grow_toward(len, to);
+            r.retention.large(Instant::now());
+            return true;
+        }
+        // The header comes first: the refusal needs its slot and number.
+        let Some(header) = r.frames.header() else { return true };
+        // Only the header is here: it is checked as far as it goes (the payload follows).
+        let p = Packet::new_unchecked(header);
+        if p.kind() != Kind::Call || p.binding() != self.id || p.incarnation() != self.shared.incarnation {
+            self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let (slot, seq, procedure) = (p.slot(), p.seq(), p.procedure());
+        self.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
+        r.frames.skip_frame();
+        self.answer(Kind::Result, Status::Busy, slot, seq, procedure).is_ok()
+    }
+
+    /// Sends a frame without payload (a refusal, a probe's answer).
+    pub(super) fn answer(
+        &self,
+        kind: Kind,
+        status: Status,
+        slot: u32,
+        seq: u32,
+        procedure: u16,
+    ) -> std::io::Result<()> {
+        let h = Header {
+            status,
+            procedure,
+            binding: self.id,
+            slot,
+            seq,
+            incarnation: self.shared.incarnation,
+            ..Header::new(kind)
+        };
+        let prefix = stream::prefix(HEADER_LEN);
+        self.conn.send(&mut [IoSlice::new(&prefix), IoSlice::new(&h.to_bytes())])
+    }
+
+    /// Handles the whole frame at the front of the buffer.
+    pub(super) fn on_frame(&self, r: &mut Reader, own: &mut Own, now: Instant) -> Handled {
+        let stats = &self.shared.stats;
+        let ok = |sent: std::io::Result<()>| if sent.is_ok() { Handled::Next } else { Handled::Over };
+        let Ok(p) = stream::check_frame(r.frames.frame()) else {
+            stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return Handled::Over;
+        };
+        let (slot, seq, procedure) = (p.slot(), p.seq(), p.procedure());
+        let reject = |status| {
+            stats.rejected.fetch_add(1, Ordering::Relaxed);
+            ok(self.answer(Kind::Reject, status, slot, seq, procedure))
+        };
+        if p.binding() != self.id || p.token() != 0 {
+            return reject(Status::UnknownBinding);
+        }
+        if p.incarnation() != self.shared.incarnation {
+            return reject(Status::WrongIncarnation);
+        }
+        if slot >= self.slots {
+            return reject(Status::BadSlot);
+        }
+        match p.kind() {
+            Kind::Call => {}
+            Kind::Probe => return ok(self.answer(Kind::ProbeReply, Status::Ok, slot, seq, procedure)),
+            Kind::Cancel => {
+                stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                // A plain procedure runs to its end; an async one stops.
+                #[cfg(feature = "async")]
+                if let Some(runner) = &self.shared.asynch {
+                    runner.cancel((self.id | 1 << 31, slot, seq));
+                }
+                return Handled::Next;
+            }
+            _ => {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                return Handled::Over;
+            }
+        }
+        if self.shared.refusing_bindings() {
+            stats.busy.fetch_add(1, Ordering::Relaxed);
+            return ok(self.answer(Kind::Result, Status::Busy, slot, seq, procedure));
+        }
+        let arrival =
+            Arrival { at: Some(now), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "tcp" };
+        let call = Taken { slot, seq, procedure, arrival };
+        let args = p.payload();
+        #[cfg(feature = "async")]
+        {
+            own.out.clear();
+            own.out.resize(FRAME_HEAD, 0);
+            if let Some(started) = self.start_async(args, &call, &mut own.out) {
+                return match started {
+                    Ok(()) => Handled::Next,
+                    Err(status) => {
+                        if self.send_result(&mut own.out, slot, seq, procedure, status) {
+                            Handled::Next
+                        } else {
+                            Handled::Over
+                        }
+                    }
+                };
+            }
+        }
+        if args.len() <= SMALL_CALL {
+            // The copy is charged before it is made.
+            if !own.charge.settle(args.len().max(own.args.capacity()) + own.out.capacity()) {
+                stats.busy.fetch_add(1, Ordering::Relaxed);
+                return ok(self.answer(Kind::Result, Status::Busy, slot, seq, procedure));
+            }
+            own.args.clear();
+            own.args.extend_from_slice(args);
+            return Handled::Take(call);
+        }
+        // Too large to copy: run here, borrowed where it landed, the connection unread meanwhile.
+        // A procedure that runs on its `InOut` buffer where it lies has it sent back from there.
+        self.busy();
+        let in_place = self.export.in_place(procedure);
+        let sent = match in_place.then(|| r.frames.consume_in_place(|frame| self.run_in_place(frame, own, &call))) {
+            Some(Some(sent)) => sent,
+            _ => {
+                let args = r.frames.frame().get(HEADER_LEN..).unwrap_or_default();
+                let status = self.run_with(args, &mut own.out, &call);
+                self.send_result(&mut own.out, slot, seq, procedure, status)
+            }
+        };
+        own.settle();
+        self.idle.fetch_add(1, Ordering::AcqRel);
+        if sent {
+            Handled::Next
+        } else {
+            Handled::Over
+        }
+    }
+}
+
+/// What became of a frame.
+pub(super) enum Handled {
+    /// Dealt with: the next.
+    Next,
+    /// A call for the reading thread to run.
+    Take(Taken),
+    /// The connection is over.
+    Over,
+}
