@@ -1,7 +1,7 @@
 //! Layers that point one way: in every crate of the workspace, at every level of the module tree,
 //! the modules side by side (each with everything under it) use each other without a circle, so
 //! that each can be read knowing only those it uses. A module's own children are not its peers:
-//! `server/mod.rs` and `server/tcp.rs` may use each other, `server::tcp` and `server::udp` may not
+//! `server/mod.rs` and `server/udp.rs` may use each other, `server::tcp` and `server::udp` may not
 //! both use the other, and neither may `client` and `server`. The server and the client of the
 //! `tiercel` crate do not use each other at all: what both need lives where both can reach it.
 //!
