@@ -17,7 +17,7 @@ use tiercel_proto::wire::Packet;
 use super::Shared;
 
 /// Connections a listener accepts before it lets those in the exchange progress.
-pub(super) const ARRIVALS: usize = 16;
+const ARRIVALS: usize = 16;
 /// How long a connection has, from its arrival, to complete the bind exchange.
 pub(crate) const HANDSHAKE: Duration = Duration::from_secs(2);
 
@@ -87,6 +87,44 @@ impl<S: Eq + Hash + Copy, E: Exchange> Doorway<S, E> {
         if progress(&mut w.exchange, next) && self.table.admit(source, Instant::now(), w).is_some() {
             shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Takes the connections waiting at the listener, [`ARRIVALS`] at most, each as
+    /// [`Doorway::arrive`] does: `accept` gives the next one, `open` makes it ready for the
+    /// exchange (its source and its bytes; `None` closes it), and `progress` is as in
+    /// [`Doorway::tend`]. While the server refuses bindings, each is closed unread (the client
+    /// is told by the closing) and counted. True if any came (more may be waiting).
+    pub(super) fn take_arrivals<C>(
+        &mut self,
+        shared: &Shared,
+        mut accept: impl FnMut() -> std::io::Result<C>,
+        mut open: impl FnMut(C) -> Option<(S, E)>,
+        mut progress: impl FnMut(&mut E, Step) -> bool,
+    ) -> bool {
+        let mut any = false;
+        // A few arrivals at a time, then the connections' progress: a burst of arrivals from
+        // one source cannot push out a client whose request is landing meanwhile.
+        for _ in 0..ARRIVALS {
+            match accept() {
+                Ok(connection) => {
+                    any = true;
+                    if shared.refusing_bindings() {
+                        shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    if let Some((source, exchange)) = open(connection) {
+                        self.arrive(shared, source, exchange, &mut progress);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    // Out of descriptors, for example: try again a little later.
+                    std::thread::sleep(Duration::from_millis(10));
+                    break;
+                }
+            }
+        }
+        any
     }
 
     /// Closes the connections whose time ran out, then lets each of the others progress through

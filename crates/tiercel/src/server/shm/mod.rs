@@ -28,7 +28,7 @@ use tiercel_proto::endpoint::Budget;
 use tiercel_proto::shm::{self as proto, header, Layout, PAGE};
 use tiercel_sys::shm::Region;
 
-use super::handshake::{has_room, Broken, Doorway, Exchange, Step, ARRIVALS};
+use super::handshake::{has_room, Broken, Doorway, Exchange, Step};
 use super::Shared;
 use crate::rendezvous;
 
@@ -183,33 +183,19 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
                 false
             }
         };
-        // A few arrivals at a time, then the connections' progress: a burst of arrivals from
-        // one source cannot push out a client whose request is landing meanwhile.
-        let mut more = false;
-        for _ in 0..ARRIVALS {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    more = true;
-                    // The user the kernel recorded for the connection: what limits its share of
-                    // the handshakes.
-                    let uid = tiercel_sys::shm::peer_credentials(&stream).map(|(_, uid)| uid);
-                    let Ok(uid) = uid else { continue };
-                    if shared.refusing_bindings() || stream.set_nonblocking(true).is_err() {
-                        // Closing the connection unread tells the client (it reads end of file,
-                        // and binds over UDP).
-                        shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    doorway.arrive(&shared, uid, Connecting { stream, partial: Vec::new() }, &mut progress);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    // Out of descriptors, for example: try again a little later.
-                    std::thread::sleep(Duration::from_millis(10));
-                    break;
-                }
+        let open = |(stream, _): (UnixStream, UnixAddr)| {
+            // The user the kernel recorded for the connection: what limits its share of the
+            // handshakes.
+            let (_, uid) = tiercel_sys::shm::peer_credentials(&stream).ok()?;
+            if stream.set_nonblocking(true).is_err() {
+                // Closing the connection unread tells the client (it reads end of file, and
+                // binds over UDP).
+                shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                return None;
             }
-        }
+            Some((uid, Connecting { stream, partial: Vec::new() }))
+        };
+        let more = doorway.take_arrivals(&shared, || listener.accept(), open, &mut progress);
         doorway.tend(&shared, &mut progress);
         let period = if teams.is_empty() { HEARTBEAT } else { period };
         if !more {
