@@ -362,7 +362,8 @@ impl Scenario {
         assert_eq!(*n, 1, "call {seq} of slot {slot} ran twice");
         let incarnation = self.server.endpoint.incarnation();
         *log.by_incarnation.entry(incarnation).or_default() += 1;
-        self.server.endpoint.run_started();
+        let binding = self.server.binding.clone();
+        self.server.endpoint.run_started(&binding);
         self.server.running[slot] = Some((packet, args));
         let (lo, hi) = self.server.service;
         let d = self.rng.random_range(lo..=hi);
@@ -376,8 +377,8 @@ impl Scenario {
         let Some((packet, args)) = self.server.running[slot].take() else { return };
         let p = Packet::new_checked(&packet[..]).expect("it was checked when it arrived");
         assert_eq!(p.seq(), seq);
-        self.server.endpoint.run_finished();
         let binding = self.server.binding.clone();
+        self.server.endpoint.run_finished(&binding);
         let timing = self.timing;
         // Odd slots' results are left behind other bytes of their buffer, as a procedure run in
         // place of its arguments leaves them: fewer than a header's or more.

@@ -1,7 +1,7 @@
 //! A binding on the server: its client slots, each with its protocol state and saved result, and
 //! the binding's memory budget.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -11,10 +11,27 @@ use crate::server::{CallAction, Slot};
 use crate::timing::Timing;
 use crate::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
+/// How a binding's calls reach the server: what the endpoint keeps for it besides its place in the
+/// table, its budget, its admission and its expiry, which are the same for all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carrier {
+    /// Datagrams (UDP), which name the binding by id and token: each slot keeps its duplicate
+    /// suppression, reassembly and saved result here ([`SlotCell`]).
+    Datagram,
+    /// A connection of its own (TCP): the connection is the binding, ordered and reliable, so a
+    /// call is never duplicated and no result is saved. Forgotten when idle, as a datagram binding.
+    Stream,
+    /// A shared-memory region of its own, whose slots hold the calls and results: the binding
+    /// lasts while its client holds the rendezvous connection.
+    Region,
+}
+
 /// A binding granted to a client: what every packet on it is checked against, and its slots.
 /// `E` is what the transport attaches to it (the `tiercel` crate: the exported interface).
 #[derive(Debug)]
 pub struct Binding<A, E> {
+    /// How its calls come.
+    pub carrier: Carrier,
     /// The binding id (index into the endpoint's table, from 1).
     pub id: u32,
     /// The capability every packet of the binding must carry.
@@ -27,13 +44,21 @@ pub struct Binding<A, E> {
     /// server's timing for this binding's fragments, within what its client accepts.
     window: u16,
     incarnation: u64,
+    /// Client slots (their number, whatever the carrier).
+    slot_count: u32,
+    /// A datagram binding's slots (empty for other carriers, whose transport keeps the calls).
     slots: Box<[Mutex<SlotCell<A>>]>,
     /// Bytes of this binding's messages, within `binding_memory`.
-    memory: Budget,
+    memory: Arc<Budget>,
     /// The whole server's, within `EndpointConfig::memory`.
     server_memory: Arc<Budget>,
     /// Nanoseconds after the endpoint's base time when a packet of the binding last arrived.
     pub(super) last_active: AtomicU64,
+    /// Calls of the binding running (counted for connection carriers: an idle binding with a call
+    /// running is not forgotten).
+    running: AtomicU32,
+    /// The endpoint has forgotten the binding as idle: its transport closes it.
+    expired: AtomicBool,
 }
 
 /// One client slot of a binding: its protocol state, its saved result and where to send it.
@@ -79,8 +104,10 @@ pub enum Fragment<'a> {
 }
 
 impl<A, E> Binding<A, E> {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         config: &super::EndpointConfig,
+        carrier: Carrier,
         id: u32,
         token: u128,
         export: E,
@@ -90,14 +117,17 @@ impl<A, E> Binding<A, E> {
     ) -> Binding<A, E> {
         let frag_payload = terms.max_datagram.saturating_sub(HEADER_LEN);
         let limit = crate::bind::wire::features::max_window(terms.features);
+        let cells = if carrier == Carrier::Datagram { config.slots_per_binding } else { 0 };
         Binding {
+            carrier,
             id,
             token,
             export,
             max_datagram: terms.max_datagram,
             window: config.timing.window_for(frag_payload, limit),
             incarnation: config.incarnation,
-            slots: (0..config.slots_per_binding)
+            slot_count: config.slots_per_binding,
+            slots: (0..cells)
                 .map(|_| {
                     Mutex::new(SlotCell {
                         proto: Slot::new(),
@@ -109,10 +139,50 @@ impl<A, E> Binding<A, E> {
                     })
                 })
                 .collect(),
-            memory: Budget::new(config.binding_memory),
+            memory: Arc::new(Budget::new(config.binding_memory)),
             server_memory,
             last_active: AtomicU64::new(now),
+            running: AtomicU32::new(0),
+            expired: AtomicBool::new(false),
         }
+    }
+
+    /// The binding's own memory budget (within `binding_memory`), for a transport that charges
+    /// its connection's buffers to it beside the server's ([`Binding::server_budget`]).
+    pub fn budget(&self) -> Arc<Budget> {
+        self.memory.clone()
+    }
+
+    /// The server-wide budget the binding's memory is also charged to.
+    pub fn server_budget(&self) -> Arc<Budget> {
+        self.server_memory.clone()
+    }
+
+    /// Calls of the binding running now.
+    pub fn running(&self) -> u32 {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Notes that a call of the binding that holds no worker (an async procedure) starts; see
+    /// [`Binding::call_ended`].
+    pub fn call_began(&self) {
+        self.running.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Notes that such a call ended.
+    pub fn call_ended(&self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Whether the endpoint forgot the binding as idle ([`super::ServerEndpoint::expire`]): its
+    /// transport closes it, and [`super::ServerEndpoint::release`]s it.
+    pub fn is_expired(&self) -> bool {
+        self.expired.load(Ordering::Acquire)
+    }
+
+    /// Marks the binding forgotten as idle; false if it was already.
+    pub(super) fn expire(&self) -> bool {
+        !self.expired.swap(true, Ordering::AcqRel)
     }
 
     /// Bytes of a fragment's payload on this binding.
@@ -127,10 +197,11 @@ impl<A, E> Binding<A, E> {
 
     /// Number of client slots.
     pub fn slots(&self) -> u32 {
-        self.slots.len() as u32
+        self.slot_count
     }
 
-    /// Slot `index`, locked; `None` outside the slot table.
+    /// Slot `index`, locked; `None` outside the slot table (and for a binding whose carrier is not
+    /// [`Carrier::Datagram`]: its transport keeps its calls).
     pub fn slot(&self, index: u32) -> Option<MutexGuard<'_, SlotCell<A>>> {
         self.slots.get(index as usize).map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
     }

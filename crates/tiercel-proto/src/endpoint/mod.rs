@@ -17,10 +17,12 @@
 
 mod binding;
 mod budget;
+mod connection;
 mod handshakes;
 
-pub use binding::{Binding, CallAt, Fragment, SlotCell};
+pub use binding::{Binding, CallAt, Carrier, Fragment, SlotCell};
 pub use budget::Budget;
+pub use connection::Framed;
 pub use handshakes::{HandshakeLimits, Handshakes, Pending};
 
 use std::collections::{HashMap, VecDeque};
@@ -150,6 +152,8 @@ pub struct ServerEndpoint<A, E> {
     config: EndpointConfig,
     base: Instant,
     bindings: RwLock<Table<A, E>>,
+    /// Bindings in the table, of every carrier.
+    held: AtomicUsize,
     /// Bind requests granted lately, by sender and nonce, so that a duplicate gets the same binding.
     recent: Mutex<HashMap<(A, u64), u32>>,
     running: AtomicUsize,
@@ -183,6 +187,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             config,
             base: now,
             bindings: RwLock::new(Vec::new()),
+            held: AtomicUsize::new(0),
             recent: Mutex::new(HashMap::new()),
             running: AtomicUsize::new(0),
             waiting: Mutex::new(VecDeque::new()),
@@ -285,14 +290,25 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             }
             cell.peer = Some(from);
         }
-        if p.kind() == Kind::Call && cell.proto.is_new(p.seq()) {
-            let full = self.running.load(Ordering::Acquire) >= self.config.max_running;
-            let contended = full || self.waiting_len.load(Ordering::Acquire) > 0;
-            if self.is_draining() || contended && !self.admit(binding.id, full, now) {
-                return Err(Refusal::Reject(self.reject(p, Status::Busy)));
-            }
+        if p.kind() == Kind::Call && cell.proto.is_new(p.seq()) && !self.admit_call(binding, now) {
+            return Err(Refusal::Reject(self.reject(p, Status::Busy)));
         }
         Ok(cell)
+    }
+
+    /// Whether a new call of `binding`, on any carrier, may run now: not while the endpoint is
+    /// draining, nor while `max_running` calls run or another binding refused before still waits
+    /// for a worker (refused bindings take freed workers in the order they were first refused, so
+    /// that a client with a few threads is not starved by clients with many). A refused call is
+    /// answered `Busy`; an admitted one is counted with [`ServerEndpoint::run_started`].
+    #[inline]
+    pub fn admit_call(&self, binding: &Binding<A, E>, now: Instant) -> bool {
+        if self.is_draining() {
+            return false;
+        }
+        let full = self.running.load(Ordering::Acquire) >= self.config.max_running;
+        let contended = full || self.waiting_len.load(Ordering::Acquire) > 0;
+        !contended || self.admit(binding.id, full, now)
     }
 
     /// Whether `p`, the header of a datagram from `from` received into the place
@@ -348,13 +364,18 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         admitted
     }
 
-    /// Notes that a procedure starts running (admission counts it until [`ServerEndpoint::run_finished`]).
-    pub fn run_started(&self) {
+    /// Notes that a procedure of `binding` starts running on a worker (admission counts it until
+    /// [`ServerEndpoint::run_finished`], and the binding is not forgotten meanwhile).
+    #[inline]
+    pub fn run_started(&self, binding: &Binding<A, E>) {
         self.running.fetch_add(1, Ordering::AcqRel);
+        binding.call_began();
     }
 
-    /// Notes that a procedure finished.
-    pub fn run_finished(&self) {
+    /// Notes that a procedure of `binding` finished.
+    #[inline]
+    pub fn run_finished(&self, binding: &Binding<A, E>) {
+        binding.call_ended();
         self.running.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -377,8 +398,9 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     pub fn lookup(&self, id: u32, token: u128) -> Option<Arc<Binding<A, E>>> {
         let table = self.bindings.read().unwrap_or_else(|p| p.into_inner());
         let b = table.get((id as usize).checked_sub(1)?)?.as_ref()?;
-        // Compared in full: the token is a capability, not a hint.
-        (b.token == token).then(|| b.clone())
+        // Compared in full: the token is a capability, not a hint. A connection's binding is
+        // reached only through its connection (its token, zero, proves nothing).
+        (b.carrier == Carrier::Datagram && b.token == token).then(|| b.clone())
     }
 
     /// Grants a binding to `from`'s request `nonce` (the bind machine admitted it), or returns the
@@ -411,6 +433,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         };
         let binding = Arc::new(Binding::new(
             &self.config,
+            Carrier::Datagram,
             index as u32 + 1,
             token,
             export,
@@ -419,6 +442,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             self.nanos(now),
         ));
         table[index] = Some(binding.clone());
+        self.held.fetch_add(1, Ordering::AcqRel);
         if recent.len() >= RECENT_BINDS {
             recent.clear();
         }
@@ -426,26 +450,35 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         Some((binding, true))
     }
 
-    /// Forgets bindings unheard from for `binding_idle` that no thread is using; returns how many.
+    /// Forgets bindings unheard from for `binding_idle` with no call running; returns how many. A
+    /// datagram binding no thread is using leaves the table; a connection's binding
+    /// ([`Carrier::Stream`]) is marked expired, for its transport to close and release. A region's
+    /// binding lasts while its client holds the rendezvous connection.
     pub fn expire(&self, now: Instant) -> usize {
         let cutoff = self.nanos(now).saturating_sub(self.config.binding_idle.as_nanos() as u64);
         let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
         let mut freed = Vec::new();
+        let mut expired = 0;
         for entry in table.iter_mut() {
-            let idle = entry
-                .as_ref()
-                .is_some_and(|b| b.last_active.load(Ordering::Relaxed) < cutoff && Arc::strong_count(b) == 1);
-            if idle {
-                if let Some(b) = entry.take() {
+            let Some(b) = entry.as_ref() else { continue };
+            if b.last_active.load(Ordering::Relaxed) >= cutoff {
+                continue;
+            }
+            match b.carrier {
+                Carrier::Datagram if Arc::strong_count(b) == 1 => {
                     freed.push(b.id);
+                    *entry = None;
                 }
+                Carrier::Stream if b.running() == 0 && b.expire() => expired += 1,
+                _ => {}
             }
         }
         drop(table);
+        self.held.fetch_sub(freed.len(), Ordering::AcqRel);
         if !freed.is_empty() {
             self.recent.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, id| !freed.contains(id));
         }
-        freed.len()
+        freed.len() + expired
     }
 
     /// Bytes of messages charged now, all bindings together (never more than `config.memory`).
@@ -479,9 +512,9 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         reclaimed
     }
 
-    /// Number of bindings held.
+    /// Number of bindings held, of every carrier.
     pub fn len(&self) -> usize {
-        self.bindings.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().count()
+        self.held.load(Ordering::Acquire)
     }
 
     /// Whether no binding is held.

@@ -118,7 +118,7 @@ fn slots_outside_the_binding_and_new_calls_beyond_max_running_are_refused() {
     let mut cell = enter(&e, &b, &p, 1).unwrap();
     assert_eq!(cell.on_call(&b, &p, now, &e.config().timing), CallAction::Execute);
     drop(cell);
-    e.run_started();
+    e.run_started(&b);
     let second = call(1, 1);
     let err = enter(&e, &b, &Packet::new_checked(&second[..]).unwrap(), 1).unwrap_err();
     assert_eq!(err.status, Status::Busy, "the one call allowed is running");
@@ -126,7 +126,7 @@ fn slots_outside_the_binding_and_new_calls_beyond_max_running_are_refused() {
     let mut cell = enter(&e, &b, &p, 1).unwrap();
     assert!(matches!(cell.on_call(&b, &p, now, &e.config().timing), CallAction::Drop(_)));
     drop(cell);
-    e.run_finished();
+    e.run_finished(&b);
     assert!(enter(&e, &b, &Packet::new_checked(&second[..]).unwrap(), 1).is_ok());
     // Draining: new calls are refused, calls under way are still answered.
     e.drain();
@@ -149,24 +149,24 @@ fn a_freed_worker_goes_to_the_binding_that_waited_first() {
     };
     // A's call takes the one worker; B's is refused and B waits.
     start(&call(a.id, 0, 1), &a, 1).unwrap();
-    e.run_started();
+    e.run_started(&a);
     assert_eq!(start(&call(b.id, 0, 1), &b, 2).unwrap_err().status, Status::Busy);
-    e.run_finished();
+    e.run_finished(&a);
     // The worker is free, but A (whose threads ask again at once) does not get it before B.
     assert_eq!(start(&call(a.id, 1, 1), &a, 1).unwrap_err().status, Status::Busy, "B waited first");
     start(&call(b.id, 0, 1), &b, 2).expect("B's retry takes the worker");
-    e.run_started();
-    e.run_finished();
+    e.run_started(&a);
+    e.run_finished(&a);
     // Then A, which waited next.
     start(&call(a.id, 1, 1), &a, 1).expect("A's turn");
-    e.run_started();
-    e.run_finished();
+    e.run_started(&a);
+    e.run_finished(&a);
     // No one waits: first come, first served again.
     start(&call(b.id, 1, 1), &b, 2).unwrap();
     // A binding that stops asking leaves the queue after twice the longest backoff.
-    e.run_started();
+    e.run_started(&a);
     assert_eq!(start(&call(a.id, 0, 2), &a, 1).unwrap_err().status, Status::Busy);
-    e.run_finished();
+    e.run_finished(&a);
     let later = now + 3 * e.config().timing.retransmit_max;
     let p = call(b.id, 1, 2);
     let p = Packet::new_checked(&p[..]).unwrap();

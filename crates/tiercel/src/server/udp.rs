@@ -704,7 +704,7 @@ impl UdpWorker {
         out.resize(HEADER_LEN, 0);
         let endpoint = &self.shared.endpoint;
         self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
-        endpoint.run_started();
+        endpoint.run_started(binding);
         let lane = self.lane();
         lane.started.fetch_add(1, Ordering::Relaxed);
         lane.running.fetch_add(1, Ordering::AcqRel);
@@ -764,7 +764,7 @@ impl UdpWorker {
                 (status, out, HEADER_LEN, Some(message))
             }
         };
-        endpoint.run_finished();
+        endpoint.run_finished(binding);
         lane.running.fetch_sub(1, Ordering::AcqRel);
         if batching {
             self.quick.borrow_mut().observe(export, p.procedure(), arrived.elapsed());

@@ -1,0 +1,266 @@
+//! Bindings whose calls come over a connection of their own (TCP) or a shared-memory region: their
+//! place in the same table as datagram bindings (so `max_bindings` bounds them all together and a
+//! draining endpoint refuses them all), the decision on every frame of a stream, and their expiry.
+//!
+//! ```text
+//! bind handshake admitted ─► connect ─► Binding (token 0, reached only through its connection)
+//! frame ─► on_frame ─┬─ Call        admitted: run_started … run_finished
+//!                    ├─ Answer(h)   a probe's reply, or a refusal (Reject; Busy as a Result)
+//!                    ├─ Cancel      the slot's call, if it still runs, stops
+//!                    └─ Malformed   count it, close the connection
+//! connection over, or expired ─► release
+//! ```
+
+use std::hash::Hash;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Binding, Carrier, ServerEndpoint, Terms, TOUCH_EVERY};
+use crate::wire::{Header, Kind, Packet, Status};
+
+/// What a frame on a connection's binding asks for ([`ServerEndpoint::on_frame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framed {
+    /// A new call, admitted: count it with [`ServerEndpoint::run_started`] when it runs.
+    Call,
+    /// Send this header back alone: a probe's reply, or a refusal (`Reject`, or a `Result` with
+    /// `Busy` for a call refused because the server is full or draining, which the client retries
+    /// after backing off).
+    Answer(Header),
+    /// A cancel of the slot's call: an async procedure stops, a plain one runs to its end.
+    Cancel,
+    /// Not a frame a client sends: count it and close the connection.
+    Malformed,
+}
+
+impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
+    /// Whether there is room for another binding of any carrier (and the endpoint is not
+    /// draining): a transport asks before it spends anything on a bind request it could not grant.
+    pub fn has_room(&self) -> bool {
+        !self.is_draining() && self.len() < self.config.max_bindings
+    }
+
+    /// Grants a binding carried by a connection or a region (`carrier` is not
+    /// [`Carrier::Datagram`]) to a bind request the bind machine admitted, in the table every
+    /// carrier shares. `None` when the table is full or the endpoint is draining.
+    pub fn connect(&self, carrier: Carrier, export: E, now: Instant) -> Option<Arc<Binding<A, E>>> {
+        debug_assert!(carrier != Carrier::Datagram, "datagram bindings are granted by `grant`");
+        if self.is_draining() {
+            return None;
+        }
+        let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
+        let index = match table.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if table.len() < self.config.max_bindings => {
+                table.push(None);
+                table.len() - 1
+            }
+            None => return None,
+        };
+        // No datagrams: the terms only size what the binding never uses.
+        let terms = Terms { max_datagram: crate::wire::HEADER_LEN + 1, features: 0 };
+        let binding = Arc::new(Binding::new(
+            &self.config,
+            carrier,
+            index as u32 + 1,
+            0,
+            export,
+            terms,
+            self.memory.clone(),
+            self.nanos(now),
+        ));
+        table[index] = Some(binding.clone());
+        self.held.fetch_add(1, Ordering::AcqRel);
+        Some(binding)
+    }
+
+    /// Takes a connection's binding out of the table (its connection is over): its id is free for
+    /// the next binding. Idempotent.
+    pub fn release(&self, binding: &Arc<Binding<A, E>>) {
+        let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = (binding.id as usize).checked_sub(1).and_then(|i| table.get_mut(i)) else { return };
+        if entry.as_ref().is_some_and(|b| Arc::ptr_eq(b, binding)) {
+            *entry = None;
+            self.held.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Counts activity of `binding` at `now` (written at most every 100 ms): an active binding is
+    /// not forgotten as idle.
+    #[inline]
+    pub fn touch(&self, binding: &Binding<A, E>, now: Instant) {
+        let t = self.nanos(now);
+        if t >= binding.last_active.load(Ordering::Relaxed) + TOUCH_EVERY {
+            binding.last_active.store(t, Ordering::Relaxed);
+        }
+    }
+
+    /// Decides on a whole frame `p` (checked with [`crate::stream::check_frame`]) that arrived on
+    /// `binding`'s connection at `now`, and counts it as the binding's activity. The frame must
+    /// name the binding (and carry no token: the connection is the capability) and this
+    /// incarnation, and a slot of the binding; a call is admitted as a datagram's is
+    /// ([`ServerEndpoint::admit_call`]).
+    pub fn on_frame(&self, binding: &Binding<A, E>, p: &Packet<&[u8]>, now: Instant) -> Framed {
+        self.touch(binding, now);
+        let answer = |kind, status| Header {
+            status,
+            procedure: p.procedure(),
+            binding: binding.id,
+            slot: p.slot(),
+            seq: p.seq(),
+            incarnation: self.config.incarnation,
+            ..Header::new(kind)
+        };
+        if p.binding() != binding.id || p.token() != 0 {
+            return Framed::Answer(answer(Kind::Reject, Status::UnknownBinding));
+        }
+        if p.incarnation() != self.config.incarnation {
+            return Framed::Answer(answer(Kind::Reject, Status::WrongIncarnation));
+        }
+        if p.slot() >= binding.slots() {
+            return Framed::Answer(answer(Kind::Reject, Status::BadSlot));
+        }
+        match p.kind() {
+            Kind::Call if self.admit_call(binding, now) => Framed::Call,
+            Kind::Call => Framed::Answer(answer(Kind::Result, Status::Busy)),
+            Kind::Probe => Framed::Answer(answer(Kind::ProbeReply, Status::Ok)),
+            Kind::Cancel => Framed::Cancel,
+            _ => Framed::Malformed,
+        }
+    }
+
+    /// The header of an answer of `kind` and `status` to a frame of `binding`'s connection for
+    /// `slot`, call `seq` of `procedure`, with no payload (a refusal the transport decides itself,
+    /// such as a frame too large for the binding's memory).
+    pub fn stream_answer(&self, binding: &Binding<A, E>, kind: Kind, status: Status, at: (u32, u32, u16)) -> Header {
+        let (slot, seq, procedure) = at;
+        Header {
+            status,
+            procedure,
+            binding: binding.id,
+            slot,
+            seq,
+            incarnation: self.config.incarnation,
+            ..Header::new(kind)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::endpoint::EndpointConfig;
+    use crate::timing::Timing;
+
+    fn endpoint(now: Instant) -> ServerEndpoint<u8, ()> {
+        let config = EndpointConfig {
+            incarnation: 9,
+            max_bindings: 2,
+            slots_per_binding: 2,
+            binding_memory: 1000,
+            memory: 1500,
+            stalled_after: Duration::from_secs(2),
+            binding_idle: Duration::from_secs(10),
+            max_running: 1,
+            timing: Timing::default(),
+        };
+        ServerEndpoint::new(config, now, Box::new(crate::bind::InsecureChallenges))
+    }
+
+    fn frame(kind: Kind, binding: u32, token: u128, incarnation: u64, slot: u32) -> Vec<u8> {
+        Header { binding, token, incarnation, slot, seq: 1, ..Header::new(kind) }.to_bytes().to_vec()
+    }
+
+    fn decide(e: &ServerEndpoint<u8, ()>, b: &Binding<u8, ()>, bytes: &[u8], now: Instant) -> Framed {
+        e.on_frame(b, &Packet::new_checked(bytes).unwrap(), now)
+    }
+
+    fn answered(f: Framed) -> (Kind, Status) {
+        match f {
+            Framed::Answer(h) => (h.kind, h.status),
+            other => panic!("expected an answer, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_carrier_shares_one_table_and_max_bindings() {
+        let now = Instant::now();
+        let e = endpoint(now);
+        let tcp = e.connect(Carrier::Stream, (), now).unwrap();
+        let shm = e.connect(Carrier::Region, (), now).unwrap();
+        assert_ne!(tcp.id, shm.id);
+        assert_eq!(e.len(), 2);
+        assert!(!e.has_room());
+        let terms = Terms { max_datagram: 1000, features: 0 };
+        assert!(e.grant(1, 1, (), 5, terms, now).is_none(), "a datagram binding finds the table full too");
+        assert!(e.connect(Carrier::Stream, (), now).is_none());
+        e.release(&tcp);
+        e.release(&tcp);
+        assert_eq!(e.len(), 1, "released once, however often asked");
+        let (udp, _) = e.grant(1, 1, (), 5, terms, now).unwrap();
+        assert_eq!(udp.id, tcp.id, "the freed id is taken again");
+        e.release(&shm);
+        e.drain();
+        assert!(!e.has_room());
+        assert!(e.connect(Carrier::Region, (), now).is_none(), "a draining endpoint binds no one");
+    }
+
+    #[test]
+    fn a_connections_binding_is_not_reached_by_datagram() {
+        let now = Instant::now();
+        let e = endpoint(now);
+        let tcp = e.connect(Carrier::Stream, (), now).unwrap();
+        assert!(e.lookup(tcp.id, 0).is_none(), "token zero proves nothing over UDP");
+        assert_eq!(tcp.slot(0).map(|_| ()), None, "no datagram slot state is kept for it");
+        assert_eq!(tcp.slots(), 2);
+    }
+
+    #[test]
+    fn frames_are_checked_and_calls_admitted_as_datagrams_are() {
+        let now = Instant::now();
+        let e = endpoint(now);
+        let b = e.connect(Carrier::Stream, (), now).unwrap();
+        assert_eq!(decide(&e, &b, &frame(Kind::Call, b.id, 0, 9, 0), now), Framed::Call);
+        let refusal = |kind, id, token, inc, slot| answered(decide(&e, &b, &frame(kind, id, token, inc, slot), now));
+        assert_eq!(refusal(Kind::Call, b.id + 1, 0, 9, 0), (Kind::Reject, Status::UnknownBinding));
+        assert_eq!(refusal(Kind::Call, b.id, 7, 9, 0), (Kind::Reject, Status::UnknownBinding));
+        assert_eq!(refusal(Kind::Call, b.id, 0, 8, 0), (Kind::Reject, Status::WrongIncarnation));
+        assert_eq!(refusal(Kind::Call, b.id, 0, 9, 2), (Kind::Reject, Status::BadSlot));
+        assert_eq!(refusal(Kind::Probe, b.id, 0, 9, 1), (Kind::ProbeReply, Status::Ok));
+        assert_eq!(decide(&e, &b, &frame(Kind::Cancel, b.id, 0, 9, 1), now), Framed::Cancel);
+        assert_eq!(decide(&e, &b, &frame(Kind::Result, b.id, 0, 9, 1), now), Framed::Malformed);
+        // max_running is 1, for every carrier together.
+        e.run_started(&b);
+        assert_eq!(refusal(Kind::Call, b.id, 0, 9, 1), (Kind::Result, Status::Busy));
+        e.run_finished(&b);
+        assert_eq!(decide(&e, &b, &frame(Kind::Call, b.id, 0, 9, 1), now), Framed::Call);
+        e.drain();
+        assert_eq!(refusal(Kind::Call, b.id, 0, 9, 1), (Kind::Result, Status::Busy), "draining");
+        assert_eq!(refusal(Kind::Probe, b.id, 0, 9, 1), (Kind::ProbeReply, Status::Ok), "still answered");
+    }
+
+    #[test]
+    fn an_idle_stream_binding_expires_unless_a_call_runs_and_a_region_lasts() {
+        let now = Instant::now();
+        let e = endpoint(now);
+        let tcp = e.connect(Carrier::Stream, (), now).unwrap();
+        let shm = e.connect(Carrier::Region, (), now).unwrap();
+        let later = now + Duration::from_secs(11);
+        tcp.call_began();
+        assert_eq!(e.expire(later), 0, "a call runs");
+        assert!(!tcp.is_expired());
+        tcp.call_ended();
+        // Heard from a moment ago: not idle.
+        decide(&e, &tcp, &frame(Kind::Probe, tcp.id, 0, 9, 0), later);
+        assert_eq!(e.expire(later + Duration::from_secs(9)), 0);
+        assert_eq!(e.expire(later + Duration::from_secs(11)), 1);
+        assert!(tcp.is_expired() && !shm.is_expired());
+        assert_eq!(e.expire(later + Duration::from_secs(12)), 0, "counted once");
+        assert_eq!(e.len(), 2, "held until its transport releases it");
+        e.release(&tcp);
+        assert_eq!(e.len(), 1);
+    }
+}
