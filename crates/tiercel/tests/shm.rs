@@ -442,3 +442,28 @@ fn a_hostile_client_cannot_crash_the_server_or_touch_another_binding() {
     }
     assert_eq!(s.stats().panics, 0);
 }
+
+#[test]
+fn max_bindings_bounds_every_transport_together() {
+    let config = ServerConfig { max_bindings: 3, ..ServerConfig::default() };
+    let s = Server::bind("127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
+    let import = |scheme: &str| Client::connect(format!("{scheme}{}", s.addr())).unwrap().import::<TestClient>();
+    let udp = import("udp://").unwrap();
+    let tcp = import("tcp://").unwrap();
+    let shm = import("shm:").unwrap();
+    assert_eq!(s.bindings(), 3);
+    for scheme in ["udp://", "tcp://", "shm:"] {
+        let err = import(scheme).map(drop).unwrap_err();
+        assert!(matches!(err, BindError::Busy), "{scheme}: {err:?}");
+    }
+    // A binding of one transport gone makes room for any other's.
+    drop(tcp);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.bindings() > 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let again = import("shm:").unwrap();
+    for c in [&udp, &shm, &again] {
+        seeds::check_all(c, 1).unwrap();
+    }
+}

@@ -1,5 +1,6 @@
 //! Graceful shutdown: started from another thread, it refuses new bindings and new calls, lets the
-//! calls under way finish with their results delivered, and then the server stops.
+//! calls under way finish with their results delivered, and then the server stops; over UDP,
+//! shared memory and TCP alike.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,7 +28,7 @@ impl Slow for Sleeper {
 
 #[test]
 fn calls_under_way_finish_and_new_ones_are_refused() {
-    for transport in ["udp://", "shm:"] {
+    for transport in ["udp://", "shm:", "tcp://"] {
         let ran = Arc::new(AtomicU64::new(0));
         let server =
             Server::bind("udp://127.0.0.1:0").unwrap().export(SlowServer::new(Sleeper(ran.clone()))).start().unwrap();
@@ -46,12 +47,10 @@ fn calls_under_way_finish_and_new_ones_are_refused() {
         // New bindings are refused at once.
         let err = Client::connect(addr.as_str()).unwrap().import::<SlowClient>().map(drop).unwrap_err();
         assert!(matches!(err, BindError::Busy), "{transport}: {err:?}");
-        if transport == "udp://" {
-            // A new call on an existing binding is refused as busy until its client gives up, and
-            // never runs.
-            let err = early.ping().unwrap_err();
-            assert!(matches!(err, CallError::Overloaded), "{err:?}");
-        }
+        // A new call on an existing binding is refused as busy (over UDP until its client gives
+        // up), and never runs: the endpoint decides so for every transport.
+        let err = early.ping().unwrap_err();
+        assert!(matches!(err, CallError::Overloaded), "{transport}: {err:?}");
         // The call under way finishes and its result is delivered.
         assert_eq!(under_way.join().unwrap().unwrap(), 1, "{transport}: the call under way ran, alone");
         server.wait();

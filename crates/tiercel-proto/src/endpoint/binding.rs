@@ -54,8 +54,8 @@ pub struct Binding<A, E> {
     server_memory: Arc<Budget>,
     /// Nanoseconds after the endpoint's base time when a packet of the binding last arrived.
     pub(super) last_active: AtomicU64,
-    /// Calls of the binding running (counted for connection carriers: an idle binding with a call
-    /// running is not forgotten).
+    /// Calls of a stream's binding running (an idle binding with a call running is not forgotten;
+    /// not counted for other carriers).
     running: AtomicU32,
     /// The endpoint has forgotten the binding as idle: its transport closes it.
     expired: AtomicBool,

@@ -122,7 +122,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             return Framed::Answer(answer(Kind::Reject, Status::BadSlot));
         }
         match p.kind() {
-            Kind::Call if self.admit_call(binding, now) => Framed::Call,
+            Kind::Call if self.admit_call(binding, || now) => Framed::Call,
             Kind::Call => Framed::Answer(answer(Kind::Result, Status::Busy)),
             Kind::Probe => Framed::Answer(answer(Kind::ProbeReply, Status::Ok)),
             Kind::Cancel => Framed::Cancel,
@@ -232,11 +232,20 @@ mod tests {
         assert_eq!(refusal(Kind::Probe, b.id, 0, 9, 1), (Kind::ProbeReply, Status::Ok));
         assert_eq!(decide(&e, &b, &frame(Kind::Cancel, b.id, 0, 9, 1), now), Framed::Cancel);
         assert_eq!(decide(&e, &b, &frame(Kind::Result, b.id, 0, 9, 1), now), Framed::Malformed);
-        // max_running is 1, for every carrier together.
+        // max_running (1) bounds the workers' calls, which a connection's calls do not take: its
+        // threads were paid for when it bound. Neither kind is refused for the other.
         e.run_started(&b);
-        assert_eq!(refusal(Kind::Call, b.id, 0, 9, 1), (Kind::Result, Status::Busy));
-        e.run_finished(&b);
+        assert_eq!(e.running(), 1);
         assert_eq!(decide(&e, &b, &frame(Kind::Call, b.id, 0, 9, 1), now), Framed::Call);
+        let terms = Terms { max_datagram: 1000, features: 0 };
+        let (udp, _) = e.grant(1, 1, (), 5, terms, now).unwrap();
+        assert!(e.admit_call(&udp, || now), "a datagram's call finds the workers free");
+        e.run_started(&udp);
+        assert!(!e.admit_call(&udp, || now), "max_running");
+        assert_eq!(decide(&e, &b, &frame(Kind::Call, b.id, 0, 9, 1), now), Framed::Call);
+        e.run_finished(&udp);
+        e.run_finished(&b);
+        assert_eq!(e.running(), 0);
         e.drain();
         assert_eq!(refusal(Kind::Call, b.id, 0, 9, 1), (Kind::Result, Status::Busy), "draining");
         assert_eq!(refusal(Kind::Probe, b.id, 0, 9, 1), (Kind::ProbeReply, Status::Ok), "still answered");

@@ -156,7 +156,11 @@ pub struct ServerEndpoint<A, E> {
     held: AtomicUsize,
     /// Bind requests granted lately, by sender and nonce, so that a duplicate gets the same binding.
     recent: Mutex<HashMap<(A, u64), u32>>,
+    /// Calls running on the workers (datagram bindings'): what `max_running` bounds.
     running: AtomicUsize,
+    /// Calls running on the threads of a connection's or region's binding, which take no worker:
+    /// counted apart, so that neither kind of call is refused for the other's.
+    running_apart: AtomicUsize,
     /// Bindings refused as busy, in the order they were first refused, with when last refused
     /// (ns since `base`): while any waits, a worker that comes free goes to the first of them,
     /// not to whichever binding asks first (a client with many threads would always win).
@@ -190,6 +194,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             held: AtomicUsize::new(0),
             recent: Mutex::new(HashMap::new()),
             running: AtomicUsize::new(0),
+            running_apart: AtomicUsize::new(0),
             waiting: Mutex::new(VecDeque::new()),
             waiting_len: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
@@ -209,9 +214,10 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         self.draining.load(Ordering::Acquire)
     }
 
-    /// Procedures running now.
+    /// Procedures running now, of every carrier (plain ones: async procedures are counted by
+    /// their runtime).
     pub fn running(&self) -> usize {
-        self.running.load(Ordering::Acquire)
+        self.running.load(Ordering::Acquire) + self.running_apart.load(Ordering::Acquire)
     }
 
     /// The settings.
@@ -290,25 +296,31 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             }
             cell.peer = Some(from);
         }
-        if p.kind() == Kind::Call && cell.proto.is_new(p.seq()) && !self.admit_call(binding, now) {
+        if p.kind() == Kind::Call && cell.proto.is_new(p.seq()) && !self.admit_call(binding, || now) {
             return Err(Refusal::Reject(self.reject(p, Status::Busy)));
         }
         Ok(cell)
     }
 
     /// Whether a new call of `binding`, on any carrier, may run now: not while the endpoint is
-    /// draining, nor while `max_running` calls run or another binding refused before still waits
-    /// for a worker (refused bindings take freed workers in the order they were first refused, so
-    /// that a client with a few threads is not starved by clients with many). A refused call is
-    /// answered `Busy`; an admitted one is counted with [`ServerEndpoint::run_started`].
+    /// draining; and a datagram binding's call (which needs a worker) not while `max_running`
+    /// calls run on the workers or another binding refused before still waits for one (refused
+    /// bindings take freed workers in the order they were first refused, so that a client with a
+    /// few threads is not starved by clients with many). A connection's or region's call runs on
+    /// the binding's own threads, which its admission at bind time paid for. A refused call is
+    /// answered `Busy`; an admitted one is counted with [`ServerEndpoint::run_started`]. `now` is
+    /// read only when workers are contended.
     #[inline]
-    pub fn admit_call(&self, binding: &Binding<A, E>, now: Instant) -> bool {
+    pub fn admit_call(&self, binding: &Binding<A, E>, now: impl FnOnce() -> Instant) -> bool {
         if self.is_draining() {
             return false;
         }
+        if binding.carrier != Carrier::Datagram {
+            return true;
+        }
         let full = self.running.load(Ordering::Acquire) >= self.config.max_running;
         let contended = full || self.waiting_len.load(Ordering::Acquire) > 0;
-        !contended || self.admit(binding.id, full, now)
+        !contended || self.admit(binding.id, full, now())
     }
 
     /// Whether `p`, the header of a datagram from `from` received into the place
@@ -365,18 +377,30 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     }
 
     /// Notes that a procedure of `binding` starts running on a worker (admission counts it until
-    /// [`ServerEndpoint::run_finished`], and the binding is not forgotten meanwhile).
+    /// [`ServerEndpoint::run_finished`], and a stream's binding is not forgotten meanwhile).
     #[inline]
     pub fn run_started(&self, binding: &Binding<A, E>) {
-        self.running.fetch_add(1, Ordering::AcqRel);
-        binding.call_began();
+        match binding.carrier {
+            Carrier::Datagram => self.running.fetch_add(1, Ordering::AcqRel),
+            Carrier::Stream => {
+                binding.call_began();
+                self.running_apart.fetch_add(1, Ordering::AcqRel)
+            }
+            Carrier::Region => self.running_apart.fetch_add(1, Ordering::AcqRel),
+        };
     }
 
     /// Notes that a procedure of `binding` finished.
     #[inline]
     pub fn run_finished(&self, binding: &Binding<A, E>) {
-        binding.call_ended();
-        self.running.fetch_sub(1, Ordering::AcqRel);
+        match binding.carrier {
+            Carrier::Datagram => self.running.fetch_sub(1, Ordering::AcqRel),
+            Carrier::Stream => {
+                binding.call_ended();
+                self.running_apart.fetch_sub(1, Ordering::AcqRel)
+            }
+            Carrier::Region => self.running_apart.fetch_sub(1, Ordering::AcqRel),
+        };
     }
 
     /// A `Reject` of `p` with `status`.

@@ -7,7 +7,7 @@
 
 use std::hash::Hash;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::{Admission, BindDecision};
@@ -53,8 +53,10 @@ pub(super) enum Step {
     Wait,
     /// Over without a binding: answered for the last time, refused, or broken.
     Done,
-    /// The bind machine admits this request: the transport makes the binding (when it has
-    /// room: [`has_room`]) and answers with the grant, or with [`Admission::busy`].
+    /// The bind machine admits this request: the transport asks the endpoint for the binding
+    /// (`ServerEndpoint::connect`, which has room for `ServerConfig::max_bindings` of every
+    /// transport together, and none while draining) and answers with the grant, or with
+    /// [`Admission::busy`].
     Admit(Admission),
 }
 
@@ -188,10 +190,4 @@ fn step(shared: &Shared, exchange: &mut impl Exchange, answered: &mut u8, peer: 
         }
         BindDecision::Admit(a) => Step::Admit(a),
     }
-}
-
-/// Whether the server has room for another binding of a transport that holds `live` of them: under
-/// `ServerConfig::max_bindings`, and not shutting down. (Its memory is charged apart.)
-pub(super) fn has_room(shared: &Shared, live: &AtomicUsize) -> bool {
-    live.load(Ordering::Relaxed) < shared.config.max_bindings && !shared.refusing_bindings()
 }

@@ -214,8 +214,6 @@ impl Server {
             binding_threads: std::sync::Mutex::new(Vec::new()),
             shm_bindings: AtomicUsize::new(0),
             stream_bindings: AtomicUsize::new(0),
-            stream_running: AtomicUsize::new(0),
-            next_shm_binding: std::sync::atomic::AtomicU32::new(1),
             #[cfg(feature = "async")]
             asynch,
         });
@@ -276,6 +274,9 @@ fn slow_calls(calls: u64, threads: usize, period: std::time::Duration) -> bool {
     calls < threads as u64 * per_thread
 }
 
+/// A binding of the server's endpoint, of any transport.
+pub(crate) type EndpointBinding = tiercel_proto::endpoint::Binding<SocketAddr, Arc<dyn Export>>;
+
 pub(crate) struct Shared {
     /// The UDP sockets (`ServerConfig::sockets`), all on the server's port, and what the workers
     /// reading each share; the first is the one the server was bound with.
@@ -290,15 +291,11 @@ pub(crate) struct Shared {
     shm_bindings: AtomicUsize,
     /// TCP bindings (connections) being served.
     stream_bindings: AtomicUsize,
-    /// Plain procedures running on TCP bindings' threads.
-    stream_running: AtomicUsize,
     /// Where clients on this host bind through shared memory, and the socket's name.
     rendezvous: Option<(tiercel_proto::bind::Rendezvous, String)>,
     /// The server-wide budget for messages (`ServerConfig::message_memory`), charged by both
     /// transports.
     memory: Arc<tiercel_proto::endpoint::Budget>,
-    /// Id of the next shared-memory or TCP binding.
-    next_shm_binding: std::sync::atomic::AtomicU32,
     exports: Vec<Arc<dyn Export>>,
     /// Each export's procedures' metrics handles, in the same order (feature `metrics`).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -475,12 +472,7 @@ impl Shared {
     /// the workers stop.
     pub(crate) fn drained(&self, now: std::time::Instant) -> bool {
         let by = *self.shutdown_by.lock().unwrap_or_else(|p| p.into_inner());
-        by.is_some_and(|by| {
-            self.endpoint.running() == 0
-                && self.stream_running.load(Ordering::Acquire) == 0
-                && self.async_in_flight() == 0
-                || now >= by
-        })
+        by.is_some_and(|by| self.endpoint.running() == 0 && self.async_in_flight() == 0 || now >= by)
     }
 
     /// Async procedures running.
@@ -568,11 +560,9 @@ impl RunningServer {
         StatsHandle(self.shared.stats.clone())
     }
 
-    /// Bindings currently held (over UDP, through shared memory and over TCP).
+    /// Bindings currently held (over UDP, through shared memory and over TCP: one table).
     pub fn bindings(&self) -> usize {
         self.shared.endpoint.len()
-            + self.shared.shm_bindings.load(Ordering::Relaxed)
-            + self.shared.stream_bindings.load(Ordering::Relaxed)
     }
 
     /// Bytes the bindings hold now for messages: over UDP, calls being reassembled and results not

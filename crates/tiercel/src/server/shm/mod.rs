@@ -24,11 +24,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::Rendezvous;
-use tiercel_proto::endpoint::Budget;
+use tiercel_proto::endpoint::Carrier;
 use tiercel_proto::shm::{self as proto, header, Layout, PAGE};
 use tiercel_sys::shm::Region;
 
-use super::handshake::{has_room, Broken, Doorway, Exchange, Step};
+use super::handshake::{Broken, Doorway, Exchange, Step};
 use super::Shared;
 use crate::rendezvous;
 
@@ -217,32 +217,37 @@ fn bind(
     let slots = shared.config.slots_per_binding.clamp(1, proto::MAX_SLOTS);
     // The header and the slots' control pages are the server's from the start.
     let control = PAGE * (1 + slots as usize);
-    let budget = Arc::new(Budget::new(shared.config.binding_memory));
-    let mut charged = Charge::new(budget, shared.memory.clone());
-    let made = (has_room(shared, live) && charged.reserve(control))
-        .then(|| Layout::new(slots, shared.config.timing.max_message))
-        .flatten()
-        .and_then(|layout| {
-            let region = Region::create("tiercel-binding", layout.region_len()?).ok()?;
-            for (at, v) in layout.header_words() {
-                region.u32_at(at)?.store(v, Ordering::Relaxed);
-            }
-            Some((region, layout))
-        });
+    let export = shared.exports[admission.export].clone();
+    let Some(place) = shared.endpoint.connect(Carrier::Region, export, Instant::now()) else {
+        shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        h.answer(&admission.busy(&machine));
+        return None;
+    };
+    // Taken out of the endpoint again unless the binding's first thread starts.
+    let release = Release(shared, Some(place.clone()));
+    let mut charged = Charge::new(place.budget(), shared.memory.clone());
+    let made =
+        charged.reserve(control).then(|| Layout::new(slots, shared.config.timing.max_message)).flatten().and_then(
+            |layout| {
+                let region = Region::create("tiercel-binding", layout.region_len()?).ok()?;
+                for (at, v) in layout.header_words() {
+                    region.u32_at(at)?.store(v, Ordering::Relaxed);
+                }
+                Some((region, layout))
+            },
+        );
     let Some((region, layout)) = made else {
         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         h.answer(&admission.busy(&machine));
         return None;
     };
     let region = Arc::new(region);
-    let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
-    let reply = admission.grant(&machine, id, 0, slots, layout.data as u64);
+    let reply = admission.grant(&machine, place.id, 0, slots, layout.data as u64);
     let stream = h.stream.try_clone().ok()?;
     if rendezvous::send(&stream, &reply, Some(region.fd())).is_err() || stream.set_nonblocking(false).is_err() {
         return None;
     }
-    let export = shared.exports[admission.export].clone();
-    let (team, results) = new_team(shared, export, region, id, layout, charged);
+    let (team, results) = new_team(shared, place, region, layout, charged);
     let watched = Arc::downgrade(&team);
     live.fetch_add(1, Ordering::Relaxed);
     let live_ = live.clone();
@@ -256,12 +261,32 @@ fn bind(
             let mut threads = shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
             threads.retain(|t| !t.is_finished());
             threads.push(thread);
+            // The first thread releases it when the binding ends.
+            release.keep();
             Some(watched)
         }
         // No thread: the connection (and with it the region) goes, and the client sees it closed.
         Err(_) => {
             live.fetch_sub(1, Ordering::Relaxed);
             None
+        }
+    }
+}
+
+/// Takes a binding out of the endpoint when dropped, unless kept: a bind that fails halfway
+/// leaves no place taken.
+struct Release<'a>(&'a Shared, Option<Arc<crate::server::EndpointBinding>>);
+
+impl Release<'_> {
+    fn keep(mut self) {
+        self.1 = None;
+    }
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        if let Some(place) = self.1.take() {
+            self.0.endpoint.release(&place);
         }
     }
 }

@@ -72,7 +72,10 @@ pub(super) struct Team {
     pub(super) region: Arc<Region>,
     pub(super) layout: Layout,
     pub(super) binding: Arc<dyn crate::interface::Export>,
-    /// The binding's memory budget, shared by the slots' and the threads' charges.
+    /// Its place in the server's endpoint: its memory budget (shared by the slots' and the
+    /// threads' charges), its admission.
+    pub(super) place: Arc<crate::server::EndpointBinding>,
+    /// The binding's memory budget.
     pub(super) budget: Arc<Budget>,
     pub(super) books: Vec<std::sync::Mutex<Books>>,
     /// One per thread the binding may have; the first is the first thread's.
@@ -234,12 +237,12 @@ impl Team {
 /// The team of a binding just granted, and where its async results arrive.
 pub(super) fn new_team(
     shared: &Arc<Shared>,
-    binding: Arc<dyn crate::interface::Export>,
+    place: Arc<crate::server::EndpointBinding>,
     region: Arc<Region>,
-    id: u32,
     layout: Layout,
     control: Charge,
 ) -> (Arc<Team>, AsyncResults) {
+    let (binding, id) = (place.export.clone(), place.id);
     let budget = control.binding.clone();
     let books = (0..layout.slots)
         .map(|_| {
@@ -263,6 +266,7 @@ pub(super) fn new_team(
         region,
         layout,
         binding,
+        place,
         budget,
         books,
         lanes: (0..Team::max_threads(shared, layout.slots)).map(|_| Lane::new()).collect(),

@@ -78,6 +78,7 @@ pub(super) fn serve_first(team: &Team, stream: UnixStream, results: AsyncResults
     team.parked.fetch_add(1, Ordering::SeqCst);
     futex_wake(&team.parked, i32::MAX as u32);
     shared.shm_bindings.fetch_sub(1, Ordering::Relaxed);
+    shared.endpoint.release(&team.place);
 }
 
 /// One thread serving a binding: its private copies of arguments and results, and their charge.
@@ -380,6 +381,11 @@ impl<'a> Worker<'a> {
                 team.shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                 Status::Cancelled
             }
+            // The server is shutting down: no new call (the endpoint decides, as for every transport).
+            Some(_) if !team.shared.endpoint.admit_call(&team.place, Instant::now) => {
+                team.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
+                Status::Busy
+            }
             Some(call) => {
                 if self.args.capacity() < call.len {
                     self.args.reserve_exact(call.len + PAGE - self.args.len());
@@ -407,6 +413,7 @@ impl<'a> Worker<'a> {
                 if call.len > IN_PLACE && team.binding.in_place(call.procedure) {
                     return self.serve_in_place(i, b, call.procedure, arrival, len);
                 }
+                team.shared.endpoint.run_started(&team.place);
                 let mut status = super::super::dispatch::run_procedure(
                     &team.shared,
                     &team.binding,
@@ -417,6 +424,7 @@ impl<'a> Worker<'a> {
                     0,
                     limit,
                 );
+                team.shared.endpoint.run_finished(&team.place);
                 if self.out.len() > limit {
                     let n = self.out.len();
                     self.out.clear();
@@ -443,6 +451,7 @@ impl<'a> Worker<'a> {
     #[inline(never)]
     pub(super) fn serve_in_place(&mut self, i: u32, b: &mut Books, procedure: u16, arrival: Arrival, len: usize) {
         let team = self.team;
+        team.shared.endpoint.run_started(&team.place);
         let ran = super::super::dispatch::run_in_place(
             &team.shared,
             &team.binding,
@@ -453,6 +462,7 @@ impl<'a> Worker<'a> {
             &mut self.out,
             0,
         );
+        team.shared.endpoint.run_finished(&team.place);
         let limit = team.layout.data;
         match ran {
             Ok(body) if self.args.len() - body <= limit => {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::endpoint::Budget;
+use crate::server::EndpointBinding;
 use tiercel_proto::stream::{self, Deframer, PREFIX_LEN};
 use tiercel_proto::wire::{Header, Kind, Status, HEADER_LEN};
 
@@ -54,9 +54,9 @@ pub(crate) struct StreamBinding {
     pub(super) conn: Arc<Conn>,
     pub(super) export: Arc<dyn crate::interface::Export>,
     pub(super) id: u32,
-    pub(super) slots: u32,
-    /// The binding's memory budget, shared by its threads' charges.
-    pub(super) budget: Arc<Budget>,
+    /// Its place in the server's endpoint: its memory budget (shared by its threads' charges),
+    /// its calls running, its expiry.
+    pub(super) binding: Arc<EndpointBinding>,
     /// The reading side, taken out by the thread reading the connection and put back when it has a
     /// call to run (`None` meanwhile).
     pub(super) reader: Mutex<Option<Reader>>,
@@ -75,8 +75,6 @@ pub(crate) struct StreamBinding {
     pub(super) created: Instant,
     /// The connection is over: the threads end.
     pub(super) closed: AtomicBool,
-    /// Bindings of the listener, counted down when the binding ends.
-    pub(super) live: Arc<AtomicUsize>,
     /// Where the binding waits without a thread.
     pub(super) parking: Arc<Parking>,
     /// Its last thread found it idle and gives it up to the parking when it ends.
@@ -138,7 +136,7 @@ impl StreamBinding {
     /// Most threads serving one binding: a slow call then holds up only its own caller while
     /// fewer than this many run at once.
     pub(super) fn max_threads(&self) -> usize {
-        (self.slots as usize).min(self.shared.config.workers.max(2))
+        (self.binding.slots() as usize).min(self.shared.config.workers.max(2))
     }
 
     /// Whether the listener should give the binding another thread: there is room for one more,
@@ -214,11 +212,11 @@ impl StreamBinding {
         parked
     }
 
-    /// The binding is over: its connection closes, and it no longer counts.
+    /// The binding is over: its connection closes, and the endpoint forgets it.
     pub(super) fn ended(&self) {
         self.close();
         self.shared.stream_bindings.fetch_sub(1, Ordering::Relaxed);
-        self.live.fetch_sub(1, Ordering::Relaxed);
+        self.shared.endpoint.release(&self.binding);
     }
 
     /// One thread's life: take a call from the connection, run it, answer, again.
@@ -226,7 +224,7 @@ impl StreamBinding {
         let mut own = Own {
             args: Vec::new(),
             out: Vec::new(),
-            charge: Charge::new(self.budget.clone(), self.shared.memory.clone()),
+            charge: Charge::new(self.binding.budget(), self.shared.memory.clone()),
             retention: Retention::default(),
         };
         if !own.charge.reserve(OUT) {
@@ -269,14 +267,12 @@ impl StreamBinding {
         let shared = &*self.shared;
         out.clear();
         out.resize(FRAME_HEAD, 0);
-        self.conn.running.fetch_add(1, Ordering::AcqRel);
-        shared.stream_running.fetch_add(1, Ordering::AcqRel);
+        shared.endpoint.run_started(&self.binding);
         shared.stats.calls.fetch_add(1, Ordering::Relaxed);
         let limit = shared.config.timing.max_message;
         let status =
             dispatch::run_procedure(shared, &self.export, call.procedure, args, call.arrival, out, FRAME_HEAD, limit);
-        shared.stream_running.fetch_sub(1, Ordering::AcqRel);
-        self.conn.running.fetch_sub(1, Ordering::AcqRel);
+        shared.endpoint.run_finished(&self.binding);
         status
     }
 
@@ -290,13 +286,11 @@ impl StreamBinding {
         let out = &mut own.out;
         out.clear();
         out.resize(FRAME_HEAD, 0);
-        self.conn.running.fetch_add(1, Ordering::AcqRel);
-        shared.stream_running.fetch_add(1, Ordering::AcqRel);
+        shared.endpoint.run_started(&self.binding);
         shared.stats.calls.fetch_add(1, Ordering::Relaxed);
         let ran =
             dispatch::run_in_place(shared, &self.export, procedure, frame, FRAME_HEAD, call.arrival, out, FRAME_HEAD);
-        shared.stream_running.fetch_sub(1, Ordering::AcqRel);
-        self.conn.running.fetch_sub(1, Ordering::AcqRel);
+        shared.endpoint.run_finished(&self.binding);
         let limit = shared.config.timing.max_message;
         match ran {
             Ok(body) if frame.len() - body <= limit => {
@@ -320,20 +314,22 @@ impl StreamBinding {
     #[cfg(feature = "async")]
     pub(super) fn start_async(&self, args: &[u8], call: &Taken, out: &mut Vec<u8>) -> Option<Result<(), Status>> {
         let (id, incarnation, conn) = (self.id, self.shared.incarnation, self.conn.clone());
+        let binding = self.binding.clone();
         let (slot, seq, procedure) = (call.slot, call.seq, call.procedure);
         let finish = move |status: Status, results: Vec<u8>| {
             let mut head = [0u8; FRAME_HEAD];
             fill_head(&mut head, id, incarnation, slot, seq, procedure, status, results.len());
             let _ = conn.send(&mut [IoSlice::new(&head), IoSlice::new(&results)]);
-            conn.running.fetch_sub(1, Ordering::AcqRel);
+            binding.call_ended();
         };
-        self.conn.running.fetch_add(1, Ordering::AcqRel);
+        // Counted by the binding (not forgotten meanwhile), not as a worker taken.
+        self.binding.call_began();
         let key = (id | 1 << 31, slot, seq);
         let limit = self.shared.config.timing.max_message;
         let started =
             dispatch::start_async(&self.shared, &self.export, procedure, args, call.arrival, out, limit, key, finish);
         if !matches!(started, Some(Ok(()))) {
-            self.conn.running.fetch_sub(1, Ordering::AcqRel);
+            self.binding.call_ended();
         }
         started
     }

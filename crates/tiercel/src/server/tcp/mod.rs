@@ -41,12 +41,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::endpoint::Budget;
+use tiercel_proto::endpoint::Carrier;
 use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{Header, Kind, HEADER_LEN};
 
 use super::charge::Charge;
-use super::handshake::{has_room, Broken, Doorway, Exchange, Step};
+use super::handshake::{Broken, Doorway, Exchange, Step};
 use super::Shared;
 use crate::framed;
 use crate::retention::Retention;
@@ -97,8 +97,6 @@ pub(crate) struct Conn {
     stream: TcpStream,
     /// Held while a frame is written, so that frames never interleave.
     writing: Mutex<()>,
-    /// Calls of the connection running (inline or on the runtime).
-    running: AtomicUsize,
     /// How long a write may wait for the client to make room.
     send_timeout: Duration,
 }
@@ -112,12 +110,10 @@ impl Conn {
         })
     }
 
-    /// Sends a heartbeat if a call is running and the connection is not being written (a result
-    /// going out says as much) and has room for it (a client with a full window gets none).
+    /// Sends a heartbeat (a call of the connection runs) unless the connection is being written
+    /// (a result going out says as much) or has no room for it (a client with a full window gets
+    /// none).
     fn beat(&self, header: &[u8; FRAME_HEAD]) {
-        if self.running.load(Ordering::Acquire) == 0 {
-            return;
-        }
         let Ok(_writing) = self.writing.try_lock() else { return };
         use std::io::Write;
         match (&self.stream).write(header) {
@@ -172,7 +168,6 @@ impl Exchange for Connecting {
 }
 
 fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>) {
-    let live = Arc::new(AtomicUsize::new(0));
     let mut tokens = Vec::new();
     let mut doorway: Doorway<std::net::IpAddr, Connecting> = Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE);
     // Each bound connection, the heartbeat frame it is sent, and what the last looks saw of it.
@@ -188,7 +183,7 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>
         // Heartbeats; and another thread for a binding whose threads are all running calls.
         bindings.retain_mut(|(b, header, watch)| match b.upgrade() {
             Some(binding) => {
-                if beat {
+                if beat && binding.binding.running() > 0 {
                     binding.conn.beat(header);
                 }
                 if binding.wants_helper(now, watch) {
@@ -203,7 +198,7 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>
             Step::Wait => true,
             Step::Done => false,
             Step::Admit(admission) => {
-                if let Some(bound) = bind(&shared, &live, &parking, connecting, admission) {
+                if let Some(bound) = bind(&shared, &parking, connecting, admission) {
                     bindings.push(bound);
                 }
                 false
@@ -223,7 +218,7 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>
         doorway.tend(&shared, &mut progress);
         parking.wake_ready(&mut tokens);
         if beat {
-            parking.expire(now, shared.config.binding_idle);
+            parking.close_expired();
         }
         // Often while a binding is in use (it may need another thread soon), else once a heartbeat.
         let now = Instant::now();
@@ -243,32 +238,27 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>
 /// listener to watch.
 fn bind(
     shared: &Arc<Shared>,
-    live: &Arc<AtomicUsize>,
     parking: &Arc<Parking>,
     h: &mut Connecting,
     admission: tiercel_proto::bind::Admission,
 ) -> Option<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> {
     let machine = shared.bind_machine(0);
-    let slots = shared.config.slots_per_binding.max(1);
-    let budget = Arc::new(Budget::new(shared.config.binding_memory));
-    let charge = Charge::new(budget.clone(), shared.memory.clone());
+    let export = shared.exports[admission.export].clone();
     // No buffer and no thread yet: the binding starts parked, and its first call gives it both.
-    if !has_room(shared, live) {
+    let Some(binding) = shared.endpoint.connect(Carrier::Stream, export, Instant::now()) else {
         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         h.answer(&admission.busy(&machine));
         return None;
-    }
-    let id = shared.next_shm_binding.fetch_add(1, Ordering::Relaxed);
-    if !h.answer(&admission.grant(&machine, id, 0, slots, 0)) {
+    };
+    let (id, slots) = (binding.id, binding.slots());
+    let charge = Charge::new(binding.budget(), shared.memory.clone());
+    let granted = h.answer(&admission.grant(&machine, id, 0, slots, 0));
+    let stream = h.stream.try_clone().ok().filter(|_| granted);
+    let Some(stream) = stream else {
+        shared.endpoint.release(&binding);
         return None;
-    }
-    let stream = h.stream.try_clone().ok()?;
-    let conn = Arc::new(Conn {
-        stream,
-        writing: Mutex::new(()),
-        running: AtomicUsize::new(0),
-        send_timeout: shared.config.timing.dead_after,
-    });
+    };
+    let conn = Arc::new(Conn { stream, writing: Mutex::new(()), send_timeout: shared.config.timing.dead_after });
     let mut beat = [0u8; FRAME_HEAD];
     beat[..PREFIX_LEN].copy_from_slice(&stream::prefix(HEADER_LEN));
     let header = Header { binding: id, incarnation: shared.incarnation, ..Header::new(Kind::ProbeReply) };
@@ -277,10 +267,9 @@ fn bind(
     let binding = Arc::new(StreamBinding {
         shared: shared.clone(),
         conn,
-        export: shared.exports[admission.export].clone(),
+        export: binding.export.clone(),
         id,
-        slots,
-        budget,
+        binding,
         turn: std::sync::Condvar::new(),
         waiting: AtomicUsize::new(0),
         reader: Mutex::new(Some(Reader {
@@ -297,11 +286,9 @@ fn bind(
         taken: AtomicU64::new(0),
         created: now,
         closed: AtomicBool::new(false),
-        live: live.clone(),
         parking: parking.clone(),
         parked: AtomicBool::new(true),
     });
-    live.fetch_add(1, Ordering::Relaxed);
     shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
     shared.stream_bindings.fetch_add(1, Ordering::Relaxed);
     if !binding.park() {
@@ -359,16 +346,13 @@ impl Parking {
         }
     }
 
-    /// Ends the parked bindings unheard from for `idle` (as a bound connection's thread would).
-    fn expire(&self, now: Instant, idle: Duration) {
-        let mut bindings = self.bindings();
-        bindings.retain(|_, b| {
-            let quiet = b.reader.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.last_frame);
-            if quiet.is_some_and(|last| now.saturating_duration_since(last) < idle) {
+    /// Ends the parked bindings the endpoint forgot as idle (as a bound connection's thread would).
+    fn close_expired(&self) {
+        self.bindings().retain(|_, b| {
+            if !b.binding.is_expired() {
                 return true;
             }
             self.set.remove(std::os::fd::AsFd::as_fd(&b.conn.stream));
-            b.shared.stats.expired.fetch_add(1, Ordering::Relaxed);
             b.ended();
             false
         });

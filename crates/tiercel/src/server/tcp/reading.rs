@@ -5,6 +5,7 @@ use std::io::IoSlice;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use tiercel_proto::endpoint::Framed;
 use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
@@ -119,18 +120,17 @@ impl StreamBinding {
             }
             // Done spinning: another thread may.
             r.lease.give_back();
-            // A binding that has sent nothing for `binding_idle`, with nothing running, goes as an
-            // idle UDP binding does (its client finds the connection closed, and binds again).
-            let quiet = now.saturating_duration_since(r.last_frame);
-            if quiet >= self.shared.config.binding_idle && self.conn.running.load(Ordering::Acquire) == 0 {
-                self.shared.stats.expired.fetch_add(1, Ordering::Relaxed);
+            // A binding the endpoint forgot as idle goes as an idle UDP binding does (its client
+            // finds the connection closed, and binds again).
+            if self.binding.is_expired() {
                 self.close();
                 return None;
             }
+            let quiet = now.saturating_duration_since(r.last_frame);
             if !first && now.saturating_duration_since(waiting_since) >= HELPER_IDLE {
                 return None;
             }
-            let alone = self.threads.load(Ordering::Acquire) == 1 && self.conn.running.load(Ordering::Acquire) == 0;
+            let alone = self.threads.load(Ordering::Acquire) == 1 && self.binding.running() == 0;
             if first && alone && quiet >= PARK_AFTER && r.frames.buffered() == 0 {
                 r.frames = Deframer::new(0, stream::max_frame(self.shared.config.timing.max_message));
                 r.charge.settle(0);
@@ -187,15 +187,11 @@ impl StreamBinding {
         seq: u32,
         procedure: u16,
     ) -> std::io::Result<()> {
-        let h = Header {
-            status,
-            procedure,
-            binding: self.id,
-            slot,
-            seq,
-            incarnation: self.shared.incarnation,
-            ..Header::new(kind)
-        };
+        self.send_header(&self.shared.endpoint.stream_answer(&self.binding, kind, status, (slot, seq, procedure)))
+    }
+
+    /// Sends `h` as a frame of its own.
+    pub(super) fn send_header(&self, h: &Header) -> std::io::Result<()> {
         let prefix = stream::prefix(HEADER_LEN);
         self.conn.send(&mut [IoSlice::new(&prefix), IoSlice::new(&h.to_bytes())])
     }
@@ -209,23 +205,17 @@ impl StreamBinding {
             return Handled::Over;
         };
         let (slot, seq, procedure) = (p.slot(), p.seq(), p.procedure());
-        let reject = |status| {
-            stats.rejected.fetch_add(1, Ordering::Relaxed);
-            ok(self.answer(Kind::Reject, status, slot, seq, procedure))
-        };
-        if p.binding() != self.id || p.token() != 0 {
-            return reject(Status::UnknownBinding);
-        }
-        if p.incarnation() != self.shared.incarnation {
-            return reject(Status::WrongIncarnation);
-        }
-        if slot >= self.slots {
-            return reject(Status::BadSlot);
-        }
-        match p.kind() {
-            Kind::Call => {}
-            Kind::Probe => return ok(self.answer(Kind::ProbeReply, Status::Ok, slot, seq, procedure)),
-            Kind::Cancel => {
+        match self.shared.endpoint.on_frame(&self.binding, &p, now) {
+            Framed::Call => {}
+            Framed::Answer(h) => {
+                match (h.kind, h.status) {
+                    (Kind::Reject, _) => stats.rejected.fetch_add(1, Ordering::Relaxed),
+                    (_, Status::Busy) => stats.busy.fetch_add(1, Ordering::Relaxed),
+                    _ => 0,
+                };
+                return ok(self.send_header(&h));
+            }
+            Framed::Cancel => {
                 stats.cancelled.fetch_add(1, Ordering::Relaxed);
                 // A plain procedure runs to its end; an async one stops.
                 #[cfg(feature = "async")]
@@ -234,14 +224,10 @@ impl StreamBinding {
                 }
                 return Handled::Next;
             }
-            _ => {
+            Framed::Malformed => {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
                 return Handled::Over;
             }
-        }
-        if self.shared.refusing_bindings() {
-            stats.busy.fetch_add(1, Ordering::Relaxed);
-            return ok(self.answer(Kind::Result, Status::Busy, slot, seq, procedure));
         }
         let arrival =
             Arrival { at: Some(now), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "tcp" };
