@@ -151,7 +151,8 @@ pub struct ServerConfig {
     /// Client slots per binding: the most threads of one client that can call at once. Default: 64
     /// (also the most a shared-memory binding has).
     pub slots_per_binding: u32,
-    /// Most bindings held at once (UDP and shared memory each). Default: 4,096.
+    /// Most bindings held at once, of every transport together (UDP, TCP and shared memory share
+    /// one table of bindings). Default: 4,096.
     pub max_bindings: usize,
     /// Largest datagram to send or accept. Default: 65,507 bytes.
     pub max_datagram: usize,
