@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tiercel_proto::wire::{Packet, CHECKSUM_LEN, HEADER_LEN};
 
-use super::UdpBinding;
+use super::EndpointBinding;
 
 /// Most fragments one receive lands in place (a coalesced run of 1,472-byte datagrams has 44).
 pub(super) const MAX_LANDED: usize = crate::transmit::MAX_RUN;
@@ -25,7 +25,7 @@ pub(super) const MAX_PARTS: usize = 3 * MAX_LANDED + 1;
 /// The call a worker expects the next fragments of.
 #[derive(Clone)]
 pub(super) struct Expected {
-    pub binding: Arc<UdpBinding>,
+    pub binding: Arc<EndpointBinding>,
     pub slot: u32,
     pub seq: u32,
     /// Bytes of checksum trailer after each fragment's payload (0 or [`CHECKSUM_LEN`]).
@@ -48,7 +48,7 @@ pub(super) struct Landing {
 impl Landing {
     /// Expects the next fragments of call `p` (a fragment of a multi-packet call, just taken by
     /// slot `p.slot()` of `binding`).
-    pub fn expect(&self, binding: &Arc<UdpBinding>, p: &Packet<&[u8]>) {
+    pub fn expect(&self, binding: &Arc<EndpointBinding>, p: &Packet<&[u8]>) {
         let mut expected = self.expected.borrow_mut();
         if let Some(e) = expected.as_ref() {
             if Arc::ptr_eq(&e.binding, binding) && e.slot == p.slot() && e.seq == p.seq() {

@@ -274,9 +274,6 @@ fn slow_calls(calls: u64, threads: usize, period: std::time::Duration) -> bool {
     calls < threads as u64 * per_thread
 }
 
-/// A binding of the server's endpoint, of any transport.
-pub(crate) type EndpointBinding = tiercel_proto::endpoint::Binding<SocketAddr, Arc<dyn Export>>;
-
 pub(crate) struct Shared {
     /// The UDP sockets (`ServerConfig::sockets`), all on the server's port, and what the workers
     /// reading each share; the first is the one the server was bound with.
@@ -323,8 +320,8 @@ pub(crate) struct Shared {
     asynch: Option<asynch::Runner>,
 }
 
-/// A UDP binding on the server, and one of its client slots.
-pub(crate) type UdpBinding = tiercel_proto::endpoint::Binding<SocketAddr, Arc<dyn Export>>;
+/// A binding of the server's endpoint (of any transport), and one of a UDP binding's client slots.
+pub(crate) type EndpointBinding = tiercel_proto::endpoint::Binding<SocketAddr, Arc<dyn Export>>;
 pub(crate) type UdpSlot = tiercel_proto::endpoint::SlotCell<SocketAddr>;
 
 impl Shared {

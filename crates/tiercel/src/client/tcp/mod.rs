@@ -18,6 +18,10 @@
 //! [`CallError::Unreachable`] (they may have run), as over UDP, and the connection stays for the
 //! calls that follow (a stopped server that runs again answers them). A closed or reset connection
 //! fails its calls at once with [`CallError::ConnectionLost`], and nothing is sent on it again.
+//!
+//! This file holds the connection and a call's steps; `binding` makes the connection and binds
+//! over it, `demux` delivers what the reading caller reads to the other callers, and `asynch` runs
+//! calls from async tasks.
 
 use std::io::{IoSlice, Read};
 use std::net::{SocketAddr, TcpStream};
@@ -39,6 +43,14 @@ use crate::spin::{SpinBudget, SPINNERS};
 use crate::steps::{mark, Point};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{BindError, CallError};
+
+#[cfg(feature = "async")]
+mod asynch;
+mod binding;
+mod demux;
+
+pub(crate) use binding::{bind, list};
+use demux::*;
 
 /// Bytes of the connection's receive buffer (larger results grow it while they pass).
 const BUFFER: usize = 64 * 1024;
@@ -98,273 +110,6 @@ impl Wake {
             Wake::Task(w) => w.wake(),
         }
     }
-}
-
-/// One client slot's mailbox.
-#[derive(Default)]
-struct Mail {
-    /// The call awaited, if any.
-    awaiting: Option<u32>,
-    /// How to wake its caller when it is not the one reading.
-    wake: Option<Wake>,
-    /// What arrived for it: kind and status; the payload is in `result`, from `result_at` on.
-    arrived: Option<(Kind, Status)>,
-    result: Vec<u8>,
-    /// Where the payload starts in `result`: 0, or [`FRAME_HEAD`] when `result` is the buffer the
-    /// frame was read into.
-    result_at: usize,
-}
-
-/// The receiving side of the connection.
-struct Demux {
-    /// A caller is reading the connection.
-    reading: bool,
-    frames: Deframer,
-    mail: Vec<Mail>,
-    /// Calls sent (or being sent) and not answered.
-    expecting: usize,
-    /// When the server was last heard from (or, with no call waiting, the last call began).
-    heard: Instant,
-    /// Why the connection is over.
-    broken: Option<String>,
-    /// When the connection was last read.
-    pumped: Instant,
-}
-
-impl Demux {
-    /// Ends the connection for every call: each waiting caller is woken to find out.
-    fn break_off(&mut self, why: String) {
-        if self.broken.is_none() {
-            self.broken = Some(why);
-        }
-        for m in &mut self.mail {
-            if let Some(w) = m.wake.take() {
-                w.wake();
-            }
-        }
-    }
-
-    /// Hands over the reading to another waiting caller, if one waits.
-    fn hand_over(&mut self) {
-        self.reading = false;
-        if let Some(w) = self.mail.iter_mut().find(|m| m.awaiting.is_some() && m.arrived.is_none() && m.wake.is_some())
-        {
-            if let Some(w) = w.wake.take() {
-                w.wake();
-            }
-        }
-    }
-
-    /// Delivers every whole frame buffered to its slot. Err: the server broke the protocol.
-    fn deliver(&mut self, binding: u32, stale: &std::sync::atomic::AtomicU64) -> Result<(), String> {
-        loop {
-            match self.frames.next() {
-                Err(e) => return Err(format!("the server sent a bad frame: {e}")),
-                Ok(Next::Frame(_)) => {}
-                Ok(Next::Partial(len)) => {
-                    if !self.frames.fits(len) {
-                        self.frames.grow_for(len);
-                    }
-                    return Ok(());
-                }
-                Ok(Next::Nothing) => return Ok(()),
-            }
-            let frame = self.frames.frame();
-            let p = stream::check_frame(frame).map_err(|e| format!("the server sent a bad frame: {e}"))?;
-            let (kind, slot, seq, status) = (p.kind(), p.slot() as usize, p.seq(), p.status());
-            let ours = p.binding() == binding || kind == Kind::Reject;
-            let large = p.payload().len() > BUFFER;
-            let mail = self.mail.get_mut(slot).filter(|m| m.awaiting == Some(seq) && m.arrived.is_none());
-            match (kind, mail) {
-                // A heartbeat, or a probe's answer: the server lives.
-                (Kind::ProbeReply, _) => {}
-                (Kind::Result | Kind::Reject, Some(m)) if ours => {
-                    // A large result is not copied: the buffer it was read into goes to its caller,
-                    // and the connection is read on into the one the caller had (they take turns).
-                    let spare = std::mem::take(&mut m.result);
-                    let taken = if large { self.frames.take_frame(spare) } else { Err(spare) };
-                    (m.result, m.result_at) = match taken {
-                        Ok(frame) => (frame, FRAME_HEAD),
-                        Err(mut result) => {
-                            result.clear();
-                            result.extend_from_slice(&self.frames.frame()[HEADER_LEN..]);
-                            (result, 0)
-                        }
-                    };
-                    m.arrived = Some((kind, status));
-                    if let Some(w) = m.wake.take() {
-                        w.wake();
-                    }
-                }
-                (Kind::Result | Kind::Reject, _) => {
-                    // The result of a call given up at its deadline.
-                    stale.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                _ => return Err(format!("the server sent a {kind:?} frame")),
-            }
-            self.frames.consume();
-        }
-    }
-}
-
-/// Connects to `server` and binds over the connection, decided by the client's bind machine.
-pub(crate) fn bind(
-    server: SocketAddr,
-    info: &'static InterfaceInfo,
-    config: &ClientConfig,
-) -> Result<Granted, BindError> {
-    // A server with too many connections binding at once closes one before answering it: a new
-    // connection, with a new request, is likely to be answered (its request lands whole as it
-    // connects, where the ones closed dribble theirs).
-    let mut attempts = 0;
-    let (granted, stream) = loop {
-        attempts += 1;
-        let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
-        let machine = BindClient::new(&info.spec(), 0, nonce, false);
-        let exchanged = exchange(server, config, machine, |event| match event {
-            BindEvent::Refused(r) => Some(Err(super::udp_bind::refusal_error(info, r))),
-            BindEvent::Granted(g) => Some(Ok(g)),
-            _ => None,
-        });
-        match exchanged {
-            Err(Unanswered) if attempts < BIND_ATTEMPTS => std::thread::sleep(Duration::from_millis(attempts)),
-            Err(Unanswered) => return Err(BindError::Busy),
-            Ok(bound) => break bound?,
-        }
-    };
-    let dead_after = config.timing.dead_after;
-    let link = Link {
-        stream,
-        server,
-        writing: Mutex::new(()),
-        demux: Mutex::new(Demux {
-            reading: false,
-            frames: Deframer::new(BUFFER, stream::max_frame(config.timing.max_message)),
-            mail: Vec::new(),
-            expecting: 0,
-            heard: Instant::now(),
-            broken: None,
-            pumped: Instant::now(),
-        }),
-        silence: dead_after.max(MIN_SILENCE),
-        send_timeout: dead_after,
-        #[cfg(feature = "async")]
-        ready: std::sync::OnceLock::new(),
-    };
-    Ok(Granted {
-        link,
-        id: granted.binding,
-        incarnation: granted.incarnation,
-        slots: granted.grant.slots.clamp(1, 1 << 16),
-        features: granted.grant.features,
-        procedures: granted.procedures,
-    })
-}
-
-/// What the server exports, asked over TCP: one connection per interface (the server answers a
-/// listing and closes).
-pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crate::ExportInfo>, BindError> {
-    super::udp_bind::list_each(server, |index, offset| {
-        let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
-        let machine = BindClient::listing_from(index, offset, nonce, false);
-        match exchange(server, config, machine, super::udp_bind::listed) {
-            Ok(listed) => listed.map(|(listed, _)| listed),
-            Err(Unanswered) => Err(BindError::Busy),
-        }
-    })
-}
-
-/// Connects to `server` and runs a bind exchange (a bind or a listing) over the connection: the
-/// request, a challenge answered if the server asks for the shared secret, and the answer, which
-/// `on` turns into the outcome (`None`: not an answer to this request). Everything within
-/// `Timing::dead_after`.
-fn exchange<T>(
-    server: SocketAddr,
-    config: &ClientConfig,
-    machine: BindClient,
-    on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
-) -> Result<Result<(T, TcpStream), BindError>, Unanswered> {
-    let mut answered = false;
-    match exchange_answered(server, config, machine, on, &mut answered) {
-        Err(BindError::Busy) if !answered => Err(Unanswered),
-        outcome => Ok(outcome),
-    }
-}
-
-/// The server closed the connection before it answered anything.
-struct Unanswered;
-
-/// Binds at most this many times over as many connections when the server closes each before
-/// answering.
-const BIND_ATTEMPTS: u64 = 3;
-
-/// [`exchange`], setting `answered` once an answer has come (a closed connection is
-/// `BindError::Busy` either way).
-fn exchange_answered<T>(
-    server: SocketAddr,
-    config: &ClientConfig,
-    mut machine: BindClient,
-    mut on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
-    answered: &mut bool,
-) -> Result<(T, TcpStream), BindError> {
-    // Measure the tick counter's rate (2 ms) now, not on the first call.
-    let _ = tiercel_sys::clock::ticks_per_second();
-    let dead_after = config.timing.dead_after;
-    let stream = tiercel_sys::tcp::connect(server, dead_after).map_err(|e| match e.kind() {
-        std::io::ErrorKind::ConnectionRefused => BindError::NoServer(server),
-        std::io::ErrorKind::TimedOut => BindError::Unreachable(server),
-        _ => BindError::Io(e),
-    })?;
-    tiercel_sys::tcp::prepare(&stream, dead_after)?;
-    let bad = |why: &str| BindError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
-    let until = Instant::now() + dead_after;
-    let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
-    let mut frames = Deframer::new(PREFIX_LEN + 4 * crate::rendezvous::MAX_MESSAGE, 4 * crate::rendezvous::MAX_MESSAGE);
-    let send = |packet: &[u8]| {
-        let prefix = stream::prefix(packet.len());
-        framed::send(&stream, &mut [IoSlice::new(&prefix), IoSlice::new(packet)], dead_after)
-    };
-    // A server with no room closes the connection at once: writing to it may fail already.
-    let closed = |e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof => {
-            BindError::Busy
-        }
-        _ => BindError::Io(e),
-    };
-    send(&machine.packet()).map_err(closed)?;
-    // At most three answers: a challenge, a refusal by an interface's other copy (then the bind
-    // by procedure names), then the answer.
-    for _ in 0..tiercel_proto::bind::MAX_REQUESTS {
-        loop {
-            match frames.next() {
-                Ok(Next::Frame(_)) => break,
-                Ok(_) => {}
-                Err(_) => return Err(bad("malformed bind answer")),
-            }
-            if !framed::receive(&stream, &mut frames).map_err(closed)? {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() || !tiercel_sys::udp::wait_readable_fd(&stream, Some(left))? {
-                    return Err(BindError::Unreachable(server));
-                }
-            }
-        }
-        *answered = true;
-        let p = Packet::new_checked(frames.frame()).map_err(|_| bad("malformed bind answer"))?;
-        match machine.handle(&p, secret) {
-            BindEvent::SendAgain => {
-                let again = machine.packet();
-                frames.consume();
-                send(&again).map_err(closed)?;
-            }
-            event => {
-                return match on(event) {
-                    Some(outcome) => outcome.map(|t| (t, stream)),
-                    None => Err(bad("bind answer for another request")),
-                }
-            }
-        }
-    }
-    Err(bad("a second challenge"))
 }
 
 impl Link {
@@ -855,88 +600,6 @@ impl TcpEndpoint {
             }
             None => Err(CallError::Internal(crate::error::Invariant::NoOutcome)),
         }
-    }
-}
-
-#[cfg(feature = "async")]
-impl Link {
-    /// The connection registered with the runtime's reactor (by the binding's first async call).
-    /// (A duplicate of the descriptor: same socket, so readiness of one is readiness of the other;
-    /// it is never read through.)
-    fn ready(&self) -> Result<&tokio::net::TcpStream, CallError> {
-        let ready = self.ready.get_or_init(|| {
-            let stream = self.stream.try_clone().ok()?;
-            tokio::net::TcpStream::from_std(stream).ok()
-        });
-        ready.as_ref().ok_or(CallError::Internal(crate::error::Invariant::NotRegistered))
-    }
-}
-
-#[cfg(feature = "async")]
-impl TcpEndpoint {
-    /// [`TcpEndpoint::run`] for an async call: the caller that reads the connection waits for it
-    /// on tokio's reactor, the others are woken by it. Spins first when `alone` (the only async
-    /// call of the binding in flight), as a synchronous call does. The frame is written on the
-    /// task's thread: it waits there only if the socket's buffer is full. `tail`: a buffer lent to
-    /// the call, as to [`TcpEndpoint::run`]; true when its result was read into it.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn run_async(
-        &mut self,
-        inner: &BindingInner,
-        link: &Link,
-        deadline: Option<Duration>,
-        procedure: u16,
-        segs: &Segments<'_>,
-        mut tail: Option<&mut [u8]>,
-        alone: bool,
-    ) -> Result<bool, CallError> {
-        let ready = link.ready()?;
-        let start = Instant::now();
-        let deadline = deadline.map(|d| start + d);
-        self.send_lent(inner, link, procedure, segs, tail.as_deref())?;
-        let spin_until = if alone { start + self.spin.budget() } else { start };
-        loop {
-            let now = Instant::now();
-            if now >= spin_until {
-                break;
-            }
-            if let Waited::Arrived = self.look(inner, link, deadline, now, None, tail.as_deref_mut())? {
-                self.spin.observe(start.elapsed());
-                self.finish(procedure)?;
-                return Ok(tail.is_some_and(|tail| self.settle_lent(inner, tail)));
-            }
-            core::hint::spin_loop();
-        }
-        loop {
-            let now = Instant::now();
-            let tick = deadline.map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
-            let waited = std::future::poll_fn(|cx| loop {
-                // Readiness cleared, then a look: bytes arriving after the clear set it again, so
-                // the wait below cannot miss them.
-                let _ =
-                    ready.try_io(tokio::io::Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
-                let wake = Some(Wake::Task(cx.waker().clone()));
-                match self.look(inner, link, deadline, Instant::now(), wake, tail.as_deref_mut()) {
-                    Err(e) => return std::task::Poll::Ready(Err(e)),
-                    Ok(Waited::Arrived) => return std::task::Poll::Ready(Ok(())),
-                    Ok(Waited::Not(false)) => return std::task::Poll::Pending,
-                    Ok(Waited::Not(true)) => match ready.poll_read_ready(cx) {
-                        std::task::Poll::Ready(Ok(())) => continue,
-                        std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(e.into())),
-                        std::task::Poll::Pending => return std::task::Poll::Pending,
-                    },
-                }
-            });
-            match tokio::time::timeout(tick, waited).await {
-                Ok(Ok(())) => break,
-                Ok(Err(e)) => return Err(e),
-                // A tick: the next look checks the deadline and the connection's silence.
-                Err(_) => {}
-            }
-        }
-        self.spin.observe(start.elapsed());
-        self.finish(procedure)?;
-        Ok(tail.is_some_and(|tail| self.settle_lent(inner, tail)))
     }
 }
 

@@ -1,0 +1,164 @@
+//! Binding over TCP: the connection, the bind exchange (tried again when closed unanswered), and
+//! the list of a server's exports.
+
+use super::*;
+
+/// Connects to `server` and binds over the connection, decided by the client's bind machine.
+pub(crate) fn bind(
+    server: SocketAddr,
+    info: &'static InterfaceInfo,
+    config: &ClientConfig,
+) -> Result<Granted, BindError> {
+    // A server with too many connections binding at once closes one before answering it: a new
+    // connection, with a new request, is likely to be answered (its request lands whole as it
+    // connects, where the ones closed dribble theirs).
+    let mut attempts = 0;
+    let (granted, stream) = loop {
+        attempts += 1;
+        let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
+        let machine = BindClient::new(&info.spec(), 0, nonce, false);
+        let exchanged = exchange(server, config, machine, |event| match event {
+            BindEvent::Refused(r) => Some(Err(super::super::udp_bind::refusal_error(info, r))),
+            BindEvent::Granted(g) => Some(Ok(g)),
+            _ => None,
+        });
+        match exchanged {
+            Err(Unanswered) if attempts < BIND_ATTEMPTS => std::thread::sleep(Duration::from_millis(attempts)),
+            Err(Unanswered) => return Err(BindError::Busy),
+            Ok(bound) => break bound?,
+        }
+    };
+    let dead_after = config.timing.dead_after;
+    let link = Link {
+        stream,
+        server,
+        writing: Mutex::new(()),
+        demux: Mutex::new(Demux {
+            reading: false,
+            frames: Deframer::new(BUFFER, stream::max_frame(config.timing.max_message)),
+            mail: Vec::new(),
+            expecting: 0,
+            heard: Instant::now(),
+            broken: None,
+            pumped: Instant::now(),
+        }),
+        silence: dead_after.max(MIN_SILENCE),
+        send_timeout: dead_after,
+        #[cfg(feature = "async")]
+        ready: std::sync::OnceLock::new(),
+    };
+    Ok(Granted {
+        link,
+        id: granted.binding,
+        incarnation: granted.incarnation,
+        slots: granted.grant.slots.clamp(1, 1 << 16),
+        features: granted.grant.features,
+        procedures: granted.procedures,
+    })
+}
+
+/// What the server exports, asked over TCP: one connection per interface (the server answers a
+/// listing and closes).
+pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crate::ExportInfo>, BindError> {
+    super::super::udp_bind::list_each(server, |index, offset| {
+        let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
+        let machine = BindClient::listing_from(index, offset, nonce, false);
+        match exchange(server, config, machine, super::super::udp_bind::listed) {
+            Ok(listed) => listed.map(|(listed, _)| listed),
+            Err(Unanswered) => Err(BindError::Busy),
+        }
+    })
+}
+
+/// Connects to `server` and runs a bind exchange (a bind or a listing) over the connection: the
+/// request, a challenge answered if the server asks for the shared secret, and the answer, which
+/// `on` turns into the outcome (`None`: not an answer to this request). Everything within
+/// `Timing::dead_after`.
+fn exchange<T>(
+    server: SocketAddr,
+    config: &ClientConfig,
+    machine: BindClient,
+    on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
+) -> Result<Result<(T, TcpStream), BindError>, Unanswered> {
+    let mut answered = false;
+    match exchange_answered(server, config, machine, on, &mut answered) {
+        Err(BindError::Busy) if !answered => Err(Unanswered),
+        outcome => Ok(outcome),
+    }
+}
+
+/// The server closed the connection before it answered anything.
+struct Unanswered;
+
+/// Binds at most this many times over as many connections when the server closes each before
+/// answering.
+const BIND_ATTEMPTS: u64 = 3;
+
+/// [`exchange`], setting `answered` once an answer has come (a closed connection is
+/// `BindError::Busy` either way).
+fn exchange_answered<T>(
+    server: SocketAddr,
+    config: &ClientConfig,
+    mut machine: BindClient,
+    mut on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
+    answered: &mut bool,
+) -> Result<(T, TcpStream), BindError> {
+    // Measure the tick counter's rate (2 ms) now, not on the first call.
+    let _ = tiercel_sys::clock::ticks_per_second();
+    let dead_after = config.timing.dead_after;
+    let stream = tiercel_sys::tcp::connect(server, dead_after).map_err(|e| match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => BindError::NoServer(server),
+        std::io::ErrorKind::TimedOut => BindError::Unreachable(server),
+        _ => BindError::Io(e),
+    })?;
+    tiercel_sys::tcp::prepare(&stream, dead_after)?;
+    let bad = |why: &str| BindError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
+    let until = Instant::now() + dead_after;
+    let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
+    let mut frames = Deframer::new(PREFIX_LEN + 4 * crate::rendezvous::MAX_MESSAGE, 4 * crate::rendezvous::MAX_MESSAGE);
+    let send = |packet: &[u8]| {
+        let prefix = stream::prefix(packet.len());
+        framed::send(&stream, &mut [IoSlice::new(&prefix), IoSlice::new(packet)], dead_after)
+    };
+    // A server with no room closes the connection at once: writing to it may fail already.
+    let closed = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof => {
+            BindError::Busy
+        }
+        _ => BindError::Io(e),
+    };
+    send(&machine.packet()).map_err(closed)?;
+    // At most three answers: a challenge, a refusal by an interface's other copy (then the bind
+    // by procedure names), then the answer.
+    for _ in 0..tiercel_proto::bind::MAX_REQUESTS {
+        loop {
+            match frames.next() {
+                Ok(Next::Frame(_)) => break,
+                Ok(_) => {}
+                Err(_) => return Err(bad("malformed bind answer")),
+            }
+            if !framed::receive(&stream, &mut frames).map_err(closed)? {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() || !tiercel_sys::udp::wait_readable_fd(&stream, Some(left))? {
+                    return Err(BindError::Unreachable(server));
+                }
+            }
+        }
+        *answered = true;
+        let p = Packet::new_checked(frames.frame()).map_err(|_| bad("malformed bind answer"))?;
+        match machine.handle(&p, secret) {
+            BindEvent::SendAgain => {
+                let again = machine.packet();
+                frames.consume();
+                send(&again).map_err(closed)?;
+            }
+            event => {
+                return match on(event) {
+                    Some(outcome) => outcome.map(|t| (t, stream)),
+                    None => Err(bad("bind answer for another request")),
+                }
+            }
+        }
+    }
+    Err(bad("a second challenge"))
+}
