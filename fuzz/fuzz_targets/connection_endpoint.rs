@@ -55,6 +55,7 @@ fuzz_target!(|ops: Vec<Op>| {
         slots_per_binding: SLOTS,
         binding_memory: 1 << 16,
         memory: 1 << 18,
+        carrier_memory: 1 << 18,
         stalled_after: Duration::from_millis(300),
         binding_idle: Duration::from_millis(500),
         max_running: 1,

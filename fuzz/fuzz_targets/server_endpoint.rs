@@ -70,6 +70,7 @@ fuzz_target!(|ops: Vec<Op>| {
         slots_per_binding: 2,
         binding_memory: BUDGET,
         memory: SERVER_BUDGET,
+        carrier_memory: SERVER_BUDGET,
         stalled_after: Duration::from_millis(300),
         binding_idle: Duration::from_millis(500),
         max_running: 2,
@@ -172,14 +173,14 @@ fuzz_target!(|ops: Vec<Op>| {
                         CallAction::ExecuteMessage(m) => {
                             assert!(executed.insert((b.token, p.slot(), p.seq())), "a call ran twice");
                             b.release(m.len());
-                            endpoint.run_started();
+                            endpoint.run_started(&b);
                             drop(cell);
                             running.push((b.clone(), bytes.clone()));
                         }
                         CallAction::Execute => {
                             // Tokens are never reused, so a token names one binding for good.
                             assert!(executed.insert((b.token, p.slot(), p.seq())), "a call ran twice");
-                            endpoint.run_started();
+                            endpoint.run_started(&b);
                             drop(cell);
                             running.push((b.clone(), bytes.clone()));
                         }
@@ -212,7 +213,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     continue;
                 }
                 let (b, bytes) = running.remove(0);
-                endpoint.run_finished();
+                endpoint.run_finished(&b);
                 let p = Packet::new_checked(&bytes[..]).expect("checked before");
                 if let Some(mut cell) = b.slot(p.slot()) {
                     let mut out = cell.take_result(&b);

@@ -123,6 +123,7 @@ impl Server {
             slots_per_binding: slots as u32,
             binding_memory: 1 << 20,
             memory: 1 << 20,
+            carrier_memory: 1 << 20,
             stalled_after: Duration::from_secs(3600),
             binding_idle: Duration::from_secs(3600),
             max_running,

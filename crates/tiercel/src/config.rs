@@ -166,7 +166,9 @@ pub struct ServerConfig {
     /// running: a call that would take more is refused as busy (its client backs off and tries
     /// again), a result that would is replaced by `CallError::ResultTooLarge`. A call being
     /// reassembled is charged for the fragments that have arrived, not for the size its header
-    /// claims. Default: 256 MiB.
+    /// claims. The bindings of one transport (UDP, TCP, shared memory) may hold at most half of
+    /// it together, so that one transport's abuse leaves the others room for their calls.
+    /// Default: 256 MiB.
     pub message_memory: usize,
     /// A multi-packet call whose client has sent nothing more for this long is given up and its
     /// memory reclaimed (checked about once a second); the client's next fragment is refused as

@@ -540,3 +540,47 @@ fn large_results_of_threads_sharing_a_connection_reach_each_its_own_caller() {
     let received = client.binding().stats().in_place;
     assert!((1..=4 * 20).contains(&received), "{received} of the 80 large results read into the lent buffers");
 }
+
+#[test]
+fn frames_that_fill_tcps_share_of_memory_leave_the_other_transports_room() {
+    use tiercel_proto::wire::{Header, Kind};
+    // 48 MiB for messages, of which no transport may hold more than half.
+    let config = ServerConfig { message_memory: 48 << 20, binding_memory: 17 << 20, ..ServerConfig::default() };
+    let server =
+        Server::bind("127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
+    // 8 bound connections, each announcing a 16 MiB call and sending 6 MiB of it for real: 48 MiB
+    // sent, as much as the whole server may hold.
+    let stalled: Vec<TcpStream> = (0..8)
+        .map(|i| {
+            let (mut s, granted) = bind_raw(&server);
+            let len = 16 << 20;
+            let h = Header {
+                binding: granted.binding,
+                slot: 0,
+                seq: 1,
+                procedure: 14,
+                incarnation: granted.incarnation,
+                payload_len: len,
+                message_len: len,
+                ..Header::new(Kind::Call)
+            };
+            let mut frame = tiercel_proto::stream::prefix(60 + len as usize).to_vec();
+            frame.extend_from_slice(&h.to_bytes());
+            frame.extend(std::iter::repeat_n(i as u8, 6 << 20));
+            s.write_all(&frame).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let held = server.message_memory();
+    assert!(held <= (24 << 20) + (1 << 20), "TCP holds {held} bytes, more than its half");
+    // Large calls over UDP and through shared memory still fit.
+    let big: Vec<u8> = (0..4 << 20).map(seeds::pattern).collect();
+    for scheme in ["udp://", "shm:"] {
+        let client: TestClient = Client::connect(format!("{scheme}{}", server.addr())).unwrap().import().unwrap();
+        client.bulk_in(In(&big)).unwrap_or_else(|e| panic!("{scheme}: a 4 MiB call beside TCP's full share: {e}"));
+    }
+    // The server closes first (see `connections_dribbling_bind_requests_keep_no_client_from_binding`).
+    drop(server);
+    drop(stalled);
+}

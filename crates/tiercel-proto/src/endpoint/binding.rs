@@ -48,10 +48,9 @@ pub struct Binding<A, E> {
     slot_count: u32,
     /// A datagram binding's slots (empty for other carriers, whose transport keeps the calls).
     slots: Box<[Mutex<SlotCell<A>>]>,
-    /// Bytes of this binding's messages, within `binding_memory`.
+    /// Bytes of this binding's messages, within `binding_memory`, and within its carrier's share
+    /// of the server's budget ([`super::EndpointConfig::carrier_memory`]) and the server's.
     memory: Arc<Budget>,
-    /// The whole server's, within `EndpointConfig::memory`.
-    server_memory: Arc<Budget>,
     /// Nanoseconds after the endpoint's base time when a packet of the binding last arrived.
     pub(super) last_active: AtomicU64,
     /// Calls of a stream's binding running (an idle binding with a call running is not forgotten;
@@ -112,7 +111,7 @@ impl<A, E> Binding<A, E> {
         token: u128,
         export: E,
         terms: super::Terms,
-        server_memory: Arc<Budget>,
+        carrier_memory: Arc<Budget>,
         now: u64,
     ) -> Binding<A, E> {
         let frag_payload = terms.max_datagram.saturating_sub(HEADER_LEN);
@@ -139,23 +138,17 @@ impl<A, E> Binding<A, E> {
                     })
                 })
                 .collect(),
-            memory: Arc::new(Budget::new(config.binding_memory)),
-            server_memory,
+            memory: Arc::new(Budget::within(config.binding_memory, carrier_memory)),
             last_active: AtomicU64::new(now),
             running: AtomicU32::new(0),
             expired: AtomicBool::new(false),
         }
     }
 
-    /// The binding's own memory budget (within `binding_memory`), for a transport that charges
-    /// its connection's buffers to it beside the server's ([`Binding::server_budget`]).
+    /// The binding's memory budget (within `binding_memory`, its carrier's share and the
+    /// server's), for a transport that charges its connection's or region's buffers to it.
     pub fn budget(&self) -> Arc<Budget> {
         self.memory.clone()
-    }
-
-    /// The server-wide budget the binding's memory is also charged to.
-    pub fn server_budget(&self) -> Arc<Budget> {
-        self.server_memory.clone()
     }
 
     /// Calls of the binding running now.
@@ -215,23 +208,15 @@ impl<A, E> Binding<A, E> {
         }
     }
 
-    /// Charges `bytes` to the binding's memory budget and to the server's; false (nothing charged)
-    /// if that would exceed either.
+    /// Charges `bytes` to the binding's memory budget (and so to its carrier's share and the
+    /// server's); false (nothing charged) if that would exceed any of them.
     pub fn reserve(&self, bytes: usize) -> bool {
-        if !self.memory.reserve(bytes) {
-            return false;
-        }
-        if !self.server_memory.reserve(bytes) {
-            self.memory.release(bytes);
-            return false;
-        }
-        true
+        self.memory.reserve(bytes)
     }
 
-    /// Returns `bytes` to both budgets.
+    /// Returns `bytes` to the budgets.
     pub fn release(&self, bytes: usize) {
         self.memory.release(bytes);
-        self.server_memory.release(bytes);
     }
 
     /// Bytes charged to this binding now.

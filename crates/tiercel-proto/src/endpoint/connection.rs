@@ -67,7 +67,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             0,
             export,
             terms,
-            self.memory.clone(),
+            self.carrier_budget(carrier),
             self.nanos(now),
         ));
         table[index] = Some(binding.clone());
@@ -162,6 +162,7 @@ mod tests {
             slots_per_binding: 2,
             binding_memory: 1000,
             memory: 1500,
+            carrier_memory: 1500,
             stalled_after: Duration::from_secs(2),
             binding_idle: Duration::from_secs(10),
             max_running: 1,

@@ -65,6 +65,9 @@ pub struct EndpointConfig {
     /// Bytes of such messages all bindings together may hold: a call that would take more is
     /// refused as busy, a result that would is replaced by a `ResultTooLarge` error.
     pub memory: usize,
+    /// Bytes of `memory` the bindings of one carrier (UDP, TCP, shared memory) may hold together,
+    /// so that one transport's abuse leaves the others room for their calls.
+    pub carrier_memory: usize,
     /// A call being reassembled that has not heard from its client for this long is given up and
     /// its memory reclaimed ([`ServerEndpoint::reclaim`]).
     pub stalled_after: Duration,
@@ -168,6 +171,8 @@ pub struct ServerEndpoint<A, E> {
     /// `waiting.len()`, read without the lock on the fast path.
     waiting_len: AtomicUsize,
     memory: Arc<Budget>,
+    /// Each carrier's share of `memory` ([`EndpointConfig::carrier_memory`]), by [`Carrier`].
+    carriers: [Arc<Budget>; 3],
     challenger: Challenger,
     /// Shutting down: no new binding, no new call; calls under way finish.
     draining: AtomicBool,
@@ -185,9 +190,12 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         now: Instant,
         challenges: Box<dyn Challenges + Send + Sync>,
     ) -> ServerEndpoint<A, E> {
+        let memory = Arc::new(Budget::new(config.memory));
+        let share = || Arc::new(Budget::within(config.carrier_memory, memory.clone()));
         ServerEndpoint {
             challenger: Challenger(challenges),
-            memory: Arc::new(Budget::new(config.memory)),
+            carriers: [share(), share(), share()],
+            memory,
             config,
             base: now,
             bindings: RwLock::new(Vec::new()),
@@ -462,7 +470,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             token,
             export,
             terms,
-            self.memory.clone(),
+            self.carrier_budget(Carrier::Datagram),
             self.nanos(now),
         ));
         table[index] = Some(binding.clone());
@@ -508,6 +516,12 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// Bytes of messages charged now, all bindings together (never more than `config.memory`).
     pub fn memory(&self) -> usize {
         self.memory.used()
+    }
+
+    /// The share of the server's budget the bindings of `carrier` charge (within
+    /// `config.carrier_memory`).
+    pub fn carrier_budget(&self, carrier: Carrier) -> Arc<Budget> {
+        self.carriers[carrier as usize].clone()
     }
 
     /// The server-wide budget the bindings charge, to share with other transports of the same

@@ -17,6 +17,7 @@ fn config() -> EndpointConfig {
         slots_per_binding: 2,
         binding_memory: 1000,
         memory: 1500,
+        carrier_memory: 1500,
         stalled_after: Duration::from_secs(2),
         binding_idle: Duration::from_secs(10),
         max_running: 1,

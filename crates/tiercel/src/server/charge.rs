@@ -1,28 +1,25 @@
-//! What a binding's memory costs: bytes charged to its own budget and to the server's.
+//! What a binding's memory costs: bytes charged to its budget, which lies within its transport's
+//! share of the server's and the server's (`tiercel_proto::endpoint::Budget::within`).
 
 use std::sync::Arc;
 
 use tiercel_proto::endpoint::Budget;
 
-/// Bytes charged to a binding's budget and to the server's, given back when dropped.
+/// Bytes charged to a binding's budget (and so to every budget it lies within), given back when
+/// dropped.
 pub(super) struct Charge {
     pub(super) binding: Arc<Budget>,
-    pub(super) server: Arc<Budget>,
     pub(super) charged: usize,
 }
 
 impl Charge {
-    pub(super) fn new(binding: Arc<Budget>, server: Arc<Budget>) -> Charge {
-        Charge { binding, server, charged: 0 }
+    pub(super) fn new(binding: Arc<Budget>) -> Charge {
+        Charge { binding, charged: 0 }
     }
 
-    /// Charges `bytes` more to both budgets; false (nothing charged) if either has no room.
+    /// Charges `bytes` more; false (nothing charged) if any budget has no room.
     pub(super) fn reserve(&mut self, bytes: usize) -> bool {
         if !self.binding.reserve(bytes) {
-            return false;
-        }
-        if !self.server.reserve(bytes) {
-            self.binding.release(bytes);
             return false;
         }
         self.charged += bytes;
@@ -45,9 +42,7 @@ impl Charge {
         match total.checked_sub(self.charged) {
             Some(more) => self.reserve(more),
             None => {
-                let less = self.charged - total;
-                self.binding.release(less);
-                self.server.release(less);
+                self.binding.release(self.charged - total);
                 self.charged = total;
                 true
             }

@@ -178,6 +178,8 @@ impl Server {
                 slots_per_binding: config.slots_per_binding,
                 binding_memory: config.binding_memory,
                 memory: config.message_memory,
+                // No transport may take more than half: one transport's abuse leaves the others room.
+                carrier_memory: config.message_memory / 2,
                 stalled_after: config.stalled_call,
                 binding_idle: config.binding_idle,
                 // One worker for each socket is kept free to receive (probes, duplicates, and the
@@ -290,8 +292,8 @@ pub(crate) struct Shared {
     stream_bindings: AtomicUsize,
     /// Where clients on this host bind through shared memory, and the socket's name.
     rendezvous: Option<(tiercel_proto::bind::Rendezvous, String)>,
-    /// The server-wide budget for messages (`ServerConfig::message_memory`), charged by both
-    /// transports.
+    /// The server-wide budget for messages (`ServerConfig::message_memory`), which every
+    /// transport's share lies within (`ServerEndpoint::carrier_budget`).
     memory: Arc<tiercel_proto::endpoint::Budget>,
     exports: Vec<Arc<dyn Export>>,
     /// Each export's procedures' metrics handles, in the same order (feature `metrics`).

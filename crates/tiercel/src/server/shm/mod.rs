@@ -225,7 +225,7 @@ fn bind(
     };
     // Taken out of the endpoint again unless the binding's first thread starts.
     let release = Release(shared, Some(place.clone()));
-    let mut charged = Charge::new(place.budget(), shared.memory.clone());
+    let mut charged = Charge::new(place.budget());
     let made =
         charged.reserve(control).then(|| Layout::new(slots, shared.config.timing.max_message)).flatten().and_then(
             |layout| {

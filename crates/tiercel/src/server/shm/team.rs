@@ -248,7 +248,7 @@ pub(super) fn new_team(
         .map(|_| {
             std::sync::Mutex::new(Books {
                 held: 0,
-                charge: Charge::new(budget.clone(), shared.memory.clone()),
+                charge: Charge::new(budget.clone()),
                 retention: Retention::default(),
                 #[cfg(feature = "async")]
                 pending: false,

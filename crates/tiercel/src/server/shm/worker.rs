@@ -110,7 +110,7 @@ impl<'a> Worker<'a> {
             lane,
             args: Vec::new(),
             out: Vec::new(),
-            charge: Charge::new(team.budget.clone(), team.shared.memory.clone()),
+            charge: Charge::new(team.budget.clone()),
             lease: super::super::spinning::SpinLease::new(&team.shared.spin_leases),
             #[cfg(feature = "async")]
             results: None,

@@ -224,7 +224,7 @@ impl StreamBinding {
         let mut own = Own {
             args: Vec::new(),
             out: Vec::new(),
-            charge: Charge::new(self.binding.budget(), self.shared.memory.clone()),
+            charge: Charge::new(self.binding.budget()),
             retention: Retention::default(),
         };
         if !own.charge.reserve(OUT) {

@@ -251,7 +251,7 @@ fn bind(
         return None;
     };
     let (id, slots) = (binding.id, binding.slots());
-    let charge = Charge::new(binding.budget(), shared.memory.clone());
+    let charge = Charge::new(binding.budget());
     let granted = h.answer(&admission.grant(&machine, id, 0, slots, 0));
     let stream = h.stream.try_clone().ok().filter(|_| granted);
     let Some(stream) = stream else {
