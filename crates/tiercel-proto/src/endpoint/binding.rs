@@ -219,6 +219,11 @@ impl<A, E> Binding<A, E> {
         self.memory.release(bytes);
     }
 
+    /// The most this binding's messages may hold (`binding_memory`).
+    pub fn memory_limit(&self) -> usize {
+        self.memory.limit()
+    }
+
     /// Bytes charged to this binding now.
     pub fn memory(&self) -> usize {
         self.memory.used()

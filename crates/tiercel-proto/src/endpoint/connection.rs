@@ -4,12 +4,20 @@
 //!
 //! ```text
 //! bind handshake admitted ─► connect ─► Binding (token 0, reached only through its connection)
-//! frame ─► on_frame ─┬─ Call        admitted: run_started … run_finished
-//!                    ├─ Answer(h)   a probe's reply, or a refusal (Reject; Busy as a Result)
-//!                    ├─ Cancel      the slot's call, if it still runs, stops
-//!                    └─ Malformed   count it, close the connection
+//! bytes ─► read_frame ─┬─ Arrived::More      read more into the deframer (its buffer grown,
+//!                      │                     charged first, for a large frame as it arrives)
+//!                      ├─ Arrived::Answer(h) send h back (a frame too large for the budgets:
+//!                      │                     Busy from its header, its bytes dropped as they come)
+//!                      ├─ Arrived::Close     the peer broke the framing: close the connection
+//!                      └─ a whole frame ─► on_frame ─┬─ Call        admitted: run_started … run_finished
+//!                                                    ├─ Answer(h)   a probe's reply, or a refusal
+//!                                                    ├─ Cancel      the slot's call stops
+//!                                                    └─ Malformed   close the connection
 //! connection over, or expired ─► release
 //! ```
+//!
+//! The TCP server reads its connections through [`ServerEndpoint::read_frame`], and the stream
+//! simulation (`tests/sim_stream.rs`) drives the same function with bytes cut and reset at random.
 
 use std::hash::Hash;
 use std::sync::atomic::Ordering;
@@ -17,7 +25,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Binding, Carrier, ServerEndpoint, Terms, TOUCH_EVERY};
-use crate::wire::{Header, Kind, Packet, Status};
+use crate::stream::{check_frame, Deframer, Next, PREFIX_LEN};
+use crate::wire::{flags, Header, Kind, Packet, Status};
 
 /// What a frame on a connection's binding asks for ([`ServerEndpoint::on_frame`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +43,91 @@ pub enum Framed {
     Malformed,
 }
 
+/// What the bytes read from a connection ask for next ([`ServerEndpoint::read_frame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrived {
+    /// An admitted call, whole at the front of the deframer ([`Deframer::frame`]: its header, then
+    /// its arguments from [`crate::wire::HEADER_LEN`] on): run it (counted with
+    /// [`ServerEndpoint::run_started`]), and consume the frame when its arguments are no longer
+    /// needed there.
+    Call {
+        /// The client slot.
+        slot: u32,
+        /// The call's number.
+        seq: u32,
+        /// The procedure.
+        procedure: u16,
+        /// The call carries a context ([`flags::CONTEXT`]).
+        context: bool,
+    },
+    /// Send this header back as a frame of its own (the frame it answers is consumed).
+    Answer(Header),
+    /// The slot's call `seq` is cancelled: an async procedure stops (the frame is consumed).
+    Cancel {
+        /// The client slot.
+        slot: u32,
+        /// The call's number.
+        seq: u32,
+    },
+    /// Nothing whole yet: read more bytes into [`Deframer::spare`].
+    More,
+    /// The peer broke the framing or sent what a client never sends: close the connection.
+    Close,
+}
+
 impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
+    /// Decides what the bytes buffered in `frames`, read from `binding`'s connection at `now`, ask
+    /// for next: a whole frame is checked and decided by [`ServerEndpoint::on_frame`]; a frame
+    /// that has filled the buffer makes it grow toward its length (twice what it holds at most,
+    /// so that a prefix claiming a large frame is given only as much as has arrived), each step
+    /// charged first through `grow` (false: no room); a frame larger than the binding's memory
+    /// may ever hold, or one the budgets have no room for, is refused `Busy` from its header and
+    /// its bytes are dropped as they arrive, never held.
+    pub fn read_frame(
+        &self,
+        frames: &mut Deframer,
+        binding: &Binding<A, E>,
+        now: Instant,
+        mut grow: impl FnMut(usize) -> bool,
+    ) -> Arrived {
+        let len = match frames.next() {
+            Err(_) => return Arrived::Close,
+            Ok(Next::Nothing) => return Arrived::More,
+            Ok(Next::Partial(len)) => len,
+            Ok(Next::Frame(_)) => {
+                let Ok(p) = check_frame(frames.frame()) else { return Arrived::Close };
+                let (slot, seq, procedure) = (p.slot(), p.seq(), p.procedure());
+                let context = p.flags() & flags::CONTEXT != 0;
+                let arrived = match self.on_frame(binding, &p, now) {
+                    Framed::Call => return Arrived::Call { slot, seq, procedure, context },
+                    Framed::Answer(h) => Arrived::Answer(h),
+                    Framed::Cancel => Arrived::Cancel { slot, seq },
+                    Framed::Malformed => return Arrived::Close,
+                };
+                frames.consume();
+                return arrived;
+            }
+        };
+        if !frames.needs_room(len) {
+            return Arrived::More;
+        }
+        let to = frames.next_size(len);
+        if PREFIX_LEN + len <= binding.memory_limit() && grow(to) {
+            frames.grow_toward(len, to);
+            return Arrived::More;
+        }
+        // The header comes first: the refusal needs its slot and number.
+        let Some(header) = frames.header() else { return Arrived::More };
+        // Only the header is here: it is checked as far as it goes (the payload follows).
+        let p = Packet::new_unchecked(header);
+        if p.kind() != Kind::Call || p.binding() != binding.id || p.incarnation() != self.config.incarnation {
+            return Arrived::Close;
+        }
+        let answer = self.stream_answer(binding, Kind::Result, Status::Busy, (p.slot(), p.seq(), p.procedure()));
+        frames.skip_frame();
+        Arrived::Answer(answer)
+    }
+
     /// Whether there is room for another binding of any carrier (and the endpoint is not
     /// draining): a transport asks before it spends anything on a bind request it could not grant.
     pub fn has_room(&self) -> bool {

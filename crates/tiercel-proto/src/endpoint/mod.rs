@@ -22,7 +22,7 @@ mod handshakes;
 
 pub use binding::{Binding, CallAt, Carrier, Fragment, SlotCell};
 pub use budget::Budget;
-pub use connection::Framed;
+pub use connection::{Arrived, Framed};
 pub use handshakes::{HandshakeLimits, Handshakes, Pending};
 
 use std::collections::{HashMap, VecDeque};

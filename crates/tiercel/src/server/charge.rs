@@ -31,11 +31,6 @@ impl Charge {
         self.charged
     }
 
-    /// The most the binding's budget allows.
-    pub(super) fn binding_limit(&self) -> usize {
-        self.binding.limit()
-    }
-
     /// Makes the charge `total`: more if there is room (false if not, the charge unchanged),
     /// or less.
     pub(super) fn settle(&mut self, total: usize) -> bool {

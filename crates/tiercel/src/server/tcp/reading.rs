@@ -1,13 +1,15 @@
 //! Reading a bound connection: the thread whose turn it is reads frames until a call to run comes,
-//! answering probes, cancels and refusals itself, growing the buffer for large calls as they arrive.
+//! answering probes, cancels and refusals itself. What the bytes ask for is the endpoint's decision
+//! (`ServerEndpoint::read_frame`, which the stream simulation drives too): this file moves the
+//! bytes, spins and waits, and runs the calls.
 
 use std::io::IoSlice;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use tiercel_proto::endpoint::Framed;
-use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
-use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
+use tiercel_proto::endpoint::Arrived;
+use tiercel_proto::stream::{self, Deframer};
+use tiercel_proto::wire::{Header, Kind, Status, HEADER_LEN};
 
 use super::super::dispatch::Arrival;
 use super::binding::*;
@@ -68,44 +70,78 @@ impl StreamBinding {
             // nothing, charged as they arrive).
             r.frames = Deframer::new(BUFFER, stream::max_frame(self.shared.config.timing.max_message));
         }
+        let stats = &self.shared.stats;
+        let mut now = Instant::now();
         loop {
             if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
                 return None;
             }
-            loop {
-                match r.frames.next() {
-                    Err(_) => {
-                        self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                        self.close();
-                        return None;
-                    }
-                    Ok(Next::Frame(_)) => {
-                        let now = Instant::now();
-                        r.last_frame = now;
-                        r.spin_until = if r.lease.take() { now + spin } else { now };
-                        match self.on_frame(r, own, now) {
-                            Handled::Next => r.frames.consume(),
-                            Handled::Take(call) => {
-                                r.frames.consume();
-                                return Some(call);
-                            }
-                            Handled::Over => {
-                                self.close();
-                                return None;
-                            }
+            // What the bytes ask for, decided by the endpoint: the frame's buffer grown (charged
+            // first) as a large frame arrives, or refused `Busy` from its header without room.
+            let Reader { frames, charge, retention, .. } = r;
+            let grow = |to| {
+                let room = charge.settle(to);
+                if room {
+                    retention.large(now);
+                }
+                room
+            };
+            let arrived = self.shared.endpoint.read_frame(frames, &self.binding, now, grow);
+            if !matches!(arrived, Arrived::More) {
+                r.last_frame = now;
+                r.spin_until = if r.lease.take() { now + spin } else { now };
+            }
+            match arrived {
+                Arrived::More => {}
+                Arrived::Call { slot, seq, procedure, context } => {
+                    let arrival = Arrival { at: Some(now), context, deadline: None, transport: "tcp" };
+                    match self.on_call(r, own, Taken { slot, seq, procedure, arrival }) {
+                        Handled::Next => {
+                            r.frames.consume();
+                            continue;
                         }
-                    }
-                    Ok(Next::Partial(len)) => {
-                        if r.frames.needs_room(len) && !self.grow_for(r, len) {
+                        Handled::Take(call) => {
+                            r.frames.consume();
+                            return Some(call);
+                        }
+                        Handled::Over => {
                             self.close();
                             return None;
                         }
-                        break;
                     }
-                    Ok(Next::Nothing) => break,
+                }
+                Arrived::Answer(h) => {
+                    match (h.kind, h.status) {
+                        (Kind::Reject, _) => stats.rejected.fetch_add(1, Ordering::Relaxed),
+                        (_, Status::Busy) => stats.busy.fetch_add(1, Ordering::Relaxed),
+                        _ => 0,
+                    };
+                    if self.send_header(&h).is_err() {
+                        self.close();
+                        return None;
+                    }
+                    continue;
+                }
+                Arrived::Cancel { slot, seq } => {
+                    stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                    // A plain procedure runs to its end; an async one stops.
+                    #[cfg(feature = "async")]
+                    if let Some(runner) = &self.shared.asynch {
+                        runner.cancel((self.id | 1 << 31, slot, seq));
+                    }
+                    #[cfg(not(feature = "async"))]
+                    let _ = (slot, seq);
+                    continue;
+                }
+                Arrived::Close => {
+                    stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    self.close();
+                    return None;
                 }
             }
-            match framed::receive(&self.conn.stream, &mut r.frames) {
+            let received = framed::receive(&self.conn.stream, &mut r.frames);
+            now = Instant::now();
+            match received {
                 Ok(true) => continue,
                 Ok(false) => {}
                 Err(_) => {
@@ -113,7 +149,6 @@ impl StreamBinding {
                     return None;
                 }
             }
-            let now = Instant::now();
             if now < r.spin_until {
                 core::hint::spin_loop();
                 continue;
@@ -152,32 +187,6 @@ impl StreamBinding {
         }
     }
 
-    /// Makes room for more of a frame of `len` bytes that has filled the buffer: twice what the
-    /// buffer holds (at most the frame), charged before it is touched, so that a prefix claiming a
-    /// large frame is charged only as its bytes arrive. A frame larger than the binding may ever
-    /// hold, or one the budgets have no room for, is answered `Busy` and its bytes are dropped as
-    /// they come. False: the connection is over.
-    pub(super) fn grow_for(&self, r: &mut Reader, len: usize) -> bool {
-        let to = r.frames.next_size(len);
-        if PREFIX_LEN + len <= r.charge.binding_limit() && r.charge.settle(to) {
-            r.frames.grow_toward(len, to);
-            r.retention.large(Instant::now());
-            return true;
-        }
-        // The header comes first: the refusal needs its slot and number.
-        let Some(header) = r.frames.header() else { return true };
-        // Only the header is here: it is checked as far as it goes (the payload follows).
-        let p = Packet::new_unchecked(header);
-        if p.kind() != Kind::Call || p.binding() != self.id || p.incarnation() != self.shared.incarnation {
-            self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        let (slot, seq, procedure) = (p.slot(), p.seq(), p.procedure());
-        self.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
-        r.frames.skip_frame();
-        self.answer(Kind::Result, Status::Busy, slot, seq, procedure).is_ok()
-    }
-
     /// Sends a frame without payload (a refusal, a probe's answer).
     pub(super) fn answer(
         &self,
@@ -196,43 +205,14 @@ impl StreamBinding {
         self.conn.send(&mut [IoSlice::new(&prefix), IoSlice::new(&h.to_bytes())])
     }
 
-    /// Handles the whole frame at the front of the buffer.
-    pub(super) fn on_frame(&self, r: &mut Reader, own: &mut Own, now: Instant) -> Handled {
+    /// Handles `call`, admitted by the endpoint, whole at the front of the buffer: an async
+    /// procedure is started on the runtime, a small call's arguments are copied out for this
+    /// thread to run ([`Handled::Take`]), a large one is run where it landed.
+    pub(super) fn on_call(&self, r: &mut Reader, own: &mut Own, call: Taken) -> Handled {
         let stats = &self.shared.stats;
         let ok = |sent: std::io::Result<()>| if sent.is_ok() { Handled::Next } else { Handled::Over };
-        let Ok(p) = stream::check_frame(r.frames.frame()) else {
-            stats.malformed.fetch_add(1, Ordering::Relaxed);
-            return Handled::Over;
-        };
-        let (slot, seq, procedure) = (p.slot(), p.seq(), p.procedure());
-        match self.shared.endpoint.on_frame(&self.binding, &p, now) {
-            Framed::Call => {}
-            Framed::Answer(h) => {
-                match (h.kind, h.status) {
-                    (Kind::Reject, _) => stats.rejected.fetch_add(1, Ordering::Relaxed),
-                    (_, Status::Busy) => stats.busy.fetch_add(1, Ordering::Relaxed),
-                    _ => 0,
-                };
-                return ok(self.send_header(&h));
-            }
-            Framed::Cancel => {
-                stats.cancelled.fetch_add(1, Ordering::Relaxed);
-                // A plain procedure runs to its end; an async one stops.
-                #[cfg(feature = "async")]
-                if let Some(runner) = &self.shared.asynch {
-                    runner.cancel((self.id | 1 << 31, slot, seq));
-                }
-                return Handled::Next;
-            }
-            Framed::Malformed => {
-                stats.malformed.fetch_add(1, Ordering::Relaxed);
-                return Handled::Over;
-            }
-        }
-        let arrival =
-            Arrival { at: Some(now), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "tcp" };
-        let call = Taken { slot, seq, procedure, arrival };
-        let args = p.payload();
+        let (slot, seq, procedure) = (call.slot, call.seq, call.procedure);
+        let args = r.frames.frame().get(HEADER_LEN..).unwrap_or_default();
         #[cfg(feature = "async")]
         {
             own.out.clear();
