@@ -132,7 +132,13 @@ pub enum BindError {
     /// only with another interface (the error names both), or the registry could not be read.
     #[error(transparent)]
     Name(#[from] crate::names::NameError),
-    /// A local socket error, or a bind answer that breaks the protocol.
+    /// The server's answer broke the bind protocol (what it sent is named).
+    #[error("the server broke the bind protocol: {0}")]
+    Protocol(Violation),
+    /// What could not happen and did (the task binding an async client failed).
+    #[error("{0}")]
+    Internal(Invariant),
+    /// A local socket error (the operating system's).
     #[error("I/O error while binding: {0}")]
     Io(#[from] io::Error),
 }
@@ -286,6 +292,18 @@ pub enum Violation {
     /// table of statuses).
     #[error("the server answered a call with status {0}")]
     CallStatus(&'static str),
+    /// Through shared memory, it published a result whose length or status is impossible.
+    #[error("the server wrote an impossible result (length {len}, status {status})")]
+    ImpossibleResult {
+        /// The length it wrote.
+        len: u32,
+        /// The status it wrote.
+        status: u32,
+    },
+    /// Its answer to a bind request is not one (named here): malformed, for another request, a
+    /// second challenge, a grant whose shared-memory region is impossible or missing.
+    #[error("{0}")]
+    BindAnswer(&'static str),
 }
 
 /// What could not happen and did (`CallError::Internal`).
@@ -307,6 +325,9 @@ pub enum Invariant {
     /// The task that binds again (on tokio's blocking pool) panicked or was cancelled; not sent.
     #[error("the task binding again failed; the call was not sent")]
     BindTaskFailed,
+    /// The task that binds an async client (on tokio's blocking pool) panicked or was cancelled.
+    #[error("the task binding the client failed")]
+    ImportTaskFailed,
 }
 
 /// Why a server could not be set up or started.

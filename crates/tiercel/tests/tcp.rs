@@ -584,3 +584,30 @@ fn frames_that_fill_tcps_share_of_memory_leave_the_other_transports_room() {
     drop(server);
     drop(stalled);
 }
+
+#[test]
+fn a_bind_answer_that_breaks_the_protocol_is_named_not_reported_as_io() {
+    // A TCP "server" that answers every bind request with a well-framed packet that is none.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let impostor = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut request = vec![0u8; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut request).unwrap();
+        let garbage = [0x5au8; 80];
+        s.write_all(&tiercel_proto::stream::prefix(garbage.len())).unwrap();
+        s.write_all(&garbage).unwrap();
+        // Held open until the client has read the answer and given up.
+        let _ = s.read(&mut [0u8; 1]);
+    });
+    let err = Client::connect(format!("tcp://{addr}")).unwrap().import::<TestClient>().map(drop).unwrap_err();
+    assert!(
+        matches!(err, tiercel::BindError::Protocol(tiercel::Violation::BindAnswer("malformed bind answer"))),
+        "{err:?}"
+    );
+    assert_eq!(err.execution(), Execution::NeverRan);
+    assert!(err.to_string().contains("broke the bind protocol"), "{err}");
+    impostor.join().unwrap();
+}

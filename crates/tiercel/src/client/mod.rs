@@ -170,7 +170,7 @@ impl Client {
         let client = self.clone();
         match tokio::task::spawn_blocking(move || client.import::<T>()).await {
             Ok(bound) => bound,
-            Err(e) => Err(BindError::Io(std::io::Error::other(format!("the bind task failed: {e}")))),
+            Err(_) => Err(BindError::Internal(crate::error::Invariant::ImportTaskFailed)),
         }
     }
 }
@@ -375,9 +375,15 @@ impl Binding {
                 },
             )),
             // No shared memory to be had (the wrong process at the rendezvous, no room, a broken
-            // connection): over UDP instead, unless the address asked for shared memory only. The
-            // binding keeps the reason, and one that binds again by itself tries shared memory again.
-            Err(e @ (BindError::SharedMemoryUnavailable { .. } | BindError::Busy | BindError::Io(_))) if !forced => {
+            // connection or answer): over UDP instead, unless the address asked for shared memory
+            // only. The binding keeps the reason, and one that binds again by itself tries shared
+            // memory again.
+            Err(
+                e @ (BindError::SharedMemoryUnavailable { .. }
+                | BindError::Busy
+                | BindError::Protocol(_)
+                | BindError::Io(_)),
+            ) if !forced => {
                 let mut binding = Self::bind_udp(server, info, config)?;
                 if let Some(inner) = Arc::get_mut(&mut binding.inner) {
                     inner.shm_refused = Some(e.to_string());
@@ -421,8 +427,7 @@ impl Binding {
         match udp_bind::bind_udp(server, info, &config, false)? {
             udp_bind::UdpBound::Granted(grant) => Ok(Self::udp_binding(server, info, config, grant)),
             // Never the answer to a request that did not ask for it (the bind machine ignores it).
-            udp_bind::UdpBound::Rendezvous(_) => Err(BindError::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
+            udp_bind::UdpBound::Rendezvous(_) => Err(BindError::Protocol(crate::error::Violation::BindAnswer(
                 "a rendezvous answered a request that did not ask for one",
             ))),
         }

@@ -23,6 +23,7 @@ use tiercel_sys::shm::{futex_wait, futex_wake, Region};
 
 use super::BindingInner;
 use crate::config::ClientConfig;
+use crate::error::Violation;
 use crate::interface::InterfaceInfo;
 use crate::rendezvous;
 use crate::retention::{self, Retention};
@@ -85,7 +86,7 @@ pub(crate) fn bind(
 ) -> Result<Granted, BindError> {
     // Measure the tick counter's rate (2 ms) now, not on the first call.
     let _ = clock::ticks_per_second();
-    let bad = |why: &str| BindError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
+    let bad = |why: &'static str| BindError::Protocol(Violation::BindAnswer(why));
     stream.set_read_timeout(Some(config.timing.dead_after))?;
     let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
     let mut machine = BindClient::new(&info.spec(), 0, nonce, false);
@@ -324,10 +325,7 @@ impl ShmEndpoint {
         let status = word(region, base + slot::STATUS).load(Ordering::Relaxed);
         let Some((rlen, status)) = proto::validate_result(rlen, status, layout.data) else {
             proto::client_reset(state);
-            return Err(CallError::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("server wrote an impossible result (length {rlen}, status {status})"),
-            )));
+            return Err(CallError::Protocol(Violation::ImpossibleResult { len: rlen, status }));
         };
         mark(Point::Validated);
         if self.result.len() < rlen {

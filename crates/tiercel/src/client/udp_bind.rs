@@ -226,10 +226,9 @@ pub(super) fn refused(refusal: Refusal<'_>) -> BindError {
         Refusal::UnknownInterface
         | Refusal::VersionMismatch(_)
         | Refusal::InterfaceMismatch(_)
-        | Refusal::ProcedureMismatch { .. } => BindError::Io(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "a server refused a listing as it refuses a bind",
-        )),
+        | Refusal::ProcedureMismatch { .. } => {
+            BindError::Protocol(crate::error::Violation::BindAnswer("a listing refused as a bind is refused"))
+        }
     }
 }
 

@@ -112,7 +112,7 @@ fn exchange_answered<T>(
         _ => BindError::Io(e),
     })?;
     tiercel_sys::tcp::prepare(&stream, dead_after)?;
-    let bad = |why: &str| BindError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string()));
+    let bad = |why: &'static str| BindError::Protocol(Violation::BindAnswer(why));
     let until = Instant::now() + dead_after;
     let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
     let mut frames = Deframer::new(PREFIX_LEN + 4 * crate::rendezvous::MAX_MESSAGE, 4 * crate::rendezvous::MAX_MESSAGE);

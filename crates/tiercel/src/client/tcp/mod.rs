@@ -37,6 +37,7 @@ use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
 use super::BindingInner;
 use crate::config::ClientConfig;
+use crate::error::Violation;
 use crate::framed;
 use crate::interface::InterfaceInfo;
 use crate::spin::{SpinBudget, SPINNERS};
