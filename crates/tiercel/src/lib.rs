@@ -84,8 +84,8 @@ mod random;
 mod rendezvous;
 mod retention;
 mod server;
-mod spin;
 mod trace;
+mod waiting;
 // The step timestamps `tiercel explain` reads: public only to the build that reads them.
 #[cfg(feature = "explain")]
 #[doc(hidden)]

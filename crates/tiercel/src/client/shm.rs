@@ -27,8 +27,8 @@ use crate::error::Violation;
 use crate::interface::InterfaceInfo;
 use crate::rendezvous;
 use crate::retention::{self, Retention};
-use crate::spin::{SpinBudget, SPINNERS};
 use crate::steps::{self, mark, Point};
+use crate::waiting::spin::{SpinBudget, SPINNERS};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{BindError, CallError};
 

@@ -22,9 +22,9 @@ use tiercel_sys::udp::{self, Received};
 
 use super::BindingInner;
 use crate::retention::Retention;
-use crate::spin::{SpinBudget, SpinDeadline, SPINNERS};
 use crate::steps::{mark, Point};
 use crate::transmit::{self, MAX_RUN as MAX_LANDED};
+use crate::waiting::spin::{SpinBudget, SpinDeadline, SPINNERS};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{Binding, CallError};
 

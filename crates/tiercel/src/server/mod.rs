@@ -3,7 +3,6 @@
 #[cfg(feature = "async")]
 mod asynch;
 mod charge;
-mod crew;
 mod dispatch;
 mod handoff;
 mod handshake;
@@ -12,7 +11,6 @@ mod outbox;
 
 pub use dispatch::deadline;
 mod shm;
-mod spinning;
 mod tcp;
 mod udp;
 
@@ -190,7 +188,7 @@ impl Server {
             std::time::Instant::now(),
             Box::new(crate::auth::Challenger::new()?),
         );
-        let spin_leases = spinning::SpinLeases::new(config.spinners.max(1));
+        let spin_leases = crate::waiting::leases::SpinLeases::new(config.spinners.max(1));
         let more = tiercel_sys::udp::share_port(&self.socket, sockets - 1)
             .map_err(|source| ServerError::Listen { addr, source })?;
         let datagram = config.max_datagram;
@@ -210,7 +208,7 @@ impl Server {
             stop: AtomicBool::new(false),
             shutdown_by: std::sync::Mutex::new(None),
             spin_leases,
-            crew: crew::Crew::new(workers, sockets),
+            crew: crate::waiting::crew::Crew::new(workers, sockets),
             stats: Arc::new(ServerCounters::default()),
             registrations: std::sync::Mutex::new(Vec::new()),
             binding_threads: std::sync::Mutex::new(Vec::new()),
@@ -263,19 +261,6 @@ impl Server {
     }
 }
 
-/// Calls shorter than this on average are not worth another server thread while calls wait: one
-/// thread takes them as they come (on a small machine a second only takes the callers' CPU, and a
-/// UDP listener waiting in `epoll` costs every datagram a wake-up).
-const SLOW_CALL: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// Whether the calls were slow (see [`SLOW_CALL`]): `calls` went through in `period` on `threads`
-/// threads, fewer than one per [`SLOW_CALL`] per thread. Used by every transport to decide whether
-/// calls that wait while every thread runs one are worth another thread.
-fn slow_calls(calls: u64, threads: usize, period: std::time::Duration) -> bool {
-    let per_thread = (period.as_nanos() / SLOW_CALL.as_nanos()) as u64;
-    calls < threads as u64 * per_thread
-}
-
 pub(crate) struct Shared {
     /// The UDP sockets (`ServerConfig::sockets`), all on the server's port, and what the workers
     /// reading each share; the first is the one the server was bound with.
@@ -308,9 +293,9 @@ pub(crate) struct Shared {
     /// When a graceful shutdown must stop the workers even if calls are still running.
     shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
     /// Leave to spin (`ServerConfig::spinners`), for every transport's threads.
-    spin_leases: Arc<spinning::SpinLeases>,
+    spin_leases: Arc<crate::waiting::leases::SpinLeases>,
     /// Which workers read each socket.
-    crew: crew::Crew,
+    crew: crate::waiting::crew::Crew,
     stats: Arc<ServerCounters>,
     /// The threads serving shared-memory and TCP bindings (finished ones are pruned as new ones
     /// start).

@@ -40,8 +40,8 @@ use crate::config::ClientConfig;
 use crate::error::Violation;
 use crate::framed;
 use crate::interface::InterfaceInfo;
-use crate::spin::{SpinBudget, SPINNERS};
 use crate::steps::{mark, Point};
+use crate::waiting::spin::{SpinBudget, SPINNERS};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{BindError, CallError};
 

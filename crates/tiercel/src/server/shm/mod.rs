@@ -3,7 +3,7 @@
 //! sleeping on the region's doorbell futex.
 //!
 //! A binding starts with one thread. While every awake thread of a binding has been running a slow
-//! call (see `super::slow_calls`) at two of the rendezvous thread's looks in a row (a [`LOOK`] apart
+//! call (see `crate::waiting::crew::slow_calls`) at two of the rendezvous thread's looks in a row (a [`LOOK`] apart
 //! while its threads are busy, up to 8 ms apart otherwise) and another call waits, the rendezvous
 //! thread starts a helper (or wakes a parked one), up to `ServerConfig::workers`, so that a slow
 //! procedure holds up only its own caller. A thread claims a slot's call (the lock of the slot's
@@ -170,7 +170,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
         // (`crew::next_look`).
         let looked = look_after(&mut teams, beat, last_look.elapsed());
         last_look = Instant::now();
-        waited = if looked.in_use { super::crew::next_look(waited, looked.all_busy) } else { LOOK };
+        waited = if looked.in_use { crate::waiting::crew::next_look(waited, looked.all_busy) } else { LOOK };
         let period = if looked.in_use { waited } else { HEARTBEAT };
         // What becomes of a connection in the bind exchange after some progress.
         let mut progress = |connecting: &mut Connecting, step: Step| match step {
@@ -299,7 +299,7 @@ fn binding_index(shared: &Shared) -> usize {
 /// How soon the rendezvous thread looks again whether a binding in use needs another thread, after
 /// a look that found every awake thread of a binding running a call (after other looks, twice the
 /// wait before, up to `crew::MAX_LOOK`).
-const LOOK: Duration = super::crew::TICK;
+const LOOK: Duration = crate::waiting::crew::TICK;
 /// A binding whose last call ended longer ago than this is looked at only once a [`HEARTBEAT`].
 const IN_USE: Duration = Duration::from_secs(1);
 /// A binding's extra thread that has served no call for this long ends.

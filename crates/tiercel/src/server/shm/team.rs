@@ -178,7 +178,7 @@ impl Team {
     /// One look of the rendezvous thread, `since` after the last: whether the binding is held up
     /// (at this look and the last, every awake thread was running a call while another call waited,
     /// and the calls were slow: fewer served between the looks than one per 50 µs per running
-    /// thread, `super::super::slow_calls`), and whether every awake thread was running a call.
+    /// thread, `crate::waiting::crew::slow_calls`), and whether every awake thread was running a call.
     pub(super) fn held_up(&self, watch: &mut Watch, since: Duration) -> (bool, bool) {
         let served: u64 = self.lanes.iter().map(|l| l.served.load(Ordering::Relaxed)).fold(0, u64::wrapping_add);
         let calls = served.wrapping_sub(std::mem::replace(&mut watch.served, served));
@@ -198,7 +198,7 @@ impl Team {
         let on_runtime = self.running.load(Ordering::Relaxed);
         #[cfg(not(feature = "async"))]
         let on_runtime = 0;
-        let now = running > 0 && super::super::slow_calls(calls, running, since) && {
+        let now = running > 0 && crate::waiting::crew::slow_calls(calls, running, since) && {
             let waiting = (0..self.used()).filter(|&i| proto::server_has_call(self.state(i))).count();
             waiting > running + on_runtime
         };

@@ -91,7 +91,7 @@ pub(super) struct Worker<'a> {
     /// The capacity of `args` and `out`, charged.
     pub(super) charge: Charge,
     /// Leave to spin after a call; without it, this thread sleeps as soon as no call is there.
-    pub(super) lease: super::super::spinning::SpinLease,
+    pub(super) lease: crate::waiting::leases::SpinLease,
     /// Results of the binding's async calls (the first thread's).
     #[cfg(feature = "async")]
     pub(super) results: Option<std::sync::mpsc::Receiver<(u32, Status, Vec<u8>)>>,
@@ -111,7 +111,7 @@ impl<'a> Worker<'a> {
             args: Vec::new(),
             out: Vec::new(),
             charge: Charge::new(team.budget.clone()),
-            lease: super::super::spinning::SpinLease::new(&team.shared.spin_leases),
+            lease: crate::waiting::leases::SpinLease::new(&team.shared.spin_leases),
             #[cfg(feature = "async")]
             results: None,
         }
@@ -166,7 +166,7 @@ impl<'a> Worker<'a> {
         } else {
             crate::Spin::Fixed(shared.config.spin)
         };
-        let mut budget = crate::spin::SpinBudget::new(policy);
+        let mut budget = crate::waiting::spin::SpinBudget::new(policy);
         // Times in ticks of the tick counter: read after every call, it costs a third of the clock.
         let mut last_result = clock::ticks();
         let mut spin_until = last_result + clock::ticks_in(budget.budget());

@@ -92,7 +92,7 @@ pub(super) struct Reader {
     /// Reading spins until then (`ServerConfig::spin` after the last frame, while it holds the
     /// lease to).
     pub(super) spin_until: Instant,
-    pub(super) lease: super::super::spinning::SpinLease,
+    pub(super) lease: crate::waiting::leases::SpinLease,
 }
 
 /// A call read from the connection, its arguments copied into the reading thread's buffer.
@@ -141,7 +141,7 @@ impl StreamBinding {
 
     /// Whether the listener should give the binding another thread: there is room for one more,
     /// and every thread has been running a call for [`HELP_AFTER`], or every thread was running a
-    /// slow one (see `super::super::slow_calls`) while more of the client's bytes waited to be read at
+    /// slow one (see `crate::waiting::crew::slow_calls`) while more of the client's bytes waited to be read at
     /// [`WAITED_LOOKS`] looks in a row, so that calls whose procedures block run side by side
     /// instead of queueing behind one another.
     pub(super) fn wants_helper(&self, now: Instant, watch: &mut Watch) -> bool {
@@ -158,7 +158,7 @@ impl StreamBinding {
             return false;
         }
         let since = Duration::from_nanos(self.all_busy_since.load(Ordering::Acquire));
-        let slow = super::super::slow_calls(since_taken, threads, HELP_AFTER);
+        let slow = crate::waiting::crew::slow_calls(since_taken, threads, HELP_AFTER);
         *waited = if slow && self.bytes_waiting() { waited.saturating_add(1) } else { 0 };
         let help = now.saturating_duration_since(self.created + since) >= HELP_AFTER || *waited >= WAITED_LOOKS;
         if help {

@@ -278,7 +278,7 @@ fn bind(
             retention: Retention::default(),
             last_frame: now,
             spin_until: now,
-            lease: super::spinning::SpinLease::new(&shared.spin_leases),
+            lease: crate::waiting::leases::SpinLease::new(&shared.spin_leases),
         })),
         threads: AtomicUsize::new(0),
         idle: AtomicUsize::new(0),

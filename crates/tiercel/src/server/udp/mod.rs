@@ -29,16 +29,16 @@ use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEA
 use tiercel_sys::mmsg::{self, RecvBatch, MAX_BATCH};
 use tiercel_sys::udp::{self, Received};
 
-use super::crew::Standby;
 use super::dispatch::{run_in_place, run_procedure, Arrival};
 use super::handoff::Handoff;
 use super::landing::{gather, Landing, MAX_LANDED, MAX_PARTS};
 use super::outbox::{Outbox, QuickProcedures, MAX_HELD, QUICK_RUN};
-use super::spinning::SpinLease;
 use super::{EndpointBinding, Shared, UdpSlot};
 use crate::retention::SPARES_IDLE;
 use crate::steps::{self, mark, Point};
 use crate::transmit;
+use crate::waiting::crew::Standby;
+use crate::waiting::leases::SpinLease;
 
 mod receiving;
 mod running;

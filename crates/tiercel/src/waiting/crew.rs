@@ -31,18 +31,31 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+/// Calls shorter than this on average are not worth another server thread while calls wait: one
+/// thread takes them as they come (on a small machine a second only takes the callers' CPU, and a
+/// UDP listener waiting in `epoll` costs every datagram a wake-up).
+pub(crate) const SLOW_CALL: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Whether the calls were slow (see [`SLOW_CALL`]): `calls` went through in `period` on `threads`
+/// threads, fewer than one per [`SLOW_CALL`] per thread. Used by every transport to decide whether
+/// calls that wait while every thread runs one are worth another thread.
+pub(crate) fn slow_calls(calls: u64, threads: usize, period: std::time::Duration) -> bool {
+    let per_thread = (period.as_nanos() / SLOW_CALL.as_nanos()) as u64;
+    calls < threads as u64 * per_thread
+}
+
 /// How soon the deputy looks again after a look at which every listener was running a call.
-pub(super) const TICK: Duration = Duration::from_millis(1);
+pub(crate) const TICK: Duration = Duration::from_millis(1);
 
 /// The longest the deputy waits between looks while calls are being made (after looks that found
 /// a listener free, each wait twice the one before).
-pub(super) const MAX_LOOK: Duration = Duration::from_millis(8);
+pub(crate) const MAX_LOOK: Duration = Duration::from_millis(8);
 
 /// The wait before the next look of a thread that looks whether calls are held up (the deputy, the
 /// shared-memory rendezvous thread), `waited` having been the last: a [`TICK`] after a look that
 /// found every thread serving the calls running one (`all_busy`), else twice the last wait, up to
 /// [`MAX_LOOK`].
-pub(super) fn next_look(waited: Duration, all_busy: bool) -> Duration {
+pub(crate) fn next_look(waited: Duration, all_busy: bool) -> Duration {
     if all_busy {
         TICK
     } else {
@@ -53,7 +66,7 @@ pub(super) fn next_look(waited: Duration, all_busy: bool) -> Duration {
 /// Looks in a row at which every listener runs a call while datagrams wait that make the deputy a
 /// listener. (At one look, or two, a caller whose next call arrives as its result goes out can
 /// look the same.)
-pub(super) const QUEUED_LOOKS: u8 = 3;
+pub(crate) const QUEUED_LOOKS: u8 = 3;
 
 /// After this many looks without a new call (and with a listener free), the deputy stops looking
 /// until a listener wakes from a blocking wait.
@@ -62,7 +75,7 @@ const IDLE_LOOKS: u32 = 100;
 /// How long an idle deputy sleeps at most before looking again (in case a wake-up was missed).
 const IDLE_LOOK: Duration = Duration::from_millis(100);
 
-pub(super) struct Crew {
+pub(crate) struct Crew {
     /// Workers in the listener role on each of the server's sockets (reading it or running a call
     /// they read); at least 1 each.
     listeners: Vec<AtomicUsize>,
@@ -91,7 +104,7 @@ struct Roles {
 
 /// What a standing-by worker does next.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Standby {
+pub(crate) enum Standby {
     /// Read the socket of this index.
     Listen(usize),
     /// The server is stopping.
@@ -100,7 +113,7 @@ pub(super) enum Standby {
 
 impl Crew {
     /// A crew of `workers` for `sockets` sockets, in which one worker listens on each.
-    pub(super) fn new(workers: usize, sockets: usize) -> Crew {
+    pub(crate) fn new(workers: usize, sockets: usize) -> Crew {
         let sockets = sockets.max(1);
         Crew {
             listeners: (0..sockets).map(|_| AtomicUsize::new(1)).collect(),
@@ -123,7 +136,7 @@ impl Crew {
     /// Whether a listener on socket `lane` that found nothing to read should stand by: another
     /// listener of that socket is free (`running()` of its listeners are running calls). One atomic
     /// load while a single worker listens there.
-    pub(super) fn should_stand_by(&self, lane: usize, running: impl FnOnce() -> usize) -> bool {
+    pub(crate) fn should_stand_by(&self, lane: usize, running: impl FnOnce() -> usize) -> bool {
         let Some(count) = self.listeners.get(lane) else { return false };
         if count.load(Ordering::Acquire) == 1 {
             return false;
@@ -143,7 +156,7 @@ impl Crew {
     /// of socket `lane` running calls, `started(lane)` the count of calls they have started,
     /// `queued(lane)` whether a datagram waits in that socket (asked only while every listener
     /// there runs a call).
-    pub(super) fn stand_by(
+    pub(crate) fn stand_by(
         &self,
         stop: &AtomicBool,
         running: impl Fn(usize) -> usize,
@@ -218,7 +231,7 @@ impl Crew {
 
     /// A listener woke from a blocking wait with a datagram: the server may be busy again, so an
     /// idle deputy goes back to looking every tick. One atomic load when the deputy is not idle.
-    pub(super) fn woke(&self) {
+    pub(crate) fn woke(&self) {
         if self.deputy_idle.load(Ordering::Acquire) && self.deputy_idle.swap(false, Ordering::AcqRel) {
             let _roles = self.lock();
             self.look.notify_all();
@@ -226,14 +239,14 @@ impl Crew {
     }
 
     /// Wakes every standing-by worker: the server is stopping (`stop` is already set).
-    pub(super) fn release(&self) {
+    pub(crate) fn release(&self) {
         let _roles = self.lock();
         self.changed.notify_all();
         self.look.notify_all();
     }
 
     /// Whether it is time for a listener to sweep the endpoint; true for one caller every `every`.
-    pub(super) fn sweep_due(&self, now: Instant, every: Duration) -> bool {
+    pub(crate) fn sweep_due(&self, now: Instant, every: Duration) -> bool {
         let at = now.saturating_duration_since(self.epoch).as_millis() as u64;
         let due = self.next_sweep.load(Ordering::Relaxed);
         at >= due
@@ -281,7 +294,7 @@ impl Deputy {
     /// One look: `listeners` of at most `workers` read the socket, `running` of them run a call,
     /// `started` calls have been started so far, and `queued()` says whether a datagram waits.
     /// Another listener is needed when every listener was running the same calls at two looks in a
-    /// row (none started in between), or was running slow calls (see `super::slow_calls`) while
+    /// row (none started in between), or was running slow calls (see [`slow_calls`]) while
     /// datagrams waited at [`QUEUED_LOOKS`] looks in a row. The next look comes a [`TICK`] after one
     /// that found every listener running a call, else after twice the last wait, up to
     /// [`MAX_LOOK`] (and every [`IDLE_LOOK`] once no call has started for [`IDLE_LOOKS`] looks).
@@ -294,7 +307,7 @@ impl Deputy {
         queued: impl FnOnce() -> bool,
     ) -> Look {
         let all_busy = running >= listeners;
-        let slow = super::slow_calls(started.wrapping_sub(self.last_started), listeners, self.waited);
+        let slow = slow_calls(started.wrapping_sub(self.last_started), listeners, self.waited);
         // The socket is looked at only while every listener runs a slow call and there is room for
         // another.
         let queued = all_busy && slow && listeners < workers && queued();

@@ -103,7 +103,7 @@ impl Drop for Spinner<'_> {
 /// With 5 µs here a one-caller Null call over UDP blocked at each hiccup of the machine past
 /// ~20 µs, and its p99 was 1.6× to 2.0× the raw ping-pong's; a client spinning longer (a fixed
 /// 1 ms, or four round trips plus 50 µs) had 1.25× to 1.44× in the same runs.
-const SLACK_NS: u64 = 50_000;
+pub(crate) const SLACK_NS: u64 = 50_000;
 
 /// Until when a waiting caller spins: its call's budget from the call's start, pushed on by each
 /// packet of the call that arrives for [`SpinBudget::between_packets`] from then.

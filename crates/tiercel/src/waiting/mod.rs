@@ -1,0 +1,43 @@
+//! How tiercel's threads wait: the whole waiting policy, client and server, in one place.
+//!
+//! Every wait in a call chooses between spinning (the thread keeps its CPU and sees the event in a
+//! fraction of a microsecond: 0.2 µs on the VMs we measure on) and blocking (the CPU goes to other
+//! work, and the thread takes 50 to 90 µs to wake there, a few µs on bare metal). A Null call's
+//! whole round trip is 7 µs over loopback UDP and 0.13 µs through shared memory, so a call that
+//! blocks once is many times slower; but a thread that spins holds a CPU that a caller, or another
+//! server thread, may need. The rules, each where it lives:
+//!
+//! - **A caller spins, then blocks** ([`spin`]). It spins for twice the recent round trips plus
+//!   [`spin::SLACK_NS`] (50 µs, about what a block costs: spinning as long as a wake-up would take
+//!   loses at most that much, the classic spin-then-block bound), at most `ClientConfig::spin` (200
+//!   µs by default); long calls block at once. With 5 µs of slack a one-caller UDP Null blocked at
+//!   every hiccup past ~20 µs and its p99 was 1.6–2.0× the raw ping-pong's; with 50 µs, 1.25–1.44×.
+//! - **Callers that spin side by side take turns** ([`spin::Spinners`]). While more than one caller
+//!   of the process spins, each yields the CPU between its looks (`sched_yield`) instead of only
+//!   hinting it: eight callers pinned to one CPU otherwise made no more calls over UDP than one. A
+//!   UDP caller yields before its first look at all (the result cannot be back yet): 3.0–3.4 system
+//!   calls per Null call with eight callers on one CPU, against 4.1–4.3.
+//! - **A server thread spins after a call only with a lease** ([`leases`]). UDP workers,
+//!   shared-memory binding threads and TCP connection readers all spin for their next call
+//!   (`ServerConfig::spin`, 1 ms; a shared-memory binding's thread adapts it to the gaps between
+//!   calls as a caller does, `ServerConfig::adaptive_spin`), but at most `ServerConfig::spinners` of
+//!   them at once (one less than the CPUs, at least one): on a
+//!   small machine a few spinning together took every core from the callers. Without a lease a
+//!   thread blocks at once.
+//! - **Extra server threads stand by until calls are held up** ([`crew`]). One UDP worker listens;
+//!   the others stand by, parked, because every listener blocked in `epoll` is woken by every
+//!   datagram (four listening workers made one caller's calls twice as slow). The *deputy* looks now
+//!   and then, a [`crew::TICK`] (1 ms) after a look that found every listener running a call,
+//!   otherwise twice the last wait up to [`crew::MAX_LOOK`] (8 ms): looking every tick while quick
+//!   calls streamed took the spinning listener's CPU a thousand times a second (Null's p99 29.5 µs
+//!   against 10.4 µs). It adds a listener when every listener ran a call at two looks in a row, or
+//!   ran slow calls ([`crew::slow_calls`]: under one per [`crew::SLOW_CALL`], 50 µs, per thread)
+//!   while datagrams waited. The shared-memory rendezvous thread and the TCP listener give a
+//!   binding another thread by the same looks and the same measure of slow calls.
+//!
+//! What each rule costs and gains is measured by `tiercel bench` (the spin columns of the latency
+//! tables, the workers table, and the blocking rows of the peers table, where nobody spins).
+
+pub(crate) mod crew;
+pub(crate) mod leases;
+pub(crate) mod spin;
