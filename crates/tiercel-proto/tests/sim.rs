@@ -7,7 +7,8 @@
 //! new incarnation; some give calls deadlines, and some have clients give calls up mid-way (a
 //! dropped future), telling the server with a `Cancel` and going on to their next call on the
 //! same slot. The server is the shipped `ServerEndpoint` (routing, the binding and slot table,
-//! admission), the clients the shipped `ClientCall`; the harness only moves bytes and runs
+//! admission, and the dispatch of each packet, `call_step` and `control_step`, which the UDP server
+//! runs too), the clients the shipped `ClientCall`; the harness only moves bytes and runs
 //! procedures. Every scenario asserts that each call completes with the right result or fails with
 //! an error, that no call body runs twice, and that a restarted server runs nothing sent to its
 //! previous incarnation. `TIERCEL_SIM_SCENARIOS` sets the number of seeds (default 10,000).
@@ -21,9 +22,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tiercel_proto::bind::wire::features;
 use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
-use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Refusal, Route, ServerEndpoint, Terms};
+use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Refusal, Route, ServerEndpoint, Step, Terms};
 use tiercel_proto::fragment::{fragment_range, NARROW_WINDOW};
-use tiercel_proto::server::{CallAction, ProbeAction};
+use tiercel_proto::server::CallAction;
 use tiercel_proto::wire::{checksum, flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_proto::Timing;
 
@@ -252,45 +253,15 @@ impl Scenario {
                 return self.send(Dest::Client(slot), Self::packet(h, &challenge));
             }
         };
-        let timing = self.timing;
-        let mut reply = None;
-        let mut run = None;
-        match p.kind() {
-            Kind::Call => match cell.on_call(&binding, &p, now, &timing) {
-                CallAction::Execute => run = Some(p.payload().to_vec()),
-                CallAction::ExecuteMessage(m) => {
-                    binding.release(m.len());
-                    run = Some(m);
-                }
-                CallAction::Ack(a) => {
-                    reply = Some(Self::packet(binding.reply_header(&p, Kind::Ack, Status::Ok, 0), &a.to_bytes()))
-                }
-                CallAction::ResendResult => cell.resend_result(),
-                CallAction::Refuse(status) => cell.refuse(&binding, &p, status, &timing),
-                CallAction::Busy => {
-                    self.busy += 1;
-                    reply = Some(Self::packet(self.server.endpoint.reject(&p, Status::Busy), &[]));
-                }
-                CallAction::Drop(_) => {}
-            },
-            Kind::Ack => {
-                cell.on_result_ack(&binding, &p, now);
+        // The shipped dispatch: what the slot's answer asks the transport to do.
+        let step = match p.kind() {
+            Kind::Call => {
+                let action = cell.on_call(&binding, &p, now, &self.timing);
+                self.server.endpoint.call_step(&binding, &mut cell, &p, action)
             }
-            Kind::Cancel => {
-                cell.on_cancel(&binding, &p, now);
-            }
-            Kind::Probe => match cell.proto.on_probe(p.seq(), now) {
-                ProbeAction::Alive => {
-                    reply = Some(Self::packet(binding.reply_header(&p, Kind::ProbeReply, Status::Ok, 0), &[]))
-                }
-                ProbeAction::Ack(a) => {
-                    reply = Some(Self::packet(binding.reply_header(&p, Kind::Ack, Status::Ok, 0), &a.to_bytes()))
-                }
-                ProbeAction::ResendResult => cell.resend_result(),
-                ProbeAction::Drop => {}
-            },
-            other => panic!("server got {other:?}"),
-        }
+            _ => self.server.endpoint.control_step(&binding, &mut cell, &p, now).0,
+        };
+        let (reply, run) = self.server_step(&binding, step, p.payload());
         if p.kind() == Kind::Call && slot % 2 == 1 && p.frag_count() > 1 && cell.proto.is_receiving() {
             self.server.expected = Some((p.slot(), p.seq()));
         }
@@ -302,6 +273,29 @@ impl Scenario {
             self.execute(slot, p.seq(), bytes, args, log);
         }
         self.server_flush(slot);
+    }
+
+    /// Does what the endpoint's dispatch decided, as the UDP server does: the packet to send the
+    /// slot's client, if any, and the arguments of a call to run. (What the slot queued goes out
+    /// with `server_flush` after every packet.)
+    fn server_step(
+        &mut self,
+        binding: &Binding<usize, ()>,
+        step: Step,
+        payload: &[u8],
+    ) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+        match step {
+            Step::Run => (None, Some(payload.to_vec())),
+            Step::RunMessage(m) => {
+                binding.release(m.len());
+                (None, Some(m))
+            }
+            Step::Reply(r) => {
+                self.busy += u64::from(r.header.kind == Kind::Reject && r.header.status == Status::Busy);
+                (Some(Self::packet(r.header, r.payload())), None)
+            }
+            Step::Flush { .. } | Step::Quiet(_) => (None, None),
+        }
     }
 
     /// Receives `bytes` as a UDP worker expecting the next fragment of a call does: the payload
@@ -332,19 +326,16 @@ impl Scenario {
             return false;
         }
         self.server_landed += 1;
-        let (mut reply, mut run) = (None, None);
-        match cell.on_landed(&binding, &p, now) {
-            CallAction::Ack(a) => {
-                reply = Some(Self::packet(binding.reply_header(&p, Kind::Ack, Status::Ok, 0), &a.to_bytes()))
-            }
-            CallAction::ExecuteMessage(m) => {
-                binding.release(m.len());
-                self.server.expected = None;
-                run = Some(m);
-            }
-            CallAction::Drop(_) => {}
-            other => panic!("a fragment that continues a call drew {other:?}"),
+        let action = cell.on_landed(&binding, &p, now);
+        assert!(
+            matches!(action, CallAction::Ack(_) | CallAction::ExecuteMessage(_) | CallAction::Drop(_)),
+            "a fragment that continues a call drew {action:?}"
+        );
+        if matches!(action, CallAction::ExecuteMessage(_)) {
+            self.server.expected = None;
         }
+        let step = self.server.endpoint.call_step(&binding, &mut cell, &p, action);
+        let (reply, run) = self.server_step(&binding, step, p.payload());
         drop(cell);
         if let Some(r) = reply {
             self.send(Dest::Client(slot as usize), r);

@@ -18,11 +18,13 @@
 mod binding;
 mod budget;
 mod connection;
+mod dispatch;
 mod handshakes;
 
 pub use binding::{Binding, CallAt, Carrier, Fragment, SlotCell};
 pub use budget::Budget;
 pub use connection::{Arrived, Framed};
+pub use dispatch::{Quiet, Reply, Step};
 pub use handshakes::{HandshakeLimits, Handshakes, Pending};
 
 use std::collections::{HashMap, VecDeque};

@@ -23,8 +23,8 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::BindDecision;
-use tiercel_proto::endpoint::{Fragment, Refusal, Route, Terms};
-use tiercel_proto::server::{CallAction, DropReason, ProbeAction};
+use tiercel_proto::endpoint::{Fragment, Quiet, Refusal, Route, Step, Terms};
+use tiercel_proto::server::CallAction;
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
 use tiercel_sys::mmsg::{self, RecvBatch, MAX_BATCH};
 use tiercel_sys::udp::{self, Received};
@@ -414,36 +414,22 @@ impl UdpWorker {
                 return self.send_reject(h, &challenge, from);
             }
         };
-        match p.kind() {
-            Kind::Call => self.on_call(&binding, cell, &p, now),
-            Kind::Ack => {
-                if let Some(big) = cell.on_result_ack(&binding, &p, now) {
-                    // A large result buffer goes to this worker's spares for the next large call.
-                    self.keep_spare(big);
-                }
-                self.flush(&binding, &mut cell);
-            }
-            Kind::Cancel => {
-                stats.cancelled.fetch_add(1, Ordering::Relaxed);
-                // An async procedure running the call stops at its next await.
-                #[cfg(feature = "async")]
-                if let Some(runner) = &self.shared.asynch {
-                    runner.cancel((binding.id, p.slot(), p.seq()));
-                }
-                if let Some(big) = cell.on_cancel(&binding, &p, now) {
-                    self.keep_spare(big);
-                }
-            }
-            _ => match cell.proto.on_probe(p.seq(), now) {
-                ProbeAction::Alive => self.send_control(&binding, &p, from, Kind::ProbeReply, &[]),
-                ProbeAction::Ack(a) => self.send_control(&binding, &p, from, Kind::Ack, &a.to_bytes()),
-                ProbeAction::ResendResult => {
-                    cell.resend_result();
-                    self.flush(&binding, &mut cell);
-                }
-                ProbeAction::Drop => {}
-            },
+        if p.kind() == Kind::Call {
+            return self.on_call(&binding, cell, &p, now);
         }
+        let (step, spare) = endpoint.control_step(&binding, &mut cell, &p, now);
+        if let Some(big) = spare {
+            // A large result buffer goes to this worker's spares for the next large call.
+            self.keep_spare(big);
+        }
+        if step == Step::Quiet(Quiet::Cancelled) {
+            // An async procedure running the call stops at its next await.
+            #[cfg(feature = "async")]
+            if let Some(runner) = &self.shared.asynch {
+                runner.cancel((binding.id, p.slot(), p.seq()));
+            }
+        }
+        self.step(&binding, cell, &p, step, now);
     }
 
     fn on_call(
@@ -478,19 +464,31 @@ impl UdpWorker {
     fn act(
         &self,
         binding: &Arc<EndpointBinding>,
-        cell: MutexGuard<'_, UdpSlot>,
+        mut cell: MutexGuard<'_, UdpSlot>,
         p: &Packet<&[u8]>,
         action: CallAction,
         now: Instant,
     ) {
-        let timing = &self.shared.config.timing;
-        let mut cell = cell;
-        match action {
-            CallAction::Execute => {
+        let step = self.shared.endpoint.call_step(binding, &mut cell, p, action);
+        self.step(binding, cell, p, step, now);
+    }
+
+    /// Does what the endpoint decided for packet `p` of the slot `cell`.
+    fn step(
+        &self,
+        binding: &Arc<EndpointBinding>,
+        mut cell: MutexGuard<'_, UdpSlot>,
+        p: &Packet<&[u8]>,
+        step: Step,
+        now: Instant,
+    ) {
+        let stats = &self.shared.stats;
+        match step {
+            Step::Run => {
                 mark(Point::ServerAccepted);
                 self.execute(binding, cell, p, Args::Packet(p.payload()), now);
             }
-            CallAction::ExecuteMessage(message) => {
+            Step::RunMessage(message) => {
                 let len = message.len();
                 let spare = self.execute(binding, cell, p, Args::Message(message), now);
                 binding.release(len);
@@ -498,36 +496,52 @@ impl UdpWorker {
                     self.keep_spare(spare);
                 }
             }
-            CallAction::Ack(a) => {
-                if let Some(peer) = cell.peer {
-                    self.send_control(binding, p, peer, Kind::Ack, &a.to_bytes());
+            Step::Flush { duplicate } => {
+                if duplicate {
+                    stats.duplicates.fetch_add(1, Ordering::Relaxed);
                 }
+                self.flush(binding, &mut cell);
             }
-            CallAction::Busy => {
+            // A reply (sent with the slot let go first) or nothing.
+            quick => {
                 let peer = cell.peer;
                 drop(cell);
-                self.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
-                if let Some(peer) = peer {
-                    self.send_reject(self.shared.endpoint.reject(p, Status::Busy), &[], peer);
+                self.answer(peer, quick);
+            }
+        }
+    }
+
+    /// Sends the endpoint's reply to the slot's peer, or counts why nothing goes, holding the slot.
+    pub(super) fn answer_now(&self, cell: &UdpSlot, step: Step) {
+        self.answer(cell.peer, step);
+    }
+
+    /// Sends a reply to `peer`, or counts why nothing goes (for steps that run nothing and queue
+    /// nothing).
+    fn answer(&self, peer: Option<SocketAddr>, step: Step) {
+        let stats = &self.shared.stats;
+        match step {
+            Step::Reply(reply) => {
+                let Some(peer) = peer else { return };
+                if reply.header.kind == Kind::Reject {
+                    stats.busy.fetch_add(1, Ordering::Relaxed);
+                    self.send_reject(reply.header, reply.payload(), peer);
+                } else {
+                    self.send_reply(&reply, peer);
                 }
             }
-            CallAction::ResendResult => {
-                self.shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
-                cell.resend_result();
-                self.flush(binding, &mut cell);
+            Step::Quiet(Quiet::Duplicate) => {
+                stats.duplicates.fetch_add(1, Ordering::Relaxed);
             }
-            CallAction::Refuse(status) => {
-                cell.refuse(binding, p, status, timing);
-                self.flush(binding, &mut cell);
+            Step::Quiet(Quiet::Malformed) => {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
             }
-            CallAction::Drop(DropReason::Duplicate) => {
-                self.shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+            Step::Quiet(Quiet::Cancelled) => {
+                stats.cancelled.fetch_add(1, Ordering::Relaxed);
             }
-            CallAction::Drop(DropReason::Malformed) => {
-                self.shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
-            }
-            // A new fragment held (`Nothing`), or a packet of an older call: nothing to count.
-            CallAction::Drop(DropReason::Nothing | DropReason::Stale) => {}
+            Step::Quiet(Quiet::Nothing) => {}
+            // Steps that run or flush need the slot, and `step` takes them before this.
+            Step::Run | Step::RunMessage(_) | Step::Flush { .. } => {}
         }
     }
 }

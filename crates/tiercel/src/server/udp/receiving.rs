@@ -90,18 +90,9 @@ impl UdpWorker {
             match cell.on_landed(binding, &p, now) {
                 // At once, as for a fragment received whole: an acknowledgement held to the end of
                 // the run made 1 MiB calls with 10% loss resend 40% more fragments.
-                CallAction::Ack(a) => {
-                    if let Some(peer) = cell.peer {
-                        self.send_control(binding, &p, peer, Kind::Ack, &a.to_bytes());
-                    }
-                    held = Some(cell);
-                }
-                CallAction::Drop(reason) => {
-                    match reason {
-                        DropReason::Malformed => stats.malformed.fetch_add(1, Ordering::Relaxed),
-                        DropReason::Duplicate => stats.duplicates.fetch_add(1, Ordering::Relaxed),
-                        DropReason::Nothing | DropReason::Stale => 0,
-                    };
+                action @ (CallAction::Ack(_) | CallAction::Drop(_)) => {
+                    let step = self.shared.endpoint.call_step(binding, &mut cell, &p, action);
+                    self.answer_now(&cell, step);
                     held = Some(cell);
                 }
                 // Not of a fragment that continues a call.

@@ -10,20 +10,14 @@ impl UdpWorker {
         flush(&self.shared, self.lane, binding, cell, Some(&mut self.outbox.borrow_mut()));
     }
 
-    pub(super) fn send_control(
-        &self,
-        binding: &EndpointBinding,
-        p: &Packet<&[u8]>,
-        to: SocketAddr,
-        kind: Kind,
-        payload: &[u8],
-    ) {
-        let h = binding.reply_header(p, kind, Status::Ok, payload.len());
+    /// Sends the endpoint's reply (an `Ack`, a `ProbeReply`) to the slot's peer.
+    pub(super) fn send_reply(&self, reply: &tiercel_proto::endpoint::Reply, to: SocketAddr) {
+        let h = reply.header;
         let _ = transmit::send(
             &self.lane().socket,
             Some(&to),
-            &[IoSlice::new(&h.to_bytes()), IoSlice::new(payload)],
-            checksummed(p),
+            &[IoSlice::new(&h.to_bytes()), IoSlice::new(reply.payload())],
+            h.flags & flags::CHECKSUM != 0,
         );
     }
 
