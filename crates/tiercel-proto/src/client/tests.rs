@@ -1,0 +1,68 @@
+use super::*;
+use crate::wire::Header;
+
+fn packet(h: Header, payload: &[u8]) -> Vec<u8> {
+    let mut b = h.to_bytes().to_vec();
+    b.extend_from_slice(payload);
+    b
+}
+
+fn handle(c: &mut ClientCall, h: Header, payload: &[u8], now: Instant) -> Handled {
+    let bytes = packet(Header { payload_len: payload.len() as u32, message_len: payload.len() as u32, ..h }, payload);
+    c.handle_packet(&Packet::new_checked(&bytes[..]).unwrap(), now)
+}
+
+fn sent(c: &mut ClientCall) -> Vec<Transmit> {
+    core::iter::from_fn(|| c.poll_transmit()).collect()
+}
+
+fn fragments(ts: &[Transmit]) -> Vec<u16> {
+    ts.iter()
+        .map(|t| match t {
+            Transmit::CallFragment { index, .. } => *index,
+            other => panic!("not a call fragment: {other:?}"),
+        })
+        .collect()
+}
+
+/// A fresh slot's call `seq` of ten fragments: the first goes alone, asking for an
+/// acknowledgement.
+fn first_fragment_alone(seq: u32, now: Instant) -> ClientCall {
+    let mut c = ClientCall::new(Timing::default(), 100, crate::fragment::MAX_WINDOW, now);
+    c.start(seq, 1000, now, None);
+    assert_eq!(sent(&mut c), [Transmit::CallFragment { index: 0, please_ack: true }]);
+    c
+}
+
+#[test]
+fn a_slot_the_server_has_not_answered_sends_its_first_fragment_alone() {
+    let now = Instant::now();
+    let mut c = first_fragment_alone(7, now);
+    // The server asks the slot to prove its address: the proof, then that fragment again and
+    // the rest of the window.
+    let challenge = Header { seq: 7, status: Status::AddressUnproven, ..Header::new(Kind::Reject) };
+    assert_eq!(handle(&mut c, challenge, &[3; 16], now), Handled::Progress);
+    let ts = sent(&mut c);
+    assert_eq!(ts[0], Transmit::AddressProof { challenge: [3; 16] });
+    assert_eq!(fragments(&ts[1..]), (0..10).collect::<Vec<u16>>());
+    // The call's result; the next call goes a whole window at once.
+    assert_eq!(handle(&mut c, Header { seq: 7, ..Header::new(Kind::Result) }, &[], now), Handled::Complete);
+    c.start(8, 1000, now, None);
+    let ts = sent(&mut c);
+    assert_eq!(fragments(&ts), (0..10).collect::<Vec<u16>>());
+    assert!(ts.iter().all(|t| matches!(t, Transmit::CallFragment { please_ack: false, .. })));
+}
+
+#[test]
+fn a_first_fragment_the_server_takes_opens_the_window() {
+    let now = Instant::now();
+    let mut c = first_fragment_alone(1, now);
+    // A server that already knows the slot's address acknowledges it: the other nine go.
+    let ack = AckInfo { prefix: 1, mask: 0 }.to_bytes();
+    assert_eq!(handle(&mut c, Header { seq: 1, ..Header::new(Kind::Ack) }, &ack, now), Handled::Progress);
+    assert_eq!(fragments(&sent(&mut c)), (1..10).collect::<Vec<u16>>());
+    // A call of one packet is sent as ever.
+    let mut d = ClientCall::new(Timing::default(), 100, crate::fragment::MAX_WINDOW, now);
+    d.start(1, 60, now, None);
+    assert_eq!(sent(&mut d), [Transmit::CallFragment { index: 0, please_ack: false }]);
+}

@@ -1,0 +1,105 @@
+use super::*;
+
+fn exporter(name: &str) -> Exporter {
+    Exporter {
+        name: name.into(),
+        interface: "Ledger".into(),
+        version: 2,
+        fingerprint: 0xfeed_beef,
+        addr: "127.0.0.1:7000".parse().unwrap(),
+        incarnation: 42,
+        pid: std::process::id(),
+    }
+}
+
+#[test]
+fn names() {
+    for good in ["accounts", "a", "billing.v2", "east-1_a", &"x".repeat(MAX_NAME_LEN)] {
+        assert!(valid_name(good), "{good}");
+    }
+    for bad in ["", ".hidden", "a/b", "..", "with space", "é", &"x".repeat(MAX_NAME_LEN + 1)] {
+        assert!(!valid_name(bad), "{bad}");
+    }
+}
+
+#[test]
+fn entries_round_trip_and_garbage_is_no_entry() {
+    let e = exporter("accounts");
+    assert_eq!(Exporter::decode(&e.encode()), Some(e.clone()));
+    for garbage in ["", "tiercel-name 2\n", &e.encode().replace("version 2", "version two"), "\u{0}\u{1}"] {
+        assert_eq!(Exporter::decode(garbage), None, "{garbage:?}");
+    }
+    let swapped = e.encode().replace("name accounts\ninterface Ledger", "interface Ledger\nname accounts");
+    assert_eq!(Exporter::decode(&swapped), None);
+}
+
+#[test]
+fn registries_parse() {
+    assert_eq!(Registry::parse("dir:/srv/names").unwrap(), Registry::Local("/srv/names".into()));
+    assert_eq!(Registry::parse("local").unwrap(), Registry::local());
+    for bad in ["dir:relative", "etcd", "/srv/names"] {
+        assert!(matches!(Registry::parse(bad), Err(NameError::InvalidRegistry { .. })), "{bad}");
+    }
+}
+
+fn scratch(tag: &str) -> (PathBuf, Registry) {
+    let dir = std::env::temp_dir().join(format!("tiercel-names-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    (dir.clone(), Registry::Local(dir))
+}
+
+#[test]
+fn a_registration_lives_until_dropped_and_a_stale_file_is_removed() {
+    let (dir, registry) = scratch("life");
+    assert!(registry.lookup("accounts").unwrap().is_empty());
+    let a = registry.register(&exporter("accounts")).unwrap();
+    let mut b_entry = exporter("accounts");
+    b_entry.addr = "127.0.0.1:7001".parse().unwrap();
+    let b = registry.register(&b_entry).unwrap();
+    let mut found = registry.lookup("accounts").unwrap();
+    found.sort_by_key(|e| e.addr);
+    assert_eq!(found, vec![exporter("accounts"), b_entry.clone()]);
+    assert_eq!(registry.names().unwrap(), vec!["accounts".to_string()]);
+    drop(a);
+    assert_eq!(registry.lookup("accounts").unwrap(), vec![b_entry.clone()]);
+    // A file nobody holds locked is what a killed server leaves: not live, and removed.
+    let stale = dir.join("accounts").join("00000000000000ff-1");
+    std::fs::write(&stale, exporter("accounts").encode()).unwrap();
+    assert_eq!(registry.lookup("accounts").unwrap(), vec![b_entry]);
+    assert!(!stale.exists());
+    drop(b);
+    assert!(registry.lookup("accounts").unwrap().is_empty());
+    assert!(registry.names().unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn resolving_checks_the_interface_and_names_both() {
+    let (dir, registry) = scratch("resolve");
+    let _r = registry.register(&exporter("accounts")).unwrap();
+    let info =
+        InterfaceInfo { name: "Ledger", id: 1, version: 2, procedures: &[], source: crate::SignatureSource::Given("") };
+    assert_eq!(registry.resolve("accounts", &info).unwrap().len(), 1);
+    // Another copy of the same interface and version: the bind decides, by procedure names.
+    let copy = InterfaceInfo { source: crate::SignatureSource::Given("audit()"), ..info };
+    assert_eq!(registry.resolve("accounts", &copy).unwrap().len(), 1);
+    let other = InterfaceInfo { name: "Test", version: 1, ..info };
+    let err = registry.resolve("accounts", &other).unwrap_err().to_string();
+    assert!(err.contains("Ledger v2") && err.contains("Test v1") && err.contains("127.0.0.1:7000"), "{err}");
+    assert!(matches!(registry.resolve("nobody", &info), Err(NameError::NotFound { .. })));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_directory_others_may_write_to_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, registry) = scratch("unsafe");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(matches!(registry.lookup("accounts"), Err(NameError::Unsafe { .. })));
+    assert!(matches!(registry.register(&exporter("accounts")), Err(NameError::Unsafe { .. })));
+    // With the sticky bit (as /tmp), others may add entries but not remove or replace ours.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    assert!(registry.lookup("accounts").unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
