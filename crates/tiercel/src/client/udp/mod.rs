@@ -5,6 +5,9 @@
 //! template, sends header, scratch and borrowed argument slices with one `sendmsg`, then waits on the
 //! endpoint's own socket (spinning, then blocking), so the result arrives at this thread with no
 //! dispatcher and no handoff. Nothing on this path allocates once the endpoint exists.
+//!
+//! This file holds the endpoint and a call's steps; `sending` sends a call's fragments, and
+//! `receiving` puts a result's fragments straight into their place.
 
 use std::io::{ErrorKind, IoSlice, IoSliceMut};
 use std::net::UdpSocket;
@@ -27,6 +30,11 @@ use crate::transmit::{self, MAX_RUN as MAX_LANDED};
 use crate::waiting::spin::{SpinBudget, SpinDeadline, SPINNERS};
 use crate::wire::{Segments, MAX_SEGMENTS};
 use crate::{Binding, CallError};
+
+mod receiving;
+mod sending;
+
+use receiving::InPlace;
 
 impl UdpEndpoint {
     /// The binding's unique id (what the thread's cache knows it by).
@@ -228,180 +236,6 @@ impl UdpEndpoint {
         true
     }
 
-    /// [`UdpEndpoint::flush`] of the message `segs` followed by `tail`, if any.
-    fn flush_with(
-        &mut self,
-        inner: &BindingInner,
-        segs: &Segments<'_>,
-        tail: Option<&[u8]>,
-        len: usize,
-    ) -> Result<(), CallError> {
-        match tail {
-            Some(tail) => self.flush(inner, &with_lent(segs, self.scratch.len(), tail)?, len),
-            None => self.flush(inner, segs, len),
-        }
-    }
-
-    /// Starts the call: numbers it, and sends its first packets. Returns the message's length and
-    /// when the call started.
-    pub(super) fn send_call(
-        &mut self,
-        binding: &Binding,
-        procedure: u16,
-        segs: &Segments<'_>,
-    ) -> Result<(usize, Instant), CallError> {
-        let inner = &*binding.inner;
-        let len = segs.message_len(&self.scratch);
-        self.seq = self.seq.wrapping_add(1);
-        let start = Instant::now();
-        let deadline = binding.deadline.map(|d| start + d);
-        self.retransmissions_at_start = self.call.retransmissions();
-        self.call.start(self.seq, len, start, deadline);
-        if self.context_flag != 0 {
-            self.context_deadline = deadline;
-        }
-        if let Some(Outcome::Failed(Failure::TooLarge)) = self.call.outcome() {
-            return Err(CallError::TooLarge(format!(
-                "call of {len} bytes exceeds the limit of {} bytes",
-                inner.config.timing.max_message
-            )));
-        }
-        let mut p = Packet::new_unchecked(&mut self.template[..]);
-        p.set_seq(self.seq);
-        p.set_procedure(procedure);
-        if len > self.frag_payload {
-            self.retention.large(start);
-        }
-        mark(Point::HeaderReady);
-        self.flush(inner, segs, len)?;
-        mark(Point::Sent);
-        Ok((len, start))
-    }
-
-    /// Sends every packet the protocol asks for.
-    fn flush(&mut self, inner: &BindingInner, segs: &Segments<'_>, len: usize) -> Result<(), CallError> {
-        // Every packet the machine queued as a retransmission: each fragment of a window sent again,
-        // each probe, each request for missing result fragments.
-        let retransmissions = self.call.retransmissions();
-        if retransmissions != self.counted_retransmissions {
-            let new = retransmissions - self.counted_retransmissions;
-            inner.stats.retransmissions.fetch_add(new, Ordering::Relaxed);
-            self.counted_retransmissions = retransmissions;
-        }
-        if let Some(deadline) = self.context_deadline {
-            let left = context::micros(deadline.saturating_duration_since(Instant::now()));
-            let at = context::DEADLINE_AT;
-            if let Some(field) = self.scratch.get_mut(at..at + 4) {
-                field.copy_from_slice(&left.to_le_bytes());
-            }
-        }
-        // Fragments of a multi-packet call wait here to go out together (one segmented send), until
-        // the run is full, its last fragment is the message's short one, or another packet is due.
-        let mut run = transmit::RunQueue::new();
-        let run_length = if len > self.frag_payload { self.run_length } else { 0 };
-        while let Some(t) = self.call.poll_transmit() {
-            if let Transmit::CallFragment { index, please_ack } = t {
-                if run_length >= 2 {
-                    let queued = run.push((index, please_ack));
-                    let short = fragment_range(index, len, self.frag_payload).len() < self.frag_payload;
-                    if queued == run_length || short {
-                        self.send_fragments(run.take(), segs, len)?;
-                    }
-                    continue;
-                }
-            }
-            if !run.is_empty() {
-                self.send_fragments(run.take(), segs, len)?;
-            }
-            let sent = match t {
-                Transmit::CallFragment { index: _, please_ack } if len <= self.frag_payload => {
-                    let flag = self.call_flags(please_ack);
-                    let mut p = Packet::new_unchecked(&mut self.template[..]);
-                    p.set_fragment(0, 1);
-                    p.set_lengths(len as u32, len as u32);
-                    p.set_flags(flag);
-                    let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
-                    io[0] = IoSlice::new(&self.template);
-                    let n = segs.io_slices(&self.scratch, &mut io[1..]);
-                    transmit::send(&self.socket, None, &io[..n + 1], self.flag_base != 0)
-                }
-                Transmit::CallFragment { index, please_ack } => {
-                    let hdr = self.fragment_header(index, please_ack, len);
-                    // The fragment goes out straight from the caller's buffers, like a
-                    // single-packet call: no copy of the whole message first.
-                    let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
-                    io[0] = IoSlice::new(&hdr);
-                    let range = fragment_range(index, len, self.frag_payload);
-                    let n = segs.range_slices(&self.scratch, range, &mut io[1..]);
-                    transmit::send(&self.socket, None, &io[..n + 1], self.flag_base != 0)
-                }
-                Transmit::Probe => self.send_control(Kind::Probe, 0, &[]),
-                Transmit::Ack { ack, resend } => {
-                    let flag = if resend { flags::RESEND } else { 0 };
-                    self.send_control(Kind::Ack, flag, &ack.to_bytes())
-                }
-                Transmit::AddressProof { challenge } => {
-                    self.send_control(Kind::Probe, flags::ADDRESS_PROOF, &challenge)
-                }
-            };
-            sent_or_lost(sent)?;
-        }
-        if !run.is_empty() {
-            self.send_fragments(run.take(), segs, len)?;
-        }
-        Ok(())
-    }
-
-    /// The flags of a call packet.
-    fn call_flags(&self, please_ack: bool) -> u8 {
-        self.flag_base | self.context_flag | if please_ack { flags::PLEASE_ACK } else { 0 }
-    }
-
-    /// The header of fragment `index` of a call of `len` bytes.
-    fn fragment_header(&self, index: u16, please_ack: bool, len: usize) -> [u8; HEADER_LEN] {
-        let count = fragment_count(len, self.frag_payload).unwrap_or(u16::MAX);
-        let range = fragment_range(index, len, self.frag_payload);
-        let mut hdr = self.template;
-        let mut p = Packet::new_unchecked(&mut hdr[..]);
-        p.set_fragment(index, count);
-        p.set_lengths(range.len() as u32, len as u32);
-        p.set_flags(self.call_flags(please_ack));
-        hdr
-    }
-
-    /// Sends a run of call fragments (every one full but perhaps the last) with one segmented send,
-    /// each gathered straight from the caller's buffers. A kernel or route that refuses segmentation
-    /// gets them one by one, now and for the rest of the endpoint's life.
-    fn send_fragments(&mut self, run: &[(u16, bool)], segs: &Segments<'_>, len: usize) -> Result<(), CallError> {
-        let mut headers = [[0u8; HEADER_LEN]; transmit::MAX_RUN];
-        for (h, &(index, please_ack)) in headers.iter_mut().zip(run) {
-            *h = self.fragment_header(index, please_ack, len);
-        }
-        let mut parts = [IoSlice::new(&[]); transmit::MAX_RUN * (MAX_SEGMENTS + 1)];
-        let mut ends = [0usize; transmit::MAX_RUN];
-        let mut k = 0;
-        for (i, (h, &(index, _))) in headers.iter().zip(run).enumerate() {
-            parts[k] = IoSlice::new(h);
-            let range = fragment_range(index, len, self.frag_payload);
-            k += 1 + segs.range_slices(&self.scratch, range, &mut parts[k + 1..k + 1 + MAX_SEGMENTS]);
-            ends[i] = k;
-        }
-        let checksum = self.flag_base != 0;
-        let segment = HEADER_LEN + self.frag_payload + if checksum { CHECKSUM_LEN } else { 0 };
-        match transmit::send_run(&self.socket, None, &parts[..k], &ends[..run.len()], checksum, segment) {
-            Err(e) if udp::is_segmentation_refused(&e) => {
-                self.run_length = 0;
-                let mut start = 0;
-                for &end in &ends[..run.len()] {
-                    sent_or_lost(transmit::send(&self.socket, None, &parts[start..end], checksum))?;
-                    start = end;
-                }
-                Ok(())
-            }
-            sent => sent_or_lost(sent),
-        }
-    }
-
     /// Packets the call being made (or last made) has retransmitted.
     pub(super) fn call_retransmissions(&self) -> u64 {
         self.call.retransmissions() - self.retransmissions_at_start
@@ -518,157 +352,6 @@ impl UdpEndpoint {
         Ok(Step::Idle(now))
     }
 
-    /// Receives a datagram (or a coalesced run) without blocking. While a multi-packet result is
-    /// arriving, the payloads go straight into the places of the fragments expected next in its
-    /// reassembly (as many as the receive buffer holds datagrams of the binding's size: one, or a
-    /// run's worth), and each header and trailer, and anything after the last payload, where it
-    /// would lie in the receive buffer. Each datagram that was the fragment expected there is
-    /// handled in place: one copy of its bytes, the kernel's. The rest are put back together in
-    /// the receive buffer and handled whole. With `lent` (the caller's buffer, whose bytes begin the
-    /// result: [`UdpEndpoint::run_in_out`]), the fragments that hold nothing else go there instead.
-    fn receive_in_place(&mut self, inner: &BindingInner, lent: Option<&mut [u8]>) -> std::io::Result<InPlace> {
-        let trailer = if self.flag_base != 0 { CHECKSUM_LEN } else { 0 };
-        let full = HEADER_LEN + self.frag_payload + trailer;
-        let max = (self.rx.len() / full).clamp(1, MAX_LANDED);
-        // A result at least as long as the lent buffer begins with its bytes (anything shorter is
-        // no result of the call, and is read the usual way).
-        let lent = match (lent, self.call.result_len()) {
-            (Some(lent), Some(n)) if n >= lent.len() => lent,
-            _ => &mut [][..],
-        };
-        let Some((first, span)) = self.call.landing(max as u16) else {
-            if self.coalescing {
-                let s = udp::recv_segments_nowait(&self.socket, &mut self.rx)?;
-                return Ok(InPlace::Whole(s.received, s.segment));
-            }
-            return Ok(InPlace::Whole(udp::recv_nowait(&self.socket, &mut self.rx)?, None));
-        };
-        // The receive buffer, cut where the datagrams of a run of fragments would lie: headers and
-        // trailers (and what follows the last payload) are received there, payloads into their
-        // places; `holes` are where the payloads would lie, for those put back.
-        let stride = if trailer > 0 { 3 } else { 2 };
-        let mut parts: [IoSliceMut<'_>; 3 * MAX_LANDED + 1] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
-        let mut holes: [&mut [u8]; MAX_LANDED] = std::array::from_fn(|_| &mut [][..]);
-        let mut rest = &mut self.rx[..];
-        let mut fragments = 0;
-        // The lent buffer from the run's first fragment on: the run's fragments that end within it
-        // (its first ones) are received there, the rest into the reassembly.
-        let from = usize::from(first) * self.frag_payload;
-        let mut lent_rest = lent.get_mut(from..).unwrap_or_default();
-        let mut in_lent = 0;
-        let mut places = span.chunks_mut(self.frag_payload).peekable();
-        while let Some(place) = places.next() {
-            let place = if place.len() <= lent_rest.len() {
-                let (there, after) = std::mem::take(&mut lent_rest).split_at_mut(place.len());
-                lent_rest = after;
-                in_lent += 1;
-                there
-            } else {
-                lent_rest = &mut [];
-                place
-            };
-            let (header, after) = std::mem::take(&mut rest).split_at_mut(HEADER_LEN);
-            let (hole, after) = after.split_at_mut(place.len());
-            parts[fragments * stride] = IoSliceMut::new(header);
-            parts[fragments * stride + 1] = IoSliceMut::new(place);
-            holes[fragments] = hole;
-            rest = after;
-            if places.peek().is_some() && trailer > 0 {
-                let (t, after) = std::mem::take(&mut rest).split_at_mut(trailer);
-                parts[fragments * stride + 2] = IoSliceMut::new(t);
-                rest = after;
-            }
-            fragments += 1;
-        }
-        let n = (fragments - 1) * stride + 2;
-        parts[n] = IoSliceMut::new(rest);
-        let got = mmsg::recv_scattered_from_nowait(&self.socket, &mut parts[..=n])?;
-        let Received::Datagram(len) = got.received else { return Ok(InPlace::Whole(got.received, None)) };
-        // The fragments that landed: each datagram of the run just where a fragment's header,
-        // payload and trailer went, and the next fragment of this call's result.
-        let step = got.segment.unwrap_or(len);
-        let mut landed = 0;
-        while landed < fragments {
-            let (at, k) = (landed * full, landed * stride);
-            if at >= len
-                || (landed > 0 && step != full)
-                || (at + step).min(len) - at != HEADER_LEN + parts[k + 1].len() + trailer
-            {
-                break;
-            }
-            let t = if landed + 1 < fragments { &parts[k + 2][..] } else { &parts[n][..trailer] };
-            let p = Packet::new_unchecked(&parts[k][..]);
-            let expected = p.kind() == Kind::Result
-                && usize::from(p.frag_index()) == usize::from(first) + landed
-                && p.check_split(&parts[k + 1], &t[..trailer]).is_ok()
-                && ours(inner, self.slot, &p);
-            if !expected {
-                break;
-            }
-            landed += 1;
-        }
-        // The payloads received that did not land, back where they lie in the datagram.
-        for (j, hole) in holes.iter_mut().enumerate().take(fragments).skip(landed) {
-            let k = hole.len().min(len.saturating_sub(j * full + HEADER_LEN));
-            hole[..k].copy_from_slice(&parts[j * stride + 1][..k]);
-        }
-        inner.stats.landed.fetch_add(landed as u64, Ordering::Relaxed);
-        let now = Instant::now();
-        for j in 0..landed {
-            let p = Packet::new_unchecked(&self.rx[j * full..j * full + HEADER_LEN]);
-            let handled = self.call.handle_landed(&p, now);
-            if handled != Handled::Ignored && j < in_lent {
-                // Taken as this call's: its bytes are in the lent buffer, not the reassembly.
-                let i = usize::from(first) + j;
-                if self.in_tail.len() <= i / 64 {
-                    self.in_tail.resize(i / 64 + 1, 0);
-                }
-                self.in_tail[i / 64] |= 1 << (i % 64);
-            }
-            match handled {
-                Handled::Complete => return Ok(InPlace::Handled(true)),
-                Handled::Progress => {}
-                Handled::Ignored => {
-                    inner.stats.stale.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        let at = landed * full;
-        let done = at < len
-            && udp::segments(len - at, got.segment)
-                .any(|piece| self.on_datagram(inner, at + piece.start..at + piece.end));
-        Ok(InPlace::Handled(done))
-    }
-
-    /// Handles the received datagram at `at` in the receive buffer; true when the call is over.
-    fn on_datagram(&mut self, inner: &BindingInner, at: std::ops::Range<usize>) -> bool {
-        let start = at.start;
-        let Ok(p) = Packet::new_checked(&self.rx[at]) else {
-            inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
-            return false;
-        };
-        if !ours(inner, self.slot, &p) {
-            inner.stats.stale.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        match self.call.handle_packet(&p, Instant::now()) {
-            Handled::Complete => {
-                self.result_len = HEADER_LEN + p.payload_len() as usize;
-                if start > 0 {
-                    // A single-packet result read from within a coalesced run: where the next
-                    // call's stub looks for it.
-                    self.rx.copy_within(start..start + self.result_len, 0);
-                }
-                true
-            }
-            Handled::Progress => false,
-            Handled::Ignored => {
-                inner.stats.stale.fetch_add(1, Ordering::Relaxed);
-                false
-            }
-        }
-    }
-
     /// Turns the call's outcome into the result location or an error.
     pub(super) fn finish(&mut self, inner: &BindingInner, procedure: u16) -> Result<(), CallError> {
         let server = inner.server;
@@ -699,24 +382,6 @@ impl UdpEndpoint {
             None => Err(CallError::Internal(crate::error::Invariant::NoOutcome)),
         }
     }
-}
-
-/// What [`UdpEndpoint::receive_in_place`] did.
-enum InPlace {
-    /// A datagram (or run) was received and handled, its result fragments expected in place: true
-    /// when the call is over.
-    Handled(bool),
-    /// A datagram, run (each datagram this long but the last) or nothing, to handle whole from the
-    /// receive buffer.
-    Whole(Received, Option<usize>),
-}
-
-/// Whether a checked packet is addressed to this binding's client slot `slot`.
-fn ours(inner: &BindingInner, slot: u32, p: &Packet<&[u8]>) -> bool {
-    p.binding() == inner.id
-        && p.slot() == slot
-        && p.token() == inner.token
-        && (p.kind() == Kind::Reject || p.incarnation() == inner.incarnation)
 }
 
 #[cfg(feature = "async")]
@@ -814,46 +479,4 @@ pub(super) fn with_lent<'a: 't, 't>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::Execution;
-
-    #[test]
-    fn every_status_maps_to_the_error_of_where_the_call_stopped() {
-        let ran = |s: Status| status_error(s, 3, "why".into()).execution();
-        assert!(matches!(status_error(Status::UnknownProcedure, 3, String::new()), CallError::UnknownProcedure(3)));
-        assert_eq!(ran(Status::UnknownProcedure), Execution::NeverRan);
-        assert!(
-            matches!(status_error(Status::BadArguments, 3, "why".into()), CallError::BadArguments(m) if m == "why")
-        );
-        assert_eq!(ran(Status::BadArguments), Execution::NeverRan);
-        assert_eq!(ran(Status::TooLarge), Execution::NeverRan, "refused before it ran");
-        assert_eq!(ran(Status::ResultTooLarge), Execution::Ran, "refused after it ran");
-        assert_eq!(ran(Status::Panicked), Execution::Ran);
-        assert!(matches!(
-            status_error(Status::DeadlineExceeded, 3, String::new()),
-            CallError::DeadlineExceeded { may_have_run: false }
-        ));
-        assert!(matches!(status_error(Status::UnknownBinding, 3, String::new()), CallError::UnknownBinding));
-        assert!(matches!(status_error(Status::BadSlot, 3, String::new()), CallError::UnknownBinding));
-        assert!(matches!(status_error(Status::WrongIncarnation, 3, String::new()), CallError::ServerRestarted));
-        assert_eq!(ran(Status::WrongIncarnation), Execution::MayHaveRun);
-        // What no server sends as a call's result is a protocol violation, not a guess.
-        for s in [
-            Status::Ok,
-            Status::Busy,
-            Status::AddressUnproven,
-            Status::UnknownInterface,
-            Status::VersionMismatch,
-            Status::InterfaceMismatch,
-            Status::AuthRequired,
-            Status::AuthFailed,
-            Status::Cancelled,
-            Status::UnsupportedVersion,
-        ] {
-            let e = status_error(s, 3, String::new());
-            assert!(matches!(e, CallError::Protocol(_)), "{s:?}: {e:?}");
-            assert_eq!(e.execution(), Execution::MayHaveRun);
-        }
-    }
-}
+mod tests;
