@@ -53,8 +53,9 @@ pub struct Binding<A, E> {
     memory: Arc<Budget>,
     /// Nanoseconds after the endpoint's base time when a packet of the binding last arrived.
     pub(super) last_active: AtomicU64,
-    /// Calls of a stream's binding running (an idle binding with a call running is not forgotten;
-    /// not counted for other carriers).
+    /// Calls of a connection's binding running (an idle binding with a call running is not
+    /// forgotten, and a draining server waits for them); a datagram binding's are counted by the
+    /// endpoint, a region's by its transport.
     running: AtomicU32,
     /// The endpoint has forgotten the binding as idle: its transport closes it.
     expired: AtomicBool,

@@ -163,9 +163,6 @@ pub struct ServerEndpoint<A, E> {
     recent: Mutex<HashMap<(A, u64), u32>>,
     /// Calls running on the workers (datagram bindings'): what `max_running` bounds.
     running: AtomicUsize,
-    /// Calls running on the threads of a connection's or region's binding, which take no worker:
-    /// counted apart, so that neither kind of call is refused for the other's.
-    running_apart: AtomicUsize,
     /// Bindings refused as busy, in the order they were first refused, with when last refused
     /// (ns since `base`): while any waits, a worker that comes free goes to the first of them,
     /// not to whichever binding asks first (a client with many threads would always win).
@@ -204,7 +201,6 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             held: AtomicUsize::new(0),
             recent: Mutex::new(HashMap::new()),
             running: AtomicUsize::new(0),
-            running_apart: AtomicUsize::new(0),
             waiting: Mutex::new(VecDeque::new()),
             waiting_len: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
@@ -225,9 +221,13 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     }
 
     /// Procedures running now, of every carrier (plain ones: async procedures are counted by
-    /// their runtime).
+    /// their runtime). A connection's or region's calls are counted by their binding alone (no
+    /// counter shared by every binding's threads on their fast path), and summed here.
     pub fn running(&self) -> usize {
-        self.running.load(Ordering::Acquire) + self.running_apart.load(Ordering::Acquire)
+        let table = self.bindings.read().unwrap_or_else(|p| p.into_inner());
+        let apart: usize =
+            table.iter().flatten().filter(|b| b.carrier != Carrier::Datagram).map(|b| b.running() as usize).sum();
+        self.running.load(Ordering::Acquire) + apart
     }
 
     /// The settings.
@@ -387,30 +387,32 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     }
 
     /// Notes that a procedure of `binding` starts running on a worker (admission counts it until
-    /// [`ServerEndpoint::run_finished`], and a stream's binding is not forgotten meanwhile).
+    /// [`ServerEndpoint::run_finished`], and a stream's binding is not forgotten meanwhile). A
+    /// region's calls are not counted here: its transport watches its threads (no read-modify-write
+    /// of a shared word on its fast path).
     #[inline]
     pub fn run_started(&self, binding: &Binding<A, E>) {
         match binding.carrier {
-            Carrier::Datagram => self.running.fetch_add(1, Ordering::AcqRel),
-            Carrier::Stream => {
-                binding.call_began();
-                self.running_apart.fetch_add(1, Ordering::AcqRel)
+            Carrier::Datagram => {
+                self.running.fetch_add(1, Ordering::AcqRel);
             }
-            Carrier::Region => self.running_apart.fetch_add(1, Ordering::AcqRel),
-        };
+            Carrier::Stream => binding.call_began(),
+            // A region's transport watches its calls itself (its threads mark what they do with
+            // plain stores), and a region's binding never expires while its client holds it.
+            Carrier::Region => {}
+        }
     }
 
     /// Notes that a procedure of `binding` finished.
     #[inline]
     pub fn run_finished(&self, binding: &Binding<A, E>) {
         match binding.carrier {
-            Carrier::Datagram => self.running.fetch_sub(1, Ordering::AcqRel),
-            Carrier::Stream => {
-                binding.call_ended();
-                self.running_apart.fetch_sub(1, Ordering::AcqRel)
+            Carrier::Datagram => {
+                self.running.fetch_sub(1, Ordering::AcqRel);
             }
-            Carrier::Region => self.running_apart.fetch_sub(1, Ordering::AcqRel),
-        };
+            Carrier::Stream => binding.call_ended(),
+            Carrier::Region => {}
+        }
     }
 
     /// A `Reject` of `p` with `status`.

@@ -213,6 +213,7 @@ impl Server {
             registrations: std::sync::Mutex::new(Vec::new()),
             binding_threads: std::sync::Mutex::new(Vec::new()),
             shm_bindings: AtomicUsize::new(0),
+            shm_teams: std::sync::Mutex::new(Vec::new()),
             stream_bindings: AtomicUsize::new(0),
             #[cfg(feature = "async")]
             asynch,
@@ -273,6 +274,8 @@ pub(crate) struct Shared {
     challenger: Option<crate::auth::Challenger>,
     /// Shared-memory bindings being served.
     shm_bindings: AtomicUsize,
+    /// Their teams, for a draining server to see whether any runs a call (`shm::calls_running`).
+    shm_teams: std::sync::Mutex<Vec<std::sync::Weak<shm::Team>>>,
     /// TCP bindings (connections) being served.
     stream_bindings: AtomicUsize,
     /// Where clients on this host bind through shared memory, and the socket's name.
@@ -456,7 +459,9 @@ impl Shared {
     /// the workers stop.
     pub(crate) fn drained(&self, now: std::time::Instant) -> bool {
         let by = *self.shutdown_by.lock().unwrap_or_else(|p| p.into_inner());
-        by.is_some_and(|by| self.endpoint.running() == 0 && self.async_in_flight() == 0 || now >= by)
+        by.is_some_and(|by| {
+            self.endpoint.running() == 0 && shm::calls_running(self) == 0 && self.async_in_flight() == 0 || now >= by
+        })
     }
 
     /// Async procedures running.

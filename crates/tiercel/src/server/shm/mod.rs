@@ -38,6 +38,7 @@ mod team;
 mod worker;
 
 use super::charge::Charge;
+pub(super) use team::Team;
 use team::*;
 use worker::*;
 
@@ -249,6 +250,7 @@ fn bind(
     }
     let (team, results) = new_team(shared, place, region, layout, charged);
     let watched = Arc::downgrade(&team);
+    shared.shm_teams.lock().unwrap_or_else(|p| p.into_inner()).push(watched.clone());
     live.fetch_add(1, Ordering::Relaxed);
     let live_ = live.clone();
     let spawned = std::thread::Builder::new().name("tiercel-shm-binding".into()).spawn(move || {
@@ -289,6 +291,19 @@ impl Drop for Release<'_> {
             self.0.endpoint.release(&place);
         }
     }
+}
+
+/// Calls of shared-memory bindings running now: threads marked running a call in their lane (a
+/// plain store each, where counting calls in a shared word would cost every call an atomic
+/// read-modify-write). A draining server waits for them as for the other transports' calls.
+pub(super) fn calls_running(shared: &Shared) -> usize {
+    let mut teams = shared.shm_teams.lock().unwrap_or_else(|p| p.into_inner());
+    teams.retain(|t| t.strong_count() > 0);
+    teams
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .map(|t| t.lanes.iter().filter(|l| l.state.load(Ordering::Acquire) == lane::RUNNING).count())
+        .sum()
 }
 
 /// Which of the server's CPUs a new binding's first thread takes (round robin).

@@ -67,7 +67,7 @@ pub(super) struct Books {
 /// grant until its client goes; others (helpers) are started by the rendezvous thread while
 /// every awake thread has been running a slow call and another call waits, and end after
 /// [`HELPER_IDLE`] without a call.
-pub(super) struct Team {
+pub(in crate::server) struct Team {
     pub(super) shared: Arc<Shared>,
     pub(super) region: Arc<Region>,
     pub(super) layout: Layout,

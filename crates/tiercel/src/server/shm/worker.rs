@@ -413,7 +413,6 @@ impl<'a> Worker<'a> {
                 if call.len > IN_PLACE && team.binding.in_place(call.procedure) {
                     return self.serve_in_place(i, b, call.procedure, arrival, len);
                 }
-                team.shared.endpoint.run_started(&team.place);
                 let mut status = super::super::dispatch::run_procedure(
                     &team.shared,
                     &team.binding,
@@ -424,7 +423,6 @@ impl<'a> Worker<'a> {
                     0,
                     limit,
                 );
-                team.shared.endpoint.run_finished(&team.place);
                 if self.out.len() > limit {
                     let n = self.out.len();
                     self.out.clear();
@@ -451,7 +449,6 @@ impl<'a> Worker<'a> {
     #[inline(never)]
     pub(super) fn serve_in_place(&mut self, i: u32, b: &mut Books, procedure: u16, arrival: Arrival, len: usize) {
         let team = self.team;
-        team.shared.endpoint.run_started(&team.place);
         let ran = super::super::dispatch::run_in_place(
             &team.shared,
             &team.binding,
@@ -462,7 +459,6 @@ impl<'a> Worker<'a> {
             &mut self.out,
             0,
         );
-        team.shared.endpoint.run_finished(&team.place);
         let limit = team.layout.data;
         match ran {
             Ok(body) if self.args.len() - body <= limit => {
