@@ -349,7 +349,11 @@ impl Scenario {
                 (Kind::Result, Status::Ok) => {
                     let body = p.payload();
                     assert_eq!(u64::from_le_bytes(body[..8].try_into().unwrap()), w.id, "another call's result");
-                    assert_eq!(u64::from_le_bytes(body[8..16].try_into().unwrap()) as usize + 8, w.len + 8);
+                    assert_eq!(
+                        u64::from_le_bytes(body[8..16].try_into().unwrap()) as usize,
+                        w.len,
+                        "its arguments' length"
+                    );
                     Outcome::Ran
                 }
                 (Kind::Result, Status::Busy) => Outcome::Refused,

@@ -302,30 +302,9 @@ fn connections_that_never_bind_do_not_keep_a_client_out() {
 
 #[test]
 fn frames_announced_and_never_sent_are_charged_only_what_arrived() {
-    use tiercel_proto::wire::{Header, Kind};
     let server = serve();
     // 16 bound connections, each announcing a 16 MiB call and sending its header and 100 KiB of it.
-    let stalled: Vec<TcpStream> = (0..16)
-        .map(|i| {
-            let (mut s, granted) = bind_raw(&server);
-            let len = 16 << 20;
-            let h = Header {
-                binding: granted.binding,
-                slot: 0,
-                seq: 1,
-                procedure: 14,
-                incarnation: granted.incarnation,
-                payload_len: len,
-                message_len: len,
-                ..Header::new(Kind::Call)
-            };
-            let mut frame = tiercel_proto::stream::prefix(60 + len as usize).to_vec();
-            frame.extend_from_slice(&h.to_bytes());
-            frame.extend(std::iter::repeat_n(i as u8, 100 << 10));
-            s.write_all(&frame).unwrap();
-            s
-        })
-        .collect();
+    let stalled: Vec<TcpStream> = (0..16).map(|i| stall_16_mib_call(&server, i, 100 << 10)).collect();
     let settled = Instant::now() + Duration::from_secs(5);
     while server.bindings() < 16 {
         assert!(Instant::now() < settled, "{}", server.stats());
@@ -543,34 +522,13 @@ fn large_results_of_threads_sharing_a_connection_reach_each_its_own_caller() {
 
 #[test]
 fn frames_that_fill_tcps_share_of_memory_leave_the_other_transports_room() {
-    use tiercel_proto::wire::{Header, Kind};
     // 48 MiB for messages, of which no transport may hold more than half.
     let config = ServerConfig { message_memory: 48 << 20, binding_memory: 17 << 20, ..ServerConfig::default() };
     let server =
         Server::bind("127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
     // 8 bound connections, each announcing a 16 MiB call and sending 6 MiB of it for real: 48 MiB
     // sent, as much as the whole server may hold.
-    let stalled: Vec<TcpStream> = (0..8)
-        .map(|i| {
-            let (mut s, granted) = bind_raw(&server);
-            let len = 16 << 20;
-            let h = Header {
-                binding: granted.binding,
-                slot: 0,
-                seq: 1,
-                procedure: 14,
-                incarnation: granted.incarnation,
-                payload_len: len,
-                message_len: len,
-                ..Header::new(Kind::Call)
-            };
-            let mut frame = tiercel_proto::stream::prefix(60 + len as usize).to_vec();
-            frame.extend_from_slice(&h.to_bytes());
-            frame.extend(std::iter::repeat_n(i as u8, 6 << 20));
-            s.write_all(&frame).unwrap();
-            s
-        })
-        .collect();
+    let stalled: Vec<TcpStream> = (0..8).map(|i| stall_16_mib_call(&server, i, 6 << 20)).collect();
     std::thread::sleep(Duration::from_millis(300));
     let held = server.message_memory();
     assert!(held <= (24 << 20) + (1 << 20), "TCP holds {held} bytes, more than its half");
@@ -610,4 +568,27 @@ fn a_bind_answer_that_breaks_the_protocol_is_named_not_reported_as_io() {
     assert_eq!(err.execution(), Execution::NeverRan);
     assert!(err.to_string().contains("broke the bind protocol"), "{err}");
     impostor.join().unwrap();
+}
+
+/// Binds over a raw connection and sends the header of a call (procedure 14) announcing 16 MiB of
+/// arguments, then only `sent` bytes of them (each `i`): a frame that stalls there.
+fn stall_16_mib_call(server: &tiercel::RunningServer, i: usize, sent: usize) -> TcpStream {
+    use tiercel_proto::wire::{Header, Kind};
+    let (mut s, granted) = bind_raw(server);
+    let len = 16 << 20;
+    let h = Header {
+        binding: granted.binding,
+        slot: 0,
+        seq: 1,
+        procedure: 14,
+        incarnation: granted.incarnation,
+        payload_len: len,
+        message_len: len,
+        ..Header::new(Kind::Call)
+    };
+    let mut frame = tiercel_proto::stream::prefix(60 + len as usize).to_vec();
+    frame.extend_from_slice(&h.to_bytes());
+    frame.extend(std::iter::repeat_n(i as u8, sent));
+    s.write_all(&frame).unwrap();
+    s
 }

@@ -143,14 +143,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             return None;
         }
         let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
-        let index = match table.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if table.len() < self.config.max_bindings => {
-                table.push(None);
-                table.len() - 1
-            }
-            None => return None,
-        };
+        let index = self.free_place(&mut table)?;
         // No datagrams: the terms only size what the binding never uses.
         let terms = Terms { max_datagram: crate::wire::HEADER_LEN + 1, features: 0 };
         let binding = Arc::new(Binding::new(
@@ -196,15 +189,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// ([`ServerEndpoint::admit_call`]).
     pub fn on_frame(&self, binding: &Binding<A, E>, p: &Packet<&[u8]>, now: Instant) -> Framed {
         self.touch(binding, now);
-        let answer = |kind, status| Header {
-            status,
-            procedure: p.procedure(),
-            binding: binding.id,
-            slot: p.slot(),
-            seq: p.seq(),
-            incarnation: self.config.incarnation,
-            ..Header::new(kind)
-        };
+        let answer = |kind, status| self.stream_answer(binding, kind, status, (p.slot(), p.seq(), p.procedure()));
         if p.binding() != binding.id || p.token() != 0 {
             return Framed::Answer(answer(Kind::Reject, Status::UnknownBinding));
         }

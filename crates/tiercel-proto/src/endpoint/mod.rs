@@ -258,10 +258,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         if p.incarnation() != self.config.incarnation {
             return Route::Reject(self.reject(p, Status::WrongIncarnation));
         }
-        let t = self.nanos(now);
-        if t >= binding.last_active.load(Ordering::Relaxed) + TOUCH_EVERY {
-            binding.last_active.store(t, Ordering::Relaxed);
-        }
+        self.touch(&binding, now);
         Route::Binding(binding)
     }
 
@@ -353,10 +350,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             && p.incarnation() == self.config.incarnation
             && self.lookup(p.binding(), p.token()).is_some_and(|b| Arc::ptr_eq(&b, binding));
         if same {
-            let t = self.nanos(now);
-            if t >= binding.last_active.load(Ordering::Relaxed) + TOUCH_EVERY {
-                binding.last_active.store(t, Ordering::Relaxed);
-            }
+            self.touch(binding, now);
         }
         same
     }
@@ -439,6 +433,19 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         (b.carrier == Carrier::Datagram && b.token == token).then(|| b.clone())
     }
 
+    /// The index of a free place in the binding table (growing it up to `max_bindings`), for a
+    /// binding of any carrier; `None` when the table is full.
+    fn free_place(&self, table: &mut Table<A, E>) -> Option<usize> {
+        match table.iter().position(Option::is_none) {
+            Some(i) => Some(i),
+            None if table.len() < self.config.max_bindings => {
+                table.push(None);
+                Some(table.len() - 1)
+            }
+            None => None,
+        }
+    }
+
     /// Grants a binding to `from`'s request `nonce` (the bind machine admitted it), or returns the
     /// one already granted to a duplicate of the same request; with whether it is new. `None` when
     /// the table is full.
@@ -459,14 +466,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             }
         }
         let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
-        let index = match table.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if table.len() < self.config.max_bindings => {
-                table.push(None);
-                table.len() - 1
-            }
-            None => return None,
-        };
+        let index = self.free_place(&mut table)?;
         let binding = Arc::new(Binding::new(
             &self.config,
             Carrier::Datagram,

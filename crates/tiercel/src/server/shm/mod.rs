@@ -19,7 +19,7 @@
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -152,7 +152,6 @@ fn look_after(teams: &mut Vec<(std::sync::Weak<Team>, Watch)>, beat: bool, since
 }
 
 fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
-    let live = Arc::new(AtomicUsize::new(0));
     let mut doorway: Doorway<u32, Connecting> = Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE);
     let mut teams = Vec::new();
     let mut last_beat = Instant::now();
@@ -178,7 +177,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
             Step::Wait => true,
             Step::Done => false,
             Step::Admit(admission) => {
-                if let Some(team) = bind(&shared, &live, connecting, admission) {
+                if let Some(team) = bind(&shared, connecting, admission) {
                     teams.push((team, Watch::default()));
                 }
                 false
@@ -210,7 +209,6 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
 /// rendezvous thread to watch.
 fn bind(
     shared: &Arc<Shared>,
-    live: &Arc<AtomicUsize>,
     h: &mut Connecting,
     admission: tiercel_proto::bind::Admission,
 ) -> Option<std::sync::Weak<Team>> {
@@ -251,12 +249,9 @@ fn bind(
     let (team, results) = new_team(shared, place, region, layout, charged);
     let watched = Arc::downgrade(&team);
     shared.shm_teams.lock().unwrap_or_else(|p| p.into_inner()).push(watched.clone());
-    live.fetch_add(1, Ordering::Relaxed);
-    let live_ = live.clone();
-    let spawned = std::thread::Builder::new().name("tiercel-shm-binding".into()).spawn(move || {
-        serve_first(&team, stream, results);
-        live_.fetch_sub(1, Ordering::Relaxed);
-    });
+    let spawned = std::thread::Builder::new()
+        .name("tiercel-shm-binding".into())
+        .spawn(move || serve_first(&team, stream, results));
     match spawned {
         // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
         Ok(thread) => {
@@ -268,10 +263,7 @@ fn bind(
             Some(watched)
         }
         // No thread: the connection (and with it the region) goes, and the client sees it closed.
-        Err(_) => {
-            live.fetch_sub(1, Ordering::Relaxed);
-            None
-        }
+        Err(_) => None,
     }
 }
 
