@@ -1,12 +1,15 @@
 //! The shipped server endpoint driven with what TCP and shared memory give it: bindings connected
 //! and released in the one table every transport shares, arbitrary bytes read from a connection in
 //! arbitrary pieces (deframed, checked, and decided by `on_frame` as the TCP server does), calls
-//! started and finished on a binding's own threads (as both transports run them), datagram bindings
+//! started and finished on a binding's own threads (as both transports run them), the words of calls
+//! found in a region's slots decided by `slot_call` as the shared-memory server does, datagram bindings
 //! granted beside them, time passing and the server draining. Whatever arrives: nothing panics; the
 //! table never holds more than `max_bindings` and counts exactly what it holds; a connection's
 //! binding is never reached by datagram; a frame is taken as a call only if it names its binding,
 //! this incarnation and one of its slots, and never while draining; an answer always names the
-//! binding and the frame's slot and call; a stream binding with a call running is never expired.
+//! binding and the frame's slot and call; a slot's call runs only when its words are in range, room
+//! was found first, its client had not given it up and the server is not draining; a stream binding
+//! with a call running is never expired.
 #![no_main]
 
 use std::sync::Arc;
@@ -14,13 +17,16 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use tiercel_proto::endpoint::{Binding, Carrier, EndpointConfig, Framed, ServerEndpoint, Terms};
+use tiercel_proto::endpoint::{Binding, Carrier, EndpointConfig, Framed, ServerEndpoint, SlotStep, Terms};
+use tiercel_proto::shm::{validate_call, CallWords};
 use tiercel_proto::stream::{check_frame, Deframer, Next};
 use tiercel_proto::wire::{Kind, Status};
 use tiercel_proto::Timing;
 
 const MAX_BINDINGS: usize = 4;
 const SLOTS: u32 = 3;
+/// Bytes of data in each slot of a region.
+const REGION_DATA: usize = 8192;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
@@ -34,6 +40,9 @@ enum Op {
     Bytes { which: u8, chunk: u8, bytes: Vec<u8> },
     /// A call of binding `which` starts on its own threads, or the oldest running one ends.
     Run { which: u8, start: bool },
+    /// A call's words, as read from a slot of binding `which`'s region, decided with `room` (or
+    /// not) in the budgets.
+    Slot { which: u8, procedure: u32, len: u32, cancelled: bool, room: bool },
     /// Time passes and the endpoint expires what is idle.
     Wait { ms: u16 },
     /// The server begins to shut down.
@@ -175,6 +184,31 @@ fuzz_target!(|ops: Vec<Op>| {
                     endpoint.run_finished(&c.binding);
                     c.running -= 1;
                 }
+            }
+            Op::Slot { which, procedure, len, cancelled, room } => {
+                let Some(c) =
+                    connections.iter().filter(|c| c.binding.carrier == Carrier::Region).nth(usize::from(which))
+                else {
+                    continue;
+                };
+                let words = CallWords { procedure, len, deadline: None, cancelled };
+                let valid = validate_call(procedure, len, REGION_DATA);
+                let mut asked = None;
+                let ask = |n: usize| {
+                    asked = Some(n);
+                    room
+                };
+                let step = endpoint.slot_call(&c.binding, &words, REGION_DATA, ask, || now);
+                // Room is asked first, for what the call's arguments take (nothing past the slot).
+                assert_eq!(asked, Some(valid.map_or(0, |v| v.len)));
+                let expected = match valid {
+                    _ if !room => SlotStep::Busy,
+                    None => SlotStep::Malformed,
+                    Some(_) if cancelled => SlotStep::Cancelled,
+                    Some(_) if endpoint.is_draining() => SlotStep::Busy,
+                    Some(call) => SlotStep::Run(call),
+                };
+                assert_eq!(step, expected);
             }
             Op::Wait { ms } => {
                 now += Duration::from_millis(u64::from(ms));

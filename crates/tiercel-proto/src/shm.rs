@@ -209,6 +209,83 @@ pub fn validate_call(procedure: u32, len: u32, capacity: usize) -> Option<SlotCa
     (len <= capacity).then_some(SlotCall { procedure, len, context })
 }
 
+/// A call's control words as the server reads them from a slot, once: the client may change them
+/// at any moment after, and nothing is read twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallWords {
+    /// The procedure word (the procedure number, and the [`CONTEXT`] bit).
+    pub procedure: u32,
+    /// Argument bytes.
+    pub len: u32,
+    /// CLOCK_MONOTONIC nanoseconds by which the call must have started, if any.
+    pub deadline: Option<u64>,
+    /// The client gave the call up before the server read it.
+    pub cancelled: bool,
+}
+
+impl CallWords {
+    /// Server: reads a slot's call words once (`word(offset)`: the slot's word at `offset` from the
+    /// slot's start, see [`slot`]).
+    pub fn read<'a, W: Word + 'a>(word: impl Fn(usize) -> &'a W) -> CallWords {
+        CallWords {
+            procedure: word(slot::PROCEDURE).load(Relaxed),
+            len: word(slot::LEN).load(Relaxed),
+            deadline: deadline_from_words(word(slot::DEADLINE_LO).load(Relaxed), word(slot::DEADLINE_HI).load(Relaxed)),
+            cancelled: word(slot::CANCEL).load(Relaxed) != 0,
+        }
+    }
+
+    /// Client: writes a call's words into its slot, before [`client_publish`] (the cancel word
+    /// cleared, whatever `cancelled` says).
+    pub fn write<'a, W: Word + 'a>(&self, word: impl Fn(usize) -> &'a W) {
+        word(slot::PROCEDURE).store(self.procedure, Relaxed);
+        word(slot::LEN).store(self.len, Relaxed);
+        let (lo, hi) = deadline_words(self.deadline.unwrap_or(0));
+        word(slot::DEADLINE_LO).store(lo, Relaxed);
+        word(slot::DEADLINE_HI).store(hi, Relaxed);
+        word(slot::CANCEL).store(0, Relaxed);
+    }
+}
+
+/// Client: gives up the call in its slot (its deadline passed, its future was dropped, the server
+/// seems gone). The slot stays the server's until it answers; a server that has not read the call
+/// yet answers `Cancelled` without running it.
+pub fn client_cancel<'a, W: Word + 'a>(word: impl Fn(usize) -> &'a W) {
+    word(slot::CANCEL).store(1, Relaxed);
+}
+
+/// Server: writes a result's length and status into its slot, before [`server_publish`].
+pub fn write_result<'a, W: Word + 'a>(word: impl Fn(usize) -> &'a W, len: usize, status: crate::wire::Status) {
+    word(slot::LEN).store(len as u32, Relaxed);
+    word(slot::STATUS).store(status as u32, Relaxed);
+}
+
+/// What a waiting client last saw of the server's heartbeat word ([`header::HEARTBEAT`]), and
+/// when it last moved: a server whose heartbeat stands still for `dead_after` is stopped or hung,
+/// and the call fails as one over UDP to a server that answers nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Liveness {
+    beat: u32,
+    seen: std::time::Instant,
+}
+
+impl Liveness {
+    /// The heartbeat `beat`, read at `now`.
+    pub fn new(beat: u32, now: std::time::Instant) -> Liveness {
+        Liveness { beat, seen: now }
+    }
+
+    /// Whether the server may still be alive, its heartbeat reading `beat` at `now`: it moved
+    /// since the last look (noted), or has stood still for less than `dead_after`.
+    pub fn alive(&mut self, beat: u32, now: std::time::Instant, dead_after: std::time::Duration) -> bool {
+        if beat != self.beat {
+            *self = Liveness::new(beat, now);
+            return true;
+        }
+        now.saturating_duration_since(self.seen) < dead_after
+    }
+}
+
 /// Validates a result's control words, written by an untrusted server, against the slot's data
 /// capacity: the result's length and status.
 pub fn validate_result(len: u32, status: u32, capacity: usize) -> Option<(usize, crate::wire::Status)> {

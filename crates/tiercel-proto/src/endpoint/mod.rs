@@ -20,12 +20,14 @@ mod budget;
 mod connection;
 mod dispatch;
 mod handshakes;
+mod region;
 
 pub use binding::{Binding, CallAt, Carrier, Fragment, SlotCell};
 pub use budget::Budget;
 pub use connection::{Arrived, Framed};
 pub use dispatch::{Quiet, Reply, Step};
 pub use handshakes::{HandshakeLimits, Handshakes, Pending};
+pub use region::SlotStep;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;

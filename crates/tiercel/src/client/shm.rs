@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::{BindClient, BindEvent, Keyed, Rendezvous};
 use tiercel_proto::context::Context;
-use tiercel_proto::shm::{self as proto, header, slot, Layout};
+use tiercel_proto::shm::{self as proto, header, slot, Layout, Liveness};
 use tiercel_proto::wire::{Packet, Status};
 use tiercel_sys::clock;
 use tiercel_sys::shm::{futex_wait, futex_wake, Region};
@@ -289,12 +289,13 @@ impl ShmEndpoint {
         let n = segs.io_slices(&self.scratch, &mut io);
         region.write_vectored(data, &io[..n]);
         let flag = if self.context { proto::CONTEXT } else { 0 };
-        word(region, base + slot::PROCEDURE).store(procedure as u32 | flag, Ordering::Relaxed);
-        word(region, base + slot::LEN).store(len as u32, Ordering::Relaxed);
-        let (lo, hi) = proto::deadline_words(deadline.map_or(0, clock::monotonic_of_instant));
-        word(region, base + slot::DEADLINE_LO).store(lo, Ordering::Relaxed);
-        word(region, base + slot::DEADLINE_HI).store(hi, Ordering::Relaxed);
-        word(region, base + slot::CANCEL).store(0, Ordering::Relaxed);
+        let words = proto::CallWords {
+            procedure: procedure as u32 | flag,
+            len: len as u32,
+            deadline: deadline.map(clock::monotonic_of_instant),
+            cancelled: false,
+        };
+        words.write(|at| word(region, base + at));
         mark(Point::ArgsCopied);
         let doorbell = word(region, header::DOORBELL);
         if proto::client_publish(word(region, base + slot::STATE), word(region, header::SERVER_SLEEPING), doorbell) {
@@ -431,7 +432,7 @@ impl ShmEndpoint {
 
     /// The server's heartbeat as seen now, for [`ShmEndpoint::check_alive`].
     pub(super) fn liveness(&self, link: &Link) -> Liveness {
-        Liveness { beat: word(&link.region, header::HEARTBEAT).load(Ordering::Acquire), seen: Instant::now() }
+        Liveness::new(word(&link.region, header::HEARTBEAT).load(Ordering::Acquire), Instant::now())
     }
 
     /// After a wait that ended without the result: fails the call (leaving the slot abandoned) when
@@ -452,12 +453,8 @@ impl ShmEndpoint {
         } else if tiercel_sys::shm::peer_closed(&link.stream) {
             CallError::ServerGone { server: inner.server }
         } else {
-            let b = word(&link.region, header::HEARTBEAT).load(Ordering::Acquire);
-            if b != liveness.beat {
-                *liveness = Liveness { beat: b, seen: now };
-                return Ok(());
-            }
-            if now.saturating_duration_since(liveness.seen) < inner.config.timing.dead_after {
+            let beat = word(&link.region, header::HEARTBEAT).load(Ordering::Acquire);
+            if liveness.alive(beat, now, inner.config.timing.dead_after) {
                 return Ok(());
             }
             CallError::Unreachable { server: inner.server, acknowledged: false }
@@ -472,14 +469,8 @@ impl ShmEndpoint {
     /// that has not started the call yet answers without running it.
     pub(super) fn abandon(&mut self, link: &Link) {
         self.abandoned = true;
-        self.slot_word(link, slot::CANCEL).store(1, Ordering::Relaxed);
+        proto::client_cancel(|at| self.slot_word(link, at));
     }
-}
-
-/// The server's heartbeat word as last seen to change, and when.
-pub(super) struct Liveness {
-    beat: u32,
-    seen: Instant,
 }
 
 #[cfg(feature = "async")]

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tiercel_proto::endpoint::SlotStep;
 use tiercel_proto::shm::{self as proto, header, slot, PAGE};
 use tiercel_proto::wire::Status;
 use tiercel_sys::clock;
@@ -345,31 +346,29 @@ impl<'a> Worker<'a> {
         let base = team.layout.slot(i);
         let data = team.layout.data(i);
         // Each control word is read once; the call is validated before anything uses it.
-        let procedure = self.word(base + slot::PROCEDURE).load(Ordering::Relaxed);
-        let len = self.word(base + slot::LEN).load(Ordering::Relaxed);
-        let deadline = proto::deadline_from_words(
-            self.word(base + slot::DEADLINE_LO).load(Ordering::Relaxed),
-            self.word(base + slot::DEADLINE_HI).load(Ordering::Relaxed),
-        );
-        let cancelled = self.word(base + slot::CANCEL).load(Ordering::Relaxed) != 0;
+        let words = proto::CallWords::read(|at| self.word(base + at));
+        let deadline = words.deadline;
         self.out.clear();
-        let call = proto::validate_call(procedure, len, team.layout.data);
-        mark(Point::ServerValidated);
-        let len = call.map_or(0, |c| c.len);
         // The pages the call's arguments (and at least an error message) take, charged before they
-        // are touched; the fast path finds them charged already.
-        let pages = len.max(1).next_multiple_of(PAGE);
-        // A grown argument buffer has a page of room past the arguments, for the return value an
-        // in-place procedure appends there (`serve_in_place`): without it that would grow the
-        // buffer to twice the arguments.
-        let fits = b.held >= pages && self.args.capacity() >= len || self.make_room(b, pages, len + PAGE);
-        let status = match call {
-            _ if !fits => {
-                // No room in the budgets: refused unread, nothing written to the slot's data.
+        // are touched; the fast path finds them charged already. A grown argument buffer has a
+        // page of room past the arguments, for the return value an in-place procedure appends
+        // there (`serve_in_place`): without it that would grow the buffer to twice the arguments.
+        let mut len = 0;
+        let room = |n: usize| {
+            len = n;
+            let pages = n.max(1).next_multiple_of(PAGE);
+            b.held >= pages && self.args.capacity() >= n || self.make_room(b, pages, n + PAGE)
+        };
+        let step = team.shared.endpoint.slot_call(&team.place, &words, team.layout.data, room, Instant::now);
+        mark(Point::ServerValidated);
+        let status = match step {
+            SlotStep::Busy => {
+                // No room in the budgets, or draining: refused unread, nothing written to the
+                // slot's data.
                 team.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
                 Status::Busy
             }
-            None => {
+            SlotStep::Malformed => {
                 super::super::dispatch::error_message(
                     &mut self.out,
                     "malformed shared-memory call: length or procedure out of range",
@@ -377,16 +376,11 @@ impl<'a> Worker<'a> {
                 Status::BadArguments
             }
             // Given up by its client (its deadline passed, its future dropped) before it started.
-            Some(_) if cancelled => {
+            SlotStep::Cancelled => {
                 team.shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                 Status::Cancelled
             }
-            // The server is shutting down: no new call (the endpoint decides, as for every transport).
-            Some(_) if !team.shared.endpoint.admit_call(&team.place, Instant::now) => {
-                team.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
-                Status::Busy
-            }
-            Some(call) => {
+            SlotStep::Run(call) => {
                 if self.args.capacity() < call.len {
                     self.args.reserve_exact(call.len + PAGE - self.args.len());
                 }
@@ -510,8 +504,7 @@ impl<'a> Worker<'a> {
         };
         team.region.write(data, out);
         let out_len = out.len();
-        self.word(base + slot::LEN).store(out_len as u32, Ordering::Relaxed);
-        self.word(base + slot::STATUS).store(status as u32, Ordering::Relaxed);
+        proto::write_result(|at| self.word(base + at), out_len, status);
         // The binding holds more than three quarters of its budget. (Not half: a maximum-size
         // call's slot pages and private copy take half the default budget by themselves, and giving
         // them back after every such call made a stream of them 13 times slower.)
