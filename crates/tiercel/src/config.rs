@@ -123,6 +123,12 @@ pub struct ServerConfig {
     /// threads one TCP connection gets while its calls are slow (at least two), and the most threads
     /// serving one shared-memory binding while its calls are slow (no more than its slots). Default: 16.
     pub workers: usize,
+    /// Most threads serving TCP connections at once, all connections together. A bound connection
+    /// has no thread while idle (parked); when its client sends, it gets one of these, and a
+    /// connection whose calls are slow gets more (up to `workers`). When all are taken, the
+    /// connections that sent wait in line, and a thread whose connection has nothing to do gives
+    /// its thread to the next. Default: 64.
+    pub connection_threads: usize,
     /// How long an idle worker spins for the next packet before blocking. A shared-memory binding's
     /// thread spins at most this long after each call (see `adaptive_spin`), then sleeps on a
     /// futex; a TCP connection's reader spins this long after each frame. Only while it holds one
@@ -218,6 +224,7 @@ impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
             workers: 16,
+            connection_threads: 64,
             spin: Duration::from_millis(1),
             spinners: default_spinners(),
             sockets: default_spinners(),

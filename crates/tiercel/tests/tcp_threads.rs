@@ -1,12 +1,20 @@
 //! A TCP binding's threads: one while its calls are quick, more while slow ones run (so that they
 //! hold up only their own callers), and back to one when the extra ones have had nothing to do for
-//! a while; and after bursts of a thousand async tasks. Alone in their test binary, and one after
+//! a while; after bursts of a thousand async tasks; and the pool all connections share, which
+//! they take turns on when more send than it has threads, also when some dribble their frames. Alone in their test binary, and one after
 //! the other: they count this process's threads.
 
 use std::time::{Duration, Instant};
 
-use tiercel::{Client, Server};
-use tiercel_seeds::{SeedTest, TestClient, TestServer};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tiercel::{Client, In, Server, ServerConfig};
+use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
+
+#[allow(dead_code)]
+mod tcp_common;
 
 /// Held by each test: they count the threads of the process.
 static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -124,4 +132,114 @@ async fn bursts() {
         }
     }
     assert_eq!(server.stats().calls, 3 * 4 * (10_000 + 2000) + 2000, "a call ran twice or never");
+}
+
+/// The most threads serving TCP connections seen while `f` runs.
+fn most_threads_while(f: impl FnOnce()) -> usize {
+    let (stop, most) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let watch = {
+        let (stop, most) = (stop.clone(), most.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                most.fetch_max(binding_threads(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    f();
+    stop.store(true, Ordering::Relaxed);
+    watch.join().unwrap();
+    most.load(Ordering::Relaxed)
+}
+
+fn serve_with_pool(threads: usize) -> tiercel::RunningServer {
+    let config = ServerConfig { connection_threads: threads, ..ServerConfig::default() };
+    Server::bind("127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap()
+}
+
+#[test]
+fn more_connections_sending_than_the_pool_has_threads_take_turns() {
+    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
+    let server = serve_with_pool(3);
+    let big: Arc<Vec<u8>> = Arc::new((0..256 << 10).map(seeds::pattern).collect());
+    let clients: Vec<TestClient> = (0..12).map(|_| tcp_common::tcp(&server)).collect();
+    let most = most_threads_while(|| {
+        let callers: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(t, client)| {
+                let (client, big) = (client.clone(), big.clone());
+                std::thread::spawn(move || {
+                    for i in 0..300i32 {
+                        assert_eq!(client.add(i, t as i32).unwrap(), i + t as i32);
+                        if i % 100 == 0 {
+                            client.bulk_in(In(&big)).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for c in callers {
+            c.join().unwrap();
+        }
+    });
+    assert!(most <= 3, "{most} threads served TCP connections, of a pool of 3");
+    assert_eq!(server.stats().calls, 12 * (300 + 3), "{}", server.stats());
+    assert_eq!(server.bindings(), 12);
+    drop(clients);
+    drop(server);
+}
+
+#[test]
+fn connections_that_dribble_their_frames_keep_no_one_waiting() {
+    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
+    use tiercel_proto::wire::{Header, Kind};
+    let server = serve_with_pool(2);
+    // Six bound connections each send the start of a call frame of 1,000 bytes, then a byte now
+    // and then: each has bytes to read, and never a whole frame.
+    let mut dribblers: Vec<_> = (0..6)
+        .map(|_| {
+            let (mut s, granted) = tcp_common::bind_raw(&server);
+            let h = Header {
+                binding: granted.binding,
+                procedure: 1,
+                incarnation: granted.incarnation,
+                payload_len: 1000,
+                message_len: 1000,
+                ..Header::new(Kind::Call)
+            };
+            s.write_all(&tiercel_proto::stream::prefix(60 + 1000)).unwrap();
+            s.write_all(&h.to_bytes()).unwrap();
+            s.write_all(&[0; 10]).unwrap();
+            s
+        })
+        .collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let dribble = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                for s in &mut dribblers {
+                    let _ = s.write_all(&[0]);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            dribblers
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    // A client's binds and calls, small and large, go on beside them.
+    let most = most_threads_while(|| {
+        let client = tcp_common::tcp(&server);
+        for i in 0..200 {
+            assert_eq!(client.add(i, 1).unwrap(), i + 1);
+        }
+        let big: Vec<u8> = (0..1 << 20).map(seeds::pattern).collect();
+        client.bulk_in(In(&big)).expect("a 1 MiB call beside connections dribbling frames");
+    });
+    done.store(true, Ordering::Relaxed);
+    let dribblers = dribble.join().unwrap();
+    assert!(most <= 2, "{most} threads served TCP connections, of a pool of 2");
+    drop(server);
+    drop(dribblers);
 }

@@ -16,37 +16,6 @@ use super::super::Shared;
 use super::*;
 use crate::retention::Retention;
 
-/// Starts a thread serving `binding` (`first`: the one it starts with, which ends only with the
-/// connection). False if no thread could be had.
-pub(super) fn spawn(binding: &Arc<StreamBinding>, first: bool) -> bool {
-    binding.threads.fetch_add(1, Ordering::AcqRel);
-    binding.idle.fetch_add(1, Ordering::AcqRel);
-    let b = binding.clone();
-    let spawned = std::thread::Builder::new().name("tiercel-tcp-binding".into()).spawn(move || {
-        let cpus = &b.shared.config.cpus;
-        if first && !cpus.is_empty() {
-            let i = b.shared.stream_bindings.load(Ordering::Relaxed);
-            let _ = tiercel_sys::cpu::pin_current_thread(cpus[i % cpus.len()]);
-        }
-        b.serve(first);
-        StreamBinding::thread_ends(&b);
-    });
-    match spawned {
-        // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
-        Ok(thread) => {
-            let mut threads = binding.shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
-            threads.retain(|t| !t.is_finished());
-            threads.push(thread);
-            true
-        }
-        Err(_) => {
-            binding.close();
-            StreamBinding::thread_ends(binding);
-            false
-        }
-    }
-}
-
 /// One connection's binding: its threads take turns reading the connection, and run the calls
 /// they read.
 pub(crate) struct StreamBinding {
@@ -153,6 +122,7 @@ impl StreamBinding {
             || threads == 0
             || threads >= self.max_threads()
             || self.closed.load(Ordering::Acquire)
+            || self.parking.pool.pressed()
         {
             *waited = 0;
             return false;

@@ -14,9 +14,11 @@
 //!
 //! A bound connection starts parked ([`Parking`]): no thread and no receive buffer, its descriptor
 //! in an `epoll` set the listener polls beside its own sockets. When its client sends, the
-//! listener gives it a thread, which reads a call, copies its arguments out, runs it, and sends
+//! listener gives it a thread of the pool all connections share ([`pool`]), which reads a call,
+//! copies its arguments out, runs it, and sends
 //! the result as one frame with one `write`; once the client has sent nothing for [`PARK_AFTER`],
-//! with no call running and no other thread, that thread gives its buffers back and ends, and the
+//! with no call running and no other thread (or at once, when other connections wait for a thread
+//! of the pool), that thread gives its buffers back and serves the next connection, and the
 //! connection is parked again. So an idle connection costs a descriptor and under a kilobyte (about 800 bytes measured, client
 //! and server ends together),
 //! and only connections in use have threads. While it runs, another thread of the connection
@@ -52,6 +54,7 @@ use crate::framed;
 use crate::retention::Retention;
 
 mod binding;
+mod pool;
 mod reading;
 
 use binding::*;
@@ -70,6 +73,9 @@ const BUFFER: usize = 64 * 1024;
 const OUT: usize = 4096;
 /// How long a blocked connection thread waits before looking whether the server is stopping.
 const POLL: Duration = Duration::from_millis(100);
+/// How often an extra thread waiting for its turn, or a thread that cannot give its connection up
+/// while others wait for a thread, looks again.
+const HELPER_LOOK: Duration = Duration::from_millis(10);
 /// Bytes of the frame prefix and header that start every frame the server sends.
 const FRAME_HEAD: usize = PREFIX_LEN + HEADER_LEN;
 
@@ -85,7 +91,8 @@ pub(super) fn listen(shared: &Arc<Shared>, listener: TcpListener) -> std::io::Re
     let shared = shared.clone();
     // The set of parked connections: without it the server would take connections it cannot serve.
     let set = tiercel_sys::tcp::Parked::new()?;
-    let parking = Arc::new(Parking { set, bindings: Mutex::new(Default::default()) });
+    let pool = Arc::new(pool::Pool::new(shared.config.connection_threads)?);
+    let parking = Arc::new(Parking { set, bindings: Mutex::new(Default::default()), pool });
     std::thread::Builder::new()
         .name("tiercel-tcp-listener".into())
         .spawn(move || accept_loop(shared, listener, parking))
@@ -187,7 +194,7 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>
                     binding.conn.beat(header);
                 }
                 if binding.wants_helper(now, watch) {
-                    spawn(&binding, false);
+                    parking.pool.submit(&binding, false);
                 }
                 true
             }
@@ -229,8 +236,9 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>
             doorway.wait(std::os::fd::AsFd::as_fd(&listener), Some(parked), period);
         }
     }
-    // Stopping: the parked bindings' connections close with them.
+    // Stopping: the parked bindings' connections close with them, and those waiting for a thread.
     parking.bindings().clear();
+    parking.pool.clear();
 }
 
 /// Makes the binding a connection's bind request was admitted to, and answers with the grant (or
@@ -326,6 +334,8 @@ const PARK_AFTER: Duration = Duration::from_secs(1);
 pub(crate) struct Parking {
     set: tiercel_sys::tcp::Parked,
     bindings: Mutex<std::collections::HashMap<u64, Arc<StreamBinding>>>,
+    /// The threads that serve the connections not parked.
+    pool: Arc<pool::Pool>,
 }
 
 impl Parking {
@@ -342,7 +352,7 @@ impl Parking {
             let Some(binding) = self.bindings().remove(token) else { continue };
             self.set.remove(std::os::fd::AsFd::as_fd(&binding.conn.stream));
             binding.parked.store(false, Ordering::Release);
-            spawn(&binding, true);
+            self.pool.submit(&binding, true);
         }
     }
 

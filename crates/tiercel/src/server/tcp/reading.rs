@@ -33,14 +33,17 @@ impl StreamBinding {
                 if let Some(r) = slot.take() {
                     break r;
                 }
-                if !first && waiting_since.elapsed() >= HELPER_IDLE {
+                // An extra thread goes when it has had nothing to do for a while, or when other
+                // connections wait for a thread.
+                if !first && (waiting_since.elapsed() >= HELPER_IDLE || self.parking.pool.pressed()) {
                     return None;
                 }
                 if own.retention.holds_large() && own.retention.idle(Instant::now()) {
                     own.shrink();
                 }
                 self.waiting.fetch_add(1, Ordering::AcqRel);
-                slot = match self.turn.wait_timeout(slot, POLL) {
+                let period = if first { POLL } else { HELPER_LOOK };
+                slot = match self.turn.wait_timeout(slot, period) {
                     Ok((slot, _)) => slot,
                     Err(p) => p.into_inner().0,
                 };
@@ -162,14 +165,22 @@ impl StreamBinding {
                 return None;
             }
             let quiet = now.saturating_duration_since(r.last_frame);
-            if !first && now.saturating_duration_since(waiting_since) >= HELPER_IDLE {
+            // Other connections wait for a thread of the pool: this one gives its thread up if it
+            // has nothing to do but wait for its client.
+            let pressed = self.parking.pool.pressed();
+            if !first && (pressed || now.saturating_duration_since(waiting_since) >= HELPER_IDLE) {
                 return None;
             }
             let alone = self.threads.load(Ordering::Acquire) == 1 && self.binding.running() == 0;
-            if first && alone && quiet >= PARK_AFTER && r.frames.buffered() == 0 {
-                r.frames = Deframer::new(0, stream::max_frame(self.shared.config.timing.max_message));
-                r.charge.settle(0);
-                r.retention = Retention::default();
+            let empty = r.frames.buffered() == 0;
+            if first && alone && (pressed || quiet >= PARK_AFTER && empty) {
+                // Parked with a partial frame (when pressed), the buffer stays, charged, for the
+                // rest of it.
+                if empty {
+                    r.frames = Deframer::new(0, stream::max_frame(self.shared.config.timing.max_message));
+                    r.charge.settle(0);
+                    r.retention = Retention::default();
+                }
                 self.parked.store(true, Ordering::Release);
                 return None;
             }
@@ -180,7 +191,14 @@ impl StreamBinding {
             if own.retention.holds_large() && own.retention.idle(now) {
                 own.shrink();
             }
-            if tiercel_sys::udp::wait_readable_fd(&self.conn.stream, Some(POLL)).is_err() {
+            // While nobody waits for a thread, the wait also ends when someone starts to.
+            let waited = if pressed {
+                tiercel_sys::udp::wait_readable_fd(&self.conn.stream, Some(HELPER_LOOK))
+            } else {
+                let conn = std::os::fd::AsFd::as_fd(&self.conn.stream);
+                tiercel_sys::udp::wait_either_readable(conn, self.parking.pool.pressure(), Some(POLL))
+            };
+            if waited.is_err() {
                 self.close();
                 return None;
             }

@@ -1,0 +1,139 @@
+//! The threads that serve TCP connections: at most `ServerConfig::connection_threads` at once,
+//! however many connections are bound and however many of them send.
+//!
+//! A connection with bytes to read, or a slow call that needs another thread, asks the pool for one
+//! ([`Pool::submit`]). While fewer than the limit live, a thread starts for it, serves it, and when
+//! the connection is idle (parked) or over, serves the next connection waiting, or ends. At the
+//! limit, the connection waits in line, and the pool's pressure (an `eventfd`, readable while any
+//! wait) wakes the threads blocked reading their own connections: each whose connection has
+//! nothing to do parks it (with a partial frame, its buffer kept and charged) and serves the next
+//! in line, and extra threads of a slow connection give theirs back. So a thousand connections
+//! that send take turns on the pool's threads as datagrams take turns on UDP's workers, and a
+//! connection that dribbles a frame holds a thread only while it has bytes to read.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::binding::StreamBinding;
+
+/// A connection waiting for a thread, and whether it is its first (see [`StreamBinding::serve`]).
+type Job = (Arc<StreamBinding>, bool);
+
+pub(crate) struct Pool {
+    max: usize,
+    state: Mutex<State>,
+    /// Connections waiting in line (read without the lock).
+    waiting: AtomicUsize,
+    /// Readable while connections wait in line: one count for each.
+    pressure: tiercel_sys::udp::Nudge,
+}
+
+struct State {
+    live: usize,
+    line: VecDeque<Job>,
+}
+
+impl Pool {
+    /// A pool of at most `max` threads (at least one).
+    pub(super) fn new(max: usize) -> std::io::Result<Pool> {
+        Ok(Pool {
+            max: max.max(1),
+            state: Mutex::new(State { live: 0, line: VecDeque::new() }),
+            waiting: AtomicUsize::new(0),
+            pressure: tiercel_sys::udp::Nudge::new()?,
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives `binding` a thread (`first`: the one that parks it when idle; else an extra thread for
+    /// its slow calls): a new one while fewer than the limit live, else the next one free.
+    pub(super) fn submit(self: &Arc<Self>, binding: &Arc<StreamBinding>, first: bool) {
+        binding.threads.fetch_add(1, Ordering::AcqRel);
+        binding.idle.fetch_add(1, Ordering::AcqRel);
+        let mut state = self.state();
+        if state.live >= self.max {
+            state.line.push_back((binding.clone(), first));
+            self.waiting.fetch_add(1, Ordering::AcqRel);
+            // An eventfd write fails only when its count would overflow.
+            let _ = self.pressure.ring();
+            return;
+        }
+        state.live += 1;
+        drop(state);
+        let (pool, job) = (self.clone(), (binding.clone(), first));
+        let spawned = std::thread::Builder::new().name("tiercel-tcp-binding".into()).spawn(move || pool.work(job));
+        match spawned {
+            // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
+            Ok(thread) => {
+                let mut threads = binding.shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
+                threads.retain(|t| !t.is_finished());
+                threads.push(thread);
+            }
+            Err(_) => {
+                self.state().live -= 1;
+                binding.close();
+                StreamBinding::thread_ends(binding);
+            }
+        }
+    }
+
+    /// A thread's life: serve a connection until it is idle or over, then the next in line.
+    fn work(&self, mut job: Job) {
+        loop {
+            let (binding, first) = job;
+            let cpus = &binding.shared.config.cpus;
+            if first && !cpus.is_empty() {
+                let i = binding.shared.stream_bindings.load(Ordering::Relaxed);
+                let _ = tiercel_sys::cpu::pin_current_thread(cpus[i % cpus.len()]);
+            }
+            binding.serve(first);
+            StreamBinding::thread_ends(&binding);
+            drop(binding);
+            match self.next() {
+                Some(next) => job = next,
+                None => return,
+            }
+        }
+    }
+
+    /// The next connection in line, or `None` (and one thread fewer) when none waits.
+    fn next(&self) -> Option<Job> {
+        let mut state = self.state();
+        match state.line.pop_front() {
+            Some(job) => {
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+                self.pressure.take();
+                Some(job)
+            }
+            None => {
+                state.live -= 1;
+                None
+            }
+        }
+    }
+
+    /// Whether connections wait for a thread: a thread whose connection has nothing to do gives
+    /// it up.
+    pub(super) fn pressed(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) > 0
+    }
+
+    /// Readable while [`Pool::pressed`]: waited on beside a connection.
+    pub(super) fn pressure(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.pressure.as_fd()
+    }
+
+    /// The server stops: the connections in line end without a thread.
+    pub(super) fn clear(&self) {
+        let line = std::mem::take(&mut self.state().line);
+        for (binding, _) in line {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            self.pressure.take();
+            StreamBinding::thread_ends(&binding);
+        }
+    }
+}
