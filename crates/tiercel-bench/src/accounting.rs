@@ -22,6 +22,10 @@ use crate::raw_shm::ShmPingPong;
 use crate::seeds::{SeedTest, TestClient, TestServer, MAX_BUFFER};
 use crate::summary::Summary;
 
+mod books;
+
+pub use books::{account, print_account};
+
 /// A procedure accounted for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Procedure {
@@ -403,166 +407,6 @@ pub fn name(medium: Medium) -> &'static str {
     } else {
         "shm"
     }
-}
-
-/// Builds the accounting of one procedure from its measured steps and its raw baseline. Without a
-/// spin budget a side sleeps only when the other has not answered yet: each way, the share of calls
-/// in which the receiving side slept is charged the blocking baseline's one-way time (a wake-up),
-/// the rest the spinning baseline's (`spinning`, the raw ping-pong of the same sizes with both sides
-/// spinning).
-pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw, spinning: &Raw) -> Account {
-    let client = if medium == Medium::Udp { CLIENT_UDP } else { CLIENT_SHM };
-    let mut lines = Vec::new();
-    let chain = |side: &'static str, points: &[Point], lines: &mut Vec<Line>| -> f64 {
-        let mut sum = 0.0;
-        for w in points.windows(2) {
-            let (step, mean_us) = match step_us(&m.steps, w[0], w[1]) {
-                Some(us) => (w[1].describe().to_string(), us),
-                None => (format!("{} (not recorded)", w[1].describe()), 0.0),
-            };
-            // Spinning, a side's publishing fence overlaps the cache-line transfer it starts; without a
-            // spin budget publishing also wakes a sleeping peer, a system call that the raw baseline's
-            // one-way time leaves out (its sides wake each other outside the timed wait): then it is added.
-            let overlapped = medium == Medium::Shm && spin && matches!(w[1], Point::Sent | Point::ResultSent);
-            if !overlapped {
-                sum += mean_us;
-            }
-            lines.push(Line { side, step, mean_us, overlapped });
-        }
-        sum
-    };
-    let split = client.iter().position(|&x| x == Point::Sent).unwrap_or(0);
-    let before = chain("client", &client[..=split], &mut lines);
-    let (_, raw_wait, raw_turn) = raw.stamps.means_us();
-    let one_way = |r: &Raw| {
-        let (_, wait, turn) = r.stamps.means_us();
-        (wait - turn).max(0.0) / 2.0
-    };
-    let calls = m.calls.max(1) as f64;
-    let (client_slept, server_slept) =
-        if spin { (0.0, 0.0) } else { ((m.sleeps.0 as f64 / calls).min(1.0), (m.sleeps.1 as f64 / calls).min(1.0)) };
-    let (woken, spun) = (one_way(raw), one_way(spinning));
-    let to_server = if spin { spun } else { server_slept * woken + (1.0 - server_slept) * spun };
-    let to_client = if spin { spun } else { client_slept * woken + (1.0 - client_slept) * spun };
-    let (wake, transfer) = match medium {
-        Medium::Udp | Medium::Tcp => {
-            ("woken from poll (raw blocking UDP ping-pong)", "busy-polled (raw UDP ping-pong)")
-        }
-        Medium::Shm => ("futex wake (raw futex ping-pong)", "cache-line transfer (raw shm ping-pong)"),
-    };
-    let way = |to: &str, slept: f64| {
-        let path = if medium == Medium::Udp { "kernel and loopback" } else { "shared memory" };
-        if spin {
-            format!("{path} to the {to}, {transfer}")
-        } else {
-            format!("{path} to the {to}: {wake} in {:.0}% of calls, else {transfer}", 100.0 * slept)
-        }
-    };
-    lines.push(Line { side: "wire", step: way("server", server_slept), mean_us: to_server, overlapped: false });
-    let server = chain("server", SERVER, &mut lines);
-    // All the server's steps, the overlapped publish included: what the client's wait covers.
-    let server_busy: f64 = SERVER.windows(2).filter_map(|w| step_us(&m.steps, w[0], w[1])).sum();
-    lines.push(Line { side: "wire", step: way("client", client_slept), mean_us: to_client, overlapped: false });
-    let after = chain("client", &client[split + 1..], &mut lines);
-    let sum = before + to_server + to_client + server + after;
-    // The whole is the call as the client's own timestamps saw it, from its first mark to its last:
-    // the caller's clock around the stub also holds the cost of taking those two timestamps, which
-    // no step of the call contains.
-    let measured =
-        client.windows(2).map(|w| step_us(&m.steps, w[0], w[1])).sum::<Option<f64>>().unwrap_or(m.on_mean_us);
-    let gap = measured - sum;
-    Account {
-        transport: name(medium),
-        waiting: if spin { "spin" } else { "block" },
-        procedure: p.name(),
-        calls: m.calls,
-        lines,
-        sum_us: sum,
-        measured_us: measured,
-        gap_us: gap,
-        gap_percent: 100.0 * gap / measured,
-        client_wait_us: step_us(&m.steps, Point::Sent, Point::Arrived).unwrap_or(0.0),
-        server_busy_us: server_busy,
-        raw_wait_us: raw_wait,
-        raw_turnaround_us: raw_turn,
-        raw_round_trip_us: raw.round_trip.mean_us(),
-        off_mean_us: m.off_mean_us,
-        off_median_us: m.off.median_us(),
-        off_p99_us: m.off.p99_us(),
-        client_slept_percent: 100.0 * client_slept,
-        server_slept_percent: 100.0 * server_slept,
-    }
-}
-
-pub fn print_account(a: &Account, placement: &str) {
-    outln!(
-        "\n{} over {}, {} on both sides\n({placement}); mean of {} calls, µs",
-        a.procedure,
-        if a.transport == "udp" { "UDP loopback" } else { "shared memory" },
-        if a.waiting == "spin" {
-            "spinning"
-        } else {
-            "no spin budget (a side sleeps unless the other has already answered)"
-        },
-        a.calls
-    );
-    for l in &a.lines {
-        if l.overlapped {
-            outln!("  {:<7} {:<68} {:>8.3}  (overlaps the transfer, not added)", l.side, l.step, l.mean_us);
-        } else {
-            outln!("  {:<7} {:<68} {:>8.3} {:>5.1}%", l.side, l.step, l.mean_us, 100.0 * l.mean_us / a.measured_us);
-        }
-    }
-    outln!("  {:<76} {:>8.3}", "sum of the steps", a.sum_us);
-    outln!("  {:<76} {:>8.3}", "measured: the client's first to last timestamp, around the stub", a.measured_us);
-    let verdict = if a.gap_percent.abs() <= 10.0 { "within 10%" } else { "NOT within 10%" };
-    outln!("  {:<76} {:>8.3} {:>5.1}%  ({verdict})", "difference (measured − sum)", a.gap_us, a.gap_percent);
-    let net = a.client_wait_us - a.server_busy_us;
-    outln!(
-        "  where it lies: the client waited {:.3} (send returned → result seen), the server was busy {:.3}, so",
-        a.client_wait_us,
-        a.server_busy_us
-    );
-    outln!(
-        "  the wire, kernel and wakeups took {:.3}; in the raw ping-pong they took {:.3} (its wait {:.3} less its",
-        net,
-        a.raw_wait_us - a.raw_turnaround_us,
-        a.raw_wait_us
-    );
-    outln!("  echo's turnaround {:.3}; raw round trip {:.3}).", a.raw_turnaround_us, a.raw_round_trip_us);
-    if a.waiting == "block" {
-        outln!(
-            "  without a spin budget the client slept in {:.0}% of the calls and the server in {:.0}%: the wire lines \
-             charge\n  those the blocking baseline, the others the spinning one.",
-            a.client_slept_percent,
-            a.server_slept_percent
-        );
-    }
-    if a.gap_percent.abs() > 10.0 {
-        let why = match (a.transport, a.waiting) {
-            ("shm", "spin") => {
-                "  Through shared memory a side's publishing store and fence overlap the cache-line transfer they \
-                 start, and the raw\n  ping-pong has no fence: the split between steps and transfer is approximate."
-            }
-            (_, "block") => {
-                "  Calls mix sleeps and none; each way is charged the blocking baseline's one-way time in the share \
-                 of calls\n  whose receiving side slept, but what a wake-up costs depends on how long the thread \
-                 slept and on what its\n  CPU did meanwhile, which the raw blocking ping-pong (every wait a sleep) \
-                 does not reproduce."
-            }
-            _ => "  The steps were measured with timestamps on; a slow moment of the machine weighs on the means.",
-        };
-        outln!("{why}");
-    }
-    outln!(
-        "  the same calls with timestamps off: mean {:.3}, median {:.3}, p99 {:.3} (the difference from {:.3} is \
-         the cost of",
-        a.off_mean_us,
-        a.off_median_us,
-        a.off_p99_us,
-        a.measured_us
-    );
-    outln!("  the timestamps where the machine is steady, and noise where it is not)");
 }
 
 /// Mean time in µs of `f` over many runs.

@@ -1,0 +1,202 @@
+use super::*;
+use crate::fragment::AckInfo;
+use crate::server::CallAction;
+use crate::wire::HEADER_LEN;
+
+const TOKEN: u128 = 0xfeed;
+
+/// A binding's terms: datagrams of `max_datagram` bytes, every feature.
+fn terms(max_datagram: usize) -> Terms {
+    Terms { max_datagram, features: crate::bind::wire::features::ALL }
+}
+
+fn config() -> EndpointConfig {
+    EndpointConfig {
+        incarnation: 9,
+        max_bindings: 2,
+        slots_per_binding: 2,
+        binding_memory: 1000,
+        memory: 1500,
+        carrier_memory: 1500,
+        stalled_after: Duration::from_secs(2),
+        binding_idle: Duration::from_secs(10),
+        max_running: 1,
+        timing: Timing { max_message: 10_000, ..Timing::default() },
+    }
+}
+
+fn packet(kind: Kind, binding: u32, token: u128, incarnation: u64, slot: u32, seq: u32) -> Vec<u8> {
+    let h = Header { binding, token, incarnation, slot, seq, ..Header::new(kind) };
+    h.to_bytes().to_vec()
+}
+
+fn fragment(binding: u32, seq: u32, index: u16, count: u16, message_len: u32, payload: &[u8]) -> Vec<u8> {
+    let h = Header {
+        binding,
+        token: TOKEN,
+        incarnation: 9,
+        seq,
+        frag_index: index,
+        frag_count: count,
+        payload_len: payload.len() as u32,
+        message_len,
+        ..Header::new(Kind::Call)
+    };
+    [&h.to_bytes()[..], payload].concat()
+}
+
+fn endpoint(now: Instant) -> (ServerEndpoint<u8, ()>, Arc<Binding<u8, ()>>) {
+    let e = ServerEndpoint::new(config(), now, Box::new(crate::bind::InsecureChallenges));
+    let (b, new) = e.grant(1, 77, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap();
+    assert!(new);
+    (e, b)
+}
+
+/// A probe of slot `slot` of `b` echoing `challenge`.
+fn proof(b: &Binding<u8, ()>, slot: u32, challenge: [u8; 16]) -> Vec<u8> {
+    let h = Header {
+        binding: b.id,
+        token: TOKEN,
+        incarnation: 9,
+        slot,
+        flags: flags::ADDRESS_PROOF,
+        payload_len: 16,
+        ..Header::new(Kind::Probe)
+    };
+    [&h.to_bytes()[..], &challenge].concat()
+}
+
+/// Enters as a client does: answering the address challenge first when there is one.
+fn enter<'b>(
+    e: &ServerEndpoint<u8, ()>,
+    b: &'b Binding<u8, ()>,
+    p: &Packet<&[u8]>,
+    from: u8,
+) -> Result<MutexGuard<'b, SlotCell<u8>>, Header> {
+    let now = Instant::now();
+    match e.enter(b, p, from, now) {
+        Err(Refusal::Challenge(_, c)) => {
+            let probe = proof(b, p.slot(), c);
+            drop(e.enter(b, &Packet::new_checked(&probe[..]).unwrap(), from, now).expect("the proof is taken"));
+            e.enter(b, p, from, now).map_err(|r| *r.header())
+        }
+        r => r.map_err(|r| *r.header()),
+    }
+}
+
+fn route(e: &ServerEndpoint<u8, ()>, bytes: &[u8], now: Instant) -> Route<u8, ()> {
+    e.route(&Packet::new_checked(bytes).unwrap(), now)
+}
+
+#[test]
+fn packets_are_routed_by_kind_binding_token_and_incarnation() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    assert!(matches!(route(&e, &packet(Kind::Bind, 0, 0, 0, 0, 0), now), Route::Bind));
+    for kind in [Kind::Result, Kind::ProbeReply, Kind::Reject, Kind::BindReply] {
+        assert!(matches!(route(&e, &packet(kind, b.id, TOKEN, 9, 0, 1), now), Route::Malformed), "{kind:?}");
+    }
+    let Route::Reject(h) = route(&e, &packet(Kind::Call, b.id, TOKEN + 1, 9, 0, 1), now) else { panic!() };
+    assert_eq!((h.kind, h.status), (Kind::Reject, Status::UnknownBinding), "wrong token");
+    let Route::Reject(h) = route(&e, &packet(Kind::Call, b.id + 1, TOKEN, 9, 0, 1), now) else { panic!() };
+    assert_eq!(h.status, Status::UnknownBinding, "unknown id");
+    // The right binding and token from an earlier incarnation: the incarnation check alone refuses it.
+    let Route::Reject(h) = route(&e, &packet(Kind::Call, b.id, TOKEN, 8, 0, 1), now) else { panic!() };
+    assert_eq!((h.status, h.incarnation), (Status::WrongIncarnation, 9));
+    assert!(matches!(route(&e, &packet(Kind::Probe, b.id, TOKEN, 9, 0, 1), now), Route::Binding(_)));
+}
+
+#[test]
+fn slots_outside_the_binding_and_new_calls_beyond_max_running_are_refused() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let call = |slot, seq| packet(Kind::Call, b.id, TOKEN, 9, slot, seq);
+    let bytes = call(2, 1);
+    let err = enter(&e, &b, &Packet::new_checked(&bytes[..]).unwrap(), 1).unwrap_err();
+    assert_eq!(err.status, Status::BadSlot);
+    let first = call(0, 1);
+    let p = Packet::new_checked(&first[..]).unwrap();
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    assert_eq!(cell.on_call(&b, &p, now, &e.config().timing), CallAction::Execute);
+    drop(cell);
+    e.run_started(&b);
+    let second = call(1, 1);
+    let err = enter(&e, &b, &Packet::new_checked(&second[..]).unwrap(), 1).unwrap_err();
+    assert_eq!(err.status, Status::Busy, "the one call allowed is running");
+    // A duplicate of the running call is no new call: it is let through (and suppressed there).
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    assert!(matches!(cell.on_call(&b, &p, now, &e.config().timing), CallAction::Drop(_)));
+    drop(cell);
+    e.run_finished(&b);
+    assert!(enter(&e, &b, &Packet::new_checked(&second[..]).unwrap(), 1).is_ok());
+    // Draining: new calls are refused, calls under way are still answered.
+    e.drain();
+    let third = call(1, 2);
+    assert_eq!(enter(&e, &b, &Packet::new_checked(&third[..]).unwrap(), 1).unwrap_err().status, Status::Busy);
+    assert!(enter(&e, &b, &p, 1).is_ok(), "a duplicate of an earlier call gets its answer");
+}
+
+#[test]
+fn a_freed_worker_goes_to_the_binding_that_waited_first() {
+    let now = Instant::now();
+    let (e, a) = endpoint(now);
+    let (b, _) = e.grant(2, 78, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap();
+    let call = |binding: u32, slot, seq| packet(Kind::Call, binding, TOKEN, 9, slot, seq);
+    let start = |bytes: &[u8], binding: &Binding<u8, ()>, from| {
+        let p = Packet::new_checked(bytes).unwrap();
+        enter(&e, binding, &p, from).map(|mut cell| {
+            assert_eq!(cell.on_call(binding, &p, now, &e.config().timing), CallAction::Execute);
+        })
+    };
+    // A's call takes the one worker; B's is refused and B waits.
+    start(&call(a.id, 0, 1), &a, 1).unwrap();
+    e.run_started(&a);
+    assert_eq!(start(&call(b.id, 0, 1), &b, 2).unwrap_err().status, Status::Busy);
+    e.run_finished(&a);
+    // The worker is free, but A (whose threads ask again at once) does not get it before B.
+    assert_eq!(start(&call(a.id, 1, 1), &a, 1).unwrap_err().status, Status::Busy, "B waited first");
+    start(&call(b.id, 0, 1), &b, 2).expect("B's retry takes the worker");
+    e.run_started(&a);
+    e.run_finished(&a);
+    // Then A, which waited next.
+    start(&call(a.id, 1, 1), &a, 1).expect("A's turn");
+    e.run_started(&a);
+    e.run_finished(&a);
+    // No one waits: first come, first served again.
+    start(&call(b.id, 1, 1), &b, 2).unwrap();
+    // A binding that stops asking leaves the queue after twice the longest backoff.
+    e.run_started(&a);
+    assert_eq!(start(&call(a.id, 0, 2), &a, 1).unwrap_err().status, Status::Busy);
+    e.run_finished(&a);
+    let later = now + 3 * e.config().timing.retransmit_max;
+    let p = call(b.id, 1, 2);
+    let p = Packet::new_checked(&p[..]).unwrap();
+    assert!(e.enter(&b, &p, 2, later).is_ok(), "A gave up: B is not held back");
+}
+
+#[test]
+fn duplicate_bind_requests_get_the_same_binding_and_the_table_is_bounded() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let (again, new) = e.grant(1, 77, (), 5, terms(HEADER_LEN + 100), now).unwrap();
+    assert!(!new && Arc::ptr_eq(&again, &b), "same sender and nonce: the same binding");
+    let (other, new) = e.grant(2, 77, (), 6, terms(HEADER_LEN + 100), now).unwrap();
+    assert!(new && other.id != b.id);
+    assert!(e.grant(3, 1, (), 7, terms(HEADER_LEN + 100), now).is_none(), "max_bindings is 2");
+    assert_eq!(e.len(), 2);
+}
+
+#[test]
+fn idle_bindings_expire_unless_in_use() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let later = now + Duration::from_secs(11);
+    assert_eq!(e.expire(later), 0, "held by a thread");
+    drop(b);
+    assert_eq!(e.expire(now + Duration::from_secs(5)), 0, "not idle long enough");
+    assert_eq!(e.expire(later), 1);
+    assert!(e.is_empty());
+    assert!(e.grant(1, 77, (), TOKEN, terms(HEADER_LEN + 100), later).unwrap().1, "its request is forgotten too");
+}
+
+mod messages;
