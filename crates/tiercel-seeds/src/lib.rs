@@ -216,6 +216,35 @@ pub fn check_all(client: &TestClient, round: u32) -> Result<(), CheckFailure> {
     Ok(())
 }
 
+/// Calls one [`every_transport_serves`] makes: a small one and a 1 MiB one on each of three
+/// transports.
+pub const EVERY_TRANSPORT_CALLS: u64 = 6;
+
+/// What a legitimate client of the server at `addr` must still get while the server is attacked:
+/// a binding through shared memory, over UDP and over TCP, and on each an `add` and a 1 MiB
+/// `bulk_in`. The first failure names its transport and step.
+pub fn every_transport_serves(addr: std::net::SocketAddr) -> Result<(), String> {
+    use tiercel::Transport;
+    let big: Vec<u8> = (0..1 << 20).map(pattern).collect();
+    for (scheme, transport) in
+        [("shm:", Transport::SharedMemory), ("udp://", Transport::Udp), ("tcp://", Transport::Tcp)]
+    {
+        let client: TestClient = tiercel::Client::connect(format!("{scheme}{addr}"))
+            .map_err(|e| format!("{transport:?}: {e}"))?
+            .import()
+            .map_err(|e| format!("{transport:?}: bind: {e}"))?;
+        if client.binding().transport() != transport {
+            return Err(format!("{transport:?}: bound over {:?}", client.binding().transport()));
+        }
+        match client.add(20, 22) {
+            Ok(42) => {}
+            other => return Err(format!("{transport:?}: add: {other:?}")),
+        }
+        client.bulk_in(In(&big)).map_err(|e| format!("{transport:?}: a 1 MiB call: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Whether this process runs as root (and may create network namespaces).
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")

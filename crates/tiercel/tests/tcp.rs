@@ -197,6 +197,7 @@ fn connections_dribbling_bind_requests_keep_no_client_from_binding() {
         // of their two seconds) and reopened meanwhile.
         std::thread::sleep(Duration::from_millis(100));
     }
+    seeds::every_transport_serves(server.addr()).expect("a client on every transport during the attack");
     let stats = server.stats();
     // The server goes first, so that it closes the connections and their TIME_WAIT stays on its
     // own port: thousands left on clients' ports would keep later servers of this machine from
