@@ -31,6 +31,11 @@ pub struct Args {
     /// most half of `--workers`). The default is one less than the CPUs, at least 1.
     #[arg(long, default_value_t = ServerConfig::default().sockets)]
     sockets: usize,
+    /// Most threads serving TCP connections at once, all connections together: beyond, the
+    /// connections that sent wait in line, and a thread whose connection has nothing to do serves
+    /// the next.
+    #[arg(long, default_value_t = ServerConfig::default().connection_threads)]
+    connection_threads: usize,
     /// Microseconds an idle worker spins for the next packet before blocking.
     #[arg(long, default_value_t = 1000)]
     spin_us: u64,
@@ -77,6 +82,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     let config = ServerConfig {
         workers: args.workers,
         sockets: args.sockets,
+        connection_threads: args.connection_threads,
         spin: Duration::from_micros(args.spin_us),
         cpus: crate::parse_cpus(&args.cpus)?,
         secret: args.secret.load()?,

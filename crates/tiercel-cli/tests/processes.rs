@@ -49,6 +49,31 @@ fn hundred_thousand_calls_of_every_procedure_across_processes() {
 }
 
 #[test]
+fn connections_of_two_processes_take_turns_on_a_pool_of_one_thread() {
+    let mut child = Command::new(TIERCEL)
+        .args(["serve", "--addr", "udp://127.0.0.1:0", "--connection-threads", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start tiercel serve");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let _server = Spawned(child, out);
+    let addr = line.trim().strip_prefix("listening udp://").expect("serve prints its address first").to_string();
+    let tcp = format!("tcp://{addr}");
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let tcp = tcp.clone();
+            std::thread::spawn(move || check(&tcp, 300, 2))
+        })
+        .collect();
+    for c in clients {
+        let out = c.join().unwrap();
+        assert!(out.contains(&format!("ok: {} calls", 300 * 2 * tiercel_bench::seeds::CHECK_CALLS)), "{out}");
+    }
+}
+
+#[test]
 fn call_prints_result_and_latency_and_errors_clearly() {
     let (_server, addr) = serve();
     let out = Command::new(TIERCEL).args(["call", &addr, "add", "40", "2"]).output().unwrap();

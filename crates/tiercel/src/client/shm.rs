@@ -106,6 +106,10 @@ pub(crate) fn bind(
             Err(e) if matches!(e.kind(), std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset) => {
                 return Err(BindError::Busy)
             }
+            // A length no server sends: not a server of tiercel's rendezvous.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(bad("bind answer longer than any bind message"))
+            }
             Err(e) => return Err(e.into()),
         };
         let p = Packet::new_checked(&msg[..]).map_err(|_| bad("malformed bind answer"))?;
@@ -547,5 +551,36 @@ impl ShmEndpoint {
     /// Whether the binding still exists.
     pub(super) fn is_live(&self) -> bool {
         self.binding.strong_count() > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static INFO: InterfaceInfo = InterfaceInfo {
+        name: "Test",
+        id: 1,
+        version: 1,
+        procedures: &["null"],
+        source: crate::SignatureSource::Given("null()"),
+    };
+
+    #[test]
+    fn a_rendezvous_answer_of_impossible_length_is_named_not_reported_as_io() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let answer = std::thread::spawn(move || {
+            let (request, _) = rendezvous::recv(&server).unwrap();
+            assert!(!request.is_empty(), "the bind request came");
+            let len = (rendezvous::MAX_MESSAGE as u32 + 1).to_le_bytes();
+            std::io::Write::write_all(&mut &server, &len).unwrap();
+            server
+        });
+        let err = bind(client, &INFO, &ClientConfig::default()).err().expect("no binding from a liar");
+        assert!(
+            matches!(err, BindError::Protocol(Violation::BindAnswer("bind answer longer than any bind message"))),
+            "{err}"
+        );
+        drop(answer.join().unwrap());
     }
 }
