@@ -173,6 +173,7 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start_async(
     shared: &super::Shared,
+    budget: std::sync::Arc<tiercel_proto::endpoint::Budget>,
     export: &std::sync::Arc<dyn Export>,
     procedure: u16,
     args: &[u8],
@@ -192,19 +193,19 @@ pub(crate) fn start_async(
     let Some(runner) = &shared.asynch else {
         return Some(Err(Status::UnknownProcedure));
     };
-    // The copy of the arguments lives as long as the procedure: charged to the server's message
-    // budget (`ServerConfig::message_memory`, shared with both transports' messages) until it ends,
-    // so that no number of bindings holding slow async calls can take more.
+    // The copy of the arguments lives as long as the procedure: charged to `budget`, the binding's
+    // (and so to its transport's share and the server's `message_memory`) until it ends, so that no
+    // number of bindings holding slow async calls can take more, nor one transport's from another's.
     let charged = args.len();
-    if !shared.memory.reserve(charged) {
+    if !budget.reserve(charged) {
         shared.stats.busy.fetch_add(1, Ordering::Relaxed);
         return Some(Err(Status::Busy));
     }
     let Some(future) = export.clone().dispatch_async(procedure, args.to_vec(), limit) else {
-        shared.memory.release(charged);
+        budget.release(charged);
         return Some(Err(Status::UnknownProcedure));
     };
-    let memory = shared.memory.clone();
+    let memory = budget.clone();
     let (span, current) = crate::trace::server_span(export.info(), procedure, arrival.transport, trace);
     let future = span.instrument(future);
     let metrics = shared.procedure_metrics(export).get(procedure as usize).cloned();
@@ -225,7 +226,7 @@ pub(crate) fn start_async(
     if runner.spawn(future, deadline, current, key, finish) {
         Some(Ok(()))
     } else {
-        shared.memory.release(charged);
+        budget.release(charged);
         shared.stats.calls.fetch_sub(1, Ordering::Relaxed);
         shared.stats.busy.fetch_add(1, Ordering::Relaxed);
         Some(Err(Status::Busy))

@@ -43,6 +43,7 @@ impl Worker<'_> {
         let key = (team.id, i, 0);
         let started = super::super::dispatch::start_async(
             &team.shared,
+            team.place.budget(),
             &team.binding,
             call.procedure,
             &self.args,

@@ -296,8 +296,18 @@ impl StreamBinding {
         self.binding.call_began();
         let key = (id | 1 << 31, slot, seq);
         let limit = self.shared.config.timing.max_message;
-        let started =
-            dispatch::start_async(&self.shared, &self.export, procedure, args, call.arrival, out, limit, key, finish);
+        let started = dispatch::start_async(
+            &self.shared,
+            self.binding.budget(),
+            &self.export,
+            procedure,
+            args,
+            call.arrival,
+            out,
+            limit,
+            key,
+            finish,
+        );
         if !matches!(started, Some(Ok(()))) {
             self.binding.call_ended();
         }

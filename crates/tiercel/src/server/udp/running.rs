@@ -188,6 +188,7 @@ impl UdpWorker {
         let limit = self.shared.config.timing.max_message;
         let started = super::super::dispatch::start_async(
             &self.shared,
+            binding.budget(),
             &binding.export,
             p.procedure(),
             args,
