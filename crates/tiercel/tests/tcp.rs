@@ -11,7 +11,7 @@ use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
 
 mod tcp_common;
 
-use tcp_common::{bind_raw, raw, serve, tcp};
+use tcp_common::{bind_over, bind_raw, raw, raw_from, serve, tcp};
 
 #[test]
 fn every_seed_procedure_returns_correct_results_over_tcp() {
@@ -305,7 +305,7 @@ fn connections_that_never_bind_do_not_keep_a_client_out() {
 fn frames_announced_and_never_sent_are_charged_only_what_arrived() {
     let server = serve();
     // 16 bound connections, each announcing a 16 MiB call and sending its header and 100 KiB of it.
-    let stalled: Vec<TcpStream> = (0..16).map(|i| stall_16_mib_call(&server, i, 100 << 10)).collect();
+    let stalled: Vec<TcpStream> = (0..16).map(|i| stall_16_mib_call(bind_raw(&server), i, 100 << 10)).collect();
     let settled = Instant::now() + Duration::from_secs(5);
     while server.bindings() < 16 {
         assert!(Instant::now() < settled, "{}", server.stats());
@@ -522,23 +522,27 @@ fn large_results_of_threads_sharing_a_connection_reach_each_its_own_caller() {
 }
 
 #[test]
-fn frames_that_fill_tcps_share_of_memory_leave_the_other_transports_room() {
-    // 48 MiB for messages, of which no transport may hold more than half.
+fn frames_that_fill_an_addresss_part_of_memory_leave_every_transport_room() {
+    // 48 MiB for messages, of which no transport may hold more than half, and no address more than
+    // half of that.
     let config = ServerConfig { message_memory: 48 << 20, binding_memory: 17 << 20, ..ServerConfig::default() };
     let server =
         Server::bind("127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
-    // 8 bound connections, each announcing a 16 MiB call and sending 6 MiB of it for real: 48 MiB
-    // sent, as much as the whole server may hold.
-    let stalled: Vec<TcpStream> = (0..8).map(|i| stall_16_mib_call(&server, i, 6 << 20)).collect();
+    // From 127.0.0.2, 8 bound connections, each announcing a 16 MiB call and sending 6 MiB of it
+    // for real: 48 MiB sent, as much as the whole server may hold.
+    let from = std::net::IpAddr::from([127, 0, 0, 2]);
+    let stalled: Vec<TcpStream> =
+        (0..8).map(|i| stall_16_mib_call(bind_over(raw_from(&server, from)), i, 6 << 20)).collect();
     std::thread::sleep(Duration::from_millis(300));
     let held = server.message_memory();
-    assert!(held <= (24 << 20) + (1 << 20), "TCP holds {held} bytes, more than its half");
-    // Large calls over UDP and through shared memory still fit.
+    assert!(held <= (12 << 20) + (1 << 20), "one address holds {held} bytes, more than its part");
+    // Large calls over every transport still fit, over TCP from another address too.
     let big: Vec<u8> = (0..4 << 20).map(seeds::pattern).collect();
-    for scheme in ["udp://", "shm:"] {
+    for scheme in ["udp://", "shm:", "tcp://"] {
         let client: TestClient = Client::connect(format!("{scheme}{}", server.addr())).unwrap().import().unwrap();
-        client.bulk_in(In(&big)).unwrap_or_else(|e| panic!("{scheme}: a 4 MiB call beside TCP's full share: {e}"));
+        client.bulk_in(In(&big)).unwrap_or_else(|e| panic!("{scheme}: a 4 MiB call beside the stalled frames: {e}"));
     }
+    seeds::every_transport_serves(server.addr()).expect("a client on every transport beside the stalled frames");
     // The server closes first (see `connections_dribbling_bind_requests_keep_no_client_from_binding`).
     drop(server);
     drop(stalled);
@@ -573,9 +577,9 @@ fn a_bind_answer_that_breaks_the_protocol_is_named_not_reported_as_io() {
 
 /// Binds over a raw connection and sends the header of a call (procedure 14) announcing 16 MiB of
 /// arguments, then only `sent` bytes of them (each `i`): a frame that stalls there.
-fn stall_16_mib_call(server: &tiercel::RunningServer, i: usize, sent: usize) -> TcpStream {
+fn stall_16_mib_call(bound: (TcpStream, tiercel_proto::bind::Granted), i: usize, sent: usize) -> TcpStream {
     use tiercel_proto::wire::{Header, Kind};
-    let (mut s, granted) = bind_raw(server);
+    let (mut s, granted) = bound;
     let len = 16 << 20;
     let h = Header {
         binding: granted.binding,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tiercel::{In, Server, ServerConfig};
 use tiercel_seeds::{self as seeds, SeedTest, TestServer};
 
+#[allow(dead_code)]
 mod tcp_common;
 
 use tcp_common::{bind_raw, serve, tcp};

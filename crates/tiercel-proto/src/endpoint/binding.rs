@@ -13,7 +13,7 @@ use crate::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 
 /// How a binding's calls reach the server: what the endpoint keeps for it besides its place in the
 /// table, its budget, its admission and its expiry, which are the same for all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Carrier {
     /// Datagrams (UDP), which name the binding by id and token: each slot keeps its duplicate
     /// suppression, reassembly and saved result here ([`SlotCell`]).

@@ -28,6 +28,15 @@ use super::{Binding, Carrier, ServerEndpoint, Terms, TOUCH_EVERY};
 use crate::stream::{check_frame, Deframer, Next, PREFIX_LEN};
 use crate::wire::{flags, Header, Kind, Packet, Status};
 
+/// Where a connection's or region's bind request came from, for [`ServerEndpoint::connect_from`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// A TCP connection's peer address.
+    Address(std::net::IpAddr),
+    /// A shared-memory peer's user id.
+    User(u32),
+}
+
 /// What a frame on a connection's binding asks for ([`ServerEndpoint::on_frame`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framed {
@@ -136,8 +145,48 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
 
     /// Grants a binding carried by a connection or a region (`carrier` is not
     /// [`Carrier::Datagram`]) to a bind request the bind machine admitted, in the table every
-    /// carrier shares. `None` when the table is full or the endpoint is draining.
+    /// carrier shares. `None` when the table is full or the endpoint is draining. Its memory lies
+    /// within its carrier's share alone; [`ServerEndpoint::connect_from`] puts it within its
+    /// source's part of that share.
     pub fn connect(&self, carrier: Carrier, export: E, now: Instant) -> Option<Arc<Binding<A, E>>> {
+        self.connect_within(carrier, self.carrier_budget(carrier), export, now)
+    }
+
+    /// [`ServerEndpoint::connect`] for a bind request from `source`: the memory of all the
+    /// bindings of one source and carrier together lies within half of the carrier's share, so
+    /// that one address (or one local user) filling what it may hold leaves the others room.
+    pub fn connect_from(
+        &self,
+        carrier: Carrier,
+        source: Source,
+        export: E,
+        now: Instant,
+    ) -> Option<Arc<Binding<A, E>>> {
+        let outer = {
+            let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+            match sources.get(&(carrier, source)).and_then(std::sync::Weak::upgrade) {
+                Some(budget) => budget,
+                None => {
+                    // The parts of sources whose bindings are all gone go (at most one entry for
+                    // each binding held, and one more).
+                    sources.retain(|_, part| part.strong_count() > 0);
+                    let share = self.carrier_budget(carrier);
+                    let part = Arc::new(super::Budget::within(share.limit() / 2, share));
+                    sources.insert((carrier, source), Arc::downgrade(&part));
+                    part
+                }
+            }
+        };
+        self.connect_within(carrier, outer, export, now)
+    }
+
+    fn connect_within(
+        &self,
+        carrier: Carrier,
+        outer: Arc<super::Budget>,
+        export: E,
+        now: Instant,
+    ) -> Option<Arc<Binding<A, E>>> {
         debug_assert!(carrier != Carrier::Datagram, "datagram bindings are granted by `grant`");
         if self.is_draining() {
             return None;
@@ -146,16 +195,8 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         let index = self.free_place(&mut table)?;
         // No datagrams: the terms only size what the binding never uses.
         let terms = Terms { max_datagram: crate::wire::HEADER_LEN + 1, features: 0 };
-        let binding = Arc::new(Binding::new(
-            &self.config,
-            carrier,
-            index as u32 + 1,
-            0,
-            export,
-            terms,
-            self.carrier_budget(carrier),
-            self.nanos(now),
-        ));
+        let binding =
+            Arc::new(Binding::new(&self.config, carrier, index as u32 + 1, 0, export, terms, outer, self.nanos(now)));
         table[index] = Some(binding.clone());
         self.held.fetch_add(1, Ordering::AcqRel);
         Some(binding)
@@ -285,6 +326,46 @@ mod tests {
         e.drain();
         assert!(!e.has_room());
         assert!(e.connect(Carrier::Region, (), now).is_none(), "a draining endpoint binds no one");
+    }
+
+    #[test]
+    fn the_bindings_of_one_source_hold_at_most_half_their_carriers_share() {
+        let now = Instant::now();
+        // A share of 1,500 bytes: 750 for each source, whatever its bindings may hold alone.
+        let config = EndpointConfig {
+            incarnation: 9,
+            max_bindings: 3,
+            slots_per_binding: 2,
+            binding_memory: 1000,
+            memory: 3000,
+            carrier_memory: 1500,
+            stalled_after: Duration::from_secs(2),
+            binding_idle: Duration::from_secs(10),
+            max_running: 1,
+            timing: Timing::default(),
+        };
+        let e: ServerEndpoint<u8, ()> = ServerEndpoint::new(config, now, Box::new(crate::bind::InsecureChallenges));
+        let (a, b) = (Source::Address([127, 0, 0, 2].into()), Source::User(1000));
+        let first = e.connect_from(Carrier::Stream, a, (), now).unwrap();
+        let second = e.connect_from(Carrier::Stream, a, (), now).unwrap();
+        assert!(first.reserve(500));
+        assert!(!second.reserve(500), "the source's two bindings past its part");
+        assert!(second.reserve(250));
+        let other = e.connect_from(Carrier::Stream, b, (), now).unwrap();
+        assert!(other.reserve(750), "another source has a part of its own");
+        assert!(!other.reserve(1));
+        assert_eq!(e.memory(), 1500);
+        first.release(500);
+        second.release(250);
+        other.release(750);
+        for binding in [&first, &second, &other] {
+            e.release(binding);
+        }
+        drop((first, second, other));
+        assert_eq!(e.memory(), 0);
+        // A source whose bindings are gone starts again with its whole part.
+        let again = e.connect_from(Carrier::Stream, a, (), now).unwrap();
+        assert!(again.reserve(750));
     }
 
     #[test]

@@ -24,7 +24,7 @@ mod region;
 
 pub use binding::{Binding, CallAt, Carrier, Fragment, SlotCell};
 pub use budget::Budget;
-pub use connection::{Arrived, Framed};
+pub use connection::{Arrived, Framed, Source};
 pub use dispatch::{Quiet, Reply, Step};
 pub use handshakes::{HandshakeLimits, Handshakes, Pending};
 pub use region::SlotStep;
@@ -174,6 +174,9 @@ pub struct ServerEndpoint<A, E> {
     memory: Arc<Budget>,
     /// Each carrier's share of `memory` ([`EndpointConfig::carrier_memory`]), by [`Carrier`].
     carriers: [Arc<Budget>; 3],
+    /// Each source's part of its carrier's share, while it holds bindings (see
+    /// [`ServerEndpoint::connect_from`]).
+    sources: Mutex<HashMap<(Carrier, Source), std::sync::Weak<Budget>>>,
     challenger: Challenger,
     /// Shutting down: no new binding, no new call; calls under way finish.
     draining: AtomicBool,
@@ -196,6 +199,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         ServerEndpoint {
             challenger: Challenger(challenges),
             carriers: [share(), share(), share()],
+            sources: Mutex::new(HashMap::new()),
             memory,
             config,
             base: now,

@@ -27,10 +27,24 @@ pub fn raw(server: &tiercel::RunningServer) -> TcpStream {
     s
 }
 
+/// A raw connection to the server's TCP port from the loopback address `from` (127.0.0.2, say).
+pub fn raw_from(server: &tiercel::RunningServer, from: std::net::IpAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&std::net::SocketAddr::new(from, 0).into()).unwrap();
+    socket.connect(&server.addr().into()).unwrap();
+    let s: TcpStream = socket.into();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
 /// Binds over a raw connection, as a client of `Test` that then does what it likes.
 pub fn bind_raw(server: &tiercel::RunningServer) -> (TcpStream, tiercel_proto::bind::Granted) {
+    bind_over(raw(server))
+}
+
+/// Binds over the raw connection `s`, as [`bind_raw`] does.
+pub fn bind_over(mut s: TcpStream) -> (TcpStream, tiercel_proto::bind::Granted) {
     use tiercel_proto::bind::{BindClient, BindEvent};
-    let mut s = raw(server);
     let info = <TestClient as tiercel::Import>::INFO;
     let mut machine = BindClient::new(&tiercel_seeds::bind_spec(info), 0, 7, false);
     let request = machine.packet();

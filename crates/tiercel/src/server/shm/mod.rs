@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::Rendezvous;
-use tiercel_proto::endpoint::Carrier;
+use tiercel_proto::endpoint::{Carrier, Source};
 use tiercel_proto::shm::{self as proto, header, Layout, PAGE};
 use tiercel_sys::shm::Region;
 
@@ -217,7 +217,12 @@ fn bind(
     // The header and the slots' control pages are the server's from the start.
     let control = PAGE * (1 + slots as usize);
     let export = shared.exports[admission.export].clone();
-    let Some(place) = shared.endpoint.connect(Carrier::Region, export, Instant::now()) else {
+    // Its memory lies within its user's part of shared memory's share.
+    let place = match tiercel_sys::shm::peer_credentials(&h.stream) {
+        Ok((_, uid)) => shared.endpoint.connect_from(Carrier::Region, Source::User(uid), export, Instant::now()),
+        Err(_) => shared.endpoint.connect(Carrier::Region, export, Instant::now()),
+    };
+    let Some(place) = place else {
         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         h.answer(&admission.busy(&machine));
         return None;

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::endpoint::Carrier;
+use tiercel_proto::endpoint::{Carrier, Source};
 use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{Header, Kind, HEADER_LEN};
 
@@ -253,7 +253,12 @@ fn bind(
     let machine = shared.bind_machine(0);
     let export = shared.exports[admission.export].clone();
     // No buffer and no thread yet: the binding starts parked, and its first call gives it both.
-    let Some(binding) = shared.endpoint.connect(Carrier::Stream, export, Instant::now()) else {
+    // Its memory lies within its address's part of TCP's share.
+    let binding = match h.stream.peer_addr() {
+        Ok(peer) => shared.endpoint.connect_from(Carrier::Stream, Source::Address(peer.ip()), export, Instant::now()),
+        Err(_) => shared.endpoint.connect(Carrier::Stream, export, Instant::now()),
+    };
+    let Some(binding) = binding else {
         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         h.answer(&admission.busy(&machine));
         return None;
