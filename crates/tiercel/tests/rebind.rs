@@ -125,9 +125,9 @@ fn a_server_restarted_at_the_same_address_is_bound_again_through_shared_memory()
 fn a_binding_that_fell_back_to_udp_returns_to_shared_memory() {
     let ran = Arc::new(AtomicU64::new(0));
     // Memory for one shared-memory binding (its header and 64 slots' control pages, 260 KiB, and
-    // a call's page) in shared memory's share, half of the server's: the second client falls back
-    // to UDP, which needs none to bind.
-    let config = ServerConfig { message_memory: 600_000, ..ServerConfig::default() };
+    // a call's page) in the part of shared memory's share one user may hold (a quarter of the
+    // server's): the second client, of the same user, falls back to UDP, which needs none to bind.
+    let config = ServerConfig { message_memory: 1_200_000, ..ServerConfig::default() };
     let server = serve("127.0.0.1:0", 1, &ran, None, config);
     let first: CounterClient = Client::connect(server.addr()).unwrap().import().unwrap();
     assert_eq!(first.binding().transport(), Transport::SharedMemory);
