@@ -17,9 +17,9 @@
 //! listener gives it a thread of the pool all connections share ([`pool`]), which reads a call,
 //! copies its arguments out, runs it, and sends
 //! the result as one frame with one `write`; once the client has sent nothing for [`PARK_AFTER`],
-//! with no call running and no other thread (or at once, when other connections wait for a thread
-//! of the pool), that thread gives its buffers back and serves the next connection, and the
-//! connection is parked again. So an idle connection costs a descriptor and under a kilobyte (about 800 bytes measured, client
+//! with no call running and no other thread (or, when other connections wait for a thread of the
+//! pool, as soon as its spin after the last frame is over), that thread gives its buffers back and
+//! serves the next connection, and the connection is parked again. So an idle connection costs a descriptor and under a kilobyte (about 800 bytes measured, client
 //! and server ends together),
 //! and only connections in use have threads. While it runs, another thread of the connection
 //! may read: when every thread has been running a call for [`HELP_AFTER`], or was running slow
