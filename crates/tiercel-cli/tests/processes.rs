@@ -17,8 +17,14 @@ impl Drop for Spawned {
 }
 
 fn serve() -> (Spawned, String) {
+    serve_with(&[])
+}
+
+/// `tiercel serve` on a free port of 127.0.0.1, with `more` arguments: the process and its address.
+fn serve_with(more: &[&str]) -> (Spawned, String) {
     let mut child = Command::new(TIERCEL)
         .args(["serve", "--addr", "udp://127.0.0.1:0"])
+        .args(more)
         .stdout(Stdio::piped())
         .spawn()
         .expect("start tiercel serve");
@@ -50,17 +56,8 @@ fn hundred_thousand_calls_of_every_procedure_across_processes() {
 
 #[test]
 fn connections_of_two_processes_take_turns_on_a_pool_of_one_thread() {
-    let mut child = Command::new(TIERCEL)
-        .args(["serve", "--addr", "udp://127.0.0.1:0", "--connection-threads", "1"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start tiercel serve");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let _server = Spawned(child, out);
-    let addr = line.trim().strip_prefix("listening udp://").expect("serve prints its address first").to_string();
-    let tcp = format!("tcp://{addr}");
+    let (_server, addr) = serve_with(&["--connection-threads", "1"]);
+    let tcp = format!("tcp://{}", addr.strip_prefix("udp://").expect("a udp:// address"));
     let clients: Vec<_> = (0..2)
         .map(|_| {
             let tcp = tcp.clone();
