@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tiercel::{Client, In, Server, ServerConfig};
@@ -19,13 +19,20 @@ mod tcp_common;
 /// Held by each test: they count the threads of the process.
 static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Threads of this process serving TCP bindings (thread names are cut to 15 bytes).
-fn binding_threads() -> usize {
+/// Threads of this process serving TCP bindings (thread names are cut to 15 bytes), by id.
+fn binding_thread_ids() -> Vec<std::ffi::OsString> {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim() == "tiercel-tcp-bin")
-        .count()
+        .filter_map(|t| {
+            let t = t.ok()?;
+            let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            (name.trim() == "tiercel-tcp-bin").then(|| t.file_name())
+        })
+        .collect()
+}
+
+fn binding_threads() -> usize {
+    binding_thread_ids().len()
 }
 
 #[test]
@@ -134,22 +141,26 @@ async fn bursts() {
     assert_eq!(server.stats().calls, 3 * 4 * (10_000 + 2000) + 2000, "a call ran twice or never");
 }
 
-/// The most threads serving TCP connections seen while `f` runs.
-fn most_threads_while(f: impl FnOnce()) -> usize {
-    let (stop, most) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+/// The most threads serving TCP connections seen at once while `f` runs, and how many different
+/// ones were seen in all.
+fn most_threads_while(f: impl FnOnce()) -> (usize, usize) {
+    let stop = Arc::new(AtomicBool::new(false));
     let watch = {
-        let (stop, most) = (stop.clone(), most.clone());
+        let stop = stop.clone();
         std::thread::spawn(move || {
+            let (mut most, mut seen) = (0, std::collections::HashSet::new());
             while !stop.load(Ordering::Relaxed) {
-                most.fetch_max(binding_threads(), Ordering::Relaxed);
+                let now = binding_thread_ids();
+                most = most.max(now.len());
+                seen.extend(now);
                 std::thread::sleep(Duration::from_millis(1));
             }
+            (most, seen.len())
         })
     };
     f();
     stop.store(true, Ordering::Relaxed);
-    watch.join().unwrap();
-    most.load(Ordering::Relaxed)
+    watch.join().unwrap()
 }
 
 fn serve_with_pool(threads: usize) -> tiercel::RunningServer {
@@ -163,7 +174,7 @@ fn more_connections_sending_than_the_pool_has_threads_take_turns() {
     let server = serve_with_pool(3);
     let big: Arc<Vec<u8>> = Arc::new((0..256 << 10).map(seeds::pattern).collect());
     let clients: Vec<TestClient> = (0..12).map(|_| tcp_common::tcp(&server)).collect();
-    let most = most_threads_while(|| {
+    let (most, seen) = most_threads_while(|| {
         let callers: Vec<_> = clients
             .iter()
             .enumerate()
@@ -184,6 +195,9 @@ fn more_connections_sending_than_the_pool_has_threads_take_turns() {
         }
     });
     assert!(most <= 3, "{most} threads served TCP connections, of a pool of 3");
+    // Connections that come back for a thread find one of those that served before, lingering,
+    // rather than a new one each time.
+    assert!(seen <= 3, "{seen} threads started to serve TCP connections, for a pool of 3");
     assert_eq!(server.stats().calls, 12 * (300 + 3), "{}", server.stats());
     assert_eq!(server.bindings(), 12);
     drop(clients);
@@ -229,7 +243,7 @@ fn connections_that_dribble_their_frames_keep_no_one_waiting() {
     };
     std::thread::sleep(Duration::from_millis(200));
     // A client's binds and calls, small and large, go on beside them.
-    let most = most_threads_while(|| {
+    let (most, _) = most_threads_while(|| {
         let client = tcp_common::tcp(&server);
         for i in 0..200 {
             assert_eq!(client.add(i, 1).unwrap(), i + 1);

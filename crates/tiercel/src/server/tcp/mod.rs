@@ -180,6 +180,8 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>
     // Each bound connection, the heartbeat frame it is sent, and what the last looks saw of it.
     let mut bindings: Vec<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> = Vec::new();
     let mut last_beat = Instant::now();
+    // Bindings the endpoint has forgotten as idle, at the last look.
+    let mut expired = 0;
     let idle = shared.config.timing.dead_after;
     while !shared.stop.load(Ordering::Relaxed) {
         let now = Instant::now();
@@ -224,7 +226,11 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>
         let more = doorway.take_arrivals(&shared, || listener.accept(), open, &mut progress);
         doorway.tend(&shared, &mut progress);
         parking.wake_ready(&mut tokens);
-        if beat {
+        // Parked connections whose bindings the endpoint forgot close as soon as the listener
+        // looks after the sweep.
+        let swept = shared.stats.expired.load(Ordering::Relaxed);
+        if beat || swept != expired {
+            expired = swept;
             parking.close_expired();
         }
         // Often while a binding is in use (it may need another thread soon), else once a heartbeat.

@@ -7,15 +7,21 @@
 //! limit, the connection waits in line, and the pool's pressure (an `eventfd`, readable while any
 //! wait) wakes the threads blocked reading their own connections: each whose connection has
 //! nothing to do parks it (with a partial frame, its buffer kept and charged) and serves the next
-//! in line, and extra threads of a slow connection give theirs back. So a thousand connections
+//! in line, and extra threads of a slow connection give theirs back. A thread that finds nobody in
+//! line waits [`LINGER`] for the next connection before it ends, so that connections which send
+//! now and then are served by the same few threads rather than each by a thread started for it. So a thousand connections
 //! that send take turns on the pool's threads as datagrams take turns on UDP's workers, and a
 //! connection that dribbles a frame holds a thread only while it has bytes to read.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use super::binding::StreamBinding;
+
+/// How long a thread with nothing to serve waits for a connection before it ends.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// A connection waiting for a thread, and whether it is its first (see [`StreamBinding::serve`]).
 type Job = (Arc<StreamBinding>, bool);
@@ -23,15 +29,23 @@ type Job = (Arc<StreamBinding>, bool);
 pub(crate) struct Pool {
     max: usize,
     state: Mutex<State>,
-    /// Connections waiting in line (read without the lock).
+    /// Signalled when a connection is put in line for a lingering thread.
+    job: Condvar,
+    /// Connections waiting in line with every thread busy (read without the lock).
     waiting: AtomicUsize,
     /// Readable while connections wait in line: one count for each.
     pressure: tiercel_sys::udp::Nudge,
 }
 
 struct State {
+    /// Threads started and not ended, lingering ones included.
     live: usize,
-    line: VecDeque<Job>,
+    /// Of those, threads lingering for a connection to serve.
+    lingering: usize,
+    /// The server stops: no thread lingers.
+    stopped: bool,
+    /// Connections for the next thread free, each with whether it counts in `waiting`.
+    line: VecDeque<(Job, bool)>,
 }
 
 impl Pool {
@@ -39,7 +53,8 @@ impl Pool {
     pub(super) fn new(max: usize) -> std::io::Result<Pool> {
         Ok(Pool {
             max: max.max(1),
-            state: Mutex::new(State { live: 0, line: VecDeque::new() }),
+            state: Mutex::new(State { live: 0, lingering: 0, stopped: false, line: VecDeque::new() }),
+            job: Condvar::new(),
             waiting: AtomicUsize::new(0),
             pressure: tiercel_sys::udp::Nudge::new()?,
         })
@@ -50,13 +65,22 @@ impl Pool {
     }
 
     /// Gives `binding` a thread (`first`: the one that parks it when idle; else an extra thread for
-    /// its slow calls): a new one while fewer than the limit live, else the next one free.
+    /// its slow calls): a lingering one, else a new one while fewer than the limit live, else the
+    /// next one free.
     pub(super) fn submit(self: &Arc<Self>, binding: &Arc<StreamBinding>, first: bool) {
         binding.threads.fetch_add(1, Ordering::AcqRel);
         binding.idle.fetch_add(1, Ordering::AcqRel);
         let mut state = self.state();
+        // Connections already in line are taken first: a lingering thread is for a line that is
+        // empty but for this one.
+        if state.lingering > state.line.len() {
+            state.line.push_back(((binding.clone(), first), false));
+            drop(state);
+            self.job.notify_one();
+            return;
+        }
         if state.live >= self.max {
-            state.line.push_back((binding.clone(), first));
+            state.line.push_back(((binding.clone(), first), true));
             self.waiting.fetch_add(1, Ordering::AcqRel);
             // An eventfd write fails only when its count would overflow.
             let _ = self.pressure.ring();
@@ -100,19 +124,30 @@ impl Pool {
         }
     }
 
-    /// The next connection in line, or `None` (and one thread fewer) when none waits.
+    /// The next connection in line, waiting up to [`LINGER`] for one; `None` (and one thread
+    /// fewer) when none comes.
     fn next(&self) -> Option<Job> {
+        let give_up = Instant::now() + LINGER;
         let mut state = self.state();
-        match state.line.pop_front() {
-            Some(job) => {
-                self.waiting.fetch_sub(1, Ordering::AcqRel);
-                self.pressure.take();
-                Some(job)
+        loop {
+            if let Some((job, pressed)) = state.line.pop_front() {
+                if pressed {
+                    self.waiting.fetch_sub(1, Ordering::AcqRel);
+                    self.pressure.take();
+                }
+                return Some(job);
             }
-            None => {
+            let now = Instant::now();
+            if now >= give_up || state.stopped {
                 state.live -= 1;
-                None
+                return None;
             }
+            state.lingering += 1;
+            state = match self.job.wait_timeout(state, give_up - now) {
+                Ok((state, _)) => state,
+                Err(p) => p.into_inner().0,
+            };
+            state.lingering -= 1;
         }
     }
 
@@ -127,12 +162,19 @@ impl Pool {
         self.pressure.as_fd()
     }
 
-    /// The server stops: the connections in line end without a thread.
+    /// The server stops: the connections in line end without a thread, and lingering threads end.
     pub(super) fn clear(&self) {
-        let line = std::mem::take(&mut self.state().line);
-        for (binding, _) in line {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
-            self.pressure.take();
+        let line = {
+            let mut state = self.state();
+            state.stopped = true;
+            std::mem::take(&mut state.line)
+        };
+        self.job.notify_all();
+        for ((binding, _), pressed) in line {
+            if pressed {
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+                self.pressure.take();
+            }
             StreamBinding::thread_ends(&binding);
         }
     }
