@@ -171,3 +171,93 @@ fn packets_without_the_binding_token_never_run_a_procedure() {
 fn binding_id(binding: &tiercel::Binding) -> u32 {
     binding.id()
 }
+
+/// A socket at `ip` that has bound to the Test interface over UDP, with the binding it was granted
+/// and its address proved for slot 0 (as a client thread does on its first call).
+fn bind_from(server: &RunningServer, ip: [u8; 4], nonce: u64) -> (UdpSocket, tiercel_proto::bind::Granted) {
+    use tiercel_proto::bind::{BindClient, BindEvent};
+    let socket = UdpSocket::bind((std::net::Ipv4Addr::from(ip), 0)).unwrap();
+    socket.connect(server.addr()).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let spec = seeds::bind_spec(<TestClient as tiercel::Import>::INFO);
+    let mut bind = BindClient::new(&spec, tiercel::config::MAX_UDP_PAYLOAD as u32, nonce, false);
+    socket.send(&bind.packet()).unwrap();
+    let mut buf = vec![0u8; 65_536];
+    let g = loop {
+        let n = socket.recv(&mut buf).expect("a bind reply");
+        let Ok(p) = Packet::new_checked(&buf[..n]) else { continue };
+        if let BindEvent::Granted(g) = bind.handle(&p, None) {
+            break g;
+        }
+    };
+    let probe = Header { binding: g.binding, token: g.token, incarnation: g.incarnation, ..Header::new(Kind::Probe) };
+    socket.send(&probe.to_bytes()).unwrap();
+    loop {
+        let n = socket.recv(&mut buf).expect("a challenge");
+        let Ok(p) = Packet::new_checked(&buf[..n]) else { continue };
+        if p.kind() == Kind::Reject && p.status() == Status::AddressUnproven {
+            let proof =
+                Header { flags: tiercel_proto::wire::flags::ADDRESS_PROOF, payload_len: p.payload_len(), ..probe };
+            socket.send(&[&proof.to_bytes()[..], p.payload()].concat()).unwrap();
+            return (socket, g);
+        }
+    }
+}
+
+#[test]
+fn partial_calls_from_one_address_hold_no_more_than_its_part_and_leave_others_room() {
+    // 48 MiB for messages, of which UDP may hold half, and one address half of that; stalled calls
+    // are held for a minute (not reclaimed while the test runs).
+    let config = ServerConfig {
+        message_memory: 48 << 20,
+        binding_memory: 17 << 20,
+        stalled_call: Duration::from_secs(60),
+        ..ServerConfig::default()
+    };
+    let server = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(TestServer::new(SeedTest))
+        .start()
+        .unwrap();
+    // From 127.0.0.2, four bindings, each sending 6 MiB of a call that claims 16 MiB and never
+    // sending the rest: 24 MiB sent, as much as UDP's whole share.
+    let frag = tiercel::config::MAX_UDP_PAYLOAD - tiercel_proto::wire::HEADER_LEN;
+    let len: u32 = 16 << 20;
+    let count = (len as usize).div_ceil(frag) as u16;
+    let payload = vec![0xa5u8; frag];
+    let stalled: Vec<UdpSocket> = (0..4)
+        .map(|b| {
+            let (socket, g) = bind_from(&server, [127, 0, 0, 2], 500 + b);
+            for index in 0..((6usize << 20) / frag) as u16 {
+                let h = Header {
+                    binding: g.binding,
+                    token: g.token,
+                    incarnation: g.incarnation,
+                    seq: 1,
+                    frag_index: index,
+                    frag_count: count,
+                    payload_len: frag as u32,
+                    message_len: len,
+                    ..Header::new(Kind::Call)
+                };
+                socket.send(&[&h.to_bytes()[..], &payload].concat()).unwrap();
+                if index % 64 == 63 {
+                    // Within what the receive buffer and the server's window hold.
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            socket
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let held = server.message_memory();
+    assert!(held > 4 << 20, "the partial calls were not held ({held} bytes): the test tests nothing");
+    assert!(held <= (12 << 20) + (1 << 20), "one address holds {held} bytes, more than its part");
+    // A client at another address still makes large calls over UDP, and every transport serves.
+    let big: Vec<u8> = (0..4 << 20).map(seeds::pattern).collect();
+    let client = import(&server, None).unwrap();
+    client.bulk_in(tiercel::In(&big)).expect("a 4 MiB call beside the partial calls");
+    seeds::every_transport_serves(server.addr()).expect("a client on every transport beside the partial calls");
+    drop(stalled);
+}

@@ -28,10 +28,11 @@ use super::{Binding, Carrier, ServerEndpoint, Terms, TOUCH_EVERY};
 use crate::stream::{check_frame, Deframer, Next, PREFIX_LEN};
 use crate::wire::{flags, Header, Kind, Packet, Status};
 
-/// Where a connection's or region's bind request came from, for [`ServerEndpoint::connect_from`].
+/// Where a bind request came from, for [`ServerEndpoint::connect_from`] and
+/// [`ServerEndpoint::grant_from`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
-    /// A TCP connection's peer address.
+    /// A TCP connection's peer address, or the address a UDP bind request proved it receives at.
     Address(std::net::IpAddr),
     /// A shared-memory peer's user id.
     User(u32),
@@ -162,22 +163,25 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         export: E,
         now: Instant,
     ) -> Option<Arc<Binding<A, E>>> {
-        let outer = {
-            let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
-            match sources.get(&(carrier, source)).and_then(std::sync::Weak::upgrade) {
-                Some(budget) => budget,
-                None => {
-                    // The parts of sources whose bindings are all gone go (at most one entry for
-                    // each binding held, and one more).
-                    sources.retain(|_, part| part.strong_count() > 0);
-                    let share = self.carrier_budget(carrier);
-                    let part = Arc::new(super::Budget::within(share.limit() / 2, share));
-                    sources.insert((carrier, source), Arc::downgrade(&part));
-                    part
-                }
+        self.connect_within(carrier, self.part(carrier, source), export, now)
+    }
+
+    /// `source`'s part of `carrier`'s share: half of it, for all of the source's bindings of that
+    /// carrier together, made when it binds first and gone with its last binding.
+    pub(super) fn part(&self, carrier: Carrier, source: Source) -> Arc<super::Budget> {
+        let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        match sources.get(&(carrier, source)).and_then(std::sync::Weak::upgrade) {
+            Some(budget) => budget,
+            None => {
+                // The parts of sources whose bindings are all gone go (at most one entry for
+                // each binding held, and one more).
+                sources.retain(|_, part| part.strong_count() > 0);
+                let share = self.carrier_budget(carrier);
+                let part = Arc::new(super::Budget::within(share.limit() / 2, share));
+                sources.insert((carrier, source), Arc::downgrade(&part));
+                part
             }
-        };
-        self.connect_within(carrier, outer, export, now)
+        }
     }
 
     fn connect_within(

@@ -454,9 +454,42 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
 
     /// Grants a binding to `from`'s request `nonce` (the bind machine admitted it), or returns the
     /// one already granted to a duplicate of the same request; with whether it is new. `None` when
-    /// the table is full.
+    /// the table is full. Its memory lies within the datagram carrier's share alone;
+    /// [`ServerEndpoint::grant_from`] puts it within its source's part of that share.
     pub fn grant(
         &self,
+        from: A,
+        nonce: u64,
+        export: E,
+        token: u128,
+        terms: Terms,
+        now: Instant,
+    ) -> Option<(Arc<Binding<A, E>>, bool)> {
+        self.grant_within(|| self.carrier_budget(Carrier::Datagram), from, nonce, export, token, terms, now)
+    }
+
+    /// [`ServerEndpoint::grant`] for a request from `source` (the address the grant goes to): the
+    /// memory of all of one source's datagram bindings together
+    /// lies within half of the datagram carrier's share, as for the other carriers
+    /// ([`ServerEndpoint::connect_from`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn grant_from(
+        &self,
+        from: A,
+        source: Source,
+        nonce: u64,
+        export: E,
+        token: u128,
+        terms: Terms,
+        now: Instant,
+    ) -> Option<(Arc<Binding<A, E>>, bool)> {
+        self.grant_within(|| self.part(Carrier::Datagram, source), from, nonce, export, token, terms, now)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn grant_within(
+        &self,
+        outer: impl FnOnce() -> Arc<Budget>,
         from: A,
         nonce: u64,
         export: E,
@@ -480,7 +513,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             token,
             export,
             terms,
-            self.carrier_budget(Carrier::Datagram),
+            outer(),
             self.nanos(now),
         ));
         table[index] = Some(binding.clone());

@@ -63,8 +63,12 @@ impl UdpWorker {
         let config = &self.shared.config;
         let granted = crate::random::bytes().ok().map(u128::from_le_bytes).and_then(|token| {
             let export = self.shared.exports[admission.export].clone();
-            self.shared.endpoint.grant(
+            // Its memory lies within its address's part of UDP's share. The grant, with the token
+            // that calls must carry, goes to that address: a spoofed request charges nobody.
+            let source = tiercel_proto::endpoint::Source::Address(from.ip().to_canonical());
+            self.shared.endpoint.grant_from(
                 from,
+                source,
                 admission.request.nonce,
                 export,
                 token,
