@@ -249,20 +249,23 @@ fn errors_are_clear_and_say_whether_the_procedure_ran() {
     let err = slow.sleep_ms(400).unwrap_err();
     assert!(matches!(err, CallError::DeadlineExceeded { .. }), "{err}");
     assert!(start.elapsed() < Duration::from_millis(350), "the deadline is kept");
-    // The abandoned call still finishes on the server; the next call on this thread waits for it.
+    // The abandoned call still finishes on the server; the next call on this thread goes out on
+    // another slot.
     assert_eq!(k.put("after".into(), vec![1]).unwrap(), 6);
 }
 
 #[test]
 fn a_call_behind_an_abandoned_one_keeps_its_own_deadline_and_never_went_out() {
-    let s = server();
+    // One slot: no other to leave the abandoned call's to (`tests/slots.rs` has the usual case,
+    // where the next call goes out at once on another).
+    let s = server_with(ServerConfig { slots_per_binding: 1, ..ServerConfig::default() });
     let k: StoreClient = Client::connect(s.addr()).unwrap().import().unwrap();
     let err = k.with_deadline(Duration::from_millis(50)).sleep_ms(1000).unwrap_err();
     assert!(matches!(err, CallError::DeadlineExceeded { may_have_run: true }), "{err}");
     assert_eq!(err.execution(), Execution::MayHaveRun);
-    // The abandoned call holds the thread's slot for most of a second yet: the next call's own
-    // 100-ms deadline passes first (before: it waited for the abandoned one, then ran), and it says
-    // that it never went out.
+    // The abandoned call holds the binding's one slot for most of a second yet: the next call's
+    // own 100-ms deadline passes first (before: it waited for the abandoned one, then ran), and it
+    // says that it never went out.
     let err = k.with_deadline(Duration::from_millis(100)).put("x".into(), vec![]).unwrap_err();
     assert!(matches!(err, CallError::DeadlineExceeded { may_have_run: false }), "{err}");
     assert_eq!(err.execution(), Execution::NeverRan);

@@ -109,19 +109,24 @@ impl AsyncEndpoint {
     pub(super) fn cancel(&mut self, inner: &BindingInner) {
         match self {
             // A server that does not take cancels saves the result for a retransmission that never
-            // comes, until the binding's next call acknowledges it.
-            AsyncEndpoint::Udp { .. } if !inner.cancels() => {}
-            AsyncEndpoint::Udp { ep, .. } => ep.cancel(),
+            // comes, until the slot's next call acknowledges it. Either way the endpoint's next
+            // call leaves the slot to it (`super::slots`).
+            AsyncEndpoint::Udp { ep, .. } => {
+                if inner.cancels() {
+                    ep.cancel();
+                }
+                ep.abandon();
+            }
             AsyncEndpoint::Shm(ep) => {
                 if let Some(link) = &inner.shm {
-                    ep.abandon(link);
+                    ep.abandon(inner, link);
                 }
             }
             // Its mailbox is cleared (and the reading handed over): the result is dropped when it
-            // comes, and the slot serves the next call at once.
+            // comes, and the endpoint's next call goes out on another slot.
             AsyncEndpoint::Tcp(ep) => {
                 if let Some(link) = &inner.tcp {
-                    ep.cancel(link, inner.cancels());
+                    ep.cancel(inner, link);
                 }
             }
         }

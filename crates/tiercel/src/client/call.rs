@@ -14,7 +14,7 @@ use super::{cache, Through};
 
 /// The calling thread's endpoint on the binding's transport, or an async call's from the binding's
 /// pool.
-enum Engine {
+pub(super) enum Engine {
     Udp(Box<UdpEndpoint>),
     Shm(Box<ShmEndpoint>),
     Tcp(Box<TcpEndpoint>),
@@ -23,18 +23,38 @@ enum Engine {
 }
 
 impl Engine {
+    /// The thread's endpoint on the binding: its own, else a new one on a free slot, else, when
+    /// other threads hold every slot, one handed over by a thread whose call ended (waiting for it
+    /// up to the call's deadline: `super::slots`).
     fn take(binding: &Binding) -> Result<Engine, CallError> {
-        match (&binding.inner.shm, &binding.inner.tcp) {
-            (Some(link), _) => cache::take_shm(&binding.inner, link).map(Engine::Shm),
-            (None, Some(link)) => cache::take_tcp(&binding.inner, link).map(Engine::Tcp),
-            (None, None) => cache::take_udp(&binding.inner).map(Engine::Udp),
+        let inner = &binding.inner;
+        let make = || match (&inner.shm, &inner.tcp) {
+            (Some(link), _) => cache::take_shm(inner, link).map(Engine::Shm),
+            (None, Some(link)) => cache::take_tcp(inner, link).map(Engine::Tcp),
+            (None, None) => cache::take_udp(inner).map(Engine::Udp),
+        };
+        match make() {
+            Err(CallError::NoFreeSlot(_)) => {
+                let until = binding.deadline.map(|d| std::time::Instant::now() + d);
+                inner.free_slots.wait_turn(until, make)
+            }
+            made => made,
         }
     }
 
-    /// Returns the endpoint to the thread's cache, or an async call's to `inner`'s pool.
-    #[cfg_attr(not(feature = "async"), allow(unused_variables))]
+    /// Returns the endpoint to the thread's cache (or, while other threads wait for a slot, to
+    /// one of them), or an async call's to `inner`'s pool.
     fn give_back(self, inner: &super::BindingInner) {
-        match self {
+        let engine = match self {
+            #[cfg(feature = "async")]
+            Engine::Async(ep) => return inner.asynch.release(ep),
+            engine if inner.free_slots.wanted() => match inner.free_slots.hand_over(engine) {
+                Some(engine) => engine,
+                None => return,
+            },
+            engine => engine,
+        };
+        match engine {
             Engine::Udp(ep) => cache::give_back_udp(ep),
             Engine::Shm(ep) => cache::give_back_shm(ep),
             Engine::Tcp(ep) => cache::give_back_tcp(ep),

@@ -7,6 +7,7 @@ mod cache;
 mod call;
 mod rebind;
 mod shm;
+mod slots;
 mod tcp;
 mod udp;
 mod udp_bind;
@@ -219,9 +220,8 @@ pub(crate) struct BindingInner {
     token: u128,
     incarnation: u64,
     max_datagram: usize,
-    slots: u32,
-    /// Returned client slots with the next sequence number each must use.
-    free_slots: Mutex<(Vec<(u32, u32)>, u32)>,
+    /// The client slots not held by an endpoint, and the turns of threads beyond them.
+    free_slots: slots::Slots,
     /// The shared region, when the binding is through shared memory.
     shm: Option<shm::Link>,
     /// The connection, when the binding is over TCP.
@@ -248,17 +248,9 @@ pub(crate) struct BindingInner {
 }
 
 impl BindingInner {
-    /// A client slot for a new thread endpoint, with the sequence number it must use next.
-    pub(crate) fn take_slot(&self) -> Result<(u32, u32), CallError> {
-        let mut free = self.free_slots.lock().unwrap_or_else(|p| p.into_inner());
-        match free.0.pop() {
-            Some(s) => Ok(s),
-            None if free.1 < self.slots => {
-                free.1 += 1;
-                Ok((free.1 - 1, 0))
-            }
-            None => Err(CallError::NoFreeSlot(self.slots)),
-        }
+    /// A client slot for a new endpoint, with the sequence number of its last call.
+    fn take_slot(&self) -> Result<slots::Free, CallError> {
+        self.free_slots.take()
     }
 
     /// Whether the server takes `Cancel` packets (and cancel words).
@@ -283,9 +275,10 @@ impl BindingInner {
         }
     }
 
-    /// Returns a slot taken with [`BindingInner::take_slot`].
-    pub(crate) fn give_slot(&self, slot: u32, seq: u32) {
-        self.free_slots.lock().unwrap_or_else(|p| p.into_inner()).0.push((slot, seq));
+    /// Returns a slot taken with [`BindingInner::take_slot`] (`abandoned`: a call given up in it
+    /// may still run on the server).
+    fn give_slot(&self, slot: u32, seq: u32, abandoned: bool) {
+        self.free_slots.give(slots::Free { slot, seq, abandoned });
     }
 }
 

@@ -158,7 +158,8 @@ pub(crate) struct ShmEndpoint {
     result: Vec<u8>,
     result_len: usize,
     spin: SpinBudget,
-    /// A call abandoned at its deadline is still in the slot: wait for it before the next one.
+    /// The slot holds a call given up (this endpoint's, when no other slot was free to trade for,
+    /// or one whose slot this endpoint took): the server's answer to it comes before the next call.
     abandoned: bool,
     /// The call being made starts with a context block.
     context: bool,
@@ -172,7 +173,8 @@ fn word(region: &Region, at: usize) -> &AtomicU32 {
 
 impl ShmEndpoint {
     pub(super) fn new(inner: &Arc<BindingInner>, link: &Link) -> Result<ShmEndpoint, CallError> {
-        let (slot, _) = inner.take_slot()?;
+        let free = inner.take_slot()?;
+        let slot = free.slot;
         // The server scans the slots below the high-water mark.
         word(&link.region, header::SLOTS_USED).fetch_max(slot + 1, Ordering::SeqCst);
         Ok(ShmEndpoint {
@@ -183,7 +185,8 @@ impl ShmEndpoint {
             result: Vec::with_capacity(SCRATCH),
             result_len: 0,
             spin: SpinBudget::new(inner.config.spin),
-            abandoned: false,
+            // A slot left by a call given up: the server's answer to it comes before this one's call.
+            abandoned: free.abandoned,
             context: false,
             retention: Retention::default(),
         })
@@ -463,7 +466,7 @@ impl ShmEndpoint {
             }
             CallError::Unreachable { server: inner.server, acknowledged: false }
         };
-        self.abandon(link);
+        self.abandon(inner, link);
         Err(failure)
     }
 }
@@ -471,9 +474,15 @@ impl ShmEndpoint {
 impl ShmEndpoint {
     /// Gives up the call in the slot: the slot stays the server's until it answers, and a server
     /// that has not started the call yet answers without running it.
-    pub(super) fn abandon(&mut self, link: &Link) {
+    pub(super) fn abandon(&mut self, inner: &BindingInner, link: &Link) {
         self.abandoned = true;
         proto::client_cancel(|at| self.slot_word(link, at));
+        // The slot is left to the server, for a free one where there is one (`super::slots`): the
+        // next call goes out at once rather than wait for the server's answer to this one.
+        if let Some(free) = inner.free_slots.trade(self.slot, 0) {
+            word(&link.region, header::SLOTS_USED).fetch_max(free.slot + 1, Ordering::SeqCst);
+            (self.slot, self.abandoned) = (free.slot, free.abandoned);
+        }
     }
 }
 
@@ -533,12 +542,10 @@ impl Link {
 
 impl Drop for ShmEndpoint {
     fn drop(&mut self) {
-        // A slot whose call was abandoned may still be written by the server: never hand it out again.
-        if self.abandoned {
-            return;
-        }
+        // A slot whose call was abandoned may still be written by the server: whoever takes it next
+        // waits for the server's answer first.
         if let Some(inner) = self.binding.upgrade() {
-            inner.give_slot(self.slot, 0);
+            inner.give_slot(self.slot, 0, self.abandoned);
         }
     }
 }

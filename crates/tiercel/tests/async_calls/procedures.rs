@@ -184,15 +184,15 @@ impl Holder for HolderImpl {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_arguments_of_running_async_procedures_count_against_the_message_budget() {
     // Calls of 1 MiB that each hold their arguments for 200 ms, charged to their binding and so to
-    // their transport's share (half the server's budget): over UDP a 6 MiB budget, a 3 MiB share,
-    // where six at once do not fit (a call's reassembled message, 1 MiB, is held too while its
-    // copy is made). Over UDP the calls beyond are refused as busy and retried by their clients,
+    // their transport's share (half the server's budget) and their address's part of it (half the
+    // share): over UDP a 12 MiB budget, a 6 MiB share, a 3 MiB part, where six at once do not fit
+    // (a call's reassembled message, 1 MiB, is held too while its copy is made). Over UDP the calls beyond are refused as busy and retried by their clients,
     // and every call completes; through shared memory a call refused for want of room fails as
     // overloaded (the server answered it unread).
     // (Through shared memory each call's slot pages and the server's private copy are charged too:
     // 2 MiB a call before the async procedure's copy, within the user's part of the share, half of
     // it, so that budget is 16 MiB: a 4 MiB part.)
-    for ((scheme, transport), budget) in TRANSPORTS.into_iter().zip([6 << 20, 16 << 20]) {
+    for ((scheme, transport), budget) in TRANSPORTS.into_iter().zip([12 << 20, 16 << 20]) {
         let config = ServerConfig { message_memory: budget, ..ServerConfig::default() };
         let server = Server::bind("127.0.0.1:0")
             .unwrap()

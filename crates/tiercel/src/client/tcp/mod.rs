@@ -146,22 +146,15 @@ enum Waited {
 
 impl TcpEndpoint {
     pub(super) fn new(inner: &Arc<BindingInner>, link: &Link) -> Result<TcpEndpoint, CallError> {
-        let (slot, seq) = inner.take_slot()?;
-        {
-            let mut demux = link.demux();
-            if demux.mail.len() <= slot as usize {
-                demux.mail.resize_with(slot as usize + 1, Mail::default);
-            }
-        }
-        let header = Header { binding: inner.id, slot, incarnation: inner.incarnation, ..Header::new(Kind::Call) };
-        let mut head = [0u8; FRAME_HEAD];
-        head[PREFIX_LEN..].copy_from_slice(&header.to_bytes());
+        let free = inner.take_slot()?;
+        let (slot, seq) = (free.slot, free.seq);
+        room_for(link, slot);
         Ok(TcpEndpoint {
             uid: inner.uid,
             binding: Arc::downgrade(inner),
             slot,
             seq,
-            head,
+            head: head(inner, slot),
             scratch: Vec::with_capacity(SCRATCH),
             result: Vec::new(),
             result_at: 0,
@@ -406,7 +399,7 @@ impl TcpEndpoint {
         if deadline.is_some_and(|d| now >= d) {
             self.give_up(&mut demux);
             drop(demux);
-            self.cancel(link, inner.features & tiercel_proto::bind::wire::features::CANCEL != 0);
+            self.cancel(inner, link);
             return Err(CallError::DeadlineExceeded { may_have_run: true });
         }
         if !self.reading {
@@ -432,11 +425,25 @@ impl TcpEndpoint {
 
     /// Tells the server, best effort, that the call being made is given up: an async procedure
     /// running it stops (a plain one runs to its end), and its result, when it comes, is dropped.
-    pub(super) fn cancel(&mut self, link: &Link, tell: bool) {
+    /// The slot is left to it: the next call goes out on another, where one is free.
+    pub(super) fn cancel(&mut self, inner: &BindingInner, link: &Link) {
         self.give_up(&mut link.demux());
-        if !tell {
-            return;
+        if inner.features & tiercel_proto::bind::wire::features::CANCEL != 0 {
+            self.send_cancel(link);
         }
+        self.leave_slot(inner, link);
+    }
+
+    /// Trades the slot a call given up may still hold on the server for a free one, where there is
+    /// one (`super::slots`).
+    fn leave_slot(&mut self, inner: &BindingInner, link: &Link) {
+        let Some(free) = inner.free_slots.trade(self.slot, self.seq) else { return };
+        (self.slot, self.seq) = (free.slot, free.seq);
+        room_for(link, free.slot);
+        self.head = head(inner, free.slot);
+    }
+
+    fn send_cancel(&self, link: &Link) {
         let mut head = self.head;
         head[..PREFIX_LEN].copy_from_slice(&stream::prefix(HEADER_LEN));
         let mut p = Packet::new_unchecked(&mut head[PREFIX_LEN..]);
@@ -474,7 +481,23 @@ impl Drop for TcpEndpoint {
             if let Some(link) = &inner.tcp {
                 self.give_up(&mut link.demux());
             }
-            inner.give_slot(self.slot, self.seq);
+            inner.give_slot(self.slot, self.seq, false);
         }
     }
+}
+
+/// Makes `slot`'s mailbox, if it has none yet.
+fn room_for(link: &Link, slot: u32) {
+    let mut demux = link.demux();
+    if demux.mail.len() <= slot as usize {
+        demux.mail.resize_with(slot as usize + 1, Mail::default);
+    }
+}
+
+/// The frame head of `slot`'s calls (its prefix and the changing fields are written per call).
+fn head(inner: &BindingInner, slot: u32) -> [u8; FRAME_HEAD] {
+    let header = Header { binding: inner.id, slot, incarnation: inner.incarnation, ..Header::new(Kind::Call) };
+    let mut head = [0u8; FRAME_HEAD];
+    head[PREFIX_LEN..].copy_from_slice(&header.to_bytes());
+    head
 }

@@ -82,24 +82,20 @@ pub(crate) struct UdpEndpoint {
     /// The result fragments of the call being made that were received straight into the caller's
     /// buffer ([`UdpEndpoint::run_in_out`]), one bit each.
     in_tail: Vec<u64>,
+    /// The last call was given up while the server may still run it: the next leaves it the slot.
+    leaving: bool,
 }
 
 impl UdpEndpoint {
     pub(super) fn new(inner: &Arc<BindingInner>) -> Result<UdpEndpoint, CallError> {
-        let (slot, seq) = inner.take_slot()?;
+        let free = inner.take_slot()?;
+        let (slot, seq) = (free.slot, free.seq);
         let socket = match udp::connect(inner.server) {
             Ok(s) => s,
             Err(e) => {
-                inner.give_slot(slot, seq);
+                inner.free_slots.give(free);
                 return Err(e.into());
             }
-        };
-        let header = Header {
-            binding: inner.id,
-            slot,
-            incarnation: inner.incarnation,
-            token: inner.token,
-            ..Header::new(Kind::Call)
         };
         let frag_payload = inner.max_datagram - HEADER_LEN;
         let run_length = match transmit::run_length(inner.max_datagram + CHECKSUM_LEN) {
@@ -116,17 +112,12 @@ impl UdpEndpoint {
             slot,
             seq,
             frag_payload,
-            template: header.to_bytes(),
+            template: template(inner, slot),
             scratch: Vec::with_capacity(frag_payload),
             rx: vec![0; if coalescing { rx_len.max(udp::GRO_BUFFER) } else { rx_len }],
             result_len: 0,
             big_result: None,
-            call: ClientCall::new(
-                inner.config.timing,
-                frag_payload,
-                features::max_window(inner.features),
-                Instant::now(),
-            ),
+            call: fresh_call(inner),
             counted_retransmissions: 0,
             retransmissions_at_start: 0,
             spin: SpinBudget::new(inner.config.spin),
@@ -137,10 +128,32 @@ impl UdpEndpoint {
             run_length,
             coalescing,
             in_tail: Vec::new(),
+            leaving: false,
         })
     }
 
     /// Prepares the endpoint for a call whose message starts with `context` (when not empty).
+    /// The call being made is given up while the server may still run it: the next call leaves
+    /// it the slot ([`UdpEndpoint::leave_slot`]).
+    pub(super) fn abandon(&mut self) {
+        self.leaving = true;
+    }
+
+    /// Trades the slot a call given up may still hold on the server for a free one, where there is
+    /// one ([`super::slots`]): the next call goes out at once, not behind it.
+    fn leave_slot(&mut self, inner: &BindingInner) {
+        self.leaving = false;
+        let Some(free) = inner.free_slots.trade(self.slot, self.seq) else { return };
+        let uncounted = self.call.retransmissions() - self.counted_retransmissions;
+        inner.stats.retransmissions.fetch_add(uncounted, Ordering::Relaxed);
+        (self.slot, self.seq) = (free.slot, free.seq);
+        self.template = template(inner, free.slot);
+        // The new slot's address is not proven yet, and its round trips are its own.
+        self.call = fresh_call(inner);
+        self.counted_retransmissions = 0;
+        self.retransmissions_at_start = 0;
+    }
+
     pub(super) fn begin(&mut self, context: &Context) {
         self.scratch.clear();
         self.context_flag = 0;
@@ -373,6 +386,7 @@ impl UdpEndpoint {
                 Failure::Unreachable { acknowledged } => CallError::Unreachable { server, acknowledged },
                 Failure::DeadlineExceeded => {
                     self.cancel();
+                    self.abandon();
                     CallError::DeadlineExceeded { may_have_run: true }
                 }
                 Failure::Rejected(Status::Busy) => CallError::Overloaded,
@@ -461,9 +475,27 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
 impl Drop for UdpEndpoint {
     fn drop(&mut self) {
         if let Some(inner) = self.binding.upgrade() {
-            inner.give_slot(self.slot, self.seq);
+            inner.give_slot(self.slot, self.seq, false);
         }
     }
+}
+
+/// The header template of `slot`'s calls.
+fn template(inner: &BindingInner, slot: u32) -> [u8; HEADER_LEN] {
+    let header = Header {
+        binding: inner.id,
+        slot,
+        incarnation: inner.incarnation,
+        token: inner.token,
+        ..Header::new(Kind::Call)
+    };
+    header.to_bytes()
+}
+
+/// The protocol machine of a slot's calls, before its first.
+fn fresh_call(inner: &BindingInner) -> ClientCall {
+    let frag_payload = inner.max_datagram - HEADER_LEN;
+    ClientCall::new(inner.config.timing, frag_payload, features::max_window(inner.features), Instant::now())
 }
 
 /// The message `segs` (marshaled into a scratch buffer of `scratch_len` bytes) followed by the lent

@@ -26,6 +26,9 @@ impl UdpEndpoint {
         segs: &Segments<'_>,
     ) -> Result<(usize, Instant), CallError> {
         let inner = &*binding.inner;
+        if self.leaving {
+            self.leave_slot(inner);
+        }
         let len = segs.message_len(&self.scratch);
         self.seq = self.seq.wrapping_add(1);
         let start = Instant::now();
