@@ -138,3 +138,34 @@ fn a_hundred_threads_on_a_binding_of_64_slots_are_all_served() {
     }
     assert_eq!(server.stats().calls, 3 * 100 * 20);
 }
+
+#[cfg(feature = "async")]
+#[test]
+fn an_async_call_after_a_dropped_one_goes_out_at_once_on_every_transport() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        for (scheme, transport) in TRANSPORTS {
+            let (server, gate) = serve(ServerConfig::default());
+            let client: GateAsyncClient =
+                Client::connect(format!("{scheme}{}", server.addr())).unwrap().import_async().await.unwrap();
+            assert_eq!(client.add(1, 1).await.unwrap(), 2);
+            // Dropped while the server runs it: its future is cancelled, the procedure runs on.
+            let dropped = tokio::time::timeout(Duration::from_millis(100), client.hold(1)).await;
+            assert!(dropped.is_err(), "{transport:?}: the held call returned");
+            // One task's next calls are answered while the dropped call still runs (else they wait
+            // for the gate, and time out here at 10 s).
+            for i in 0..100 {
+                let sum = tokio::time::timeout(Duration::from_secs(10), client.add(i, 1)).await;
+                let sum = sum.unwrap_or_else(|_| panic!("{transport:?}: call {i} waited for the dropped one"));
+                assert_eq!(sum.unwrap(), i + 1);
+            }
+            gate.open();
+            for i in 0..100 {
+                assert_eq!(client.add(i, 2).await.unwrap(), i + 2);
+            }
+            assert_eq!(gate.held.load(Ordering::SeqCst), 1);
+            drop(client);
+            drop(server);
+        }
+    });
+}
