@@ -125,7 +125,8 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         systems.push((name.to_string(), tiercel_server.0.id(), System::Tiercel(client)));
     }
     let (raw_server, raw_addr) = crate::harness::spinning_echo(server_cpu)?;
-    systems.push(("raw udp echo".to_string(), raw_server.0.id(), System::RawUdp(raw_addr)));
+    systems.push(("raw udp echo".to_string(), raw_server.0.id(), System::RawUdp(raw_addr, false)));
+    systems.push(("raw udp yield".to_string(), raw_server.0.id(), System::RawUdp(raw_addr, true)));
     // The peers' clients run on tokio's default runtime, its workers pinned with this thread.
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut peer_servers = Vec::new();
@@ -173,8 +174,8 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
 #[cfg(feature = "peers")]
 enum System {
     Tiercel(TestClient),
-    /// The raw UDP echo's address.
-    RawUdp(std::net::SocketAddr),
+    /// The raw UDP echo's address, and whether several callers spin and yield (else they block).
+    RawUdp(std::net::SocketAddr, bool),
     Peer(Peer, Client),
 }
 
@@ -184,7 +185,7 @@ impl System {
     fn latency(&self, rt: &tokio::runtime::Runtime, calls: u32) -> crate::Result<(Summary, Summary)> {
         match self {
             System::Tiercel(client) => tiercel_latency(client, calls),
-            System::RawUdp(addr) => raw_udp_latency(*addr, calls),
+            System::RawUdp(addr, _) => raw_udp_latency(*addr, calls),
             System::Peer(peer, client) => peer_latency(*peer, rt, client, calls),
         }
     }
@@ -199,7 +200,7 @@ impl System {
     ) -> crate::Result<Load> {
         match self {
             System::Tiercel(client) => crate::asynch::callers(client, callers, client_cpu, measure),
-            System::RawUdp(addr) => raw_udp_load(*addr, callers, client_cpu, measure),
+            System::RawUdp(addr, yielding) => raw_udp_load(*addr, callers, *yielding, client_cpu, measure),
             System::Peer(peer, client) => peer_load(*peer, rt, client, callers, measure),
         }
     }
@@ -336,15 +337,18 @@ const HEADER: usize = tiercel_proto::wire::HEADER_LEN;
 
 /// Runs `measure` while `callers` callers of the raw UDP echo at `addr`, with a connected socket
 /// each on `client_cpu`, make round trips. One caller spins, as tiercel's does; several block in
-/// `poll` between their round trips, as tiercel's callers do once they share a CPU.
+/// `poll` between their round trips, or (`yielding`) spin and yield the CPU between looks, as
+/// tiercel's callers do beside one another: two floors, both shown.
 fn raw_udp_load(
     addr: std::net::SocketAddr,
     callers: u32,
+    yielding: bool,
     client_cpu: usize,
     measure: impl FnOnce(&AtomicU64) -> Load,
 ) -> crate::Result<Load> {
     let caller = move || {
-        let mut ping = PingPong::new(addr, HEADER, HEADER, callers == 1)?;
+        let ping = PingPong::new(addr, HEADER, HEADER, callers == 1 || yielding)?;
+        let mut ping = if yielding && callers > 1 { ping.yielding() } else { ping };
         Ok(move || ping.round_trip())
     };
     crate::asynch::round_trips(callers, client_cpu, caller, measure)
@@ -420,7 +424,8 @@ fn peer_load(
 pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
     outln!(
         "\nPeers: tiercel (default settings, over UDP and over TCP) against the raw UDP echo (one spinning thread; \
-         one caller spins,\nseveral block in poll), tarpc, tonic and a raw tokio TCP echo, each server in"
+         one caller spins,\nseveral block in poll, or with \"yield\" spin and yield the CPU between looks as \
+         tiercel's do), tarpc, tonic and a raw tokio TCP echo, each server in"
     );
     outln!(
         "its own process on the server CPU (the peers on tokio's default runtime), each client here on the caller's \

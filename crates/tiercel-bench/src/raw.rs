@@ -173,6 +173,9 @@ pub struct PingPong {
     request: Vec<u8>,
     rx: Vec<u8>,
     spin: bool,
+    /// Spinning, yields the CPU between looks (to the other callers sharing it), as tiercel's
+    /// callers do beside one another ([`PingPong::yielding`]).
+    yielding: bool,
     /// With `Some`, each round trip is split into its steps (for `tiercel explain`).
     pub stamps: Option<Stamps>,
 }
@@ -208,8 +211,16 @@ impl PingPong {
             request,
             rx: vec![0; tiercel::config::MAX_UDP_PAYLOAD],
             spin,
+            yielding: false,
             stamps: None,
         })
+    }
+
+    /// A spinning ping-pong that yields the CPU between looks for its reply (`sched_yield`), as
+    /// tiercel's callers do when several share a CPU: the floor for several callers on one CPU.
+    pub fn yielding(mut self) -> PingPong {
+        self.yielding = self.spin;
+        self
     }
 
     /// A multi-packet transfer: `total` bytes sent as datagrams of `datagram` bytes, answered by one
@@ -350,7 +361,11 @@ impl PingPong {
                 return Ok(true);
             }
             if self.spin {
-                core::hint::spin_loop();
+                if self.yielding {
+                    std::thread::yield_now();
+                } else {
+                    core::hint::spin_loop();
+                }
                 if Instant::now() > deadline {
                     return Ok(false);
                 }
