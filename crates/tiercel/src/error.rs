@@ -229,8 +229,10 @@ pub enum CallError {
     /// The result did not decode: client and server disagree about a type's encoding.
     #[error("could not decode the result: {0}")]
     BadResult(DecodeError),
-    /// Every client slot of the binding is held by threads making synchronous calls, and an async
-    /// call found none. (A synchronous call waits for its turn instead, up to its deadline.)
+    /// Every client slot of the binding is held by other threads: a synchronous call without a
+    /// deadline waited `Timing::dead_after` for one to be handed over (threads holding slots hand
+    /// them over as their calls end), or an async call found every slot held by threads. The call
+    /// never went out.
     #[error("all {0} client slots of the binding are busy")]
     NoFreeSlot(u32),
     /// The server refused the call as busy (every worker running a call) for the whole `dead_after`

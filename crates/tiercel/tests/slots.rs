@@ -169,3 +169,56 @@ fn an_async_call_after_a_dropped_one_goes_out_at_once_on_every_transport() {
         }
     });
 }
+
+#[test]
+fn a_thread_finds_no_slot_while_idle_threads_hold_them_and_one_when_a_holder_ends() {
+    let config = ServerConfig { slots_per_binding: 2, ..ServerConfig::default() };
+    let timing = tiercel::Timing { dead_after: Duration::from_millis(300), ..tiercel::Timing::default() };
+    let client_config = tiercel::ClientConfig { timing, ..tiercel::ClientConfig::default() };
+    for (scheme, transport) in TRANSPORTS {
+        let (server, _) = serve(config.clone());
+        let client: GateClient = Client::connect(format!("{scheme}{}", server.addr()))
+            .unwrap()
+            .with_config(client_config.clone())
+            .import()
+            .unwrap();
+        // Two threads take the two slots with a call each, then keep them, calling no more.
+        let (release, holders): (Vec<_>, Vec<_>) = (0..2u64)
+            .map(|t| {
+                let client = client.clone();
+                let (tx, rx) = std::sync::mpsc::channel::<()>();
+                let (held_tx, held_rx) = std::sync::mpsc::channel();
+                let holder = std::thread::spawn(move || {
+                    assert_eq!(client.add(t, 1).unwrap(), t + 1);
+                    held_tx.send(()).unwrap();
+                    let _ = rx.recv();
+                });
+                held_rx.recv().unwrap();
+                (tx, holder)
+            })
+            .unzip();
+        // A third finds none handed over: without a deadline it says so after `dead_after`, with
+        // one at its deadline; neither call went out.
+        let err = client.add(1, 1).unwrap_err();
+        assert!(matches!(err, CallError::NoFreeSlot(2)), "{transport:?}: {err}");
+        assert_eq!(err.execution(), tiercel::Execution::NeverRan);
+        let err = client.with_deadline(Duration::from_millis(100)).add(1, 1).unwrap_err();
+        assert!(matches!(err, CallError::DeadlineExceeded { may_have_run: false }), "{transport:?}: {err}");
+        // A holder ends: its slot is given back, and the waiting call takes it.
+        let waiting = {
+            let client = client.clone();
+            std::thread::spawn(move || client.with_deadline(Duration::from_secs(10)).add(2, 2))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let mut release = release.into_iter();
+        drop(release.next());
+        assert_eq!(waiting.join().unwrap().unwrap_or_else(|e| panic!("{transport:?}: {e}")), 4);
+        drop(release);
+        for h in holders {
+            h.join().unwrap();
+        }
+        assert_eq!(server.stats().calls, 3, "{transport:?}");
+        drop(client);
+        drop(server);
+    }
+}

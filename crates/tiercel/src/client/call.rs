@@ -25,7 +25,7 @@ pub(super) enum Engine {
 impl Engine {
     /// The thread's endpoint on the binding: its own, else a new one on a free slot, else, when
     /// other threads hold every slot, one handed over by a thread whose call ended (waiting for it
-    /// up to the call's deadline: `super::slots`).
+    /// up to the call's deadline, or `dead_after`: `super::slots`).
     fn take(binding: &Binding) -> Result<Engine, CallError> {
         let inner = &binding.inner;
         let make = || match (&inner.shm, &inner.tcp) {
@@ -35,8 +35,8 @@ impl Engine {
         };
         match make() {
             Err(CallError::NoFreeSlot(_)) => {
-                let until = binding.deadline.map(|d| std::time::Instant::now() + d);
-                inner.free_slots.wait_turn(until, make)
+                let deadline = binding.deadline.map(|d| std::time::Instant::now() + d);
+                inner.free_slots.wait_turn(deadline, inner.config.timing.dead_after, make)
             }
             made => made,
         }

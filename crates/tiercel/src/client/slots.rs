@@ -11,7 +11,8 @@
 //!   to the front of the free ones, to be taken last, marked as abandoned: through shared memory,
 //!   whoever takes it waits for the server's answer before using it.
 //! - **More threads than slots**: a thread that finds none free waits for its turn
-//!   ([`Slots::wait_turn`]) instead of failing, up to its call's deadline; while any thread waits,
+//!   ([`Slots::wait_turn`]) instead of failing, up to its call's deadline (without one, up to
+//!   `Timing::dead_after`, then `NoFreeSlot`); while any thread waits,
 //!   a thread whose call ends hands its endpoint over ([`Slots::hand_over`]) rather than keep it, and
 //!   a thread that ends gives its slot back. A thread that keeps its slot while it makes no calls
 //!   keeps it from the others: threads beyond the slots are served by those that call.
@@ -136,13 +137,19 @@ impl Slots {
     }
 
     /// Waits for an endpoint handed over, or a slot given back (then `make` makes an endpoint on
-    /// it), until `until`: every slot is held by another thread's endpoint. At `until`, fails with
-    /// `DeadlineExceeded` (the call never went out).
+    /// it): every slot is held by another thread's endpoint. At the call's `deadline` fails with
+    /// `DeadlineExceeded`, and without one after `patience` (threads holding every slot and making
+    /// no calls hand none over) with `NoFreeSlot`: the call never went out.
     pub(super) fn wait_turn(
         &self,
-        until: Option<Instant>,
+        deadline: Option<Instant>,
+        patience: Duration,
         make: impl Fn() -> Result<Engine, CallError>,
     ) -> Result<Engine, CallError> {
+        let (until, missed) = match deadline {
+            Some(t) => (t, CallError::DeadlineExceeded { may_have_run: false }),
+            None => (Instant::now() + patience, CallError::NoFreeSlot(self.count)),
+        };
         self.wanted.fetch_add(1, Ordering::SeqCst);
         let _waiting = Waiting(&self.wanted);
         let mut pool = self.pool();
@@ -161,11 +168,10 @@ impl Slots {
                 continue;
             }
             let now = Instant::now();
-            let wait = match until {
-                Some(t) if t <= now => return Err(CallError::DeadlineExceeded { may_have_run: false }),
-                Some(t) => (t - now).min(LOOK),
-                None => LOOK,
-            };
+            if until <= now {
+                return Err(missed);
+            }
+            let wait = (until - now).min(LOOK);
             pool = match self.turn.wait_timeout(pool, wait) {
                 Ok((pool, _)) => pool,
                 Err(p) => p.into_inner().0,
