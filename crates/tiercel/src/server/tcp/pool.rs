@@ -9,9 +9,10 @@
 //! nothing to do parks it (with a partial frame, its buffer kept and charged) and serves the next
 //! in line, and extra threads of a slow connection give theirs back. A thread that finds nobody in
 //! line waits [`LINGER`] for the next connection before it ends, so that connections which send
-//! now and then are served by the same few threads rather than each by a thread started for it. So a thousand connections
-//! that send take turns on the pool's threads as datagrams take turns on UDP's workers, and a
-//! connection that dribbles a frame holds a thread only while it has bytes to read.
+//! now and then are served by the same few threads rather than each by a thread started for it.
+//! So a thousand connections that send take turns on the pool's threads as datagrams take turns on
+//! UDP's workers, and a connection that dribbles a frame holds a thread only while it has bytes to
+//! read.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
