@@ -213,7 +213,7 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_and_a_tokio_echo_beside_tie
     let perf = tiercel_seeds::needs::met(&[tiercel_seeds::needs::ROOT, tiercel_seeds::needs::PERF]);
     assert_eq!(
         names(&report["peers"], "system"),
-        ["tiercel udp", "tiercel tcp", "raw udp echo", "tarpc", "tonic", "tokio echo"]
+        ["tiercel udp", "tiercel tcp", "raw udp echo", "raw udp yield", "tarpc", "tonic", "tokio echo"]
     );
     for row in report["peers"].as_array().unwrap() {
         for column in ["null_median_us", "null_p99_us", "max_result_median_us", "max_result_p99_us"] {
