@@ -198,9 +198,12 @@ impl<'a> Worker<'a> {
                 continue;
             }
             // Read the clock only every 64 idle rounds, so that a spinning server notices a call
-            // within a few loads, not a clock read.
+            // within a few loads, not a clock read. Without a spin (no lease, or `spin` zero) it
+            // goes to sleep at once: 63 rounds of looking caught a client's next call as a spin
+            // would, and a server configured not to spin answered Nulls in 0.4 µs.
             idle = idle.wrapping_add(1);
-            if !idle.is_multiple_of(64) || clock::ticks() < spin_until {
+            let spinning = spin_until > last_result;
+            if spinning && (!idle.is_multiple_of(64) || clock::ticks() < spin_until) {
                 core::hint::spin_loop();
                 continue;
             }
