@@ -60,7 +60,7 @@ pub struct Table5Row {
     pub call_bytes: usize,
     pub result_bytes: usize,
     pub calls: u64,
-    /// The row's floor: the raw round trip of the call's sizes ([`Penalties::floor`]).
+    /// The row's floor: the raw round trip of the call's sizes, one each way (`Penalties::floor`).
     pub penalty_us: f64,
     pub median_us: f64,
     pub p99_us: f64,
