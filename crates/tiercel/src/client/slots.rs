@@ -12,10 +12,10 @@
 //!   whoever takes it waits for the server's answer before using it.
 //! - **More threads than slots**: a thread that finds none free waits for its turn
 //!   ([`Slots::wait_turn`]) instead of failing, up to its call's deadline (without one, up to
-//!   `Timing::dead_after`, then `NoFreeSlot`); while any thread waits,
-//!   a thread whose call ends hands its endpoint over ([`Slots::hand_over`]) rather than keep it, and
-//!   a thread that ends gives its slot back. A thread that keeps its slot while it makes no calls
-//!   keeps it from the others: threads beyond the slots are served by those that call.
+//!   `Timing::dead_after`, then `NoFreeSlot`); while any thread waits, a thread whose call ends
+//!   hands its endpoint over ([`Slots::hand_over`]) rather than keep it, and a thread that ends
+//!   gives its slot back. A thread that keeps its slot while it makes no calls keeps it from the
+//!   others: threads beyond the slots are served by those that call.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use super::call::Engine;
 use crate::CallError;
 
-/// How often a thread waiting for its turn looks whether a slot was freed without a signal (by a
-/// thread that ended while the waiter was between its look and its wait).
+/// How often a thread waiting for its turn looks again without a signal: for its deadline, and for
+/// an endpoint a thread kept because it read `wanted` before the waiter raised it.
 const LOOK: Duration = Duration::from_millis(100);
 
 /// A slot not held by an endpoint.
