@@ -32,7 +32,8 @@ use crate::wire::{flags, Header, Kind, Packet, Status};
 /// [`ServerEndpoint::grant_from`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
-    /// A TCP connection's peer address, or the address a UDP bind request proved it receives at.
+    /// A TCP connection's peer address, or the address a UDP bind request came from (where its
+    /// grant, and the token calls must carry, are sent).
     Address(std::net::IpAddr),
     /// A shared-memory peer's user id.
     User(u32),

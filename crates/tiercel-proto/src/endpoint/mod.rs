@@ -469,9 +469,8 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     }
 
     /// [`ServerEndpoint::grant`] for a request from `source` (the address the grant goes to): the
-    /// memory of all of one source's datagram bindings together
-    /// lies within half of the datagram carrier's share, as for the other carriers
-    /// ([`ServerEndpoint::connect_from`]).
+    /// memory of all of one source's datagram bindings together lies within half of the datagram
+    /// carrier's share, as for the other carriers ([`ServerEndpoint::connect_from`]).
     #[allow(clippy::too_many_arguments)]
     pub fn grant_from(
         &self,
