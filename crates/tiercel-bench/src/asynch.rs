@@ -284,18 +284,32 @@ pub fn print(rows: &[Row], throughput: &[Throughput], rounds: u32, calls: u32, t
     );
     outln!("synchronous calls");
     outln!("{:>9} | {:>14} {:>8} | {:>12} | {:>12}", "transport", "callers", "", "calls/s", "vs 8 threads");
+    let mut stalled = false;
     for t in throughput {
         let threads = throughput
             .iter()
             .find(|x| x.transport == t.transport && x.callers_are == "sync threads")
-            .map_or(f64::NAN, |x| x.calls_per_second);
+            .map_or(0.0, |x| x.calls_per_second);
+        stalled |= t.calls_per_second <= 0.0;
         outln!(
-            "{:>9} | {:>14} {:>8} | {:>12.0} | {:>11.2}×",
+            "{:>9} | {:>14} {:>8} | {:>12.0} | {:>12}",
             t.transport,
             t.callers_are,
             t.callers,
             t.calls_per_second,
-            t.calls_per_second / threads
+            times(t.calls_per_second, threads)
         );
+    }
+    if stalled {
+        outln!("(a rate of 0: no call finished in most of that row's slices; its ratios are left out)");
+    }
+}
+
+/// `a / b` as a ratio cell (`1.23×`), or `—` where either rate is 0 and the ratio would say nothing.
+pub(crate) fn times(a: f64, b: f64) -> String {
+    if a > 0.0 && b > 0.0 && (a / b).is_finite() {
+        format!("{:.2}×", a / b)
+    } else {
+        "—".to_string()
     }
 }
