@@ -42,7 +42,7 @@ impl Medium {
     }
 
     /// Bytes each message of a call carries besides the data over it (header, frame length).
-    pub fn overhead(self) -> usize {
+    pub const fn overhead(self) -> usize {
         match self {
             Medium::Udp => HEADER,
             Medium::Shm => 0,

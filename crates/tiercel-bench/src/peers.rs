@@ -6,7 +6,10 @@
 //! and MaxResult (1440 bytes) latency, then Null calls per second of 1, 2, 4 and 8 callers on one
 //! binding, client, or channel (tiercel's callers are threads; the peers' are tasks of their runtime,
 //! as their users write them; the echoes' callers each have a connection or socket), with the CPU
-//! time both processes spent per call. tiercel runs with its default settings, over UDP and over TCP.
+//! time both processes spent per call. tiercel runs with its default settings, over UDP and over TCP,
+//! and again with spinning off on both sides (`block` rows: the client `Spin::Never`, the server
+//! spinning 0 µs), against raw UDP and TCP ping-pongs that block on both sides, as the peers do
+//! between calls.
 //!
 //! The peers are the `peers` feature (on by default, and in the `tiercel` command): without it
 //! (tiercel's own tests build this crate so, under sanitizers too) `--peers` says so and measures
@@ -25,6 +28,7 @@ use tiercel_sys::cpu;
 use crate::harness::spawn;
 use crate::progress::outln;
 use crate::raw::PingPong;
+use crate::raw_tcp::TcpPingPong;
 use crate::seeds::TestClient;
 use crate::summary::Summary;
 use crate::syscalls::{Counter, Probes};
@@ -125,8 +129,22 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         systems.push((name.to_string(), tiercel_server.0.id(), System::Tiercel(client)));
     }
     let (raw_server, raw_addr) = crate::harness::spinning_echo(server_cpu)?;
-    systems.push(("raw udp echo".to_string(), raw_server.0.id(), System::RawUdp(raw_addr, false)));
-    systems.push(("raw udp yield".to_string(), raw_server.0.id(), System::RawUdp(raw_addr, true)));
+    systems.push(("raw udp echo".to_string(), raw_server.0.id(), System::RawUdp(raw_addr, RawWait::Spin)));
+    systems.push(("raw udp yield".to_string(), raw_server.0.id(), System::RawUdp(raw_addr, RawWait::Yield)));
+    // Nobody spins: tiercel's client and server, and the raw echoes of the floor beneath them.
+    let (blocking_server, blocking_addr) = spawn(&[serve.as_slice(), &["--spin-us".into(), "0".into()]].concat())?;
+    let blocking_addr = blocking_addr.strip_prefix("udp://").unwrap_or(&blocking_addr).to_string();
+    for (name, scheme) in [("tiercel udp block", "udp://"), ("tiercel tcp block", "tcp://")] {
+        let config = tiercel::ClientConfig { spin: tiercel::Spin::Never, ..tiercel::ClientConfig::default() };
+        let client: TestClient = crate::harness::import(format!("{scheme}{blocking_addr}"), config)?;
+        systems.push((name.to_string(), blocking_server.0.id(), System::Tiercel(client)));
+    }
+    let (raw_blocking, raw_blocking_addr) = spawn(&["raw-echo".into(), "--cpu".into(), cpu_arg.clone()])?;
+    let raw_blocking_addr = crate::harness::udp_addr(&raw_blocking_addr)?;
+    systems.push(("raw udp block".to_string(), raw_blocking.0.id(), System::RawUdp(raw_blocking_addr, RawWait::Block)));
+    let (raw_tcp, raw_tcp_addr) = spawn(&["raw-tcp-echo".into(), "--cpu".into(), cpu_arg.clone()])?;
+    let raw_tcp_addr = crate::harness::udp_addr(&raw_tcp_addr)?;
+    systems.push(("raw tcp block".to_string(), raw_tcp.0.id(), System::RawTcp(raw_tcp_addr)));
     // The peers' clients run on tokio's default runtime, its workers pinned with this thread.
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut peer_servers = Vec::new();
@@ -166,7 +184,7 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         row.load = windows.into_iter().map(median_window).collect();
     }
     drop(systems);
-    drop((tiercel_server, raw_server, peer_servers));
+    drop((tiercel_server, raw_server, peer_servers, blocking_server, raw_blocking, raw_tcp));
     Ok(rows)
 }
 
@@ -174,9 +192,23 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
 #[cfg(feature = "peers")]
 enum System {
     Tiercel(TestClient),
-    /// The raw UDP echo's address, and whether several callers spin and yield (else they block).
-    RawUdp(std::net::SocketAddr, bool),
+    /// A raw UDP echo's address, and how its callers wait.
+    RawUdp(std::net::SocketAddr, RawWait),
+    /// A raw TCP echo's address (`raw-tcp-echo`, blocking in its reads), its callers blocking too.
+    RawTcp(std::net::SocketAddr),
     Peer(Peer, Client),
+}
+
+/// How the callers of a raw UDP echo wait for its answer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RawWait {
+    /// One caller spins, as tiercel's does; several block in `poll` between round trips.
+    Spin,
+    /// Every caller spins, yielding the CPU between looks, as tiercel's callers do beside one
+    /// another.
+    Yield,
+    /// Every caller blocks in `poll`, against an echo that blocks too.
+    Block,
 }
 
 #[cfg(feature = "peers")]
@@ -185,7 +217,8 @@ impl System {
     fn latency(&self, rt: &tokio::runtime::Runtime, calls: u32) -> crate::Result<(Summary, Summary)> {
         match self {
             System::Tiercel(client) => tiercel_latency(client, calls),
-            System::RawUdp(addr, _) => raw_udp_latency(*addr, calls),
+            System::RawUdp(addr, wait) => raw_udp_latency(*addr, calls, *wait != RawWait::Block),
+            System::RawTcp(addr) => raw_tcp_latency(*addr, calls),
             System::Peer(peer, client) => peer_latency(*peer, rt, client, calls),
         }
     }
@@ -200,7 +233,8 @@ impl System {
     ) -> crate::Result<Load> {
         match self {
             System::Tiercel(client) => crate::asynch::callers(client, callers, client_cpu, measure),
-            System::RawUdp(addr, yielding) => raw_udp_load(*addr, callers, *yielding, client_cpu, measure),
+            System::RawUdp(addr, wait) => raw_udp_load(*addr, callers, *wait, client_cpu, measure),
+            System::RawTcp(addr) => raw_tcp_load(*addr, callers, client_cpu, measure),
             System::Peer(peer, client) => peer_load(*peer, rt, client, callers, measure),
         }
     }
@@ -306,13 +340,13 @@ fn tiercel_latency(client: &TestClient, calls: u32) -> crate::Result<(Summary, S
     Ok((null, max))
 }
 
-/// The floor beneath tiercel over UDP as a row of its own: the raw UDP echo (`raw-echo --spin`, one
-/// thread spinning 2 ms past each request, in its process on the server CPU) at `addr` answering
+/// The floor beneath tiercel over UDP as a row of its own: a raw UDP echo (`raw-echo`, one thread in
+/// its process on the server CPU; with `--spin` it spins 2 ms past each request) at `addr` answering
 /// datagrams of tiercel's sizes (its 56-byte header; MaxResult's 4-byte argument and 1440 bytes
-/// back).
-fn raw_udp_latency(addr: std::net::SocketAddr, calls: u32) -> crate::Result<(Summary, Summary)> {
-    let mut null = PingPong::new(addr, HEADER, HEADER, true)?;
-    let mut max = PingPong::new(addr, HEADER + 4, HEADER + MAX_RESULT as usize, true)?;
+/// back), the caller spinning or blocking (`spin`) as the echo does.
+fn raw_udp_latency(addr: std::net::SocketAddr, calls: u32, spin: bool) -> crate::Result<(Summary, Summary)> {
+    let mut null = PingPong::new(addr, HEADER, HEADER, spin)?;
+    let mut max = PingPong::new(addr, HEADER + 4, HEADER + MAX_RESULT as usize, spin)?;
     let (mut null_times, mut max_times) = (Summary::new(), Summary::new());
     for _ in 0..2_000 {
         null.round_trip()?;
@@ -336,19 +370,62 @@ fn raw_udp_latency(addr: std::net::SocketAddr, calls: u32) -> crate::Result<(Sum
 const HEADER: usize = tiercel_proto::wire::HEADER_LEN;
 
 /// Runs `measure` while `callers` callers of the raw UDP echo at `addr`, with a connected socket
-/// each on `client_cpu`, make round trips. One caller spins, as tiercel's does; several block in
-/// `poll` between their round trips, or (`yielding`) spin and yield the CPU between looks, as
-/// tiercel's callers do beside one another: two floors, both shown.
+/// each on `client_cpu`, make round trips, waiting as `wait` says.
 fn raw_udp_load(
     addr: std::net::SocketAddr,
     callers: u32,
-    yielding: bool,
+    wait: RawWait,
+    client_cpu: usize,
+    measure: impl FnOnce(&AtomicU64) -> Load,
+) -> crate::Result<Load> {
+    let spin = match wait {
+        RawWait::Spin => callers == 1,
+        RawWait::Yield => true,
+        RawWait::Block => false,
+    };
+    let caller = move || {
+        let ping = PingPong::new(addr, HEADER, HEADER, spin)?;
+        let mut ping = if wait == RawWait::Yield && callers > 1 { ping.yielding() } else { ping };
+        Ok(move || ping.round_trip())
+    };
+    crate::asynch::round_trips(callers, client_cpu, caller, measure)
+}
+
+/// tiercel's frame over TCP: the raw TCP echo's messages are as long as its Null's.
+const TCP_FRAME: usize = crate::harness::Medium::Tcp.overhead();
+
+/// The blocking floor beneath tiercel over TCP: the raw TCP echo at `addr` (a thread per
+/// connection, blocking in its reads, on the server CPU) answering messages of tiercel's sizes, the
+/// caller blocking in its reads too.
+fn raw_tcp_latency(addr: std::net::SocketAddr, calls: u32) -> crate::Result<(Summary, Summary)> {
+    let mut null = TcpPingPong::new(addr, TCP_FRAME, TCP_FRAME, false)?;
+    let mut max = TcpPingPong::new(addr, TCP_FRAME + 4, TCP_FRAME + MAX_RESULT as usize, false)?;
+    let (mut null_times, mut max_times) = (Summary::new(), Summary::new());
+    for _ in 0..2_000 {
+        null.round_trip()?;
+    }
+    for _ in 0..calls {
+        for (ping, times) in [(&mut null, &mut null_times), (&mut max, &mut max_times)] {
+            let t = Instant::now();
+            if !ping.round_trip()? {
+                return Err("the raw TCP echo went away".into());
+            }
+            times.record(t.elapsed());
+        }
+    }
+    Ok((null_times, max_times))
+}
+
+/// Runs `measure` while `callers` callers of the raw TCP echo at `addr`, a connection each on
+/// `client_cpu`, make round trips, blocking in their reads.
+fn raw_tcp_load(
+    addr: std::net::SocketAddr,
+    callers: u32,
     client_cpu: usize,
     measure: impl FnOnce(&AtomicU64) -> Load,
 ) -> crate::Result<Load> {
     let caller = move || {
-        let ping = PingPong::new(addr, HEADER, HEADER, callers == 1 || yielding)?;
-        let mut ping = if yielding && callers > 1 { ping.yielding() } else { ping };
+        let mut ping = TcpPingPong::new(addr, TCP_FRAME, TCP_FRAME, false)?;
         Ok(move || ping.round_trip())
     };
     crate::asynch::round_trips(callers, client_cpu, caller, measure)
@@ -425,7 +502,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
     outln!(
         "\nPeers: tiercel (default settings, over UDP and over TCP) against the raw UDP echo (one spinning thread; \
          one caller spins,\nseveral block in poll, or with \"yield\" spin and yield the CPU between looks as \
-         tiercel's do), tarpc, tonic and a raw tokio TCP echo, each server in"
+         tiercel's do), tarpc, tonic and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
+         sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls. Each server in"
     );
     outln!(
         "its own process on the server CPU (the peers on tokio's default runtime), each client here on the caller's \
@@ -446,7 +524,7 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         time.as_secs_f64()
     );
     outln!(
-        "{:>12} | {:>7} {:>7} | {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} | cpu µs/call at 1 and 8 callers (client+server) \
+        "{:>17} | {:>7} {:>7} | {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} | cpu µs/call at 1 and 8 callers (client+server) \
          | syscalls/call at 1 and 8 | allocations/call at 1 and 8",
         "system",
         "Null",
@@ -472,7 +550,7 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         let allocations =
             |i: usize| r.load.get(i).map_or("n/a".into(), |l| pair(l.client_allocations, l.server_allocations));
         outln!(
-            "{:>12} | {:>7.2} {:>7.2} | {:>7.2} {:>7.2} | {:>9.0} {:>9.0} {:>9.0} {:>9.0} | {:.1} ({:.1}+{:.1}), {:.1} ({:.1}+{:.1}) \
+            "{:>17} | {:>7.2} {:>7.2} | {:>7.2} {:>7.2} | {:>9.0} {:>9.0} {:>9.0} {:>9.0} | {:.1} ({:.1}+{:.1}), {:.1} ({:.1}+{:.1}) \
              | {}, {} | {}, {}",
             r.system,
             r.null_median_us,
@@ -496,10 +574,14 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         );
     }
     let tiercel: Vec<&Row> = rows.iter().filter(|r| r.system.starts_with("tiercel")).collect();
-    let peers: Vec<&Row> = rows.iter().filter(|r| !r.system.starts_with("tiercel")).collect();
-    outln!("tiercel's ratios to each peer (Null latency: peer / tiercel, so above 1× is tiercel faster; calls/s: tiercel / peer)");
+    let others: Vec<&Row> = rows.iter().filter(|r| !r.system.starts_with("tiercel")).collect();
     outln!(
-        "{:>12} {:>12} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
+        "tiercel's ratios to each peer (Null latency: peer / tiercel, so above 1× is tiercel faster; calls/s: \
+         tiercel / peer);\nspinning tiercel against the spinning floors, blocking tiercel against the blocking one of its \
+         transport, both against the peers"
+    );
+    outln!(
+        "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
         "tiercel",
         "against",
         "Null",
@@ -510,18 +592,27 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         "8"
     );
     for t in &tiercel {
-        for p in &peers {
-            let rate = |r: &Row, i: usize| r.load.get(i).map_or(f64::NAN, |l| l.calls_per_second);
+        // A blocking row against the blocking floor of its own transport; a spinning one against
+        // the spinning floors (there are only UDP ones).
+        let blocking = t.system.ends_with(" block");
+        let transport = if t.system.starts_with("tiercel tcp") { "raw tcp" } else { "raw udp" };
+        let floor = |p: &&&Row| {
+            !p.system.starts_with("raw")
+                || (p.system.ends_with(" block") == blocking && (!blocking || p.system.starts_with(transport)))
+        };
+        for p in others.iter().filter(floor) {
+            let rate = |r: &Row, i: usize| r.load.get(i).map_or(0.0, |l| l.calls_per_second);
+            let times = crate::asynch::times;
             outln!(
-                "{:>12} {:>12} | {:>7.2}× {:>7.2}× | {:>7.2}× {:>7.2}× {:>7.2}× {:>7.2}×",
+                "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
                 t.system,
                 p.system,
-                p.null_median_us / t.null_median_us,
-                p.max_result_median_us / t.max_result_median_us,
-                rate(t, 0) / rate(p, 0),
-                rate(t, 1) / rate(p, 1),
-                rate(t, 2) / rate(p, 2),
-                rate(t, 3) / rate(p, 3)
+                times(p.null_median_us, t.null_median_us),
+                times(p.max_result_median_us, t.max_result_median_us),
+                times(rate(t, 0), rate(p, 0)),
+                times(rate(t, 1), rate(p, 1)),
+                times(rate(t, 2), rate(p, 2)),
+                times(rate(t, 3), rate(p, 3))
             );
         }
     }
