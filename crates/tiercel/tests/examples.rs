@@ -91,3 +91,41 @@ fn the_async_service_runs_across_three_processes_on_both_transports() {
         }
     }
 }
+
+#[test]
+fn the_ledger_measures_every_line_of_its_build_and_tables_the_runs() {
+    let ledger = example("ledger");
+    let out = Command::new(&ledger).args(["measure", "--transport", "shm", "--seconds", "0"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    // One line per piece the example's build can switch on (every build has the first five; the
+    // example may have been built with other features than this test), over shared memory only,
+    // each a time per call.
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
+    let pieces: Vec<&str> = rows.iter().map(|r| r[1]).collect();
+    assert_eq!(pieces[..5], ["plain", "deadline", "checksum", "secret", "rebind"], "{text}");
+    let optional = ["metrics", "explain", "async"];
+    assert!(pieces[5..].iter().all(|p| optional.contains(p)), "{text}");
+    for row in &rows {
+        assert_eq!(row[0], "shm", "{text}");
+        let ns: f64 = row[2].parse().unwrap();
+        assert!(ns > 0.0 && ns.is_finite(), "{text}");
+    }
+
+    // Two builds (this one twice), one run each: every build and piece has its row, with a figure.
+    let build = format!("one={}", ledger.display());
+    let again = format!("two={}", ledger.display());
+    let out = Command::new(&ledger)
+        .args(["table", "--runs", "1", "--seconds", "0", "--build", &build, "--build", &again])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}{}", String::from_utf8_lossy(&out.stderr));
+    for row in ["| one | ", "| two | ", "| tracing subscriber at info (own process) | "] {
+        assert!(table.contains(row), "{row:?} in {table}");
+    }
+    for piece in &pieces {
+        assert!(table.contains(&format!("| {piece} | ")), "{piece} in {table}");
+    }
+    assert!(!table.contains("NaN") && !table.contains("inf ("), "{table}");
+}
