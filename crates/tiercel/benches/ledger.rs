@@ -10,7 +10,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 
 fn ledger(c: &mut Criterion) {
     tiercel_sys::cpu::pin_current_thread(0).expect("pin to CPU 0");
-    let lines = lines::Lines::new(&lines::TRANSPORTS.map(|(t, _)| t));
+    let lines = lines::Lines::new(&lines::TRANSPORTS.map(|(t, _)| t), false);
     for (transport, _) in lines::TRANSPORTS {
         let mut group = c.benchmark_group(format!("ledger/{transport}"));
         for line in lines.lines.iter().filter(|l| l.transport == transport) {

@@ -3,14 +3,18 @@
 //! builds this example once for each set of crate features and then runs
 //! `ledger table --build NAME=PATH ...` with them.
 //!
-//! * `ledger measure [--transport udp|shm|tcp] [--subscriber info|debug] [--seconds S]` measures the lines of this build
-//!   (`ledger/lines.rs`), over every transport or the one named, in interleaved batches and prints, per line, the median of the batches' mean
-//!   time per call: `transport<TAB>line<TAB>nanoseconds`. With `--subscriber`, a `tracing`
-//!   subscriber is installed for the whole process first (recording nothing at `info`, since
-//!   tiercel's spans are at debug level; at `debug`, every span, formatted to nowhere).
-//! * `ledger table --build NAME=PATH ... [--runs N] [--seconds S]` runs each build's `measure` (and
-//!   the last build's with each subscriber) `N` times in alternation, and prints the ledger's two
-//!   tables in Markdown: each figure the median of the runs, each run's figure beside it.
+//! * `ledger measure [--transport udp|shm|tcp] [--plain-only] [--subscriber info|debug]
+//!   [--seconds S]` measures the lines of this build (`ledger/lines.rs`; with `--plain-only`, only
+//!   `plain`), over every transport or the one named, in interleaved batches, and prints per line
+//!   the median of the batches' mean time per call: `transport<TAB>line<TAB>nanoseconds`. With
+//!   `--subscriber`, a `tracing` subscriber is installed for the whole process first (recording
+//!   nothing at `info`, since tiercel's spans are at debug level; at `debug`, every span,
+//!   formatted to nowhere).
+//! * `ledger table --build NAME=PATH ... [--runs N] [--seconds S]` runs, `N` times in alternation,
+//!   each build's `measure --plain-only`, the last build's `measure` with every line, and the last
+//!   build's `measure --plain-only` with each subscriber; and prints the ledger's two tables in
+//!   Markdown, each figure the median of the runs with each run's figure beside it. Processes
+//!   compared with one another have the same lines, hence the same servers and threads.
 //!
 //! The client is this process's main thread on CPU 0, every server thread is on CPU 1, and both
 //! wait as tiercel's defaults have them (the client spins up to 200 µs, then blocks; the servers
@@ -32,7 +36,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("measure") => measure(&args[1..]),
         Some("table") => table(&args[1..]),
-        _ => Err("usage: ledger measure [--transport udp|shm|tcp] [--subscriber info|debug] [--seconds S] | ledger table --build NAME=PATH ... [--runs N] [--seconds S]".into()),
+        _ => Err("usage: ledger measure [--transport udp|shm|tcp] [--plain-only] [--subscriber info|debug] [--seconds S] | ledger table --build NAME=PATH ... [--runs N] [--seconds S]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -57,6 +61,7 @@ fn option<T: std::str::FromStr>(args: &[String], flag: &str) -> Result<Option<T>
 
 fn measure(args: &[String]) -> Result<()> {
     let seconds: f64 = option(args, "--seconds")?.unwrap_or(6.0);
+    let plain_only = args.iter().any(|a| a == "--plain-only");
     if let Some(level) = option::<String>(args, "--subscriber")? {
         let level = match level.as_str() {
             "info" => tracing::Level::INFO,
@@ -74,7 +79,7 @@ fn measure(args: &[String]) -> Result<()> {
     if transports.is_empty() {
         return Err("--transport: udp, shm or tcp".into());
     }
-    let lines = Lines::new(&transports);
+    let lines = Lines::new(&transports, plain_only);
     // Calls per batch: 5 ms of each line's calls, as its warm-up measured them.
     let batch: Vec<u32> = lines
         .lines
@@ -135,11 +140,13 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// One process of the ledger: a build, and the subscriber it runs with.
+/// One process of the ledger: a build, the subscriber it runs with, and whether it has every line
+/// of its build or only `plain`.
 struct Setup {
     name: String,
     path: String,
     subscriber: Option<&'static str>,
+    every_piece: bool,
 }
 
 /// What each run of each setup measured: (setup, transport, line) → one figure per run.
@@ -157,13 +164,20 @@ fn table(args: &[String]) -> Result<()> {
     let Some((last, last_path)) = builds.last().cloned() else {
         return Err("no --build given".into());
     };
-    let mut setups: Vec<Setup> =
-        builds.iter().map(|(n, p)| Setup { name: n.clone(), path: p.clone(), subscriber: None }).collect();
+    // Processes compared with one another have the same lines (`plain` only, so the same servers
+    // and threads); the pieces switched on are compared with `plain` in one process.
+    let mut setups: Vec<Setup> = builds
+        .iter()
+        .map(|(n, p)| Setup { name: n.clone(), path: p.clone(), subscriber: None, every_piece: false })
+        .collect();
+    let every = format!("{last}, every piece");
+    setups.push(Setup { name: every.clone(), path: last_path.clone(), subscriber: None, every_piece: true });
     for level in ["info", "debug"] {
         setups.push(Setup {
             name: format!("{last}, subscriber {level}"),
             path: last_path.clone(),
             subscriber: Some(level),
+            every_piece: false,
         });
     }
     let mut figures = Figures::new();
@@ -176,6 +190,9 @@ fn table(args: &[String]) -> Result<()> {
             command.args(["measure", "--seconds", &seconds.to_string()]);
             if let Some(level) = setup.subscriber {
                 command.args(["--subscriber", level]);
+            }
+            if !setup.every_piece {
+                command.arg("--plain-only");
             }
             let output = command.output().map_err(|e| format!("{}: {e}", setup.path))?;
             if !output.status.success() {
@@ -191,7 +208,7 @@ fn table(args: &[String]) -> Result<()> {
             }
         }
     }
-    print_tables(&figures, &setups, &builds[0].0, &last, runs);
+    print_tables(&figures, &setups, &builds[0].0, (&last, &every), runs);
     Ok(())
 }
 
@@ -209,14 +226,17 @@ fn difference(line: &[f64], base: &[f64]) -> String {
     format!("{:+.0} ({})", median(&mut deltas), runs.join(", "))
 }
 
-fn print_tables(figures: &Figures, setups: &[Setup], first: &str, last: &str, runs: usize) {
+/// The tables: each build's `plain` against the `first` build's; then each piece in the process of
+/// `every` piece of the `last` build against its `plain`, and each subscriber against the `last`
+/// build's `plain`.
+fn print_tables(figures: &Figures, setups: &[Setup], first: &str, (last, every): (&str, &str), runs: usize) {
     let get = |setup: &str, transport: &str, line: &str| {
         figures.get(&(setup.to_string(), transport.to_string(), line.to_string()))
     };
     println!("### Compiled in, unused: a plain Null call, ns (median of {runs} runs; each run)\n");
     println!("| build | udp | shm | tcp | udp − {first} | shm − {first} | tcp − {first} |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for setup in setups.iter().filter(|s| s.subscriber.is_none()) {
+    for setup in setups.iter().filter(|s| s.subscriber.is_none() && !s.every_piece) {
         let mut row = format!("| {} |", setup.name);
         for (transport, _) in TRANSPORTS {
             row += &format!(" {} |", get(&setup.name, transport, "plain").map(|v| cell(v)).unwrap_or_default());
@@ -234,15 +254,15 @@ fn print_tables(figures: &Figures, setups: &[Setup], first: &str, last: &str, ru
     println!("| line | udp | shm | tcp | udp + | shm + | tcp + |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     let pieces: Vec<String> =
-        figures.keys().filter(|(s, t, _)| s == last && t == "udp").map(|(_, _, l)| l.clone()).collect();
+        figures.keys().filter(|(s, t, _)| s == every && t == "udp").map(|(_, _, l)| l.clone()).collect();
     let order = ["plain", "deadline", "checksum", "secret", "rebind", "metrics", "explain", "async"];
     for line in order.iter().filter(|l| pieces.iter().any(|p| p == *l)) {
         let mut row = format!("| {line} |");
         for (transport, _) in TRANSPORTS {
-            row += &format!(" {} |", get(last, transport, line).map(|v| cell(v)).unwrap_or_default());
+            row += &format!(" {} |", get(every, transport, line).map(|v| cell(v)).unwrap_or_default());
         }
         for (transport, _) in TRANSPORTS {
-            let d = match (get(last, transport, line), get(last, transport, "plain")) {
+            let d = match (get(every, transport, line), get(every, transport, "plain")) {
                 (Some(l), Some(b)) => difference(l, b),
                 _ => String::new(),
             };
@@ -251,7 +271,7 @@ fn print_tables(figures: &Figures, setups: &[Setup], first: &str, last: &str, ru
         println!("{row}");
     }
     // A subscriber is the whole process's: its lines come from processes of their own, against
-    // `plain` of the build's own processes.
+    // `plain` of the build's own processes (with `plain` only, as theirs).
     for setup in setups.iter().filter(|s| s.subscriber.is_some()) {
         let mut row = format!("| tracing subscriber at {} (own process) |", setup.subscriber.unwrap_or_default());
         for (transport, _) in TRANSPORTS {

@@ -132,14 +132,19 @@ fn serve(piece: Piece) -> RunningServer {
 }
 
 impl Lines {
-    /// Starts the servers and makes every line's binding over each of `transports` (names of
-    /// [`TRANSPORTS`]). With the `metrics` line, a Prometheus
-    /// recorder is installed for the whole process first (it records only for the bindings and
-    /// servers that ask for metrics).
-    pub fn new(transports: &[&str]) -> Lines {
-        let pieces = Piece::available();
+    /// Starts the servers and makes every line's binding (or only `plain`'s) over each of
+    /// `transports` (names of [`TRANSPORTS`]). With the `metrics` line, a Prometheus recorder is
+    /// installed for the whole process first (it records only for the bindings and servers that ask
+    /// for metrics).
+    pub fn new(transports: &[&str], plain_only: bool) -> Lines {
+        let mut pieces = Piece::available();
+        if plain_only {
+            pieces.truncate(1);
+        }
         #[cfg(feature = "metrics")]
-        metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().expect("install a recorder");
+        if pieces.contains(&Piece::Metrics) {
+            metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().expect("install a recorder");
+        }
         let servers: Vec<(Piece, RunningServer)> = pieces
             .iter()
             .filter(|p| matches!(p, Piece::Plain | Piece::Secret | Piece::Metrics))
