@@ -48,14 +48,15 @@ pub struct ClientConfig {
     pub max_datagram: usize,
     /// Deadline applied to every call, unless a binding sets its own. Default: none.
     pub deadline: Option<Duration>,
-    /// End every packet of the binding, both ways, with a CRC32C checksum, and drop packets that fail
-    /// it. UDP's own checksum already catches corruption on the wire (loopback skips it); this one
-    /// also catches corruption below or beside the network stack, for about 50 ns per 1,500 bytes.
-    /// Default: off.
+    /// Over UDP, end every packet of the binding, both ways, with a CRC32C checksum, and drop packets
+    /// that fail it. UDP's own checksum already catches corruption on the wire (loopback skips it);
+    /// this one also catches corruption below or beside the network stack, for about 50 ns per 1,500
+    /// bytes: a Null call took 0.17 µs more in the cost ledger (`docs/ledger.md`). Bindings over TCP
+    /// and through shared memory carry no such checksum, and cost nothing more. Default: off.
     pub checksum: bool,
     /// The shared secret to prove when a server asks for one at bind time. With a secret the client
-    /// also requires the server to prove it back, so it binds only to a holder of the secret.
-    /// Default: none.
+    /// also requires the server to prove it back, so it binds only to a holder of the secret. It is
+    /// proven once, at bind time: calls cost nothing more (`docs/ledger.md`). Default: none.
     pub secret: Option<crate::Secret>,
     /// When the address lets the binder choose, bind through shared memory if the server is on this
     /// host and offers it (else UDP). `false` always chooses UDP. Default: on.
@@ -67,7 +68,9 @@ pub struct ClientConfig {
     /// Record each call's outcome and time through the `metrics` facade, labelled with the
     /// interface, procedure and server (`tiercel_client_calls_total`, `tiercel_client_call_seconds`),
     /// in the recorder installed when the binding is made. Only with the crate feature `metrics`;
-    /// costs two clock reads and a histogram record per call. Default: off.
+    /// costs two clock reads and a histogram record per call: with the server's metrics on too, a
+    /// Null call into a Prometheus recorder took 0.19 µs more through shared memory, 0.25 µs over
+    /// UDP and 0.16 µs over TCP in the cost ledger (`docs/ledger.md`). Default: off.
     pub metrics: bool,
     /// Bind again by itself when a call finds the server gone (`ServerRestarted`, `UnknownBinding`,
     /// `Unreachable`, `ServerGone`): that call fails as it would anyway, saying whether it may have
@@ -78,7 +81,9 @@ pub struct ClientConfig {
     /// once its exporter's entry is gone (revoked at shutdown, or its lease ran out). A binding over UDP
     /// to a server on this host that refused shared memory tries it again at most once a second
     /// ([`Binding::shared_memory_refused`](crate::Binding::shared_memory_refused) says why not
-    /// yet). Costs each call a lock and a few reference counts. Default: off (a binding whose server
+    /// yet). Costs each call a lock and a few reference counts (33 ns a Null call through shared
+    /// memory in the cost ledger, `docs/ledger.md`; lost in the noise over UDP and TCP). Default:
+    /// off (a binding whose server
     /// went away fails every call until the application imports again), because the binding then
     /// goes to whoever answers at the address or name: without a shared secret, which the server
     /// must prove it holds, another process that took the dead server's port would get the calls.
@@ -206,7 +211,8 @@ pub struct ServerConfig {
     /// Record each procedure's outcome and run time through the `metrics` facade, labelled with
     /// the interface and procedure (`tiercel_server_calls_total`, `tiercel_server_call_seconds`), in
     /// the recorder installed when the server starts. Only with the crate feature `metrics`; costs
-    /// two clock reads and a histogram record per call. Default: off.
+    /// two clock reads and a histogram record per call (for both sides' figures together, see
+    /// `ClientConfig::metrics`). Default: off.
     pub metrics: bool,
     /// How long a graceful shutdown ([`crate::ShutdownHandle::shutdown`]) waits for the calls under
     /// way to finish before the workers stop anyway. Default: 5 s.

@@ -235,7 +235,8 @@ pub fn close() {
 }
 
 /// Turns recording on or off for every thread of the process. Returns false (and does nothing) when
-/// tiercel was built without the `explain` feature.
+/// tiercel was built without the `explain` feature. Recording, a Null call took 66 ns more through
+/// shared memory and 0.12 µs more over UDP in the cost ledger (`docs/ledger.md`).
 pub fn enable(on: bool) -> bool {
     #[cfg(feature = "explain")]
     {
