@@ -230,25 +230,30 @@ fn difference(line: &[f64], base: &[f64]) -> String {
 /// `every` piece of the `last` build against its `plain`, and each subscriber against the `last`
 /// build's `plain`.
 fn print_tables(figures: &Figures, setups: &[Setup], first: &str, (last, every): (&str, &str), runs: usize) {
-    let get = |setup: &str, transport: &str, line: &str| {
-        figures.get(&(setup.to_string(), transport.to_string(), line.to_string()))
-    };
-    println!("### Compiled in, unused: a plain Null call, ns (median of {runs} runs; each run)\n");
-    println!("| build | udp | shm | tcp | udp − {first} | shm − {first} | tcp − {first} |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for setup in setups.iter().filter(|s| s.subscriber.is_none() && !s.every_piece) {
-        let mut row = format!("| {} |", setup.name);
+    // A row: `label`, then `line` of `setup` on each transport, then its difference from `plain`
+    // of `base`.
+    let row = |label: &str, setup: &str, line: &str, base: &str| {
+        let get = |setup: &str, transport: &str, line: &str| {
+            figures.get(&(setup.to_string(), transport.to_string(), line.to_string()))
+        };
+        let mut row = format!("| {label} |");
         for (transport, _) in TRANSPORTS {
-            row += &format!(" {} |", get(&setup.name, transport, "plain").map(|v| cell(v)).unwrap_or_default());
+            row += &format!(" {} |", get(setup, transport, line).map(|v| cell(v)).unwrap_or_default());
         }
         for (transport, _) in TRANSPORTS {
-            let d = match (get(&setup.name, transport, "plain"), get(first, transport, "plain")) {
+            let d = match (get(setup, transport, line), get(base, transport, "plain")) {
                 (Some(l), Some(b)) => difference(l, b),
                 _ => String::new(),
             };
             row += &format!(" {d} |");
         }
         println!("{row}");
+    };
+    println!("### Compiled in, unused: a plain Null call, ns (median of {runs} runs; each run)\n");
+    println!("| build | udp | shm | tcp | udp − {first} | shm − {first} | tcp − {first} |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for setup in setups.iter().filter(|s| s.subscriber.is_none() && !s.every_piece) {
+        row(&setup.name, &setup.name, "plain", first);
     }
     println!("\n### Switched on, in the build `{last}`: ns per Null call, and what the piece adds to `plain` of the same run\n");
     println!("| line | udp | shm | tcp | udp + | shm + | tcp + |");
@@ -257,33 +262,12 @@ fn print_tables(figures: &Figures, setups: &[Setup], first: &str, (last, every):
         figures.keys().filter(|(s, t, _)| s == every && t == "udp").map(|(_, _, l)| l.clone()).collect();
     let order = ["plain", "deadline", "checksum", "secret", "rebind", "metrics", "explain", "async"];
     for line in order.iter().filter(|l| pieces.iter().any(|p| p == *l)) {
-        let mut row = format!("| {line} |");
-        for (transport, _) in TRANSPORTS {
-            row += &format!(" {} |", get(every, transport, line).map(|v| cell(v)).unwrap_or_default());
-        }
-        for (transport, _) in TRANSPORTS {
-            let d = match (get(every, transport, line), get(every, transport, "plain")) {
-                (Some(l), Some(b)) => difference(l, b),
-                _ => String::new(),
-            };
-            row += &format!(" {d} |");
-        }
-        println!("{row}");
+        row(line, every, line, every);
     }
     // A subscriber is the whole process's: its lines come from processes of their own, against
     // `plain` of the build's own processes (with `plain` only, as theirs).
     for setup in setups.iter().filter(|s| s.subscriber.is_some()) {
-        let mut row = format!("| tracing subscriber at {} (own process) |", setup.subscriber.unwrap_or_default());
-        for (transport, _) in TRANSPORTS {
-            row += &format!(" {} |", get(&setup.name, transport, "plain").map(|v| cell(v)).unwrap_or_default());
-        }
-        for (transport, _) in TRANSPORTS {
-            let d = match (get(&setup.name, transport, "plain"), get(last, transport, "plain")) {
-                (Some(l), Some(b)) => difference(l, b),
-                _ => String::new(),
-            };
-            row += &format!(" {d} |");
-        }
-        println!("{row}");
+        let label = format!("tracing subscriber at {} (own process)", setup.subscriber.unwrap_or_default());
+        row(&label, &setup.name, "plain", last);
     }
 }
