@@ -324,8 +324,8 @@ impl Binding {
     /// `DeadlineExceeded { may_have_run: false }` without running it, and a procedure sees it
     /// ([`crate::deadline`]). Cheap (a reference count): make one per call to give each its own.
     /// Each call then reads the clock on both sides and carries the deadline in a context block: a
-    /// Null call took 0.14 µs more through shared memory and 0.11 µs more over UDP in the cost
-    /// ledger (`docs/ledger.md`), nothing visible over TCP.
+    /// Null call took 0.11 µs more over UDP in the cost ledger (`docs/ledger.md`), nothing visible
+    /// more over TCP, and 40–76 ns more through shared memory (three runs of the ledger's lines).
     pub fn with_deadline(&self, deadline: Duration) -> Binding {
         Binding { inner: self.inner.clone(), deadline: Some(deadline), rebind: self.rebind.clone() }
     }
