@@ -89,11 +89,13 @@ fn base() -> (Instant, u64) {
     })
 }
 
-/// The `Instant` of a [`monotonic_ns`] reading (one this process or another took).
+/// The `Instant` of a [`monotonic_ns`] reading (one this process or another took). A reading
+/// further ahead than an `Instant` can go (another process's nonsense) is a century ahead.
 pub fn instant_of_monotonic(ns: u64) -> Instant {
     let (at, at_ns) = base();
     if ns >= at_ns {
-        at.checked_add(Duration::from_nanos(ns - at_ns)).unwrap_or(at)
+        let far = Duration::from_secs(100 * 365 * 24 * 3600);
+        at.checked_add(Duration::from_nanos(ns - at_ns)).or_else(|| at.checked_add(far)).unwrap_or(at)
     } else {
         at.checked_sub(Duration::from_nanos(at_ns - ns)).unwrap_or(at)
     }
@@ -150,5 +152,9 @@ mod tests {
             let off = if back > then { back - then } else { then - back };
             assert!(off < Duration::from_micros(1), "{off:?} off");
         }
+        // Readings from another process, however wild, convert without a panic, and the furthest
+        // is far ahead (a deadline that never comes), not in the past.
+        assert!(instant_of_monotonic(u64::MAX) > Instant::now() + Duration::from_secs(365 * 24 * 3600));
+        assert!(instant_of_monotonic(0) <= Instant::now());
     }
 }
