@@ -10,9 +10,9 @@
 //!   `--subscriber`, a `tracing` subscriber is installed for the whole process first (recording
 //!   nothing at `info`, since tiercel's spans are at debug level; at `debug`, every span,
 //!   formatted to nowhere).
-//! * `ledger table --build NAME=PATH ... [--runs N] [--seconds S]` runs, `N` times in alternation,
-//!   each build's `measure --plain-only`, the last build's `measure` with every line, and the last
-//!   build's `measure --plain-only` with each subscriber; and prints the ledger's two tables in
+//! * `ledger table --build NAME=PATH ... [--runs N] [--seconds S]` runs, `N` times in alternation
+//!   (5 by default), each build's `measure --plain-only`, the last build's `measure` with every
+//!   line, and the last build's `measure --plain-only` with each subscriber; and prints the ledger's two tables in
 //!   Markdown, each figure the median of the runs with each run's figure beside it. Processes
 //!   compared with one another have the same lines, hence the same servers and threads.
 //!
@@ -153,7 +153,7 @@ struct Setup {
 type Figures = BTreeMap<(String, String, String), Vec<f64>>;
 
 fn table(args: &[String]) -> Result<()> {
-    let runs: usize = option(args, "--runs")?.unwrap_or(3);
+    let runs: usize = option(args, "--runs")?.unwrap_or(5);
     let seconds: f64 = option(args, "--seconds")?.unwrap_or(6.0);
     let builds: Vec<(String, String)> = args
         .windows(2)
