@@ -12,9 +12,10 @@
 //!   formatted to nowhere).
 //! * `ledger table --build NAME=PATH ... [--runs N] [--seconds S]` runs, `N` times in alternation
 //!   (5 by default), each build's `measure --plain-only`, the last build's `measure` with every
-//!   line, and the last build's `measure --plain-only` with each subscriber; and prints the ledger's two tables in
-//!   Markdown, each figure the median of the runs with each run's figure beside it. Processes
-//!   compared with one another have the same lines, hence the same servers and threads.
+//!   line, and the last build's `measure --plain-only` with each subscriber; and prints the
+//!   ledger's two tables in Markdown, each figure the median of the runs with each run's figure
+//!   beside it. Processes compared with one another have the same lines, hence the same servers and
+//!   threads.
 //!
 //! The client is this process's main thread on CPU 0, every server thread is on CPU 1, and both
 //! wait as tiercel's defaults have them (the client spins up to 200 µs, then blocks; the servers
