@@ -194,8 +194,9 @@ impl SecretArgs {
 #[derive(clap::Args, Clone)]
 pub struct RegistryArgs {
     /// Where names are registered and looked up: `local` (this user's registry on this host, the
-    /// default unless `TIERCEL_REGISTRY` says otherwise) or `dir:/absolute/path` (a directory shared
-    /// by the servers and clients that use it).
+    /// default unless `TIERCEL_REGISTRY` says otherwise) or `dir:/absolute/path[?trust=UID,…]` (a
+    /// directory shared by the servers and clients that use it; entries of users other than this
+    /// one, root and those listed are not trusted).
     #[arg(long, value_name = "REGISTRY")]
     pub registry: Option<String>,
 }

@@ -35,7 +35,7 @@ impl Clock for Impl {
 #[test]
 fn a_server_lists_every_export_with_its_procedures() {
     let dir = std::env::temp_dir().join(format!("tiercel-listing-{}", std::process::id()));
-    let registry = Registry::Local(dir.clone());
+    let registry = Registry::dir(dir.clone());
     let server = Server::bind("127.0.0.1:0")
         .unwrap()
         .with_registry(registry.clone())

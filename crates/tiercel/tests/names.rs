@@ -44,7 +44,7 @@ impl Scratch {
         Scratch(dir)
     }
     fn registry(&self) -> Registry {
-        Registry::Local(self.0.clone())
+        Registry::dir(self.0.clone())
     }
 }
 
@@ -148,4 +148,48 @@ fn names_are_checked_when_the_server_starts() {
     // Neither left a name behind.
     assert!(registry.names().unwrap().is_empty());
     assert_eq!(Client::connect("accounts").unwrap().target(), &Target::Name("accounts".into()));
+}
+
+/// A server of `name` with `secret` (`None`: plain), its `balance` answering `base + account`.
+fn bank_with(registry: &Registry, name: &str, base: i64, secret: Option<tiercel::Secret>) -> tiercel::RunningServer {
+    Server::bind("127.0.0.1:0")
+        .unwrap()
+        .with_config(ServerConfig { secret, ..ServerConfig::default() })
+        .with_registry(registry.clone())
+        .export_as(name, AccountsServer::new(Bank(base)))
+        .start()
+        .unwrap()
+}
+
+/// Whoever may write the registry can add exporters of any name; with a secret, a client passes
+/// every one that cannot prove it (plain, or with another secret), reaches the real server at
+/// every import, and counts those it passed.
+#[test]
+fn exporters_that_fail_the_proof_are_passed_over_and_counted() {
+    let scratch = Scratch::new("forged");
+    let registry = scratch.registry();
+    let secret = || tiercel::Secret::new(&[7; 32]).unwrap();
+    let real = bank_with(&registry, "accounts", 1000, Some(secret()));
+    let _plain = bank_with(&registry, "accounts", -1, None);
+    let _other = bank_with(&registry, "accounts", -2, Some(tiercel::Secret::new(&[8; 32]).unwrap()));
+    let _third = bank_with(&registry, "accounts", -3, None);
+    assert_eq!(registry.lookup("accounts").unwrap().len(), 4);
+    for transport in ["udp://accounts", "tcp://accounts", "accounts"] {
+        let client = Client::connect(transport)
+            .unwrap()
+            .with_registry(registry.clone())
+            .with_config(tiercel::ClientConfig { secret: Some(secret()), ..Default::default() });
+        for _ in 0..10 {
+            let bound: AccountsClient = client.import().unwrap();
+            assert_eq!(bound.binding().server(), real.addr(), "{transport}");
+            assert_eq!(bound.balance(5).unwrap(), 1005, "{transport}");
+        }
+        // Ten imports, each starting at one of four exporters at random: the chance that no
+        // import met a forged one first is 4^-10.
+        assert!(client.exporters_refused() > 0, "{transport}");
+    }
+    // Without a secret of its own, a client is refused by the real server and has the others'
+    // plain ones, which is what a plain client asked for.
+    let plain = import(&registry, "udp://accounts").unwrap();
+    assert!(plain.balance(5).unwrap() < 5);
 }

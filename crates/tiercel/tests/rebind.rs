@@ -63,7 +63,7 @@ impl Drop for Scratch {
 fn a_binding_by_name_moves_to_the_next_exporter_and_never_repeats_a_call() {
     for target in ["counter", "udp://counter"] {
         let dir = Scratch(std::env::temp_dir().join(format!("tiercel-rebind-{}-{}", std::process::id(), target.len())));
-        let registry = Registry::Local(dir.0.clone());
+        let registry = Registry::dir(dir.0.clone());
         let (ran_a, ran_b) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let a = serve("127.0.0.1:0", 1, &ran_a, Some(&registry), ServerConfig::default());
         let client: CounterClient =

@@ -37,6 +37,8 @@ pub struct Client {
     config: ClientConfig,
     /// Where names are looked up; `None`: [`Registry::default`] at each import.
     registry: Option<Registry>,
+    /// Exporters of a name passed over because they failed to prove themselves (shared by clones).
+    refused: Arc<AtomicU64>,
 }
 
 impl Client {
@@ -47,7 +49,7 @@ impl Client {
     /// import (see [`crate::names`]). Nothing is sent until [`Client::import`].
     pub fn connect(addr: impl ToAddress) -> Result<Client, AddressError> {
         let (transport, target) = addr.to_target()?;
-        Ok(Client { target, transport, config: ClientConfig::default(), registry: None })
+        Ok(Client { target, transport, config: ClientConfig::default(), registry: None, refused: Arc::default() })
     }
 
     /// Replaces the configuration used by later imports.
@@ -63,6 +65,13 @@ impl Client {
         self
     }
 
+    /// How many exporters of a name imports of this client (and its clones, re-bindings included)
+    /// passed over because they failed to prove themselves: a wrong or missing secret proof,
+    /// another interface, a broken bind exchange.
+    pub fn exporters_refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
     /// The server's address, or the name to look up.
     pub fn target(&self) -> &Target {
         &self.target
@@ -73,7 +82,11 @@ impl Client {
     ///
     /// Imported by name, the binding is to one of the live servers exporting the name with this
     /// interface, taken in random order so that clients spread over them; one that does not answer
-    /// or has no room is passed over for the next.
+    /// or has no room is passed over for the next, and so is one that fails to prove what the
+    /// client requires of it (the shared secret, the interface) or breaks the bind protocol, counted
+    /// in [`Client::exporters_refused`]: an entry forged by whoever can write the registry is
+    /// never the end of an import. When every exporter fails, the error is that of the first one
+    /// refused, else that of the last one tried.
     ///
     /// With `ClientConfig::rebind`, the binding binds again by itself when its server is found gone
     /// (see [`ClientConfig::rebind`](crate::ClientConfig::rebind)).
@@ -118,16 +131,23 @@ impl Client {
         let mut exporters = registry.resolve(name, info)?;
         let first = crate::random::bytes().map(|b| b[0] as usize).unwrap_or(0) % exporters.len();
         exporters.rotate_left(first);
-        let mut failed = None;
+        let (mut gone, mut refused) = (None, None);
         for exporter in exporters {
             match Binding::bind(exporter.addr, self.transport, info, self.config.clone()) {
                 Ok(binding) => return Ok(binding),
                 // Gone since it registered (its registration not yet removed), or full: the next.
-                Err(e @ (BindError::NoServer(_) | BindError::Unreachable(_) | BindError::Busy)) => failed = Some(e),
-                Err(e) => return Err(e),
+                Err(e @ (BindError::NoServer(_) | BindError::Unreachable(_) | BindError::Busy)) => gone = Some(e),
+                // This client's own trouble, which the next exporter would meet too.
+                Err(e @ (BindError::Io(_) | BindError::Internal(_) | BindError::Name(_))) => return Err(e),
+                // It could not prove what this client requires (a forged entry, another server
+                // on a dead one's port): counted, and the next.
+                Err(e) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    refused.get_or_insert(e);
+                }
             }
         }
-        Err(failed.unwrap_or_else(|| unreachable!("resolve returns at least one exporter")))
+        Err(refused.or(gone).unwrap_or_else(|| unreachable!("resolve returns at least one exporter")))
     }
 
     /// What the server exports (every interface, with its procedures), asked over UDP (TCP with a

@@ -10,9 +10,19 @@
 //!
 //! The default directory is the user's: `$XDG_RUNTIME_DIR/tiercel/names`, else
 //! `/tmp/tiercel-<uid>/names`, made with mode 0700 and refused if another user owns it or may
-//! write to it (a user who could write there could put any address under any name). Servers of
-//! several users on one host share names through a directory given to all of them
-//! (`TIERCEL_REGISTRY=dir:/path`), which then decides who may register.
+//! write to it, or if it (or its parent) is a symbolic link (a user who could write there, or
+//! point it elsewhere, could put any address under any name). Servers of several users on one
+//! host share names through a directory given to all of them (`TIERCEL_REGISTRY=dir:/path`).
+//!
+//! A name is only as trustworthy as whoever may write it, so a directory registry trusts the user
+//! running the process, root, and the users it is told to trust ([`Dir::trust`],
+//! `dir:/path?trust=UID,…`), and no one else. Every directory from `/` down to a name's directory
+//! must be owned by a trusted user and writable by no one else (a sticky directory, as `/tmp`,
+//! excepted: there others may add entries but not remove or replace ones they do not own), and so
+//! must every symbolic link on the way; an entry is read only if it is a regular file owned by a
+//! trusted user, opened without following a link. Another user can therefore squat a name in a
+//! shared sticky directory (made first, its directory is theirs, and registering under it then
+//! fails, naming them) but cannot point a client anywhere.
 //!
 //! An entry says which interface is exported (name, version and fingerprint), so an import of a
 //! name exported with another interface fails before anything is sent, naming both. The bind that
@@ -47,12 +57,42 @@ const ENTRY_MAGIC: &str = "tiercel-name 1";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Registry {
     /// A directory on this host (see the [module documentation](self)).
-    Local(PathBuf),
+    Local(Dir),
     /// An etcd cluster, for servers and clients on many hosts (feature `etcd`): a registration
     /// lives while its server's process keeps its lease alive, and a killed server's entry is gone
     /// within the lease's time to live.
     #[cfg(feature = "etcd")]
     Etcd(Etcd),
+}
+
+/// A directory registry: where it is, and whose entries it trusts besides this user's and root's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dir {
+    /// The directory.
+    pub path: PathBuf,
+    /// Users (ids) whose directories and entries are trusted, besides the user running the
+    /// process and root: the users whose servers a client of a shared registry is to reach.
+    pub trust: Vec<u32>,
+}
+
+impl Dir {
+    /// The directory at `path`, trusting this user and root.
+    pub fn new(path: impl Into<PathBuf>) -> Dir {
+        Dir { path: path.into(), trust: Vec::new() }
+    }
+
+    /// Trusts user `uid` too.
+    pub fn trust(mut self, uid: u32) -> Dir {
+        if !self.trust.contains(&uid) {
+            self.trust.push(uid);
+        }
+        self
+    }
+
+    /// Whether files and directories of user `uid` are trusted.
+    fn trusts(&self, uid: u32) -> bool {
+        uid == 0 || uid == tiercel_sys::process::euid() || self.trust.contains(&uid)
+    }
 }
 
 /// Why a name could not be registered or looked up.
@@ -71,7 +111,8 @@ pub enum NameError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The registry's directory is not safe to trust: another user owns it or may write to it.
+    /// The registry's directory, one above it or a name's directory is not safe to trust: an
+    /// untrusted user owns it or may write to it, or it is a symbolic link where none may be.
     #[error("registry directory {path} is not safe: {reason}")]
     Unsafe {
         /// The directory.
@@ -270,7 +311,13 @@ impl Default for Registry {
 impl core::fmt::Display for Registry {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Registry::Local(dir) => write!(f, "dir:{}", dir.display()),
+            Registry::Local(dir) => {
+                write!(f, "dir:{}", dir.path.display())?;
+                for (i, uid) in dir.trust.iter().enumerate() {
+                    write!(f, "{}{uid}", if i == 0 { "?trust=" } else { "," })?;
+                }
+                Ok(())
+            }
             #[cfg(feature = "etcd")]
             Registry::Etcd(etcd) => etcd.fmt(f),
         }
@@ -303,7 +350,12 @@ impl Registry {
             Some(run) if !run.is_empty() => PathBuf::from(run).join("tiercel"),
             _ => PathBuf::from(format!("/tmp/tiercel-{}", tiercel_sys::process::euid())),
         };
-        Registry::Local(base.join("names"))
+        Registry::Local(Dir::new(base.join("names")))
+    }
+
+    /// The directory registry at `path` ([`Dir::new`]).
+    pub fn dir(path: impl Into<PathBuf>) -> Registry {
+        Registry::Local(Dir::new(path))
     }
 
     /// The registry named by `TIERCEL_REGISTRY` ([`Registry::parse`]), or [`Registry::local`]
@@ -315,7 +367,8 @@ impl Registry {
         }
     }
 
-    /// `local` ([`Registry::local`]), `dir:/absolute/path` (a directory of the same layout), or
+    /// `local` ([`Registry::local`]), `dir:/absolute/path[?trust=UID,…]` (a directory of the same
+    /// layout, trusting the users listed besides this one and root), or
     /// `etcd://HOST:PORT[,HOST:PORT…][?ttl=SECONDS]` (feature `etcd`; the lease's time to live is
     /// 5 s unless given).
     pub fn parse(s: &str) -> Result<Registry, NameError> {
@@ -332,11 +385,22 @@ impl Registry {
                 Err(bad("this program was built without tiercel's `etcd` feature"))
             };
         }
-        match s.strip_prefix("dir:") {
-            Some(path) if Path::new(path).is_absolute() => Ok(Registry::Local(PathBuf::from(path))),
-            Some(_) => Err(bad("the directory must be an absolute path")),
-            None => Err(bad("expected `local`, `dir:/absolute/path` or `etcd://HOST:PORT`")),
+        let Some(rest) = s.strip_prefix("dir:") else {
+            return Err(bad("expected `local`, `dir:/absolute/path` or `etcd://HOST:PORT`"));
+        };
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if !Path::new(path).is_absolute() {
+            return Err(bad("the directory must be an absolute path"));
         }
+        let mut dir = Dir::new(path);
+        if !query.is_empty() {
+            let uids = query.strip_prefix("trust=").ok_or_else(|| bad("the only option is `?trust=UID,…`"))?;
+            for uid in uids.split(',') {
+                dir =
+                    dir.trust(uid.parse().map_err(|_| bad("`trust=` takes user ids (numbers), separated by commas"))?);
+            }
+        }
+        Ok(Registry::Local(dir))
     }
 
     fn io(&self, source: std::io::Error) -> NameError {
@@ -348,10 +412,8 @@ impl Registry {
     pub fn register(&self, exporter: &Exporter) -> Result<Registration, NameError> {
         check_name(&exporter.name)?;
         match self {
-            Registry::Local(root) => {
-                let dir = root.join(&exporter.name);
-                make_private_dir(root, self.is_default()).and_then(|()| make_dir(&dir)).map_err(|e| self.io(e))?;
-                self.check(root)?;
+            Registry::Local(local) => {
+                let dir = self.name_dir(local, &exporter.name, true)?.expect("made");
                 // Written and locked under a temporary name, then renamed into place: an importer
                 // never sees an entry that is incomplete or not yet locked.
                 let file_name = format!("{:016x}-{}", exporter.incarnation, unique());
@@ -384,12 +446,11 @@ impl Registry {
     pub fn lookup(&self, name: &str) -> Result<Vec<Exporter>, NameError> {
         check_name(name)?;
         match self {
-            Registry::Local(root) => {
-                if !root.exists() {
+            Registry::Local(local) => {
+                let Some(dir) = self.name_dir(local, name, false)? else {
                     return Ok(Vec::new());
-                }
-                self.check(root)?;
-                let entries = match std::fs::read_dir(root.join(name)) {
+                };
+                let entries = match std::fs::read_dir(&dir) {
                     Ok(entries) => entries,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
                     Err(e) => return Err(self.io(e)),
@@ -400,7 +461,7 @@ impl Registry {
                     if entry.file_name().as_encoded_bytes().starts_with(b".") {
                         continue;
                     }
-                    if let Some(exporter) = read_live(&entry.path()) {
+                    if let Some(exporter) = read_live(&entry.path(), local) {
                         if exporter.name == name {
                             live.push(exporter);
                         }
@@ -420,13 +481,12 @@ impl Registry {
     /// The names with at least one live exporter, sorted.
     pub fn names(&self) -> Result<Vec<String>, NameError> {
         match self {
-            Registry::Local(root) => {
-                if !root.exists() {
+            Registry::Local(local) => {
+                if !self.walk(local, false)? {
                     return Ok(Vec::new());
                 }
-                self.check(root)?;
                 let mut names = Vec::new();
-                for entry in std::fs::read_dir(root).map_err(|e| self.io(e))? {
+                for entry in std::fs::read_dir(&local.path).map_err(|e| self.io(e))? {
                     let name = entry.map_err(|e| self.io(e))?.file_name();
                     if let Some(name) = name.to_str().filter(|n| valid_name(n)) {
                         if !self.lookup(name)?.is_empty() {
@@ -465,14 +525,70 @@ impl Registry {
         *self == Registry::local()
     }
 
-    /// [`check_dir`] of the directory, and of its parent for the default one (`/tmp/tiercel-<uid>`
-    /// could have been made by another user before this one's first server).
-    fn check(&self, root: &Path) -> Result<(), NameError> {
-        check_dir(root)?;
-        match root.parent() {
-            Some(parent) if self.is_default() => check_dir(parent),
-            _ => Ok(()),
+    /// How many of the directory's last components must be private to this user: the default
+    /// directory and its parent (`/tmp/tiercel-<uid>` could have been made, or linked elsewhere,
+    /// by another user before this one's first server); none of a directory given.
+    fn private_depth(&self) -> usize {
+        if self.is_default() {
+            2
+        } else {
+            0
         }
+    }
+
+    /// Checks every directory from `/` down to the registry's ([`check_entry`]), making the missing
+    /// ones when `make` is set, and then every directory of its real path (links resolved). False
+    /// when the directory does not exist and was not to be made.
+    fn walk(&self, local: &Dir, make: bool) -> Result<bool, NameError> {
+        let private = self.private_depth();
+        let depth = local.path.components().count();
+        let mut at = PathBuf::new();
+        for (i, part) in local.path.components().enumerate() {
+            at.push(part);
+            let private = depth - i <= private;
+            let meta = match std::fs::symlink_metadata(&at) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && make => {
+                    make_dir(&at, if private { 0o700 } else { 0o755 }).map_err(|e| self.io(e))?;
+                    std::fs::symlink_metadata(&at)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                found => found,
+            };
+            let meta = meta.map_err(|e| NameError::Unsafe { path: at.clone(), reason: e.to_string() })?;
+            check_entry(&at, &meta, local, private)?;
+        }
+        let real = std::fs::canonicalize(&local.path).map_err(|e| self.io(e))?;
+        let mut at = PathBuf::new();
+        for part in real.components() {
+            at.push(part);
+            let meta = std::fs::symlink_metadata(&at).map_err(|e| self.io(e))?;
+            check_entry(&at, &meta, local, false)?;
+        }
+        Ok(true)
+    }
+
+    /// The directory of `name`'s entries, checked as the registry's own (made with the registry's
+    /// when `make` is set); `None` when it does not exist and was not to be made.
+    fn name_dir(&self, local: &Dir, name: &str, make: bool) -> Result<Option<PathBuf>, NameError> {
+        if !self.walk(local, make)? {
+            return Ok(None);
+        }
+        let dir = local.path.join(name);
+        let meta = match std::fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && make => {
+                make_dir(&dir, if self.is_default() { 0o700 } else { 0o755 }).map_err(|e| self.io(e))?;
+                std::fs::symlink_metadata(&dir)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            found => found,
+        };
+        let meta = meta.map_err(|e| self.io(e))?;
+        // A name's directory is never a link: one would let whoever made it point the name anywhere.
+        if meta.file_type().is_symlink() {
+            return Err(NameError::Unsafe { path: dir, reason: "a symbolic link, where a directory must be".into() });
+        }
+        check_entry(&dir, &meta, local, false)?;
+        Ok(Some(dir))
     }
 }
 
@@ -482,10 +598,16 @@ fn unique() -> u64 {
     (u64::from(std::process::id()) << 32) | NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The entry at `path` if its exporter still holds its lock; a stale one (lockable: its process is
-/// gone) is removed. Unreadable or malformed files are skipped, not trusted.
-fn read_live(path: &Path) -> Option<Exporter> {
-    let file = File::open(path).ok()?;
+/// The entry at `path` if it is a regular file of a trusted user and its exporter still holds its
+/// lock; a stale one (lockable: its process is gone) is removed. Links, files of other users, and
+/// unreadable or malformed files are skipped, not trusted.
+fn read_live(path: &Path, local: &Dir) -> Option<Exporter> {
+    use std::os::unix::fs::MetadataExt;
+    let file = tiercel_sys::process::open_nofollow(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || !local.trusts(meta.uid()) {
+        return None;
+    }
     match file.try_lock_shared() {
         // Nobody holds it: the exporter died without taking its name back.
         Ok(()) => {
@@ -501,37 +623,52 @@ fn read_live(path: &Path) -> Option<Exporter> {
     }
 }
 
-/// Makes the registry's directory; the default one (and its parent) private to this user.
-fn make_private_dir(root: &Path, private: bool) -> std::io::Result<()> {
+/// Makes one directory with `mode` (less the umask); one made meanwhile by someone else is checked
+/// like any other.
+fn make_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    if private {
-        builder.mode(0o700);
-    }
-    builder.create(root)
-}
-
-fn make_dir(dir: &Path) -> std::io::Result<()> {
-    match std::fs::create_dir(dir) {
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
         _ => Ok(()),
     }
 }
 
-/// Refuses a registry directory that another user could write names into: one owned by someone
-/// other than this user or root, or writable by others without the sticky bit.
-fn check_dir(root: &Path) -> Result<(), NameError> {
+/// Refuses a directory (or a link on the way to one) that could let an untrusted user write names:
+/// one owned by a user `local` does not trust, or writable by others without the sticky bit. A
+/// `private` one (the default registry and its parent) must be this user's own directory, not a
+/// link, and writable by no one else, sticky or not.
+fn check_entry(path: &Path, meta: &std::fs::Metadata, local: &Dir, private: bool) -> Result<(), NameError> {
     use std::os::unix::fs::MetadataExt;
-    let unsafe_dir = |reason: String| NameError::Unsafe { path: root.to_owned(), reason };
-    let meta = std::fs::metadata(root).map_err(|e| unsafe_dir(e.to_string()))?;
+    let unsafe_dir = |reason: String| Err(NameError::Unsafe { path: path.to_owned(), reason });
     let me = tiercel_sys::process::euid();
-    if meta.uid() != me && meta.uid() != 0 {
-        return Err(unsafe_dir(format!("owned by uid {}, not by this user ({me}) or root", meta.uid())));
+    let (uid, mode) = (meta.uid(), meta.mode() & 0o7777);
+    if private {
+        if meta.file_type().is_symlink() {
+            return unsafe_dir(format!(
+                "a symbolic link (owned by uid {uid}), where this user's own directory must be"
+            ));
+        }
+        if uid != me {
+            return unsafe_dir(format!("owned by uid {uid}, not by this user ({me})"));
+        }
+    }
+    if !local.trusts(uid) {
+        let also = if local.trust.is_empty() { String::new() } else { format!(" or a trusted user {:?}", local.trust) };
+        return unsafe_dir(format!("owned by uid {uid}, not by this user ({me}), root{also}"));
+    }
+    if meta.file_type().is_symlink() {
+        // A trusted user's link: where it leads is checked as the real path.
+        return Ok(());
+    }
+    if !meta.is_dir() {
+        return unsafe_dir("not a directory".into());
     }
     const STICKY: u32 = 0o1000;
-    if meta.mode() & 0o022 != 0 && meta.mode() & STICKY == 0 {
-        return Err(unsafe_dir(format!("writable by others (mode {:o}) without the sticky bit", meta.mode() & 0o7777)));
+    if mode & 0o022 != 0 && (private || mode & STICKY == 0) {
+        return unsafe_dir(format!(
+            "writable by others (mode {mode:o}){}",
+            if private { "" } else { " without the sticky bit" }
+        ));
     }
     Ok(())
 }

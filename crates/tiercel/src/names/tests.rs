@@ -35,7 +35,7 @@ fn entries_round_trip_and_garbage_is_no_entry() {
 
 #[test]
 fn registries_parse() {
-    assert_eq!(Registry::parse("dir:/srv/names").unwrap(), Registry::Local("/srv/names".into()));
+    assert_eq!(Registry::parse("dir:/srv/names").unwrap(), Registry::dir("/srv/names"));
     assert_eq!(Registry::parse("local").unwrap(), Registry::local());
     for bad in ["dir:relative", "etcd", "/srv/names"] {
         assert!(matches!(Registry::parse(bad), Err(NameError::InvalidRegistry { .. })), "{bad}");
@@ -45,7 +45,7 @@ fn registries_parse() {
 fn scratch(tag: &str) -> (PathBuf, Registry) {
     let dir = std::env::temp_dir().join(format!("tiercel-names-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    (dir.clone(), Registry::Local(dir))
+    (dir.clone(), Registry::dir(dir))
 }
 
 #[test]
@@ -101,5 +101,38 @@ fn a_directory_others_may_write_to_is_refused() {
     // With the sticky bit (as /tmp), others may add entries but not remove or replace ours.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
     assert!(registry.lookup("accounts").unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_registry_trusts_the_users_it_is_told_to_and_says_so() {
+    let registry = Registry::parse("dir:/srv/names?trust=1000,1001").unwrap();
+    assert_eq!(registry, Registry::Local(Dir::new("/srv/names").trust(1000).trust(1001)));
+    assert_eq!(registry.to_string(), "dir:/srv/names?trust=1000,1001");
+    assert_eq!(Registry::parse(&registry.to_string()).unwrap(), registry);
+    for bad in ["dir:/srv/names?trust=alice", "dir:/srv/names?owner=1000", "dir:/srv/names?trust="] {
+        assert!(matches!(Registry::parse(bad), Err(NameError::InvalidRegistry { .. })), "{bad}");
+    }
+}
+
+#[test]
+fn links_where_the_registry_expects_directories_or_entries_are_not_followed() {
+    let (dir, registry) = scratch("links");
+    let _r = registry.register(&exporter("accounts")).unwrap();
+    // A name whose directory is a link to another name's: refused, however trusted its owner.
+    std::os::unix::fs::symlink(dir.join("accounts"), dir.join("billing")).unwrap();
+    assert!(matches!(registry.lookup("billing"), Err(NameError::Unsafe { .. })));
+    assert!(matches!(registry.register(&exporter("billing")), Err(NameError::Unsafe { .. })));
+    // An entry that links to a live entry is no entry.
+    let live = std::fs::read_dir(dir.join("accounts")).unwrap().next().unwrap().unwrap().path();
+    std::fs::create_dir(dir.join("audit")).unwrap();
+    std::os::unix::fs::symlink(&live, dir.join("audit").join("0000000000000001-1")).unwrap();
+    assert!(registry.lookup("audit").unwrap().is_empty());
+    // This user's own link to the registry leads to it, checked all the way.
+    let link = dir.with_extension("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&dir, &link).unwrap();
+    assert_eq!(Registry::dir(&link).lookup("accounts").unwrap(), vec![exporter("accounts")]);
+    let _ = std::fs::remove_file(&link);
     let _ = std::fs::remove_dir_all(&dir);
 }
