@@ -1,8 +1,11 @@
 //! `tiercel serve --name` and `tiercel call NAME` as separate processes: two servers under one
 //! name share the clients, one killed with SIGKILL drops out at once (its lock died with it) and
-//! its stale entry is removed, and the last one shut down with SIGTERM takes the name back.
+//! its stale entry is removed, and the last one shut down with SIGTERM takes the name back. And a
+//! user of another uid, with its own `tiercel serve`, cannot point a name elsewhere.
 
 use std::collections::HashSet;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use tiercel::names::Registry;
@@ -132,4 +135,114 @@ fn the_command_lists_and_calls_a_users_own_interface() {
     assert!(!ok && unknown.contains("exports no procedure \"nothing\" (it exports Journal v1"), "{unknown}");
     drop(served);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The user the impostor runs as.
+const NOBODY: u32 = 65534;
+
+/// A directory of this test's own, mode 1777 like `/tmp`, removed when dropped.
+struct Sticky(PathBuf);
+
+impl Sticky {
+    fn new(tag: &str) -> Sticky {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("tiercel-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        Sticky(dir)
+    }
+}
+
+impl Drop for Sticky {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A command run as user `NOBODY` in `dir`.
+fn as_nobody(program: &Path, dir: &Path) -> Command {
+    let mut command = Command::new(program);
+    command.uid(NOBODY).gid(NOBODY).current_dir(dir).env_remove("XDG_RUNTIME_DIR");
+    command
+}
+
+/// `tiercel` run to its end by root with `env` set: whether it succeeded, and its output.
+fn run(args: &[&str], env: &[(&str, &Path)]) -> (bool, String) {
+    let mut command = Command::new(TIERCEL);
+    command.args(args).env_remove("TIERCEL_REGISTRY");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+/// A process of another user prepares what it can before root's server starts: a link where root's
+/// default registry will be, a name's directory made first in a shared sticky registry, its own
+/// server registered in both. Root's server refuses to register in either, naming what it found,
+/// and root's client refuses to look either up: no call reaches the impostor. Where root's server
+/// registered first, the impostor cannot add itself, and every import reaches root's server.
+#[test]
+fn a_process_of_another_user_cannot_point_a_name_elsewhere() {
+    tiercel_seeds::needs!(ROOT);
+    let area = Sticky::new("squat");
+    let exe = area.0.join("tiercel");
+    std::fs::copy(TIERCEL, &exe).unwrap();
+    let impostor_serves = |registry: &str, name: &str| {
+        let child = as_nobody(&exe, &area.0)
+            .args(["serve", "--name", name, "--registry", registry, "--workers", "1", "--spin-us", "0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        collect(child)
+    };
+
+    // 1. Root's default registry (`$XDG_RUNTIME_DIR/tiercel/names`), made a link to the impostor's
+    //    own registry before root's first server.
+    let run_dir = area.0.join("run");
+    std::fs::create_dir(&run_dir).unwrap();
+    std::fs::set_permissions(&run_dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    let made = as_nobody(Path::new("sh"), &area.0).args(["-c", "mkdir evil && ln -s ../evil run/tiercel"]).status();
+    assert!(made.unwrap().success());
+    let evil = format!("dir:{}", area.0.join("evil/names").display());
+    let impostor = impostor_serves(&evil, "accounts");
+    let xdg = [("XDG_RUNTIME_DIR", run_dir.as_path())];
+    let (ok, out) = run(&["serve", "--name", "accounts", "--workers", "1"], &xdg);
+    assert!(!ok && out.contains("is not safe: a symbolic link (owned by uid 65534)"), "{out}");
+    let (ok, out) = run(&["call", "accounts", "add", "2", "3"], &xdg);
+    assert!(!ok && out.contains("is not safe: a symbolic link (owned by uid 65534)"), "{out}");
+    assert!(out.contains("never ran") && !out.contains("= 5"), "{out}");
+    drop(impostor);
+
+    // 2. A shared sticky registry where the impostor made the name's directory first.
+    let shared = format!("dir:{}", area.0.join("shared").display());
+    std::fs::create_dir(area.0.join("shared")).unwrap();
+    std::fs::set_permissions(area.0.join("shared"), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    let impostor = impostor_serves(&shared, "accounts");
+    let (ok, out) = run(&["serve", "--name", "accounts", "--registry", &shared, "--workers", "1"], &[]);
+    assert!(!ok && out.contains("is not safe: owned by uid 65534"), "{out}");
+    let (ok, out) = run(&["call", "accounts", "add", "2", "3", "--registry", &shared], &[]);
+    assert!(!ok && out.contains("is not safe: owned by uid 65534") && out.contains("never ran"), "{out}");
+    // Trusted by name, the same user's server is reached: the refusal above was the trust rule.
+    let (ok, out) = run(&["call", "accounts", "add", "2", "3", "--registry", &format!("{shared}?trust={NOBODY}")], &[]);
+    assert!(ok && out.contains("add(2, 3) = 5"), "{out}");
+    drop(impostor);
+
+    // 3. Root's server registered first: the impostor can neither register beside it nor plant an
+    //    entry, and every import reaches root's server.
+    let real = serve_named(&shared, "billing");
+    let out = as_nobody(&exe, &area.0).args(["serve", "--name", "billing", "--registry", &shared]).output().unwrap();
+    assert!(!out.status.success(), "the impostor registered beside root's server");
+    let planted = as_nobody(Path::new("sh"), &area.0)
+        .args(["-c", "echo x > shared/billing/0000000000000001-1"])
+        .status()
+        .unwrap();
+    assert!(!planted.success(), "the impostor wrote into root's name");
+    let registry = Registry::parse(&shared).unwrap();
+    for _ in 0..10 {
+        let client: TestClient = Client::connect("billing").unwrap().with_registry(registry.clone()).import().unwrap();
+        assert_eq!(format!("udp://{}", client.binding().server()), real.addr);
+        assert_eq!(client.add(2, 3).unwrap(), 5);
+    }
 }
