@@ -4,8 +4,7 @@
 //! user of another uid, with its own `tiercel serve`, cannot point a name elsewhere.
 
 use std::collections::HashSet;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use tiercel::names::Registry;
@@ -14,7 +13,7 @@ use tiercel_bench::seeds::TestClient;
 
 mod common;
 
-use common::{collect, Served, TIERCEL};
+use common::{as_nobody, collect, Served, Sticky, NOBODY, TIERCEL};
 
 fn serve_named(registry: &str, name: &str) -> Served {
     let child = Command::new(TIERCEL)
@@ -137,36 +136,6 @@ fn the_command_lists_and_calls_a_users_own_interface() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The user the impostor runs as.
-const NOBODY: u32 = 65534;
-
-/// A directory of this test's own, mode 1777 like `/tmp`, removed when dropped.
-struct Sticky(PathBuf);
-
-impl Sticky {
-    fn new(tag: &str) -> Sticky {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("tiercel-cli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        Sticky(dir)
-    }
-}
-
-impl Drop for Sticky {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A command run as user `NOBODY` in `dir`.
-fn as_nobody(program: &Path, dir: &Path) -> Command {
-    let mut command = Command::new(program);
-    command.uid(NOBODY).gid(NOBODY).current_dir(dir).env_remove("XDG_RUNTIME_DIR");
-    command
-}
-
 /// `tiercel` run to its end by root with `env` set: whether it succeeded, and its output.
 fn run(args: &[&str], env: &[(&str, &Path)]) -> (bool, String) {
     let mut command = Command::new(TIERCEL);
@@ -187,8 +156,7 @@ fn run(args: &[&str], env: &[(&str, &Path)]) -> (bool, String) {
 fn a_process_of_another_user_cannot_point_a_name_elsewhere() {
     tiercel_seeds::needs!(ROOT);
     let area = Sticky::new("squat");
-    let exe = area.0.join("tiercel");
-    std::fs::copy(TIERCEL, &exe).unwrap();
+    let exe = area.tiercel();
     let impostor_serves = |registry: &str, name: &str| {
         let child = as_nobody(&exe, &area.0)
             .args(["serve", "--name", name, "--registry", registry, "--workers", "1", "--spin-us", "0"])

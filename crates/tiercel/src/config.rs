@@ -85,8 +85,15 @@ pub struct ClientConfig {
     /// memory in the cost ledger, `docs/ledger.md`; lost in the noise over UDP and TCP). Default:
     /// off (a binding whose server
     /// went away fails every call until the application imports again), because the binding then
-    /// goes to whoever answers at the address or name: without a shared secret, which the server
-    /// must prove it holds, another process that took the dead server's port would get the calls.
+    /// goes to whoever answers at the address or name. Made to an address of this host, the binding
+    /// notes whose process serves the port (the kernel's socket tables, read at the bind) and binds
+    /// again only to a process of the same user: another user's process that took the dead
+    /// server's port gets no call, and the call fails with [`BindError::AnotherOwner`]
+    /// (never ran). A name's exporters are those its registry trusts (see [`crate::names`]). To a
+    /// server of another host, only a shared secret, which the server must prove it holds, keeps
+    /// the calls from a process that took the dead server's port.
+    ///
+    /// [`BindError::AnotherOwner`]: crate::BindError::AnotherOwner
     pub rebind: bool,
 }
 

@@ -111,6 +111,20 @@ pub enum BindError {
     /// not prove the client's secret back.
     #[error("authentication failed: {0}")]
     AuthenticationFailed(&'static str),
+    /// A binding made with `ClientConfig::rebind` to an address on this host, binding again, found
+    /// the address served by another user's process than when it was made (or by no process the
+    /// kernel's socket tables name): another user may have taken a dead server's port, so the
+    /// binding does not go there. Only a shared secret tells a server of another host from an
+    /// impostor.
+    #[error("the server at {server} is now run by {}, not by user {expected} as when the binding was made: not binding again to it", match found { Some(uid) => format!("user {uid}"), None => "an unknown user".to_owned() })]
+    AnotherOwner {
+        /// The server's address.
+        server: SocketAddr,
+        /// The user whose process served it when the binding was made.
+        expected: u32,
+        /// The user whose process serves it now, where the kernel says.
+        found: Option<u32>,
+    },
     /// The server does not speak this client's protocol version (it answered with the range it
     /// does): one side is too old for the other. Upgrade the older one.
     #[error("the server speaks protocol versions {server_min} to {server_max}, this client version {client}")]

@@ -2,6 +2,8 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -105,4 +107,47 @@ pub fn assert_held_within(peak: &HashMap<String, u64>, budget_mib: u64, overhead
         "peak RSS {} KiB against a {budget_mib} MiB budget",
         peak["peak_rss_kib"]
     );
+}
+
+/// The user an impostor runs as.
+#[allow(dead_code)] // not every test binary uses every helper
+pub const NOBODY: u32 = 65534;
+
+/// A directory of this test's own, mode 1777 like `/tmp`, removed when dropped.
+#[allow(dead_code)]
+pub struct Sticky(pub PathBuf);
+
+#[allow(dead_code)]
+impl Sticky {
+    pub fn new(tag: &str) -> Sticky {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("tiercel-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        Sticky(dir)
+    }
+
+    /// A copy of the `tiercel` command in the directory, which any user may run.
+    pub fn tiercel(&self) -> PathBuf {
+        let exe = self.0.join("tiercel");
+        if !exe.exists() {
+            std::fs::copy(TIERCEL, &exe).unwrap();
+        }
+        exe
+    }
+}
+
+impl Drop for Sticky {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A command run as user `NOBODY` in `dir`.
+#[allow(dead_code)]
+pub fn as_nobody(program: &Path, dir: &Path) -> Command {
+    let mut command = Command::new(program);
+    command.uid(NOBODY).gid(NOBODY).current_dir(dir).env_remove("XDG_RUNTIME_DIR");
+    command
 }

@@ -79,6 +79,16 @@ pub(crate) struct Rebinder {
     pub(super) rebinds: AtomicU64,
     /// The watch of the name imported, when its registry tells of departures.
     pub(super) watch: Option<crate::names::Watch>,
+    /// The user whose process served the address when the binding was made, where the server is on
+    /// this host and the binding was made to an address: a binding made again must find the
+    /// same user's process there.
+    owner: Option<u32>,
+}
+
+/// The user whose socket serves `inner`'s server (its TCP listener for a binding over TCP, its UDP
+/// socket otherwise, shared memory's included), when it is on this host.
+fn owner_of(inner: &BindingInner) -> Option<u32> {
+    tiercel_sys::process::socket_owner(inner.tcp.is_some(), inner.server)
 }
 
 struct Latest {
@@ -93,6 +103,10 @@ struct Latest {
 
 impl Rebinder {
     pub(super) fn new(client: Client, inner: &Arc<BindingInner>, watch: Option<crate::names::Watch>) -> Rebinder {
+        let owner = match client.target {
+            Target::Addr(_) => owner_of(inner),
+            Target::Name(_) => None,
+        };
         Rebinder {
             client,
             info: inner.info,
@@ -104,6 +118,7 @@ impl Rebinder {
             }),
             rebinds: AtomicU64::new(0),
             watch,
+            owner,
         }
     }
 
@@ -146,6 +161,14 @@ impl Rebinder {
         let now = std::time::Instant::now();
         if latest.lost {
             let mut fresh = self.client.bind(self.info).map_err(CallError::BindAgain)?;
+            if let Some(expected) = self.owner {
+                let found = owner_of(&fresh.inner);
+                if found != Some(expected) {
+                    // Dropped unused: the binding stays lost, and the next call looks again.
+                    let server = fresh.inner.server;
+                    return Err(CallError::BindAgain(BindError::AnotherOwner { server, expected, found }));
+                }
+            }
             self.adopt(&mut latest, &mut fresh, now);
         } else if latest.shm_again.is_some_and(|t| now >= t) {
             // The same server, through shared memory only: nothing is granted over UDP meanwhile.
