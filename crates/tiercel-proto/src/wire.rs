@@ -175,6 +175,10 @@ pub enum Status {
     /// The server does not speak the bind request's protocol version; the reject carries the range
     /// it speaks.
     UnsupportedVersion = 18,
+    /// The server's interceptor refused the call before it ran (an authorization decision); the
+    /// payload says why. It never ran. Sent only on a binding granted
+    /// [`crate::bind::wire::features::REFUSED`]; other clients are answered `BadArguments`.
+    Refused = 19,
 }
 
 impl Status {
@@ -200,6 +204,7 @@ impl Status {
             16 => Status::DeadlineExceeded,
             17 => Status::Cancelled,
             18 => Status::UnsupportedVersion,
+            19 => Status::Refused,
             _ => return None,
         })
     }

@@ -95,6 +95,10 @@ pub struct ClientConfig {
     ///
     /// [`BindError::AnotherOwner`]: crate::BindError::AnotherOwner
     pub rebind: bool,
+    /// Shown every call of the binding before it is sent (see [`crate::Client::intercept`]);
+    /// a refusal fails the call with [`crate::CallError::Intercepted`], never sent. Costs a call one
+    /// branch when absent. Default: none.
+    pub interceptor: Option<crate::ClientInterceptor>,
 }
 
 impl Default for ClientConfig {
@@ -110,6 +114,7 @@ impl Default for ClientConfig {
             tcp_fallback: true,
             metrics: false,
             rebind: false,
+            interceptor: None,
         }
     }
 }

@@ -226,9 +226,17 @@ pub enum CallError {
         /// The procedure's name.
         procedure: &'static str,
     },
+    /// This client's interceptor ([`crate::Client::intercept`]) refused the call, saying why: it
+    /// was never sent.
+    #[error("this client's interceptor refused the call: {0}")]
+    Intercepted(String),
     /// The server could not decode the arguments.
     #[error("server could not decode the arguments: {0}")]
     BadArguments(String),
+    /// The server's interceptor refused the call before it ran ([`crate::Server::intercept`]),
+    /// saying why: an authorization decision. It never ran.
+    #[error("the server refused the call: {0}")]
+    Refused(String),
     /// The procedure panicked; the server caught it and goes on serving.
     #[error("remote procedure panicked: {0}")]
     Panicked(String),
@@ -290,6 +298,8 @@ impl CallError {
             CallError::UnknownProcedure(_)
             | CallError::NotExported { .. }
             | CallError::BadArguments(_)
+            | CallError::Refused(_)
+            | CallError::Intercepted(_)
             | CallError::TooLarge(_)
             | CallError::DeadlineExceeded { may_have_run: false }
             | CallError::NoFreeSlot(_)

@@ -109,7 +109,7 @@ pub mod wire;
 pub use address::{Target, ToAddress, Transport};
 pub use auth::{Secret, MIN_SECRET_LEN};
 pub use buffers::{In, InOut, Out};
-pub use client::{Binding, Client, ClientStats};
+pub use client::{Binding, Client, ClientInterceptor, ClientStats, OutgoingCall};
 // What generated client stubs drive; not called by users.
 #[cfg(feature = "async")]
 #[doc(hidden)]
@@ -121,7 +121,7 @@ pub use error::{AddressError, BindError, CallError, Error, Execution, Invariant,
 pub use interface::{
     AsyncDispatch, DispatchError, Export, ExportInfo, Import, InterfaceInfo, Region, Results, SignatureSource,
 };
-pub use server::{deadline, RunningServer, Server, ServerStats, ShutdownHandle, StatsHandle};
+pub use server::{caller, deadline, CallInfo, Caller, RunningServer, Server, ServerStats, ShutdownHandle, StatsHandle};
 pub use tiercel_macros::{interface, Wire};
 pub use wire::{DecodeError, Reader, Wire, Writer};
 

@@ -15,9 +15,13 @@ pub(crate) use imp::*;
 
 #[cfg(feature = "async")]
 tokio::task_local! {
-    /// The deadline and trace of the async call a task runs: the server sets it around an async
-    /// procedure (`server::asynch`), and calls the procedure makes continue its trace.
-    pub(crate) static TASK_CALL: (Option<std::time::Instant>, Option<tiercel_proto::context::Trace>);
+    /// The deadline, trace and caller of the async call a task runs: the server sets it around an
+    /// async procedure (`server::asynch`), and calls the procedure makes continue its trace.
+    pub(crate) static TASK_CALL: (
+        Option<std::time::Instant>,
+        Option<tiercel_proto::context::Trace>,
+        Option<tiercel_proto::endpoint::Caller>,
+    );
 }
 
 /// The trace of the async procedure the current task runs, if any.

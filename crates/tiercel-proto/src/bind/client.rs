@@ -127,6 +127,13 @@ impl BindClient {
         }
     }
 
+    /// Asks only for the protocol `features` given (of those this code speaks), as a client of an
+    /// older version would.
+    pub fn with_features(mut self, asked: u16) -> BindClient {
+        self.request.features = asked & features::ALL;
+        self
+    }
+
     /// Where the server's copy of the interface differs from this client's and the bind went on by
     /// procedure names and shapes: the server's number for each of this client's procedures
     /// ([`ABSENT`] for one the server lacks). `None` when both copies are the same (a procedure's

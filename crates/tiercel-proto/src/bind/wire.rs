@@ -51,8 +51,10 @@ pub mod features {
     /// acknowledged prefix (a receiver accepts fragments that far on); without it, up to
     /// [`crate::fragment::NARROW_WINDOW`], what an acknowledgement's mask covers.
     pub const WIDE_WINDOW: u16 = 4;
+    /// Results with [`crate::wire::Status::Refused`]: a call the server's interceptor refused.
+    pub const REFUSED: u16 = 8;
     /// Everything this code speaks.
-    pub const ALL: u16 = CONTEXT | CANCEL | WIDE_WINDOW;
+    pub const ALL: u16 = CONTEXT | CANCEL | WIDE_WINDOW | REFUSED;
 
     /// The largest window either side of a binding granted `granted` may send with.
     pub fn max_window(granted: u16) -> u16 {

@@ -40,6 +40,11 @@ pub struct Binding<A, E> {
     pub export: E,
     /// Largest datagram sent on the binding.
     pub max_datagram: usize,
+    /// Who holds it, where its transport knew ([`super::ServerEndpoint::grant_from`],
+    /// [`super::ServerEndpoint::connect_from`]).
+    pub caller: Option<super::Caller>,
+    /// The protocol features granted (`bind::wire::features`).
+    pub features: u16,
     /// Fragments of a multi-packet message in flight beyond the acknowledged prefix, both ways: the
     /// server's timing for this binding's fragments, within what its client accepts.
     window: u16,
@@ -113,6 +118,7 @@ impl<A, E> Binding<A, E> {
         export: E,
         terms: super::Terms,
         carrier_memory: Arc<Budget>,
+        caller: Option<super::Caller>,
         now: u64,
     ) -> Binding<A, E> {
         let frag_payload = terms.max_datagram.saturating_sub(HEADER_LEN);
@@ -124,6 +130,8 @@ impl<A, E> Binding<A, E> {
             token,
             export,
             max_datagram: terms.max_datagram,
+            caller,
+            features: terms.features,
             window: config.timing.window_for(frag_payload, limit),
             incarnation: config.incarnation,
             slot_count: config.slots_per_binding,

@@ -39,6 +39,34 @@ pub enum Source {
     User(u32),
 }
 
+/// Who holds a binding, as its transport knew it when the binding was made: what a procedure is
+/// told of its caller, and what decides whose part of the budgets the binding's memory lies in
+/// ([`Caller::source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Caller {
+    /// A client over UDP (the address its bind request came from, where the grant and the token
+    /// calls must carry went) or over TCP (the connection's peer).
+    Address(std::net::SocketAddr),
+    /// A process of this host, through shared memory: its user and process ids, as the kernel
+    /// recorded them for its rendezvous connection (`SO_PEERCRED`).
+    Process {
+        /// Its user id.
+        uid: u32,
+        /// Its process id.
+        pid: u32,
+    },
+}
+
+impl Caller {
+    /// Whose part of a carrier's share the caller's bindings take: its IP address, or its user.
+    pub fn source(&self) -> Source {
+        match *self {
+            Caller::Address(a) => Source::Address(a.ip().to_canonical()),
+            Caller::Process { uid, .. } => Source::User(uid),
+        }
+    }
+}
+
 /// What a frame on a connection's binding asks for ([`ServerEndpoint::on_frame`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framed {
@@ -151,20 +179,22 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// within its carrier's share alone; [`ServerEndpoint::connect_from`] puts it within its
     /// source's part of that share.
     pub fn connect(&self, carrier: Carrier, export: E, now: Instant) -> Option<Arc<Binding<A, E>>> {
-        self.connect_within(carrier, self.carrier_budget(carrier), export, now)
+        self.connect_within(carrier, self.carrier_budget(carrier), None, 0, export, now)
     }
 
-    /// [`ServerEndpoint::connect`] for a bind request from `source`: the memory of all the
-    /// bindings of one source and carrier together lies within half of the carrier's share, so
-    /// that one address (or one local user) filling what it may hold leaves the others room.
+    /// [`ServerEndpoint::connect`] for a bind request from `caller`, granted the protocol
+    /// `features`: the memory of all the bindings of one source ([`Caller::source`]) and carrier
+    /// together lies within half of the carrier's share, so that one address (or one local user)
+    /// filling what it may hold leaves the others room.
     pub fn connect_from(
         &self,
         carrier: Carrier,
-        source: Source,
+        caller: Caller,
+        features: u16,
         export: E,
         now: Instant,
     ) -> Option<Arc<Binding<A, E>>> {
-        self.connect_within(carrier, self.part(carrier, source), export, now)
+        self.connect_within(carrier, self.part(carrier, caller.source()), Some(caller), features, export, now)
     }
 
     /// `source`'s part of `carrier`'s share: half of it, for all of the source's bindings of that
@@ -189,6 +219,8 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         &self,
         carrier: Carrier,
         outer: Arc<super::Budget>,
+        caller: Option<Caller>,
+        features: u16,
         export: E,
         now: Instant,
     ) -> Option<Arc<Binding<A, E>>> {
@@ -198,10 +230,11 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         }
         let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
         let index = self.free_place(&mut table)?;
-        // No datagrams: the terms only size what the binding never uses.
-        let terms = Terms { max_datagram: crate::wire::HEADER_LEN + 1, features: 0 };
+        // No datagrams: the size only sizes what the binding never uses.
+        let terms = Terms { max_datagram: crate::wire::HEADER_LEN + 1, features };
+        let id = index as u32 + 1;
         let binding =
-            Arc::new(Binding::new(&self.config, carrier, index as u32 + 1, 0, export, terms, outer, self.nanos(now)));
+            Arc::new(Binding::new(&self.config, carrier, id, 0, export, terms, outer, caller, self.nanos(now)));
         table[index] = Some(binding.clone());
         self.held.fetch_add(1, Ordering::AcqRel);
         Some(binding)
@@ -350,13 +383,16 @@ mod tests {
             timing: Timing::default(),
         };
         let e: ServerEndpoint<u8, ()> = ServerEndpoint::new(config, now, Box::new(crate::bind::InsecureChallenges));
-        let (a, b) = (Source::Address([127, 0, 0, 2].into()), Source::User(1000));
-        let first = e.connect_from(Carrier::Stream, a, (), now).unwrap();
-        let second = e.connect_from(Carrier::Stream, a, (), now).unwrap();
+        // Two ports of one address are one source.
+        let a = Caller::Address(([127, 0, 0, 2], 4000).into());
+        let (a2, b) = (Caller::Address(([127, 0, 0, 2], 4001).into()), Caller::Process { uid: 1000, pid: 7 });
+        let first = e.connect_from(Carrier::Stream, a, 0, (), now).unwrap();
+        let second = e.connect_from(Carrier::Stream, a2, 0, (), now).unwrap();
+        assert_eq!((first.caller, second.caller), (Some(a), Some(a2)), "each binding knows its own caller");
         assert!(first.reserve(500));
         assert!(!second.reserve(500), "the source's two bindings past its part");
         assert!(second.reserve(250));
-        let other = e.connect_from(Carrier::Stream, b, (), now).unwrap();
+        let other = e.connect_from(Carrier::Stream, b, 0, (), now).unwrap();
         assert!(other.reserve(750), "another source has a part of its own");
         assert!(!other.reserve(1));
         assert_eq!(e.memory(), 1500);
@@ -369,7 +405,7 @@ mod tests {
         drop((first, second, other));
         assert_eq!(e.memory(), 0);
         // A source whose bindings are gone starts again with its whole part.
-        let again = e.connect_from(Carrier::Stream, a, (), now).unwrap();
+        let again = e.connect_from(Carrier::Stream, a, 0, (), now).unwrap();
         assert!(again.reserve(750));
     }
 

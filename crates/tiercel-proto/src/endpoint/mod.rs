@@ -24,7 +24,7 @@ mod region;
 
 pub use binding::{Binding, CallAt, Carrier, Fragment, SlotCell};
 pub use budget::Budget;
-pub use connection::{Arrived, Framed, Source};
+pub use connection::{Arrived, Caller, Framed, Source};
 pub use dispatch::{Quiet, Reply, Step};
 pub use handshakes::{HandshakeLimits, Handshakes, Pending};
 pub use region::SlotStep;
@@ -465,24 +465,26 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         terms: Terms,
         now: Instant,
     ) -> Option<(Arc<Binding<A, E>>, bool)> {
-        self.grant_within(|| self.carrier_budget(Carrier::Datagram), from, nonce, export, token, terms, now)
+        self.grant_within(|| self.carrier_budget(Carrier::Datagram), from, None, nonce, export, token, terms, now)
     }
 
-    /// [`ServerEndpoint::grant`] for a request from `source` (the address the grant goes to): the
-    /// memory of all of one source's datagram bindings together lies within half of the datagram
-    /// carrier's share, as for the other carriers ([`ServerEndpoint::connect_from`]).
+    /// [`ServerEndpoint::grant`] for a request from `caller` (the address the grant goes to): the
+    /// memory of all of one source's datagram bindings together ([`Caller::source`]) lies within
+    /// half of the datagram carrier's share, as for the other carriers
+    /// ([`ServerEndpoint::connect_from`]).
     #[allow(clippy::too_many_arguments)]
     pub fn grant_from(
         &self,
         from: A,
-        source: Source,
+        caller: Caller,
         nonce: u64,
         export: E,
         token: u128,
         terms: Terms,
         now: Instant,
     ) -> Option<(Arc<Binding<A, E>>, bool)> {
-        self.grant_within(|| self.part(Carrier::Datagram, source), from, nonce, export, token, terms, now)
+        let part = || self.part(Carrier::Datagram, caller.source());
+        self.grant_within(part, from, Some(caller), nonce, export, token, terms, now)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -490,6 +492,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         &self,
         outer: impl FnOnce() -> Arc<Budget>,
         from: A,
+        caller: Option<Caller>,
         nonce: u64,
         export: E,
         token: u128,
@@ -513,6 +516,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             export,
             terms,
             outer(),
+            caller,
             self.nanos(now),
         ));
         table[index] = Some(binding.clone());

@@ -111,6 +111,7 @@ impl<'b, 'a> Call<'b, 'a> {
         mark(Point::CallStart);
         let binding = binding.through()?;
         let wire = binding.inner.wire_procedure(procedure)?;
+        binding.intercept(&binding.inner, procedure)?;
         let mut engine = Engine::take(&binding)?;
         let (span, context) = binding.context(procedure);
         match &mut engine {
@@ -247,6 +248,7 @@ impl<'b, 'a> AsyncCall<'b, 'a> {
             self.binding = self.latest().await?;
         }
         self.wire = self.binding.inner.wire_procedure(self.procedure)?;
+        self.binding.intercept(&self.binding.inner, self.procedure)?;
         let mut ep = AsyncState::acquire(&self.binding.inner).await?;
         let (span, context) = self.binding.context(self.procedure);
         ep.begin(&context);

@@ -5,6 +5,7 @@ mod asynch;
 mod binding;
 mod cache;
 mod call;
+mod intercept;
 mod rebind;
 mod shm;
 mod slots;
@@ -20,6 +21,7 @@ use std::time::Duration;
 #[cfg(feature = "async")]
 pub use call::AsyncCall;
 pub use call::{Call, Reply};
+pub use intercept::{ClientInterceptor, OutgoingCall};
 pub(crate) use rebind::{Rebinder, Through};
 
 use crate::address::{Target, ToAddress, Transport};
@@ -55,6 +57,20 @@ impl Client {
     /// Replaces the configuration used by later imports.
     pub fn with_config(mut self, config: ClientConfig) -> Client {
         self.config = config;
+        self
+    }
+
+    /// Shows every call of the bindings this client imports from now on to `interceptor` before it is
+    /// sent, on every transport: `Ok(())` lets it go, `Err(why)` fails it with
+    /// [`CallError::Intercepted`] (never sent). It sees the interface, the procedure, the server,
+    /// the transport and the deadline: the place for a log of calls, or for rules on what this
+    /// program may call. Kept in [`ClientConfig::interceptor`], so set it after
+    /// [`Client::with_config`].
+    pub fn intercept(
+        mut self,
+        interceptor: impl Fn(&OutgoingCall) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Client {
+        self.config.interceptor = Some(ClientInterceptor::new(interceptor));
         self
     }
 
@@ -348,6 +364,21 @@ impl Binding {
     /// more over TCP, and 40–76 ns more through shared memory (three runs of the ledger's lines).
     pub fn with_deadline(&self, deadline: Duration) -> Binding {
         Binding { inner: self.inner.clone(), deadline: Some(deadline), rebind: self.rebind.clone() }
+    }
+
+    /// The client's interceptor's verdict on a call of `procedure` through `inner`, if it has one.
+    fn intercept(&self, inner: &BindingInner, procedure: u16) -> Result<(), CallError> {
+        let Some(interceptor) = &inner.config.interceptor else { return Ok(()) };
+        let call = OutgoingCall {
+            interface: inner.info.name,
+            version: inner.info.version,
+            procedure: inner.info.procedures.get(usize::from(procedure)).copied().unwrap_or("?"),
+            number: procedure,
+            server: inner.server,
+            transport: self.transport_now(inner),
+            deadline: self.deadline,
+        };
+        interceptor.check(&call).map_err(CallError::Intercepted)
     }
 
     /// A call's span (feature `tracing`), and what the call carries besides its arguments.

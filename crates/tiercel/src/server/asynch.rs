@@ -56,8 +56,8 @@ impl Runner {
         self.in_flight.load(Ordering::Acquire)
     }
 
-    /// Starts `procedure` (a started async dispatch) with the call's `deadline` and `trace` (what
-    /// the procedure's own calls continue); `finish` gets its
+    /// Starts `procedure` (a started async dispatch) with the call's `deadline`, `trace` (what
+    /// the procedure's own calls continue) and `caller`; `finish` gets its
     /// status and marshaled results (or error message) on the runtime when it ends. False, and
     /// nothing started, when `limit` calls are in flight already: the caller refuses the call as
     /// busy.
@@ -66,6 +66,7 @@ impl Runner {
         procedure: impl core::future::Future<Output = Result<Vec<u8>, DispatchError>> + Send + 'static,
         deadline: Option<Instant>,
         trace: Option<Trace>,
+        caller: Option<tiercel_proto::endpoint::Caller>,
         key: CallKey,
         finish: impl FnOnce(Status, Vec<u8>) + Send + 'static,
     ) -> bool {
@@ -73,7 +74,7 @@ impl Runner {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
             return false;
         }
-        let task = self.handle.spawn(TASK_CALL.scope((deadline, trace), procedure));
+        let task = self.handle.spawn(TASK_CALL.scope((deadline, trace, caller), procedure));
         let (binding, slot, seq) = key;
         let running = self.running.clone();
         running.lock().unwrap_or_else(|p| p.into_inner()).insert((binding, slot), (seq, task.abort_handle()));

@@ -26,8 +26,27 @@ pub(crate) struct Arrival {
     pub(crate) context: bool,
     /// A deadline the transport carried itself (shared memory's slot words).
     pub(crate) deadline: Option<Instant>,
-    /// The transport, for the procedure's span: `"udp"` or `"shm"`.
+    /// The transport, for the procedure's span: `"udp"`, `"tcp"` or `"shm"`.
     pub(crate) transport: &'static str,
+    /// Who holds the binding (the endpoint's record of it).
+    pub(crate) caller: Option<super::intercept::Caller>,
+    /// The binding's client understands `Status::Refused` (granted `features::REFUSED`).
+    pub(crate) refusals: bool,
+}
+
+impl Arrival {
+    /// How a call of `binding` arrives through `transport`, with whether it starts with a context
+    /// block, when it arrived, and the deadline the transport carried.
+    pub(crate) fn of<A, E>(
+        binding: &tiercel_proto::endpoint::Binding<A, E>,
+        transport: &'static str,
+        context: bool,
+        at: Option<Instant>,
+        deadline: Option<Instant>,
+    ) -> Arrival {
+        let refusals = binding.features & tiercel_proto::bind::wire::features::REFUSED != 0;
+        Arrival { at, context, deadline, transport, caller: binding.caller, refusals }
+    }
 }
 
 thread_local! {
@@ -65,7 +84,7 @@ pub(crate) fn run_procedure(
     start: usize,
     limit: usize,
 ) -> Status {
-    let (args, deadline, trace) = match call_context(shared, args, arrival, out) {
+    let (args, deadline, trace) = match call_context(shared, export, procedure, args, arrival, out) {
         Ok(c) => c,
         Err(status) => return status,
     };
@@ -89,7 +108,8 @@ pub(crate) fn run_in_place(
     out: &mut Vec<u8>,
     start: usize,
 ) -> Result<usize, Status> {
-    let (args, deadline, trace) = call_context(shared, message.get(at..).unwrap_or_default(), arrival, out)?;
+    let (args, deadline, trace) =
+        call_context(shared, export, procedure, message.get(at..).unwrap_or_default(), arrival, out)?;
     // The context block read, the arguments follow it.
     let from = message.len() - args.len();
     let run = |_: &mut Vec<u8>| export.dispatch_in_place(procedure, message, from);
@@ -119,6 +139,7 @@ fn invoke<R>(
     let entered = span.enter();
     let _current = crate::trace::enter_current(current);
     let _current = deadline.map(Current::set);
+    let _caller = super::intercept::Current::set(arrival.caller);
     let metrics = shared.procedure_metrics(export);
     let timed = metrics.get(procedure as usize).map(|m| (m, m.start()));
     let outcome = catch_unwind(AssertUnwindSafe(|| run(out)));
@@ -186,7 +207,7 @@ pub(crate) fn start_async(
     if !export.is_async(procedure) {
         return None;
     }
-    let (args, deadline, trace) = match call_context(shared, args, arrival, out) {
+    let (args, deadline, trace) = match call_context(shared, export, procedure, args, arrival, out) {
         Ok(c) => c,
         Err(status) => return Some(Err(status)),
     };
@@ -223,7 +244,7 @@ pub(crate) fn start_async(
         finish(status, results)
     };
     shared.stats.calls.fetch_add(1, Ordering::Relaxed);
-    if runner.spawn(future, deadline, current, key, finish) {
+    if runner.spawn(future, deadline, current, arrival.caller, key, finish) {
         Some(Ok(()))
     } else {
         budget.release(charged);
@@ -236,11 +257,13 @@ pub(crate) fn start_async(
 /// What a call carried besides its arguments: its deadline and its caller's trace.
 type CallContext<'a> = (&'a [u8], Option<Instant>, Option<Trace>);
 
-/// Reads the call context at the start of `args` (when the transport says there is one) and
-/// checks the deadline: the arguments after it, the deadline and the trace, or the status to
-/// answer with (an error message appended to `out`).
+/// Reads the call context at the start of `args` (when the transport says there is one), checks
+/// the deadline, and asks the server's interceptor, if it has one: the arguments after it, the
+/// deadline and the trace, or the status to answer with (an error message appended to `out`).
 fn call_context<'a>(
     shared: &super::Shared,
+    export: &std::sync::Arc<dyn Export>,
+    procedure: u16,
     args: &'a [u8],
     arrival: Arrival,
     out: &mut Vec<u8>,
@@ -263,7 +286,39 @@ fn call_context<'a>(
         shared.stats.late.fetch_add(1, Ordering::Relaxed);
         return Err(Status::DeadlineExceeded);
     }
+    if let Some(interceptor) = &shared.interceptor {
+        if let Err(why) = intercept(&**interceptor, export, procedure, deadline, arrival) {
+            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+            error_message(out, &why);
+            // A client that predates `Refused` reads another status that never ran.
+            return Err(if arrival.refusals { Status::Refused } else { Status::BadArguments });
+        }
+    }
     Ok((args, deadline, trace))
+}
+
+/// Shows the call to the server's interceptor: its refusal, if it refuses (a panic in it is one).
+fn intercept(
+    interceptor: &super::intercept::Interceptor,
+    export: &std::sync::Arc<dyn Export>,
+    number: u16,
+    deadline: Option<Instant>,
+    arrival: Arrival,
+) -> Result<(), String> {
+    let info = export.info();
+    let call = super::intercept::CallInfo {
+        interface: info.name,
+        version: info.version,
+        procedure: info.procedures.get(number as usize).copied().unwrap_or(""),
+        number,
+        caller: arrival.caller,
+        deadline,
+        transport: arrival.transport,
+    };
+    match catch_unwind(AssertUnwindSafe(|| interceptor(&call))) {
+        Ok(verdict) => verdict,
+        Err(panic) => Err(format!("the server's interceptor panicked: {}", panic_message(&*panic))),
+    }
 }
 
 /// The running call's deadline, set for the time a procedure runs.

@@ -6,11 +6,13 @@ mod charge;
 mod dispatch;
 mod handoff;
 mod handshake;
+mod intercept;
 mod landing;
 mod outbox;
 mod running;
 
 pub use dispatch::deadline;
+pub use intercept::{caller, CallInfo, Caller};
 pub use running::{RunningServer, ShutdownHandle};
 mod shm;
 mod tcp;
@@ -44,6 +46,8 @@ pub struct Server {
     /// The application's runtime for async procedures, if it gave one.
     #[cfg(feature = "async")]
     runtime: Option<tokio::runtime::Handle>,
+    /// What every call is shown to before it runs, if anything.
+    interceptor: Option<Arc<intercept::Interceptor>>,
 }
 
 impl core::fmt::Debug for Server {
@@ -67,6 +71,7 @@ impl Server {
             registry: None,
             #[cfg(feature = "async")]
             runtime: None,
+            interceptor: None,
         })
     }
 
@@ -97,6 +102,22 @@ impl Server {
     #[cfg(feature = "async")]
     pub fn with_runtime(mut self, runtime: tokio::runtime::Handle) -> Server {
         self.runtime = Some(runtime);
+        self
+    }
+
+    /// Shows every call, over every transport, to `interceptor` before its procedure runs (after
+    /// its arguments arrived whole and its deadline was checked): `Ok(())` lets it run, `Err(why)`
+    /// refuses it, and its caller gets [`CallError::Refused`](crate::CallError::Refused) with `why`
+    /// (never ran; a client older than this answer gets `BadArguments`, never ran too). The
+    /// interceptor sees the interface, the procedure, the caller ([`Caller`]) and the deadline,
+    /// on the thread that would run the procedure: the place for authorization and for logging.
+    /// A panic in it refuses the call. Refusals are counted in `ServerStats::refused`. Without an
+    /// interceptor a call pays one branch.
+    pub fn intercept(
+        mut self,
+        interceptor: impl Fn(&CallInfo) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Server {
+        self.interceptor = Some(Arc::new(interceptor));
         self
     }
 
@@ -219,6 +240,7 @@ impl Server {
             stream_bindings: AtomicUsize::new(0),
             #[cfg(feature = "async")]
             asynch,
+            interceptor: self.interceptor,
         });
         let mut handles = Vec::with_capacity(workers);
         for i in 0..workers {
@@ -302,6 +324,8 @@ pub(crate) struct Shared {
     /// Which workers read each socket.
     crew: crate::waiting::crew::Crew,
     stats: Arc<ServerCounters>,
+    /// What every call is shown to before it runs ([`Server::intercept`]).
+    interceptor: Option<Arc<intercept::Interceptor>>,
     /// The threads serving shared-memory and TCP bindings (finished ones are pruned as new ones
     /// start).
     binding_threads: std::sync::Mutex<Vec<JoinHandle<()>>>,
@@ -413,6 +437,8 @@ crate::counters::counters! {
         /// Calls answered `DeadlineExceeded` without running: their deadline had passed when they
         /// were about to start.
         late,
+        /// Calls the server's interceptor ([`Server::intercept`]) refused before they ran.
+        refused,
         /// Calls their clients gave up: through shared memory, those answered `Cancelled` without
         /// running, and async procedures aborted; over UDP, the `Cancel` packets received (each drops
         /// the call's partial message or saved result, if the server holds one, and aborts an async

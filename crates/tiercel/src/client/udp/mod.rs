@@ -449,6 +449,7 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
     match status {
         Status::UnknownProcedure => CallError::UnknownProcedure(procedure),
         Status::BadArguments => CallError::BadArguments(message),
+        Status::Refused => CallError::Refused(message),
         Status::Panicked => CallError::Panicked(message),
         Status::UnknownBinding | Status::BadSlot => CallError::UnknownBinding,
         Status::WrongIncarnation => CallError::ServerRestarted,

@@ -8,6 +8,8 @@ fn every_status_maps_to_the_error_of_where_the_call_stopped() {
     assert_eq!(ran(Status::UnknownProcedure), Execution::NeverRan);
     assert!(matches!(status_error(Status::BadArguments, 3, "why".into()), CallError::BadArguments(m) if m == "why"));
     assert_eq!(ran(Status::BadArguments), Execution::NeverRan);
+    assert!(matches!(status_error(Status::Refused, 3, "why".into()), CallError::Refused(m) if m == "why"));
+    assert_eq!(ran(Status::Refused), Execution::NeverRan, "refused by the interceptor before it ran");
     assert_eq!(ran(Status::TooLarge), Execution::NeverRan, "refused before it ran");
     assert_eq!(ran(Status::ResultTooLarge), Execution::Ran, "refused after it ran");
     assert_eq!(ran(Status::Panicked), Execution::Ran);

@@ -34,12 +34,8 @@ impl Worker<'_> {
                 futex_wake(bell, i32::MAX as u32);
             }
         };
-        let arrival = Arrival {
-            at: None,
-            context: call.context,
-            deadline: deadline.map(tiercel_sys::clock::instant_of_monotonic),
-            transport: "shm",
-        };
+        let deadline = deadline.map(tiercel_sys::clock::instant_of_monotonic);
+        let arrival = Arrival::of(&team.place, "shm", call.context, None, deadline);
         let key = (team.id, i, 0);
         let started = super::super::dispatch::start_async(
             &team.shared,

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::Rendezvous;
-use tiercel_proto::endpoint::{Carrier, Source};
+use tiercel_proto::endpoint::{Caller, Carrier};
 use tiercel_proto::shm::{self as proto, header, Layout, PAGE};
 use tiercel_sys::shm::Region;
 
@@ -218,8 +218,12 @@ fn bind(
     let control = PAGE * (1 + slots as usize);
     let export = shared.exports[admission.export].clone();
     // Its memory lies within its user's part of shared memory's share.
+    let features = admission.features();
     let place = match tiercel_sys::shm::peer_credentials(&h.stream) {
-        Ok((_, uid)) => shared.endpoint.connect_from(Carrier::Region, Source::User(uid), export, Instant::now()),
+        Ok((pid, uid)) => {
+            let caller = Caller::Process { uid, pid };
+            shared.endpoint.connect_from(Carrier::Region, caller, features, export, Instant::now())
+        }
         Err(_) => shared.endpoint.connect(Carrier::Region, export, Instant::now()),
     };
     let Some(place) = place else {

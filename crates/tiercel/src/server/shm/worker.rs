@@ -400,13 +400,9 @@ impl<'a> Worker<'a> {
                 }
                 team.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
                 let limit = team.layout.data;
-                let arrival = Arrival {
-                    // A relative deadline is the network's: this transport carries the instant.
-                    at: None,
-                    context: call.context,
-                    deadline: deadline.map(tiercel_sys::clock::instant_of_monotonic),
-                    transport: "shm",
-                };
+                // A relative deadline is the network's: this transport carries the instant.
+                let deadline = deadline.map(tiercel_sys::clock::instant_of_monotonic);
+                let arrival = Arrival::of(&team.place, "shm", call.context, None, deadline);
                 if call.len > IN_PLACE && team.binding.in_place(call.procedure) {
                     return self.serve_in_place(i, b, call.procedure, arrival, len);
                 }

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tiercel_proto::endpoint::{Carrier, Source};
+use tiercel_proto::endpoint::{Caller, Carrier};
 use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{Header, Kind, HEADER_LEN};
 
@@ -260,8 +260,11 @@ fn bind(
     let export = shared.exports[admission.export].clone();
     // No buffer and no thread yet: the binding starts parked, and its first call gives it both.
     // Its memory lies within its address's part of TCP's share.
+    let features = admission.features();
     let binding = match h.stream.peer_addr() {
-        Ok(peer) => shared.endpoint.connect_from(Carrier::Stream, Source::Address(peer.ip()), export, Instant::now()),
+        Ok(peer) => {
+            shared.endpoint.connect_from(Carrier::Stream, Caller::Address(peer), features, export, Instant::now())
+        }
         Err(_) => shared.endpoint.connect(Carrier::Stream, export, Instant::now()),
     };
     let Some(binding) = binding else {

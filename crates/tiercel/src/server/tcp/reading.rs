@@ -97,7 +97,7 @@ impl StreamBinding {
             match arrived {
                 Arrived::More => {}
                 Arrived::Call { slot, seq, procedure, context } => {
-                    let arrival = Arrival { at: Some(now), context, deadline: None, transport: "tcp" };
+                    let arrival = Arrival::of(&self.binding, "tcp", context, Some(now), None);
                     match self.on_call(r, own, Taken { slot, seq, procedure, arrival }) {
                         Handled::Next => {
                             r.frames.consume();

@@ -62,8 +62,7 @@ impl UdpWorker {
         let lane = self.lane();
         lane.started.fetch_add(1, Ordering::Relaxed);
         lane.running.fetch_add(1, Ordering::AcqRel);
-        let arrival =
-            Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "udp" };
+        let arrival = Arrival::of(binding, "udp", p.flags() & flags::CONTEXT != 0, Some(arrived), None);
         let limit = self.shared.config.timing.max_message;
         let procedure = p.procedure();
         // The result's buffer, where its bytes start in it, and the large buffer left over.
@@ -181,8 +180,7 @@ impl UdpWorker {
             cell.complete(&b, &p, status, out, &shared.config.timing);
             super::sending::flush(&shared, lane, &b, &mut cell, None);
         };
-        let arrival =
-            Arrival { at: Some(arrived), context: p.flags() & flags::CONTEXT != 0, deadline: None, transport: "udp" };
+        let arrival = Arrival::of(binding, "udp", p.flags() & flags::CONTEXT != 0, Some(arrived), None);
         let mut message = Vec::new();
         let key = (binding.id, p.slot(), p.seq());
         let limit = self.shared.config.timing.max_message;

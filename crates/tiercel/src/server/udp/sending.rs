@@ -65,10 +65,9 @@ impl UdpWorker {
             let export = self.shared.exports[admission.export].clone();
             // Its memory lies within its address's part of UDP's share. The grant, with the token
             // that calls must carry, goes to that address: a spoofed request charges nobody.
-            let source = tiercel_proto::endpoint::Source::Address(from.ip().to_canonical());
             self.shared.endpoint.grant_from(
                 from,
-                source,
+                tiercel_proto::endpoint::Caller::Address(from),
                 admission.request.nonce,
                 export,
                 token,
