@@ -155,6 +155,9 @@ pub fn run(args: Args) -> crate::Result<()> {
         server.incarnation()
     );
     let _ = out.flush();
+    if let Some(warning) = plain_exposure(server.addr(), args.secret.secret_file.is_some()) {
+        eprintln!("{warning}");
+    }
     // SIGINT and SIGTERM begin a graceful shutdown; the signal handler only sets a flag.
     let signalled = Arc::new(AtomicBool::new(false));
     for signal in [SIGINT, SIGTERM] {
@@ -188,4 +191,36 @@ pub fn run(args: Args) -> crate::Result<()> {
     server.wait();
     let _ = writeln!(std::io::stdout(), "stopped");
     Ok(())
+}
+
+/// What to say loudly when a server listens where other hosts may reach it: its calls travel in the
+/// clear, and without a shared secret anyone may bind.
+fn plain_exposure(addr: std::net::SocketAddr, secret: bool) -> Option<String> {
+    if addr.ip().is_loopback() {
+        return None;
+    }
+    let who = match secret {
+        false => "anyone who reaches it can bind and call every procedure (give --secret-file), and ",
+        true => "",
+    };
+    Some(format!(
+        "WARNING: serving at {addr}, which other hosts may reach: {who}calls and results travel unencrypted, \
+         so whoever can read the traffic can read them and call with a binding's token (docs/security.md)."
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_server_that_other_hosts_may_reach_says_it_is_plain() {
+        let warn = |a: &str, secret| super::plain_exposure(a.parse().unwrap(), secret);
+        let plain = warn("0.0.0.0:7373", false).unwrap();
+        assert!(plain.contains("anyone who reaches it can bind") && plain.contains("unencrypted"), "{plain}");
+        let with_secret = warn("0.0.0.0:7373", true).unwrap();
+        assert!(!with_secret.contains("anyone") && with_secret.contains("unencrypted"), "{with_secret}");
+        assert!(warn("[::]:7373", false).is_some());
+        assert!(warn("192.0.2.1:7373", false).is_some());
+        assert_eq!(warn("127.0.0.1:7373", false), None, "loopback");
+        assert_eq!(warn("[::1]:7373", false), None, "loopback");
+    }
 }

@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use tiercel::{Binding, Client, ClientConfig, RunningServer, Secret, Server, ServerConfig};
+use tiercel::{
+    Binding, CallInfo, Client, ClientConfig, ClientInterceptor, OutgoingCall, RunningServer, Secret, Server,
+    ServerConfig,
+};
 use tiercel_seeds::{SeedTest, TestClient, TestServer};
 
 /// The transports a line goes over, by the scheme of its address.
@@ -24,6 +27,9 @@ pub enum Piece {
     Secret,
     /// `ClientConfig::rebind`: the binding binds again by itself when the server goes.
     Rebind,
+    /// `Server::intercept` and `Client::intercept`: each side's interceptor looks at every call
+    /// (the server's at its caller too) and lets it through.
+    Intercept,
     /// `ClientConfig::metrics` and `ServerConfig::metrics`, with a Prometheus recorder installed
     /// (feature `metrics`).
     Metrics,
@@ -36,7 +42,8 @@ pub enum Piece {
 impl Piece {
     /// Every piece this build can switch on, `Plain` first.
     pub fn available() -> Vec<Piece> {
-        let mut pieces = vec![Piece::Plain, Piece::Deadline, Piece::Checksum, Piece::Secret, Piece::Rebind];
+        let mut pieces =
+            vec![Piece::Plain, Piece::Deadline, Piece::Checksum, Piece::Secret, Piece::Rebind, Piece::Intercept];
         if cfg!(feature = "metrics") {
             pieces.push(Piece::Metrics);
         }
@@ -57,6 +64,7 @@ impl Piece {
             Piece::Checksum => "checksum",
             Piece::Secret => "secret",
             Piece::Rebind => "rebind",
+            Piece::Intercept => "intercept",
             Piece::Metrics => "metrics",
             Piece::Explain => "explain",
             Piece::Async => "async",
@@ -123,12 +131,15 @@ fn serve(piece: Piece) -> RunningServer {
         metrics: piece == Piece::Metrics,
         ..ServerConfig::default()
     };
-    Server::bind("udp://127.0.0.1:0")
-        .expect("bind a server")
-        .with_config(config)
-        .export(TestServer::new(SeedTest))
-        .start()
-        .expect("start a server")
+    let server = Server::bind("udp://127.0.0.1:0").expect("bind a server").with_config(config);
+    let server = match piece {
+        Piece::Intercept => server.intercept(|call: &CallInfo| match call.caller {
+            Some(_) => Ok(()),
+            None => Err("who is this?".to_owned()),
+        }),
+        _ => server,
+    };
+    server.export(TestServer::new(SeedTest)).start().expect("start a server")
 }
 
 impl Lines {
@@ -147,11 +158,12 @@ impl Lines {
         }
         let servers: Vec<(Piece, RunningServer)> = pieces
             .iter()
-            .filter(|p| matches!(p, Piece::Plain | Piece::Secret | Piece::Metrics))
+            .filter(|p| matches!(p, Piece::Plain | Piece::Secret | Piece::Metrics | Piece::Intercept))
             .map(|&p| (p, serve(p)))
             .collect();
         let server_of = |piece: Piece| {
-            let wanted = if matches!(piece, Piece::Secret | Piece::Metrics) { piece } else { Piece::Plain };
+            let own = matches!(piece, Piece::Secret | Piece::Metrics | Piece::Intercept);
+            let wanted = if own { piece } else { Piece::Plain };
             servers.iter().find(|(p, _)| *p == wanted).map(|(_, s)| s.addr()).expect("a server for every piece")
         };
         let mut lines = Vec::new();
@@ -162,6 +174,12 @@ impl Lines {
                     secret: (piece == Piece::Secret).then(secret),
                     rebind: piece == Piece::Rebind,
                     metrics: piece == Piece::Metrics,
+                    interceptor: (piece == Piece::Intercept).then(|| {
+                        ClientInterceptor::new(|call: &OutgoingCall| match call.procedure {
+                            "" => Err("no procedure".to_owned()),
+                            _ => Ok(()),
+                        })
+                    }),
                     ..ClientConfig::default()
                 };
                 let binding: Binding = Client::connect(format!("{scheme}{}", server_of(piece)))
