@@ -97,7 +97,8 @@ pub struct ClientConfig {
     pub rebind: bool,
     /// Shown every call of the binding before it is sent (see [`crate::Client::intercept`]);
     /// a refusal fails the call with [`crate::CallError::Intercepted`], never sent. Costs a call one
-    /// branch when absent. Default: none.
+    /// branch when absent; present, it is the interceptor's own time (the cost ledger's `intercept`
+    /// line, both sides' interceptors: +10 ns a shared-memory Null, `docs/ledger.md`). Default: none.
     pub interceptor: Option<crate::ClientInterceptor>,
 }
 

@@ -112,7 +112,9 @@ impl Server {
     /// interceptor sees the interface, the procedure, the caller ([`Caller`]) and the deadline,
     /// on the thread that would run the procedure: the place for authorization and for logging.
     /// A panic in it refuses the call. Refusals are counted in `ServerStats::refused`. Without an
-    /// interceptor a call pays one branch.
+    /// interceptor a call pays one branch (nothing measurable in the cost ledger, `docs/ledger.md`);
+    /// with one on each side that lets the call through, a Null call took 10 ns more through
+    /// shared memory (five runs: −13 to +22), and nothing visible more over UDP and TCP.
     pub fn intercept(
         mut self,
         interceptor: impl Fn(&CallInfo) -> Result<(), String> + Send + Sync + 'static,
