@@ -1,4 +1,5 @@
-//! `tiercel bench --peers`: tiercel against the RPC systems a user would pick instead (tarpc, tonic),
+//! `tiercel bench --peers`: tiercel against the RPC systems a user would pick instead (tarpc, tonic
+//! plain and over TLS),
 //! a raw tokio TCP echo, and the raw UDP echo beneath tiercel's UDP, in the same run, with the same
 //! pinning and the same process split: each server in a process of its own pinned to the server CPU
 //! (the peers on tokio's default multi-thread runtime, whose workers inherit the pinning), each
@@ -71,7 +72,7 @@ pub struct Load {
 /// Options of the `peer-serve` helper role.
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// `tarpc`, `tonic` or `echo`.
+    /// `tarpc`, `tonic`, `tonic-tls` or `echo`.
     #[arg(long)]
     peer: String,
     /// CPU to pin to (the runtime's threads inherit it).
@@ -502,7 +503,7 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
     outln!(
         "\nPeers: tiercel (default settings, over UDP and over TCP) against the raw UDP echo (one spinning thread; \
          one caller spins,\nseveral block in poll, or with \"yield\" spin and yield the CPU between looks as \
-         tiercel's do), tarpc, tonic and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
+         tiercel's do), tarpc, tonic (plain and over TLS) and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
          sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls. Each server in"
     );
     outln!(

@@ -197,7 +197,7 @@ fn names<'a>(rows: &'a serde_json::Value, key: &str) -> Vec<&'a str> {
 }
 
 #[test]
-fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_and_a_tokio_echo_beside_tiercel() {
+fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_tonic_over_tls_and_a_tokio_echo_beside_tiercel() {
     let dir = scratch_dir("bench-peers");
     let json = dir.join("report.json");
     let out = Command::new(TIERCEL)
@@ -224,6 +224,7 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_and_a_tokio_echo_beside_tie
             "raw tcp block",
             "tarpc",
             "tonic",
+            "tonic tls",
             "tokio echo"
         ]
     );

@@ -1,7 +1,7 @@
 //! The RPC systems users would pick instead of tiercel, serving the same two procedures (Null, and
 //! MaxResult: a result of a given size) so that `tiercel bench --peers` measures them in the same
 //! run as tiercel, with the same pinning and process split: tarpc (bincode over TCP), tonic (gRPC over
-//! HTTP/2) and a raw tokio TCP echo (a length-prefixed frame each way, no RPC at all). Each runs on
+//! HTTP/2, plain and over TLS) and a raw tokio TCP echo (a length-prefixed frame each way, no RPC at all). Each runs on
 //! its default runtime: tokio's multi-thread runtime, built on the thread that serves or calls, so
 //! that its workers inherit that thread's CPU pinning.
 //!
@@ -22,28 +22,33 @@ pub enum Peer {
     Tarpc,
     /// tonic 0.14, gRPC over HTTP/2 on TCP.
     Tonic,
+    /// tonic 0.14, gRPC over HTTP/2 on TLS 1.3 (rustls, ring) on TCP: the server's certificate is
+    /// a fixed self-signed one for `localhost` (`tls/`), which the client trusts alone.
+    TonicTls,
     /// A raw tokio TCP echo: a 4-byte length and the payload each way, one connection per caller.
     Echo,
 }
 
 impl Peer {
     /// Every peer.
-    pub const ALL: [Peer; 3] = [Peer::Tarpc, Peer::Tonic, Peer::Echo];
+    pub const ALL: [Peer; 4] = [Peer::Tarpc, Peer::Tonic, Peer::TonicTls, Peer::Echo];
 
     /// Its name on the command line and in tables.
     pub fn name(self) -> &'static str {
         match self {
             Peer::Tarpc => "tarpc",
             Peer::Tonic => "tonic",
+            Peer::TonicTls => "tonic tls",
             Peer::Echo => "tokio echo",
         }
     }
 
-    /// Its name as an argument: `tarpc`, `tonic` or `echo`.
+    /// Its name as an argument: `tarpc`, `tonic`, `tonic-tls` or `echo`.
     pub fn key(self) -> &'static str {
         match self {
             Peer::Tarpc => "tarpc",
             Peer::Tonic => "tonic",
+            Peer::TonicTls => "tonic-tls",
             Peer::Echo => "echo",
         }
     }
@@ -53,6 +58,7 @@ impl Peer {
         match name {
             "tarpc" => Some(Peer::Tarpc),
             "tonic" => Some(Peer::Tonic),
+            "tonic-tls" | "tonic tls" => Some(Peer::TonicTls),
             "echo" | "tokio echo" => Some(Peer::Echo),
             _ => None,
         }
@@ -86,7 +92,8 @@ pub fn serve(peer: Peer, listener: std::net::TcpListener) -> Result<(), Error> {
         let listener = tokio::net::TcpListener::from_std(listener).map_err(Error::of)?;
         match peer {
             Peer::Tarpc => rpc::serve(listener).await,
-            Peer::Tonic => grpc::serve(listener).await,
+            Peer::Tonic => grpc::serve(listener, false).await,
+            Peer::TonicTls => grpc::serve(listener, true).await,
             Peer::Echo => echo::serve(listener).await,
         }
     })
@@ -113,7 +120,8 @@ impl Client {
     pub async fn connect(peer: Peer, addr: SocketAddr) -> Result<Client, Error> {
         Ok(match peer {
             Peer::Tarpc => Client::Tarpc(rpc::connect(addr).await?),
-            Peer::Tonic => Client::Tonic(grpc::connect(addr).await?),
+            Peer::Tonic => Client::Tonic(grpc::connect(addr, false).await?),
+            Peer::TonicTls => Client::Tonic(grpc::connect(addr, true).await?),
             Peer::Echo => Client::Echo(addr),
         })
     }
