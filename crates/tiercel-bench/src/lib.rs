@@ -196,7 +196,8 @@ pub struct RegistryArgs {
     /// Where names are registered and looked up: `local` (this user's registry on this host, the
     /// default unless `TIERCEL_REGISTRY` says otherwise) or `dir:/absolute/path[?trust=UID,…]` (a
     /// directory shared by the servers and clients that use it; entries of users other than this
-    /// one, root and those listed are not trusted).
+    /// one, root and those listed are not trusted), or, in a build with the `etcd` feature,
+    /// `etcd://HOST:PORT[?ttl=SECONDS][&user=NAME&password-file=PATH]`.
     #[arg(long, value_name = "REGISTRY")]
     pub registry: Option<String>,
 }

@@ -23,10 +23,15 @@ impl EtcdServer {
     /// chosen, but another process may take one before etcd binds it: an etcd that exits before
     /// it answers is started again on other ports (up to 5 times).
     pub fn start() -> std::io::Result<EtcdServer> {
+        EtcdServer::start_with(&[])
+    }
+
+    /// [`EtcdServer::start`] with more of etcd's options (for example `--auth-token-ttl 1`).
+    pub fn start_with(options: &[&str]) -> std::io::Result<EtcdServer> {
         let mut why = String::new();
         for _ in 0..5 {
             let (client, peer) = (free_port()?, free_port()?);
-            let mut server = EtcdServer::spawn(None, "127.0.0.1", client, peer)?;
+            let mut server = EtcdServer::spawn(None, "127.0.0.1", client, peer, options)?;
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
                 match server.healthy() {
@@ -64,10 +69,10 @@ impl EtcdServer {
     /// Starts one in network namespace `ns` at `ip` (ports 2379 and 2380, free in a namespace of
     /// the test's own), without waiting for it: its clients there retry until it answers.
     pub fn start_in(ns: &str, ip: &str) -> std::io::Result<EtcdServer> {
-        EtcdServer::spawn(Some(ns), ip, 2379, 2380)
+        EtcdServer::spawn(Some(ns), ip, 2379, 2380, &[])
     }
 
-    fn spawn(ns: Option<&str>, ip: &str, client: u16, peer: u16) -> std::io::Result<EtcdServer> {
+    fn spawn(ns: Option<&str>, ip: &str, client: u16, peer: u16, options: &[&str]) -> std::io::Result<EtcdServer> {
         let dir = std::env::temp_dir().join(format!("tiercel-etcd-{}-{client}-{ip}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let (client_url, peer_url) = (format!("http://{ip}:{client}"), format!("http://{ip}:{peer}"));
@@ -86,6 +91,7 @@ impl EtcdServer {
             .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &format!("tiercel-test={peer_url}")])
             .args(["--logger", "zap", "--log-level", "error"])
+            .args(options)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -93,6 +99,27 @@ impl EtcdServer {
                 std::io::Error::new(e.kind(), format!("cannot start etcd (Debian package etcd-server): {e}"))
             })?;
         Ok(EtcdServer { child, dir, client_addr: format!("{ip}:{client}") })
+    }
+
+    /// POSTs `body` (JSON) to `path` of its JSON gateway, with `token` if given (a user's, once
+    /// authentication is on): the answer's body, or its status and body when it is not a success.
+    pub fn post(&self, path: &str, body: &str, token: Option<&str>) -> Result<String, String> {
+        use std::io::{Read as _, Write as _};
+        let mut c = std::net::TcpStream::connect(&self.client_addr).map_err(|e| e.to_string())?;
+        c.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+        let auth = token.map(|t| format!("Authorization: {t}\r\n")).unwrap_or_default();
+        let request = format!(
+            "POST {path} HTTP/1.0\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        c.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        match head.split_whitespace().nth(1) {
+            Some("200") => Ok(body.to_owned()),
+            status => Err(format!("{path}: {} {body}", status.unwrap_or("?"))),
+        }
     }
 
     /// The registry spec of this etcd, with leases of `ttl_secs`.

@@ -106,3 +106,86 @@ fn a_binding_by_name_leaves_an_exporter_that_goes_before_calling_it() {
     assert_eq!(client.binding().rebinds(), 1);
     servers[at].take().unwrap().wait();
 }
+
+/// A password file of the test's own, private to its owner.
+fn password_file(dir: &std::path::Path, user: &str, password: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(format!("{user}-{password}.password"));
+    std::fs::write(&path, format!("{password}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// Turns authentication on in `etcd`, as its administrator would with `etcdctl`: `root`, a user
+/// `server` whose role may read and write `tiercel/names/`, and a user `client` whose role may
+/// only read it.
+fn enable_authentication(etcd: &EtcdServer) {
+    // `tiercel/names/` and the end of its range, in base64.
+    let range = r#""key":"dGllcmNlbC9uYW1lcy8=","range_end":"dGllcmNlbC9uYW1lczA=""#;
+    let steps = [
+        ("/v3/auth/role/add", r#"{"name":"root"}"#.to_owned()),
+        ("/v3/auth/user/add", r#"{"name":"root","password":"root-pw"}"#.to_owned()),
+        ("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#.to_owned()),
+        ("/v3/auth/role/add", r#"{"name":"names-rw"}"#.to_owned()),
+        ("/v3/auth/role/grant", format!(r#"{{"name":"names-rw","perm":{{"permType":"READWRITE",{range}}}}}"#)),
+        ("/v3/auth/role/add", r#"{"name":"names-r"}"#.to_owned()),
+        ("/v3/auth/role/grant", format!(r#"{{"name":"names-r","perm":{{"permType":"READ",{range}}}}}"#)),
+        ("/v3/auth/user/add", r#"{"name":"server","password":"server-pw"}"#.to_owned()),
+        ("/v3/auth/user/grant", r#"{"user":"server","role":"names-rw"}"#.to_owned()),
+        ("/v3/auth/user/add", r#"{"name":"client","password":"client-pw"}"#.to_owned()),
+        ("/v3/auth/user/grant", r#"{"user":"client","role":"names-r"}"#.to_owned()),
+        ("/v3/auth/enable", "{}".to_owned()),
+    ];
+    for (path, body) in steps {
+        etcd.post(path, &body, None).unwrap();
+    }
+    let refused = etcd.post("/v3/kv/range", r#"{"key":"dGllcmNlbC9uYW1lcy8="}"#, None);
+    assert!(refused.is_err(), "authentication is on: {refused:?}");
+}
+
+/// With authentication on: a server registers as a user allowed to write names, a client looks
+/// them up and binds as one allowed to read them; no user, a reader registering and a wrong
+/// password are refused, saying so; and a registration outlives its token (etcd's last a second
+/// here): its shutdown, seconds later, authenticates again and revokes the name at once.
+#[test]
+fn with_authentication_on_only_users_allowed_to_write_names_register_them() {
+    tiercel_seeds::needs!(ETCD);
+    let etcd = EtcdServer::start_with(&["--auth-token-ttl", "1"]).unwrap();
+    enable_authentication(&etcd);
+    let dir = std::env::temp_dir().join(format!("tiercel-etcd-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let as_user = |user: &str, password: &str| {
+        let file = password_file(&dir, user, password);
+        Registry::parse(&format!("{}&user={user}&password-file={}", etcd.registry(9), file.display())).unwrap()
+    };
+    let (server_registry, client_registry) = (as_user("server", "server-pw"), as_user("client", "client-pw"));
+
+    let anonymous = Registry::parse(&etcd.registry(9)).unwrap();
+    let err = bank(&anonymous, "accounts", 0).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("user name is empty"), "{err}");
+    let err = bank(&client_registry, "accounts", 0).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("permission denied"), "{err}");
+    let err = bank(&as_user("server", "wrong"), "accounts", 0).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("authentication failed"), "{err}");
+
+    let server = bank(&server_registry, "accounts", 100).unwrap();
+    let import = || -> AccountsClient {
+        Client::connect("accounts").unwrap().with_registry(client_registry.clone()).import().unwrap()
+    };
+    assert_eq!(import().balance(1).unwrap(), 101);
+    // Three times a token's life: the registration's token has expired.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(client_registry.lookup("accounts").unwrap().len(), 1);
+    assert_eq!(import().binding().server(), server.addr());
+    // A file of the password that others may read is refused, as secret files are.
+    let open = dir.join("open.password");
+    std::fs::write(&open, "client-pw").unwrap();
+    let spec = format!("{}&user=client&password-file={}", etcd.registry(9), open.display());
+    let err = Registry::parse(&spec).unwrap().lookup("accounts").unwrap_err();
+    assert!(err.to_string().contains("readable by others"), "{err}");
+    // Revoking the lease takes a valid token (unlike keeping it alive): without authenticating
+    // again, the name would stay until the lease ran out.
+    drop(server);
+    assert!(client_registry.lookup("accounts").unwrap().is_empty(), "a shutdown revokes the name at once");
+    let _ = std::fs::remove_dir_all(&dir);
+}

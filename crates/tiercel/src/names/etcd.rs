@@ -8,6 +8,15 @@
 //! synchronous calls of [`Registry`](super::Registry) make one HTTP request each, a registration's
 //! lease is kept alive by a thread of its own, and a watch is a thread reading etcd's stream of
 //! events. Each request tries the endpoints in turn, starting from the last that answered.
+//!
+//! A cluster with authentication on (`etcdctl auth enable`) is reached as one of its users
+//! (`?user=NAME&password-file=PATH`): the client authenticates once per connection to the cluster
+//! (`/v3/auth/authenticate`), sends the token with each request, and authenticates again when etcd
+//! says the token is no longer valid (it expired, or etcd restarted). Who may then register a name
+//! is whoever etcd lets write under `tiercel/names/`, and who may look one up whoever it lets read
+//! there: give servers a role with write permission on that prefix and clients one with read.
+//! The gateway is plain HTTP: the password and token cross the network in the clear, as every
+//! request does.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -42,11 +51,27 @@ pub struct Etcd {
     /// How long a registration outlives its server's process (the lease's time to live; whole
     /// seconds, at least 1).
     pub ttl: Duration,
+    /// The user to be, on a cluster with authentication on.
+    pub user: Option<EtcdUser>,
+}
+
+/// A user of an etcd cluster with authentication on: its name, and the file holding its password
+/// (read when the client authenticates; refused if others may read it, as secret files are).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdUser {
+    /// The user's name.
+    pub name: String,
+    /// The file holding its password (trailing whitespace ignored).
+    pub password_file: std::path::PathBuf,
 }
 
 impl core::fmt::Display for Etcd {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "etcd://{}?ttl={}", self.endpoints.join(","), self.ttl.as_secs())
+        write!(f, "etcd://{}?ttl={}", self.endpoints.join(","), self.ttl.as_secs())?;
+        if let Some(user) = &self.user {
+            write!(f, "&user={}&password-file={}", user.name, user.password_file.display())?;
+        }
+        Ok(())
     }
 }
 
@@ -57,6 +82,8 @@ struct Gateway {
     endpoints: Arc<[String]>,
     agent: ureq::Agent,
     preferred: Arc<AtomicUsize>,
+    /// The user requests are made as, with its token once authenticated.
+    user: Option<Arc<(EtcdUser, std::sync::Mutex<Option<String>>)>>,
 }
 
 fn io_error(e: impl core::fmt::Display) -> std::io::Error {
@@ -72,7 +99,24 @@ impl Gateway {
             .http_status_as_error(false)
             .build()
             .into();
-        Gateway { endpoints: etcd.endpoints.clone().into(), agent, preferred: Arc::default() }
+        let user = etcd.user.clone().map(|u| Arc::new((u, std::sync::Mutex::new(None))));
+        Gateway { endpoints: etcd.endpoints.clone().into(), agent, preferred: Arc::default(), user }
+    }
+
+    /// The token requests carry: the one held, or a new one from authenticating.
+    fn token(&self, user: &(EtcdUser, std::sync::Mutex<Option<String>>)) -> Result<String, std::io::Error> {
+        let (who, held) = user;
+        let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(token) = &*held {
+            return Ok(token.clone());
+        }
+        let password = read_password(&who.password_file)?;
+        let answer = self.send("/v3/auth/authenticate", &json!({ "name": who.name, "password": password }), None)?;
+        let text = answer.into_body().with_config().limit(MAX_ANSWER).read_to_string().map_err(io_error)?;
+        let token = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["token"].as_str().map(str::to_owned));
+        let token = token.ok_or_else(|| io_error(format!("etcd gave user {} no token: {text}", who.name)))?;
+        *held = Some(token.clone());
+        Ok(token)
     }
 
     /// Sends `body` to `path` of the first endpoint that answers, and returns the response whole.
@@ -82,16 +126,44 @@ impl Gateway {
         serde_json::from_str(&text).map_err(|e| io_error(format!("etcd answered {path} with bad JSON: {e}")))
     }
 
-    /// Sends `body` to `path`, trying each endpoint from the preferred one, and returns the response
-    /// (its body unread) of the first that answers with success.
+    /// Sends `body` to `path` as the gateway's user, if it has one (authenticating again once when
+    /// etcd no longer takes its token), and returns the response (its body unread) of the first
+    /// endpoint that answers with success.
     fn open(&self, path: &str, body: &Value) -> Result<ureq::http::Response<ureq::Body>, std::io::Error> {
+        let Some(user) = &self.user else { return self.send(path, body, None) };
+        let token = self.token(user)?;
+        match self.send(path, body, Some(&token)) {
+            Err(e) if e.to_string().contains("auth token") => {
+                let mut held = user.1.lock().unwrap_or_else(|p| p.into_inner());
+                if held.as_deref() == Some(token.as_str()) {
+                    *held = None;
+                }
+                drop(held);
+                self.send(path, body, Some(&self.token(user)?))
+            }
+            sent => sent,
+        }
+    }
+
+    /// Sends `body` to `path` with `token`, trying each endpoint from the preferred one, and
+    /// returns the response (its body unread) of the first that answers with success.
+    fn send(
+        &self,
+        path: &str,
+        body: &Value,
+        token: Option<&str>,
+    ) -> Result<ureq::http::Response<ureq::Body>, std::io::Error> {
         let body = body.to_string();
         let first = self.preferred.load(Ordering::Relaxed);
         let mut why = String::new();
         for i in 0..self.endpoints.len() {
             let at = (first + i) % self.endpoints.len();
             let url = format!("http://{}{path}", self.endpoints[at]);
-            match self.agent.post(&url).header("content-type", "application/json").send(body.as_str()) {
+            let mut request = self.agent.post(&url).header("content-type", "application/json");
+            if let Some(token) = token {
+                request = request.header("authorization", token);
+            }
+            match request.send(body.as_str()) {
                 Ok(r) if r.status().is_success() => {
                     self.preferred.store(at, Ordering::Relaxed);
                     return Ok(r);
@@ -110,6 +182,21 @@ impl Gateway {
         }
         Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why))
     }
+}
+
+/// The password in `path`, which only its owner may read.
+fn read_password(path: &std::path::Path) -> Result<String, std::io::Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(io_error(format!(
+            "{}: readable by others (mode {:o}); make it private with chmod 600",
+            path.display(),
+            mode & 0o777
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| io_error(format!("{}: {e}", path.display())))?;
+    Ok(text.trim_end().to_owned())
 }
 
 /// A 64-bit integer of the gateway's JSON (written as a string, or absent when zero).
@@ -331,7 +418,7 @@ pub(super) fn names(etcd: &Etcd) -> Result<Vec<String>, std::io::Error> {
     Ok(names)
 }
 
-/// Parses `host:port[,host:port…][?ttl=SECONDS]` (after `etcd://`).
+/// Parses `host:port[,host:port…][?ttl=SECONDS][&user=NAME&password-file=PATH]` (after `etcd://`).
 pub(super) fn parse(spec: &str, rest: &str) -> Result<Etcd, NameError> {
     let bad = |reason: String| NameError::InvalidRegistry { registry: spec.to_owned(), reason };
     let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -340,16 +427,28 @@ pub(super) fn parse(spec: &str, rest: &str) -> Result<Etcd, NameError> {
         return Err(bad("expected etcd://HOST:PORT[,HOST:PORT…][?ttl=SECONDS]".into()));
     }
     let mut ttl = DEFAULT_TTL;
+    let (mut name, mut password_file) = (None, None);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("ttl", s)) => match s.parse::<u64>() {
                 Ok(n) if (1..=3600).contains(&n) => ttl = Duration::from_secs(n),
                 _ => return Err(bad(format!("ttl must be whole seconds from 1 to 3600, not {s:?}"))),
             },
-            _ => return Err(bad(format!("unknown option {pair:?} (known: ttl)"))),
+            Some(("user", s)) if !s.is_empty() => name = Some(s.to_owned()),
+            Some(("password-file", s)) if std::path::Path::new(s).is_absolute() => password_file = Some(s.into()),
+            _ => {
+                return Err(bad(format!(
+                    "bad option {pair:?} (known: ttl=SECONDS, user=NAME, password-file=/absolute/path)"
+                )))
+            }
         }
     }
-    Ok(Etcd { endpoints, ttl })
+    let user = match (name, password_file) {
+        (Some(name), Some(password_file)) => Some(EtcdUser { name, password_file }),
+        (None, None) => None,
+        _ => return Err(bad("user= and password-file= go together".into())),
+    };
+    Ok(Etcd { endpoints, ttl, user })
 }
 
 #[cfg(test)]
@@ -363,6 +462,16 @@ mod tests {
         assert_eq!(e.ttl, Duration::from_secs(3));
         assert_eq!(parse("x", "h:1").unwrap().ttl, DEFAULT_TTL);
         assert_eq!(parse("x", "h:1?ttl=7").unwrap().to_string(), "etcd://h:1?ttl=7");
+        let authed = parse("x", "h:1?ttl=2&user=svc&password-file=/etc/svc.pw").unwrap();
+        let user = EtcdUser { name: "svc".into(), password_file: "/etc/svc.pw".into() };
+        assert_eq!(authed.user, Some(user));
+        assert_eq!(parse("x", "h:1?ttl=2&user=svc&password-file=/etc/svc.pw").unwrap().to_string(), authed.to_string());
+        assert_eq!(parse("x", &authed.to_string()["etcd://".len()..]).unwrap(), authed);
+        for bad in
+            ["h:1?user=svc", "h:1?password-file=/p", "h:1?user=svc&password-file=rel", "h:1?user=&password-file=/p"]
+        {
+            assert!(parse("x", bad).is_err(), "{bad}");
+        }
         for bad in ["", "?ttl=3", "host", "h:1?ttl=0", "h:1?ttl=x", "h:1?lease=3"] {
             assert!(parse("x", bad).is_err(), "{bad}");
         }

@@ -38,7 +38,7 @@ use crate::interface::InterfaceInfo;
 #[cfg(feature = "etcd")]
 mod etcd;
 #[cfg(feature = "etcd")]
-pub use etcd::{Etcd, DEFAULT_TTL};
+pub use etcd::{Etcd, EtcdUser, DEFAULT_TTL};
 
 /// Environment variable naming the registry servers register in and clients look names up in
 /// (see [`Registry::parse`]); without it, [`Registry::local`].
@@ -369,8 +369,8 @@ impl Registry {
 
     /// `local` ([`Registry::local`]), `dir:/absolute/path[?trust=UID,…]` (a directory of the same
     /// layout, trusting the users listed besides this one and root), or
-    /// `etcd://HOST:PORT[,HOST:PORT…][?ttl=SECONDS]` (feature `etcd`; the lease's time to live is
-    /// 5 s unless given).
+    /// `etcd://HOST:PORT[,HOST:PORT…][?ttl=SECONDS][&user=NAME&password-file=PATH]` (feature `etcd`;
+    /// the lease's time to live is 5 s unless given; a user for a cluster with authentication on).
     pub fn parse(s: &str) -> Result<Registry, NameError> {
         let bad = |reason: &str| NameError::InvalidRegistry { registry: s.to_owned(), reason: reason.to_owned() };
         if s == "local" {
