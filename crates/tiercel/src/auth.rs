@@ -45,23 +45,29 @@ impl Secret {
     /// Make one with `(umask 077; head -c 32 /dev/urandom > tiercel.secret)`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Secret, SecretError> {
         let path = path.as_ref();
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let meta = std::fs::metadata(path).map_err(|e| SecretError(format!("{}: {e}", path.display())))?;
-            let mode = meta.permissions().mode();
-            if mode & 0o077 != 0 {
-                return Err(SecretError(format!(
-                    "{}: readable by others (mode {:o}); make it private with chmod 600",
-                    path.display(),
-                    mode & 0o777
-                )));
-            }
-        }
-        let bytes = std::fs::read(path).map_err(|e| SecretError(format!("{}: {e}", path.display())))?;
-        let end = bytes.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
-        Secret::new(&bytes[..end]).map_err(|SecretError(m)| SecretError(format!("{}: {m}", path.display())))
+        let bytes = read_private(path).map_err(SecretError)?;
+        Secret::new(&bytes).map_err(|SecretError(m)| SecretError(format!("{}: {m}", path.display())))
     }
+}
+
+/// The bytes of a file that holds a secret (a shared secret, a password), trailing whitespace
+/// removed (so that `echo` and editors may add a newline). Like ssh with its keys, refuses a file
+/// that users other than its owner may read. The error names the file.
+pub(crate) fn read_private(path: &Path) -> Result<Vec<u8>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mode = meta.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{}: readable by others (mode {:o}); make it private with chmod 600",
+            path.display(),
+            mode & 0o777
+        ));
+    }
+    let mut bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let end = bytes.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
+    bytes.truncate(end);
+    Ok(bytes)
 }
 
 impl Keyed for Secret {

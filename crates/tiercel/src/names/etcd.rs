@@ -186,17 +186,8 @@ impl Gateway {
 
 /// The password in `path`, which only its owner may read.
 fn read_password(path: &std::path::Path) -> Result<String, std::io::Error> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path)?.permissions().mode();
-    if mode & 0o077 != 0 {
-        return Err(io_error(format!(
-            "{}: readable by others (mode {:o}); make it private with chmod 600",
-            path.display(),
-            mode & 0o777
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| io_error(format!("{}: {e}", path.display())))?;
-    Ok(text.trim_end().to_owned())
+    let bytes = crate::auth::read_private(path).map_err(io_error)?;
+    String::from_utf8(bytes).map_err(|_| io_error(format!("{}: the password is not UTF-8", path.display())))
 }
 
 /// A 64-bit integer of the gateway's JSON (written as a string, or absent when zero).
