@@ -52,6 +52,8 @@ impl Arrival {
 thread_local! {
     /// The deadline of the call this thread is running, if its caller set one.
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// The caller of the call this thread is running.
+    static CALLER: Cell<Option<super::intercept::Caller>> = const { Cell::new(None) };
 }
 
 /// The deadline of the call the current thread (or, in an async procedure, task) is running, when
@@ -66,6 +68,21 @@ pub fn deadline() -> Option<Instant> {
     #[cfg(feature = "async")]
     if inline.is_none() {
         return crate::trace::TASK_CALL.try_with(|c| c.0).ok().flatten();
+    }
+    inline
+}
+
+/// Who is calling the procedure the current thread (or, in an async procedure, task) runs: the
+/// address of a client over UDP (the address its bind request came from) or TCP (the connection's
+/// peer), or the user and process ids of a client through shared memory, as the kernel told at the
+/// bind (`SO_PEERCRED`). An address is what the packets said: over UDP it is proven only in that
+/// the client received the grant and its token there. `None` outside a procedure. Costs a
+/// thread-local read.
+pub fn caller() -> Option<super::intercept::Caller> {
+    let inline = CALLER.with(Cell::get);
+    #[cfg(feature = "async")]
+    if inline.is_none() {
+        return crate::trace::TASK_CALL.try_with(|c| c.2).ok().flatten();
     }
     inline
 }
@@ -138,8 +155,7 @@ fn invoke<R>(
     let (span, current) = crate::trace::server_span(export.info(), procedure, arrival.transport, trace);
     let entered = span.enter();
     let _current = crate::trace::enter_current(current);
-    let _current = deadline.map(Current::set);
-    let _caller = super::intercept::Current::set(arrival.caller);
+    let _current = Current::set(deadline, arrival.caller);
     let metrics = shared.procedure_metrics(export);
     let timed = metrics.get(procedure as usize).map(|m| (m, m.start()));
     let outcome = catch_unwind(AssertUnwindSafe(|| run(out)));
@@ -321,19 +337,28 @@ fn intercept(
     }
 }
 
-/// The running call's deadline, set for the time a procedure runs.
-struct Current;
+/// The running call's caller and deadline (the deadline's thread-local written only for a call
+/// that has one), set for the time a procedure runs.
+struct Current {
+    deadline: bool,
+}
 
 impl Current {
-    fn set(deadline: Instant) -> Current {
-        DEADLINE.with(|d| d.set(Some(deadline)));
-        Current
+    fn set(deadline: Option<Instant>, caller: Option<super::intercept::Caller>) -> Current {
+        if deadline.is_some() {
+            DEADLINE.with(|d| d.set(deadline));
+        }
+        CALLER.with(|c| c.set(caller));
+        Current { deadline: deadline.is_some() }
     }
 }
 
 impl Drop for Current {
     fn drop(&mut self) {
-        DEADLINE.with(|d| d.set(None));
+        if self.deadline {
+            DEADLINE.with(|d| d.set(None));
+        }
+        CALLER.with(|c| c.set(None));
     }
 }
 

@@ -1,8 +1,7 @@
-//! Who is calling, and a server's say over each call before it runs: [`caller`] for a procedure,
-//! [`Server::intercept`](super::Server::intercept) for the server as a whole (authorization,
-//! logging), the same for every transport.
+//! A server's say over each call before it runs ([`Server::intercept`](super::Server::intercept):
+//! authorization, logging), the same for every transport; a procedure asks
+//! [`caller`](super::dispatch::caller) itself.
 
-use std::cell::Cell;
 use std::time::Instant;
 
 pub use tiercel_proto::endpoint::Caller;
@@ -31,39 +30,3 @@ pub struct CallInfo {
 
 /// A server's interceptor: `Ok(())` lets a call run, `Err(why)` refuses it.
 pub(crate) type Interceptor = dyn Fn(&CallInfo) -> Result<(), String> + Send + Sync;
-
-thread_local! {
-    /// The caller of the call this thread is running.
-    static CALLER: Cell<Option<Caller>> = const { Cell::new(None) };
-}
-
-/// Who is calling the procedure the current thread (or, in an async procedure, task) runs: the
-/// address of a client over UDP (the address its bind request came from) or TCP (the connection's
-/// peer), or the user and process ids of a client through shared memory, as the kernel told at the
-/// bind (`SO_PEERCRED`). An address is what the packets said: over UDP it is proven only in that
-/// the client received the grant and its token there. `None` outside a procedure. Costs a
-/// thread-local read.
-pub fn caller() -> Option<Caller> {
-    let inline = CALLER.with(Cell::get);
-    #[cfg(feature = "async")]
-    if inline.is_none() {
-        return crate::trace::TASK_CALL.try_with(|c| c.2).ok().flatten();
-    }
-    inline
-}
-
-/// The running call's caller, set for the time a procedure runs.
-pub(crate) struct Current;
-
-impl Current {
-    pub(crate) fn set(caller: Option<Caller>) -> Current {
-        CALLER.with(|c| c.set(caller));
-        Current
-    }
-}
-
-impl Drop for Current {
-    fn drop(&mut self) {
-        CALLER.with(|c| c.set(None));
-    }
-}

@@ -11,8 +11,8 @@ mod landing;
 mod outbox;
 mod running;
 
-pub use dispatch::deadline;
-pub use intercept::{caller, CallInfo, Caller};
+pub use dispatch::{caller, deadline};
+pub use intercept::{CallInfo, Caller};
 pub use running::{RunningServer, ShutdownHandle};
 mod shm;
 mod tcp;
