@@ -24,6 +24,8 @@
 //! * [`bind`]: the bind exchange (client and server machines, the bind messages), the same for
 //!   every transport.
 //! * [`stream`]: framing for byte-stream transports (TCP): length-prefixed whole packets.
+//! * [`seal`]: the envelope of a secure binding's packets (its outer header) and the replay window;
+//!   the cryptography is the `tiercel` crate's.
 //! * [`shm`]: the shared-memory transport's region layout and call handshake (its memory comes from
 //!   `tiercel-sys`; the handshake is model-checked with loom).
 
@@ -35,6 +37,7 @@ pub mod client;
 pub mod context;
 pub mod endpoint;
 pub mod fragment;
+pub mod seal;
 pub mod server;
 pub mod shm;
 pub mod stream;

@@ -55,6 +55,15 @@ pub enum Caller {
         /// Its process id.
         pid: u32,
     },
+    /// A client of a secure binding: the static public key it proved in the bind handshake, and
+    /// the address the handshake came from. Every packet of its binding is sealed
+    /// ([`crate::seal`]); [`ServerEndpoint::route_opened`] takes no other.
+    Key {
+        /// Where its handshake came from (a UDP address, or a TCP connection's peer).
+        address: std::net::SocketAddr,
+        /// Its static public key (X25519).
+        key: [u8; 32],
+    },
 }
 
 impl Caller {
@@ -63,7 +72,13 @@ impl Caller {
         match *self {
             Caller::Address(a) => Source::Address(a.ip().to_canonical()),
             Caller::Process { uid, .. } => Source::User(uid),
+            Caller::Key { address, .. } => Source::Address(address.ip().to_canonical()),
         }
+    }
+
+    /// Whether the binding's packets are sealed: it was made by a secure handshake.
+    pub fn is_sealed(&self) -> bool {
+        matches!(self, Caller::Key { .. })
     }
 }
 

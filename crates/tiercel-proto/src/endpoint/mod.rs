@@ -253,7 +253,20 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// Where checked packet `p`, arriving at `now`, goes. A packet of a known binding counts as
     /// activity of the binding.
     pub fn route(&self, p: &Packet<&[u8]>, now: Instant) -> Route<A, E> {
+        self.route_opened(p, None, now)
+    }
+
+    /// [`ServerEndpoint::route`] of a packet that came sealed (`opened`: the binding whose keys
+    /// opened it) or plain (`None`). A secure binding's packets must come sealed with its own keys,
+    /// and a plain binding's plain: any other is [`Route::Malformed`], so that a relay holding a
+    /// secure binding's token, but not its keys, reaches nothing. A bind request comes sealed only
+    /// in a handshake, never on a binding.
+    pub fn route_opened(&self, p: &Packet<&[u8]>, opened: Option<u32>, now: Instant) -> Route<A, E> {
+        if opened.is_some_and(|id| id != p.binding()) {
+            return Route::Malformed;
+        }
         match p.kind() {
+            Kind::Bind if opened.is_some() => return Route::Malformed,
             Kind::Bind => return Route::Bind,
             Kind::Call | Kind::Ack | Kind::Probe | Kind::Cancel => {}
             Kind::Result | Kind::ProbeReply | Kind::Reject | Kind::BindReply => return Route::Malformed,
@@ -261,6 +274,9 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         let Some(binding) = self.lookup(p.binding(), p.token()) else {
             return Route::Reject(self.reject(p, Status::UnknownBinding));
         };
+        if binding.caller.is_some_and(|c| c.is_sealed()) != opened.is_some() {
+            return Route::Malformed;
+        }
         if p.incarnation() != self.config.incarnation {
             return Route::Reject(self.reject(p, Status::WrongIncarnation));
         }

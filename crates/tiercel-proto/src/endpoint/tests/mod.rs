@@ -200,3 +200,32 @@ fn idle_bindings_expire_unless_in_use() {
 }
 
 mod messages;
+
+#[test]
+fn a_secure_binding_takes_only_packets_opened_with_its_own_keys_and_a_plain_one_only_plain() {
+    let now = Instant::now();
+    let e: ServerEndpoint<u8, ()> = ServerEndpoint::new(config(), now, Box::new(crate::bind::InsecureChallenges));
+    let address = "127.0.0.1:9".parse().unwrap();
+    let key = Caller::Key { address, key: [3; 32] };
+    let secure = e.grant_from(1, key, 1, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap().0;
+    let plain = e.grant_from(2, Caller::Address(address), 2, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap().0;
+    let routed = |bytes: &[u8], opened: Option<u32>| {
+        let p = Packet::new_checked(bytes).unwrap();
+        match e.route_opened(&p, opened, now) {
+            Route::Binding(b) => Some(b.id),
+            Route::Malformed => None,
+            Route::Bind => Some(0),
+            Route::Reject(_) => Some(u32::MAX),
+        }
+    };
+    let to_secure = packet(Kind::Call, secure.id, TOKEN, 9, 0, 1);
+    let to_plain = packet(Kind::Call, plain.id, TOKEN, 9, 0, 1);
+    assert_eq!(routed(&to_secure, Some(secure.id)), Some(secure.id));
+    assert_eq!(routed(&to_secure, None), None, "a secure binding's token alone reaches nothing");
+    assert_eq!(routed(&to_secure, Some(plain.id)), None, "opened with another binding's keys");
+    assert_eq!(routed(&to_plain, None), Some(plain.id));
+    assert_eq!(routed(&to_plain, Some(plain.id)), None, "a plain binding takes nothing sealed");
+    let bind = packet(Kind::Bind, 0, 0, 0, 0, 0);
+    assert_eq!(routed(&bind, None), Some(0));
+    assert_eq!(routed(&packet(Kind::Bind, secure.id, 0, 0, 0, 0), Some(secure.id)), None, "no bind on a binding");
+}
