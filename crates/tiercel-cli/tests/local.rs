@@ -327,7 +327,8 @@ fn lying_server(rendezvous: Rendezvous) -> (SocketAddr, Arc<AtomicBool>) {
     let stopped = stop.clone();
     std::thread::spawn(move || {
         let exports = [test_spec()];
-        let machine = BindServer { exports: &exports, auth: None, incarnation: 9, max_datagram: 1400 };
+        let machine =
+            BindServer { exports: &exports, auth: None, incarnation: 9, key_required: false, max_datagram: 1400 };
         let mut buf = [0u8; 2048];
         while !stopped.load(Ordering::Relaxed) {
             let Ok((n, from)) = socket.recv_from(&mut buf) else { continue };

@@ -179,6 +179,9 @@ pub enum Status {
     /// payload says why. It never ran. Sent only on a binding granted
     /// [`crate::bind::wire::features::REFUSED`]; other clients are answered `BadArguments`.
     Refused = 19,
+    /// The server takes only secure bindings (made with its key, `crate::seal`) on this transport,
+    /// and the request came plain. Nothing was bound.
+    KeyRequired = 20,
 }
 
 impl Status {
@@ -205,6 +208,7 @@ impl Status {
             17 => Status::Cancelled,
             18 => Status::UnsupportedVersion,
             19 => Status::Refused,
+            20 => Status::KeyRequired,
             _ => return None,
         })
     }

@@ -50,6 +50,19 @@ impl Secret {
     }
 }
 
+impl Secret {
+    /// The pre-shared key a secure binding's handshake mixes in: derived from the secret, never
+    /// the secret's own key.
+    pub(crate) fn psk(&self) -> [u8; 32] {
+        blake3::derive_key("tiercel 2026-11 noise psk", &self.key)
+    }
+}
+
+/// The pre-shared key of a handshake under `secret`: all zeros without one (as WireGuard's).
+pub(crate) fn psk(secret: Option<&Secret>) -> [u8; 32] {
+    secret.map_or([0; 32], Secret::psk)
+}
+
 /// The bytes of a file that holds a secret (a shared secret, a password), trailing whitespace
 /// removed (so that `echo` and editors may add a newline). Like ssh with its keys, refuses a file
 /// that users other than its owner may read. The error names the file.

@@ -100,6 +100,20 @@ pub struct ClientConfig {
     /// branch when absent; present, it is the interceptor's own time (the cost ledger's `intercept`
     /// line, both sides' interceptors: +10 ns a shared-memory Null, `docs/ledger.md`). Default: none.
     pub interceptor: Option<crate::ClientInterceptor>,
+    /// The public key of the server: with one, the client binds only to a server that proves it
+    /// holds the matching private key. Over UDP the bind is then a Noise handshake and every packet
+    /// of the binding, both ways, is sealed (encrypted and authenticated, `cipher`); a server that
+    /// cannot prove the key is never bound (`BindError::KeyNotProven`). Over TCP such a client does
+    /// not bind yet (`BindError::KeyRequired` names it), and through shared memory it binds only
+    /// when the server's own sealed answer named the rendezvous. See `docs/security.md`. Default:
+    /// none (plain).
+    pub server_key: Option<crate::PublicKey>,
+    /// This client's own static key pair, which a secure binding's server learns (and a procedure
+    /// sees through [`crate::caller`]). Without one, the process makes one key pair the first time
+    /// it binds securely and uses it for every secure binding. Default: none.
+    pub key: Option<crate::Identity>,
+    /// The AEAD that seals a secure binding's packets (see [`crate::Cipher`]). Default: AES-256-GCM.
+    pub cipher: crate::Cipher,
 }
 
 impl Default for ClientConfig {
@@ -116,6 +130,9 @@ impl Default for ClientConfig {
             metrics: false,
             rebind: false,
             interceptor: None,
+            server_key: None,
+            key: None,
+            cipher: crate::Cipher::default(),
         }
     }
 }
@@ -237,6 +254,18 @@ pub struct ServerConfig {
     /// Most async procedures running at once; a call beyond is refused as busy (its client backs
     /// off and tries again). Each holds a task and its arguments. Default: 4,096.
     pub max_async_calls: usize,
+    /// The server's static key pair: with one, it takes secure bindings over UDP (a Noise handshake
+    /// at bind time, then every packet sealed: `docs/security.md`), and, unless `allow_plain`,
+    /// refuses plain bindings over UDP and TCP (`BindError::KeyRequired`). Shared-memory bindings,
+    /// which the kernel keeps private to the two processes, are still granted to processes on this
+    /// host. Default: none.
+    pub key: Option<crate::Identity>,
+    /// With a `key`, grant plain bindings too. Default: off.
+    pub allow_plain: bool,
+    /// Most secure handshakes answered a second (each costs the server about 0.3 ms of CPU before
+    /// the client has proven anything); beyond, they are dropped and counted, and their clients
+    /// retransmit. Default: 1,000.
+    pub handshakes_per_second: u32,
 }
 
 impl Default for ServerConfig {
@@ -264,6 +293,9 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(5),
             async_threads: 2,
             max_async_calls: 4096,
+            key: None,
+            allow_plain: false,
+            handshakes_per_second: 1000,
         }
     }
 }

@@ -103,6 +103,19 @@ pub enum BindError {
         /// How the two copies differ: the procedure's lines, or the first type that differs.
         difference: String,
     },
+    /// The server takes only secure bindings (it has a key pair, `ServerConfig::key`) and this
+    /// client bound plain: give it the server's public key (`ClientConfig::server_key`).
+    #[error("server takes only secure bindings; give the client the server's public key")]
+    KeyRequired,
+    /// The server did not prove the key the client expects of it: no answer to the secure
+    /// handshake opened (another server, an impostor, or a server without a key) before the
+    /// bind gave up.
+    #[error("no server at {0} proved the key {1}")]
+    KeyNotProven(std::net::SocketAddr, crate::PublicKey),
+    /// A client that expects the server's key (`ClientConfig::server_key`) asked for a transport
+    /// that has no secure bindings yet.
+    #[error("no secure binding over {0}: tiercel seals UDP bindings (and keeps shared memory private)")]
+    SecureUnavailable(&'static str),
     /// The server requires proof of a shared secret and this client has none
     /// (`ClientConfig::secret`).
     #[error("server requires a shared secret to bind; configure the client with one")]

@@ -94,6 +94,7 @@ pub mod names;
 mod random;
 mod rendezvous;
 mod retention;
+pub mod secure;
 mod server;
 mod trace;
 mod waiting;
@@ -110,6 +111,7 @@ pub use address::{Target, ToAddress, Transport};
 pub use auth::{Secret, MIN_SECRET_LEN};
 pub use buffers::{In, InOut, Out};
 pub use client::{Binding, Client, ClientInterceptor, ClientStats, OutgoingCall};
+pub use secure::{Cipher, Identity, KeyError, PublicKey};
 // What generated client stubs drive; not called by users.
 #[cfg(feature = "async")]
 #[doc(hidden)]

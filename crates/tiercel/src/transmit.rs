@@ -33,6 +33,36 @@ pub(crate) fn send(
     }
 }
 
+/// Sends `parts` as one datagram sealed with `seal` when the binding is secure, or as [`send`] does
+/// otherwise. Sealed, the packet is gathered into this thread's sealing buffer (kept, so that
+/// sending allocates nothing after the first packet) and encrypted there. A packet that cannot be
+/// sealed (its binding used its last number) is not sent: to the protocol, a lost packet.
+pub(crate) fn send_as(
+    socket: &UdpSocket,
+    to: Option<&SocketAddr>,
+    parts: &[IoSlice<'_>],
+    with_checksum: bool,
+    seal: Option<&crate::secure::Session>,
+) -> io::Result<usize> {
+    let Some(session) = seal else { return send(socket, to, parts, with_checksum) };
+    SEALING.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        if session.seal_into(parts, &mut buf).is_err() {
+            return Err(io::Error::from(io::ErrorKind::WouldBlock));
+        }
+        let io = [IoSlice::new(&buf)];
+        match to {
+            Some(addr) => udp::send_gather_to(socket, addr, &io),
+            None => udp::send_gather(socket, &io),
+        }
+    })
+}
+
+thread_local! {
+    /// Where this thread seals the packets it sends.
+    static SEALING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Most datagrams of one segmented send ([`send_run`]).
 pub(crate) const MAX_RUN: usize = udp::MAX_SEGMENTS;
 /// Most parts of one segmented send: the kernel's `UIO_MAXIOV`.

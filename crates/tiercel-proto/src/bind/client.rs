@@ -72,6 +72,8 @@ pub enum Refusal<'p> {
     AuthFailed(&'static str),
     /// The server has no room for another binding.
     Busy,
+    /// The server takes only secure bindings, and this request came plain.
+    KeyRequired,
     /// The server does not speak this client's protocol version; the range it speaks.
     ProtocolVersion {
         /// The oldest version the server speaks.
@@ -298,6 +300,7 @@ impl BindClient {
                     Status::AuthFailed => {
                         Refusal::AuthFailed("the server refused this client's proof: the secrets differ")
                     }
+                    Status::KeyRequired => Refusal::KeyRequired,
                     Status::Busy => Refusal::Busy,
                     // No server answers a bind request so: not an answer to it.
                     _ => return BindEvent::Ignored,

@@ -37,6 +37,11 @@ pub struct BindServer<'a> {
     pub incarnation: u64,
     /// Largest datagram the server sends or receives (0 through shared memory).
     pub max_datagram: usize,
+    /// Whether the request came plain to a server that takes only secure bindings here: it is
+    /// refused ([`Status::KeyRequired`]) and told nothing else, unless it asks where to bind
+    /// through shared memory (admitted: the transport answers it with the rendezvous when the
+    /// client is on this host, and with [`Admission::key_required`] otherwise).
+    pub key_required: bool,
 }
 
 /// Why a request got an answer instead of a binding.
@@ -56,6 +61,8 @@ pub enum Refused {
     ProtocolVersion,
     /// Not a bind: the request asked what the server exports, and was told.
     Listed,
+    /// The request came plain to a server that takes only secure bindings.
+    KeyRequired,
 }
 
 impl Refused {
@@ -126,6 +133,10 @@ impl BindServer<'_> {
         };
         let trailer = if flags != 0 { CHECKSUM_LEN } else { 0 };
         let room = budget.saturating_sub(HEADER_LEN + trailer);
+        if self.key_required && !req.rendezvous {
+            let nothing = BindRefusal::nothing(req.nonce, 0);
+            return answer(Status::KeyRequired, &nothing.to_bytes(room), Refused::KeyRequired);
+        }
         // With a shared secret, nothing is told to a client (not even what is exported) before it
         // proves the secret over a fresh challenge.
         let mut challenge = None;
@@ -263,6 +274,14 @@ impl Admission {
             grant.proof = Some(auth.secret.prove(&transcript));
         }
         server.packet(Kind::BindReply, Status::Ok, self.flags, binding, token, &grant.to_bytes())
+    }
+
+    /// The refusal of an admitted request that came plain to a server that takes only secure
+    /// bindings, which asked for a rendezvous it is not to be told.
+    pub fn key_required(&self, server: &BindServer<'_>) -> Vec<u8> {
+        let spec = &server.exports[self.export];
+        let refusal = BindRefusal::nothing(self.request.nonce, spec.version);
+        server.packet(Kind::Reject, Status::KeyRequired, self.flags, 0, 0, &refusal.to_bytes(0))
     }
 
     /// The refusal of an admitted request for want of room (bindings, memory, threads).

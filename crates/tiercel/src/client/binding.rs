@@ -13,12 +13,17 @@ impl Binding {
         let try_shm = match transport {
             Some(Transport::SharedMemory) => true,
             Some(Transport::Udp) => false,
+            Some(Transport::Tcp) if config.server_key.is_some() => {
+                return Err(BindError::SecureUnavailable("TCP"));
+            }
             Some(Transport::Tcp) => return Self::bind_tcp(server, info, config),
             None => config.shared_memory,
         };
+        // A client that expects the server's key never falls back to a plain transport.
+        let fallback = config.tcp_fallback && config.server_key.is_none();
         if !try_shm {
             return match Self::bind_udp(server, info, config.clone()) {
-                Err(BindError::Unreachable(_)) if transport.is_none() && config.tcp_fallback => {
+                Err(BindError::Unreachable(_)) if transport.is_none() && fallback => {
                     Self::fall_back_to_tcp(server, info, config)
                 }
                 bound => bound,
@@ -28,7 +33,7 @@ impl Binding {
         // answers with a binding over UDP.
         let forced = transport == Some(Transport::SharedMemory);
         let asked = match udp_bind::bind_udp(server, info, &config, true) {
-            Err(BindError::Unreachable(_)) if !forced && config.tcp_fallback => {
+            Err(BindError::Unreachable(_)) if !forced && fallback => {
                 return Self::fall_back_to_tcp(server, info, config)
             }
             asked => asked,
@@ -44,6 +49,7 @@ impl Binding {
                 info,
                 config,
                 Granted {
+                    seal: None,
                     id: granted.id,
                     token: 0,
                     incarnation: granted.incarnation,
@@ -95,6 +101,7 @@ impl Binding {
     ) -> Result<Binding, BindError> {
         let granted = tcp::bind(server, info, &config)?;
         let granted = Granted {
+            seal: None,
             id: granted.id,
             token: 0,
             incarnation: granted.incarnation,
@@ -128,8 +135,9 @@ impl Binding {
         config: ClientConfig,
         grant: udp_bind::UdpGrant,
     ) -> Binding {
-        let udp_bind::UdpGrant { granted, max_datagram } = grant;
+        let udp_bind::UdpGrant { granted, max_datagram, seal } = grant;
         let granted = Granted {
+            seal,
             id: granted.binding,
             token: granted.token,
             incarnation: granted.incarnation,
@@ -172,6 +180,7 @@ impl Binding {
                 procedures: granted.procedures.map(Vec::into_boxed_slice),
                 #[cfg(feature = "async")]
                 asynch: Default::default(),
+                seal: granted.seal,
             }),
             deadline,
             rebind: None,

@@ -188,11 +188,15 @@ impl Client {
     /// What the server at `server` exports: over UDP, or TCP when the address says so or UDP gets
     /// no answer (as a bind would).
     fn list(&self, server: SocketAddr) -> Result<Vec<crate::ExportInfo>, BindError> {
+        let secure = self.config.server_key.is_some();
         if self.transport == Some(Transport::Tcp) {
+            if secure {
+                return Err(BindError::SecureUnavailable("TCP"));
+            }
             return tcp::list(server, &self.config);
         }
         match udp_bind::list_udp(server, &self.config) {
-            Err(BindError::Unreachable(_)) if self.transport.is_none() && self.config.tcp_fallback => {
+            Err(BindError::Unreachable(_)) if self.transport.is_none() && self.config.tcp_fallback && !secure => {
                 tcp::list(server, &self.config).map_err(|e| match e {
                     BindError::NoServer(_) | BindError::Unreachable(_) => BindError::Unreachable(server),
                     e => e,
@@ -225,6 +229,9 @@ crate::counters::counters! {
         retransmissions,
         /// Packets that failed header validation, or arrived truncated.
         malformed,
+        /// Datagrams of a secure binding dropped unread: they did not open with its keys (changed
+        /// on the way, forged, plain), or their number was seen before (a replay, a duplicate).
+        unopened,
         /// Valid packets not for the current call (late duplicates, old results).
         stale,
         /// Result fragments received straight into their place in the result's reassembly (the
@@ -281,6 +288,9 @@ pub(crate) struct BindingInner {
     /// The pool of endpoints of async calls.
     #[cfg(feature = "async")]
     asynch: asynch::AsyncState,
+    /// The keys of a secure binding: every packet is sealed with them, and only packets that open
+    /// with them are read.
+    seal: Option<Arc<crate::secure::Session>>,
 }
 
 impl BindingInner {
@@ -320,6 +330,8 @@ impl BindingInner {
 
 /// What a bind exchange granted, on any transport.
 struct Granted {
+    /// The binding's keys, when it is a secure one (over UDP).
+    seal: Option<Arc<crate::secure::Session>>,
     id: u32,
     token: u128,
     incarnation: u64,
@@ -435,6 +447,12 @@ impl Binding {
     /// gone, or from UDP back to shared memory.
     pub fn rebinds(&self) -> u64 {
         self.rebind.as_ref().map_or(0, |r| r.rebinds.load(Ordering::Relaxed))
+    }
+
+    /// The key the server proved at the bind, when the binding is a secure one (its packets
+    /// sealed: `ClientConfig::server_key`); `None` for a plain binding.
+    pub fn server_key(&self) -> Option<crate::PublicKey> {
+        self.now().seal.as_ref().map(|s| s.peer())
     }
 
     /// The binding's id on the server (not a secret: the token that goes with it is).

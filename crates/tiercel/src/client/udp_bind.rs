@@ -2,6 +2,7 @@
 //! retransmission; and what a refusal means to the caller, for every transport.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tiercel_proto::bind::{BindClient, BindEvent, Granted, Keyed, Refusal, Rendezvous};
@@ -10,6 +11,7 @@ use tiercel_sys::udp;
 
 use crate::config::ClientConfig;
 use crate::interface::{fingerprint, ExportInfo, InterfaceInfo, ListingPage};
+use crate::secure::{Hello, Identity, Keys, PublicKey, Session};
 use crate::wire::shape::procedure_shapes;
 use crate::BindError;
 
@@ -23,10 +25,59 @@ const ETHERNET_PAYLOAD: usize = 1500 - IPV4_UDP_OVERHEAD;
 /// Smallest datagram a binding uses.
 const MIN_DATAGRAM: usize = HEADER_LEN + 64;
 
-/// What a UDP bind produced: the grant and the binding's datagram size.
+/// What a UDP bind produced: the grant and the binding's datagram size, and its keys when it is a
+/// secure binding.
 pub(super) struct UdpGrant {
     pub(super) granted: Granted,
     pub(super) max_datagram: usize,
+    pub(super) seal: Option<Arc<Session>>,
+}
+
+/// A secure bind in progress: who this client is, whom it expects, and the handshake under way.
+struct SecureBind {
+    me: Identity,
+    server: PublicKey,
+    psk: [u8; 32],
+    cipher: crate::Cipher,
+    hello: Option<Hello>,
+    /// The keys of the last answer that opened.
+    keys: Option<Keys>,
+    /// Whether any datagram came back (none: nobody answered; some that did not open: somebody
+    /// that cannot prove the key).
+    heard: bool,
+}
+
+impl SecureBind {
+    fn new(config: &ClientConfig) -> Result<Option<SecureBind>, BindError> {
+        let Some(server) = config.server_key else { return Ok(None) };
+        let me = match &config.key {
+            Some(me) => me.clone(),
+            None => process_identity()?,
+        };
+        let psk = crate::auth::psk(config.secret.as_ref());
+        Ok(Some(SecureBind { me, server, psk, cipher: config.cipher, hello: None, keys: None, heard: false }))
+    }
+
+    /// The datagram that carries `request`: the handshake under way, or a new one if the request
+    /// changed.
+    fn datagram(&mut self, request: &[u8]) -> Result<&[u8], BindError> {
+        if self.hello.as_ref().is_none_or(|h| h.request != request) {
+            let hello = Hello::new(&self.me, &self.server, &self.psk, self.cipher, request)
+                .map_err(|e| BindError::Io(std::io::Error::other(e.0)))?;
+            self.hello = Some(hello);
+        }
+        Ok(self.hello.as_ref().map_or(&[][..], |h| &h.datagram[..]))
+    }
+}
+
+/// The key pair of this process's secure bindings when the configuration gives none: made once.
+fn process_identity() -> Result<Identity, BindError> {
+    static KEY: std::sync::OnceLock<Identity> = std::sync::OnceLock::new();
+    if let Some(k) = KEY.get() {
+        return Ok(k.clone());
+    }
+    let made = Identity::generate().map_err(|e| BindError::Io(std::io::Error::other(e.0)))?;
+    Ok(KEY.get_or_init(|| made).clone())
 }
 
 /// The answer to a UDP bind request.
@@ -49,51 +100,79 @@ pub(super) fn bind_udp(
     let socket = udp::connect(server)?;
     let overhead = if server.is_ipv4() { IPV4_UDP_OVERHEAD } else { IPV6_UDP_OVERHEAD };
     let mtu_payload = udp::path_mtu(&socket).map(|m| m as usize - overhead);
-    // A checksum trailer rides beyond the negotiated datagram size, so leave room for it.
-    let trailer = if config.checksum { CHECKSUM_LEN } else { 0 };
+    let mut secure = SecureBind::new(config)?;
+    // A checksum trailer, or a sealed packet's envelope, rides beyond the negotiated datagram
+    // size, so leave room for it.
+    let trailer = match (&secure, config.checksum) {
+        (Some(_), _) => tiercel_proto::seal::SEAL_OVERHEAD,
+        (None, true) => CHECKSUM_LEN,
+        (None, false) => 0,
+    };
+    let checksum = config.checksum && secure.is_none();
     let max_datagram = config.max_datagram.min(mtu_payload.unwrap_or(ETHERNET_PAYLOAD)).max(MIN_DATAGRAM) - trailer;
     let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
-    let mut machine = BindClient::new(&info.spec(), max_datagram as u32, nonce, config.checksum);
+    let mut machine = BindClient::new(&info.spec(), max_datagram as u32, nonce, checksum);
     if ask_rendezvous {
         machine = machine.asking_rendezvous();
     }
-    let rx_len = max_datagram.max(tiercel_proto::bind::PADDED_REQUEST) + trailer;
-    exchange(&socket, server, config, &mut machine, rx_len, |event| match event {
+    let rx_len = max_datagram.max(tiercel_proto::bind::PADDED_REQUEST) + trailer + crate::secure::HANDSHAKE_ROOM;
+    let bound = exchange(&socket, server, config, &mut machine, secure.as_mut(), rx_len, |event| match event {
         BindEvent::Granted(granted) => {
             let max_datagram = (granted.grant.max_datagram as usize).min(max_datagram);
             if max_datagram <= HEADER_LEN {
                 return None;
             }
-            Some(Ok(UdpBound::Granted(UdpGrant { granted, max_datagram })))
+            Some(Ok(UdpBound::Granted(UdpGrant { granted, max_datagram, seal: None })))
         }
         BindEvent::Rendezvous { rendezvous, .. } => Some(Ok(UdpBound::Rendezvous(rendezvous))),
         BindEvent::Refused(refusal) => Some(Err(refusal_error(info, refusal))),
         // Never the answer to a bind request (the machine ignores listings then).
         BindEvent::Listed(_) | BindEvent::Ignored | BindEvent::SendAgain => None,
-    })
+    })?;
+    match (bound, secure.and_then(|s| s.keys)) {
+        // The keys of the answer that granted the binding.
+        (UdpBound::Granted(grant), Some(keys)) => {
+            let seal = Some(Arc::new(keys.session(grant.granted.binding)));
+            Ok(UdpBound::Granted(UdpGrant { seal, ..grant }))
+        }
+        (bound, _) => Ok(bound),
+    }
 }
 
 /// Drives `machine` over `socket` (connected to `server`): sends the request, retransmitted with
 /// backoff until `dead_after`, answers a challenge at once, and hands every other answer to
 /// `answered`, which ends the exchange with `Some`.
+/// With `secure`, each request travels in a handshake's first message, and only an answer that
+/// opens (the server proved its key) is read; the handshake's keys are left in `secure`.
 fn exchange<T>(
     socket: &std::net::UdpSocket,
     server: SocketAddr,
     config: &ClientConfig,
     machine: &mut BindClient,
+    mut secure: Option<&mut SecureBind>,
     rx_len: usize,
     mut answered: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
 ) -> Result<T, BindError> {
-    let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
+    // With a secure handshake the secret is its pre-shared key, proven by the handshake itself.
+    let secret = config.secret.as_ref().filter(|_| secure.is_none()).map(|s| s as &dyn Keyed);
+    let checksum = config.checksum && secure.is_none();
     let mut rx = vec![0u8; rx_len];
+    let mut opened = vec![0u8; if secure.is_some() { rx_len } else { 0 }];
     let start = Instant::now();
     let mut rto = config.timing.retransmit_initial;
     'send: loop {
         if start.elapsed() >= config.timing.dead_after {
-            return Err(BindError::Unreachable(server));
+            return Err(match secure {
+                Some(s) if s.heard => BindError::KeyNotProven(server, s.server),
+                _ => BindError::Unreachable(server),
+            });
         }
-        let packet = machine.packet();
-        match crate::transmit::send(socket, None, &[std::io::IoSlice::new(&packet)], config.checksum) {
+        let plain = machine.packet();
+        let packet = match secure.as_deref_mut() {
+            Some(s) => s.datagram(&plain)?,
+            None => &plain[..],
+        };
+        match crate::transmit::send(socket, None, &[std::io::IoSlice::new(packet)], checksum) {
             Ok(_) => {}
             // An ICMP port-unreachable for an earlier request: nobody listens there.
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(BindError::NoServer(server)),
@@ -112,7 +191,18 @@ fn exchange<T>(
                 Ok(udp::Received::Truncated(_) | udp::Received::Nothing) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let Ok(p) = Packet::new_checked(&rx[..n]) else { continue };
+            let answer = match secure.as_deref_mut() {
+                Some(s) => {
+                    s.heard = true;
+                    let Some(hello) = s.hello.as_mut() else { continue };
+                    // Anything that is not the server's answer, opened with its key, is ignored.
+                    let Some((len, keys)) = hello.welcome(&rx[..n], &mut opened) else { continue };
+                    s.keys = Some(keys);
+                    &opened[..len]
+                }
+                None => &rx[..n],
+            };
+            let Ok(p) = Packet::new_checked(answer) else { continue };
             match machine.handle(&p, secret) {
                 BindEvent::SendAgain => {
                     // Answer the challenge at once, with a fresh retransmission timer.
@@ -136,9 +226,10 @@ pub(super) fn list_udp(server: SocketAddr, config: &ClientConfig) -> Result<Vec<
     let socket = udp::connect(server)?;
     list_each(server, |index, offset| {
         let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
-        let mut machine = BindClient::listing_from(index, offset, nonce, config.checksum);
-        let rx_len = tiercel_proto::bind::PADDED_REQUEST + CHECKSUM_LEN;
-        exchange(&socket, server, config, &mut machine, rx_len, listed)
+        let mut secure = SecureBind::new(config)?;
+        let mut machine = BindClient::listing_from(index, offset, nonce, config.checksum && secure.is_none());
+        let rx_len = tiercel_proto::bind::PADDED_REQUEST + CHECKSUM_LEN + crate::secure::HANDSHAKE_ROOM;
+        exchange(&socket, server, config, &mut machine, secure.as_mut(), rx_len, listed)
     })
 }
 
@@ -219,6 +310,7 @@ pub(super) fn refused(refusal: Refusal<'_>) -> BindError {
         Refusal::AuthRequired => BindError::AuthenticationRequired,
         Refusal::AuthFailed(why) => BindError::AuthenticationFailed(why),
         Refusal::Busy => BindError::Busy,
+        Refusal::KeyRequired => BindError::KeyRequired,
         Refusal::ProtocolVersion { min, max } => {
             BindError::ProtocolVersion { client: tiercel_proto::wire::VERSION, server_min: min, server_max: max }
         }

@@ -64,12 +64,14 @@ pub(super) enum Step {
 pub(super) struct Doorway<S, E> {
     table: Handshakes<S, Waiting<E>>,
     ready: Vec<bool>,
+    door: super::Door,
 }
 
 impl<S: Eq + Hash + Copy, E: Exchange> Doorway<S, E> {
     /// An empty doorway holding at most `total` connections, `per_source` of them from one source.
-    pub(super) fn new(total: usize, per_source: usize) -> Doorway<S, E> {
-        Doorway { table: Handshakes::new(HandshakeLimits { total, per_source, time: HANDSHAKE }), ready: Vec::new() }
+    pub(super) fn new(total: usize, per_source: usize, door: super::Door) -> Doorway<S, E> {
+        let table = Handshakes::new(HandshakeLimits { total, per_source, time: HANDSHAKE });
+        Doorway { table, ready: Vec::new(), door }
     }
 
     /// Takes a new connection from `source`, and lets it progress at once (`progress` as in
@@ -85,7 +87,7 @@ impl<S: Eq + Hash + Copy, E: Exchange> Doorway<S, E> {
     ) {
         let Ok(peer) = crate::random::bytes() else { return };
         let mut w = Waiting { exchange, answered: 0, peer };
-        let next = step(shared, &mut w.exchange, &mut w.answered, &w.peer);
+        let next = step(shared, self.door, &mut w.exchange, &mut w.answered, &w.peer);
         if progress(&mut w.exchange, next) && self.table.admit(source, Instant::now(), w).is_some() {
             shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         }
@@ -136,7 +138,7 @@ impl<S: Eq + Hash + Copy, E: Exchange> Doorway<S, E> {
         shared.stats.rejected.fetch_add(expired.len() as u64, Ordering::Relaxed);
         self.table.retain(|p| {
             let w = &mut p.io;
-            let next = step(shared, &mut w.exchange, &mut w.answered, &w.peer);
+            let next = step(shared, self.door, &mut w.exchange, &mut w.answered, &w.peer);
             progress(&mut w.exchange, next)
         });
     }
@@ -163,7 +165,7 @@ impl<S: Eq + Hash + Copy, E: Exchange> Doorway<S, E> {
 
 /// Reads a connection's next request and answers it through the server's bind machine, unless the
 /// machine admits it (then the transport makes the binding).
-fn step(shared: &Shared, exchange: &mut impl Exchange, answered: &mut u8, peer: &[u8; 16]) -> Step {
+fn step(shared: &Shared, door: super::Door, exchange: &mut impl Exchange, answered: &mut u8, peer: &[u8; 16]) -> Step {
     let malformed = || {
         shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
         Step::Done
@@ -175,7 +177,7 @@ fn step(shared: &Shared, exchange: &mut impl Exchange, answered: &mut u8, peer: 
         Err(Broken::Malformed) => return malformed(),
     };
     let Ok(p) = Packet::new_checked(&request[..]) else { return malformed() };
-    let machine = shared.bind_machine(0);
+    let machine = shared.bind_machine(door);
     match machine.on_request(&p, peer, crate::rendezvous::MAX_MESSAGE) {
         BindDecision::Malformed => malformed(),
         BindDecision::Answer { packet, refused } => {

@@ -10,6 +10,7 @@ mod intercept;
 mod landing;
 mod outbox;
 mod running;
+mod secure;
 
 pub use dispatch::{caller, deadline};
 pub use intercept::{CallInfo, Caller};
@@ -227,6 +228,8 @@ impl Server {
             endpoint,
             segmenting: AtomicBool::new(true),
             lanes,
+            sessions: secure::Sessions::default(),
+            handshakes: secure::HandshakeBudget::new(config.handshakes_per_second),
             config,
             exports: self.exports,
             incarnation,
@@ -336,6 +339,23 @@ pub(crate) struct Shared {
     /// The runtime of async procedures, when an export has some.
     #[cfg(feature = "async")]
     asynch: Option<asynch::Runner>,
+    /// The keys of the secure bindings (none without `ServerConfig::key`).
+    sessions: secure::Sessions,
+    /// Secure handshakes answered a second (`ServerConfig::handshakes_per_second`).
+    handshakes: secure::HandshakeBudget,
+}
+
+/// Where a bind request came in, which decides what the bind machine asks of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Door {
+    /// A plain UDP datagram.
+    Udp,
+    /// The first message of a secure handshake, over UDP.
+    Sealed,
+    /// A TCP connection.
+    Tcp,
+    /// The shared-memory rendezvous socket (this host's processes only).
+    Shm,
 }
 
 /// A binding of the server's endpoint (of any transport), and one of a UDP binding's client slots.
@@ -343,14 +363,29 @@ pub(crate) type EndpointBinding = tiercel_proto::endpoint::Binding<SocketAddr, A
 pub(crate) type UdpSlot = tiercel_proto::endpoint::SlotCell<SocketAddr>;
 
 impl Shared {
-    /// The bind machine of this server, for a transport whose datagrams are at most `max_datagram`
-    /// bytes (0: shared memory).
-    pub(crate) fn bind_machine(&self, max_datagram: usize) -> tiercel_proto::bind::BindServer<'_> {
-        let auth = match (&self.config.secret, &self.challenger) {
-            (Some(secret), Some(challenges)) => Some(tiercel_proto::bind::ServerAuth { secret, challenges }),
+    /// The bind machine of this server, for requests that came through `door`.
+    pub(crate) fn bind_machine(&self, door: Door) -> tiercel_proto::bind::BindServer<'_> {
+        let auth = match (&self.config.secret, &self.challenger, door) {
+            // The secret was the handshake's pre-shared key: proven already.
+            (_, _, Door::Sealed) => None,
+            (Some(secret), Some(challenges), _) => Some(tiercel_proto::bind::ServerAuth { secret, challenges }),
             _ => None,
         };
-        tiercel_proto::bind::BindServer { exports: &self.specs, auth, incarnation: self.incarnation, max_datagram }
+        let max_datagram = match door {
+            Door::Udp => self.config.max_datagram,
+            // Room for the envelope within the datagrams the workers receive.
+            Door::Sealed => self.config.max_datagram - tiercel_proto::seal::SEAL_OVERHEAD,
+            Door::Tcp | Door::Shm => 0,
+        };
+        let plain_refused = self.config.key.is_some() && !self.config.allow_plain;
+        let key_required = plain_refused && matches!(door, Door::Udp | Door::Tcp);
+        tiercel_proto::bind::BindServer {
+            exports: &self.specs,
+            auth,
+            incarnation: self.incarnation,
+            max_datagram,
+            key_required,
+        }
     }
 
     /// The metrics handles of `export`'s procedures (none without feature `metrics`).
@@ -371,6 +406,14 @@ impl Shared {
         }
     }
 
+    /// The keys of `binding`, when it is a secure one (one branch for a plain binding).
+    pub(crate) fn session_of(&self, binding: &EndpointBinding) -> Option<Arc<crate::secure::Session>> {
+        if !binding.caller.is_some_and(|c| c.is_sealed()) {
+            return None;
+        }
+        self.sessions.get(binding.id)
+    }
+
     /// Counts a bind request answered without a binding.
     pub(crate) fn count_refusal(&self, refused: tiercel_proto::bind::Refused) {
         use tiercel_proto::bind::Refused;
@@ -383,6 +426,7 @@ impl Shared {
             | Refused::ProtocolVersion => &self.stats.rejected,
             // Not a bind: nothing refused.
             Refused::Listed => return,
+            Refused::KeyRequired => &self.stats.key_required,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -436,6 +480,20 @@ crate::counters::counters! {
         challenged,
         /// Bind requests whose proof of the shared secret was wrong or stale.
         auth_failed,
+        /// Bind requests that came plain to a server that takes only secure bindings
+        /// (`ServerConfig::key` without `allow_plain`), refused with `KeyRequired`.
+        key_required,
+        /// Secure bindings made (handshakes answered with a grant).
+        handshakes,
+        /// Handshakes dropped unanswered: they did not open with this server's key and secret
+        /// (another server's key, another secret, changed on the way), or came faster than
+        /// `ServerConfig::handshakes_per_second`.
+        handshakes_dropped,
+        /// Sealed packets dropped before anything ran: they did not open with their binding's keys
+        /// (a bit changed on the way, forged, another binding's), their number was seen before (a
+        /// replay, a duplicate) or left behind by the replay window, or they named no secure
+        /// binding; and plain packets naming a secure binding.
+        unopened,
         /// Calls answered `DeadlineExceeded` without running: their deadline had passed when they
         /// were about to start.
         late,

@@ -39,7 +39,7 @@ const BANK: InterfaceSpec<'static> = InterfaceSpec {
 };
 
 fn server<'a>(exports: &'a [InterfaceSpec<'a>], auth: Option<ServerAuth<'a>>) -> BindServer<'a> {
-    BindServer { exports, auth, incarnation: 7, max_datagram: 1472 }
+    BindServer { exports, auth, incarnation: 7, key_required: false, max_datagram: 1472 }
 }
 
 /// The server's decision on the client's current request from peer "a".
@@ -321,4 +321,25 @@ fn busy_is_a_refusal() {
     let mut c = BindClient::new(&BANK, 1472, 5, false);
     let busy = admitted(decide(&s, &c)).busy(&s);
     assert_eq!(c.handle(&Packet::new_checked(&busy[..]).unwrap(), None), BindEvent::Refused(Refusal::Busy));
+}
+
+#[test]
+fn a_server_that_takes_only_secure_bindings_refuses_a_plain_request_and_tells_nothing() {
+    let s = BindServer { key_required: true, ..server(&[BANK], None) };
+    let mut c = BindClient::new(&BANK, 65000, 5, false);
+    let bytes = c.packet();
+    let BindDecision::Answer { packet, refused } = decide(&s, &c) else { panic!("not refused") };
+    assert_eq!(refused, Refused::KeyRequired);
+    assert!(packet.len() <= bytes.len());
+    let p = Packet::new_checked(&packet[..]).unwrap();
+    assert_eq!(c.handle(&p, None), BindEvent::Refused(Refusal::KeyRequired));
+    // A listing is refused too.
+    let l = BindClient::listing(0, 6, false);
+    assert!(matches!(decide(&s, &l), BindDecision::Answer { refused: Refused::KeyRequired, .. }));
+    // A request for the shared-memory rendezvous is admitted (the transport decides), and the
+    // refusal it gets when it is not to be told reads as the same refusal.
+    let mut r = BindClient::new(&BANK, 65000, 7, false).asking_rendezvous();
+    let a = admitted(decide(&s, &r));
+    let p = a.key_required(&s);
+    assert_eq!(r.handle(&Packet::new_checked(&p[..]).unwrap(), None), BindEvent::Refused(Refusal::KeyRequired));
 }

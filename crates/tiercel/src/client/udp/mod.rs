@@ -19,6 +19,7 @@ use tiercel_proto::bind::wire::features;
 use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
 use tiercel_proto::context::{self, Context};
 use tiercel_proto::fragment::{fragment_count, fragment_range};
+use tiercel_proto::seal::{OUTER_LEN, SEAL_OVERHEAD};
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
 use tiercel_sys::mmsg;
 use tiercel_sys::udp::{self, Received};
@@ -84,6 +85,9 @@ pub(crate) struct UdpEndpoint {
     in_tail: Vec<u64>,
     /// The last call was given up while the server may still run it: the next leaves it the slot.
     leaving: bool,
+    /// The binding's keys when it is secure: every packet sealed, each datagram opened before it
+    /// is read (and none received in place).
+    seal: Option<Arc<crate::secure::Session>>,
 }
 
 impl UdpEndpoint {
@@ -98,13 +102,15 @@ impl UdpEndpoint {
             }
         };
         let frag_payload = inner.max_datagram - HEADER_LEN;
+        let seal = inner.seal.clone();
+        // A secure binding's packets are sealed one by one and sent alone.
         let run_length = match transmit::run_length(inner.max_datagram + CHECKSUM_LEN) {
-            n if n >= 2 => n,
+            n if n >= 2 && seal.is_none() => n,
             _ => 0,
         };
         // Small datagrams (a path MTU's): the server's result fragments may arrive as runs.
         let coalescing = run_length >= 2 && udp::enable_gro(&socket);
-        let rx_len = inner.max_datagram + CHECKSUM_LEN;
+        let rx_len = inner.max_datagram + CHECKSUM_LEN.max(if seal.is_some() { SEAL_OVERHEAD } else { 0 });
         Ok(UdpEndpoint {
             uid: inner.uid,
             binding: Arc::downgrade(inner),
@@ -129,6 +135,7 @@ impl UdpEndpoint {
             coalescing,
             in_tail: Vec::new(),
             leaving: false,
+            seal,
         })
     }
 
@@ -267,7 +274,8 @@ impl UdpEndpoint {
         p.set_flags(flag | self.flag_base);
         p.set_fragment(0, 1);
         p.set_lengths(payload.len() as u32, payload.len() as u32);
-        transmit::send(&self.socket, None, &[IoSlice::new(&hdr), IoSlice::new(payload)], self.flag_base != 0)
+        let io = [IoSlice::new(&hdr), IoSlice::new(payload)];
+        transmit::send_as(&self.socket, None, &io, self.flag_base != 0, self.seal.as_deref())
     }
 
     /// Spins, then blocks, until the call completes or fails. While packets of the call keep coming
@@ -467,6 +475,7 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
         Status::AuthRequired => violation("AuthRequired"),
         Status::AuthFailed => violation("AuthFailed"),
         Status::UnsupportedVersion => violation("UnsupportedVersion"),
+        Status::KeyRequired => violation("KeyRequired"),
         // Only the result of a call its client gave up, which no caller waits for.
         Status::Cancelled => violation("Cancelled"),
         Status::Ok => violation("Ok"),

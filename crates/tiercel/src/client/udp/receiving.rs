@@ -26,7 +26,8 @@ impl UdpEndpoint {
             (Some(lent), Some(n)) if n >= lent.len() => lent,
             _ => &mut [][..],
         };
-        let Some((first, span)) = self.call.landing(max as u16) else {
+        let landing = if self.seal.is_some() { None } else { self.call.landing(max as u16) };
+        let Some((first, span)) = landing else {
             if self.coalescing {
                 let s = udp::recv_segments_nowait(&self.socket, &mut self.rx)?;
                 return Ok(InPlace::Whole(s.received, s.segment));
@@ -133,6 +134,20 @@ impl UdpEndpoint {
     /// Handles the received datagram at `at` in the receive buffer; true when the call is over.
     pub(super) fn on_datagram(&mut self, inner: &BindingInner, at: std::ops::Range<usize>) -> bool {
         let start = at.start;
+        let at = match &self.seal {
+            None => at,
+            // Sealed: opened where it lies, then moved to where the packet would have been.
+            Some(seal) => match seal.open_in_place(&mut self.rx[at]) {
+                Ok(len) => {
+                    self.rx.copy_within(start + OUTER_LEN..start + OUTER_LEN + len, start);
+                    start..start + len
+                }
+                Err(_) => {
+                    inner.stats.unopened.fetch_add(1, Ordering::Relaxed);
+                    return false;
+                }
+            },
+        };
         let Ok(p) = Packet::new_checked(&self.rx[at]) else {
             inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
             return false;

@@ -152,7 +152,8 @@ fn look_after(teams: &mut Vec<(std::sync::Weak<Team>, Watch)>, beat: bool, since
 }
 
 fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
-    let mut doorway: Doorway<u32, Connecting> = Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE);
+    let mut doorway: Doorway<u32, Connecting> =
+        Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE, super::Door::Shm);
     let mut teams = Vec::new();
     let mut last_beat = Instant::now();
     let (mut last_look, mut waited) = (Instant::now(), LOOK);
@@ -212,7 +213,7 @@ fn bind(
     h: &mut Connecting,
     admission: tiercel_proto::bind::Admission,
 ) -> Option<std::sync::Weak<Team>> {
-    let machine = shared.bind_machine(0);
+    let machine = shared.bind_machine(super::Door::Shm);
     let slots = shared.config.slots_per_binding.clamp(1, proto::MAX_SLOTS);
     // The header and the slots' control pages are the server's from the start.
     let control = PAGE * (1 + slots as usize);

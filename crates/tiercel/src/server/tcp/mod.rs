@@ -176,7 +176,8 @@ impl Exchange for Connecting {
 
 fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>) {
     let mut tokens = Vec::new();
-    let mut doorway: Doorway<std::net::IpAddr, Connecting> = Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE);
+    let mut doorway: Doorway<std::net::IpAddr, Connecting> =
+        Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE, super::Door::Tcp);
     // Each bound connection, the heartbeat frame it is sent, and what the last looks saw of it.
     let mut bindings: Vec<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> = Vec::new();
     let mut last_beat = Instant::now();
@@ -256,7 +257,13 @@ fn bind(
     h: &mut Connecting,
     admission: tiercel_proto::bind::Admission,
 ) -> Option<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> {
-    let machine = shared.bind_machine(0);
+    let machine = shared.bind_machine(super::Door::Tcp);
+    if machine.key_required {
+        // A request for a rendezvous, which TCP never tells: no plain binding instead.
+        shared.count_refusal(tiercel_proto::bind::Refused::KeyRequired);
+        h.answer(&admission.key_required(&machine));
+        return None;
+    }
     let export = shared.exports[admission.export].clone();
     // No buffer and no thread yet: the binding starts parked, and its first call gives it both.
     // Its memory lies within its address's part of TCP's share.

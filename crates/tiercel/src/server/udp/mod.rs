@@ -35,6 +35,7 @@ use super::landing::{gather, Landing, MAX_LANDED, MAX_PARTS};
 use super::outbox::{Outbox, QuickProcedures, MAX_HELD, QUICK_RUN};
 use super::{EndpointBinding, Shared, UdpSlot};
 use crate::retention::SPARES_IDLE;
+use crate::secure::Session;
 use crate::steps::{self, mark, Point};
 use crate::transmit;
 use crate::waiting::crew::Standby;
@@ -42,6 +43,7 @@ use crate::waiting::leases::SpinLease;
 
 mod receiving;
 mod running;
+mod sealed;
 mod sending;
 
 /// What [`UdpWorker::receive_in_place`] did.
@@ -117,6 +119,9 @@ pub(super) struct UdpWorker {
     spares: RefCell<Spares>,
     /// The large call whose fragments the next receive puts straight into place.
     landing: Landing,
+    /// Where sealed datagrams are opened (and handshakes read): one datagram's room, made at the
+    /// first.
+    opened: RefCell<Vec<u8>>,
 }
 
 /// The arguments of a call: in the packet it came in, or a message put together from several.
@@ -157,6 +162,7 @@ impl UdpWorker {
             waiter: None,
             spares: RefCell::default(),
             landing: Landing::default(),
+            opened: RefCell::default(),
         }
     }
 
@@ -314,6 +320,10 @@ impl UdpWorker {
         self.shared.stats.expired.fetch_add(n as u64, Ordering::Relaxed);
         let n = self.shared.endpoint.reclaim(now);
         self.shared.stats.reclaimed.fetch_add(n as u64, Ordering::Relaxed);
+        if self.shared.config.key.is_some() {
+            let endpoint = &self.shared.endpoint;
+            self.shared.sessions.retain(|id, token| endpoint.lookup(id, token).is_some());
+        }
     }
 
     /// Handles the `n` datagrams one receive brought, in order. Of several, the results of quick
@@ -383,8 +393,18 @@ impl UdpWorker {
     }
 
     /// Routes a datagram through the server endpoint (`tiercel_proto::endpoint`), which makes every
-    /// decision; this runs the procedure and moves the bytes.
+    /// decision; this runs the procedure and moves the bytes. A sealed datagram (to a server with a
+    /// key) is opened first (`secure`).
     fn handle_packet(&self, bytes: &[u8], from: SocketAddr) {
+        if self.shared.config.key.is_some() && tiercel_proto::seal::is_sealed(bytes) {
+            return self.on_sealed(bytes, from);
+        }
+        self.handle_opened(bytes, from, None);
+    }
+
+    /// [`UdpWorker::handle_packet`] of a packet that came plain (`seal` is `None`), or sealed and
+    /// opened with the keys `seal` of its binding; the answers to it go the same way.
+    fn handle_opened(&self, bytes: &[u8], from: SocketAddr, seal: Option<&Session>) {
         let stats = &self.shared.stats;
         let Ok(p) = Packet::new_checked(bytes) else {
             stats.malformed.fetch_add(1, Ordering::Relaxed);
@@ -392,10 +412,14 @@ impl UdpWorker {
         };
         let endpoint = &self.shared.endpoint;
         let now = Instant::now();
-        let binding = match endpoint.route(&p, now) {
+        let binding = match endpoint.route_opened(&p, seal.map(Session::index), now) {
             Route::Binding(b) => b,
             Route::Bind => return self.on_bind(&p, from),
-            Route::Reject(h) => return self.send_reject(h, &[], from),
+            Route::Reject(h) => return self.send_reject(h, &[], from, seal),
+            Route::Malformed if seal.is_some() || self.shared.config.key.is_some() => {
+                stats.unopened.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             Route::Malformed => {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -407,15 +431,15 @@ impl UdpWorker {
                 if h.status == Status::Busy {
                     stats.busy.fetch_add(1, Ordering::Relaxed);
                 }
-                return self.send_reject(h, &[], from);
+                return self.send_reject(h, &[], from, seal);
             }
             Err(Refusal::Challenge(h, challenge)) => {
                 stats.challenged_addresses.fetch_add(1, Ordering::Relaxed);
-                return self.send_reject(h, &challenge, from);
+                return self.send_reject(h, &challenge, from, seal);
             }
         };
         if p.kind() == Kind::Call {
-            return self.on_call(&binding, cell, &p, now);
+            return self.on_call(&binding, cell, &p, now, seal.is_some());
         }
         let (step, spare) = endpoint.control_step(&binding, &mut cell, &p, now);
         if let Some(big) = spare {
@@ -438,6 +462,7 @@ impl UdpWorker {
         mut cell: MutexGuard<'_, UdpSlot>,
         p: &Packet<&[u8]>,
         now: Instant,
+        sealed: bool,
     ) {
         mark(Point::ServerValidated);
         let timing = &self.shared.config.timing;
@@ -452,8 +477,9 @@ impl UdpWorker {
             if unused.capacity() > 0 {
                 self.spares.borrow_mut().message = unused;
             }
-            if cell.proto.is_receiving() {
-                // The next datagram is likely this call's next fragment: received in place.
+            if cell.proto.is_receiving() && !sealed {
+                // The next datagram is likely this call's next fragment: received in place (not
+                // a sealed one, which is opened first).
                 self.landing.expect(binding, p);
             }
         }
@@ -506,28 +532,29 @@ impl UdpWorker {
             quick => {
                 let peer = cell.peer;
                 drop(cell);
-                self.answer(peer, quick);
+                self.answer(peer, quick, self.shared.session_of(binding).as_deref());
             }
         }
     }
 
-    /// Sends the endpoint's reply to the slot's peer, or counts why nothing goes, holding the slot.
+    /// Sends the endpoint's reply to the slot's peer, or counts why nothing goes, holding the slot
+    /// (of a plain binding: only their large calls are received in place).
     pub(super) fn answer_now(&self, cell: &UdpSlot, step: Step) {
-        self.answer(cell.peer, step);
+        self.answer(cell.peer, step, None);
     }
 
-    /// Sends a reply to `peer`, or counts why nothing goes (for steps that run nothing and queue
-    /// nothing).
-    fn answer(&self, peer: Option<SocketAddr>, step: Step) {
+    /// Sends a reply to `peer`, sealed with `seal` on a secure binding, or counts why nothing goes
+    /// (for steps that run nothing and queue nothing).
+    fn answer(&self, peer: Option<SocketAddr>, step: Step, seal: Option<&Session>) {
         let stats = &self.shared.stats;
         match step {
             Step::Reply(reply) => {
                 let Some(peer) = peer else { return };
                 if reply.header.kind == Kind::Reject {
                     stats.busy.fetch_add(1, Ordering::Relaxed);
-                    self.send_reject(reply.header, reply.payload(), peer);
+                    self.send_reject(reply.header, reply.payload(), peer, seal);
                 } else {
-                    self.send_reply(&reply, peer);
+                    self.send_reply(&reply, peer, seal);
                 }
             }
             Step::Quiet(Quiet::Duplicate) => {

@@ -205,7 +205,8 @@ impl UdpWorker {
                 let peer = cell.peer;
                 drop(cell);
                 if let Some(peer) = peer {
-                    self.send_reject(self.shared.endpoint.reject(p, Status::Busy), &[], peer);
+                    let seal = self.shared.session_of(binding);
+                    self.send_reject(self.shared.endpoint.reject(p, Status::Busy), &[], peer, seal.as_deref());
                 }
                 return;
             }

@@ -11,30 +11,32 @@ impl UdpWorker {
     }
 
     /// Sends the endpoint's reply (an `Ack`, a `ProbeReply`) to the slot's peer.
-    pub(super) fn send_reply(&self, reply: &tiercel_proto::endpoint::Reply, to: SocketAddr) {
+    pub(super) fn send_reply(&self, reply: &tiercel_proto::endpoint::Reply, to: SocketAddr, seal: Option<&Session>) {
         let h = reply.header;
-        let _ = transmit::send(
+        let _ = transmit::send_as(
             &self.lane().socket,
             Some(&to),
             &[IoSlice::new(&h.to_bytes()), IoSlice::new(reply.payload())],
             h.flags & flags::CHECKSUM != 0,
+            seal,
         );
     }
 
-    /// Sends a `Reject` header `h` and its payload (empty, or an address challenge) to `to`.
-    pub(super) fn send_reject(&self, h: Header, payload: &[u8], to: SocketAddr) {
+    /// Sends a `Reject` header `h` and its payload (empty, or an address challenge) to `to`,
+    /// sealed with `seal` when it answers a sealed packet.
+    pub(super) fn send_reject(&self, h: Header, payload: &[u8], to: SocketAddr, seal: Option<&Session>) {
         self.shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
         let checksum = h.flags & flags::CHECKSUM != 0;
         let header = h.to_bytes();
         let io = [IoSlice::new(&header), IoSlice::new(payload)];
-        let _ = transmit::send(&self.lane().socket, Some(&to), &io, checksum);
+        let _ = transmit::send_as(&self.lane().socket, Some(&to), &io, checksum, seal);
     }
 
     /// Answers a bind request through the server's bind machine: a binding from the table, or the
     /// machine's answer (a challenge or a refusal, never longer than the request).
     pub(super) fn on_bind(&self, p: &Packet<&[u8]>, from: SocketAddr) {
         let stats = &self.shared.stats;
-        let machine = self.shared.bind_machine(self.shared.config.max_datagram);
+        let machine = self.shared.bind_machine(super::super::Door::Udp);
         let received = HEADER_LEN + p.payload_len() as usize;
         let admission = match machine.on_request(p, &crate::auth::peer_bytes(from), received) {
             BindDecision::Malformed => {
@@ -59,6 +61,11 @@ impl UdpWorker {
             if ip.is_loopback() || local {
                 return self.send_packet(from, &admission.rendezvous(&machine, *rendezvous), checksummed(p));
             }
+        }
+        if machine.key_required {
+            // Asked for a rendezvous it is not told: no plain binding instead.
+            self.shared.count_refusal(tiercel_proto::bind::Refused::KeyRequired);
+            return self.send_packet(from, &admission.key_required(&machine), checksummed(p));
         }
         let config = &self.shared.config;
         let granted = crate::random::bytes().ok().map(u128::from_le_bytes).and_then(|token| {
@@ -113,7 +120,13 @@ pub(super) fn flush(
     let checksum = cell.checksummed();
     let full = binding.frag_payload();
     let segment = HEADER_LEN + full + if checksum { CHECKSUM_LEN } else { 0 };
-    let run_length = if shared.segmenting.load(Ordering::Relaxed) { transmit::run_length(segment) } else { 0 };
+    // A secure binding's fragments are sealed one by one, each sent alone.
+    let seal = shared.session_of(binding);
+    if seal.is_some() {
+        outbox = None;
+    }
+    let segmenting = seal.is_none() && shared.segmenting.load(Ordering::Relaxed);
+    let run_length = if segmenting { transmit::run_length(segment) } else { 0 };
     let mut run = transmit::RunQueue::new();
     while let Some(index) = cell.poll_fragment() {
         if run_length >= 2 {
@@ -136,7 +149,7 @@ pub(super) fn flush(
             }
         }
         // A failed send is a lost packet: the client's timers ask again.
-        let _ = send_fragment(socket, fragment, peer, checksum);
+        let _ = send_fragment(socket, fragment, peer, checksum, seal.as_deref());
     }
     if !run.is_empty() {
         send_run(shared, socket, binding, cell, peer, run.take(), segment);
@@ -148,11 +161,12 @@ pub(super) fn send_fragment(
     fragment: Fragment<'_>,
     peer: SocketAddr,
     checksum: bool,
+    seal: Option<&Session>,
 ) -> std::io::Result<usize> {
     match fragment {
-        Fragment::Whole(datagram) => transmit::send(socket, Some(&peer), &[IoSlice::new(datagram)], checksum),
+        Fragment::Whole(datagram) => transmit::send_as(socket, Some(&peer), &[IoSlice::new(datagram)], checksum, seal),
         Fragment::Parts(header, body) => {
-            transmit::send(socket, Some(&peer), &[IoSlice::new(&header), IoSlice::new(body)], checksum)
+            transmit::send_as(socket, Some(&peer), &[IoSlice::new(&header), IoSlice::new(body)], checksum, seal)
         }
     }
 }

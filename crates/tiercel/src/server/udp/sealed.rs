@@ -1,0 +1,126 @@
+//! Secure bindings over UDP: sealed datagrams opened before they are routed, and the handshake
+//! that makes a secure binding (`crate::secure`).
+
+use tiercel_proto::seal::{Outer, SealType, OUTER_LEN};
+
+use super::*;
+use crate::secure::Responder;
+
+impl UdpWorker {
+    /// A sealed datagram: a packet of a secure binding, opened with its keys and then handled as
+    /// any packet (its answers sealed too), or a handshake's first message. Anything that does not
+    /// open is dropped and counted; a sender that has proven nothing is sent nothing.
+    pub(super) fn on_sealed(&self, bytes: &[u8], from: SocketAddr) {
+        let stats = &self.shared.stats;
+        let outer = match Outer::parse(bytes) {
+            Ok(o) => o,
+            Err(_) => {
+                stats.unopened.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        match outer.kind {
+            SealType::Data => {}
+            SealType::Hello => return self.on_hello(bytes, from),
+            SealType::Welcome => {
+                stats.unopened.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        let Some(session) = self.shared.sessions.get(outer.index) else {
+            stats.unopened.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut buf = self.opened.borrow_mut();
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        match session.open_in_place(&mut buf) {
+            Ok(len) => self.handle_opened(&buf[OUTER_LEN..OUTER_LEN + len], from, Some(&session)),
+            Err(_) => {
+                stats.unopened.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A handshake's first message: read with the server's key and secret, its bind request
+    /// answered through the bind machine inside the handshake's answer. A binding it grants is a
+    /// secure one: its keys are kept with its id, and the answer with them, so that a retransmitted
+    /// `Hello` (the same request) gets the same answer and the same binding. Handshakes beyond
+    /// `handshakes_per_second`, and those that do not open, are dropped unanswered.
+    fn on_hello(&self, bytes: &[u8], from: SocketAddr) {
+        let shared = &self.shared;
+        let stats = &shared.stats;
+        let Some(key) = &shared.config.key else { return };
+        let dropped = || {
+            stats.handshakes_dropped.fetch_add(1, Ordering::Relaxed);
+        };
+        if !shared.handshakes.take() {
+            return dropped();
+        }
+        let mut buf = self.opened.borrow_mut();
+        buf.resize(bytes.len(), 0);
+        let psk = crate::auth::psk(shared.config.secret.as_ref());
+        let Some((responder, n)) = Responder::hello(key, &psk, bytes, &mut buf) else { return dropped() };
+        let Ok(p) = Packet::new_checked(&buf[..n]) else { return dropped() };
+        if p.kind() != Kind::Bind {
+            return dropped();
+        }
+        let machine = shared.bind_machine(super::super::Door::Sealed);
+        let client = responder.client();
+        // An answer without a binding: sealed in the handshake, no keys kept.
+        let welcome = |responder: Responder, answer: &[u8]| {
+            if let Some((datagram, _)) = responder.welcome(answer) {
+                let _ = transmit::send(&self.lane().socket, Some(&from), &[IoSlice::new(&datagram)], false);
+            }
+        };
+        // The answer may be as long as the whole handshake message.
+        let admission = match machine.on_request(&p, &crate::auth::peer_bytes(from), bytes.len()) {
+            BindDecision::Malformed => return dropped(),
+            BindDecision::Answer { packet, refused } => {
+                shared.count_refusal(refused);
+                return welcome(responder, &packet);
+            }
+            BindDecision::Admit(a) if shared.refusing_bindings() => {
+                stats.rejected.fetch_add(1, Ordering::Relaxed);
+                return welcome(responder, &a.busy(&machine));
+            }
+            BindDecision::Admit(a) => a,
+        };
+        if let Some((rendezvous, _)) = shared.rendezvous.as_ref().filter(|_| admission.request.rendezvous) {
+            // As a plain request's: only a source on this host is told where to bind through
+            // shared memory; the answer is sealed, so the client knows it is this server's.
+            let ip = from.ip().to_canonical();
+            let local = self.lane().socket.local_addr().is_ok_and(|a| a.ip().to_canonical() == ip);
+            if ip.is_loopback() || local {
+                return welcome(responder, &admission.rendezvous(&machine, *rendezvous));
+            }
+        }
+        let caller = tiercel_proto::endpoint::Caller::Key { address: from, key: client.0 };
+        let granted = crate::random::bytes().ok().map(u128::from_le_bytes).and_then(|token| {
+            let export = shared.exports[admission.export].clone();
+            let terms = Terms { max_datagram: admission.max_datagram as usize, features: admission.features() };
+            shared.endpoint.grant_from(from, caller, admission.request.nonce, export, token, terms, Instant::now())
+        });
+        let Some((binding, new)) = granted else {
+            stats.rejected.fetch_add(1, Ordering::Relaxed);
+            return welcome(responder, &admission.busy(&machine));
+        };
+        if !new {
+            // A retransmitted `Hello`: the answer that made the binding, again (its keys are the
+            // ones the client will take). One from another client key gets nothing.
+            if binding.caller == Some(caller) {
+                if let Some(answer) = shared.sessions.welcome(binding.id, binding.token) {
+                    let _ = transmit::send(&self.lane().socket, Some(&from), &[IoSlice::new(&answer)], false);
+                }
+            }
+            return;
+        }
+        let reply = admission.grant(&machine, binding.id, binding.token, shared.config.slots_per_binding, 0);
+        let Some((datagram, keys)) = responder.welcome(&reply) else { return dropped() };
+        let session = Arc::new(keys.session(binding.id));
+        shared.sessions.insert(binding.id, binding.token, session, datagram.clone().into());
+        stats.bindings.fetch_add(1, Ordering::Relaxed);
+        stats.handshakes.fetch_add(1, Ordering::Relaxed);
+        let _ = transmit::send(&self.lane().socket, Some(&from), &[IoSlice::new(&datagram)], false);
+    }
+}

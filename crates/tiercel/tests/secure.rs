@@ -1,0 +1,254 @@
+//! Secure bindings: a Noise handshake at bind time that proves the server's key (and the client's),
+//! then every packet sealed. Tested through an on-path relay that reads, changes and replays what
+//! passes; and against servers and clients holding the wrong keys.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tiercel::{BindError, Caller, Client, ClientConfig, Identity, PublicKey, Server, ServerConfig, Timing};
+
+#[tiercel::interface]
+pub trait Vault {
+    fn echo(&self, data: Vec<u8>) -> Vec<u8>;
+    fn deposit(&self, amount: u64) -> u64;
+    /// The caller's key, as the procedure sees it.
+    fn whoami(&self) -> Option<[u8; 32]>;
+}
+
+#[derive(Default)]
+struct Store {
+    deposits: Arc<AtomicU64>,
+}
+
+impl Vault for Store {
+    fn echo(&self, data: Vec<u8>) -> Vec<u8> {
+        data
+    }
+    fn deposit(&self, amount: u64) -> u64 {
+        self.deposits.fetch_add(amount, Ordering::Relaxed) + amount
+    }
+    fn whoami(&self) -> Option<[u8; 32]> {
+        match tiercel::caller() {
+            Some(Caller::Key { key, .. }) => Some(key),
+            _ => None,
+        }
+    }
+}
+
+/// A server with a fresh key pair, over UDP on loopback, counting deposits.
+fn keyed(config: ServerConfig) -> (tiercel::RunningServer, Identity, Arc<AtomicU64>) {
+    let key = Identity::generate().unwrap();
+    let deposits = Arc::new(AtomicU64::new(0));
+    let server = Server::bind("127.0.0.1:0")
+        .unwrap()
+        .with_config(ServerConfig { key: Some(key.clone()), ..config })
+        .export(VaultServer::new(Store { deposits: deposits.clone() }))
+        .start()
+        .unwrap();
+    (server, key, deposits)
+}
+
+fn quick() -> Timing {
+    Timing { dead_after: Duration::from_secs(2), ..Timing::default() }
+}
+
+fn secure(key: PublicKey) -> ClientConfig {
+    ClientConfig { server_key: Some(key), timing: quick(), ..ClientConfig::default() }
+}
+
+#[test]
+fn a_secure_binding_calls_with_every_packet_sealed_and_each_side_knows_the_others_key() {
+    for cipher in [tiercel::Cipher::Aes256Gcm, tiercel::Cipher::ChaCha20Poly1305] {
+        let (server, key, _) = keyed(ServerConfig::default());
+        let me = Identity::generate().unwrap();
+        let config = ClientConfig { key: Some(me.clone()), cipher, ..secure(key.public()) };
+        let client: VaultClient =
+            Client::connect(format!("udp://{}", server.addr())).unwrap().with_config(config).import().unwrap();
+        assert_eq!(client.binding().server_key(), Some(key.public()));
+        assert_eq!(client.deposit(5).unwrap(), 5);
+        assert_eq!(client.whoami().unwrap(), Some(me.public().0), "the procedure knows the client's key");
+        // Single-packet and multi-packet calls and results.
+        for len in [0, 1000, 200_000, 3 << 20] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            assert_eq!(client.echo(data.clone()).unwrap(), data, "{cipher:?}, {len} bytes");
+        }
+        let stats = server.stats();
+        assert_eq!((stats.handshakes, stats.unopened), (1, 0), "{stats:?}");
+    }
+}
+
+#[test]
+fn a_server_with_a_key_refuses_plain_bindings_unless_told_and_a_secure_client_never_binds_plain() {
+    let (server, key, _) = keyed(ServerConfig::default());
+    let addr = server.addr();
+    for target in [format!("udp://{addr}"), format!("tcp://{addr}")] {
+        let plain = ClientConfig { timing: quick(), shared_memory: false, ..ClientConfig::default() };
+        let err = Client::connect(target.as_str()).unwrap().with_config(plain).import::<VaultClient>().unwrap_err();
+        assert!(matches!(err, BindError::KeyRequired), "{target}: {err:?}");
+    }
+    assert_eq!(server.stats().key_required, 2);
+    // Through shared memory (this host's processes, the kernel keeping the region private) a plain
+    // binding is still granted.
+    let local: VaultClient = Client::connect(format!("shm://{addr}")).unwrap().import().unwrap();
+    assert_eq!(local.deposit(1).unwrap(), 1);
+    // A secure client asked for TCP says it cannot, and binds nothing plain.
+    let err = Client::connect(format!("tcp://{addr}"))
+        .unwrap()
+        .with_config(secure(key.public()))
+        .import::<VaultClient>()
+        .unwrap_err();
+    assert!(matches!(err, BindError::SecureUnavailable("TCP")), "{err:?}");
+    // Told to, the server takes both.
+    let (open, key, _) = keyed(ServerConfig { allow_plain: true, ..ServerConfig::default() });
+    let target = format!("udp://{}", open.addr());
+    let plain: VaultClient = Client::connect(target.as_str()).unwrap().import().unwrap();
+    let sealed: VaultClient =
+        Client::connect(target.as_str()).unwrap().with_config(secure(key.public())).import().unwrap();
+    assert_eq!((plain.deposit(2).unwrap(), sealed.deposit(3).unwrap()), (2, 5));
+    assert_eq!((plain.binding().server_key(), sealed.binding().server_key()), (None, Some(key.public())));
+    assert_eq!(plain.whoami().unwrap(), None);
+}
+
+#[test]
+fn a_client_binds_only_to_a_server_that_proves_the_key_it_expects() {
+    let (server, _, deposits) = keyed(ServerConfig::default());
+    let impostor = Identity::generate().unwrap();
+    let target = format!("udp://{}", server.addr());
+    // Expecting another key: the server cannot read the handshake and stays silent.
+    let err = Client::connect(target.as_str())
+        .unwrap()
+        .with_config(secure(impostor.public()))
+        .import::<VaultClient>()
+        .unwrap_err();
+    assert!(matches!(err, BindError::Unreachable(_)), "{err:?}");
+    assert!(server.stats().handshakes_dropped >= 1);
+    // A server without the key the client expects: the answers that come do not open.
+    let (other, _, _) = server_without_key();
+    let err = Client::connect(format!("udp://{}", other.addr()))
+        .unwrap()
+        .with_config(secure(impostor.public()))
+        .import::<VaultClient>()
+        .unwrap_err();
+    assert!(matches!(err, BindError::Unreachable(_) | BindError::KeyNotProven(..)), "{err:?}");
+    // The shared secret is the handshake's pre-shared key: a client without it gets nothing.
+    let secret = tiercel::Secret::new(&[9; 32]).unwrap();
+    let (guarded, key, _) = keyed(ServerConfig { secret: Some(secret.clone()), ..ServerConfig::default() });
+    let target = format!("udp://{}", guarded.addr());
+    let err = Client::connect(target.as_str()).unwrap().with_config(secure(key.public())).import::<VaultClient>();
+    assert!(err.is_err());
+    let with_secret = ClientConfig { secret: Some(secret), ..secure(key.public()) };
+    let client: VaultClient = Client::connect(target.as_str()).unwrap().with_config(with_secret).import().unwrap();
+    assert_eq!(client.deposit(4).unwrap(), 4);
+    assert_eq!(deposits.load(Ordering::Relaxed), 0);
+}
+
+fn server_without_key() -> (tiercel::RunningServer, (), ()) {
+    let server = Server::bind("127.0.0.1:0").unwrap().export(VaultServer::new(Store::default())).start().unwrap();
+    (server, (), ())
+}
+
+/// What the relay does to the datagrams it passes.
+#[derive(Default)]
+struct Tamper {
+    /// Flip this bit of the next datagram that is at least this long, each way.
+    flip: Mutex<Option<usize>>,
+    /// Every datagram that passed, client to server.
+    upstream: Mutex<Vec<Vec<u8>>>,
+    /// Every datagram that passed, server to client.
+    downstream: Mutex<Vec<Vec<u8>>>,
+    flipped: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// An on-path relay on loopback: each client socket gets a socket of its own towards the server,
+/// and everything passes both ways, recorded, and changed as `tamper` says.
+fn relay(server: SocketAddr, tamper: Arc<Tamper>) -> SocketAddr {
+    let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+    front.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let addr = front.local_addr().unwrap();
+    let front = Arc::new(front);
+    std::thread::spawn(move || {
+        let mut backs: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
+        let mut buf = vec![0u8; 70_000];
+        while !tamper.stop.load(Ordering::Relaxed) {
+            let Ok((n, from)) = front.recv_from(&mut buf) else { continue };
+            let back = backs.entry(from).or_insert_with(|| {
+                let back = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+                back.connect(server).unwrap();
+                back.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+                let (b, f, t) = (back.clone(), front.clone(), tamper.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 70_000];
+                    while !t.stop.load(Ordering::Relaxed) {
+                        let Ok(n) = b.recv(&mut buf) else { continue };
+                        let mut d = buf[..n].to_vec();
+                        t.change(&mut d);
+                        t.downstream.lock().unwrap().push(d.clone());
+                        let _ = f.send_to(&d, from);
+                    }
+                });
+                back
+            });
+            let mut d = buf[..n].to_vec();
+            tamper.change(&mut d);
+            tamper.upstream.lock().unwrap().push(d.clone());
+            let _ = back.send(&d);
+        }
+    });
+    addr
+}
+
+impl Tamper {
+    fn change(&self, d: &mut [u8]) {
+        let mut flip = self.flip.lock().unwrap();
+        if let Some(bit) = *flip {
+            if bit / 8 < d.len() {
+                d[bit / 8] ^= 1 << (bit % 8);
+                *flip = None;
+                self.flipped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[test]
+fn an_on_path_relay_reads_nothing_and_each_packet_it_changes_or_replays_is_dropped() {
+    let (server, key, deposits) = keyed(ServerConfig { shared_memory: false, ..ServerConfig::default() });
+    let tamper = Arc::new(Tamper::default());
+    let via = relay(server.addr(), tamper.clone());
+    let config = ClientConfig { timing: quick(), ..secure(key.public()) };
+    let client: VaultClient = Client::connect(format!("udp://{via}")).unwrap().with_config(config).import().unwrap();
+    let marker = b"MARKER-of-the-arguments".repeat(3);
+    let big: Vec<u8> = marker.iter().copied().cycle().take(100_000).collect();
+    assert_eq!(client.echo(marker.clone()).unwrap(), marker);
+    assert_eq!(client.echo(big.clone()).unwrap(), big);
+    assert_eq!(client.deposit(10).unwrap(), 10);
+    let seen = |w: &[Vec<u8>]| w.iter().any(|d| d.windows(6).any(|x| x == b"MARKER"));
+    assert!(!seen(&tamper.upstream.lock().unwrap()), "the arguments crossed the relay in the clear");
+    assert!(!seen(&tamper.downstream.lock().unwrap()), "the results crossed the relay in the clear");
+    // Each bit the relay flips (in a call, in a result, at every place of the packet) makes that
+    // packet dropped and counted; the call's retransmission brings the right result.
+    let mut total = 10;
+    for bit in (0..(16 + 56 + 8 + 16) * 8).step_by(37) {
+        *tamper.flip.lock().unwrap() = Some(bit);
+        total += 1;
+        assert_eq!(client.deposit(1).unwrap(), total, "bit {bit}");
+    }
+    assert!(tamper.flipped.load(Ordering::Relaxed) > 0);
+    let dropped = server.stats().unopened + client.binding().stats().unopened;
+    assert!(dropped >= tamper.flipped.load(Ordering::Relaxed) - 1, "{dropped}");
+    assert_eq!(deposits.load(Ordering::Relaxed), total, "every deposit ran once");
+    // Replaying every datagram the client sent runs nothing again.
+    let calls = server.stats().calls;
+    let replay = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for d in tamper.upstream.lock().unwrap().iter() {
+        replay.send_to(d, server.addr()).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.stats().calls, calls, "a replayed call ran");
+    assert_eq!(deposits.load(Ordering::Relaxed), total);
+    tamper.stop.store(true, Ordering::Relaxed);
+}
