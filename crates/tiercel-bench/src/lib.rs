@@ -181,12 +181,49 @@ pub struct SecretArgs {
     /// that prove it; a client with one binds only to a server that proves it back.
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<std::path::PathBuf>,
+    /// This side's private key (a file `tiercel keygen` wrote). `serve`: the server takes secure
+    /// bindings, and refuses plain ones over UDP and TCP unless `--allow-plain`. A client: the key
+    /// the server learns (without one, a client with `--server-key` makes one for the run).
+    #[arg(long = "key", value_name = "FILE")]
+    pub key_file: Option<std::path::PathBuf>,
+    /// A client's only: the server's public key (64 hex digits, or a `.pub` file `tiercel keygen`
+    /// wrote). The client then binds only to a server that proves it, and every packet of the
+    /// binding is sealed.
+    #[arg(long, value_name = "KEY|FILE")]
+    pub server_key: Option<String>,
+    /// `serve` only: with `--key`, grant plain bindings too.
+    #[arg(long)]
+    pub allow_plain: bool,
 }
 
 impl SecretArgs {
     /// The secret in the file, if one was named.
     pub fn load(&self) -> std::result::Result<Option<tiercel::Secret>, tiercel::SecretError> {
         self.secret_file.as_ref().map(tiercel::Secret::from_file).transpose()
+    }
+
+    /// The key pair in `--key`, if one was named.
+    pub fn identity(&self) -> std::result::Result<Option<tiercel::Identity>, tiercel::KeyError> {
+        self.key_file.as_ref().map(tiercel::Identity::from_file).transpose()
+    }
+
+    /// The server's public key given with `--server-key`: its hex, or a file holding it.
+    pub fn server_key(&self) -> std::result::Result<Option<tiercel::PublicKey>, tiercel::KeyError> {
+        let Some(given) = &self.server_key else { return Ok(None) };
+        match given.parse() {
+            Ok(key) => Ok(Some(key)),
+            Err(_) => tiercel::PublicKey::from_file(given).map(Some),
+        }
+    }
+
+    /// A client's configuration with the secret and keys given.
+    pub fn client_config(&self) -> std::result::Result<tiercel::ClientConfig, tiercel::Error> {
+        Ok(tiercel::ClientConfig {
+            secret: self.load()?,
+            key: self.identity()?,
+            server_key: self.server_key()?,
+            ..tiercel::ClientConfig::default()
+        })
     }
 }
 

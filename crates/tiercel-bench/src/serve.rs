@@ -79,6 +79,9 @@ pub struct Args {
 
 /// Runs a Test server until SIGINT or SIGTERM, then shuts it down gracefully.
 pub fn run(args: Args) -> crate::Result<()> {
+    if args.secret.server_key.is_some() {
+        return Err(crate::Error::Measure("--server-key is a client's option; a server's own key is --key".into()));
+    }
     let config = ServerConfig {
         workers: args.workers,
         sockets: args.sockets,
@@ -86,6 +89,8 @@ pub fn run(args: Args) -> crate::Result<()> {
         spin: Duration::from_micros(args.spin_us),
         cpus: crate::parse_cpus(&args.cpus)?,
         secret: args.secret.load()?,
+        key: args.secret.identity().map_err(tiercel::Error::from)?,
+        allow_plain: args.secret.allow_plain,
         adaptive_spin: !args.spin_fixed,
         message_memory: args.message_memory_mib << 20,
         binding_memory: args.binding_memory_mib << 20,
@@ -111,6 +116,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         (None, None) => "udp://127.0.0.1:7373",
         (None, Some(_)) => "udp://127.0.0.1:0",
     };
+    let server_key = config.key.as_ref().map(tiercel::Identity::public);
     let server = Server::bind(addr).map_err(crate::Error::from)?.with_config(config);
     let server = match &args.name {
         Some(name) => {
@@ -149,13 +155,22 @@ pub fn run(args: Args) -> crate::Result<()> {
             let _ = writeln!(out, "shared memory: off (--no-shared-memory); clients on this host use UDP");
         }
     }
+    if let Some(key) = &server_key {
+        let plain = if args.secret.allow_plain {
+            "plain bindings too (--allow-plain)"
+        } else {
+            "no plain bindings over UDP or TCP"
+        };
+        let _ = writeln!(out, "secure bindings over UDP with key {key}; {plain}");
+    }
     let _ = writeln!(
         out,
         "incarnation {:016x}; Ctrl-C or SIGTERM shuts down gracefully (calls under way finish)",
         server.incarnation()
     );
     let _ = out.flush();
-    if let Some(warning) = plain_exposure(server.addr(), args.secret.secret_file.is_some()) {
+    let keyed = server_key.is_some() && !args.secret.allow_plain;
+    if let Some(warning) = plain_exposure(server.addr(), args.secret.secret_file.is_some(), keyed) {
         eprintln!("{warning}");
     }
     // SIGINT and SIGTERM begin a graceful shutdown; the signal handler only sets a flag.
@@ -193,10 +208,11 @@ pub fn run(args: Args) -> crate::Result<()> {
     Ok(())
 }
 
-/// What to say loudly when a server listens where other hosts may reach it: its calls travel in the
-/// clear, and without a shared secret anyone may bind.
-fn plain_exposure(addr: std::net::SocketAddr, secret: bool) -> Option<String> {
-    if addr.ip().is_loopback() {
+/// What to say loudly when a server listens where other hosts may reach it without a key (or with
+/// plain bindings allowed): its calls travel in the clear, and without a shared secret anyone may
+/// bind. Nothing when `keyed` (every binding it grants over the network is secure).
+fn plain_exposure(addr: std::net::SocketAddr, secret: bool, keyed: bool) -> Option<String> {
+    if addr.ip().is_loopback() || keyed {
         return None;
     }
     let who = match secret {
@@ -205,7 +221,8 @@ fn plain_exposure(addr: std::net::SocketAddr, secret: bool) -> Option<String> {
     };
     Some(format!(
         "WARNING: serving at {addr}, which other hosts may reach: {who}calls and results travel unencrypted, \
-         so whoever can read the traffic can read them and call with a binding's token (docs/security.md)."
+         so whoever can read the traffic can read them and call with a binding's token; give the \
+         server a key (tiercel keygen, then --key) for secure bindings (docs/security.md)."
     ))
 }
 
@@ -213,7 +230,8 @@ fn plain_exposure(addr: std::net::SocketAddr, secret: bool) -> Option<String> {
 mod tests {
     #[test]
     fn a_server_that_other_hosts_may_reach_says_it_is_plain() {
-        let warn = |a: &str, secret| super::plain_exposure(a.parse().unwrap(), secret);
+        let warn = |a: &str, secret| super::plain_exposure(a.parse().unwrap(), secret, false);
+        assert_eq!(super::plain_exposure("0.0.0.0:7373".parse().unwrap(), false, true), None, "with a key");
         let plain = warn("0.0.0.0:7373", false).unwrap();
         assert!(plain.contains("anyone who reaches it can bind") && plain.contains("unencrypted"), "{plain}");
         let with_secret = warn("0.0.0.0:7373", true).unwrap();

@@ -62,7 +62,7 @@ pub fn run(args: Args) -> crate::Result<()> {
 /// Calls a procedure of the seeds' Test interface.
 fn run_test(args: &Args, procedure: &str) -> crate::Result<()> {
     let bind_start = Instant::now();
-    let client = crate::check::import(&args.addr, args.secret.load().map_err(tiercel::Error::from)?, &args.registry)?;
+    let client = crate::check::import(&args.addr, args.secret.client_config()?, &args.registry)?;
     let bind_time = bind_start.elapsed();
     let int = |i: usize, default: i64| -> crate::Result<i64> {
         args.args

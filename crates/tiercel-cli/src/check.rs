@@ -31,13 +31,12 @@ pub struct Args {
 }
 
 /// Imports the Test interface from `addr` (an address, or a name looked up in `registry`),
-/// proving `secret` if there is one.
+/// with `config` (its secret and keys).
 pub(crate) fn import(
     addr: &str,
-    secret: Option<tiercel::Secret>,
+    config: ClientConfig,
     registry: &tiercel_bench::RegistryArgs,
 ) -> Result<TestClient, Error> {
-    let config = ClientConfig { secret, ..ClientConfig::default() };
     let registry = registry.load().map_err(tiercel::BindError::from)?;
     Ok(Client::connect(addr)?.with_config(config).with_registry(registry).import()?)
 }
@@ -55,7 +54,7 @@ fn binding_lost(e: &CallError) -> bool {
 }
 
 pub fn run(args: Args) -> crate::Result<()> {
-    let secret = args.secret.load().map_err(Error::from)?;
+    let secret = args.secret.client_config()?;
     let client = import(&args.addr, secret.clone(), &args.registry)?;
     let transport = match client.binding().transport() {
         tiercel::Transport::Udp => "UDP",

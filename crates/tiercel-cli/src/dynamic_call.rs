@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use tiercel::{Client, ClientConfig, InterfaceInfo};
+use tiercel::{Client, InterfaceInfo};
 use tiercel_bench::summary::Summary;
 
 use crate::dynamic::{self, Ty};
@@ -20,9 +20,8 @@ pub fn run(
     secret: &tiercel_bench::SecretArgs,
     registry: &tiercel_bench::RegistryArgs,
 ) -> crate::Result<()> {
-    let secret = secret.load().map_err(tiercel::Error::from)?;
+    let config = secret.client_config()?;
     let registry = registry.load().map_err(tiercel::BindError::from).map_err(tiercel::Error::from)?;
-    let config = ClientConfig { secret, ..ClientConfig::default() };
     let client = Client::connect(target).map_err(tiercel::Error::from)?.with_config(config).with_registry(registry);
     let bind_start = Instant::now();
     let exports = client.exports().map_err(tiercel::Error::from)?;

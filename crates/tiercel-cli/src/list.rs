@@ -1,6 +1,6 @@
 //! `tiercel list`: what a server exports, or what names a registry holds.
 
-use tiercel::{BindError, Client, ClientConfig};
+use tiercel::{BindError, Client};
 
 /// Options of `tiercel list`.
 #[derive(clap::Args)]
@@ -29,8 +29,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         }
         return Ok(());
     };
-    let secret = args.secret.load().map_err(tiercel::Error::from)?;
-    let config = ClientConfig { secret, ..ClientConfig::default() };
+    let config = args.secret.client_config()?;
     let client =
         Client::connect(target.as_str()).map_err(tiercel::Error::from)?.with_config(config).with_registry(registry);
     let exports = client.exports().map_err(tiercel::Error::from)?;

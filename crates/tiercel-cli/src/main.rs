@@ -33,6 +33,10 @@ enum Command {
     /// What a server (or every exporter of a name) exports, procedure by procedure; without an
     /// address, the names in the registry.
     List(list::Args),
+    /// Write a new key pair: the private key to FILE (readable by its owner only), the public key
+    /// to FILE.pub. `serve --key FILE` makes a server secure; its clients give
+    /// `--server-key FILE.pub`.
+    Keygen(KeygenArgs),
     /// The seeds' tables, each against the raw mechanism beneath it measured in the same run.
     Bench(tiercel_bench::bench::Args),
     /// Where the time of a Null and a MaxResult call goes, step by step, on each transport, against
@@ -45,6 +49,23 @@ enum Command {
     /// returns intact or fails clearly and that none runs twice (built with `--features fault-injection`).
     #[cfg(feature = "fault-injection")]
     Soak(tiercel_bench::soak::Args),
+}
+
+#[derive(clap::Args)]
+struct KeygenArgs {
+    /// Where to write the private key (never over an existing file).
+    file: std::path::PathBuf,
+}
+
+/// Writes a new key pair and prints its public key.
+fn keygen(args: KeygenArgs) -> Result<()> {
+    let failed = |e: tiercel::KeyError| Error::Usage(e.to_string());
+    let key = tiercel::Identity::generate().map_err(failed)?;
+    key.write(&args.file).map_err(failed)?;
+    let public = tiercel::secure::public_path(&args.file);
+    println!("private key: {} (mode 600)", args.file.display());
+    println!("public key:  {} = {}", public.display(), key.public());
+    Ok(())
 }
 
 /// Why the command failed.
@@ -93,6 +114,7 @@ fn main() -> ExitCode {
         Command::Call(a) => call::run(a),
         Command::Check(a) => check::run(a),
         Command::List(a) => list::run(a),
+        Command::Keygen(a) => keygen(a),
         Command::Bench(a) => tiercel_bench::bench::run(a).map_err(Error::from),
         Command::Explain(a) => tiercel_bench::explain::run(a).map_err(Error::from),
         Command::Report(a) => tiercel_bench::report::run(a).map_err(Error::from),

@@ -426,6 +426,9 @@ pub enum Error {
     /// A secret could not be read.
     #[error(transparent)]
     Secret(#[from] SecretError),
+    /// A key could not be made, read or written.
+    #[error(transparent)]
+    Key(#[from] crate::KeyError),
     /// An import failed.
     #[error(transparent)]
     Bind(#[from] BindError),
@@ -443,7 +446,9 @@ impl Error {
     pub fn execution(&self) -> Execution {
         match self {
             Error::Call(e) => e.execution(),
-            Error::Address(_) | Error::Secret(_) | Error::Bind(_) | Error::Server(_) => Execution::NeverRan,
+            Error::Address(_) | Error::Secret(_) | Error::Key(_) | Error::Bind(_) | Error::Server(_) => {
+                Execution::NeverRan
+            }
         }
     }
 }
