@@ -117,13 +117,14 @@ fn a_client_binds_only_to_a_server_that_proves_the_key_it_expects() {
     let (server, _, deposits) = keyed(ServerConfig::default());
     let impostor = Identity::generate().unwrap();
     let target = format!("udp://{}", server.addr());
-    // Expecting another key: the server cannot read the handshake and stays silent.
+    // Expecting another key: the server cannot read the handshake, and says so (which proves
+    // nothing, so the client fails the bind, naming the key it expected).
     let err = Client::connect(target.as_str())
         .unwrap()
         .with_config(secure(impostor.public()))
         .import::<VaultClient>()
         .unwrap_err();
-    assert!(matches!(err, BindError::Unreachable(_)), "{err:?}");
+    assert!(matches!(err, BindError::KeyNotProven(_, k) if k == impostor.public()), "{err:?}");
     assert!(server.stats().handshakes_dropped >= 1);
     // A server without the key the client expects: the answers that come do not open.
     let (other, _, _) = server_without_key();
@@ -132,13 +133,13 @@ fn a_client_binds_only_to_a_server_that_proves_the_key_it_expects() {
         .with_config(secure(impostor.public()))
         .import::<VaultClient>()
         .unwrap_err();
-    assert!(matches!(err, BindError::Unreachable(_) | BindError::KeyNotProven(..)), "{err:?}");
+    assert!(matches!(err, BindError::KeyNotProven(..)), "{err:?}");
     // The shared secret is the handshake's pre-shared key: a client without it gets nothing.
     let secret = tiercel::Secret::new(&[9; 32]).unwrap();
     let (guarded, key, _) = keyed(ServerConfig { secret: Some(secret.clone()), ..ServerConfig::default() });
     let target = format!("udp://{}", guarded.addr());
     let err = Client::connect(target.as_str()).unwrap().with_config(secure(key.public())).import::<VaultClient>();
-    assert!(err.is_err());
+    assert!(matches!(err, Err(BindError::KeyNotProven(..))), "{:?}", err.err());
     let with_secret = ClientConfig { secret: Some(secret), ..secure(key.public()) };
     let client: VaultClient = Client::connect(target.as_str()).unwrap().with_config(with_secret).import().unwrap();
     assert_eq!(client.deposit(4).unwrap(), 4);
@@ -251,4 +252,46 @@ fn an_on_path_relay_reads_nothing_and_each_packet_it_changes_or_replays_is_dropp
     assert_eq!(server.stats().calls, calls, "a replayed call ran");
     assert_eq!(deposits.load(Ordering::Relaxed), total);
     tamper.stop.store(true, Ordering::Relaxed);
+}
+
+/// A server with `key` exporting the Vault under `name` in the directory registry `dir`, holding
+/// `base` on its account.
+fn named(dir: &std::path::Path, name: &str, key: Identity, base: u64) -> tiercel::RunningServer {
+    let deposits = Arc::new(AtomicU64::new(base));
+    Server::bind("127.0.0.1:0")
+        .unwrap()
+        .with_config(ServerConfig { key: Some(key), shared_memory: false, ..ServerConfig::default() })
+        .with_registry(tiercel::names::Registry::dir(dir))
+        .export_as(name, VaultServer::new(Store { deposits }))
+        .start()
+        .unwrap()
+}
+
+#[test]
+fn an_import_by_name_binds_with_the_key_the_entry_carries_and_passes_over_impostors() {
+    let dir = std::env::temp_dir().join(format!("tiercel-secure-names-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let registry = tiercel::names::Registry::dir(&dir);
+    let key = Identity::generate().unwrap();
+    let real = named(&dir, "vault", key.clone(), 1000);
+    let entries = registry.lookup("vault").unwrap();
+    assert_eq!(entries[0].key, Some(key.public()), "the entry carries the server's key");
+    // An impostor whose entry claims the real server's key (a forged entry, or a copy of the
+    // real one pointing elsewhere): it cannot prove the key.
+    let impostor = named(&dir, "vault-impostor", Identity::generate().unwrap(), 0);
+    let forged = tiercel::names::Exporter { name: "vault".into(), addr: impostor.addr(), pid: 1, ..entries[0].clone() };
+    let _held = registry.register(&forged).unwrap();
+    assert_eq!(registry.lookup("vault").unwrap().len(), 2, "both entries are read");
+    let client = Client::connect("udp://vault")
+        .unwrap()
+        .with_registry(registry.clone())
+        .with_config(ClientConfig { timing: quick(), ..ClientConfig::default() });
+    for _ in 0..6 {
+        let bound: VaultClient = client.import().unwrap();
+        assert_eq!(bound.binding().server(), real.addr());
+        assert_eq!(bound.binding().server_key(), Some(key.public()), "secure without being told the key");
+        assert!(bound.deposit(1).unwrap() > 1000);
+    }
+    assert!(client.exporters_refused() > 0, "the impostor was met and passed over (chance 2^-6 not)");
+    let _ = std::fs::remove_dir_all(&dir);
 }

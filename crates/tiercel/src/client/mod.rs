@@ -149,7 +149,12 @@ impl Client {
         exporters.rotate_left(first);
         let (mut gone, mut refused) = (None, None);
         for exporter in exporters {
-            match Binding::bind(exporter.addr, self.transport, info, self.config.clone()) {
+            let mut config = self.config.clone();
+            if config.server_key.is_none() && registry.vouches() {
+                // The key the entry carries: the exporter must prove it.
+                config.server_key = exporter.key;
+            }
+            match Binding::bind(exporter.addr, self.transport, info, config) {
                 Ok(binding) => return Ok(binding),
                 // Gone since it registered (its registration not yet removed), or full: the next.
                 Err(e @ (BindError::NoServer(_) | BindError::Unreachable(_) | BindError::Busy)) => gone = Some(e),

@@ -22,6 +22,9 @@ const IPV6_UDP_OVERHEAD: usize = 40 + 8;
 /// Payload of a 1500-byte Ethernet frame's IPv4 datagram: the datagram size when the path MTU is
 /// not known.
 const ETHERNET_PAYLOAD: usize = 1500 - IPV4_UDP_OVERHEAD;
+/// How long a secure bind goes on after the first answer that did not open (an impostor's, a
+/// server without the key's, or one saying it cannot read the handshake) before it fails.
+const RETRY_UNPROVEN: std::time::Duration = std::time::Duration::from_millis(500);
 /// Smallest datagram a binding uses.
 const MIN_DATAGRAM: usize = HEADER_LEN + 64;
 
@@ -42,9 +45,9 @@ struct SecureBind {
     hello: Option<Hello>,
     /// The keys of the last answer that opened.
     keys: Option<Keys>,
-    /// Whether any datagram came back (none: nobody answered; some that did not open: somebody
-    /// that cannot prove the key).
-    heard: bool,
+    /// When a datagram that did not open first came back (none: nobody answered; some:
+    /// somebody there that cannot prove the key, or says it cannot read the handshake).
+    heard: Option<Instant>,
 }
 
 impl SecureBind {
@@ -55,7 +58,7 @@ impl SecureBind {
             None => process_identity()?,
         };
         let psk = crate::auth::psk(config.secret.as_ref());
-        Ok(Some(SecureBind { me, server, psk, cipher: config.cipher, hello: None, keys: None, heard: false }))
+        Ok(Some(SecureBind { me, server, psk, cipher: config.cipher, hello: None, keys: None, heard: None }))
     }
 
     /// The datagram that carries `request`: the handshake under way, or a new one if the request
@@ -161,9 +164,12 @@ fn exchange<T>(
     let start = Instant::now();
     let mut rto = config.timing.retransmit_initial;
     'send: loop {
-        if start.elapsed() >= config.timing.dead_after {
+        // A server that answers only with what does not open is given a round of retransmissions
+        // more (the real answer may be on its way), not the whole wait for a dead server.
+        let unproven = secure.as_ref().and_then(|s| s.heard).is_some_and(|at| at.elapsed() >= RETRY_UNPROVEN);
+        if unproven || start.elapsed() >= config.timing.dead_after {
             return Err(match secure {
-                Some(s) if s.heard => BindError::KeyNotProven(server, s.server),
+                Some(s) if s.heard.is_some() => BindError::KeyNotProven(server, s.server),
                 _ => BindError::Unreachable(server),
             });
         }
@@ -193,10 +199,12 @@ fn exchange<T>(
             };
             let answer = match secure.as_deref_mut() {
                 Some(s) => {
-                    s.heard = true;
                     let Some(hello) = s.hello.as_mut() else { continue };
                     // Anything that is not the server's answer, opened with its key, is ignored.
-                    let Some((len, keys)) = hello.welcome(&rx[..n], &mut opened) else { continue };
+                    let Some((len, keys)) = hello.welcome(&rx[..n], &mut opened) else {
+                        s.heard.get_or_insert_with(Instant::now);
+                        continue;
+                    };
                     s.keys = Some(keys);
                     &opened[..len]
                 }

@@ -65,6 +65,14 @@ pub struct EtcdUser {
     pub password_file: std::path::PathBuf,
 }
 
+impl Etcd {
+    /// Whether the client authenticates: on a cluster with authentication on, only users allowed
+    /// to write names register them.
+    pub(crate) fn authenticated(&self) -> bool {
+        self.user.is_some()
+    }
+}
+
 impl core::fmt::Display for Etcd {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "etcd://{}?ttl={}", self.endpoints.join(","), self.ttl.as_secs())?;

@@ -166,6 +166,10 @@ pub struct Exporter {
     pub incarnation: u64,
     /// The server's process id.
     pub pid: u32,
+    /// The server's public key, when it takes secure bindings (`ServerConfig::key`). A client
+    /// importing the name from a registry that vouches for its entries ([`Registry::vouches`])
+    /// binds securely with it, when it was not given the server's key itself.
+    pub key: Option<crate::PublicKey>,
 }
 
 impl Exporter {
@@ -177,10 +181,14 @@ impl Exporter {
     }
 
     fn encode(&self) -> String {
-        format!(
+        let mut text = format!(
             "{ENTRY_MAGIC}\nname {}\ninterface {}\nversion {}\nfingerprint {:016x}\naddress {}\nincarnation {:016x}\npid {}\n",
             self.name, self.interface, self.version, self.fingerprint, self.addr, self.incarnation, self.pid
-        )
+        );
+        if let Some(key) = &self.key {
+            text.push_str(&format!("key {key}\n"));
+        }
+        text
     }
 
     /// Parses an entry file's text; `None` when it is not one (whatever it holds).
@@ -201,7 +209,15 @@ impl Exporter {
         let addr = field("address")?.parse().ok()?;
         let incarnation = u64::from_str_radix(field("incarnation")?, 16).ok()?;
         let pid = field("pid")?.parse().ok()?;
-        valid_name(&name).then_some(Exporter { name, interface, version, fingerprint, addr, incarnation, pid })
+        // Optional: a server without a key writes none.
+        let key = match lines.next() {
+            None => None,
+            Some(line) => Some(line.strip_prefix("key ")?.parse().ok()?),
+        };
+        if lines.next().is_some() {
+            return None;
+        }
+        valid_name(&name).then_some(Exporter { name, interface, version, fingerprint, addr, incarnation, pid, key })
     }
 }
 
@@ -325,6 +341,18 @@ impl core::fmt::Display for Registry {
 }
 
 impl Registry {
+    /// Whether the registry vouches for what its entries say, so that a server key an entry
+    /// carries may be trusted: a directory, whose entries are read only when a trusted user wrote
+    /// them; etcd with authentication (only users allowed to write names register them). Not etcd
+    /// without it, which anyone who reaches it may write: there, give the client the server's key.
+    pub fn vouches(&self) -> bool {
+        match self {
+            Registry::Local(_) => true,
+            #[cfg(feature = "etcd")]
+            Registry::Etcd(etcd) => etcd.authenticated(),
+        }
+    }
+
     /// A watch of `name`'s exporters, where the registry tells of departures as they happen (etcd:
     /// a revoked or expired lease deletes the entry). `None` for a directory, whose entries of
     /// killed servers are found stale only when looked up.

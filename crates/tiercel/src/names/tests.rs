@@ -9,6 +9,7 @@ fn exporter(name: &str) -> Exporter {
         addr: "127.0.0.1:7000".parse().unwrap(),
         incarnation: 42,
         pid: std::process::id(),
+        key: None,
     }
 }
 
@@ -26,6 +27,11 @@ fn names() {
 fn entries_round_trip_and_garbage_is_no_entry() {
     let e = exporter("accounts");
     assert_eq!(Exporter::decode(&e.encode()), Some(e.clone()));
+    let keyed = Exporter { key: Some(crate::PublicKey([7; 32])), ..exporter("accounts") };
+    assert_eq!(Exporter::decode(&keyed.encode()), Some(keyed.clone()));
+    assert!(keyed.encode().ends_with(&format!("key {}\n", "07".repeat(32))));
+    assert_eq!(Exporter::decode(&keyed.encode().replace("key 07", "key zz")), None);
+    assert_eq!(Exporter::decode(&format!("{}junk\n", keyed.encode())), None);
     for garbage in ["", "tiercel-name 2\n", &e.encode().replace("version 2", "version two"), "\u{0}\u{1}"] {
         assert_eq!(Exporter::decode(garbage), None, "{garbage:?}");
     }

@@ -280,6 +280,7 @@ impl Server {
                     addr: reachable,
                     incarnation,
                     pid: std::process::id(),
+                    key: running.shared.config.key.as_ref().map(crate::Identity::public),
                 };
                 // On failure the running server is dropped: it stops, and the names it registered
                 // go with it.

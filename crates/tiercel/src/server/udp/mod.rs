@@ -396,8 +396,19 @@ impl UdpWorker {
     /// decision; this runs the procedure and moves the bytes. A sealed datagram (to a server with a
     /// key) is opened first (`secure`).
     fn handle_packet(&self, bytes: &[u8], from: SocketAddr) {
-        if self.shared.config.key.is_some() && tiercel_proto::seal::is_sealed(bytes) {
-            return self.on_sealed(bytes, from);
+        if tiercel_proto::seal::is_sealed(bytes) {
+            if self.shared.config.key.is_some() {
+                return self.on_sealed(bytes, from);
+            }
+            // A secure client's handshake, to a server without a key: it is told, within the
+            // handshake budget, and the datagram counted.
+            self.shared.stats.unopened.fetch_add(1, Ordering::Relaxed);
+            let hello =
+                tiercel_proto::seal::Outer::parse(bytes).is_ok_and(|o| o.kind == tiercel_proto::seal::SealType::Hello);
+            if hello && self.shared.handshakes.take() {
+                self.unreadable(from);
+            }
+            return;
         }
         self.handle_opened(bytes, from, None);
     }

@@ -42,6 +42,16 @@ impl UdpWorker {
         }
     }
 
+    /// Tells the sender of a handshake this server cannot read (it expects another key or
+    /// secret, or the server has no key) so, in a datagram smaller than the handshake's, which
+    /// proves nothing: its client fails the bind soon (`BindError::KeyNotProven`) rather than wait
+    /// for a dead server. Within the handshake budget.
+    pub(super) fn unreadable(&self, from: SocketAddr) {
+        let outer = Outer { kind: SealType::Welcome, index: 0, counter: 0 }.to_bytes();
+        let datagram = [&outer[..], &[0u8; tiercel_proto::seal::TAG_LEN]].concat();
+        let _ = transmit::send(&self.lane().socket, Some(&from), &[IoSlice::new(&datagram)], false);
+    }
+
     /// A handshake's first message: read with the server's key and secret, its bind request
     /// answered through the bind machine inside the handshake's answer. A binding it grants is a
     /// secure one: its keys are kept with its id, and the answer with them, so that a retransmitted
@@ -60,7 +70,10 @@ impl UdpWorker {
         let mut buf = self.opened.borrow_mut();
         buf.resize(bytes.len(), 0);
         let psk = crate::auth::psk(shared.config.secret.as_ref());
-        let Some((responder, n)) = Responder::hello(key, &psk, bytes, &mut buf) else { return dropped() };
+        let Some((responder, n)) = Responder::hello(key, &psk, bytes, &mut buf) else {
+            dropped();
+            return self.unreadable(from);
+        };
         let Ok(p) = Packet::new_checked(&buf[..n]) else { return dropped() };
         if p.kind() != Kind::Bind {
             return dropped();
