@@ -88,6 +88,8 @@ pub struct Report {
     pub blocking: Vec<crate::blocking::Row>,
     /// tiercel against tarpc, tonic and a raw tokio echo (`--peers`).
     pub peers: Vec<crate::peers::Row>,
+    /// Plain against secure bindings over UDP (when UDP is measured).
+    pub secure: Option<crate::secure::Json>,
 }
 
 /// How long each part of the run measures.
@@ -174,7 +176,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     let seeds = (seed_media.len() as u64) * (1 + crate::load::UTILIZATIONS.len() as u64 + 1);
     let table5_rows = (table5_media.len() as u64) * 12;
     crate::progress::start(
-        (media.len() * modes.len() + media.len() + 3 + usize::from(args.peers)) as u64
+        (media.len() * modes.len() + media.len() + 4 + usize::from(args.peers)) as u64
             + if full { 7 + 3 + 1 + 1 + 1 + seeds + table5_rows } else { 0 },
     );
     if full {
@@ -225,6 +227,13 @@ pub fn run(args: Args) -> crate::Result<()> {
         crate::progress::doing("workers");
         report.workers = crate::workers::table(args.server_cpu, args.client_cpu, calls, rounds, budget.async_row)?;
         crate::workers::print(&report.workers, calls, rounds, budget.async_row);
+    }
+    crate::progress::step();
+    if media.contains(&Medium::Udp) {
+        crate::progress::doing("secure calls");
+        let secure = crate::secure::table(args.server_cpu, calls, rounds, budget.async_row)?;
+        crate::secure::print(&secure, calls, rounds);
+        report.secure = Some(secure);
     }
     crate::progress::step();
     crate::progress::doing("blocking procedures");

@@ -46,6 +46,7 @@ pub mod raw_shm;
 pub mod raw_tcp;
 pub mod report;
 pub mod roles;
+pub mod secure;
 pub use tiercel_seeds as seeds;
 pub mod serve;
 #[cfg(feature = "fault-injection")]
