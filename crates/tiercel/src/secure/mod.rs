@@ -497,5 +497,62 @@ impl Session {
     }
 }
 
+/// Entry points for the fuzz targets (`fuzz/fuzz_targets/sealed.rs`): the sealed packet and the
+/// handshake's messages read from arbitrary bytes, under fixed keys. Not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    fn pair() -> (Session, Session) {
+        let (a, b) = ([1u8; KEY_LEN], [2u8; KEY_LEN]);
+        let peer = PublicKey([3; KEY_LEN]);
+        (Session::new(Cipher::default(), 9, peer, a, b), Session::new(Cipher::default(), 9, peer, b, a))
+    }
+
+    /// Opens `bytes` as a sealed packet of binding 9: whether they opened (they never should).
+    pub fn open(bytes: &[u8]) -> bool {
+        let (_, server) = pair();
+        server.open_in_place(&mut bytes.to_vec()).is_ok()
+    }
+
+    /// Seals `packet`, flips bit `flip` of the sealed datagram (if any, and within it), and opens
+    /// it: opened and equal to `packet` when nothing was flipped, dropped when a bit was.
+    pub fn seal_and_open(packet: &[u8], flip: Option<usize>) -> Result<(), String> {
+        let (client, server) = pair();
+        let mut sealed = Vec::new();
+        client.seal_into(&[IoSlice::new(packet)], &mut sealed).map_err(|e| format!("{e:?}"))?;
+        let flipped = flip.map(|bit| bit % (sealed.len() * 8));
+        if let Some(bit) = flipped {
+            sealed[bit / 8] ^= 1 << (bit % 8);
+        }
+        match (server.open_in_place(&mut sealed), flipped) {
+            (Ok(n), None) if &sealed[OUTER_LEN..OUTER_LEN + n] == packet => Ok(()),
+            (Err(_), Some(_)) => Ok(()),
+            (got, flipped) => Err(format!("{got:?} with bit {flipped:?} flipped")),
+        }
+    }
+
+    /// Reads `bytes` as a handshake's first message at a server with a fixed key: whether it was
+    /// read (it never should be).
+    pub fn read_hello(bytes: &[u8]) -> bool {
+        let Ok(me) = Identity::from_private(&[4; KEY_LEN]) else { return false };
+        let mut out = vec![0u8; bytes.len()];
+        Responder::hello(&me, &[0; KEY_LEN], bytes, &mut out).is_some()
+    }
+
+    /// Reads `bytes` as the answer to a handshake: whether it opened (it never should).
+    pub fn read_welcome(bytes: &[u8]) -> bool {
+        let (Ok(me), Ok(server)) = (Identity::from_private(&[5; KEY_LEN]), Identity::from_private(&[4; KEY_LEN]))
+        else {
+            return false;
+        };
+        let Ok(mut hello) = Hello::new(&me, &server.public(), &[0; KEY_LEN], Cipher::default(), b"bind") else {
+            return false;
+        };
+        let mut out = vec![0u8; bytes.len()];
+        hello.welcome(bytes, &mut out).is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests;
