@@ -162,6 +162,46 @@ struct Tamper {
     downstream: Mutex<Vec<Vec<u8>>>,
     flipped: AtomicU64,
     stop: AtomicBool,
+    /// Percent of datagrams dropped, sent twice, and held back to go after the next one.
+    faults: Option<(u64, u64, u64)>,
+    /// The seeded generator of the faults, and the datagram held back in each direction.
+    random: Mutex<u64>,
+    held: Mutex<[Option<Vec<u8>>; 2]>,
+}
+
+impl Tamper {
+    fn with_faults(loss: u64, duplicate: u64, reorder: u64, seed: u64) -> Tamper {
+        Tamper { faults: Some((loss, duplicate, reorder)), random: Mutex::new(seed | 1), ..Tamper::default() }
+    }
+
+    /// A number below 100 from the seeded generator (xorshift64).
+    fn percent(&self) -> u64 {
+        let mut x = self.random.lock().unwrap();
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x % 100
+    }
+
+    /// What goes out for datagram `d` travelling `way` (0 up, 1 down): nothing, it, it twice, or
+    /// it and the one held back before it, in the other order.
+    fn pass(&self, way: usize, d: Vec<u8>) -> Vec<Vec<u8>> {
+        let Some((loss, duplicate, reorder)) = self.faults else { return vec![d] };
+        if self.percent() < loss {
+            return vec![];
+        }
+        let mut held = self.held.lock().unwrap();
+        if self.percent() < reorder && held[way].is_none() {
+            held[way] = Some(d);
+            return vec![];
+        }
+        let mut out = vec![d.clone()];
+        if self.percent() < duplicate {
+            out.push(d);
+        }
+        out.extend(held[way].take());
+        out
+    }
 }
 
 /// An on-path relay on loopback: each client socket gets a socket of its own towards the server,
@@ -188,7 +228,9 @@ fn relay(server: SocketAddr, tamper: Arc<Tamper>) -> SocketAddr {
                         let mut d = buf[..n].to_vec();
                         t.change(&mut d);
                         t.downstream.lock().unwrap().push(d.clone());
-                        let _ = f.send_to(&d, from);
+                        for d in t.pass(1, d) {
+                            let _ = f.send_to(&d, from);
+                        }
                     }
                 });
                 back
@@ -196,7 +238,9 @@ fn relay(server: SocketAddr, tamper: Arc<Tamper>) -> SocketAddr {
             let mut d = buf[..n].to_vec();
             tamper.change(&mut d);
             tamper.upstream.lock().unwrap().push(d.clone());
-            let _ = back.send(&d);
+            for d in tamper.pass(0, d) {
+                let _ = back.send(&d);
+            }
         }
     });
     addr
@@ -294,4 +338,28 @@ fn an_import_by_name_binds_with_the_key_the_entry_carries_and_passes_over_impost
     }
     assert!(client.exporters_refused() > 0, "the impostor was met and passed over (chance 2^-6 not)");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn through_loss_duplication_and_reordering_every_secure_call_runs_once_and_returns_whole() {
+    let (server, key, deposits) = keyed(ServerConfig { shared_memory: false, ..ServerConfig::default() });
+    for seed in [1, 7, 42] {
+        let tamper = Arc::new(Tamper::with_faults(10, 10, 10, seed));
+        let via = relay(server.addr(), tamper.clone());
+        let config = ClientConfig {
+            timing: Timing { dead_after: Duration::from_secs(20), ..Timing::default() },
+            ..secure(key.public())
+        };
+        let client: VaultClient =
+            Client::connect(format!("udp://{via}")).unwrap().with_config(config).import().unwrap();
+        let before = deposits.load(Ordering::Relaxed);
+        for i in 1..=60u64 {
+            assert_eq!(client.deposit(1).unwrap(), before + i, "seed {seed}: deposit {i}");
+        }
+        let data: Vec<u8> = (0..300_000).map(|i| (i % 253) as u8).collect();
+        assert_eq!(client.echo(data.clone()).unwrap(), data, "seed {seed}: a multi-packet call and result");
+        assert_eq!(deposits.load(Ordering::Relaxed), before + 60, "seed {seed}: a deposit ran twice or not at all");
+        tamper.stop.store(true, Ordering::Relaxed);
+    }
+    assert!(server.stats().unopened > 0, "duplicated datagrams are dropped by the replay window");
 }
