@@ -330,13 +330,13 @@ fn an_import_by_name_binds_with_the_key_the_entry_carries_and_passes_over_impost
         .unwrap()
         .with_registry(registry.clone())
         .with_config(ClientConfig { timing: quick(), ..ClientConfig::default() });
-    for _ in 0..6 {
+    for _ in 0..16 {
         let bound: VaultClient = client.import().unwrap();
         assert_eq!(bound.binding().server(), real.addr());
         assert_eq!(bound.binding().server_key(), Some(key.public()), "secure without being told the key");
         assert!(bound.deposit(1).unwrap() > 1000);
     }
-    assert!(client.exporters_refused() > 0, "the impostor was met and passed over (chance 2^-6 not)");
+    assert!(client.exporters_refused() > 0, "the impostor was met and passed over (16 imports, each starting at either exporter at random: the chance that none met the impostor first is 2^-16)");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -356,7 +356,7 @@ fn through_loss_duplication_and_reordering_every_secure_call_runs_once_and_retur
         for i in 1..=60u64 {
             assert_eq!(client.deposit(1).unwrap(), before + i, "seed {seed}: deposit {i}");
         }
-        let data: Vec<u8> = (0..300_000).map(|i| (i % 253) as u8).collect();
+        let data: Vec<u8> = (0..150_000).map(|i| (i % 253) as u8).collect();
         assert_eq!(client.echo(data.clone()).unwrap(), data, "seed {seed}: a multi-packet call and result");
         assert_eq!(deposits.load(Ordering::Relaxed), before + 60, "seed {seed}: a deposit ran twice or not at all");
         tamper.stop.store(true, Ordering::Relaxed);

@@ -41,8 +41,9 @@ impl Binding {
         let place = match asked? {
             udp_bind::UdpBound::Granted(_) if forced => return Err(BindError::NoSharedMemory(server)),
             udp_bind::UdpBound::Granted(grant) => return Ok(Self::udp_binding(server, info, config, grant)),
-            udp_bind::UdpBound::Rendezvous(place) => place,
+            udp_bind::UdpBound::Rendezvous(place, proven) => (place, proven),
         };
+        let (place, proven) = place;
         match shm::connect(server, &place).and_then(|stream| shm::bind(stream, info, &config)) {
             Ok(granted) => Ok(Self::assemble(
                 server,
@@ -50,6 +51,7 @@ impl Binding {
                 config,
                 Granted {
                     seal: None,
+                    proven,
                     id: granted.id,
                     token: 0,
                     incarnation: granted.incarnation,
@@ -102,6 +104,7 @@ impl Binding {
         let granted = tcp::bind(server, info, &config)?;
         let granted = Granted {
             seal: None,
+            proven: None,
             id: granted.id,
             token: 0,
             incarnation: granted.incarnation,
@@ -123,7 +126,7 @@ impl Binding {
         match udp_bind::bind_udp(server, info, &config, false)? {
             udp_bind::UdpBound::Granted(grant) => Ok(Self::udp_binding(server, info, config, grant)),
             // Never the answer to a request that did not ask for it (the bind machine ignores it).
-            udp_bind::UdpBound::Rendezvous(_) => Err(BindError::Protocol(crate::error::Violation::BindAnswer(
+            udp_bind::UdpBound::Rendezvous(..) => Err(BindError::Protocol(crate::error::Violation::BindAnswer(
                 "a rendezvous answered a request that did not ask for one",
             ))),
         }
@@ -137,6 +140,7 @@ impl Binding {
     ) -> Binding {
         let udp_bind::UdpGrant { granted, max_datagram, seal } = grant;
         let granted = Granted {
+            proven: seal.as_ref().map(|s| s.peer()),
             seal,
             id: granted.binding,
             token: granted.token,
@@ -181,6 +185,7 @@ impl Binding {
                 #[cfg(feature = "async")]
                 asynch: Default::default(),
                 seal: granted.seal,
+                proven: granted.proven,
             }),
             deadline,
             rebind: None,

@@ -296,6 +296,8 @@ pub(crate) struct BindingInner {
     /// The keys of a secure binding: every packet is sealed with them, and only packets that open
     /// with them are read.
     seal: Option<Arc<crate::secure::Session>>,
+    /// The key the server proved at the bind (see [`Binding::server_key`]).
+    proven: Option<crate::PublicKey>,
 }
 
 impl BindingInner {
@@ -337,6 +339,9 @@ impl BindingInner {
 struct Granted {
     /// The binding's keys, when it is a secure one (over UDP).
     seal: Option<Arc<crate::secure::Session>>,
+    /// The key the server proved: a secure binding's, or the one that sealed the answer naming a
+    /// shared-memory rendezvous.
+    proven: Option<crate::PublicKey>,
     id: u32,
     token: u128,
     incarnation: u64,
@@ -454,10 +459,12 @@ impl Binding {
         self.rebind.as_ref().map_or(0, |r| r.rebinds.load(Ordering::Relaxed))
     }
 
-    /// The key the server proved at the bind, when the binding is a secure one (its packets
-    /// sealed: `ClientConfig::server_key`); `None` for a plain binding.
+    /// The key the server proved at the bind (`ClientConfig::server_key`, or a name's entry):
+    /// over UDP, the key of a secure binding, whose packets are all sealed; through shared memory,
+    /// the key that sealed the answer naming the server's rendezvous (the region itself is private
+    /// to the two processes, not encrypted). `None` for a plain binding.
     pub fn server_key(&self) -> Option<crate::PublicKey> {
-        self.now().seal.as_ref().map(|s| s.peer())
+        self.now().proven
     }
 
     /// The binding's id on the server (not a secret: the token that goes with it is).

@@ -88,7 +88,7 @@ pub(super) enum UdpBound {
     /// A binding over UDP.
     Granted(UdpGrant),
     /// Where to bind through shared memory (only when asked for).
-    Rendezvous(Rendezvous),
+    Rendezvous(Rendezvous, Option<PublicKey>),
 }
 
 /// Binds to `info` at `server` over UDP: sends the request, retransmitted with backoff until an
@@ -127,7 +127,7 @@ pub(super) fn bind_udp(
             }
             Some(Ok(UdpBound::Granted(UdpGrant { granted, max_datagram, seal: None })))
         }
-        BindEvent::Rendezvous { rendezvous, .. } => Some(Ok(UdpBound::Rendezvous(rendezvous))),
+        BindEvent::Rendezvous { rendezvous, .. } => Some(Ok(UdpBound::Rendezvous(rendezvous, None))),
         BindEvent::Refused(refusal) => Some(Err(refusal_error(info, refusal))),
         // Never the answer to a bind request (the machine ignores listings then).
         BindEvent::Listed(_) | BindEvent::Ignored | BindEvent::SendAgain => None,
@@ -138,6 +138,8 @@ pub(super) fn bind_udp(
             let seal = Some(Arc::new(keys.session(grant.granted.binding)));
             Ok(UdpBound::Granted(UdpGrant { seal, ..grant }))
         }
+        // Told in an answer that opened: the rendezvous is the proven server's.
+        (UdpBound::Rendezvous(place, _), Some(keys)) => Ok(UdpBound::Rendezvous(place, Some(keys.peer()))),
         (bound, _) => Ok(bound),
     }
 }

@@ -121,7 +121,6 @@ impl Keys {
     }
 
     /// The key the other side proved.
-    #[cfg(test)]
     pub(crate) fn peer(&self) -> PublicKey {
         self.peer
     }
