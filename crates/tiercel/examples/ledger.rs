@@ -98,14 +98,18 @@ fn measure(args: &[String]) -> Result<()> {
         .collect();
     let mut means: Vec<Vec<f64>> = vec![Vec::new(); lines.lines.len()];
     let until = Instant::now() + Duration::from_secs_f64(seconds);
-    let per_transport = lines.lines.len() / transports.len();
+    // Each transport's lines (not every piece has a line on every transport).
+    let of_transport: Vec<Vec<usize>> = transports
+        .iter()
+        .map(|t| (0..lines.lines.len()).filter(|&i| lines.lines[i].transport == *t).collect())
+        .collect();
     let mut round = 0;
     while Instant::now() < until || round < 3 {
         // One transport's lines after another, each round starting from another line, so that
         // no line always follows the same one (whose server may still be spinning).
-        for t in 0..transports.len() {
-            for k in 0..per_transport {
-                let i = t * per_transport + (round + k) % per_transport;
+        for indices in &of_transport {
+            for k in 0..indices.len() {
+                let i = indices[(round + k) % indices.len()];
                 let line = &lines.lines[i];
                 line.begin();
                 let warm = Instant::now();

@@ -30,6 +30,9 @@ pub enum Piece {
     /// `Server::intercept` and `Client::intercept`: each side's interceptor looks at every call
     /// (the server's at its caller too) and lets it through.
     Intercept,
+    /// `ServerConfig::key` and `ClientConfig::server_key`: a secure binding, every packet sealed
+    /// over UDP (through shared memory, a binding whose rendezvous came sealed; TCP has none).
+    Secure,
     /// `ClientConfig::metrics` and `ServerConfig::metrics`, with a Prometheus recorder installed
     /// (feature `metrics`).
     Metrics,
@@ -42,8 +45,15 @@ pub enum Piece {
 impl Piece {
     /// Every piece this build can switch on, `Plain` first.
     pub fn available() -> Vec<Piece> {
-        let mut pieces =
-            vec![Piece::Plain, Piece::Deadline, Piece::Checksum, Piece::Secret, Piece::Rebind, Piece::Intercept];
+        let mut pieces = vec![
+            Piece::Plain,
+            Piece::Deadline,
+            Piece::Checksum,
+            Piece::Secret,
+            Piece::Rebind,
+            Piece::Intercept,
+            Piece::Secure,
+        ];
         if cfg!(feature = "metrics") {
             pieces.push(Piece::Metrics);
         }
@@ -65,6 +75,7 @@ impl Piece {
             Piece::Secret => "secret",
             Piece::Rebind => "rebind",
             Piece::Intercept => "intercept",
+            Piece::Secure => "secure",
             Piece::Metrics => "metrics",
             Piece::Explain => "explain",
             Piece::Async => "async",
@@ -123,11 +134,18 @@ fn secret() -> Secret {
     Secret::new(b"the ledger's secret, 32 bytes..").expect("a 32-byte secret")
 }
 
-/// Starts a server on CPU 1 with its default settings (and the secret or metrics a piece asks for).
+/// The server key of the `secure` lines.
+fn key() -> tiercel::Identity {
+    tiercel::Identity::from_private(&[7; 32]).expect("a 32-byte private key")
+}
+
+/// Starts a server on CPU 1 with its default settings (and the secret, key or metrics a piece asks
+/// for).
 fn serve(piece: Piece) -> RunningServer {
     let config = ServerConfig {
         cpus: vec![1],
         secret: (piece == Piece::Secret).then(secret),
+        key: (piece == Piece::Secure).then(key),
         metrics: piece == Piece::Metrics,
         ..ServerConfig::default()
     };
@@ -158,18 +176,22 @@ impl Lines {
         }
         let servers: Vec<(Piece, RunningServer)> = pieces
             .iter()
-            .filter(|p| matches!(p, Piece::Plain | Piece::Secret | Piece::Metrics | Piece::Intercept))
+            .filter(|p| matches!(p, Piece::Plain | Piece::Secret | Piece::Metrics | Piece::Intercept | Piece::Secure))
             .map(|&p| (p, serve(p)))
             .collect();
         let server_of = |piece: Piece| {
-            let own = matches!(piece, Piece::Secret | Piece::Metrics | Piece::Intercept);
+            let own = matches!(piece, Piece::Secret | Piece::Metrics | Piece::Intercept | Piece::Secure);
             let wanted = if own { piece } else { Piece::Plain };
             servers.iter().find(|(p, _)| *p == wanted).map(|(_, s)| s.addr()).expect("a server for every piece")
         };
         let mut lines = Vec::new();
         for (transport, scheme) in TRANSPORTS.into_iter().filter(|(t, _)| transports.contains(t)) {
             for &piece in &pieces {
+                if piece == Piece::Secure && transport == "tcp" {
+                    continue;
+                }
                 let config = ClientConfig {
+                    server_key: (piece == Piece::Secure).then(|| key().public()),
                     checksum: piece == Piece::Checksum,
                     secret: (piece == Piece::Secret).then(secret),
                     rebind: piece == Piece::Rebind,
