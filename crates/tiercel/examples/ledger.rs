@@ -265,7 +265,8 @@ fn print_tables(figures: &Figures, setups: &[Setup], first: &str, (last, every):
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     let pieces: Vec<String> =
         figures.keys().filter(|(s, t, _)| s == every && t == "udp").map(|(_, _, l)| l.clone()).collect();
-    let order = ["plain", "deadline", "checksum", "secret", "rebind", "intercept", "metrics", "explain", "async"];
+    let order =
+        ["plain", "deadline", "checksum", "secret", "rebind", "intercept", "secure", "metrics", "explain", "async"];
     for line in order.iter().filter(|l| pieces.iter().any(|p| p == *l)) {
         row(line, every, line, every);
     }

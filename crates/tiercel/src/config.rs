@@ -104,9 +104,10 @@ pub struct ClientConfig {
     /// holds the matching private key. Over UDP the bind is then a Noise handshake and every packet
     /// of the binding, both ways, is sealed (encrypted and authenticated, `cipher`); a server that
     /// cannot prove the key is never bound (`BindError::KeyNotProven`). Over TCP such a client does
-    /// not bind yet (`BindError::KeyRequired` names it), and through shared memory it binds only
-    /// when the server's own sealed answer named the rendezvous. See `docs/security.md`. Default:
-    /// none (plain).
+    /// not bind (`BindError::SecureUnavailable`), and through shared memory it binds only when the
+    /// server's own sealed answer named the rendezvous. See `docs/security.md`. Costs a UDP Null
+    /// call 562 ns more (1.07 times; the cost ledger, `docs/ledger.md`), nothing through shared
+    /// memory, and each bind a handshake (four X25519 operations a side). Default: none (plain).
     pub server_key: Option<crate::PublicKey>,
     /// This client's own static key pair, which a secure binding's server learns (and a procedure
     /// sees through [`crate::caller`]). Without one, the process makes one key pair the first time
@@ -262,9 +263,10 @@ pub struct ServerConfig {
     pub key: Option<crate::Identity>,
     /// With a `key`, grant plain bindings too. Default: off.
     pub allow_plain: bool,
-    /// Most secure handshakes answered a second (each costs the server about 0.3 ms of CPU before
-    /// the client has proven anything); beyond, they are dropped and counted, and their clients
-    /// retransmit. Default: 1,000.
+    /// Most secure handshakes answered a second (each costs the server two X25519 operations
+    /// before the client has proven anything, and two more and a key pair to answer: about a third
+    /// of a millisecond of CPU on this project's machines); beyond, they are dropped and counted,
+    /// and their clients retransmit. Default: 1,000.
     pub handshakes_per_second: u32,
 }
 
