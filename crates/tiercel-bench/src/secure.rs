@@ -24,18 +24,27 @@ pub struct Row {
     pub plain_p99_us: f64,
     pub secure_median_us: f64,
     pub secure_p99_us: f64,
+    /// Secure median over plain median.
+    pub ratio_median: f64,
+}
+
+/// A rate, plain and secure.
+#[derive(serde::Serialize, Clone)]
+pub struct Rate {
+    pub what: &'static str,
+    pub plain_per_s: f64,
+    pub secure_per_s: f64,
+    /// Secure over plain.
+    pub ratio: f64,
 }
 
 /// What `tiercel bench` measures of secure bindings.
 #[derive(serde::Serialize, Clone, Default)]
 pub struct Json {
     pub rows: Vec<Row>,
-    /// Null calls a second of 8 threads on one binding, plain and secure.
-    pub plain_8_callers_per_s: f64,
-    pub secure_8_callers_per_s: f64,
-    /// Binds (import and one Null) a second, one after another, plain and secure.
-    pub plain_binds_per_s: f64,
-    pub secure_binds_per_s: f64,
+    /// Null calls a second of 8 threads on one binding; binds (import and one Null) a second, one
+    /// after another.
+    pub rates: Vec<Rate>,
 }
 
 /// Measures plain against secure over UDP: the server on `server_cpu`, this thread the caller;
@@ -94,6 +103,7 @@ pub fn table(server_cpu: usize, calls: u32, rounds: u32, each: Duration) -> crat
             plain_p99_us: p.p99_us(),
             secure_median_us: s.median_us(),
             secure_p99_us: s.p99_us(),
+            ratio_median: s.median_us() / p.median_us(),
         });
     }
     let plain_8 = callers(&plain, 8, each)?;
@@ -110,12 +120,18 @@ pub fn table(server_cpu: usize, calls: u32, rounds: u32, each: Duration) -> crat
     };
     let plain_binds = binds(&ClientConfig { shared_memory: false, ..plain_config })?;
     let secure_binds = binds(&ClientConfig { shared_memory: false, ..secure_config })?;
+    let rate = |what, plain_per_s: f64, secure_per_s: f64| Rate {
+        what,
+        plain_per_s,
+        secure_per_s,
+        ratio: secure_per_s / plain_per_s,
+    };
     Ok(Json {
         rows,
-        plain_8_callers_per_s: plain_8,
-        secure_8_callers_per_s: secure_8,
-        plain_binds_per_s: plain_binds,
-        secure_binds_per_s: secure_binds,
+        rates: vec![
+            rate("Null calls/s, 8 callers on one binding", plain_8, secure_8),
+            rate("binds/s (import and one Null)", plain_binds, secure_binds),
+        ],
     })
 }
 
@@ -181,15 +197,7 @@ pub fn print(t: &Json, calls: u32, rounds: u32) {
             );
         }
     }
-    outln!(
-        "8 callers on one binding, Null: {:.0} calls/s plain, {:.0} secure ({:.2}×)",
-        t.plain_8_callers_per_s,
-        t.secure_8_callers_per_s,
-        t.secure_8_callers_per_s / t.plain_8_callers_per_s
-    );
-    outln!(
-        "binds (import and one Null), one after another: {:.0}/s plain, {:.0}/s secure (the handshake)",
-        t.plain_binds_per_s,
-        t.secure_binds_per_s
-    );
+    for r in &t.rates {
+        outln!("{}: {:.0} plain, {:.0} secure ({:.2}×)", r.what, r.plain_per_s, r.secure_per_s, r.ratio);
+    }
 }
