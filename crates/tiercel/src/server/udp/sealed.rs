@@ -86,8 +86,10 @@ impl UdpWorker {
                 let _ = transmit::send(&self.lane().socket, Some(&from), &[IoSlice::new(&datagram)], false);
             }
         };
-        // The answer may be as long as the whole handshake message.
-        let admission = match machine.on_request(&p, &crate::auth::peer_bytes(from), bytes.len()) {
+        // The answer is no longer than the request the handshake carried (the handshake adds less
+        // to it than to the request): the server never sends more than it was sent.
+        let budget = bytes.len().saturating_sub(crate::secure::HANDSHAKE_ROOM);
+        let admission = match machine.on_request(&p, &crate::auth::peer_bytes(from), budget) {
             BindDecision::Malformed => return dropped(),
             BindDecision::Answer { packet, refused } => {
                 shared.count_refusal(refused);
