@@ -58,6 +58,18 @@ pub(crate) fn send_as(
     })
 }
 
+/// Makes this thread's sealing buffer as large as any datagram at once, so that sealing never
+/// allocates on a call: a thread that will seal calls it when it starts (a server's worker, a
+/// client's endpoint), not on its first packet.
+pub(crate) fn prepare_sealing() {
+    SEALING.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        let room = tiercel_proto::wire::MAX_UDP_PAYLOAD + tiercel_proto::seal::SEAL_OVERHEAD;
+        buf.clear();
+        buf.reserve(room);
+    });
+}
+
 thread_local! {
     /// Where this thread seals the packets it sends.
     static SEALING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };

@@ -103,6 +103,9 @@ impl UdpEndpoint {
         };
         let frag_payload = inner.max_datagram - HEADER_LEN;
         let seal = inner.seal.clone();
+        if seal.is_some() {
+            transmit::prepare_sealing();
+        }
         // A secure binding's packets are sealed one by one and sent alone.
         let run_length = match transmit::run_length(inner.max_datagram + CHECKSUM_LEN) {
             n if n >= 2 && seal.is_none() => n,

@@ -149,6 +149,7 @@ impl UdpWorker {
             shared.config.max_datagram
         };
         let lease = SpinLease::new(&shared.spin_leases);
+        let shared_key = shared.config.key.is_some();
         UdpWorker {
             lane: index % shared.lanes.len(),
             shared,
@@ -162,7 +163,8 @@ impl UdpWorker {
             waiter: None,
             spares: RefCell::default(),
             landing: Landing::default(),
-            opened: RefCell::default(),
+            // Made now rather than at the first sealed datagram: a call never allocates it.
+            opened: RefCell::new(if shared_key { Vec::with_capacity(size) } else { Vec::new() }),
         }
     }
 
@@ -174,6 +176,9 @@ impl UdpWorker {
 
     /// Runs the worker: listening (see `crew`) or standing by, until the server stops.
     pub(super) fn run(mut self) {
+        if self.shared.config.key.is_some() {
+            transmit::prepare_sealing();
+        }
         let cpus = &self.shared.config.cpus;
         if !cpus.is_empty() {
             let _ = tiercel_sys::cpu::pin_current_thread(cpus[self.index % cpus.len()]);
