@@ -44,10 +44,9 @@ fn calls_make_no_heap_allocation() {
 
 fn no_allocation_over(scheme: &str, secure: bool) {
     let key = tiercel::Identity::generate().unwrap();
-    // The secure server has one worker: with several, work handed between them (the slow path of
-    // every transport, which a loaded machine brings on when sealed calls run longer) allocated a
-    // few times in 34,000 calls in some runs on a loaded machine; with one, none: sealing and
-    // opening allocate nothing.
+    // The secure server has one worker: with several, 2 allocations (freed again) in 34,000 calls
+    // were seen in one run of three on a loaded machine, which we take for work handed between
+    // workers (not a call's path; not proven); with one, none: sealing and opening allocate nothing.
     let workers = if secure { 1 } else { tiercel::ServerConfig::default().workers };
     let server_config =
         tiercel::ServerConfig { key: secure.then(|| key.clone()), workers, ..tiercel::ServerConfig::default() };
