@@ -57,7 +57,10 @@ fuzz_target!(|data: &[u8]| {
     let (secret, challenges) = (Toy(1), Toy(2));
     let auth = (selector & 1 != 0).then_some(ServerAuth { secret: &secret, challenges: &challenges });
     let max_datagram = if selector & 2 != 0 { 1472 } else { 0 };
-    let server = BindServer { exports: &[BANK], auth, incarnation: 7, max_datagram };
+    // Every other input to a server that takes only secure bindings (the sealed handshake
+    // carries its requests; plain ones are refused).
+    let key_required = packet.len() % 2 == 1;
+    let server = BindServer { exports: &[BANK], auth, incarnation: 7, max_datagram, key_required };
     let budget = usize::from(selector >> 2) * 16;
     if let Ok(p) = Packet::new_checked(packet) {
         match server.on_request(&p, b"peer", budget) {
