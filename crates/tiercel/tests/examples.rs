@@ -98,14 +98,14 @@ fn the_ledger_measures_every_line_of_its_build_and_tables_the_runs() {
     let out = Command::new(&ledger).args(["measure", "--transport", "shm", "--seconds", "0"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    // One line per piece the example's build can switch on (every build has the first six; the
+    // One line per piece the example's build can switch on (every build has the first seven; the
     // example may have been built with other features than this test), over shared memory only,
     // each a time per call.
     let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
     let pieces: Vec<&str> = rows.iter().map(|r| r[1]).collect();
-    assert_eq!(pieces[..6], ["plain", "deadline", "checksum", "secret", "rebind", "intercept"], "{text}");
+    assert_eq!(pieces[..7], ["plain", "deadline", "checksum", "secret", "rebind", "intercept", "secure"], "{text}");
     let optional = ["metrics", "explain", "async"];
-    assert!(pieces[6..].iter().all(|p| optional.contains(p)), "{text}");
+    assert!(pieces[7..].iter().all(|p| optional.contains(p)), "{text}");
     for row in &rows {
         assert_eq!(row[0], "shm", "{text}");
         let ns: f64 = row[2].parse().unwrap();
