@@ -49,7 +49,7 @@ impl UdpWorker {
     pub(super) fn unreadable(&self, from: SocketAddr) {
         let outer = Outer { kind: SealType::Welcome, index: 0, counter: 0 }.to_bytes();
         let datagram = [&outer[..], &[0u8; tiercel_proto::seal::TAG_LEN]].concat();
-        let _ = transmit::send(&self.lane().socket, Some(&from), &[IoSlice::new(&datagram)], false);
+        self.send_packet(from, &datagram, false);
     }
 
     /// A handshake's first message: read with the server's key and secret, its bind request
@@ -83,7 +83,7 @@ impl UdpWorker {
         // An answer without a binding: sealed in the handshake, no keys kept.
         let welcome = |responder: Responder, answer: &[u8]| {
             if let Some((datagram, _)) = responder.welcome(answer) {
-                let _ = transmit::send(&self.lane().socket, Some(&from), &[IoSlice::new(&datagram)], false);
+                self.send_packet(from, &datagram, false);
             }
         };
         // The answer is no longer than the request the handshake carried (the handshake adds less
@@ -104,9 +104,7 @@ impl UdpWorker {
         if let Some((rendezvous, _)) = shared.rendezvous.as_ref().filter(|_| admission.request.rendezvous) {
             // As a plain request's: only a source on this host is told where to bind through
             // shared memory; the answer is sealed, so the client knows it is this server's.
-            let ip = from.ip().to_canonical();
-            let local = self.lane().socket.local_addr().is_ok_and(|a| a.ip().to_canonical() == ip);
-            if ip.is_loopback() || local {
+            if self.on_this_host(from) {
                 return welcome(responder, &admission.rendezvous(&machine, *rendezvous));
             }
         }
@@ -125,7 +123,7 @@ impl UdpWorker {
             // ones the client will take). One from another client key gets nothing.
             if binding.caller == Some(caller) {
                 if let Some(answer) = shared.sessions.welcome(binding.id, binding.token) {
-                    let _ = transmit::send(&self.lane().socket, Some(&from), &[IoSlice::new(&answer)], false);
+                    self.send_packet(from, &answer, false);
                 }
             }
             return;
@@ -136,6 +134,6 @@ impl UdpWorker {
         shared.sessions.insert(binding.id, binding.token, session, datagram.clone().into());
         stats.bindings.fetch_add(1, Ordering::Relaxed);
         stats.handshakes.fetch_add(1, Ordering::Relaxed);
-        let _ = transmit::send(&self.lane().socket, Some(&from), &[IoSlice::new(&datagram)], false);
+        self.send_packet(from, &datagram, false);
     }
 }

@@ -56,9 +56,7 @@ impl UdpWorker {
         if let Some((rendezvous, _)) = self.shared.rendezvous.as_ref().filter(|_| admission.request.rendezvous) {
             // A client on this host asks where to bind through shared memory. Only a source on this
             // host is told: loopback, or the very address the server is bound to.
-            let ip = from.ip().to_canonical();
-            let local = self.lane().socket.local_addr().is_ok_and(|a| a.ip().to_canonical() == ip);
-            if ip.is_loopback() || local {
+            if self.on_this_host(from) {
                 return self.send_packet(from, &admission.rendezvous(&machine, *rendezvous), checksummed(p));
             }
         }
@@ -91,6 +89,13 @@ impl UdpWorker {
         }
         let reply = admission.grant(&machine, binding.id, binding.token, config.slots_per_binding, 0);
         self.send_packet(from, &reply, checksummed(p));
+    }
+
+    /// Whether `from` is on this host: loopback, or the very address the server is bound to
+    /// (who may be told the shared-memory rendezvous).
+    pub(super) fn on_this_host(&self, from: SocketAddr) -> bool {
+        let ip = from.ip().to_canonical();
+        ip.is_loopback() || self.lane().socket.local_addr().is_ok_and(|a| a.ip().to_canonical() == ip)
     }
 
     pub(super) fn send_packet(&self, to: SocketAddr, packet: &[u8], checksum: bool) {
