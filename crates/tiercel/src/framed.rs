@@ -32,6 +32,35 @@ pub(crate) fn send(stream: &TcpStream, parts: &mut [IoSlice<'_>], timeout: Durat
     Ok(())
 }
 
+/// Writes the frame given whole in `parts` (its prefix first), sealed with `session` (a secure
+/// connection's frames are), as [`send`] does. The caller holds the connection's writing lock, so
+/// that frames go in the order they were sealed. The frame is sealed in a buffer of the thread's
+/// (kept while it is no larger than `retention::LARGE`).
+pub(crate) fn send_sealed(
+    stream: &TcpStream,
+    session: &crate::secure::Session,
+    parts: &[IoSlice<'_>],
+    timeout: Duration,
+) -> std::io::Result<()> {
+    SEALING.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        let sealed = session.seal_frame(parts, &mut buf);
+        let sent = match sealed {
+            Ok(()) => send(stream, &mut [IoSlice::new(&buf)], timeout),
+            Err(_) => Err(std::io::Error::other("the binding's keys have sealed all they may: bind again")),
+        };
+        if buf.capacity() > crate::retention::LARGE {
+            *buf = Vec::new();
+        }
+        sent
+    })
+}
+
+thread_local! {
+    /// Where this thread seals the frames it sends on secure connections.
+    static SEALING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Reads what the non-blocking `stream` has into `frames`: `Ok(true)` if something came,
 /// `Ok(false)` if nothing was there, an error (`UnexpectedEof` when the peer closed) if the
 /// connection is over.

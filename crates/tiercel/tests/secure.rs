@@ -3,7 +3,8 @@
 //! passes; and against servers and clients holding the wrong keys.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -94,13 +95,12 @@ fn a_server_with_a_key_refuses_plain_bindings_unless_told_and_a_secure_client_ne
     // binding is still granted.
     let local: VaultClient = Client::connect(format!("shm://{addr}")).unwrap().import().unwrap();
     assert_eq!(local.deposit(1).unwrap(), 1);
-    // A secure client asked for TCP says it cannot, and binds nothing plain.
-    let err = Client::connect(format!("tcp://{addr}"))
-        .unwrap()
-        .with_config(secure(key.public()))
-        .import::<VaultClient>()
-        .unwrap_err();
-    assert!(matches!(err, BindError::SecureUnavailable("TCP")), "{err:?}");
+    // A secure client asked for TCP binds over TCP, sealed.
+    let over_tcp: VaultClient =
+        Client::connect(format!("tcp://{addr}")).unwrap().with_config(secure(key.public())).import().unwrap();
+    assert_eq!(over_tcp.binding().transport(), tiercel::Transport::Tcp);
+    assert_eq!(over_tcp.binding().server_key(), Some(key.public()));
+    assert_eq!(over_tcp.deposit(1).unwrap(), 2);
     // Told to, the server takes both.
     let (open, key, _) = keyed(ServerConfig { allow_plain: true, ..ServerConfig::default() });
     let target = format!("udp://{}", open.addr());
@@ -362,4 +362,146 @@ fn through_loss_duplication_and_reordering_every_secure_call_runs_once_and_retur
         tamper.stop.store(true, Ordering::Relaxed);
     }
     assert!(server.stats().unopened > 0, "duplicated datagrams are dropped by the replay window");
+}
+
+#[test]
+fn over_tcp_every_frame_is_sealed_and_a_server_that_cannot_prove_the_key_binds_nothing() {
+    let (server, key, deposits) = keyed(ServerConfig::default());
+    let target = format!("tcp://{}", server.addr());
+    let me = Identity::generate().unwrap();
+    for cipher in [tiercel::Cipher::Aes256Gcm, tiercel::Cipher::ChaCha20Poly1305] {
+        let config = ClientConfig { key: Some(me.clone()), cipher, ..secure(key.public()) };
+        let client: VaultClient = Client::connect(target.as_str()).unwrap().with_config(config).import().unwrap();
+        assert_eq!(client.binding().server_key(), Some(key.public()));
+        assert_eq!(client.whoami().unwrap(), Some(me.public().0), "the procedure knows the client's key");
+        // Calls and results in the connection's buffer and far beyond it (a 16 MiB frame).
+        for len in [0, 1000, 200_000, 16 << 20] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            assert_eq!(client.echo(data.clone()).unwrap(), data, "{cipher:?}, {len} bytes");
+        }
+        // Calls of several threads at once on the one connection, each sealed in its turn.
+        let before = deposits.load(Ordering::Relaxed);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| (0..50).for_each(|_| assert!(client.deposit(1).unwrap() > before)));
+            }
+        });
+        assert_eq!(deposits.load(Ordering::Relaxed), before + 200);
+    }
+    assert_eq!((server.stats().handshakes, server.stats().unopened), (2, 0));
+    // Expecting another key: the server cannot read the handshake, says so, and the bind fails.
+    let impostor = Identity::generate().unwrap();
+    let err =
+        Client::connect(target.as_str()).unwrap().with_config(secure(impostor.public())).import::<VaultClient>();
+    assert!(matches!(err, Err(BindError::KeyNotProven(_, k)) if k == impostor.public()), "{:?}", err.err());
+    // A server without a key at all: the same.
+    let (other, _, _) = server_without_key();
+    let err = Client::connect(format!("tcp://{}", other.addr()))
+        .unwrap()
+        .with_config(secure(key.public()))
+        .import::<VaultClient>();
+    assert!(matches!(err, Err(BindError::KeyNotProven(..))), "{:?}", err.err());
+}
+
+/// What the TCP relay does to the bytes it passes.
+#[derive(Default)]
+struct StreamTamper {
+    /// Every byte that passed, client to server and server to client.
+    upstream: Mutex<Vec<u8>>,
+    downstream: Mutex<Vec<u8>>,
+    /// Flip this bit of the next read, in this direction (0 up, 1 down).
+    flip: Mutex<Option<(usize, usize)>>,
+}
+
+/// An on-path TCP relay on loopback: each connection gets one towards the server, and the bytes
+/// pass both ways, recorded, and changed as `tamper` says.
+fn tcp_relay(server: SocketAddr, tamper: Arc<StreamTamper>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for front in listener.incoming() {
+            let Ok(front) = front else { return };
+            let back = TcpStream::connect(server).unwrap();
+            for (way, mut from, mut to) in
+                [(0, front.try_clone().unwrap(), back.try_clone().unwrap()), (1, back, front)]
+            {
+                let t = tamper.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 1 << 16];
+                    while let Ok(n) = from.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        let mut flip = t.flip.lock().unwrap();
+                        if let Some((w, bit)) = *flip {
+                            if w == way && bit / 8 < n {
+                                buf[bit / 8] ^= 1 << (bit % 8);
+                                *flip = None;
+                            }
+                        }
+                        drop(flip);
+                        let record = if way == 0 { &t.upstream } else { &t.downstream };
+                        record.lock().unwrap().extend_from_slice(&buf[..n]);
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_on_path_tcp_relay_reads_nothing_and_a_frame_it_changes_or_replays_runs_nothing() {
+    let (server, key, deposits) = keyed(ServerConfig::default());
+    let tamper = Arc::new(StreamTamper::default());
+    let via = tcp_relay(server.addr(), tamper.clone());
+    let target = format!("tcp://{via}");
+    let connect = || -> VaultClient {
+        Client::connect(target.as_str()).unwrap().with_config(secure(key.public())).import().unwrap()
+    };
+    let client = connect();
+    let marker = b"MARKER-of-the-arguments".repeat(3);
+    let big: Vec<u8> = marker.iter().copied().cycle().take(300_000).collect();
+    assert_eq!(client.echo(marker.clone()).unwrap(), marker);
+    assert_eq!(client.echo(big.clone()).unwrap(), big);
+    assert_eq!(client.deposit(10).unwrap(), 10);
+    let seen = |w: &[u8]| w.windows(6).any(|x| x == b"MARKER");
+    assert!(!seen(&tamper.upstream.lock().unwrap()), "the arguments crossed the relay in the clear");
+    assert!(!seen(&tamper.downstream.lock().unwrap()), "the results crossed the relay in the clear");
+    // Replaying everything the client sent, on a connection of its own, runs nothing: the
+    // handshake is answered with keys the replayer does not have, and the calls do not open.
+    let calls = server.stats().calls;
+    let unopened = server.stats().unopened;
+    let mut replay = TcpStream::connect(server.addr()).unwrap();
+    replay.write_all(&tamper.upstream.lock().unwrap()).unwrap();
+    replay.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut answer = Vec::new();
+    let _ = replay.read_to_end(&mut answer);
+    assert_eq!(server.stats().calls, calls, "a replayed call ran");
+    assert_eq!(deposits.load(Ordering::Relaxed), 10);
+    assert_eq!(server.stats().unopened, unopened + 1, "the replayed call did not open, and ended the connection");
+    // A bit flipped in a call: the server cannot open the frame and ends the connection; the call
+    // never ran. In a result: the client cannot open it and fails the call (it ran). A length
+    // prefix changed leaves the frame unfinished or cut short: the connection ends when the frame
+    // does not open, or the call fails when the server has been silent too long.
+    for (way, bit) in [(0, 5), (0, 200), (0, 700), (1, 9), (1, 300), (1, 700)] {
+        let client = connect();
+        assert_eq!(client.deposit(0).unwrap(), deposits.load(Ordering::Relaxed));
+        let before = deposits.load(Ordering::Relaxed);
+        *tamper.flip.lock().unwrap() = Some((way, bit));
+        let err = client.deposit(1).unwrap_err();
+        let prefix = bit < 32;
+        let lost = matches!(err, tiercel::CallError::ConnectionLost { .. });
+        let silent = matches!(err, tiercel::CallError::Unreachable { .. });
+        assert!(lost || (prefix && silent), "{way} {bit}: {err:?}");
+        let ran = deposits.load(Ordering::Relaxed) - before;
+        assert_eq!(ran, way as u64, "{way} {bit}: a changed call ran, or a result was lost before it ran");
+        if way == 1 && !prefix {
+            assert_eq!(client.binding().stats().unopened, 1);
+        }
+    }
 }

@@ -13,14 +13,11 @@ impl Binding {
         let try_shm = match transport {
             Some(Transport::SharedMemory) => true,
             Some(Transport::Udp) => false,
-            Some(Transport::Tcp) if config.server_key.is_some() => {
-                return Err(BindError::SecureUnavailable("TCP"));
-            }
             Some(Transport::Tcp) => return Self::bind_tcp(server, info, config),
             None => config.shared_memory,
         };
-        // A client that expects the server's key never falls back to a plain transport.
-        let fallback = config.tcp_fallback && config.server_key.is_none();
+        // A client that expects the server's key falls back to TCP secure too.
+        let fallback = config.tcp_fallback;
         if !try_shm {
             return match Self::bind_udp(server, info, config.clone()) {
                 Err(BindError::Unreachable(_)) if transport.is_none() && fallback => {
@@ -104,7 +101,7 @@ impl Binding {
         let granted = tcp::bind(server, info, &config)?;
         let granted = Granted {
             seal: None,
-            proven: None,
+            proven: granted.proven,
             id: granted.id,
             token: 0,
             incarnation: granted.incarnation,

@@ -37,21 +37,21 @@ pub(super) struct UdpGrant {
 }
 
 /// A secure bind in progress: who this client is, whom it expects, and the handshake under way.
-struct SecureBind {
+pub(super) struct SecureBind {
     me: Identity,
-    server: PublicKey,
+    pub(super) server: PublicKey,
     psk: [u8; 32],
     cipher: crate::Cipher,
-    hello: Option<Hello>,
+    pub(super) hello: Option<Hello>,
     /// The keys of the last answer that opened.
-    keys: Option<Keys>,
+    pub(super) keys: Option<Keys>,
     /// When a datagram that did not open first came back (none: nobody answered; some:
     /// somebody there that cannot prove the key, or says it cannot read the handshake).
     heard: Option<Instant>,
 }
 
 impl SecureBind {
-    fn new(config: &ClientConfig) -> Result<Option<SecureBind>, BindError> {
+    pub(super) fn new(config: &ClientConfig) -> Result<Option<SecureBind>, BindError> {
         let Some(server) = config.server_key else { return Ok(None) };
         let me = match &config.key {
             Some(me) => me.clone(),
@@ -63,7 +63,7 @@ impl SecureBind {
 
     /// The datagram that carries `request`: the handshake under way, or a new one if the request
     /// changed.
-    fn datagram(&mut self, request: &[u8]) -> Result<&[u8], BindError> {
+    pub(super) fn datagram(&mut self, request: &[u8]) -> Result<&[u8], BindError> {
         if self.hello.as_ref().is_none_or(|h| h.request != request) {
             let hello = Hello::new(&self.me, &self.server, &self.psk, self.cipher, request)
                 .map_err(|e| BindError::Io(std::io::Error::other(e.0)))?;

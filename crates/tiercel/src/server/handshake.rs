@@ -58,6 +58,9 @@ pub(super) enum Step {
     /// transport together, and none while draining) and answers with the grant, or with
     /// [`Admission::busy`].
     Admit(Admission),
+    /// A secure handshake's first message (over TCP only): the transport reads it
+    /// (`Shared::hello`), answers, and makes the binding it admits.
+    Hello(Vec<u8>),
 }
 
 /// The connections of one listener that have not bound yet.
@@ -176,6 +179,9 @@ fn step(shared: &Shared, door: super::Door, exchange: &mut impl Exchange, answer
         Err(Broken::Closed) => return Step::Done,
         Err(Broken::Malformed) => return malformed(),
     };
+    if door == super::Door::Tcp && tiercel_proto::seal::is_sealed(&request) {
+        return Step::Hello(request);
+    }
     let Ok(p) = Packet::new_checked(&request[..]) else { return malformed() };
     let machine = shared.bind_machine(door);
     match machine.on_request(&p, peer, crate::rendezvous::MAX_MESSAGE) {

@@ -353,6 +353,8 @@ pub(crate) enum Door {
     Udp,
     /// The first message of a secure handshake, over UDP.
     Sealed,
+    /// The first message of a secure handshake, over a TCP connection.
+    SealedTcp,
     /// A TCP connection.
     Tcp,
     /// The shared-memory rendezvous socket (this host's processes only).
@@ -368,7 +370,7 @@ impl Shared {
     pub(crate) fn bind_machine(&self, door: Door) -> tiercel_proto::bind::BindServer<'_> {
         let auth = match (&self.config.secret, &self.challenger, door) {
             // The secret was the handshake's pre-shared key: proven already.
-            (_, _, Door::Sealed) => None,
+            (_, _, Door::Sealed | Door::SealedTcp) => None,
             (Some(secret), Some(challenges), _) => Some(tiercel_proto::bind::ServerAuth { secret, challenges }),
             _ => None,
         };
@@ -376,7 +378,7 @@ impl Shared {
             Door::Udp => self.config.max_datagram,
             // Room for the envelope within the datagrams the workers receive.
             Door::Sealed => self.config.max_datagram - tiercel_proto::seal::SEAL_OVERHEAD,
-            Door::Tcp | Door::Shm => 0,
+            Door::Tcp | Door::SealedTcp | Door::Shm => 0,
         };
         let plain_refused = self.config.key.is_some() && !self.config.allow_plain;
         let key_required = plain_refused && matches!(door, Door::Udp | Door::Tcp);

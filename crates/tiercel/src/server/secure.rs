@@ -4,7 +4,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
-use crate::secure::Session;
+use std::sync::atomic::Ordering;
+
+use tiercel_proto::bind::{Admission, BindDecision, BindServer};
+use tiercel_proto::wire::{Kind, Packet};
+
+use super::{Door, Shared};
+use crate::secure::{Responder, Session};
 
 /// A secure binding's keys and the answer that made it (sent again to a retransmitted `Hello`).
 struct Entry {
@@ -74,6 +80,67 @@ impl HandshakeBudget {
         } else {
             *s = (tokens, now);
             false
+        }
+    }
+}
+
+/// What a handshake's first message came to, over either transport.
+pub(super) enum Hello<'s> {
+    /// Dropped unanswered (beyond the handshake budget, or not a bind request), and counted.
+    Dropped,
+    /// It does not open with the server's key and secret (or the server has none): the sender is
+    /// told so, in an answer that proves nothing (counted as dropped).
+    Unreadable,
+    /// Answered without a binding (a refusal, `Busy`): the handshake's answer to send.
+    Answered(Vec<u8>),
+    /// The bind machine admits the request: the transport makes the binding and sends
+    /// `Responder::welcome` of its grant (or of [`Admission::busy`]).
+    Admitted(Responder, Admission, BindServer<'s>),
+}
+
+impl Shared {
+    /// Reads a handshake's first message, `bytes`, from the sender that `peer` stands for, with
+    /// the server's key and secret, and decides its bind request through the bind machine of
+    /// `door`: an answer is no longer than the request it carried (the handshake adds less to it
+    /// than to the request), so the server never sends more than it was sent. Handshakes beyond
+    /// `handshakes_per_second` are dropped before anything is computed.
+    pub(super) fn hello(&self, bytes: &[u8], peer: &[u8], door: Door, opened: &mut Vec<u8>) -> Hello<'_> {
+        let stats = &self.stats;
+        let Some(key) = &self.config.key else { return Hello::Unreadable };
+        let dropped = || {
+            stats.handshakes_dropped.fetch_add(1, Ordering::Relaxed);
+            Hello::Dropped
+        };
+        if !self.handshakes.take() {
+            return dropped();
+        }
+        opened.resize(bytes.len(), 0);
+        let psk = crate::auth::psk(self.config.secret.as_ref());
+        let Some((responder, n)) = Responder::hello(key, &psk, bytes, opened) else {
+            stats.handshakes_dropped.fetch_add(1, Ordering::Relaxed);
+            return Hello::Unreadable;
+        };
+        let Ok(p) = Packet::new_checked(&opened[..n]) else { return dropped() };
+        if p.kind() != Kind::Bind {
+            return dropped();
+        }
+        let machine = self.bind_machine(door);
+        let welcome = |responder: Responder, answer: &[u8]| match responder.welcome(answer) {
+            Some((sealed, _)) => Hello::Answered(sealed),
+            None => dropped(),
+        };
+        let budget = bytes.len().saturating_sub(crate::secure::HANDSHAKE_ROOM);
+        match machine.on_request(&p, peer, budget) {
+            BindDecision::Malformed => dropped(),
+            BindDecision::Answer { packet, refused } => {
+                self.count_refusal(refused);
+                welcome(responder, &packet)
+            }
+            BindDecision::Admit(a) if self.refusing_bindings() => {
+                stats.rejected.fetch_add(1, Ordering::Relaxed);
+                welcome(responder, &a.busy(&machine))
+            }
+            BindDecision::Admit(a) => Hello::Admitted(responder, a, machine),
         }
     }
 }

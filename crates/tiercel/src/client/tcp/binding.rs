@@ -2,6 +2,8 @@
 //! the list of a server's exports.
 
 use super::*;
+use crate::client::udp_bind::SecureBind;
+use crate::secure::Keys;
 
 /// Connects to `server` and binds over the connection, decided by the client's bind machine.
 pub(crate) fn bind(
@@ -13,7 +15,7 @@ pub(crate) fn bind(
     // connection, with a new request, is likely to be answered (its request lands whole as it
     // connects, where the ones closed dribble theirs).
     let mut attempts = 0;
-    let (granted, stream) = loop {
+    let (granted, stream, keys) = loop {
         attempts += 1;
         let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
         let machine = BindClient::new(&info.spec(), 0, nonce, false);
@@ -29,13 +31,17 @@ pub(crate) fn bind(
         }
     };
     let dead_after = config.timing.dead_after;
+    let proven = keys.as_ref().map(|k| k.peer());
+    let seal = keys.map(|k| Arc::new(k.session(granted.binding)));
+    let overhead = if seal.is_some() { tiercel_proto::seal::SEAL_OVERHEAD } else { 0 };
     let link = Link {
         stream,
+        seal,
         server,
         writing: Mutex::new(()),
         demux: Mutex::new(Demux {
             reading: false,
-            frames: Deframer::new(BUFFER, stream::max_frame(config.timing.max_message)),
+            frames: Deframer::new(BUFFER, stream::max_frame(config.timing.max_message) + overhead),
             mail: Vec::new(),
             expecting: 0,
             heard: Instant::now(),
@@ -54,6 +60,7 @@ pub(crate) fn bind(
         slots: granted.grant.slots.clamp(1, 1 << 16),
         features: granted.grant.features,
         procedures: granted.procedures,
+        proven,
     })
 }
 
@@ -64,7 +71,7 @@ pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crat
         let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
         let machine = BindClient::listing_from(index, offset, nonce, false);
         match exchange(server, config, machine, super::super::udp_bind::listed) {
-            Ok(listed) => listed.map(|(listed, _)| listed),
+            Ok(listed) => listed.map(|(listed, _, _)| listed),
             Err(Unanswered) => Err(BindError::Busy),
         }
     })
@@ -73,13 +80,15 @@ pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crat
 /// Connects to `server` and runs a bind exchange (a bind or a listing) over the connection: the
 /// request, a challenge answered if the server asks for the shared secret, and the answer, which
 /// `on` turns into the outcome (`None`: not an answer to this request). Everything within
-/// `Timing::dead_after`.
+/// `Timing::dead_after`. With the server's key in `config`, the request travels in a secure
+/// handshake's first message and only an answer that opens with the server's key is read: the
+/// handshake's keys come with the outcome.
 fn exchange<T>(
     server: SocketAddr,
     config: &ClientConfig,
     machine: BindClient,
     on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
-) -> Result<Result<(T, TcpStream), BindError>, Unanswered> {
+) -> Result<Result<(T, TcpStream, Option<Keys>), BindError>, Unanswered> {
     let mut answered = false;
     match exchange_answered(server, config, machine, on, &mut answered) {
         Err(BindError::Busy) if !answered => Err(Unanswered),
@@ -102,7 +111,7 @@ fn exchange_answered<T>(
     mut machine: BindClient,
     mut on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
     answered: &mut bool,
-) -> Result<(T, TcpStream), BindError> {
+) -> Result<(T, TcpStream, Option<Keys>), BindError> {
     // Measure the tick counter's rate (2 ms) now, not on the first call.
     let _ = tiercel_sys::clock::ticks_per_second();
     let dead_after = config.timing.dead_after;
@@ -114,7 +123,10 @@ fn exchange_answered<T>(
     tiercel_sys::tcp::prepare(&stream, dead_after)?;
     let bad = |why: &'static str| BindError::Protocol(Violation::BindAnswer(why));
     let until = Instant::now() + dead_after;
-    let secret = config.secret.as_ref().map(|s| s as &dyn Keyed);
+    let mut secure = SecureBind::new(config)?;
+    // With a secure handshake the secret is its pre-shared key, proven by the handshake itself.
+    let secret = config.secret.as_ref().filter(|_| secure.is_none()).map(|s| s as &dyn Keyed);
+    let mut opened = Vec::new();
     let mut frames = Deframer::new(PREFIX_LEN + 4 * crate::rendezvous::MAX_MESSAGE, 4 * crate::rendezvous::MAX_MESSAGE);
     let send = |packet: &[u8]| {
         let prefix = stream::prefix(packet.len());
@@ -127,7 +139,14 @@ fn exchange_answered<T>(
         }
         _ => BindError::Io(e),
     };
-    send(&machine.packet()).map_err(closed)?;
+    let request = |machine: &BindClient, secure: &mut Option<SecureBind>| -> Result<Vec<u8>, BindError> {
+        let plain = machine.packet();
+        Ok(match secure {
+            Some(s) => s.datagram(&plain)?.to_vec(),
+            None => plain,
+        })
+    };
+    send(&request(&machine, &mut secure)?).map_err(closed)?;
     // At most three answers: a challenge, a refusal by an interface's other copy (then the bind
     // by procedure names), then the answer.
     for _ in 0..tiercel_proto::bind::MAX_REQUESTS {
@@ -145,18 +164,34 @@ fn exchange_answered<T>(
             }
         }
         *answered = true;
-        let p = Packet::new_checked(frames.frame()).map_err(|_| bad("malformed bind answer"))?;
+        let answer = match secure.as_mut() {
+            Some(s) => {
+                // Only the server's answer, opened with its key, is read: anything else is a
+                // server that cannot prove the key (or says it cannot read the handshake).
+                let frame = frames.frame();
+                opened.resize(frame.len(), 0);
+                let hello = s.hello.as_mut().ok_or(bad("an answer before the handshake"))?;
+                let Some((len, keys)) = hello.welcome(frame, &mut opened) else {
+                    return Err(BindError::KeyNotProven(server, s.server));
+                };
+                s.keys = Some(keys);
+                &opened[..len]
+            }
+            None => frames.frame(),
+        };
+        let p = Packet::new_checked(answer).map_err(|_| bad("malformed bind answer"))?;
         match machine.handle(&p, secret) {
             BindEvent::SendAgain => {
-                let again = machine.packet();
+                let again = request(&machine, &mut secure)?;
                 frames.consume();
                 send(&again).map_err(closed)?;
             }
             event => {
+                let keys = secure.and_then(|s| s.keys);
                 return match on(event) {
-                    Some(outcome) => outcome.map(|t| (t, stream)),
+                    Some(outcome) => outcome.map(|t| (t, stream, keys)),
                     None => Err(bad("bind answer for another request")),
-                }
+                };
             }
         }
     }

@@ -6,6 +6,8 @@ use super::*;
 /// A binding's connection, shared by its callers.
 pub(crate) struct Link {
     pub(super) stream: TcpStream,
+    /// A secure binding's keys: every frame both ways is sealed with them.
+    pub(super) seal: Option<Arc<crate::secure::Session>>,
     pub(super) server: SocketAddr,
     /// Held while a frame is written.
     pub(super) writing: Mutex<()>,
@@ -41,6 +43,15 @@ impl Link {
         self.demux.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Writes one frame, given whole in `parts` (its prefix first), sealed on a secure binding.
+    pub(super) fn send(&self, parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        match &self.seal {
+            Some(session) => framed::send_sealed(&self.stream, session, parts, self.send_timeout),
+            None => framed::send(&self.stream, parts, self.send_timeout),
+        }
+    }
+
     pub(super) fn lost(&self, why: &str, sent: bool) -> CallError {
         CallError::ConnectionLost { server: self.server, sent, reason: why.to_owned() }
     }
@@ -73,8 +84,7 @@ impl Link {
         };
         if got {
             demux.heard = Instant::now();
-            if let Err(why) = demux.deliver(binding.id, &binding.stats.stale) {
-                binding.stats.malformed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Err(why) = demux.deliver(binding, self.seal.as_deref()) {
                 let _ = self.stream.shutdown(std::net::Shutdown::Both);
                 demux.break_off(why);
                 return Err(());

@@ -81,6 +81,8 @@ pub(crate) struct Granted {
     pub(crate) features: u16,
     /// The server's procedure numbers, where its copy of the interface differs.
     pub(crate) procedures: Option<Vec<u16>>,
+    /// The key the server proved, on a secure binding.
+    pub(crate) proven: Option<crate::PublicKey>,
 }
 
 /// A calling thread's (or an async call's) client slot on a TCP binding.
@@ -331,10 +333,7 @@ impl TcpEndpoint {
         let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
         io[0] = IoSlice::new(&self.head);
         let n = segs.io_slices(&self.scratch, &mut io[1..]);
-        let sent = {
-            let _writing = link.writing.lock().unwrap_or_else(|p| p.into_inner());
-            framed::send(&link.stream, &mut io[..n + 1], link.send_timeout)
-        };
+        let sent = link.send(&mut io[..n + 1]);
         mark(Point::Sent);
         let mut demux = link.demux();
         match sent {
@@ -373,6 +372,8 @@ impl TcpEndpoint {
         // any number of readers safe: the role only spares the socket needless reads.
         if self.reading || now.saturating_duration_since(demux.pumped) >= STALE_READER {
             demux.pumped = now;
+            // (A sealed result opens only whole: none is read straight into a lent buffer.)
+            let tail = tail.filter(|_| link.seal.is_none());
             let mut lend = tail.map(|tail| Lend { slot: self.slot, seq: self.seq, tail, lent: self.lent });
             while let Ok(true) = link.pump(&mut demux, inner, lend.as_mut()) {}
             if let Some(lend) = lend {
@@ -449,8 +450,7 @@ impl TcpEndpoint {
         let mut p = Packet::new_unchecked(&mut head[PREFIX_LEN..]);
         p.set_kind(Kind::Cancel);
         p.set_lengths(0, 0);
-        let _writing = link.writing.lock().unwrap_or_else(|p| p.into_inner());
-        if framed::send(&link.stream, &mut [IoSlice::new(&head)], link.send_timeout).is_err() {
+        if link.send(&mut [IoSlice::new(&head)]).is_err() {
             let _ = link.stream.shutdown(std::net::Shutdown::Both);
         }
     }

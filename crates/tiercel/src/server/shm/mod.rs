@@ -176,7 +176,8 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
         // What becomes of a connection in the bind exchange after some progress.
         let mut progress = |connecting: &mut Connecting, step: Step| match step {
             Step::Wait => true,
-            Step::Done => false,
+            // (Never over the rendezvous socket: its requests are plain.)
+            Step::Done | Step::Hello(_) => false,
             Step::Admit(admission) => {
                 if let Some(team) = bind(&shared, connecting, admission) {
                     teams.push((team, Watch::default()));

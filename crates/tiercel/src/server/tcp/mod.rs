@@ -44,11 +44,13 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tiercel_proto::endpoint::{Caller, Carrier};
+use tiercel_proto::seal::SealType;
 use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{Header, Kind, HEADER_LEN};
 
 use super::charge::Charge;
 use super::handshake::{Broken, Doorway, Exchange, Step};
+use super::secure::Hello;
 use super::Shared;
 use crate::framed;
 use crate::retention::Retention;
@@ -106,15 +108,29 @@ pub(crate) struct Conn {
     writing: Mutex<()>,
     /// How long a write may wait for the client to make room.
     send_timeout: Duration,
+    /// A secure binding's keys: every frame both ways is sealed with them.
+    seal: Option<Arc<crate::secure::Session>>,
 }
 
 impl Conn {
-    /// Writes one frame; on failure the connection is shut down (part of a frame may have gone).
+    /// Writes one frame (its prefix first, in `parts`; sealed, on a secure binding); on failure
+    /// the connection is shut down (part of a frame may have gone).
     fn send(&self, parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
         let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
-        framed::send(&self.stream, parts, self.send_timeout).inspect_err(|_| {
+        let sent = match &self.seal {
+            Some(session) => framed::send_sealed(&self.stream, session, parts, self.send_timeout),
+            None => framed::send(&self.stream, parts, self.send_timeout),
+        };
+        sent.inspect_err(|_| {
             let _ = self.stream.shutdown(std::net::Shutdown::Both);
         })
+    }
+
+    /// The longest frame the client may send: a whole message's, and a seal around it on a
+    /// secure binding.
+    fn frame_limit(&self, max_message: usize) -> usize {
+        let seal = if self.seal.is_some() { tiercel_proto::seal::SEAL_OVERHEAD } else { 0 };
+        stream::max_frame(max_message) + seal
     }
 
     /// Sends a heartbeat (a call of the connection runs) unless the connection is being written
@@ -122,6 +138,15 @@ impl Conn {
     /// none).
     fn beat(&self, header: &[u8; FRAME_HEAD]) {
         let Ok(_writing) = self.writing.try_lock() else { return };
+        if let Some(session) = &self.seal {
+            // A sealed heartbeat goes whole, when there is room for it now.
+            let room = tiercel_sys::udp::wait_writable_fd(&self.stream, Some(Duration::ZERO)).unwrap_or(false);
+            let parts = [IoSlice::new(header)];
+            if room && framed::send_sealed(&self.stream, session, &parts, self.send_timeout).is_err() {
+                let _ = self.stream.shutdown(std::net::Shutdown::Both);
+            }
+            return;
+        }
         use std::io::Write;
         match (&self.stream).write(header) {
             Ok(n) if n == header.len() => {}
@@ -213,6 +238,12 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>
                 }
                 false
             }
+            Step::Hello(request) => {
+                if let Some(bound) = hello(&shared, &parking, connecting, &request) {
+                    bindings.push(bound);
+                }
+                false
+            }
         };
         let open = |(stream, from): (TcpStream, SocketAddr)| {
             if tiercel_sys::tcp::prepare(&stream, idle).is_err() {
@@ -264,30 +295,87 @@ fn bind(
         h.answer(&admission.key_required(&machine));
         return None;
     }
+    let peer = h.stream.peer_addr().ok().map(Caller::Address);
+    make(shared, parking, h, admission, &machine, peer, None)
+}
+
+/// A secure handshake's first message on a new connection: read with the server's key
+/// (`Shared::hello`), answered in the handshake, and the binding it admits made, its frames
+/// sealed both ways with the handshake's keys.
+fn hello(
+    shared: &Arc<Shared>,
+    parking: &Arc<Parking>,
+    h: &mut Connecting,
+    request: &[u8],
+) -> Option<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> {
+    let peer = h.stream.peer_addr().ok()?;
+    let mut opened = Vec::new();
+    match shared.hello(request, &crate::auth::peer_bytes(peer), super::Door::SealedTcp, &mut opened) {
+        Hello::Dropped => None,
+        Hello::Unreadable => {
+            // As over UDP, an answer that proves nothing (as long as a frame's least packet).
+            let outer = tiercel_proto::seal::Outer { kind: SealType::Welcome, index: 0, counter: 0 }.to_bytes();
+            h.answer(&[&outer[..], &[0; HEADER_LEN - tiercel_proto::seal::OUTER_LEN]].concat());
+            None
+        }
+        Hello::Answered(answer) => {
+            h.answer(&answer);
+            None
+        }
+        Hello::Admitted(responder, admission, machine) => {
+            let caller = Caller::Key { address: peer, key: responder.client().0 };
+            make(shared, parking, h, admission, &machine, Some(caller), Some(responder))
+        }
+    }
+}
+
+/// Makes the binding admitted on connection `h` for `caller`, and answers with the grant (sealed
+/// by `responder`, for a secure binding) or busy, without room.
+fn make(
+    shared: &Arc<Shared>,
+    parking: &Arc<Parking>,
+    h: &mut Connecting,
+    admission: tiercel_proto::bind::Admission,
+    machine: &tiercel_proto::bind::BindServer<'_>,
+    caller: Option<Caller>,
+    responder: Option<crate::secure::Responder>,
+) -> Option<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> {
     let export = shared.exports[admission.export].clone();
     // No buffer and no thread yet: the binding starts parked, and its first call gives it both.
     // Its memory lies within its address's part of TCP's share.
     let features = admission.features();
-    let binding = match h.stream.peer_addr() {
-        Ok(peer) => {
-            shared.endpoint.connect_from(Carrier::Stream, Caller::Address(peer), features, export, Instant::now())
-        }
-        Err(_) => shared.endpoint.connect(Carrier::Stream, export, Instant::now()),
+    let binding = match caller {
+        Some(caller) => shared.endpoint.connect_from(Carrier::Stream, caller, features, export, Instant::now()),
+        None => shared.endpoint.connect(Carrier::Stream, export, Instant::now()),
+    };
+    // The answer, sealed in the handshake for a secure binding (whose keys it yields).
+    let seal = |answer: Vec<u8>, responder: Option<crate::secure::Responder>| match responder {
+        None => Some((answer, None)),
+        Some(r) => r.welcome(&answer).map(|(sealed, keys)| (sealed, Some(keys))),
     };
     let Some(binding) = binding else {
         shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
-        h.answer(&admission.busy(&machine));
+        if let Some((answer, _)) = seal(admission.busy(machine), responder) {
+            h.answer(&answer);
+        }
         return None;
     };
     let (id, slots) = (binding.id, binding.slots());
     let charge = Charge::new(binding.budget());
-    let granted = h.answer(&admission.grant(&machine, id, 0, slots, 0));
+    let answered = seal(admission.grant(machine, id, 0, slots, 0), responder);
+    let granted = answered.as_ref().is_some_and(|(answer, _)| h.answer(answer));
     let stream = h.stream.try_clone().ok().filter(|_| granted);
     let Some(stream) = stream else {
         shared.endpoint.release(&binding);
         return None;
     };
-    let conn = Arc::new(Conn { stream, writing: Mutex::new(()), send_timeout: shared.config.timing.dead_after });
+    let seal = answered.and_then(|(_, keys)| keys).map(|keys| Arc::new(keys.session(id)));
+    if seal.is_some() {
+        shared.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+    }
+    let send_timeout = shared.config.timing.dead_after;
+    let conn = Arc::new(Conn { stream, writing: Mutex::new(()), send_timeout, seal });
+    let frame_limit = conn.frame_limit(shared.config.timing.max_message);
     let mut beat = [0u8; FRAME_HEAD];
     beat[..PREFIX_LEN].copy_from_slice(&stream::prefix(HEADER_LEN));
     let header = Header { binding: id, incarnation: shared.incarnation, ..Header::new(Kind::ProbeReply) };
@@ -302,7 +390,7 @@ fn bind(
         turn: std::sync::Condvar::new(),
         waiting: AtomicUsize::new(0),
         reader: Mutex::new(Some(Reader {
-            frames: Deframer::new(0, stream::max_frame(shared.config.timing.max_message)),
+            frames: Deframer::new(0, frame_limit),
             charge,
             retention: Retention::default(),
             last_frame: now,

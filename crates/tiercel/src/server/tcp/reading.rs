@@ -71,7 +71,7 @@ impl StreamBinding {
         if r.charge.charged() == 0 && r.charge.settle(BUFFER) {
             // Back from the parking: the buffer again (without room for it, the frames grow from
             // nothing, charged as they arrive).
-            r.frames = Deframer::new(BUFFER, stream::max_frame(self.shared.config.timing.max_message));
+            r.frames = Deframer::new(BUFFER, self.conn.frame_limit(self.shared.config.timing.max_message));
         }
         let stats = &self.shared.stats;
         let mut now = Instant::now();
@@ -79,8 +79,19 @@ impl StreamBinding {
             if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
                 return None;
             }
+            // A secure binding's frame is opened once it is all here, before anything reads it; one
+            // that does not open ends the connection (what follows it cannot be trusted either).
+            if let Some(session) = &self.conn.seal {
+                if session.open_front(&mut r.frames).is_err() {
+                    stats.unopened.fetch_add(1, Ordering::Relaxed);
+                    self.close();
+                    return None;
+                }
+            }
             // What the bytes ask for, decided by the endpoint: the frame's buffer grown (charged
-            // first) as a large frame arrives, or refused `Busy` from its header without room.
+            // first) as a large frame arrives, or refused `Busy` from its header without room (a
+            // sealed frame's header cannot be read before it is all here, so its connection is
+            // closed instead).
             let Reader { frames, charge, retention, .. } = r;
             let grow = |to| {
                 let room = charge.settle(to);
@@ -177,7 +188,7 @@ impl StreamBinding {
                 // Parked with a partial frame (when pressed), the buffer stays, charged, for the
                 // rest of it.
                 if empty {
-                    r.frames = Deframer::new(0, stream::max_frame(self.shared.config.timing.max_message));
+                    r.frames = Deframer::new(0, self.conn.frame_limit(self.shared.config.timing.max_message));
                     r.charge.settle(0);
                     r.retention = Retention::default();
                 }

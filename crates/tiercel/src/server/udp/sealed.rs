@@ -4,6 +4,7 @@
 use tiercel_proto::seal::{Outer, SealType, OUTER_LEN};
 
 use super::*;
+use super::super::secure::Hello;
 use crate::secure::Responder;
 
 impl UdpWorker {
@@ -60,46 +61,22 @@ impl UdpWorker {
     fn on_hello(&self, bytes: &[u8], from: SocketAddr) {
         let shared = &self.shared;
         let stats = &shared.stats;
-        let Some(key) = &shared.config.key else { return };
-        let dropped = || {
-            stats.handshakes_dropped.fetch_add(1, Ordering::Relaxed);
+        let hello = {
+            let mut buf = self.opened.borrow_mut();
+            shared.hello(bytes, &crate::auth::peer_bytes(from), super::super::Door::Sealed, &mut buf)
         };
-        if !shared.handshakes.take() {
-            return dropped();
-        }
-        let mut buf = self.opened.borrow_mut();
-        buf.resize(bytes.len(), 0);
-        let psk = crate::auth::psk(shared.config.secret.as_ref());
-        let Some((responder, n)) = Responder::hello(key, &psk, bytes, &mut buf) else {
-            dropped();
-            return self.unreadable(from);
+        let (responder, admission, machine) = match hello {
+            Hello::Dropped => return,
+            Hello::Unreadable => return self.unreadable(from),
+            Hello::Answered(answer) => return self.send_packet(from, &answer, false),
+            Hello::Admitted(responder, admission, machine) => (responder, admission, machine),
         };
-        let Ok(p) = Packet::new_checked(&buf[..n]) else { return dropped() };
-        if p.kind() != Kind::Bind {
-            return dropped();
-        }
-        let machine = shared.bind_machine(super::super::Door::Sealed);
         let client = responder.client();
         // An answer without a binding: sealed in the handshake, no keys kept.
         let welcome = |responder: Responder, answer: &[u8]| {
             if let Some((datagram, _)) = responder.welcome(answer) {
                 self.send_packet(from, &datagram, false);
             }
-        };
-        // The answer is no longer than the request the handshake carried (the handshake adds less
-        // to it than to the request): the server never sends more than it was sent.
-        let budget = bytes.len().saturating_sub(crate::secure::HANDSHAKE_ROOM);
-        let admission = match machine.on_request(&p, &crate::auth::peer_bytes(from), budget) {
-            BindDecision::Malformed => return dropped(),
-            BindDecision::Answer { packet, refused } => {
-                shared.count_refusal(refused);
-                return welcome(responder, &packet);
-            }
-            BindDecision::Admit(a) if shared.refusing_bindings() => {
-                stats.rejected.fetch_add(1, Ordering::Relaxed);
-                return welcome(responder, &a.busy(&machine));
-            }
-            BindDecision::Admit(a) => a,
         };
         if let Some((rendezvous, _)) = shared.rendezvous.as_ref().filter(|_| admission.request.rendezvous) {
             // As a plain request's: only a source on this host is told where to bind through
@@ -129,7 +106,10 @@ impl UdpWorker {
             return;
         }
         let reply = admission.grant(&machine, binding.id, binding.token, shared.config.slots_per_binding, 0);
-        let Some((datagram, keys)) = responder.welcome(&reply) else { return dropped() };
+        let Some((datagram, keys)) = responder.welcome(&reply) else {
+            stats.handshakes_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
         let session = Arc::new(keys.session(binding.id));
         shared.sessions.insert(binding.id, binding.token, session, datagram.clone().into());
         stats.bindings.fetch_add(1, Ordering::Relaxed);
