@@ -1,8 +1,9 @@
-//! What a secure binding costs: the same calls over plain and secure UDP bindings to one server
-//! (`serve --key --allow-plain`, pinned), in interleaved rounds from this thread: Null, MaxResult,
-//! 1 MiB and 16 MiB in; 8 callers' Null calls a second on one binding of each kind; and the
-//! handshake's cost, as binds a second (for as long as the other rates, or 1,000 binds). Both bindings have the defaults a user gets (the secure one
-//! seals with AES-256-GCM, the default cipher).
+//! What a secure binding costs: the same calls over plain and secure bindings to one server
+//! (`serve --key --allow-plain`, pinned), over UDP and then over TCP, in interleaved rounds from
+//! this thread: Null, MaxResult, 1 MiB and 16 MiB in; 8 callers' Null calls a second on one binding
+//! of each kind; and the handshake's cost, as binds a second (for as long as the other rates, or
+//! 1,000 binds). Both bindings have the defaults a user gets (the secure one seals with AES-256-GCM,
+//! the default cipher).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,6 +22,8 @@ const MAX_BINDS: u32 = 1_000;
 /// A latency row, for `--json`.
 #[derive(serde::Serialize, Clone)]
 pub struct Row {
+    /// `udp` or `tcp`.
+    pub transport: &'static str,
     pub call: &'static str,
     pub bytes: usize,
     pub plain_median_us: f64,
@@ -34,6 +37,7 @@ pub struct Row {
 /// A rate, plain and secure.
 #[derive(serde::Serialize, Clone)]
 pub struct Rate {
+    pub transport: &'static str,
     pub what: &'static str,
     pub plain_per_s: f64,
     pub secure_per_s: f64,
@@ -50,9 +54,9 @@ pub struct Json {
     pub rates: Vec<Rate>,
 }
 
-/// Measures plain against secure over UDP: the server on `server_cpu`, this thread the caller;
-/// `calls` Null and MaxResult calls (fewer of the large ones) in `rounds` rounds, and `each`
-/// seconds of throughput and of binds.
+/// Measures plain against secure over UDP and over TCP: the server on `server_cpu`, this thread the
+/// caller; `calls` Null and MaxResult calls (fewer of the large ones) in `rounds` rounds, and
+/// `each` seconds of throughput and of binds.
 pub fn table(server_cpu: usize, calls: u32, rounds: u32, each: Duration) -> crate::Result<Json> {
     let dir = std::env::temp_dir().join(format!("tiercel-bench-key-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -64,7 +68,25 @@ pub fn table(server_cpu: usize, calls: u32, rounds: u32, each: Duration) -> crat
     let served = serve_pinned_with(server_cpu, true, &["--key", &path, "--allow-plain"]);
     let _ = std::fs::remove_dir_all(&dir);
     let (_server, addr) = served?;
-    let target = format!("udp://{addr}");
+    let mut json = Json::default();
+    for transport in ["udp", "tcp"] {
+        let one = over(transport, &addr, &key, calls, rounds, each)?;
+        json.rows.extend(one.rows);
+        json.rates.extend(one.rates);
+    }
+    Ok(json)
+}
+
+/// [`table`]'s rows and rates over one transport, to the server at `addr` whose key is `key`.
+fn over(
+    transport: &'static str,
+    addr: &str,
+    key: &tiercel::Identity,
+    calls: u32,
+    rounds: u32,
+    each: Duration,
+) -> crate::Result<Json> {
+    let target = format!("{transport}://{addr}");
     let plain_config = ClientConfig::default();
     let secure_config = ClientConfig { server_key: Some(key.public()), ..ClientConfig::default() };
     let plain: TestClient = crate::harness::import(target.as_str(), plain_config.clone())?;
@@ -100,6 +122,7 @@ pub fn table(server_cpu: usize, calls: u32, rounds: u32, each: Duration) -> crat
             }
         }
         rows.push(Row {
+            transport,
             call: name,
             bytes: *bytes,
             plain_median_us: p.median_us(),
@@ -126,6 +149,7 @@ pub fn table(server_cpu: usize, calls: u32, rounds: u32, each: Duration) -> crat
     let plain_binds = binds(&ClientConfig { shared_memory: false, ..plain_config })?;
     let secure_binds = binds(&ClientConfig { shared_memory: false, ..secure_config })?;
     let rate = |what, plain_per_s: f64, secure_per_s: f64| Rate {
+        transport,
         what,
         plain_per_s,
         secure_per_s,
@@ -168,12 +192,13 @@ fn callers(client: &TestClient, threads: usize, each: Duration) -> crate::Result
 /// Prints the table.
 pub fn print(t: &Json, calls: u32, rounds: u32) {
     outln!(
-        "\nSecure calls over UDP: the same server (serve --key --allow-plain, pinned), a plain and a secure \
-         binding with the defaults (AES-256-GCM), calls alternating by round ({rounds} rounds; {calls} Null and \
-         MaxResult calls, fewer large ones); this thread spins as a caller does by default"
+        "\nSecure calls over UDP and TCP: the same server (serve --key --allow-plain, pinned), a plain and a \
+         secure binding with the defaults (AES-256-GCM), calls alternating by round ({rounds} rounds; {calls} \
+         Null and MaxResult calls, fewer large ones); this thread spins as a caller does by default"
     );
     outln!(
-        "  {:<12} {:>11} {:>11} {:>11} {:>11} {:>15}",
+        "  {:<4} {:<12} {:>11} {:>11} {:>11} {:>11} {:>15}",
+        "",
         "call",
         "plain med",
         "plain p99",
@@ -183,7 +208,8 @@ pub fn print(t: &Json, calls: u32, rounds: u32) {
     );
     for r in &t.rows {
         outln!(
-            "  {:<12} {:>9.2}µs {:>9.2}µs {:>9.2}µs {:>9.2}µs {:>14.2}×",
+            "  {:<4} {:<12} {:>9.2}µs {:>9.2}µs {:>9.2}µs {:>9.2}µs {:>14.2}×",
+            r.transport,
             r.call,
             r.plain_median_us,
             r.plain_p99_us,
@@ -194,7 +220,8 @@ pub fn print(t: &Json, calls: u32, rounds: u32) {
         if r.bytes >= 1 << 20 {
             let mb = |us: f64| r.bytes as f64 / us;
             outln!(
-                "  {:<12} {:>9.0} MB/s plain, {:.0} MB/s secure ({:.2}× plain bandwidth)",
+                "  {:<4} {:<12} {:>9.0} MB/s plain, {:.0} MB/s secure ({:.2}× plain bandwidth)",
+                "",
                 "",
                 mb(r.plain_median_us),
                 mb(r.secure_median_us),
@@ -203,6 +230,13 @@ pub fn print(t: &Json, calls: u32, rounds: u32) {
         }
     }
     for r in &t.rates {
-        outln!("  {}: {:.0} plain, {:.0} secure ({:.2}×)", r.what, r.plain_per_s, r.secure_per_s, r.ratio);
+        outln!(
+            "  {:<4} {}: {:.0} plain, {:.0} secure ({:.2}×)",
+            r.transport,
+            r.what,
+            r.plain_per_s,
+            r.secure_per_s,
+            r.ratio
+        );
     }
 }

@@ -161,7 +161,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         } else {
             "no plain bindings over UDP or TCP"
         };
-        let _ = writeln!(out, "secure bindings over UDP with key {key}; {plain}");
+        let _ = writeln!(out, "secure bindings over UDP and TCP with key {key}; {plain}");
     }
     let _ = writeln!(
         out,

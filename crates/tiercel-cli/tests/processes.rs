@@ -161,13 +161,15 @@ fn bench_prints_every_row_against_its_baseline() {
     assert!(text.contains("raw = futex ping-pong") && text.contains("raw = UDP ping-pong"), "{text}");
     assert!(text.contains("raw = TCP ping-pong"), "{text}");
     assert!(text.contains("ratio"), "{text}");
-    assert!(text.contains("Secure calls over UDP"), "{text}");
+    assert!(text.contains("Secure calls over UDP and TCP"), "{text}");
     // The same tables as JSON.
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
     let secure = &report["secure"];
-    assert_eq!(names(&secure["rows"], "call"), ["Null", "MaxResult", "1 MiB in", "16 MiB in"], "{secure}");
-    assert_eq!(secure["rates"].as_array().map(Vec::len), Some(2), "{secure}");
+    let calls = ["Null", "MaxResult", "1 MiB in", "16 MiB in"];
+    assert_eq!(names(&secure["rows"], "call"), [calls, calls].concat(), "{secure}");
+    assert_eq!(names(&secure["rows"], "transport")[..5], ["udp", "udp", "udp", "udp", "tcp"], "{secure}");
+    assert_eq!(names(&secure["rates"], "transport"), ["udp", "udp", "tcp", "tcp"], "{secure}");
     for r in secure["rows"].as_array().unwrap() {
         assert!(r["secure_median_us"].as_f64().unwrap() > 0.0 && r["ratio_median"].as_f64().unwrap() > 0.0, "{r}");
     }

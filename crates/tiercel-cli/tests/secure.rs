@@ -47,6 +47,12 @@ fn keygen_serve_with_a_key_and_call_with_the_servers_key() {
         let said = String::from_utf8_lossy(&plain.stderr);
         assert!(said.contains("only secure bindings") && said.contains("never ran"), "{target}: {said}");
     }
+    // With the key, over TCP too: the bind is the same handshake, and every frame is sealed.
+    let tcp = format!("tcp://127.0.0.1:{port}");
+    let call = tiercel(&["call", &tcp, "add", "2", "3", "--server-key", &public]);
+    assert!(String::from_utf8_lossy(&call.stdout).contains("= 5"), "{call:?}");
+    let check = tiercel(&["check", &tcp, "--server-key", &pub_file, "--rounds", "5"]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
     // Expecting another server's key: nothing binds.
     let other = dir.join("other.key");
     assert!(tiercel(&["keygen", other.to_str().unwrap()]).status.success());

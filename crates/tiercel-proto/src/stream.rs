@@ -143,7 +143,9 @@ impl Deframer {
     /// its first byte: then the buffer can be worked on or taken where the frame landed.
     fn alone(&self) -> Option<usize> {
         match self.next() {
-            Ok(Next::Frame(len)) if self.start == 0 && self.trailer.is_none() && self.end == PREFIX_LEN + len => Some(PREFIX_LEN + len),
+            Ok(Next::Frame(len)) if self.start == 0 && self.trailer.is_none() && self.end == PREFIX_LEN + len => {
+                Some(PREFIX_LEN + len)
+            }
             _ => None,
         }
     }

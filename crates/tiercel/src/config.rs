@@ -101,11 +101,11 @@ pub struct ClientConfig {
     /// line, both sides' interceptors: +10 ns a shared-memory Null, `docs/ledger.md`). Default: none.
     pub interceptor: Option<crate::ClientInterceptor>,
     /// The public key of the server: with one, the client binds only to a server that proves it
-    /// holds the matching private key. Over UDP the bind is then a Noise handshake and every packet
-    /// of the binding, both ways, is sealed (encrypted and authenticated, `cipher`); a server that
-    /// cannot prove the key is never bound (`BindError::KeyNotProven`). Over TCP such a client does
-    /// not bind (`BindError::SecureUnavailable`), and through shared memory it binds only when the
-    /// server's own sealed answer named the rendezvous. See `docs/security.md`. Costs a UDP Null
+    /// holds the matching private key. Over UDP and TCP the bind is then a Noise handshake and
+    /// every packet (every frame, over TCP) of the binding, both ways, is sealed (encrypted and
+    /// authenticated, `cipher`); a server that cannot prove the key is never bound
+    /// (`BindError::KeyNotProven`). Through shared memory it binds only when the server's own
+    /// sealed answer named the rendezvous. See `docs/security.md`. Costs a UDP Null
     /// call 562 ns more (1.07 times; the cost ledger, `docs/ledger.md`), nothing through shared
     /// memory, and each bind a handshake (four X25519 operations a side). Default: none (plain).
     pub server_key: Option<crate::PublicKey>,
@@ -255,8 +255,9 @@ pub struct ServerConfig {
     /// Most async procedures running at once; a call beyond is refused as busy (its client backs
     /// off and tries again). Each holds a task and its arguments. Default: 4,096.
     pub max_async_calls: usize,
-    /// The server's static key pair: with one, it takes secure bindings over UDP (a Noise handshake
-    /// at bind time, then every packet sealed: `docs/security.md`), and, unless `allow_plain`,
+    /// The server's static key pair: with one, it takes secure bindings over UDP and TCP (a Noise
+    /// handshake at bind time, then every packet or frame sealed: `docs/security.md`), and, unless
+    /// `allow_plain`,
     /// refuses plain bindings over UDP and TCP (`BindError::KeyRequired`). Shared-memory bindings,
     /// which the kernel keeps private to the two processes, are still granted to processes on this
     /// host. Default: none.
@@ -266,7 +267,8 @@ pub struct ServerConfig {
     /// Most secure handshakes answered a second (each costs the server two X25519 operations
     /// before the client has proven anything, and two more and a key pair to answer: about a third
     /// of a millisecond of CPU on this project's machines); beyond, they are dropped and counted,
-    /// and their clients retransmit. Default: 1,000.
+    /// and their clients retransmit (over TCP, the connection closes unanswered and the client
+    /// tries again on a new one). Default: 1,000.
     pub handshakes_per_second: u32,
 }
 

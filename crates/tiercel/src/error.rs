@@ -112,10 +112,6 @@ pub enum BindError {
     /// bind gave up.
     #[error("no server at {0} proved the key {1}")]
     KeyNotProven(std::net::SocketAddr, crate::PublicKey),
-    /// A client that expects the server's key (`ClientConfig::server_key`) asked for a transport
-    /// that has no secure bindings yet.
-    #[error("no secure binding over {0}: tiercel seals UDP bindings (and keeps shared memory private)")]
-    SecureUnavailable(&'static str),
     /// The server requires proof of a shared secret and this client has none
     /// (`ClientConfig::secret`).
     #[error("server requires a shared secret to bind; configure the client with one")]

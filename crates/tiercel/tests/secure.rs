@@ -391,8 +391,7 @@ fn over_tcp_every_frame_is_sealed_and_a_server_that_cannot_prove_the_key_binds_n
     assert_eq!((server.stats().handshakes, server.stats().unopened), (2, 0));
     // Expecting another key: the server cannot read the handshake, says so, and the bind fails.
     let impostor = Identity::generate().unwrap();
-    let err =
-        Client::connect(target.as_str()).unwrap().with_config(secure(impostor.public())).import::<VaultClient>();
+    let err = Client::connect(target.as_str()).unwrap().with_config(secure(impostor.public())).import::<VaultClient>();
     assert!(matches!(err, Err(BindError::KeyNotProven(_, k)) if k == impostor.public()), "{:?}", err.err());
     // A server without a key at all: the same.
     let (other, _, _) = server_without_key();
@@ -504,4 +503,50 @@ fn an_on_path_tcp_relay_reads_nothing_and_a_frame_it_changes_or_replays_runs_not
             assert_eq!(client.binding().stats().unopened, 1);
         }
     }
+}
+
+/// A keyed server like [`keyed`]'s at `addr`, with `key`.
+fn keyed_at(addr: SocketAddr, key: &Identity) -> (tiercel::RunningServer, Arc<AtomicU64>) {
+    let deposits = Arc::new(AtomicU64::new(0));
+    let config = ServerConfig { key: Some(key.clone()), shared_memory: false, ..ServerConfig::default() };
+    let server = Server::bind(addr)
+        .unwrap()
+        .with_config(config)
+        .export(VaultServer::new(Store { deposits: deposits.clone() }))
+        .start()
+        .unwrap();
+    (server, deposits)
+}
+
+#[test]
+fn what_a_client_sent_replayed_to_the_restarted_server_runs_nothing() {
+    let key = Identity::generate().unwrap();
+    let (server, deposits) = keyed_at("127.0.0.1:0".parse().unwrap(), &key);
+    let addr = server.addr();
+    let (datagrams, stream) = (Arc::new(Tamper::default()), Arc::new(StreamTamper::default()));
+    let (udp_via, tcp_via) = (relay(addr, datagrams.clone()), tcp_relay(addr, stream.clone()));
+    for target in [format!("udp://{udp_via}"), format!("tcp://{tcp_via}")] {
+        let client: VaultClient =
+            Client::connect(target.as_str()).unwrap().with_config(secure(key.public())).import().unwrap();
+        client.deposit(5).unwrap();
+        client.echo(vec![1; 100_000]).unwrap();
+    }
+    assert_eq!(deposits.load(Ordering::Relaxed), 10);
+    datagrams.stop.store(true, Ordering::Relaxed);
+    server.shutdown();
+    // The same key at the same address: the handshake's first message is read again (it is a
+    // new bind), but the calls that follow were sealed with the old binding's keys.
+    let (restarted, deposits) = keyed_at(addr, &key);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for d in datagrams.upstream.lock().unwrap().iter() {
+        socket.send_to(d, addr).unwrap();
+    }
+    let mut replay = TcpStream::connect(addr).unwrap();
+    replay.write_all(&stream.upstream.lock().unwrap()).unwrap();
+    replay.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let _ = replay.read_to_end(&mut Vec::new());
+    std::thread::sleep(Duration::from_millis(300));
+    let stats = restarted.stats();
+    assert_eq!((stats.calls, deposits.load(Ordering::Relaxed)), (0, 0), "a replayed call ran: {stats:?}");
+    assert!(stats.unopened >= 2, "the replayed calls were dropped as unopened: {stats:?}");
 }

@@ -31,7 +31,8 @@ pub enum Piece {
     /// (the server's at its caller too) and lets it through.
     Intercept,
     /// `ServerConfig::key` and `ClientConfig::server_key`: a secure binding, every packet sealed
-    /// over UDP (through shared memory, a binding whose rendezvous came sealed; TCP has none).
+    /// over UDP and every frame over TCP (through shared memory, a binding whose rendezvous came
+    /// sealed).
     Secure,
     /// `ClientConfig::metrics` and `ServerConfig::metrics`, with a Prometheus recorder installed
     /// (feature `metrics`).
@@ -187,9 +188,6 @@ impl Lines {
         let mut lines = Vec::new();
         for (transport, scheme) in TRANSPORTS.into_iter().filter(|(t, _)| transports.contains(t)) {
             for &piece in &pieces {
-                if piece == Piece::Secure && transport == "tcp" {
-                    continue;
-                }
                 let config = ClientConfig {
                     server_key: (piece == Piece::Secure).then(|| key().public()),
                     checksum: piece == Piece::Checksum,

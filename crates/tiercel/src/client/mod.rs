@@ -193,15 +193,11 @@ impl Client {
     /// What the server at `server` exports: over UDP, or TCP when the address says so or UDP gets
     /// no answer (as a bind would).
     fn list(&self, server: SocketAddr) -> Result<Vec<crate::ExportInfo>, BindError> {
-        let secure = self.config.server_key.is_some();
         if self.transport == Some(Transport::Tcp) {
-            if secure {
-                return Err(BindError::SecureUnavailable("TCP"));
-            }
             return tcp::list(server, &self.config);
         }
         match udp_bind::list_udp(server, &self.config) {
-            Err(BindError::Unreachable(_)) if self.transport.is_none() && self.config.tcp_fallback && !secure => {
+            Err(BindError::Unreachable(_)) if self.transport.is_none() && self.config.tcp_fallback => {
                 tcp::list(server, &self.config).map_err(|e| match e {
                     BindError::NoServer(_) | BindError::Unreachable(_) => BindError::Unreachable(server),
                     e => e,

@@ -60,7 +60,11 @@ impl Demux {
 
     /// Delivers every whole frame buffered to its slot, opening each first on a secure binding
     /// (`seal`). Err: the server broke the protocol, or a frame did not open (counted).
-    pub(super) fn deliver(&mut self, inner: &BindingInner, seal: Option<&crate::secure::Session>) -> Result<(), String> {
+    pub(super) fn deliver(
+        &mut self,
+        inner: &BindingInner,
+        seal: Option<&crate::secure::Session>,
+    ) -> Result<(), String> {
         use std::sync::atomic::Ordering::Relaxed;
         let (binding, stale) = (inner.id, &inner.stats.stale);
         let bad = |why: String| {

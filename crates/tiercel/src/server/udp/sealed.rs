@@ -3,8 +3,8 @@
 
 use tiercel_proto::seal::{Outer, SealType, OUTER_LEN};
 
-use super::*;
 use super::super::secure::Hello;
+use super::*;
 use crate::secure::Responder;
 
 impl UdpWorker {
