@@ -84,9 +84,6 @@ pub struct Deframer {
     base: usize,
     /// Bytes still to come of a frame being skipped: dropped as they arrive.
     skip: usize,
-    /// The frame at the front was opened in place ([`Deframer::open_front`]): the bytes of its
-    /// seal that follow its packet, dropped with it.
-    trailer: Option<usize>,
 }
 
 /// What the buffered bytes hold next.
@@ -104,7 +101,7 @@ impl Deframer {
     /// A deframer with `capacity` bytes of buffer, refusing frames longer than `limit`.
     pub fn new(capacity: usize, limit: usize) -> Deframer {
         let capacity = capacity.max(PREFIX_LEN + HEADER_LEN);
-        Deframer { buf: vec![0; capacity], start: 0, end: 0, limit, base: capacity, skip: 0, trailer: None }
+        Deframer { buf: vec![0; capacity], start: 0, end: 0, limit, base: capacity, skip: 0 }
     }
 
     /// What comes next in the buffered bytes.
@@ -132,7 +129,7 @@ impl Deframer {
     /// Drops the whole frame [`Deframer::next`] found.
     pub fn consume(&mut self) {
         if let Ok(Next::Frame(len)) = self.next() {
-            self.start += PREFIX_LEN + len + self.trailer.take().unwrap_or(0);
+            self.start += PREFIX_LEN + len;
             if self.start == self.end {
                 (self.start, self.end) = (0, 0);
             }
@@ -143,9 +140,7 @@ impl Deframer {
     /// its first byte: then the buffer can be worked on or taken where the frame landed.
     fn alone(&self) -> Option<usize> {
         match self.next() {
-            Ok(Next::Frame(len)) if self.start == 0 && self.trailer.is_none() && self.end == PREFIX_LEN + len => {
-                Some(PREFIX_LEN + len)
-            }
+            Ok(Next::Frame(len)) if self.start == 0 && self.end == PREFIX_LEN + len => Some(PREFIX_LEN + len),
             _ => None,
         }
     }
@@ -182,36 +177,6 @@ impl Deframer {
         frame.truncate(len);
         (self.start, self.end) = (0, 0);
         Ok(frame)
-    }
-
-    /// Opens the whole frame [`Deframer::next`] found, when the stream's frames are sealed (a
-    /// secure connection's are): `open` gets the frame's bytes (outer header, sealed packet, tag),
-    /// opens them in place, and says where the packet lies in them (`Some((at, len))`, with `at`
-    /// at least [`PREFIX_LEN`] and the packet within the frame), or `None` when they do not open.
-    /// The frame is then the plain frame of that packet, where it lies: [`Deframer::frame`] has the
-    /// packet, and [`Deframer::consume`] drops it with what is left of its seal.
-    ///
-    /// `Ok(true)`: the front frame is open (now, or before). `Ok(false)`: no whole frame yet.
-    /// `Err`: the frame did not open, or is not one ([`FrameError::BadPacket`]); nothing about it is
-    /// to be believed, and the stream is over.
-    pub fn open_front(&mut self, open: impl FnOnce(&mut [u8]) -> Option<(usize, usize)>) -> Result<bool, FrameError> {
-        if self.trailer.is_some() {
-            return Ok(true);
-        }
-        let len = match self.next()? {
-            Next::Frame(len) => len,
-            _ => return Ok(false),
-        };
-        let at = self.start + PREFIX_LEN;
-        let (from, n) = open(&mut self.buf[at..at + len]).ok_or(FrameError::BadPacket)?;
-        if from < PREFIX_LEN || from.checked_add(n).is_none_or(|end| end > len) {
-            return Err(FrameError::BadPacket);
-        }
-        // The packet's own prefix goes just before it, over bytes of the seal already read.
-        self.start = at + from - PREFIX_LEN;
-        self.buf[self.start..self.start + PREFIX_LEN].copy_from_slice(&prefix(n));
-        self.trailer = Some(len - from - n);
-        Ok(true)
     }
 
     /// Whether the buffer can hold a frame of `len` bytes (prefix not counted) whole.
@@ -617,81 +582,5 @@ mod tests {
         let mut garbage = p;
         garbage[0] ^= 0xff;
         assert_eq!(check_frame(&garbage).err(), Some(FrameError::BadPacket));
-    }
-
-    /// A toy seal for the deframer's part: 16 bytes before the packet, each packet byte
-    /// complemented, 16 after; it opens when the bytes around are all `0x5a`.
-    fn toy_seal(packet: &[u8]) -> Vec<u8> {
-        let body: Vec<u8> = [&[0x5a; 16][..], &packet.iter().map(|b| !b).collect::<Vec<_>>(), &[0x5a; 16]].concat();
-        [&prefix(body.len())[..], &body].concat()
-    }
-
-    fn toy_open(frame: &mut [u8]) -> Option<(usize, usize)> {
-        let n = frame.len().checked_sub(32)?;
-        if frame[..16].iter().chain(&frame[16 + n..]).any(|&b| b != 0x5a) {
-            return None;
-        }
-        frame[16..16 + n].iter_mut().for_each(|b| *b = !*b);
-        Some((16, n))
-    }
-
-    #[test]
-    fn sealed_frames_open_in_place_and_go_with_their_seal() {
-        let packets = [packet(b"first"), packet(&[7; 300]), packet(b"")];
-        let stream: Vec<u8> = packets.iter().flat_map(|p| toy_seal(p)).collect();
-        for chunk in [1, 7, 64, stream.len()] {
-            let mut d = Deframer::new(128, 1024);
-            let mut got = Vec::new();
-            let mut rest = &stream[..];
-            loop {
-                while d.open_front(toy_open) == Ok(true) {
-                    // Asking twice does not open twice.
-                    assert_eq!(d.open_front(|_| None), Ok(true));
-                    got.push(d.frame().to_vec());
-                    d.consume();
-                }
-                if let Ok(Next::Partial(len)) = d.next() {
-                    if !d.fits(len) {
-                        d.grow_for(len);
-                    }
-                }
-                if rest.is_empty() {
-                    break;
-                }
-                let spare = d.spare();
-                let n = spare.len().min(chunk).min(rest.len());
-                spare[..n].copy_from_slice(&rest[..n]);
-                d.filled(n);
-                rest = &rest[n..];
-            }
-            assert_eq!(got, packets, "in chunks of {chunk}");
-            assert_eq!(d.buffered(), 0);
-        }
-    }
-
-    #[test]
-    fn a_sealed_frame_that_does_not_open_is_refused_and_never_taken_whole() {
-        let mut sealed = toy_seal(&packet(b"x"));
-        let mut d = Deframer::new(256, 1024);
-        d.spare()[..sealed.len()].copy_from_slice(&sealed);
-        d.filled(sealed.len());
-        // An opener that claims a packet beyond the frame, or before room for its prefix.
-        assert_eq!(d.open_front(|f| Some((16, f.len()))), Err(FrameError::BadPacket));
-        assert_eq!(d.open_front(|_| Some((2, 10))), Err(FrameError::BadPacket));
-        let last = sealed.len() - 1;
-        sealed[last] ^= 1;
-        let mut d = Deframer::new(256, 1024);
-        d.spare()[..sealed.len()].copy_from_slice(&sealed);
-        d.filled(sealed.len());
-        assert_eq!(d.open_front(toy_open), Err(FrameError::BadPacket));
-        // An opened frame is not handed over as a whole buffer: its seal lies around it.
-        let good = toy_seal(&packet(b"y"));
-        let mut d = Deframer::new(256, 1024);
-        d.spare()[..good.len()].copy_from_slice(&good);
-        d.filled(good.len());
-        assert_eq!(d.open_front(toy_open), Ok(true));
-        assert!(d.take_frame(Vec::new()).is_err());
-        assert!(d.consume_in_place(|_| ()).is_none());
-        assert_eq!(d.frame(), &packet(b"y")[..]);
     }
 }

@@ -32,33 +32,141 @@ pub(crate) fn send(stream: &TcpStream, parts: &mut [IoSlice<'_>], timeout: Durat
     Ok(())
 }
 
-/// Writes the frame given whole in `parts` (its prefix first), sealed with `session` (a secure
-/// connection's frames are), as [`send`] does. The caller holds the connection's writing lock, so
-/// that frames go in the order they were sealed. The frame is sealed in a buffer of the thread's
-/// (kept while it is no larger than `retention::LARGE`).
+/// Most bytes of the stream one sealed record carries: a record is opened only whole, so this
+/// much stays in the cache from its arrival to its opening and its copy into the frames.
+pub(crate) const RECORD: usize = 64 * 1024;
+/// Sealed bytes a sender gathers before it writes them.
+const SEALED_WRITE: usize = 4 * RECORD;
+/// Most pieces of one record (a record is cut short where a frame has more).
+const RECORD_PARTS: usize = 16;
+
+/// Writes the frame given whole in `parts` (its prefix first) on a secure connection, as [`send`]
+/// does, as sealed records of up to [`RECORD`] bytes of the stream each, sealed with `session` in
+/// a buffer of the thread's (a few records long, so that a large frame never needs one as large).
+/// The caller holds the connection's writing lock, so that records go in the order they were
+/// sealed.
 pub(crate) fn send_sealed(
     stream: &TcpStream,
     session: &crate::secure::Session,
     parts: &[IoSlice<'_>],
     timeout: Duration,
 ) -> std::io::Result<()> {
+    let exhausted = |_| std::io::Error::other("the binding's keys have sealed all they may: bind again");
     SEALING.with(|buf| {
         let mut buf = buf.borrow_mut();
-        let sealed = session.seal_frame(parts, &mut buf);
-        let sent = match sealed {
-            Ok(()) => send(stream, &mut [IoSlice::new(&buf)], timeout),
-            Err(_) => Err(std::io::Error::other("the binding's keys have sealed all they may: bind again")),
-        };
-        if buf.capacity() > crate::retention::LARGE {
-            *buf = Vec::new();
+        buf.clear();
+        let mut record = [IoSlice::new(&[]); RECORD_PARTS];
+        let (mut n, mut len) = (0, 0);
+        for part in parts {
+            let mut part: &[u8] = part;
+            while !part.is_empty() {
+                let take = part.len().min(RECORD - len);
+                record[n] = IoSlice::new(&part[..take]);
+                (n, len, part) = (n + 1, len + take, &part[take..]);
+                if len == RECORD || n == RECORD_PARTS {
+                    session.seal_record(&record[..n], &mut buf).map_err(exhausted)?;
+                    (n, len) = (0, 0);
+                    if buf.len() >= SEALED_WRITE {
+                        send(stream, &mut [IoSlice::new(&buf)], timeout)?;
+                        buf.clear();
+                    }
+                }
+            }
         }
-        sent
+        if n > 0 {
+            session.seal_record(&record[..n], &mut buf).map_err(exhausted)?;
+        }
+        if !buf.is_empty() {
+            send(stream, &mut [IoSlice::new(&buf)], timeout)?;
+        }
+        Ok(())
     })
 }
 
 thread_local! {
-    /// Where this thread seals the frames it sends on secure connections.
+    /// Where this thread seals what it sends on secure connections.
     static SEALING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The sealed records of a secure connection as they arrive: each is opened once it is whole, and
+/// its bytes go on into the connection's frames, as a plain connection's bytes do.
+pub(crate) struct Records {
+    buf: Vec<u8>,
+    /// Bytes read into `buf`.
+    end: usize,
+    /// The opened record's bytes not yet in the frames (`buf[from..to]`), and where the record
+    /// ends in `buf`.
+    from: usize,
+    to: usize,
+    used: usize,
+}
+
+/// Bytes of the record buffer: the largest sealed record with its prefix.
+pub(crate) const RECORDS_BUFFER: usize = tiercel_proto::stream::PREFIX_LEN + tiercel_proto::seal::SEAL_OVERHEAD + RECORD;
+
+impl Records {
+    pub(crate) fn new() -> Records {
+        Records { buf: vec![0; RECORDS_BUFFER], end: 0, from: 0, to: 0, used: 0 }
+    }
+
+    /// Whether bytes are here that the frames have not taken yet.
+    pub(crate) fn holds(&self) -> bool {
+        self.end > 0
+    }
+
+    /// Moves into `frames` what it has room for of the records arrived on the non-blocking
+    /// `stream` (reading it as [`receive`] does), opening each with `session` once it is whole:
+    /// `Ok(true)` if anything went into the frames, `Ok(false)` if nothing could. A record that
+    /// does not open (changed, forged, replayed: `session` counts it) fails with `InvalidData`, and
+    /// nothing after it on the stream is believed either: the connection is over.
+    pub(crate) fn receive(
+        &mut self,
+        stream: &TcpStream,
+        session: &crate::secure::Session,
+        frames: &mut Deframer,
+    ) -> std::io::Result<bool> {
+        use tiercel_proto::seal::{OUTER_LEN, SEAL_OVERHEAD};
+        use tiercel_proto::stream::PREFIX_LEN;
+        let mut moved = false;
+        loop {
+            if self.from < self.to {
+                let spare = frames.spare();
+                let n = spare.len().min(self.to - self.from);
+                if n == 0 {
+                    return Ok(moved);
+                }
+                spare[..n].copy_from_slice(&self.buf[self.from..self.from + n]);
+                frames.filled(n);
+                (self.from, moved) = (self.from + n, true);
+                if self.from < self.to {
+                    return Ok(moved);
+                }
+                // The record is all in the frames: what came after it moves up.
+                self.buf.copy_within(self.used..self.end, 0);
+                (self.end, self.from, self.to, self.used) = (self.end - self.used, 0, 0, 0);
+            }
+            if let Some(prefix) = self.buf.get(..PREFIX_LEN).filter(|_| self.end >= PREFIX_LEN) {
+                let len = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+                if !(SEAL_OVERHEAD + 1..=SEAL_OVERHEAD + RECORD).contains(&len) {
+                    return Err(std::io::Error::new(ErrorKind::InvalidData, "a sealed record of no possible length"));
+                }
+                if self.end >= PREFIX_LEN + len {
+                    let opened = session
+                        .open_in_place(&mut self.buf[PREFIX_LEN..PREFIX_LEN + len])
+                        .map_err(|_| std::io::Error::new(ErrorKind::InvalidData, "a record did not open"))?;
+                    self.from = PREFIX_LEN + OUTER_LEN;
+                    (self.to, self.used) = (self.from + opened, PREFIX_LEN + len);
+                    continue;
+                }
+            }
+            match (&*stream).read(&mut self.buf[self.end..]) {
+                Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                Ok(n) => self.end += n,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return Ok(moved),
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 /// Reads what the non-blocking `stream` has into `frames`: `Ok(true)` if something came,

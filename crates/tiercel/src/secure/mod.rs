@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use tiercel_proto::seal::{self, Outer, ReplayWindow, SealType, LAST_COUNTER, OUTER_LEN, TAG_LEN};
-use tiercel_proto::stream::{Deframer, PREFIX_LEN};
+use tiercel_proto::stream::PREFIX_LEN;
 
 mod handshake;
 
@@ -416,30 +416,25 @@ impl Session {
     /// Seals the packet gathered from `parts` into `out` (cleared first): outer header, the
     /// packet encrypted, its tag. `out` keeps its capacity, so a reused buffer allocates nothing.
     pub(crate) fn seal_into(&self, parts: &[IoSlice<'_>], out: &mut Vec<u8>) -> Result<(), SealError> {
-        self.seal_after(0, 0, parts, out, tiercel_proto::wire::MAX_UDP_PAYLOAD + seal::SEAL_OVERHEAD)
+        out.clear();
+        self.seal_after(0, parts, out, tiercel_proto::wire::MAX_UDP_PAYLOAD + seal::SEAL_OVERHEAD)
     }
 
-    /// Seals a frame of a stream, given whole in `parts` (its length prefix, then its packet),
-    /// into `out` (cleared first): a new length prefix, then the packet sealed as
-    /// [`Session::seal_into`] seals it. The frames of one stream are sealed in the order they are
-    /// sent, so that their numbers rise along it.
-    pub(crate) fn seal_frame(&self, parts: &[IoSlice<'_>], out: &mut Vec<u8>) -> Result<(), SealError> {
-        self.seal_after(PREFIX_LEN, PREFIX_LEN, parts, out, usize::MAX)?;
-        let prefix = tiercel_proto::stream::prefix(out.len() - PREFIX_LEN);
-        out[..PREFIX_LEN].copy_from_slice(&prefix);
+    /// Appends to `out` one record of a secure stream: a length prefix, then the bytes gathered
+    /// from `parts` (any stretch of the stream) sealed as [`Session::seal_into`] seals a packet.
+    /// The records of one stream are sealed in the order they are sent, so that their numbers
+    /// rise along it.
+    pub(crate) fn seal_record(&self, parts: &[IoSlice<'_>], out: &mut Vec<u8>) -> Result<(), SealError> {
+        let at = out.len();
+        self.seal_after(PREFIX_LEN, parts, out, usize::MAX)?;
+        let prefix = tiercel_proto::stream::prefix(out.len() - at - PREFIX_LEN);
+        out[at..at + PREFIX_LEN].copy_from_slice(&prefix);
         Ok(())
     }
 
-    /// Seals the packet gathered from `parts`, less their first `skip` bytes, into `out` after
-    /// `head` bytes left for the caller, refusing a sealed packet longer than `most`.
-    fn seal_after(
-        &self,
-        head: usize,
-        mut skip: usize,
-        parts: &[IoSlice<'_>],
-        out: &mut Vec<u8>,
-        most: usize,
-    ) -> Result<(), SealError> {
+    /// Appends to `out` `head` bytes left for the caller, then the packet gathered from `parts`
+    /// sealed, refusing a sealed packet longer than `most` (`out` is as it was then).
+    fn seal_after(&self, head: usize, parts: &[IoSlice<'_>], out: &mut Vec<u8>, most: usize) -> Result<(), SealError> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         if n > LAST_COUNTER {
             self.counter.store(LAST_COUNTER + 1, Ordering::Relaxed);
@@ -449,37 +444,20 @@ impl Session {
         // packets) is not used: the packet is lost, and its retransmission takes a fresh number.
         let aead = self.sending_aead(n).ok_or(SealError::Exhausted)?;
         let outer = Outer { kind: SealType::Data, index: self.index, counter: n }.to_bytes();
-        out.clear();
-        out.resize(head, 0);
-        out.extend_from_slice(&outer);
-        for p in parts {
-            let cut = skip.min(p.len());
-            skip -= cut;
-            out.extend_from_slice(&p[cut..]);
-        }
-        if out.len() - head + TAG_LEN > most {
+        let at = out.len() + head;
+        let len = OUTER_LEN + parts.iter().map(|p| p.len()).sum::<usize>() + TAG_LEN;
+        if len > most {
             return Err(SealError::TooLarge);
         }
-        let (ad, body) = out[head..].split_at_mut(OUTER_LEN);
+        out.resize(at, 0);
+        out.extend_from_slice(&outer);
+        for p in parts {
+            out.extend_from_slice(p);
+        }
+        let (ad, body) = out[at..].split_at_mut(OUTER_LEN);
         let tag = aead.seal(n, ad, body);
         out.extend_from_slice(&tag);
         Ok(())
-    }
-
-    /// Opens the sealed frame at the front of `frames` ([`Deframer::open_front`]), once it is all
-    /// there: `Ok(true)` when it opened (or was open), `Ok(false)` while more must come, `Err`
-    /// when it did not open (tampered, forged, replayed, or not a sealed frame of this binding;
-    /// counted): the stream cannot go on.
-    pub(crate) fn open_front(&self, frames: &mut Deframer) -> Result<bool, Dropped> {
-        let mut dropped = Dropped::NotOurs;
-        let opened = frames.open_front(|sealed| match self.open_in_place(sealed) {
-            Ok(len) => Some((OUTER_LEN, len)),
-            Err(why) => {
-                dropped = why;
-                None
-            }
-        });
-        opened.map_err(|_| dropped)
     }
 
     /// Opens the sealed packet `buf` in place: on success the packet lies at

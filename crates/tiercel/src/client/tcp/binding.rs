@@ -33,7 +33,7 @@ pub(crate) fn bind(
     let dead_after = config.timing.dead_after;
     let proven = keys.as_ref().map(|k| k.peer());
     let seal = keys.map(|k| Arc::new(k.session(granted.binding)));
-    let overhead = if seal.is_some() { tiercel_proto::seal::SEAL_OVERHEAD } else { 0 };
+    let records = seal.as_ref().map(|_| framed::Records::new());
     let link = Link {
         stream,
         seal,
@@ -41,7 +41,8 @@ pub(crate) fn bind(
         writing: Mutex::new(()),
         demux: Mutex::new(Demux {
             reading: false,
-            frames: Deframer::new(BUFFER, stream::max_frame(config.timing.max_message) + overhead),
+            frames: Deframer::new(BUFFER, stream::max_frame(config.timing.max_message)),
+            records,
             mail: Vec::new(),
             expecting: 0,
             heard: Instant::now(),

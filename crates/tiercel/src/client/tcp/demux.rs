@@ -23,6 +23,8 @@ pub(super) struct Demux {
     /// A caller is reading the connection.
     pub(super) reading: bool,
     pub(super) frames: Deframer,
+    /// A secure binding's sealed records, opened on their way into `frames`.
+    pub(super) records: Option<framed::Records>,
     pub(super) mail: Vec<Mail>,
     /// Calls sent (or being sent) and not answered.
     pub(super) expecting: usize,
@@ -58,28 +60,11 @@ impl Demux {
         }
     }
 
-    /// Delivers every whole frame buffered to its slot, opening each first on a secure binding
-    /// (`seal`). Err: the server broke the protocol, or a frame did not open (counted).
-    pub(super) fn deliver(
-        &mut self,
-        inner: &BindingInner,
-        seal: Option<&crate::secure::Session>,
-    ) -> Result<(), String> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let (binding, stale) = (inner.id, &inner.stats.stale);
-        let bad = |why: String| {
-            inner.stats.malformed.fetch_add(1, Relaxed);
-            why
-        };
+    /// Delivers every whole frame buffered to its slot. Err: the server broke the protocol.
+    pub(super) fn deliver(&mut self, binding: u32, stale: &std::sync::atomic::AtomicU64) -> Result<(), String> {
         loop {
-            if let Some(session) = seal {
-                if session.open_front(&mut self.frames).is_err() {
-                    inner.stats.unopened.fetch_add(1, Relaxed);
-                    return Err("a frame from the server did not open with the binding's keys".to_owned());
-                }
-            }
             match self.frames.next() {
-                Err(e) => return Err(bad(format!("the server sent a bad frame: {e}"))),
+                Err(e) => return Err(format!("the server sent a bad frame: {e}")),
                 Ok(Next::Frame(_)) => {}
                 Ok(Next::Partial(len)) => {
                     if !self.frames.fits(len) {
@@ -90,7 +75,7 @@ impl Demux {
                 Ok(Next::Nothing) => return Ok(()),
             }
             let frame = self.frames.frame();
-            let p = stream::check_frame(frame).map_err(|e| bad(format!("the server sent a bad frame: {e}")))?;
+            let p = stream::check_frame(frame).map_err(|e| format!("the server sent a bad frame: {e}"))?;
             let (kind, slot, seq, status) = (p.kind(), p.slot() as usize, p.seq(), p.status());
             let ours = p.binding() == binding || kind == Kind::Reject;
             let large = p.payload().len() > BUFFER;
@@ -120,7 +105,7 @@ impl Demux {
                     // The result of a call given up at its deadline.
                     stale.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                _ => return Err(bad(format!("the server sent a {kind:?} frame"))),
+                _ => return Err(format!("the server sent a {kind:?} frame")),
             }
             self.frames.consume();
         }

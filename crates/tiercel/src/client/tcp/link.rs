@@ -71,11 +71,19 @@ impl Link {
             Some(lend) => (BUFFER, self.land(demux, binding.id, lend)),
             None => (usize::MAX, None),
         };
-        let got = match landed.unwrap_or_else(|| framed::receive_up_to(&self.stream, &mut demux.frames, most)) {
+        let read = || match (&self.seal, &mut demux.records) {
+            (Some(session), Some(records)) => records.receive(&self.stream, session, &mut demux.frames),
+            _ => framed::receive_up_to(&self.stream, &mut demux.frames, most),
+        };
+        let got = match landed.unwrap_or_else(read) {
             Ok(got) => got,
             Err(e) => {
                 let why = match e.kind() {
                     std::io::ErrorKind::UnexpectedEof => "the server closed the connection".to_owned(),
+                    std::io::ErrorKind::InvalidData => {
+                        binding.stats.unopened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        format!("what the server sent did not open with the binding's keys: {e}")
+                    }
                     _ => format!("the connection failed: {e}"),
                 };
                 demux.break_off(why);
@@ -84,7 +92,8 @@ impl Link {
         };
         if got {
             demux.heard = Instant::now();
-            if let Err(why) = demux.deliver(binding, self.seal.as_deref()) {
+            if let Err(why) = demux.deliver(binding.id, &binding.stats.stale) {
+                binding.stats.malformed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let _ = self.stream.shutdown(std::net::Shutdown::Both);
                 demux.break_off(why);
                 return Err(());

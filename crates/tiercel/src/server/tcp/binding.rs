@@ -53,6 +53,8 @@ pub(crate) struct StreamBinding {
 /// The reading side of a connection.
 pub(super) struct Reader {
     pub(super) frames: Deframer,
+    /// A secure binding's sealed records, opened on their way into `frames` (none while parked).
+    pub(super) records: Option<crate::framed::Records>,
     /// The receive buffer, charged to the binding's budget and the server's.
     pub(super) charge: Charge,
     pub(super) retention: Retention,
@@ -141,7 +143,9 @@ impl StreamBinding {
     /// buffer while no thread reads (every thread runs a call).
     pub(super) fn bytes_waiting(&self) -> bool {
         let buffered = match self.reader.try_lock() {
-            Ok(r) => r.as_ref().is_some_and(|r| r.frames.buffered() > 0),
+            Ok(r) => r.as_ref().is_some_and(|r| {
+                r.frames.buffered() > 0 || r.records.as_ref().is_some_and(crate::framed::Records::holds)
+            }),
             Err(_) => false,
         };
         buffered || tiercel_sys::udp::wait_readable_fd(&self.conn.stream, Some(Duration::ZERO)).unwrap_or(false)

@@ -126,13 +126,6 @@ impl Conn {
         })
     }
 
-    /// The longest frame the client may send: a whole message's, and a seal around it on a
-    /// secure binding.
-    fn frame_limit(&self, max_message: usize) -> usize {
-        let seal = if self.seal.is_some() { tiercel_proto::seal::SEAL_OVERHEAD } else { 0 };
-        stream::max_frame(max_message) + seal
-    }
-
     /// Sends a heartbeat (a call of the connection runs) unless the connection is being written
     /// (a result going out says as much) or has no room for it (a client with a full window gets
     /// none).
@@ -375,7 +368,6 @@ fn make(
     }
     let send_timeout = shared.config.timing.dead_after;
     let conn = Arc::new(Conn { stream, writing: Mutex::new(()), send_timeout, seal });
-    let frame_limit = conn.frame_limit(shared.config.timing.max_message);
     let mut beat = [0u8; FRAME_HEAD];
     beat[..PREFIX_LEN].copy_from_slice(&stream::prefix(HEADER_LEN));
     let header = Header { binding: id, incarnation: shared.incarnation, ..Header::new(Kind::ProbeReply) };
@@ -390,7 +382,8 @@ fn make(
         turn: std::sync::Condvar::new(),
         waiting: AtomicUsize::new(0),
         reader: Mutex::new(Some(Reader {
-            frames: Deframer::new(0, frame_limit),
+            frames: Deframer::new(0, stream::max_frame(shared.config.timing.max_message)),
+            records: None,
             charge,
             retention: Retention::default(),
             last_frame: now,

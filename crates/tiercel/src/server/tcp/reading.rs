@@ -68,10 +68,22 @@ impl StreamBinding {
         waiting_since: Instant,
     ) -> Option<Taken> {
         let spin = self.shared.config.spin;
-        if r.charge.charged() == 0 && r.charge.settle(BUFFER) {
-            // Back from the parking: the buffer again (without room for it, the frames grow from
-            // nothing, charged as they arrive).
-            r.frames = Deframer::new(BUFFER, self.conn.frame_limit(self.shared.config.timing.max_message));
+        // A secure binding's record buffer, charged with the frames' (`framed::Records`).
+        let records = if self.conn.seal.is_some() { framed::RECORDS_BUFFER } else { 0 };
+        if r.charge.charged() == 0 {
+            if r.charge.settle(BUFFER + records) {
+                // Back from the parking: the buffer again (without room for it, the frames grow
+                // from nothing, charged as they arrive).
+                r.frames = Deframer::new(BUFFER, stream::max_frame(self.shared.config.timing.max_message));
+            } else if !r.charge.settle(records) {
+                // Not even room for the records a secure binding cannot read without.
+                self.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
+                self.close();
+                return None;
+            }
+        }
+        if records > 0 && r.records.is_none() {
+            r.records = Some(framed::Records::new());
         }
         let stats = &self.shared.stats;
         let mut now = Instant::now();
@@ -79,22 +91,11 @@ impl StreamBinding {
             if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
                 return None;
             }
-            // A secure binding's frame is opened once it is all here, before anything reads it; one
-            // that does not open ends the connection (what follows it cannot be trusted either).
-            if let Some(session) = &self.conn.seal {
-                if session.open_front(&mut r.frames).is_err() {
-                    stats.unopened.fetch_add(1, Ordering::Relaxed);
-                    self.close();
-                    return None;
-                }
-            }
             // What the bytes ask for, decided by the endpoint: the frame's buffer grown (charged
-            // first) as a large frame arrives, or refused `Busy` from its header without room (a
-            // sealed frame's header cannot be read before it is all here, so its connection is
-            // closed instead).
+            // first) as a large frame arrives, or refused `Busy` from its header without room.
             let Reader { frames, charge, retention, .. } = r;
             let grow = |to| {
-                let room = charge.settle(to);
+                let room = charge.settle(to + records);
                 if room {
                     retention.large(now);
                 }
@@ -153,12 +154,19 @@ impl StreamBinding {
                     return None;
                 }
             }
-            let received = framed::receive(&self.conn.stream, &mut r.frames);
+            let received = match (&self.conn.seal, &mut r.records) {
+                (Some(session), Some(sealed)) => sealed.receive(&self.conn.stream, session, &mut r.frames),
+                _ => framed::receive(&self.conn.stream, &mut r.frames),
+            };
             now = Instant::now();
             match received {
                 Ok(true) => continue,
                 Ok(false) => {}
-                Err(_) => {
+                Err(e) => {
+                    if e.kind() == std::io::ErrorKind::InvalidData {
+                        // Changed, forged or replayed: nothing after it on the stream is believed.
+                        stats.unopened.fetch_add(1, Ordering::Relaxed);
+                    }
                     self.close();
                     return None;
                 }
@@ -183,12 +191,13 @@ impl StreamBinding {
                 return None;
             }
             let alone = self.threads.load(Ordering::Acquire) == 1 && self.binding.running() == 0;
-            let empty = r.frames.buffered() == 0;
+            let empty = r.frames.buffered() == 0 && !r.records.as_ref().is_some_and(framed::Records::holds);
             if first && alone && (pressed || quiet >= PARK_AFTER && empty) {
                 // Parked with a partial frame (when pressed), the buffer stays, charged, for the
                 // rest of it.
                 if empty {
-                    r.frames = Deframer::new(0, self.conn.frame_limit(self.shared.config.timing.max_message));
+                    r.records = None;
+                    r.frames = Deframer::new(0, stream::max_frame(self.shared.config.timing.max_message));
                     r.charge.settle(0);
                     r.retention = Retention::default();
                 }
@@ -197,7 +206,7 @@ impl StreamBinding {
             }
             if r.retention.holds_large() && r.retention.idle(now) {
                 r.frames.shrink();
-                r.charge.settle(BUFFER);
+                r.charge.settle(BUFFER + records);
             }
             if own.retention.holds_large() && own.retention.idle(now) {
                 own.shrink();
