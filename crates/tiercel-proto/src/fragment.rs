@@ -358,6 +358,19 @@ impl Reassembly {
     /// ([`Reassembly::held`]). `None` when every fragment up to the last has come (only resent
     /// ones are awaited), the next is beyond the window, or `reserve` refuses.
     pub fn landing_run(&mut self, max: u16, reserve: impl FnOnce(usize) -> bool) -> Option<(u16, &mut [u8])> {
+        self.landing_run_behind(max, 0, reserve)
+    }
+
+    /// [`Reassembly::landing_run`], the place given with the `behind` bytes before it: the end of
+    /// the fragments already in, lent to a receiver that reads something there first (a sealed
+    /// packet's header, opened in place before its payload) and puts them back as they were before
+    /// it says anything landed. `None` also when fewer than `behind` bytes lie before the place.
+    pub fn landing_run_behind(
+        &mut self,
+        max: u16,
+        behind: usize,
+        reserve: impl FnOnce(usize) -> bool,
+    ) -> Option<(u16, &mut [u8])> {
         let index = self.frontier;
         let window_end = u32::from(self.prefix) + u32::from(MAX_WINDOW) + 1;
         let end = (u32::from(index) + u32::from(max.max(1))).min(u32::from(self.count)).min(window_end);
@@ -369,8 +382,11 @@ impl Reassembly {
         if stop > self.written && !reserve(stop - self.written) {
             return None;
         }
+        if start < behind {
+            return None;
+        }
         self.reach(stop);
-        Some((index, &mut self.buf[start..stop]))
+        Some((index, &mut self.buf[start - behind..stop]))
     }
 
     /// Records that fragment `index`, of `payload_len` bytes, was received into the place

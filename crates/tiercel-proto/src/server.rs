@@ -342,10 +342,17 @@ impl Slot {
     /// that reads up to `max` of them in a row straight into place ([`Reassembly::landing_run`]),
     /// the first's index and their bytes. `reserve` is asked for the bytes the reassembly grows by
     /// (held, and given back with it). `None` when the slot is not receiving `seq`, nothing is
-    /// awaited in order, or `reserve` refuses.
-    pub fn landing(&mut self, seq: u32, max: u16, reserve: impl FnOnce(usize) -> bool) -> Option<(u16, &mut [u8])> {
+    /// awaited in order, or `reserve` refuses. With `behind`, the bytes given start that many before
+    /// the place ([`Reassembly::landing_run_behind`]).
+    pub fn landing(
+        &mut self,
+        seq: u32,
+        max: u16,
+        behind: usize,
+        reserve: impl FnOnce(usize) -> bool,
+    ) -> Option<(u16, &mut [u8])> {
         match &mut self.state {
-            State::Receiving(r) if self.seq == Some(seq) => r.landing_run(max, reserve),
+            State::Receiving(r) if self.seq == Some(seq) => r.landing_run_behind(max, behind, reserve),
             _ => None,
         }
     }

@@ -35,14 +35,15 @@ pub(crate) fn send(stream: &TcpStream, parts: &mut [IoSlice<'_>], timeout: Durat
 /// Most bytes of the stream one sealed record carries: a record is opened only whole, so this
 /// much stays in the cache from its arrival to its opening and its copy into the frames.
 pub(crate) const RECORD: usize = 64 * 1024;
-/// Sealed bytes a sender gathers before it writes them.
-const SEALED_WRITE: usize = 4 * RECORD;
+/// Sealed bytes a sender gathers before it writes them: a whole record goes as soon as it is
+/// sealed, so that the receiver opens it while the next one is sealed.
+const SEALED_WRITE: usize = RECORD;
 /// Most pieces of one record (a record is cut short where a frame has more).
 const RECORD_PARTS: usize = 16;
 
 /// Writes the frame given whole in `parts` (its prefix first) on a secure connection, as [`send`]
 /// does, as sealed records of up to [`RECORD`] bytes of the stream each, sealed with `session` in
-/// a buffer of the thread's (a few records long, so that a large frame never needs one as large).
+/// a buffer of the thread's (a record long, so that a large frame never needs one as large).
 /// The caller holds the connection's writing lock, so that records go in the order they were
 /// sealed.
 pub(crate) fn send_sealed(
@@ -102,7 +103,8 @@ pub(crate) struct Records {
 }
 
 /// Bytes of the record buffer: the largest sealed record with its prefix.
-pub(crate) const RECORDS_BUFFER: usize = tiercel_proto::stream::PREFIX_LEN + tiercel_proto::seal::SEAL_OVERHEAD + RECORD;
+pub(crate) const RECORDS_BUFFER: usize =
+    tiercel_proto::stream::PREFIX_LEN + tiercel_proto::seal::SEAL_OVERHEAD + RECORD;
 
 impl Records {
     pub(crate) fn new() -> Records {

@@ -78,6 +78,7 @@ fn a_secure_binding_calls_with_every_packet_sealed_and_each_side_knows_the_other
         }
         let stats = server.stats();
         assert_eq!((stats.handshakes, stats.unopened), (1, 0), "{stats:?}");
+        assert!(stats.landed > 0, "a large call's sealed fragments are opened where they land: {stats:?}");
     }
 }
 

@@ -287,9 +287,16 @@ impl<A> SlotCell<A> {
     /// Where the next fragments of call `seq`, which this slot is receiving, go, for a receiver
     /// that reads up to `max` of them in a row straight into place ([`Slot::landing`]): the
     /// first's index and their bytes. The bytes the reassembly grows by are charged to `binding`'s
-    /// memory budget (and `None` when it has no room).
-    pub fn landing<E>(&mut self, binding: &Binding<A, E>, seq: u32, max: u16) -> Option<(u16, &mut [u8])> {
-        self.proto.landing(seq, max, |n| binding.reserve(n))
+    /// memory budget (and `None` when it has no room). With `behind`, the bytes given start that
+    /// many before the place, as [`Slot::landing`] gives them.
+    pub fn landing<E>(
+        &mut self,
+        binding: &Binding<A, E>,
+        seq: u32,
+        max: u16,
+        behind: usize,
+    ) -> Option<(u16, &mut [u8])> {
+        self.proto.landing(seq, max, behind, |n| binding.reserve(n))
     }
 
     /// Handles a `Call` fragment received into place ([`Slot::on_landed`]), after

@@ -86,6 +86,25 @@ fn fragments_received_into_place() {
 }
 
 #[test]
+fn a_place_is_lent_with_the_bytes_behind_it_only_where_there_are_enough() {
+    let msg: Vec<u8> = (0..250u32).map(|i| (i * 3) as u8).collect();
+    let mut r = Reassembly::new(250, 3, 100, 1000).unwrap();
+    assert!(r.landing_run_behind(1, 56, |_| true).is_none(), "nothing lies before the first fragment");
+    assert_eq!(r.insert(0, 3, 250, &msg[..100]), Ok(Inserted::New));
+    let (i, place) = r.landing_run_behind(1, 56, |_| true).unwrap();
+    assert_eq!((i, place.len()), (1, 156));
+    assert_eq!(&place[..56], &msg[44..100], "the end of fragment 0, then fragment 1's place");
+    place[56..].copy_from_slice(&msg[100..200]);
+    assert_eq!(r.insert_landed(1, 3, 250, 100), Ok(Inserted::New));
+    assert!(r.landing_run_behind(1, 201, |_| true).is_none(), "no more than lies before the place");
+    let (i, place) = r.landing_run_behind(1, 100, |_| true).unwrap();
+    assert_eq!((i, place.len()), (2, 150));
+    place[100..].copy_from_slice(&msg[200..]);
+    assert_eq!(r.insert_landed(2, 3, 250, 50), Ok(Inserted::Complete));
+    assert_eq!(r.message(), &msg[..]);
+}
+
+#[test]
 fn a_run_of_fragments_lands_in_place_within_the_budget_and_window() {
     let msg: Vec<u8> = (0..250u32).map(|i| (i * 5) as u8).collect();
     let mut r = Reassembly::new(250, 3, 100, 1000).unwrap();

@@ -105,7 +105,7 @@ impl Scenario {
         let (binding, now) = (self.server.binding.clone(), self.at(self.now));
         let Some(mut cell) = binding.slot(slot) else { return false };
         let call = cell.call_at(slot).filter(|c| c.seq == seq);
-        let Some((index, place)) = call.and_then(|_| cell.landing(&binding, seq, 1)) else {
+        let Some((index, place)) = call.and_then(|_| cell.landing(&binding, seq, 1, 0)) else {
             self.server.expected = None;
             return false;
         };
@@ -116,7 +116,7 @@ impl Scenario {
             return false;
         }
         let p = Packet::new_unchecked(&bytes[..HEADER_LEN]);
-        let Some((_, place)) = cell.landing(&binding, seq, 1) else { return false };
+        let Some((_, place)) = cell.landing(&binding, seq, 1, 0) else { return false };
         let fits = p.frag_index() == index
             && p.check_split(place, &bytes[HEADER_LEN + want..]).is_ok()
             && call.is_some_and(|c| self.server.endpoint.continues(&binding, c, &p, p.slot() as usize, now));

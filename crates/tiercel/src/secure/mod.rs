@@ -273,6 +273,13 @@ impl Aead {
         .unwrap_or([0; TAG_LEN])
     }
 
+    /// Opens `body` in place, its tag given apart; true when it is authentic.
+    fn open_separate(&self, n: u64, ad: &[u8], body: &mut [u8], tag: &[u8; TAG_LEN]) -> bool {
+        let aad = ring::aead::Aad::from(ad);
+        let tag = ring::aead::Tag::from(*tag);
+        self.key.open_in_place_separate_tag(self.nonce(n), aad, tag, body, 0..).is_ok()
+    }
+
     /// Opens `sealed` (the encrypted bytes, then the tag) in place; true when it is authentic.
     fn open(&self, n: u64, ad: &[u8], sealed: &mut [u8]) -> bool {
         let aad = ring::aead::Aad::from(ad);
@@ -466,6 +473,31 @@ impl Session {
     /// believed.
     pub(crate) fn open_in_place(&self, buf: &mut [u8]) -> Result<usize, Dropped> {
         let outer = Outer::parse(buf).map_err(|_| Dropped::NotOurs)?;
+        let len = buf.len() - OUTER_LEN - TAG_LEN;
+        let (ad, sealed) = buf.split_at_mut(OUTER_LEN);
+        self.open_with(outer, |aead, n| aead.open(n, ad, sealed))?;
+        Ok(len)
+    }
+
+    /// Opens in place a sealed packet received in three parts: its outer header `outer`, its
+    /// encrypted bytes `body` (the packet, once opened) and its tag, as
+    /// [`Session::open_in_place`] opens a whole one.
+    pub(crate) fn open_parts(
+        &self,
+        outer: &[u8; OUTER_LEN],
+        body: &mut [u8],
+        tag: &[u8; TAG_LEN],
+    ) -> Result<(), Dropped> {
+        let mut whole = [0u8; OUTER_LEN + TAG_LEN];
+        whole[..OUTER_LEN].copy_from_slice(outer);
+        let parsed = Outer::parse(&whole).map_err(|_| Dropped::NotOurs)?;
+        self.open_with(parsed, |aead, n| aead.open_separate(n, outer, body, tag))
+    }
+
+    /// The checks of a sealed packet with outer header `outer` around `open`, which opens it with
+    /// the key and number given: the window first, then the key of its epoch, then, once it has
+    /// opened, the window again (the packet taken).
+    fn open_with(&self, outer: Outer, open: impl FnOnce(&Aead, u64) -> bool) -> Result<(), Dropped> {
         if outer.kind != SealType::Data || outer.index != self.index {
             return Err(Dropped::NotOurs);
         }
@@ -494,9 +526,7 @@ impl Session {
                 return Err(self.forged());
             }
         };
-        let len = buf.len() - OUTER_LEN - TAG_LEN;
-        let (ad, sealed) = buf.split_at_mut(OUTER_LEN);
-        if !aead.open(n, ad, sealed) {
+        if !open(&aead, n) {
             return Err(self.forged());
         }
         let mut r = self.receiving.lock().unwrap_or_else(|p| p.into_inner());
@@ -510,7 +540,7 @@ impl Session {
                 r.previous = Some(std::mem::replace(&mut r.current, next));
             }
         }
-        Ok(len)
+        Ok(())
     }
 
     fn forged(&self) -> Dropped {

@@ -5,7 +5,10 @@
 //! fragment's header (and checksum trailer) into a small buffer, its payload straight into the
 //! place the reassembly keeps for it, anything after into a tail. The fragments that turn out to be
 //! the ones expected (well formed, of the same call, from its peer) are counted as arrived without
-//! a copy; the rest of the datagram is put back together and handled as any other.
+//! a copy; the rest of the datagram is put back together and handled as any other. A secure
+//! binding's fragment lands sealed, its packet header in the place of the last bytes of the
+//! fragment before (lent, and put back), and is opened where it landed
+//! (`UdpWorker::receive_sealed_in_place`).
 
 use std::cell::RefCell;
 use std::io::IoSliceMut;
@@ -30,6 +33,8 @@ pub(super) struct Expected {
     pub seq: u32,
     /// Bytes of checksum trailer after each fragment's payload (0 or [`CHECKSUM_LEN`]).
     pub trailer: usize,
+    /// The keys of a secure binding, whose fragments land sealed and are opened where they land.
+    pub seal: Option<Arc<crate::secure::Session>>,
 }
 
 /// A worker's state for receiving fragments in place: the call expected, and the buffers a
@@ -47,8 +52,13 @@ pub(super) struct Landing {
 
 impl Landing {
     /// Expects the next fragments of call `p` (a fragment of a multi-packet call, just taken by
-    /// slot `p.slot()` of `binding`).
-    pub fn expect(&self, binding: &Arc<EndpointBinding>, p: &Packet<&[u8]>) {
+    /// slot `p.slot()` of `binding`); `seal` gives a secure binding's keys.
+    pub fn expect(
+        &self,
+        binding: &Arc<EndpointBinding>,
+        p: &Packet<&[u8]>,
+        seal: impl FnOnce() -> Option<Arc<crate::secure::Session>>,
+    ) {
         let mut expected = self.expected.borrow_mut();
         if let Some(e) = expected.as_ref() {
             if Arc::ptr_eq(&e.binding, binding) && e.slot == p.slot() && e.seq == p.seq() {
@@ -56,7 +66,8 @@ impl Landing {
             }
         }
         let trailer = if p.flags() & tiercel_proto::wire::flags::CHECKSUM != 0 { CHECKSUM_LEN } else { 0 };
-        *expected = Some(Expected { binding: binding.clone(), slot: p.slot(), seq: p.seq(), trailer });
+        let seal = seal();
+        *expected = Some(Expected { binding: binding.clone(), slot: p.slot(), seq: p.seq(), trailer, seal });
     }
 
     /// The call expected, if any.

@@ -95,7 +95,7 @@ pub(super) enum Hello<'s> {
     Answered(Vec<u8>),
     /// The bind machine admits the request: the transport makes the binding and sends
     /// `Responder::welcome` of its grant (or of [`Admission::busy`]).
-    Admitted(Responder, Admission, BindServer<'s>),
+    Admitted(Box<Responder>, Admission, BindServer<'s>),
 }
 
 impl Shared {
@@ -140,7 +140,7 @@ impl Shared {
                 stats.rejected.fetch_add(1, Ordering::Relaxed);
                 welcome(responder, &a.busy(&machine))
             }
-            BindDecision::Admit(a) => Hello::Admitted(responder, a, machine),
+            BindDecision::Admit(a) => Hello::Admitted(Box::new(responder), a, machine),
         }
     }
 }

@@ -358,12 +358,12 @@ fn fragments_received_into_place_are_charged_and_checked_like_any() {
     let first = [&header(0, seq).to_bytes()[..], &[0u8; 100]].concat();
     let p = Packet::new_checked(&first[..]).unwrap();
     let mut cell = enter(&e, &b, &p, 1).unwrap();
-    assert!(cell.landing(&b, seq, 2).is_none());
+    assert!(cell.landing(&b, seq, 2, 0).is_none());
     assert!(quiet(&cell.on_call(&b, &p, now, &timing)));
     assert_eq!(b.memory(), 100);
-    assert!(cell.landing(&b, seq + 1, 2).is_none(), "only the call being received");
+    assert!(cell.landing(&b, seq + 1, 2, 0).is_none(), "only the call being received");
     // Two fragments land in a row; the growth is charged before the bytes are written.
-    let (index, place) = cell.landing(&b, seq, 2).unwrap();
+    let (index, place) = cell.landing(&b, seq, 2, 0).unwrap();
     assert_eq!((index, place.len()), (1, 200));
     place[..100].fill(1);
     place[100..].fill(2);
@@ -387,7 +387,7 @@ fn fragments_received_into_place_are_charged_and_checked_like_any() {
     let h2 = header(2, seq).to_bytes();
     assert!(quiet(&cell.on_landed(&b, &Packet::new_unchecked(&h2[..]), now)));
     // A lie about the message is malformed, and lands nothing.
-    let (index, place) = cell.landing(&b, seq, 8).unwrap();
+    let (index, place) = cell.landing(&b, seq, 8, 0).unwrap();
     assert_eq!((index, place.len()), (3, 200));
     place[..100].fill(3);
     place[100..].fill(4);
@@ -404,7 +404,7 @@ fn fragments_received_into_place_are_charged_and_checked_like_any() {
     assert_eq!(m, expected);
     assert_eq!(b.memory(), 500);
     b.release(m.len());
-    assert!(cell.landing(&b, seq, 2).is_none(), "the call runs");
+    assert!(cell.landing(&b, seq, 2, 0).is_none(), "the call runs");
     assert!(cell.call_at(slot).is_none());
     // A landing past the budget is refused, and charges nothing (another slot: this one runs).
     let big = Header { slot: 0, message_len: 2000, frag_count: 20, ..header(0, 1) };
@@ -413,9 +413,9 @@ fn fragments_received_into_place_are_charged_and_checked_like_any() {
     drop(cell);
     let mut cell = enter(&e, &b, &p, 1).unwrap();
     assert!(quiet(&cell.on_call(&b, &p, now, &timing)));
-    assert!(cell.landing(&b, 1, 10).is_none(), "1,000 bytes more than the binding's 1,000");
+    assert!(cell.landing(&b, 1, 10, 0).is_none(), "1,000 bytes more than the binding's 1,000");
     assert_eq!(b.memory(), 100);
-    assert_eq!(cell.landing(&b, 1, 9).map(|(i, p)| (i, p.len())), Some((1, 900)));
+    assert_eq!(cell.landing(&b, 1, 9, 0).map(|(i, p)| (i, p.len())), Some((1, 900)));
     assert_eq!(b.memory(), 1000);
 }
 

@@ -89,13 +89,16 @@ fn exchange<T>(
     config: &ClientConfig,
     machine: BindClient,
     on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
-) -> Result<Result<(T, TcpStream, Option<Keys>), BindError>, Unanswered> {
+) -> Result<Result<Exchanged<T>, BindError>, Unanswered> {
     let mut answered = false;
     match exchange_answered(server, config, machine, on, &mut answered) {
         Err(BindError::Busy) if !answered => Err(Unanswered),
         outcome => Ok(outcome),
     }
 }
+
+/// What an exchange came to: its outcome, the connection, and a secure handshake's keys.
+type Exchanged<T> = (T, TcpStream, Option<Keys>);
 
 /// The server closed the connection before it answered anything.
 struct Unanswered;
@@ -112,7 +115,7 @@ fn exchange_answered<T>(
     mut machine: BindClient,
     mut on: impl FnMut(BindEvent<'_>) -> Option<Result<T, BindError>>,
     answered: &mut bool,
-) -> Result<(T, TcpStream, Option<Keys>), BindError> {
+) -> Result<Exchanged<T>, BindError> {
     // Measure the tick counter's rate (2 ms) now, not on the first call.
     let _ = tiercel_sys::clock::ticks_per_second();
     let dead_after = config.timing.dead_after;

@@ -317,7 +317,7 @@ fn hello(
         }
         Hello::Admitted(responder, admission, machine) => {
             let caller = Caller::Key { address: peer, key: responder.client().0 };
-            make(shared, parking, h, admission, &machine, Some(caller), Some(responder))
+            make(shared, parking, h, admission, &machine, Some(caller), Some(*responder))
         }
     }
 }

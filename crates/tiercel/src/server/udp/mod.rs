@@ -455,7 +455,7 @@ impl UdpWorker {
             }
         };
         if p.kind() == Kind::Call {
-            return self.on_call(&binding, cell, &p, now, seal.is_some());
+            return self.on_call(&binding, cell, &p, now, seal);
         }
         let (step, spare) = endpoint.control_step(&binding, &mut cell, &p, now);
         if let Some(big) = spare {
@@ -478,7 +478,7 @@ impl UdpWorker {
         mut cell: MutexGuard<'_, UdpSlot>,
         p: &Packet<&[u8]>,
         now: Instant,
-        sealed: bool,
+        seal: Option<&Session>,
     ) {
         mark(Point::ServerValidated);
         let timing = &self.shared.config.timing;
@@ -493,10 +493,10 @@ impl UdpWorker {
             if unused.capacity() > 0 {
                 self.spares.borrow_mut().message = unused;
             }
-            if cell.proto.is_receiving() && !sealed {
-                // The next datagram is likely this call's next fragment: received in place (not
-                // a sealed one, which is opened first).
-                self.landing.expect(binding, p);
+            if cell.proto.is_receiving() {
+                // The next datagram is likely this call's next fragment: received in place (a
+                // sealed one opened there).
+                self.landing.expect(binding, p, || seal.and_then(|s| self.shared.sessions.get(s.index())));
             }
         }
         self.act(binding, cell, p, action, now);
@@ -553,10 +553,10 @@ impl UdpWorker {
         }
     }
 
-    /// Sends the endpoint's reply to the slot's peer, or counts why nothing goes, holding the slot
-    /// (of a plain binding: only their large calls are received in place).
-    pub(super) fn answer_now(&self, cell: &UdpSlot, step: Step) {
-        self.answer(cell.peer, step, None);
+    /// Sends the endpoint's reply to the slot's peer (sealed with `seal` on a secure binding), or
+    /// counts why nothing goes, holding the slot.
+    pub(super) fn answer_now(&self, cell: &UdpSlot, step: Step, seal: Option<&Session>) {
+        self.answer(cell.peer, step, seal);
     }
 
     /// Sends a reply to `peer`, sealed with `seal` on a secure binding, or counts why nothing goes

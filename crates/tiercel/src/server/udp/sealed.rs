@@ -69,7 +69,7 @@ impl UdpWorker {
             Hello::Dropped => return,
             Hello::Unreadable => return self.unreadable(from),
             Hello::Answered(answer) => return self.send_packet(from, &answer, false),
-            Hello::Admitted(responder, admission, machine) => (responder, admission, machine),
+            Hello::Admitted(responder, admission, machine) => (*responder, admission, machine),
         };
         let client = responder.client();
         // An answer without a binding: sealed in the handshake, no keys kept.
