@@ -11,7 +11,13 @@
 //! runs too), the clients the shipped `ClientCall`; the harness only moves bytes and runs
 //! procedures. Every scenario asserts that each call completes with the right result or fails with
 //! an error, that no call body runs twice, and that a restarted server runs nothing sent to its
-//! previous incarnation. `TIERCEL_SIM_SCENARIOS` sets the number of seeds (default 10,000).
+//! previous incarnation. Some scenarios make the binding a secure one: every packet both ways goes
+//! in the sealed envelope `tiercel` uses (`tiercel_proto::seal`: its outer header, the sender's
+//! packet numbers, the receiver's replay window, and `route_opened` on the server), with a keyed
+//! authenticator standing in for the AEAD (the AEAD itself is `tiercel`'s, tested there), so that
+//! duplicates and replays are dropped before the protocol sees them and a restarted server, with
+//! new keys, opens nothing of the binding before. `TIERCEL_SIM_SCENARIOS` sets the number of seeds
+//! (default 10,000).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -22,8 +28,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tiercel_proto::bind::wire::features;
 use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
-use tiercel_proto::endpoint::{Binding, EndpointConfig, Fragment, Refusal, Route, ServerEndpoint, Step, Terms};
+use tiercel_proto::endpoint::{Binding, Caller, EndpointConfig, Fragment, Refusal, Route, ServerEndpoint, Step, Terms};
 use tiercel_proto::fragment::{fragment_range, NARROW_WINDOW};
+use tiercel_proto::seal::{Outer, ReplayWindow, SealType, OUTER_LEN, TAG_LEN};
 use tiercel_proto::server::CallAction;
 use tiercel_proto::wire::{checksum, flags, Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_proto::Timing;
@@ -94,6 +101,54 @@ struct Scenario {
     /// Results of several fragments sent from behind other bytes in their buffer, as a procedure
     /// run in place of its arguments leaves them (odd slots' calls).
     in_place: u64,
+    /// The clients' side of a secure binding's keys (none: a plain binding).
+    client_seal: Option<Seal>,
+    /// Sealed packets dropped unopened: corrupted, duplicated, or of another incarnation's keys.
+    unopened: u64,
+}
+
+/// One side's keys of a secure binding, as the scenario models them: `key` stands for the AEAD's
+/// keys (a restarted server has new ones), `counter` numbers the packets the side sends, and
+/// `window` drops the numbers the side has received before.
+struct Seal {
+    key: u64,
+    counter: u64,
+    window: ReplayWindow,
+}
+
+impl Seal {
+    fn new(key: u64) -> Seal {
+        Seal { key, counter: 0, window: ReplayWindow::new() }
+    }
+
+    /// The stand-in for the AEAD's tag: an authenticator keyed by `key`, which a changed byte never
+    /// passes (CRC-32C catches every burst of up to 32 bits).
+    fn tag(&self, bytes: &[u8]) -> [u8; TAG_LEN] {
+        let sum = checksum([&self.key.to_le_bytes()[..], bytes]).to_le_bytes();
+        [sum, sum, sum, sum].concat().try_into().expect("16 bytes")
+    }
+
+    /// `bytes` in the envelope of binding `index`, numbered.
+    fn seal(&mut self, index: u32, bytes: &[u8]) -> Vec<u8> {
+        let outer = Outer { kind: SealType::Data, index, counter: self.counter }.to_bytes();
+        self.counter += 1;
+        let mut v = [&outer[..], bytes].concat();
+        let tag = self.tag(&v);
+        v.extend_from_slice(&tag);
+        v
+    }
+
+    /// The packet in `bytes`, if they are binding `index`'s envelope, authentic, and a number the
+    /// window has not seen.
+    fn open(&mut self, index: u32, bytes: &[u8]) -> Option<Vec<u8>> {
+        let outer = Outer::parse(bytes).ok()?;
+        let (body, tag) = bytes.split_at(bytes.len() - TAG_LEN);
+        let ours = outer.kind == SealType::Data && outer.index == index && self.tag(body)[..] == tag[..];
+        if !ours || !self.window.take(outer.counter) {
+            return None;
+        }
+        Some(body[OUTER_LEN..].to_vec())
+    }
 }
 
 struct Server {
@@ -108,6 +163,8 @@ struct Server {
     /// does after taking a fragment of it: set for odd slots only, so that even slots' calls are
     /// reassembled the usual way.
     expected: Option<(u32, u32)>,
+    /// The server's side of a secure binding's keys (none: a plain binding).
+    seal: Option<Seal>,
 }
 
 impl Server {
@@ -122,6 +179,7 @@ impl Server {
         timing: Timing,
         max_running: usize,
         base: Instant,
+        secure: bool,
     ) -> Server {
         let config = EndpointConfig {
             incarnation,
@@ -137,8 +195,16 @@ impl Server {
         };
         let endpoint = ServerEndpoint::new(config, base, Box::new(tiercel_proto::bind::InsecureChallenges));
         let terms = Terms { max_datagram: HEADER_LEN + frag, features };
-        let (binding, _) = endpoint.grant(0, 0, (), TOKEN, terms, base).expect("an empty table has room");
-        Server { alive: true, endpoint, binding, running: vec![None; slots], service: (0, 0), expected: None }
+        let (binding, _) = if secure {
+            let caller = Caller::Key { address: "127.0.0.1:1".parse().expect("an address"), key: [7; 32] };
+            endpoint.grant_from(0, caller, 0, (), TOKEN, terms, base)
+        } else {
+            endpoint.grant(0, 0, (), TOKEN, terms, base)
+        }
+        .expect("an empty table has room");
+        // Each incarnation's handshake made other keys.
+        let seal = secure.then(|| Seal::new(incarnation));
+        Server { alive: true, endpoint, binding, running: vec![None; slots], service: (0, 0), expected: None, seal }
     }
 }
 
@@ -183,15 +249,25 @@ impl Scenario {
         self.events.push(Reverse((t, self.order, e)));
     }
 
-    /// Sends a packet (header and payload, checksummed) through the network.
+    /// Sends a packet (header and payload, checksummed; sealed, on a secure binding) through the
+    /// network.
     fn send(&mut self, dest: Dest, bytes: Vec<u8>) {
         self.packets += 1;
+        let index = self.server.binding.id;
+        let mut wire = sealed(bytes);
+        let side = match dest {
+            Dest::Server => self.client_seal.as_mut(),
+            Dest::Client(_) => self.server.seal.as_mut(),
+        };
+        if let Some(side) = side {
+            wire = side.seal(index, &wire);
+        }
         if self.rng.random_bool(self.loss) {
             return;
         }
         let copies = if self.rng.random_bool(self.dup) { 2 } else { 1 };
         for _ in 0..copies {
-            let mut bytes = sealed(bytes.clone());
+            let mut bytes = wire.clone();
             if self.rng.random_bool(self.corrupt) {
                 let i = self.rng.random_range(0..bytes.len());
                 bytes[i] ^= self.rng.random_range(1..=255u8);
@@ -233,6 +309,9 @@ struct Totals {
     /// Scenarios whose binding's window reached past what an acknowledgement's mask covers, with
     /// messages longer than that.
     wide: u64,
+    /// Scenarios of a secure binding, and the sealed packets they dropped unopened.
+    secure: u64,
+    unopened: u64,
 }
 
 fn run(seed: u64) -> Totals {
@@ -268,6 +347,7 @@ fn run(seed: u64) -> Totals {
     // A client and server that both speak wide windows, or a binding limited to narrow ones.
     let granted = if rng.random_bool(0.5) { features::ALL } else { features::ALL & !features::WIDE_WINDOW };
     let largest = if rng.random_bool(0.2) { (frag * 300).min(60 << 10) } else { frag * 20 };
+    let secure = rng.random_bool(0.3);
     let base = Instant::now();
     let clients = (0..n_clients)
         .map(|_| Client {
@@ -297,7 +377,7 @@ fn run(seed: u64) -> Totals {
         timing,
         frag,
         largest,
-        server: Server { service, ..Server::new(1, n_clients, frag, granted, timing, max_running, base) },
+        server: Server { service, ..Server::new(1, n_clients, frag, granted, timing, max_running, base, secure) },
         clients,
         crash_at,
         crashed_at: None,
@@ -308,6 +388,8 @@ fn run(seed: u64) -> Totals {
         landed: 0,
         server_landed: 0,
         in_place: 0,
+        client_seal: secure.then(|| Seal::new(1)),
+        unopened: 0,
     };
     let mut log = Log { executions: HashMap::new(), by_incarnation: HashMap::new() };
     for k in 0..n_clients {
@@ -349,7 +431,8 @@ fn run(seed: u64) -> Totals {
         match e {
             Event::Complete { incarnation: u64::MAX, .. } => {
                 let now = s.at(s.now);
-                s.server = Server { service, ..Server::new(2, n_clients, frag, granted, timing, max_running, now) };
+                s.server =
+                    Server { service, ..Server::new(2, n_clients, frag, granted, timing, max_running, now, secure) };
             }
             Event::Complete { incarnation, slot, seq } => s.complete(incarnation, slot, seq),
             Event::Abandon { slot, seq } => s.client_abandon(slot, seq),
@@ -418,6 +501,8 @@ fn run(seed: u64) -> Totals {
         server_landed: s.server_landed,
         in_place: s.in_place,
         wide,
+        secure: u64::from(secure),
+        unopened: s.unopened,
     }
 }
 
@@ -439,12 +524,15 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         t.server_landed += r.server_landed;
         t.in_place += r.in_place;
         t.wide += r.wide;
+        t.secure += r.secure;
+        t.unopened += r.unopened;
     }
     println!(
         "{n} scenarios: {} calls returned, {} failed after a crash, {} missed their deadline, {} given up \
          by their clients, {} packets sent, {} corrupted, {} calls refused as busy, {} address challenges, \
          {} result fragments and {} call fragments received in place, {} results sent from behind other bytes, \
-         {} scenarios of windows wider than an acknowledgement's mask",
+         {} scenarios of windows wider than an acknowledgement's mask, {} of secure bindings ({} sealed \
+         packets dropped unopened)",
         t.ok,
         t.failed,
         t.late,
@@ -456,7 +544,9 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         t.landed,
         t.server_landed,
         t.in_place,
-        t.wide
+        t.wide,
+        t.secure,
+        t.unopened
     );
     assert!(t.ok > 0);
     assert!(t.challenges > 0, "every slot proves its address");
@@ -467,5 +557,7 @@ fn seeded_scenarios_complete_or_fail_and_run_at_most_once() {
         assert!(t.server_landed > 0, "the scenarios exercise calls received in place");
         assert!(t.in_place > 0, "the scenarios exercise results sent from where a procedure left them");
         assert!(t.wide > 0 && t.wide < n, "the scenarios exercise wide and narrow windows");
+        assert!(t.secure > 0 && t.secure < n, "the scenarios exercise secure and plain bindings");
+        assert!(t.unopened > 0, "duplicates and corruption are dropped before the protocol sees them");
     }
 }

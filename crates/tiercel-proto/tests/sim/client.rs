@@ -101,6 +101,17 @@ impl Scenario {
         if self.clients[k].done {
             return;
         }
+        let id = self.server.binding.id;
+        let bytes = match self.client_seal.as_mut() {
+            Some(seal) => match seal.open(id, &bytes) {
+                Some(packet) => packet,
+                None => {
+                    self.unopened += 1;
+                    return;
+                }
+            },
+            None => bytes,
+        };
         let now = self.at(self.now);
         // Odd clients read the payload of the result fragment they expect next straight into its
         // place, as the UDP endpoint does: anything else (another fragment, another kind, a

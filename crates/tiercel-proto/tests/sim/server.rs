@@ -25,6 +25,19 @@ impl Scenario {
         if !self.server.alive {
             return;
         }
+        // A secure binding's packets are opened first, as the UDP worker opens them, and routed
+        // as opened with the binding's keys.
+        let id = self.server.binding.id;
+        let (bytes, opened) = match self.server.seal.as_mut() {
+            Some(seal) => match seal.open(id, &bytes) {
+                Some(packet) => (packet, Some(id)),
+                None => {
+                    self.unopened += 1;
+                    return;
+                }
+            },
+            None => (bytes, None),
+        };
         if self.server_receive_in_place(&bytes, log) {
             return;
         }
@@ -32,7 +45,7 @@ impl Scenario {
         let Ok(p) = Packet::new_checked(&bytes[..]) else { return };
         let slot = p.slot() as usize;
         let now = self.at(self.now);
-        let binding = match self.server.endpoint.route(&p, now) {
+        let binding = match self.server.endpoint.route_opened(&p, opened, now) {
             Route::Binding(b) => b,
             Route::Reject(h) => return self.send(Dest::Client(slot), Self::packet(h, &[])),
             Route::Bind | Route::Malformed => panic!("the sim's clients send only calls, acks and probes"),
