@@ -144,6 +144,36 @@ const CLIENT_SHM: &[Point] = &[
     Point::Unmarshaled,
     Point::End,
 ];
+/// The points a client passes over UDP on a secure binding: its call sealed before it goes, its
+/// result opened before it is checked.
+const CLIENT_SEALED: &[Point] = &[
+    Point::Begin,
+    Point::CallStart,
+    Point::EndpointReady,
+    Point::Marshaled,
+    Point::HeaderReady,
+    Point::Sealed,
+    Point::Sent,
+    Point::Arrived,
+    Point::Opened,
+    Point::Validated,
+    Point::Finished,
+    Point::Unmarshaled,
+    Point::End,
+];
+/// The points the server passes on a secure binding.
+const SERVER_SEALED: &[Point] = &[
+    Point::ServerArrived,
+    Point::Opened,
+    Point::ServerValidated,
+    Point::ServerAccepted,
+    Point::ArgsDecoded,
+    Point::ProcedureDone,
+    Point::ResultsEncoded,
+    Point::ResultReady,
+    Point::Sealed,
+    Point::ResultSent,
+];
 /// The points the server passes (both transports).
 const SERVER: &[Point] = &[
     Point::ServerArrived,
@@ -275,15 +305,30 @@ pub fn raw(medium: Medium, spin: bool, server_cpu: usize, calls: u32) -> crate::
     Ok(run.finish())
 }
 
+/// What the binding of a [`tiercel_pair`] has beyond the defaults.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Plain,
+    /// The CRC32C checksum on every packet (`ClientConfig::checksum`).
+    Checksum,
+    /// A secure binding: the server has a key, the client knows it (over UDP, every packet sealed).
+    Sealed,
+}
+
 /// A server of the seeds' Test interface in this process, on the server CPU, spinning (10 ms after
-/// each call) or blocking at once, and a client of it over `medium`.
+/// each call) or blocking at once, and a client of it over `medium`, its binding as `variant` says.
 pub fn tiercel_pair(
     medium: Medium,
     spin: bool,
-    checksum: bool,
+    variant: Variant,
     server_cpu: usize,
 ) -> crate::Result<(tiercel::RunningServer, TestClient)> {
+    let key = match variant {
+        Variant::Sealed => Some(tiercel::Identity::generate().map_err(tiercel::Error::from)?),
+        Variant::Plain | Variant::Checksum => None,
+    };
     let config = ServerConfig {
+        key: key.clone(),
         workers: 1,
         spinners: 1,
         cpus: vec![server_cpu],
@@ -297,7 +342,8 @@ pub fn tiercel_pair(
     let scheme = if medium == Medium::Udp { "udp://" } else { "shm:" };
     let config = ClientConfig {
         spin: if spin { Spin::Fixed(Duration::from_secs(1)) } else { Spin::Never },
-        checksum,
+        checksum: variant == Variant::Checksum,
+        server_key: key.map(|k| k.public()),
         ..ClientConfig::default()
     };
     let client: TestClient = crate::harness::import(format!("{scheme}{}", server.addr()), config)?;
@@ -423,12 +469,14 @@ pub fn time_us(mut f: impl FnMut()) -> f64 {
 pub type Raws = Vec<(Medium, bool, Vec<Raw>)>;
 
 /// Measures and prints the accounting of Null and MaxResult over each of `media`, spinning and/or
-/// blocking as `modes` say (true: spinning). The raw ping-pong and tiercel are timed in turn, in
+/// blocking as `modes` say (true: spinning), and with `sealed`, over a secure UDP binding too
+/// (spinning, when UDP is among `media`). The raw ping-pong and tiercel are timed in turn, in
 /// [`ROUNDS`] rounds of `calls / ROUNDS` calls each. The calling thread must be pinned to
 /// `client_cpu`.
 pub fn accounts(
     media: &[Medium],
     modes: &[bool],
+    sealed: bool,
     calls: u32,
     client_cpu: usize,
     server_cpu: usize,
@@ -440,16 +488,20 @@ pub fn accounts(
     let chunk = calls.div_ceil(ROUNDS).max(1);
     let mut accounts = Vec::new();
     let mut base: Raws = Vec::new();
-    for &medium in media {
-        for &spin in modes {
-            crate::progress::doing(&format!("accounting {} {}", name(medium), if spin { "spin" } else { "block" }));
+    let runs = media.iter().flat_map(|&m| modes.iter().map(move |&spin| (m, spin, Variant::Plain)));
+    let secure = (sealed && media.contains(&Medium::Udp)).then_some((Medium::Udp, true, Variant::Sealed));
+    for (medium, spin, variant) in runs.chain(secure) {
+        {
+            let sealed = variant == Variant::Sealed;
+            let what = if sealed { "udp sealed" } else { name(medium) };
+            crate::progress::doing(&format!("accounting {what} {}", if spin { "spin" } else { "block" }));
             // Without a spin budget some waits find the answer there already: they are charged
             // the spinning baseline, measured here unless this run already has it.
             let measured_spinning = base.iter().any(|(m, s, _)| *m == medium && *s);
             let own_spinning =
                 if !spin && !measured_spinning { Some(raw(medium, true, server_cpu, calls)?) } else { None };
             let mut raw_run = RawRun::start(medium, spin, server_cpu)?;
-            let (server, client) = tiercel_pair(medium, spin, false, server_cpu)?;
+            let (server, client) = tiercel_pair(medium, spin, variant, server_cpu)?;
             let mut measured = Vec::new();
             for (i, p) in [Procedure::Null, Procedure::MaxResult].into_iter().enumerate() {
                 let mut m = Measurer::new(&client, p);
@@ -468,11 +520,13 @@ pub fn accounts(
                 (None, None) => &raws,
             };
             for (i, (p, m)) in [Procedure::Null, Procedure::MaxResult].into_iter().zip(&measured).enumerate() {
-                let a = account(medium, spin, p, m, &raws[i], &spinning[i]);
+                let a = account(medium, spin, sealed, p, m, &raws[i], &spinning[i]);
                 print_account(&a, &placement);
                 accounts.push(a);
             }
-            base.push((medium, spin, raws));
+            if !sealed {
+                base.push((medium, spin, raws));
+            }
             crate::progress::step();
         }
     }

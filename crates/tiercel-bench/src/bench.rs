@@ -295,6 +295,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         let (accounts, _) = crate::accounting::accounts(
             &seed_media,
             &[true],
+            false,
             budget.accounting_calls,
             args.client_cpu,
             args.server_cpu,

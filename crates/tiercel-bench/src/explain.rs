@@ -4,7 +4,7 @@
 
 use tiercel::steps::{self, Point};
 
-use crate::accounting::{accounts, measure, name, tiercel_pair, time_us, Estimate, Procedure, Report};
+use crate::accounting::{accounts, measure, name, tiercel_pair, time_us, Estimate, Procedure, Report, Variant};
 use crate::harness::{Medium, HEADER};
 use crate::progress::outln;
 
@@ -52,8 +52,9 @@ pub fn run(args: Args) -> crate::Result<()> {
         args.server_cpu
     );
     let mut report = Report { client_cpu: args.client_cpu, server_cpu: args.server_cpu, ..Report::default() };
-    crate::progress::start(3 * media.len() as u64);
-    let (accounts, base) = accounts(&media, &[true, false], calls, args.client_cpu, args.server_cpu)?;
+    // A step per medium and waiting, one for the secure binding, and the estimates.
+    crate::progress::start(3 * media.len() as u64 + u64::from(media.contains(&Medium::Udp)));
+    let (accounts, base) = accounts(&media, &[true, false], true, calls, args.client_cpu, args.server_cpu)?;
     report.accounts = accounts;
     outln!("\nWhat a call would cost with a step changed (Firefly §4.2), mean µs; estimates from the steps and");
     outln!("raw baselines above and from timing the added work alone; measured where the change is a setting");
@@ -72,7 +73,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         let (Some(raw_spin), Some(raw_block)) = (raw_of(true), raw_of(false)) else { continue };
         crate::progress::doing(&format!("estimates {}", name(medium)));
         let checksummed = if medium == Medium::Udp {
-            let (_server, client) = tiercel_pair(medium, true, true, args.server_cpu)?;
+            let (_server, client) = tiercel_pair(medium, true, Variant::Checksum, args.server_cpu)?;
             Some([
                 measure(&client, Procedure::Null, calls, false)?,
                 measure(&client, Procedure::MaxResult, calls, false)?,

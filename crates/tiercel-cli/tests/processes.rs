@@ -504,10 +504,14 @@ fn explain_accounts_for_every_step_and_writes_json_and_a_plot() {
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let accounts = report["accounts"].as_array().unwrap();
-    // Null and MaxResult, spinning and blocking, on both transports.
-    assert_eq!(accounts.len(), 8);
+    // Null and MaxResult, spinning and blocking, on both transports; and spinning on a secure UDP
+    // binding, whose sealing and opening are steps of their own on each side.
+    assert_eq!(accounts.len(), 10);
+    assert_eq!(accounts.iter().filter(|a| a["transport"] == "udp sealed").count(), 2);
     for a in accounts {
         let steps: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l["step"].as_str().unwrap()).collect();
+        let sealing = steps.iter().filter(|s| s.starts_with("packet sealed") || s.starts_with("packet opened")).count();
+        assert_eq!(sealing, if a["transport"] == "udp sealed" { 4 } else { 0 }, "{steps:?}");
         // Every point of the path was passed by every call: no step is missing.
         assert!(steps.iter().all(|s| !s.contains("not recorded")), "{steps:?}");
         for step in

@@ -161,6 +161,11 @@ impl Records {
                     continue;
                 }
             }
+            if moved {
+                // Bytes went into the frames: read on when they have been taken (a read that
+                // finds nothing is a system call spent), as a plain connection's reader does.
+                return Ok(true);
+            }
             match (&*stream).read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
                 Ok(n) => self.end += n,

@@ -45,10 +45,13 @@ pub enum Point {
     ResultsEncoded,
     ResultReady,
     ResultSent,
+    // Either side, on a secure binding.
+    Sealed,
+    Opened,
 }
 
 /// Number of points.
-pub const POINTS: usize = Point::ResultSent as usize + 1;
+pub const POINTS: usize = Point::Opened as usize + 1;
 
 impl Point {
     /// Every point, in declaration order.
@@ -74,6 +77,8 @@ impl Point {
         Point::ResultsEncoded,
         Point::ResultReady,
         Point::ResultSent,
+        Point::Sealed,
+        Point::Opened,
     ];
 
     /// What has just happened when a thread passes this point.
@@ -100,6 +105,8 @@ impl Point {
             Point::ResultsEncoded => "server stub: results marshaled",
             Point::ResultReady => "server: result header / slot words written",
             Point::ResultSent => "server: result sent (sendmsg returned / slot published)",
+            Point::Sealed => "packet sealed (secure binding: gathered, encrypted, tagged)",
+            Point::Opened => "packet opened (secure binding: window and tag checked, decrypted)",
         }
     }
 }

@@ -50,6 +50,7 @@ pub(crate) fn send_as(
         if session.seal_into(parts, &mut buf).is_err() {
             return Err(io::Error::from(io::ErrorKind::WouldBlock));
         }
+        crate::steps::mark(crate::steps::Point::Sealed);
         let io = [IoSlice::new(&buf)];
         match to {
             Some(addr) => udp::send_gather_to(socket, addr, &io),

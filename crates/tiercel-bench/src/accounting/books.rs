@@ -8,9 +8,23 @@ use super::*;
 /// spin budget a side sleeps only when the other has not answered yet: each way, the share of calls
 /// in which the receiving side slept is charged the blocking baseline's one-way time (a wake-up),
 /// the rest the spinning baseline's (`spinning`, the raw ping-pong of the same sizes with both sides
-/// spinning).
-pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw, spinning: &Raw) -> Account {
-    let client = if medium == Medium::Udp { CLIENT_UDP } else { CLIENT_SHM };
+/// spinning). With `sealed`, the calls were made on a secure UDP binding: their sealing and opening
+/// are steps of their own, and the raw baseline is the plain datagrams' (32 bytes shorter each).
+#[allow(clippy::too_many_arguments)]
+pub fn account(
+    medium: Medium,
+    spin: bool,
+    sealed: bool,
+    p: Procedure,
+    m: &Measured,
+    raw: &Raw,
+    spinning: &Raw,
+) -> Account {
+    let (client, server_points) = match (medium, sealed) {
+        (Medium::Udp, true) => (CLIENT_SEALED, SERVER_SEALED),
+        (Medium::Udp, false) => (CLIENT_UDP, SERVER),
+        _ => (CLIENT_SHM, SERVER),
+    };
     let mut lines = Vec::new();
     let chain = |side: &'static str, points: &[Point], lines: &mut Vec<Line>| -> f64 {
         let mut sum = 0.0;
@@ -58,9 +72,9 @@ pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw
         }
     };
     lines.push(Line { side: "wire", step: way("server", server_slept), mean_us: to_server, overlapped: false });
-    let server = chain("server", SERVER, &mut lines);
+    let server = chain("server", server_points, &mut lines);
     // All the server's steps, the overlapped publish included: what the client's wait covers.
-    let server_busy: f64 = SERVER.windows(2).filter_map(|w| step_us(&m.steps, w[0], w[1])).sum();
+    let server_busy: f64 = server_points.windows(2).filter_map(|w| step_us(&m.steps, w[0], w[1])).sum();
     lines.push(Line { side: "wire", step: way("client", client_slept), mean_us: to_client, overlapped: false });
     let after = chain("client", &client[split + 1..], &mut lines);
     let sum = before + to_server + to_client + server + after;
@@ -71,7 +85,7 @@ pub fn account(medium: Medium, spin: bool, p: Procedure, m: &Measured, raw: &Raw
         client.windows(2).map(|w| step_us(&m.steps, w[0], w[1])).sum::<Option<f64>>().unwrap_or(m.on_mean_us);
     let gap = measured - sum;
     Account {
-        transport: name(medium),
+        transport: if sealed { "udp sealed" } else { name(medium) },
         waiting: if spin { "spin" } else { "block" },
         procedure: p.name(),
         calls: m.calls,
@@ -97,7 +111,11 @@ pub fn print_account(a: &Account, placement: &str) {
     outln!(
         "\n{} over {}, {} on both sides\n({placement}); mean of {} calls, µs",
         a.procedure,
-        if a.transport == "udp" { "UDP loopback" } else { "shared memory" },
+        match a.transport {
+            "udp" => "UDP loopback",
+            "udp sealed" => "UDP loopback, a secure binding (AES-256-GCM; raw baseline: the plain datagrams)",
+            _ => "shared memory",
+        },
         if a.waiting == "spin" {
             "spinning"
         } else {

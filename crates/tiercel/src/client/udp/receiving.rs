@@ -140,6 +140,7 @@ impl UdpEndpoint {
             Some(seal) => match seal.open_in_place(&mut self.rx[at]) {
                 Ok(len) => {
                     self.rx.copy_within(start + OUTER_LEN..start + OUTER_LEN + len, start);
+                    mark(Point::Opened);
                     start..start + len
                 }
                 Err(_) => {

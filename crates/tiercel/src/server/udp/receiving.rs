@@ -211,6 +211,7 @@ impl UdpWorker {
             stats.unopened.fetch_add(1, Ordering::Relaxed);
             return Ok(Landed::Received(len));
         }
+        mark(Point::Opened);
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&packet[..HEADER_LEN]);
         let p = Packet::new_unchecked(&header[..]);

@@ -36,7 +36,10 @@ impl UdpWorker {
         buf.clear();
         buf.extend_from_slice(bytes);
         match session.open_in_place(&mut buf) {
-            Ok(len) => self.handle_opened(&buf[OUTER_LEN..OUTER_LEN + len], from, Some(&session)),
+            Ok(len) => {
+                crate::steps::mark(crate::steps::Point::Opened);
+                self.handle_opened(&buf[OUTER_LEN..OUTER_LEN + len], from, Some(&session))
+            }
             Err(_) => {
                 stats.unopened.fetch_add(1, Ordering::Relaxed);
             }
