@@ -44,6 +44,7 @@ pub mod progress;
 pub mod raw;
 pub mod raw_shm;
 pub mod raw_tcp;
+pub mod relay;
 pub mod report;
 pub mod roles;
 pub mod secure;

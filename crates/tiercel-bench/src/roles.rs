@@ -32,6 +32,8 @@ enum Role {
     LossRemote(crate::loss::RemoteArgs),
     /// The rows of large calls across two namespaces, from inside the client's.
     WideRemote(crate::wide::RemoteArgs),
+    /// An on-path UDP relay that looks at, changes and replays what passes (the secure tests).
+    Relay(crate::relay::Args),
     /// A journal server of the failover test.
     JournalServer(crate::failover::ServerArgs),
     /// The failover test's client.
@@ -56,6 +58,7 @@ pub fn run_if_helper() -> Option<ExitCode> {
         Role::MachRemote(a) => crate::tables::mach_remote(a),
         Role::LossRemote(a) => crate::loss::remote(a),
         Role::WideRemote(a) => crate::wide::remote(a),
+        Role::Relay(a) => crate::relay::run(a),
         Role::JournalServer(a) => crate::failover::server(a),
         Role::JournalClient(a) => crate::failover::client(a),
         #[cfg(feature = "fault-injection")]

@@ -60,3 +60,119 @@ fn keygen_serve_with_a_key_and_call_with_the_servers_key() {
     assert!(!wrong.status.success(), "{wrong:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip (iproute2)");
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+}
+
+/// Three network namespaces in a row, client, relay and server, joined by two veth pairs: the
+/// client reaches the relay at 192.0.2.2, the relay the server at 198.51.100.2 (TEST-NET-1 and -2,
+/// which exist only inside these namespaces). Removed on drop.
+struct Path {
+    names: [String; 3],
+}
+
+impl Path {
+    fn new() -> Path {
+        let id = std::process::id();
+        let names = [format!("tsC{id}"), format!("tsR{id}"), format!("tsS{id}")];
+        let path = Path { names };
+        let [c, r, s] = &path.names;
+        for ns in [c, r, s] {
+            ip(&["netns", "add", ns]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        let links = [(c, r, "192.0.2.1/24", "192.0.2.2/24", "a"), (r, s, "198.51.100.1/24", "198.51.100.2/24", "b")];
+        for (left, right, left_addr, right_addr, tag) in links {
+            let (l, rr) = (format!("ts{tag}l{id}"), format!("ts{tag}r{id}"));
+            ip(&["link", "add", &l, "type", "veth", "peer", "name", &rr]);
+            ip(&["link", "set", &l, "netns", left]);
+            ip(&["link", "set", &rr, "netns", right]);
+            for (ns, dev, addr) in [(left, &l, left_addr), (right, &rr, right_addr)] {
+                ip(&["-n", ns, "addr", "add", addr, "dev", dev]);
+                ip(&["-n", ns, "link", "set", dev, "up"]);
+            }
+        }
+        path
+    }
+
+    /// `tiercel ARGS` in namespace `i` (0 client, 1 relay, 2 server).
+    fn tiercel(&self, i: usize, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.names[i], TIERCEL]).args(args);
+        c
+    }
+}
+
+impl Drop for Path {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes the veth ends inside it, and with them the pairs.
+        for ns in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// The counters of the relay's summary line.
+fn relayed(out: &std::process::Output) -> std::collections::HashMap<String, u64> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("relayed ")).unwrap_or_else(|| panic!("relay said {text:?}"));
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.into(), v.parse().unwrap()))
+        .collect()
+}
+
+#[test]
+fn across_namespaces_an_on_path_relay_reads_nothing_and_what_it_changes_or_replays_runs_nothing() {
+    tiercel_seeds::needs!(ROOT, IP);
+    let path = Path::new();
+    let dir = std::env::temp_dir().join(format!("tiercel-cli-relay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("server.key");
+    let key_s = key.to_str().unwrap();
+    assert!(tiercel(&["keygen", key_s]).status.success());
+    let public = std::fs::read_to_string(dir.join("server.key.pub")).unwrap().trim().to_string();
+    // Plain bindings too, so that the relay can show what it reads of one.
+    let args = ["serve", "--addr", "udp://198.51.100.2:7373", "--key", key_s, "--allow-plain", "--stats-every", "1"];
+    let served = collect(path.tiercel(2, &args).stdout(Stdio::piped()).spawn().unwrap());
+    let relay = |flip: &str, replay: &str, seconds: &str| {
+        let args =
+            ["relay", "--listen", "192.0.2.2:7400", "--to", "198.51.100.2:7373", "--marker", "MARKER-of-the-call"];
+        let extra = ["--flip-every", flip, "--replay-every", replay, "--seconds", seconds];
+        let mut c = path.tiercel(1, &[&args[..], &extra[..]].concat());
+        c.env(tiercel_bench::helpers::HELPER_ENV, "1").stdout(Stdio::piped()).spawn().unwrap()
+    };
+    let target = "udp://192.0.2.2:7400";
+    let call = |extra: &[&str]| {
+        let args = [&["call", target, "string", "MARKER-of-the-call"][..], extra].concat();
+        path.tiercel(0, &args).output().unwrap()
+    };
+    // A plain binding through the relay: the relay reads the marker.
+    let plain = relay("0", "0", "3");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = call(&[]);
+    assert!(out.status.success(), "{out:?}");
+    let seen = relayed(&plain.wait_with_output().unwrap());
+    assert!(seen["marker"] > 0, "the relay reads a plain binding's arguments: {seen:?}");
+    // A secure one, with a bit flipped in every fifth datagram each way and every third one from
+    // the client sent twice: the relay reads nothing, every call returns its right result, and
+    // what it changed or replayed is dropped unopened.
+    let before = served.wait_stats_since(0);
+    let secure = relay("5", "3", "6");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = call(&["--server-key", &public]);
+    assert!(out.status.success(), "{out:?}");
+    let check = path.tiercel(0, &["check", target, "--server-key", &public, "--rounds", "20"]).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let seen = relayed(&secure.wait_with_output().unwrap());
+    assert_eq!(seen["marker"], 0, "the relay read a secure binding's arguments: {seen:?}");
+    assert!(seen["flipped"] > 0 && seen["replayed"] > 0, "{seen:?}");
+    let printed = served.lines.lock().unwrap().len();
+    let after = served.wait_stats_since(printed);
+    let unopened = after["unopened"] - before["unopened"];
+    assert!(unopened > 0, "what the relay changed or replayed was dropped unopened: {seen:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

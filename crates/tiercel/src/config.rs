@@ -102,12 +102,13 @@ pub struct ClientConfig {
     pub interceptor: Option<crate::ClientInterceptor>,
     /// The public key of the server: with one, the client binds only to a server that proves it
     /// holds the matching private key. Over UDP and TCP the bind is then a Noise handshake and
-    /// every packet (every frame, over TCP) of the binding, both ways, is sealed (encrypted and
-    /// authenticated, `cipher`); a server that cannot prove the key is never bound
-    /// (`BindError::KeyNotProven`). Through shared memory it binds only when the server's own
-    /// sealed answer named the rendezvous. See `docs/security.md`. Costs a UDP Null
-    /// call 562 ns more (1.07 times; the cost ledger, `docs/ledger.md`), nothing through shared
-    /// memory, and each bind a handshake (four X25519 operations a side). Default: none (plain).
+    /// everything the binding sends, both ways, is sealed (encrypted and authenticated, `cipher`):
+    /// every packet over UDP, the byte stream in records over TCP; a server that cannot prove the
+    /// key is never bound (`BindError::KeyNotProven`). Through shared memory it binds only when the
+    /// server's own sealed answer named the rendezvous. See `docs/security.md`. Costs a Null call
+    /// 562 ns more over UDP (1.07 times) and 1,031 ns more over TCP (1.09 times; the cost ledger,
+    /// `docs/ledger.md`), nothing through shared memory, and each bind a handshake (four X25519
+    /// operations a side). Default: none (plain).
     pub server_key: Option<crate::PublicKey>,
     /// This client's own static key pair, which a secure binding's server learns (and a procedure
     /// sees through [`crate::caller`]). Without one, the process makes one key pair the first time
