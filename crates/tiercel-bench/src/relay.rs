@@ -51,7 +51,7 @@ impl Seen {
         if !marker.is_empty() && d.windows(marker.len()).any(|w| w == marker) {
             self.marker.fetch_add(1, Ordering::Relaxed);
         }
-        if flip_every > 0 && n % flip_every == 0 && !d.is_empty() {
+        if flip_every > 0 && n.is_multiple_of(flip_every) && !d.is_empty() {
             // A bit anywhere in the datagram, spread over the datagrams (Knuth's multiplier).
             let bit = (n.wrapping_mul(2_654_435_761) % (d.len() as u64 * 8)) as usize;
             d[bit / 8] ^= 1 << (bit % 8);
@@ -101,7 +101,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         let d = &mut buf[..n];
         seen.pass(d, count, args.flip_every, &marker);
         let _ = back.send(d);
-        if args.replay_every > 0 && count % args.replay_every == 0 {
+        if args.replay_every > 0 && count.is_multiple_of(args.replay_every) {
             let _ = back.send(d);
             seen.replayed.fetch_add(1, Ordering::Relaxed);
         }

@@ -170,7 +170,9 @@ struct Server {
 impl Server {
     /// A server of incarnation `incarnation` that admits `max_running` calls at once, with one
     /// binding of `slots` slots granted with `features`. Its token is the same in every incarnation, so that the
-    /// incarnation check alone must refuse packets from before a restart.
+    /// incarnation check alone must refuse packets from before a restart. `secure`: a secure
+    /// binding, its packets sealed with this incarnation's keys.
+    #[allow(clippy::too_many_arguments)]
     fn new(
         incarnation: u64,
         slots: usize,
