@@ -100,6 +100,16 @@ impl Outer {
         if bytes.len() < SEAL_OVERHEAD {
             return Err(NotSealed::Short);
         }
+        let mut header = [0u8; OUTER_LEN];
+        header.copy_from_slice(&bytes[..OUTER_LEN]);
+        Outer::from_header(&header)
+    }
+
+    /// The outer header in `bytes` alone (a packet received in parts, its tag apart).
+    pub fn from_header(bytes: &[u8; OUTER_LEN]) -> Result<Outer, NotSealed> {
+        if !is_sealed(bytes) {
+            return Err(NotSealed::Magic);
+        }
         if bytes[2] != SEAL_VERSION {
             return Err(NotSealed::Version(bytes[2]));
         }

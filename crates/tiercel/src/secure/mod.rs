@@ -488,9 +488,7 @@ impl Session {
         body: &mut [u8],
         tag: &[u8; TAG_LEN],
     ) -> Result<(), Dropped> {
-        let mut whole = [0u8; OUTER_LEN + TAG_LEN];
-        whole[..OUTER_LEN].copy_from_slice(outer);
-        let parsed = Outer::parse(&whole).map_err(|_| Dropped::NotOurs)?;
+        let parsed = Outer::from_header(outer).map_err(|_| Dropped::NotOurs)?;
         self.open_with(parsed, |aead, n| aead.open_separate(n, outer, body, tag))
     }
 

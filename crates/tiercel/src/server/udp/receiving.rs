@@ -180,11 +180,7 @@ impl UdpWorker {
         head.copy_from_slice(&parts[0]);
         let mut tag = [0u8; TAG_LEN];
         tag.copy_from_slice(&parts[2]);
-        let outer = {
-            let mut both = [0u8; OUTER_LEN + TAG_LEN];
-            both[..OUTER_LEN].copy_from_slice(&head);
-            Outer::parse(&both).ok()
-        };
+        let outer = Outer::from_header(&head).ok();
         let ours = len == whole
             && segment.is_none()
             && outer.is_some_and(|o| o.kind == SealType::Data && o.index == binding.id);
