@@ -23,6 +23,8 @@
 //!   admission of new calls, memory accounting and expiry.
 //! * [`bind`]: the bind exchange (client and server machines, the bind messages), the same for
 //!   every transport.
+//! * [`onc`]: ONC RPC (Sun RPC) messages, record marking and the duplicate request cache, for
+//!   tiercel's ONC server and client.
 //! * [`stream`]: framing for byte-stream transports (TCP): length-prefixed whole packets.
 //! * [`seal`]: the envelope of a secure binding's packets (its outer header) and the replay window;
 //!   the cryptography is the `tiercel` crate's.
@@ -37,6 +39,7 @@ pub mod client;
 pub mod context;
 pub mod endpoint;
 pub mod fragment;
+pub mod onc;
 pub mod seal;
 pub mod server;
 pub mod shm;
