@@ -14,7 +14,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                 let Self #pattern = self;
                 #( ::tiercel::Wire::encode(#names, __w); )*
             };
-            let decode = construct(quote!(Self), &s.fields);
+            let decode = construct(quote!(Self), &s.fields, &quote!(::tiercel::Wire::decode));
             let fields = shape_of(&s.fields);
             let shape = quote! { __s.write("struct"); #fields };
             (encode, quote!(::core::result::Result::Ok(#decode)), shape)
@@ -40,7 +40,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
                         #( ::tiercel::Wire::encode(#names, __w); )*
                     }
                 });
-                let build = construct(quote!(Self::#vname), &v.fields);
+                let build = construct(quote!(Self::#vname), &v.fields, &quote!(::tiercel::Wire::decode));
                 dec.push(quote!(#tag => ::core::result::Result::Ok(#build),));
             }
             let label = name.to_string();
@@ -91,7 +91,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     })
 }
 
-fn destructure(fields: &Fields) -> (TokenStream, Vec<syn::Ident>) {
+pub(crate) fn destructure(fields: &Fields) -> (TokenStream, Vec<syn::Ident>) {
     match fields {
         Fields::Named(f) => {
             let names: Vec<_> = f.named.iter().filter_map(|f| f.ident.clone()).collect();
@@ -105,14 +105,15 @@ fn destructure(fields: &Fields) -> (TokenStream, Vec<syn::Ident>) {
     }
 }
 
-fn construct(path: TokenStream, fields: &Fields) -> TokenStream {
+/// The value `path` of `fields`, each decoded from `__r` with `decode` (a path to a function).
+pub(crate) fn construct(path: TokenStream, fields: &Fields, decode: &TokenStream) -> TokenStream {
     match fields {
         Fields::Named(f) => {
             let names = f.named.iter().filter_map(|f| f.ident.as_ref());
-            quote!(#path { #( #names: ::tiercel::Wire::decode(__r)?, )* })
+            quote!(#path { #( #names: #decode(__r)?, )* })
         }
         Fields::Unnamed(f) => {
-            let each = f.unnamed.iter().map(|_| quote!(::tiercel::Wire::decode(__r)?));
+            let each = f.unnamed.iter().map(|_| quote!(#decode(__r)?));
             quote!(#path ( #(#each),* ))
         }
         Fields::Unit => path,

@@ -1,4 +1,5 @@
-//! Procedural macros of tiercel: `#[tiercel::interface]` and `#[derive(tiercel::Wire)]`.
+//! Procedural macros of tiercel: `#[tiercel::interface]`, `#[derive(tiercel::Wire)]` and
+//! `#[derive(tiercel::Xdr)]`.
 //!
 //! Each macro parses its input into a small typed model (collecting span-tagged errors, so a misuse
 //! points at the offending tokens), then generates straight-line code from the model: no interpreter,
@@ -8,6 +9,7 @@
 
 mod derive;
 mod interface;
+mod xdr;
 
 use proc_macro::TokenStream;
 
@@ -77,4 +79,15 @@ pub fn interface(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_derive(Wire)]
 pub fn derive_wire(input: TokenStream) -> TokenStream {
     derive::expand(input.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// Derives `tiercel::xdr::Xdr` for a struct or enum, for interfaces served over ONC RPC: a struct is
+/// an XDR `struct` (fields in declaration order; tuple fields named `f0`, `f1`, …), an enum of unit
+/// variants an XDR `enum` (constants `Enum_Variant`, numbered from 0), and an enum with data a
+/// `union` switched on the variant's index, each arm the variant's one unnamed field or a struct
+/// `Enum_Variant` of its fields. Its `.x` definition comes with the interface's
+/// (`tiercel::xdr::XFile`). The type takes no type parameters: a `.x` file names each type once.
+#[proc_macro_derive(Xdr)]
+pub fn derive_xdr(input: TokenStream) -> TokenStream {
+    xdr::expand(input.into()).unwrap_or_else(syn::Error::into_compile_error).into()
 }

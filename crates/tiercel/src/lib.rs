@@ -91,6 +91,7 @@ mod framed;
 pub mod interface;
 mod metrics;
 pub mod names;
+pub mod onc;
 mod random;
 mod rendezvous;
 mod retention;
@@ -106,6 +107,7 @@ pub mod steps;
 mod steps;
 mod transmit;
 pub mod wire;
+pub mod xdr;
 
 pub use address::{Target, ToAddress, Transport};
 pub use auth::{Secret, MIN_SECRET_LEN};
@@ -124,7 +126,7 @@ pub use interface::{
     AsyncDispatch, DispatchError, Export, ExportInfo, Import, InterfaceInfo, Region, Results, SignatureSource,
 };
 pub use server::{caller, deadline, CallInfo, Caller, RunningServer, Server, ServerStats, ShutdownHandle, StatsHandle};
-pub use tiercel_macros::{interface, Wire};
+pub use tiercel_macros::{interface, Wire, Xdr};
 pub use wire::{DecodeError, Reader, Wire, Writer};
 
 /// Expands to the async client stub a generated interface carries with the crate feature `async`.

@@ -30,6 +30,8 @@ struct Method {
     ret: Option<Type>,
     /// An `async fn`: the server runs it on its tokio runtime, not on a worker.
     asynchronous: bool,
+    /// Its ONC procedure number (`#[onc(procedure = N)]`).
+    onc: Option<u32>,
 }
 
 struct Interface {
@@ -37,6 +39,8 @@ struct Interface {
     name: Ident,
     version: u32,
     methods: Vec<Method>,
+    /// The ONC program and version it is served as (`onc(program = P, version = V)`).
+    onc: Option<(u32, u32)>,
 }
 
 /// Collects errors so that every misuse in a trait is reported at once.
@@ -54,16 +58,19 @@ impl Errors {
 }
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let version = parse_version(attr)?;
+    let (version, onc) = parse_options(attr)?;
     let mut item: ItemTrait = parse2(item)?;
-    let model = parse_trait(&item, version)?;
+    let model = parse_trait(&item, version, onc)?;
     let client = generate_client(&model);
     let server = generate_server(&model);
+    let onc = onc::generate_onc(&model);
     desugar_async(&mut item);
+    strip_onc(&mut item);
     Ok(quote! {
         #item
         #client
         #server
+        #onc
     })
 }
 
@@ -85,25 +92,74 @@ fn desugar_async(item: &mut ItemTrait) {
     }
 }
 
-fn parse_version(attr: TokenStream) -> syn::Result<u32> {
-    if attr.is_empty() {
-        return Ok(1);
-    }
+/// The interface's version, and its ONC program and version if it has them.
+fn parse_options(attr: TokenStream) -> syn::Result<(u32, Option<(u32, u32)>)> {
     let mut version = 1;
+    let mut onc = None;
     let parser = syn::meta::parser(|meta| {
         if meta.path.is_ident("version") {
             let lit: syn::LitInt = meta.value()?.parse()?;
             version = lit.base10_parse()?;
             Ok(())
+        } else if meta.path.is_ident("onc") {
+            let (mut program, mut onc_version) = (None, None);
+            meta.parse_nested_meta(|m| {
+                let lit: syn::LitInt = m.value()?.parse()?;
+                if m.path.is_ident("program") {
+                    program = Some(lit.base10_parse()?);
+                } else if m.path.is_ident("version") {
+                    onc_version = Some(lit.base10_parse()?);
+                } else {
+                    return Err(m.error("expected `program = P` or `version = V`"));
+                }
+                Ok(())
+            })?;
+            let program = program.ok_or_else(|| meta.error("`onc(...)` needs `program = P`"))?;
+            onc = Some((program, onc_version.unwrap_or(1)));
+            Ok(())
         } else {
-            Err(meta.error("unknown interface option; expected `version = N`"))
+            Err(meta.error("unknown interface option; expected `version = N` or `onc(program = P, version = V)`"))
         }
     });
     syn::parse::Parser::parse2(parser, attr)?;
-    Ok(version)
+    Ok((version, onc))
 }
 
-fn parse_trait(item: &ItemTrait, version: u32) -> syn::Result<Interface> {
+/// Whether `attr` is `#[onc(...)]`.
+fn is_onc(attr: &syn::Attribute) -> bool {
+    attr.path().is_ident("onc")
+}
+
+/// Removes the `#[onc(...)]` attributes of the trait's methods (they are this macro's).
+fn strip_onc(item: &mut ItemTrait) {
+    for ti in &mut item.items {
+        if let TraitItem::Fn(f) = ti {
+            f.attrs.retain(|a| !is_onc(a));
+        }
+    }
+}
+
+/// A method's `#[onc(procedure = N)]`.
+fn onc_procedure(attrs: &[syn::Attribute], errors: &mut Errors) -> Option<u32> {
+    let mut number = None;
+    for attr in attrs.iter().filter(|a| is_onc(a)) {
+        let parsed = attr.parse_nested_meta(|m| {
+            if m.path.is_ident("procedure") {
+                let lit: syn::LitInt = m.value()?.parse()?;
+                number = Some(lit.base10_parse()?);
+                Ok(())
+            } else {
+                Err(m.error("expected `procedure = N`"))
+            }
+        });
+        if let Err(e) = parsed {
+            errors.push(e.span(), e);
+        }
+    }
+    number
+}
+
+fn parse_trait(item: &ItemTrait, version: u32, onc: Option<(u32, u32)>) -> syn::Result<Interface> {
     let mut errors = Errors::default();
     if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
         errors.push(item.generics.span(), "an RPC interface cannot be generic");
@@ -183,14 +239,21 @@ fn parse_trait(item: &ItemTrait, version: u32) -> syn::Result<Interface> {
                 Some((**ty).clone())
             }
         };
-        methods.push(Method { name: sig.ident.clone(), attrs: f.attrs.clone(), args, ret, asynchronous });
+        let procedure = onc_procedure(&f.attrs, &mut errors);
+        if onc.is_some() {
+            check_onc(sig, &args, asynchronous, procedure, &methods, &mut errors);
+        } else if procedure.is_some() {
+            errors.push(sig.ident.span(), "`#[onc(procedure = N)]` needs `onc(program = P)` on the interface");
+        }
+        let attrs = f.attrs.iter().filter(|a| !is_onc(a)).cloned().collect();
+        methods.push(Method { name: sig.ident.clone(), attrs, args, ret, asynchronous, onc: procedure });
     }
     if methods.len() > u16::MAX as usize {
         errors.push(item.ident.span(), "an interface has at most 65535 procedures");
     }
     match errors.0 {
         Some(e) => Err(e),
-        None => Ok(Interface { vis: item.vis.clone(), name: item.ident.clone(), version, methods }),
+        None => Ok(Interface { vis: item.vis.clone(), name: item.ident.clone(), version, methods, onc }),
     }
 }
 
@@ -311,7 +374,42 @@ fn in_place_of(method: &Method) -> bool {
         && method.args.last().is_some_and(|a| matches!(a.kind, ArgKind::InOut))
 }
 
+/// What a procedure of an interface served over ONC must be.
+fn check_onc(
+    sig: &syn::Signature,
+    args: &[Arg],
+    asynchronous: bool,
+    procedure: Option<u32>,
+    before: &[Method],
+    errors: &mut Errors,
+) {
+    match procedure {
+        None => errors.push(
+            sig.ident.span(),
+            "a procedure of an ONC interface needs its number: `#[onc(procedure = N)]` (1 or more; 0 is the null procedure)",
+        ),
+        Some(0) => errors.push(sig.ident.span(), "ONC procedure 0 is the null procedure, which every program answers"),
+        Some(n) if before.iter().any(|m| m.onc == Some(n)) => {
+            errors.push(sig.ident.span(), format!("ONC procedure {n} is already another procedure's"))
+        }
+        Some(_) => {}
+    }
+    if asynchronous {
+        errors.push(
+            sig.ident.span(),
+            "a procedure of an ONC interface is synchronous (the ONC server runs it on its threads)",
+        );
+    }
+    for a in args.iter().filter(|a| matches!(a.kind, ArgKind::Out | ArgKind::InOut)) {
+        errors.push(
+            a.ty.span(),
+            "ONC calls carry values: take `&[u8]` or `Vec<u8>` and return the bytes, not `Out` or `InOut`",
+        );
+    }
+}
+
 mod client;
+mod onc;
 mod server;
 
 use client::generate_client;

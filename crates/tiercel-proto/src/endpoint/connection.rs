@@ -64,6 +64,17 @@ pub enum Caller {
         /// Its static public key (X25519).
         key: [u8; 32],
     },
+    /// An ONC RPC caller with an `AUTH_SYS` credential: the address its call came from and the
+    /// user and group it says it is. Claims of the calling machine, not proofs: believe them as far
+    /// as you trust the machines that can reach the server.
+    System {
+        /// Where the call came from.
+        address: std::net::SocketAddr,
+        /// The user id the credential claims.
+        uid: u32,
+        /// The group id it claims.
+        gid: u32,
+    },
 }
 
 impl Caller {
@@ -72,7 +83,9 @@ impl Caller {
         match *self {
             Caller::Address(a) => Source::Address(a.ip().to_canonical()),
             Caller::Process { uid, .. } => Source::User(uid),
-            Caller::Key { address, .. } => Source::Address(address.ip().to_canonical()),
+            Caller::Key { address, .. } | Caller::System { address, .. } => {
+                Source::Address(address.ip().to_canonical())
+            }
         }
     }
 

@@ -339,12 +339,12 @@ fn intercept(
 
 /// The running call's caller and deadline (the deadline's thread-local written only for a call
 /// that has one), set for the time a procedure runs.
-struct Current {
+pub(crate) struct Current {
     deadline: bool,
 }
 
 impl Current {
-    fn set(deadline: Option<Instant>, caller: Option<super::intercept::Caller>) -> Current {
+    pub(crate) fn set(deadline: Option<Instant>, caller: Option<super::intercept::Caller>) -> Current {
         if deadline.is_some() {
             DEADLINE.with(|d| d.set(deadline));
         }

@@ -12,6 +12,7 @@ mod outbox;
 mod running;
 mod secure;
 
+pub(crate) use dispatch::Current;
 pub use dispatch::{caller, deadline};
 pub use intercept::{CallInfo, Caller};
 pub use running::{RunningServer, ShutdownHandle};

@@ -1,0 +1,485 @@
+//! ONC RPC: a tiercel interface served to a C client that `rpcgen` made from the interface's own
+//! `.x` file and libtirpc runs, over UDP and TCP; the RFC's reply statuses; retransmitted calls run
+//! once; `rpcbind` lists the server while it runs and not after.
+//!
+//! Needs `rpcgen` (Debian's `rpcsvc-proto`), `libtirpc-dev`, `rpcbind` and a C compiler: `./test`
+//! installs them.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tiercel::onc::{OncServer, RunningOnc};
+use tiercel_proto::onc::{self, Accepted, AuthSys, Credential, ReplyStatus};
+
+#[derive(tiercel::Wire, tiercel::Xdr, Debug, Clone, PartialEq)]
+pub enum Color {
+    Red,
+    Green,
+    Blue,
+}
+
+#[derive(tiercel::Wire, tiercel::Xdr, Debug, Clone, PartialEq)]
+pub struct Point {
+    pub x: i32,
+    pub y: i32,
+}
+
+#[derive(tiercel::Wire, tiercel::Xdr, Debug, Clone, PartialEq)]
+pub enum Shape {
+    Empty,
+    Circle(u32),
+    Rect { w: u32, h: u32 },
+}
+
+#[derive(tiercel::Wire, tiercel::Xdr, Debug, Clone, PartialEq)]
+pub struct Node {
+    pub value: i32,
+    pub next: Option<Box<Node>>,
+}
+
+/// Every type XDR has, as the interface's one struct.
+#[derive(tiercel::Wire, tiercel::Xdr, Debug, Clone, PartialEq)]
+pub struct Everything {
+    pub i: i32,
+    pub u: u32,
+    pub h: i64,
+    pub uh: u64,
+    pub b: bool,
+    pub f: f32,
+    pub d: f64,
+    pub name: String,
+    pub data: Vec<u8>,
+    pub key: [u8; 8],
+    pub points: Vec<Point>,
+    pub pair: [Point; 2],
+    pub color: Color,
+    pub shape: Shape,
+    pub maybe: Option<Point>,
+    pub list: Option<Box<Node>>,
+}
+
+#[tiercel::interface(onc(program = 0x2000_7101, version = 1))]
+pub trait Kitchen {
+    #[onc(procedure = 1)]
+    fn add(&self, a: i32, b: i32) -> i32;
+    /// Returns its argument with every number plus one, every string and list reversed, the
+    /// union's next variant and the list one node longer.
+    #[onc(procedure = 2)]
+    fn change(&self, e: Everything) -> Everything;
+    #[onc(procedure = 3)]
+    fn length(&self, data: &[u8]) -> u32;
+    #[onc(procedure = 4)]
+    fn greet(&self, name: &str) -> String;
+    /// The caller's uid (from `AUTH_SYS`), or `u32::MAX` without one.
+    #[onc(procedure = 5)]
+    fn whoami(&self) -> u32;
+    #[onc(procedure = 6)]
+    fn fail(&self);
+    /// Counts its runs.
+    #[onc(procedure = 7)]
+    fn bump(&self) -> u64;
+}
+
+#[derive(Default)]
+struct Impl {
+    bumps: Arc<AtomicU64>,
+}
+
+impl Kitchen for Impl {
+    fn add(&self, a: i32, b: i32) -> i32 {
+        a.wrapping_add(b)
+    }
+    fn change(&self, e: Everything) -> Everything {
+        change(e)
+    }
+    fn length(&self, data: &[u8]) -> u32 {
+        data.len() as u32
+    }
+    fn greet(&self, name: &str) -> String {
+        format!("hello, {name}")
+    }
+    fn whoami(&self) -> u32 {
+        match tiercel::caller() {
+            Some(tiercel::Caller::System { uid, .. }) => uid,
+            _ => u32::MAX,
+        }
+    }
+    fn fail(&self) {
+        panic!("this procedure always fails");
+    }
+    fn bump(&self) -> u64 {
+        self.bumps.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
+fn change(e: Everything) -> Everything {
+    let p = |p: Point| Point { x: p.x + 1, y: p.y + 1 };
+    Everything {
+        i: e.i + 1,
+        u: e.u + 1,
+        h: e.h + 1,
+        uh: e.uh + 1,
+        b: !e.b,
+        f: e.f + 1.0,
+        d: e.d + 1.0,
+        name: e.name.chars().rev().collect(),
+        data: e.data.iter().rev().copied().collect(),
+        key: e.key.map(|b| b + 1),
+        points: e.points.into_iter().rev().map(p).collect(),
+        pair: e.pair.map(p),
+        color: match e.color {
+            Color::Red => Color::Green,
+            Color::Green => Color::Blue,
+            Color::Blue => Color::Red,
+        },
+        shape: match e.shape {
+            Shape::Empty => Shape::Circle(1),
+            Shape::Circle(r) => Shape::Rect { w: r, h: r + 1 },
+            Shape::Rect { .. } => Shape::Empty,
+        },
+        maybe: e.maybe.map(p),
+        list: Some(Box::new(Node { value: 0, next: e.list })),
+    }
+}
+
+fn serve() -> RunningOnc {
+    OncServer::new().export(KitchenServer::new(Impl::default())).serve("127.0.0.1:0").unwrap()
+}
+
+fn everything() -> Everything {
+    Everything {
+        i: -5,
+        u: 7,
+        h: -(1 << 40),
+        uh: 1 << 50,
+        b: true,
+        f: 1.5,
+        d: -2.25,
+        name: "tiercel".into(),
+        data: vec![1, 2, 3],
+        key: [9; 8],
+        points: vec![Point { x: 1, y: 2 }, Point { x: 3, y: 4 }],
+        pair: [Point { x: 5, y: 6 }, Point { x: 7, y: 8 }],
+        color: Color::Blue,
+        shape: Shape::Circle(4),
+        maybe: Some(Point { x: 10, y: 20 }),
+        list: Some(Box::new(Node { value: 1, next: Some(Box::new(Node { value: 2, next: None })) })),
+    }
+}
+
+/// Sends `msg` over UDP and reads the reply, if one comes within a second.
+fn udp_exchange(socket: &UdpSocket, to: SocketAddr, msg: &[u8]) -> Option<Vec<u8>> {
+    socket.send_to(msg, to).unwrap();
+    let mut buf = vec![0u8; 65_536];
+    let n = socket.recv(&mut buf).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+fn call_bytes(
+    xid: u32,
+    program: u32,
+    version: u32,
+    procedure: u32,
+    credential: &Credential<'_>,
+    args: &[u8],
+) -> Vec<u8> {
+    let mut msg = Vec::new();
+    onc::write_call(&mut msg, xid, program, version, procedure, credential);
+    msg.extend_from_slice(args);
+    msg
+}
+
+fn status_of(reply: &[u8]) -> ReplyStatus {
+    onc::parse_reply(reply).expect("a reply").status
+}
+
+fn udp_socket() -> UdpSocket {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    socket
+}
+
+const P: u32 = KitchenOnc::PROGRAM;
+
+#[test]
+fn every_xdr_type_round_trips_through_the_server_as_xdr() {
+    let server = serve();
+    let socket = udp_socket();
+    let mut args = Vec::new();
+    tiercel::xdr::Xdr::encode(&everything(), &mut args);
+    let reply = udp_exchange(&socket, server.udp_addr(), &call_bytes(1, P, 1, 2, &Credential::None, &args)).unwrap();
+    let reply = onc::parse_reply(&reply).unwrap();
+    assert_eq!(reply.status, ReplyStatus::Accepted(Accepted::Success));
+    let mut r = tiercel::xdr::XdrReader::new(reply.results);
+    let got: Everything = r.decode().unwrap();
+    r.finish().unwrap();
+    assert_eq!(got, change(everything()));
+}
+
+#[test]
+fn each_refusal_gets_the_status_rfc_5531_gives_it_and_nothing_runs() {
+    let server = serve();
+    let socket = udp_socket();
+    let to = server.udp_addr();
+    let sys = AuthSys::new(1, b"here", 1234, 100);
+    let cases: Vec<(Vec<u8>, ReplyStatus)> = vec![
+        (call_bytes(1, P + 1, 1, 1, &Credential::None, &[0; 8]), ReplyStatus::Accepted(Accepted::ProgUnavail)),
+        (
+            call_bytes(2, P, 2, 1, &Credential::None, &[0; 8]),
+            ReplyStatus::Accepted(Accepted::ProgMismatch { low: 1, high: 1 }),
+        ),
+        (call_bytes(3, P, 1, 99, &Credential::None, &[]), ReplyStatus::Accepted(Accepted::ProcUnavail)),
+        (call_bytes(4, P, 1, 1, &Credential::None, &[0; 4]), ReplyStatus::Accepted(Accepted::GarbageArgs)),
+        (call_bytes(5, P, 1, 1, &Credential::None, &[0; 12]), ReplyStatus::Accepted(Accepted::GarbageArgs)),
+        (call_bytes(6, P, 1, 6, &Credential::None, &[]), ReplyStatus::Accepted(Accepted::SystemErr)),
+        (call_bytes(7, P, 1, 0, &Credential::None, &[]), ReplyStatus::Accepted(Accepted::Success)),
+        (call_bytes(8, P, 1, 0, &Credential::Sys(sys), &[]), ReplyStatus::Accepted(Accepted::Success)),
+    ];
+    for (msg, want) in &cases {
+        let reply = udp_exchange(&socket, to, msg).unwrap();
+        assert_eq!(status_of(&reply), *want, "xid {}", onc::parse_reply(&reply).unwrap().xid);
+    }
+    let mut other_rpc = call_bytes(9, P, 1, 0, &Credential::None, &[]);
+    other_rpc[8..12].copy_from_slice(&3u32.to_be_bytes());
+    let reply = udp_exchange(&socket, to, &other_rpc).unwrap();
+    assert_eq!(status_of(&reply), ReplyStatus::RpcMismatch { low: 2, high: 2 });
+    let mut other_flavor = call_bytes(10, P, 1, 0, &Credential::None, &[]);
+    other_flavor[24..28].copy_from_slice(&6u32.to_be_bytes());
+    let reply = udp_exchange(&socket, to, &other_flavor).unwrap();
+    assert_eq!(status_of(&reply), ReplyStatus::AuthError(onc::auth::REJECTEDCRED));
+    assert_eq!(udp_exchange(&socket, to, &[1, 2, 3]), None, "bytes that are not a call get no answer");
+    let stats = server.stats();
+    assert_eq!(stats.malformed, 1);
+    assert_eq!(stats.calls, 3, "the two null calls and the procedure that panicked ran; nothing else");
+}
+
+#[test]
+fn a_retransmitted_call_runs_once_and_gets_the_same_reply_over_udp_and_tcp() {
+    let bumps = Arc::new(AtomicU64::new(0));
+    let server =
+        OncServer::new().export(KitchenServer::new(Impl { bumps: bumps.clone() })).serve("127.0.0.1:0").unwrap();
+    let socket = udp_socket();
+    let msg = call_bytes(77, P, 1, 7, &Credential::None, &[]);
+    let first = udp_exchange(&socket, server.udp_addr(), &msg).unwrap();
+    let again = udp_exchange(&socket, server.udp_addr(), &msg).unwrap();
+    assert_eq!(first, again);
+    assert_eq!(bumps.load(Ordering::SeqCst), 1);
+    // The same xid from another port is another caller's call.
+    let other = udp_exchange(&udp_socket(), server.udp_addr(), &msg).unwrap();
+    assert_ne!(other, first);
+    assert_eq!(bumps.load(Ordering::SeqCst), 2);
+
+    let mut tcp = TcpStream::connect(server.tcp_addr()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut record = onc::record_mark(msg.len(), true).to_vec();
+    record.extend_from_slice(&msg);
+    let mut replies = Vec::new();
+    for _ in 0..2 {
+        tcp.write_all(&record).unwrap();
+        let mut mark = [0u8; 4];
+        tcp.read_exact(&mut mark).unwrap();
+        let len = (u32::from_be_bytes(mark) & !onc::LAST_FRAGMENT) as usize;
+        let mut reply = vec![0u8; len];
+        tcp.read_exact(&mut reply).unwrap();
+        replies.push(reply);
+    }
+    assert_eq!(replies[0], replies[1]);
+    assert_eq!(bumps.load(Ordering::SeqCst), 3, "once over TCP, however often it came");
+    assert_eq!(server.stats().replayed, 2);
+}
+
+#[test]
+fn a_tcp_record_longer_than_the_bound_ends_its_connection_and_the_server_serves_on() {
+    let server = serve();
+    let mut tcp = TcpStream::connect(server.tcp_addr()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    tcp.write_all(&onc::record_mark(onc::MAX_FRAGMENT, true)).unwrap();
+    let mut buf = [0u8; 4];
+    assert!(matches!(tcp.read(&mut buf), Ok(0) | Err(_)), "the connection was closed");
+    let reply = udp_exchange(&udp_socket(), server.udp_addr(), &call_bytes(1, P, 1, 0, &Credential::None, &[]));
+    assert_eq!(status_of(&reply.unwrap()), ReplyStatus::Accepted(Accepted::Success));
+    assert_eq!(server.stats().connections_closed, 1);
+}
+
+#[test]
+fn the_interceptor_sees_the_callers_credential_and_its_refusal_runs_nothing() {
+    let bumps = Arc::new(AtomicU64::new(0));
+    let server = OncServer::new()
+        .export(KitchenServer::new(Impl { bumps: bumps.clone() }))
+        .intercept(|call| match call.caller {
+            Some(tiercel::Caller::System { uid: 0, .. }) => Ok(()),
+            _ if call.procedure == "whoami" => Ok(()),
+            other => Err(format!("{other:?} may not call {}", call.procedure)),
+        })
+        .serve("127.0.0.1:0")
+        .unwrap();
+    let socket = udp_socket();
+    let to = server.udp_addr();
+    let reply = udp_exchange(&socket, to, &call_bytes(1, P, 1, 7, &Credential::None, &[])).unwrap();
+    assert_eq!(status_of(&reply), ReplyStatus::AuthError(5), "AUTH_TOOWEAK");
+    assert_eq!(bumps.load(Ordering::SeqCst), 0);
+    let root = AuthSys::new(1, b"here", 0, 0);
+    let reply = udp_exchange(&socket, to, &call_bytes(2, P, 1, 7, &Credential::Sys(root), &[])).unwrap();
+    assert_eq!(status_of(&reply), ReplyStatus::Accepted(Accepted::Success));
+    assert_eq!(bumps.load(Ordering::SeqCst), 1);
+    let user = AuthSys::new(1, b"here", 1234, 100);
+    let reply = udp_exchange(&socket, to, &call_bytes(3, P, 1, 5, &Credential::Sys(user), &[])).unwrap();
+    assert_eq!(onc::parse_reply(&reply).unwrap().results, 1234u32.to_be_bytes());
+}
+
+/// The interface's `.x` file, `rpcgen -N` on it, and a C client built from what it made.
+fn build_c_client(dir: &Path) -> Option<PathBuf> {
+    let tools = ["rpcgen", "cc"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
+    if !tools || !Path::new("/usr/include/tirpc/rpc/rpc.h").exists() {
+        return None;
+    }
+    std::fs::write(dir.join("kitchen.x"), KitchenOnc::x_file()).unwrap();
+    for (flag, out) in [("-h", "kitchen.h"), ("-c", "kitchen_xdr.c"), ("-l", "kitchen_clnt.c")] {
+        let made = Command::new("rpcgen").current_dir(dir).args(["-N", flag, "-o", out, "kitchen.x"]).output().unwrap();
+        assert!(
+            made.status.success(),
+            "rpcgen {flag}: {}\n{}",
+            String::from_utf8_lossy(&made.stderr),
+            KitchenOnc::x_file()
+        );
+    }
+    std::fs::write(dir.join("client.c"), C_CLIENT).unwrap();
+    let built = Command::new("cc")
+        .current_dir(dir)
+        .args([
+            "-Wall",
+            "-I/usr/include/tirpc",
+            "-o",
+            "client",
+            "client.c",
+            "kitchen_clnt.c",
+            "kitchen_xdr.c",
+            "-ltirpc",
+        ])
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "cc: {}", String::from_utf8_lossy(&built.stderr));
+    Some(dir.join("client"))
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tiercel-onc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Needs the tools: skipped (with a message) where they are missing; `./test` installs them and
+/// fails if any test was skipped.
+#[test]
+fn a_c_client_made_by_rpcgen_calls_every_procedure_over_udp_and_tcp() {
+    let dir = temp_dir("c-client");
+    let Some(client) = build_c_client(&dir) else {
+        eprintln!("SKIPPED: needs rpcgen, cc and libtirpc-dev");
+        return;
+    };
+    let server = serve();
+    for (transport, addr) in [("udp", server.udp_addr()), ("tcp", server.tcp_addr())] {
+        let out = Command::new(&client).args([transport, &addr.port().to_string()]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "the C client over {transport}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(text.lines().filter(|l| l.starts_with("ok ")).count(), 7, "over {transport}:\n{text}");
+    }
+    assert_eq!(server.stats().calls, 14);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A C client of the `Kitchen` program by address (`udp` or `tcp`, then the port on 127.0.0.1):
+/// each line it prints is `ok <procedure>` or `FAIL <procedure>: why`; it exits non-zero on a failure.
+const C_CLIENT: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <rpc/rpc.h>
+#include "kitchen.h"
+
+static int failed = 0;
+#define CHECK(name, cond) do { if (cond) printf("ok %s\n", name); else { printf("FAIL %s: %s\n", name, #cond); failed = 1; } } while (0)
+
+int main(int argc, char **argv) {
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(atoi(argv[2]));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int sock = RPC_ANYSOCK;
+    CLIENT *c;
+    if (strcmp(argv[1], "udp") == 0) {
+        struct timeval wait = { 0, 200000 };
+        c = clntudp_create(&addr, KITCHEN_PROG, KITCHEN_V1, wait, &sock);
+    } else {
+        c = clnttcp_create(&addr, KITCHEN_PROG, KITCHEN_V1, &sock, 0, 0);
+    }
+    if (!c) { clnt_pcreateerror("create"); return 2; }
+    struct timeval total = { 5, 0 };
+    clnt_control(c, CLSET_TIMEOUT, (char *)&total);
+    c->cl_auth = authunix_create("c-client", 4321, 99, 0, NULL);
+
+    int *sum = add_1(40, 2, c);
+    CHECK("add", sum && *sum == 42);
+
+    Everything e;
+    memset(&e, 0, sizeof e);
+    e.i = -5; e.u = 7; e.h = -(1LL << 40); e.uh = 1ULL << 50; e.b = 1; e.f = 1.5; e.d = -2.25;
+    e.name = "tiercel";
+    char data[3] = { 1, 2, 3 };
+    e.data.data_len = 3; e.data.data_val = data;
+    memset(e.key, 9, 8);
+    Point points[2] = { { 1, 2 }, { 3, 4 } };
+    e.points.points_len = 2; e.points.points_val = points;
+    e.pair[0].x = 5; e.pair[0].y = 6; e.pair[1].x = 7; e.pair[1].y = 8;
+    e.color = Color_Blue;
+    e.shape.kind = 1; e.shape.Shape_u.Circle = 4;
+    Point maybe = { 10, 20 };
+    e.maybe = &maybe;
+    Node second = { 2, NULL };
+    Node first = { 1, &second };
+    e.list = &first;
+    Everything *r = change_1(e, c);
+    CHECK("change", r && r->i == -4 && r->u == 8 && r->h == -(1LL << 40) + 1 && r->uh == (1ULL << 50) + 1
+        && r->b == 0 && r->f == 2.5 && r->d == -1.25 && strcmp(r->name, "lecreit") == 0
+        && r->data.data_len == 3 && r->data.data_val[0] == 3 && r->data.data_val[2] == 1
+        && r->key[0] == 10 && r->key[7] == 10
+        && r->points.points_len == 2 && r->points.points_val[0].x == 4 && r->points.points_val[1].y == 3
+        && r->pair[1].x == 8 && r->pair[1].y == 9 && r->color == Color_Red
+        && r->shape.kind == 2 && r->shape.Shape_u.Rect.w == 4 && r->shape.Shape_u.Rect.h == 5
+        && r->maybe && r->maybe->x == 11 && r->maybe->y == 21
+        && r->list && r->list->value == 0 && r->list->next && r->list->next->value == 1
+        && r->list->next->next && r->list->next->next->value == 2 && !r->list->next->next->next);
+
+    char big[5000];
+    memset(big, 7, sizeof big);
+    octets b = { sizeof big, big };
+    u_int *len = length_1(b, c);
+    CHECK("length", len && *len == 5000);
+
+    char **hello = greet_1("C", c);
+    CHECK("greet", hello && strcmp(*hello, "hello, C") == 0);
+
+    u_int *uid = whoami_1(c);
+    CHECK("whoami", uid && *uid == 4321);
+
+    enum clnt_stat st = clnt_call(c, 6, (xdrproc_t)xdr_void, NULL, (xdrproc_t)xdr_void, NULL, total);
+    CHECK("fail", st == RPC_SYSTEMERROR);
+
+    st = clnt_call(c, 0, (xdrproc_t)xdr_void, NULL, (xdrproc_t)xdr_void, NULL, total);
+    CHECK("null", st == RPC_SUCCESS);
+
+    auth_destroy(c->cl_auth);
+    clnt_destroy(c);
+    return failed;
+}
+"#;
