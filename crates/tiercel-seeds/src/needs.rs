@@ -26,6 +26,13 @@ pub enum Need {
         /// The Debian package to install for it.
         package: &'static str,
     },
+    /// A file (a C header), and the Debian package that has it.
+    File {
+        /// The file's path.
+        path: &'static str,
+        /// The Debian package to install for it.
+        package: &'static str,
+    },
 }
 
 /// Root.
@@ -38,6 +45,14 @@ pub const NFT: Need = Need::Command { name: "nft", package: "nftables" };
 pub const ETCD: Need = Need::Command { name: "etcd", package: "etcd-server" };
 /// `perf`, to count system calls.
 pub const PERF: Need = Need::Command { name: "perf", package: "linux-perf" };
+/// `rpcgen`, to make C stubs of an ONC interface.
+pub const RPCGEN: Need = Need::Command { name: "rpcgen", package: "rpcsvc-proto" };
+/// libtirpc's headers and library, to build C ONC clients and servers.
+pub const TIRPC: Need = Need::File { path: "/usr/include/tirpc/rpc/rpc.h", package: "libtirpc-dev" };
+/// A C compiler.
+pub const CC: Need = Need::Command { name: "cc", package: "gcc" };
+/// `rpcbind` and `rpcinfo`.
+pub const RPCBIND: Need = Need::Command { name: "rpcbind", package: "rpcbind" };
 
 impl Need {
     /// Whether this machine has it.
@@ -45,6 +60,7 @@ impl Need {
         match self {
             Need::Root => crate::is_root(),
             Need::Command { name, .. } => on_path(name),
+            Need::File { path, .. } => std::path::Path::new(path).is_file(),
         }
     }
 
@@ -53,6 +69,7 @@ impl Need {
         match self {
             Need::Root => "needs root".to_owned(),
             Need::Command { name, package } => format!("needs `{name}` (apt-get install {package})"),
+            Need::File { path, package } => format!("needs {path} (apt-get install {package})"),
         }
     }
 }

@@ -334,11 +334,7 @@ fn the_interceptor_sees_the_callers_credential_and_its_refusal_runs_nothing() {
 }
 
 /// The interface's `.x` file, `rpcgen -N` on it, and a C client built from what it made.
-fn build_c_client(dir: &Path) -> Option<PathBuf> {
-    let tools = ["rpcgen", "cc"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
-    if !tools || !Path::new("/usr/include/tirpc/rpc/rpc.h").exists() {
-        return None;
-    }
+fn build_c_client(dir: &Path) -> PathBuf {
     std::fs::write(dir.join("kitchen.x"), KitchenOnc::x_file()).unwrap();
     for (flag, out) in [("-h", "kitchen.h"), ("-c", "kitchen_xdr.c"), ("-l", "kitchen_clnt.c")] {
         let made = Command::new("rpcgen").current_dir(dir).args(["-N", flag, "-o", out, "kitchen.x"]).output().unwrap();
@@ -365,7 +361,7 @@ fn build_c_client(dir: &Path) -> Option<PathBuf> {
         .output()
         .unwrap();
     assert!(built.status.success(), "cc: {}", String::from_utf8_lossy(&built.stderr));
-    Some(dir.join("client"))
+    dir.join("client")
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -375,15 +371,11 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// Needs the tools: skipped (with a message) where they are missing; `./test` installs them and
-/// fails if any test was skipped.
 #[test]
 fn a_c_client_made_by_rpcgen_calls_every_procedure_over_udp_and_tcp() {
+    tiercel_seeds::needs!(RPCGEN, TIRPC, CC);
     let dir = temp_dir("c-client");
-    let Some(client) = build_c_client(&dir) else {
-        eprintln!("SKIPPED: needs rpcgen, cc and libtirpc-dev");
-        return;
-    };
+    let client = build_c_client(&dir);
     let server = serve();
     for (transport, addr) in [("udp", server.udp_addr()), ("tcp", server.tcp_addr())] {
         let out = Command::new(&client).args([transport, &addr.port().to_string()]).output().unwrap();
@@ -395,7 +387,66 @@ fn a_c_client_made_by_rpcgen_calls_every_procedure_over_udp_and_tcp() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A C client of the `Kitchen` program by address (`udp` or `tcp`, then the port on 127.0.0.1):
+/// This host's `rpcbind`: the one running, or one this test starts (and stops when dropped).
+struct Rpcbind(Option<std::process::Child>);
+
+impl Drop for Rpcbind {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn rpcinfo() -> Option<String> {
+    let out = Command::new("rpcinfo").arg("-p").arg("127.0.0.1").output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn rpcbind() -> Rpcbind {
+    if rpcinfo().is_some() {
+        return Rpcbind(None);
+    }
+    let child = Command::new("rpcbind").arg("-f").spawn().expect("rpcbind starts");
+    let running = Rpcbind(Some(child));
+    for _ in 0..100 {
+        if rpcinfo().is_some() {
+            return running;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("rpcbind started but does not answer rpcinfo");
+}
+
+/// Whether `rpcinfo -p` lists the program over `protocol` at `port`.
+fn listed(program: u32, protocol: &str, port: u16) -> bool {
+    let want = [program.to_string(), "1".into(), protocol.into(), port.to_string()];
+    rpcinfo().unwrap_or_default().lines().any(|l| l.split_whitespace().take(4).eq(want.iter().map(String::as_str)))
+}
+
+#[test]
+fn rpcbind_lists_the_server_while_it_runs_and_a_c_client_finds_it_there() {
+    tiercel_seeds::needs!(ROOT, RPCBIND, RPCGEN, TIRPC, CC);
+    let dir = temp_dir("rpcbind");
+    let _rpcbind = rpcbind();
+    let client = build_c_client(&dir);
+    let server =
+        OncServer::new().export(KitchenServer::new(Impl::default())).register(true).serve("127.0.0.1:0").unwrap();
+    let port = server.udp_addr().port();
+    assert!(listed(P, "udp", port) && listed(P, "tcp", server.tcp_addr().port()), "{:?}", rpcinfo());
+    for transport in ["rpcbind-udp", "rpcbind-tcp"] {
+        let out = Command::new(&client).arg(transport).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "the C client by {transport}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    }
+    server.stop();
+    assert!(!listed(P, "udp", port) && !rpcinfo().unwrap_or_default().contains(&P.to_string()), "{:?}", rpcinfo());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A C client of the `Kitchen` program by address (`udp` or `tcp`, then the port on 127.0.0.1) or
+/// found through `rpcbind` (`rpcbind-udp` or `rpcbind-tcp`):
 /// each line it prints is `ok <procedure>` or `FAIL <procedure>: why`; it exits non-zero on a failure.
 const C_CLIENT: &str = r#"
 #include <stdio.h>
@@ -413,11 +464,13 @@ int main(int argc, char **argv) {
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
-    addr.sin_port = htons(atoi(argv[2]));
+    addr.sin_port = htons(argc > 2 ? atoi(argv[2]) : 0);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     int sock = RPC_ANYSOCK;
     CLIENT *c;
-    if (strcmp(argv[1], "udp") == 0) {
+    if (strncmp(argv[1], "rpcbind-", 8) == 0) {
+        c = clnt_create("127.0.0.1", KITCHEN_PROG, KITCHEN_V1, argv[1] + 8);
+    } else if (strcmp(argv[1], "udp") == 0) {
         struct timeval wait = { 0, 200000 };
         c = clntudp_create(&addr, KITCHEN_PROG, KITCHEN_V1, wait, &sock);
     } else {
