@@ -287,6 +287,65 @@ pub enum CallError {
     /// A local socket error during the call.
     #[error("I/O error during the call: {0}")]
     Io(#[from] io::Error),
+    /// An ONC RPC server answered the call with a refusal or a failure ([`crate::onc`]).
+    #[error("the ONC server answered: {0}")]
+    Onc(OncError),
+}
+
+/// What an ONC RPC server answered instead of a result (RFC 5531's reply statuses), or what was
+/// wrong with its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OncError {
+    /// `PROG_UNAVAIL`: it does not serve the program.
+    #[error("program unavailable")]
+    ProgUnavail,
+    /// `PROG_MISMATCH`: it serves the program, in versions `low` to `high` only.
+    #[error("program version mismatch (versions {low} to {high} served)")]
+    ProgMismatch {
+        /// Lowest version served.
+        low: u32,
+        /// Highest.
+        high: u32,
+    },
+    /// `PROC_UNAVAIL`: the program has no such procedure.
+    #[error("procedure unavailable")]
+    ProcUnavail,
+    /// `GARBAGE_ARGS`: it could not decode the arguments.
+    #[error("garbage arguments")]
+    GarbageArgs,
+    /// `SYSTEM_ERR`: the server failed; the procedure may have run.
+    #[error("system error")]
+    SystemErr,
+    /// `RPC_MISMATCH`: it speaks only RPC versions `low` to `high`.
+    #[error("RPC version mismatch (versions {low} to {high})")]
+    RpcMismatch {
+        /// Lowest RPC version spoken.
+        low: u32,
+        /// Highest.
+        high: u32,
+    },
+    /// `AUTH_ERROR` with this `auth_stat` (5, `AUTH_TOOWEAK`, from a tiercel server whose
+    /// interceptor refused the call).
+    #[error("authentication error {0}")]
+    AuthError(u32),
+    /// The result did not decode as the type expected: the procedure ran.
+    #[error("the result did not decode: {0}")]
+    BadResult(crate::xdr::XdrError),
+    /// An async stub was called on an ONC binding, whose calls are synchronous: nothing was sent.
+    #[error("calls on an ONC binding are synchronous; use the synchronous client stub")]
+    Synchronous,
+}
+
+impl OncError {
+    /// Whether the procedure ran.
+    pub fn execution(&self) -> Execution {
+        match self {
+            OncError::SystemErr => Execution::MayHaveRun,
+            OncError::BadResult(_) => Execution::Ran,
+            _ => Execution::NeverRan,
+        }
+    }
 }
 
 impl CallError {
@@ -315,6 +374,7 @@ impl CallError {
             | CallError::ConnectionLost { sent: false, .. }
             | CallError::BindAgain(_) => Execution::NeverRan,
             CallError::Panicked(_) | CallError::BadResult(_) | CallError::ResultTooLarge(_) => Execution::Ran,
+            CallError::Onc(e) => e.execution(),
         }
     }
 }

@@ -121,7 +121,9 @@ pub use client::AsyncCall;
 #[doc(hidden)]
 pub use client::{Call, Reply};
 pub use config::{ClientConfig, ServerConfig, Spin, Timing};
-pub use error::{AddressError, BindError, CallError, Error, Execution, Invariant, SecretError, ServerError, Violation};
+pub use error::{
+    AddressError, BindError, CallError, Error, Execution, Invariant, OncError, SecretError, ServerError, Violation,
+};
 pub use interface::{
     AsyncDispatch, DispatchError, Export, ExportInfo, Import, InterfaceInfo, Region, Results, SignatureSource,
 };

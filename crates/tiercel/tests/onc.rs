@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tiercel::onc::{OncServer, RunningOnc};
+use tiercel::onc::{OncClient, OncServer, OncTransport, RunningOnc};
+use tiercel::{CallError, Execution, OncError};
 use tiercel_proto::onc::{self, Accepted, AuthSys, Credential, ReplyStatus};
 
 #[derive(tiercel::Wire, tiercel::Xdr, Debug, Clone, PartialEq)]
@@ -331,6 +332,82 @@ fn the_interceptor_sees_the_callers_credential_and_its_refusal_runs_nothing() {
     let user = AuthSys::new(1, b"here", 1234, 100);
     let reply = udp_exchange(&socket, to, &call_bytes(3, P, 1, 5, &Credential::Sys(user), &[])).unwrap();
     assert_eq!(onc::parse_reply(&reply).unwrap().results, 1234u32.to_be_bytes());
+}
+
+/// Calls every procedure of `kitchen` and checks what comes back, as `Impl` (and the C server
+/// below) answer: `uid` is the uid its binding's credential gives.
+fn check_every_procedure(kitchen: &KitchenClient, uid: u32) {
+    assert_eq!(kitchen.add(40, 2).unwrap(), 42);
+    assert_eq!(kitchen.change(everything()).unwrap(), change(everything()));
+    assert_eq!(kitchen.length(&[7; 5000]).unwrap(), 5000);
+    assert_eq!(kitchen.greet("Rust").unwrap(), "hello, Rust");
+    assert_eq!(kitchen.whoami().unwrap(), uid);
+    let failed = kitchen.fail().unwrap_err();
+    assert!(matches!(failed, CallError::Onc(OncError::SystemErr)), "{failed:?}");
+    assert_eq!(failed.execution(), Execution::MayHaveRun);
+    let first = kitchen.bump().unwrap();
+    assert_eq!(kitchen.bump().unwrap(), first + 1);
+}
+
+#[test]
+fn the_generated_client_calls_an_onc_server_over_udp_and_tcp() {
+    let server = serve();
+    for (transport, addr) in [(OncTransport::Udp, server.udp_addr()), (OncTransport::Tcp, server.tcp_addr())] {
+        let kitchen: KitchenClient = OncClient::new(addr, transport).unwrap().import().unwrap();
+        assert!(kitchen.binding().is_onc());
+        check_every_procedure(&kitchen, u32::MAX);
+        let root: KitchenClient = OncClient::new(addr, transport).unwrap().auth_sys("here", 0, 0).import().unwrap();
+        check_every_procedure(&root, 0);
+        // Eight threads on one binding at once.
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let kitchen = &kitchen;
+                s.spawn(move || {
+                    for i in 0..200 {
+                        assert_eq!(kitchen.add(t, i).unwrap(), t + i);
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// The same program number in another version: its client reaches the server, which says which
+/// versions it serves; a program it does not serve at all is unavailable.
+#[tiercel::interface(onc(program = 0x2000_7101, version = 2))]
+pub trait KitchenTwo {
+    #[onc(procedure = 1)]
+    fn add(&self, a: i32, b: i32) -> i32;
+}
+
+#[tiercel::interface(onc(program = 0x2000_7102, version = 1))]
+pub trait Elsewhere {
+    #[onc(procedure = 1)]
+    fn add(&self, a: i32, b: i32) -> i32;
+}
+
+#[test]
+fn a_version_or_program_the_server_lacks_and_a_silent_server_are_told_apart_and_never_ran() {
+    let server = serve();
+    let two: KitchenTwoClient = OncClient::new(server.udp_addr(), OncTransport::Udp).unwrap().import().unwrap();
+    let err = two.add(1, 2).unwrap_err();
+    assert!(matches!(err, CallError::Onc(OncError::ProgMismatch { low: 1, high: 1 })), "{err:?}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+    let elsewhere: ElsewhereClient = OncClient::new(server.tcp_addr(), OncTransport::Tcp).unwrap().import().unwrap();
+    let err = elsewhere.add(1, 2).unwrap_err();
+    assert!(matches!(err, CallError::Onc(OncError::ProgUnavail)), "{err:?}");
+    assert_eq!(err.execution(), Execution::NeverRan);
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let nobody: KitchenClient = OncClient::new(silent.local_addr().unwrap(), OncTransport::Udp)
+        .unwrap()
+        .timeout(Duration::from_millis(300))
+        .import()
+        .unwrap();
+    let err = nobody.add(1, 2).unwrap_err();
+    assert!(matches!(err, CallError::Unreachable { .. }), "{err:?}");
+    assert_eq!(err.execution(), Execution::MayHaveRun);
+    let err = nobody.with_deadline(Duration::from_millis(100)).add(1, 2).unwrap_err();
+    assert!(matches!(err, CallError::DeadlineExceeded { may_have_run: true }), "{err:?}");
 }
 
 /// The interface's `.x` file, `rpcgen -N` on it, and a C client built from what it made.

@@ -110,6 +110,33 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
             let decode_ret =
                 quote_spanned!(ret_span=> let __ret: #ret_ty = __r.decode().map_err(::tiercel::Reply::bad_result)?;);
             let span = method.name.span();
+            let onc = match (m.onc, method.onc) {
+                (Some(_), Some(_)) if asynchronous => quote! {
+                    if self.binding.onc().is_some() {
+                        return ::core::result::Result::Err(::tiercel::CallError::Onc(::tiercel::OncError::Synchronous));
+                    }
+                },
+                (Some(_), Some(number)) => {
+                    let encode = method.args.iter().map(|a| {
+                        let n = &a.name;
+                        match a.kind {
+                            ArgKind::In => quote!(::tiercel::xdr::Xdr::encode(&#n.0, __out);),
+                            _ => quote!(::tiercel::xdr::Xdr::encode(&#n, __out);),
+                        }
+                    });
+                    quote! {
+                        if let ::core::option::Option::Some(__onc) = self.binding.onc() {
+                            return __onc.call(
+                                #number,
+                                self.binding.deadline(),
+                                |__out: &mut ::std::vec::Vec<u8>| { #(#encode)* },
+                                |__r: &mut ::tiercel::xdr::XdrReader<'_>| __r.decode::<#ret_ty>(),
+                            );
+                        }
+                    }
+                }
+                _ => quote!(),
+            };
             let (asyncness, start, invoke) = if asynchronous {
                 (
                     quote!(async),
@@ -142,6 +169,7 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
             quote_spanned! {span=>
                 #(#attrs)*
                 pub #asyncness fn #name(&self, #(#params),*) -> ::core::result::Result<#ret_ty, ::tiercel::CallError> {
+                    #onc
                     #start
                     {
                         let mut __w = __call.writer();

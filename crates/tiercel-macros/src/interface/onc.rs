@@ -33,6 +33,7 @@ pub(super) fn generate_onc(m: &Interface) -> TokenStream {
     let trait_name = &m.name;
     let server = format_ident!("{}Server", m.name);
     let onc = format_ident!("{}Onc", m.name);
+    let client = format_ident!("{}Client", m.name);
     let x = quote!(::tiercel::xdr);
     let label = m.name.to_string();
     let prog_name = upper_snake(&label);
@@ -116,6 +117,11 @@ pub(super) fn generate_onc(m: &Interface) -> TokenStream {
                 __file.push(#program_close);
                 __file.text().to_string()
             }
+        }
+
+        impl ::tiercel::onc::OncImport for #client {
+            const PROGRAM: u32 = #program;
+            const VERSION: u32 = #version;
         }
 
         impl<T: #trait_name + Send + Sync + 'static> ::tiercel::onc::Program for #server<T> {

@@ -183,9 +183,34 @@ impl Binding {
                 asynch: Default::default(),
                 seal: granted.seal,
                 proven: granted.proven,
+                onc: None,
             }),
             deadline,
             rebind: None,
         }
+    }
+
+    /// A binding to an ONC server through `link`: no tiercel binding behind it (no slots, token
+    /// or incarnation), only the link the stub's calls take.
+    pub(crate) fn to_onc(link: Arc<crate::onc::Link>, info: &'static InterfaceInfo) -> Binding {
+        let server = link.server();
+        let granted = Granted {
+            proven: None,
+            seal: None,
+            id: 0,
+            token: 0,
+            incarnation: 0,
+            max_datagram: 0,
+            slots: 0,
+            features: 0,
+            shm: None,
+            tcp: None,
+            procedures: None,
+        };
+        let mut binding = Self::assemble(server, info, ClientConfig::default(), granted);
+        if let Some(inner) = Arc::get_mut(&mut binding.inner) {
+            inner.onc = Some(link);
+        }
+        binding
     }
 }

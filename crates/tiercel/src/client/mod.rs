@@ -294,6 +294,9 @@ pub(crate) struct BindingInner {
     seal: Option<Arc<crate::secure::Session>>,
     /// The key the server proved at the bind (see [`Binding::server_key`]).
     proven: Option<crate::PublicKey>,
+    /// The ONC server's link, when the binding is to one ([`crate::onc::OncClient`]): the stub's
+    /// calls go through it instead.
+    onc: Option<Arc<crate::onc::Link>>,
 }
 
 impl BindingInner {
@@ -434,6 +437,12 @@ impl Binding {
     }
 
     fn transport_now(&self, inner: &BindingInner) -> Transport {
+        if let Some(onc) = &inner.onc {
+            return match onc.transport() {
+                crate::onc::OncTransport::Udp => Transport::Udp,
+                crate::onc::OncTransport::Tcp => Transport::Tcp,
+            };
+        }
         match (&inner.shm, &inner.tcp) {
             (Some(_), _) => Transport::SharedMemory,
             (None, Some(_)) => Transport::Tcp,
@@ -495,6 +504,26 @@ impl Binding {
     #[doc(hidden)]
     pub fn call<'a>(&self, procedure: u16) -> Result<Call<'_, 'a>, CallError> {
         Call::new(self, procedure)
+    }
+
+    /// The ONC server's link, when the binding is to one ([`crate::onc::OncClient`]): generated
+    /// stubs of interfaces with `onc(...)` call through it. `None` costs such a stub's call one
+    /// branch.
+    #[doc(hidden)]
+    #[inline]
+    pub fn onc(&self) -> Option<&crate::onc::Link> {
+        self.inner.onc.as_deref()
+    }
+
+    /// Whether the binding is to an ONC server ([`crate::onc::OncClient`]).
+    pub fn is_onc(&self) -> bool {
+        self.inner.onc.is_some()
+    }
+
+    /// The binding's deadline ([`Binding::with_deadline`]).
+    #[doc(hidden)]
+    pub fn deadline(&self) -> Option<Duration> {
+        self.deadline
     }
 
     /// An async call of procedure `procedure`: [`AsyncCall::start`] (which waits for a free slot if

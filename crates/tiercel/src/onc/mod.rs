@@ -19,9 +19,11 @@
 //! A retransmitted call runs once: a duplicate request cache, keyed as Linux's NFS server keys its
 //! own, drops copies of a call while it runs and answers them from the reply it kept after.
 
+mod client;
 mod rpcbind;
 mod server;
 
+pub use client::{Link, OncClient, OncImport, OncTransport};
 pub use server::{OncConfig, OncServer, OncStats, RunningOnc};
 
 /// Why a program did not run a procedure.
