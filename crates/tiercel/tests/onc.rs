@@ -464,12 +464,18 @@ fn a_c_client_made_by_rpcgen_calls_every_procedure_over_udp_and_tcp() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// This host's `rpcbind`: the one running, or one this test starts (and stops when dropped).
-struct Rpcbind(Option<std::process::Child>);
+/// This host's `rpcbind`: the one running, or one this test starts (and stops when dropped). The
+/// tests that use it take turns (`_turn`), so that none stops the one another uses.
+struct Rpcbind {
+    child: Option<std::process::Child>,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+static RPCBIND_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Drop for Rpcbind {
     fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
+        if let Some(child) = &mut self.child {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -482,11 +488,12 @@ fn rpcinfo() -> Option<String> {
 }
 
 fn rpcbind() -> Rpcbind {
+    let turn = RPCBIND_TURN.lock().unwrap_or_else(|p| p.into_inner());
     if rpcinfo().is_some() {
-        return Rpcbind(None);
+        return Rpcbind { child: None, _turn: turn };
     }
     let child = Command::new("rpcbind").arg("-f").spawn().expect("rpcbind starts");
-    let running = Rpcbind(Some(child));
+    let running = Rpcbind { child: Some(child), _turn: turn };
     for _ in 0..100 {
         if rpcinfo().is_some() {
             return running;
@@ -521,6 +528,182 @@ fn rpcbind_lists_the_server_while_it_runs_and_a_c_client_finds_it_there() {
     assert!(!listed(P, "udp", port) && !rpcinfo().unwrap_or_default().contains(&P.to_string()), "{:?}", rpcinfo());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The `Kitchen` program as a C server: `rpcgen -N` makes its skeleton (whose `main` registers it
+/// with `rpcbind` over UDP and TCP), and `C_SERVER` answers as `Impl` does.
+fn build_c_server(dir: &Path) -> PathBuf {
+    std::fs::write(dir.join("kitchen.x"), KitchenOnc::x_file()).unwrap();
+    for (args, out) in
+        [(&["-h"][..], "kitchen.h"), (&["-c"], "kitchen_xdr.c"), (&["-s", "udp", "-s", "tcp"], "kitchen_svc.c")]
+    {
+        let made = Command::new("rpcgen")
+            .current_dir(dir)
+            .arg("-N")
+            .args(args)
+            .args(["-o", out, "kitchen.x"])
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "rpcgen {args:?}: {}", String::from_utf8_lossy(&made.stderr));
+    }
+    std::fs::write(dir.join("server.c"), C_SERVER).unwrap();
+    let built = Command::new("cc")
+        .current_dir(dir)
+        .args([
+            "-Wall",
+            "-I/usr/include/tirpc",
+            "-o",
+            "server",
+            "server.c",
+            "kitchen_svc.c",
+            "kitchen_xdr.c",
+            "-ltirpc",
+        ])
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "cc: {}", String::from_utf8_lossy(&built.stderr));
+    dir.join("server")
+}
+
+/// A child process killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_generated_client_calls_a_c_server_made_by_rpcgen_found_through_rpcbind() {
+    tiercel_seeds::needs!(ROOT, RPCBIND, RPCGEN, TIRPC, CC);
+    let dir = temp_dir("c-server");
+    let _rpcbind = rpcbind();
+    let server = build_c_server(&dir);
+    let _server = Child(Command::new(&server).spawn().unwrap());
+    let mut found = None;
+    for _ in 0..100 {
+        if let Ok(k) = OncClient::rpcbind("127.0.0.1", OncTransport::Udp).unwrap().import::<KitchenClient>() {
+            found = Some(k);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let by_rpcbind_udp = found.expect("the C server registers with rpcbind");
+    check_every_procedure(&by_rpcbind_udp, u32::MAX);
+    let by_rpcbind_tcp: KitchenClient = OncClient::rpcbind("127.0.0.1", OncTransport::Tcp).unwrap().import().unwrap();
+    check_every_procedure(&by_rpcbind_tcp, u32::MAX);
+    // By address: the port rpcbind gave.
+    let by_address: KitchenClient = OncClient::new(by_rpcbind_tcp.binding().server(), OncTransport::Tcp)
+        .unwrap()
+        .auth_sys("rust", 4321, 99)
+        .import()
+        .unwrap();
+    check_every_procedure(&by_address, 4321);
+    let err = OncClient::new(by_rpcbind_udp.binding().server(), OncTransport::Udp)
+        .unwrap()
+        .import::<KitchenTwoClient>()
+        .unwrap()
+        .add(1, 2)
+        .unwrap_err();
+    assert!(matches!(err, CallError::Onc(OncError::ProgMismatch { low: 1, high: 1 })), "{err:?}");
+    drop(_server);
+    let _ = Command::new("rpcinfo").args(["-d", &P.to_string(), "1"]).output();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `Kitchen` program's procedures in C, answering as `Impl` does.
+const C_SERVER: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <rpc/rpc.h>
+#include "kitchen.h"
+
+int *add_1_svc(int a, int b, struct svc_req *req) {
+    static int r;
+    r = a + b;
+    return &r;
+}
+
+static Node *copy_list(Node *n) {
+    if (!n) return NULL;
+    Node *c = malloc(sizeof *c);
+    c->value = n->value;
+    c->next = copy_list(n->next);
+    return c;
+}
+
+Everything *change_1_svc(Everything e, struct svc_req *req) {
+    static Everything r;
+    static int kept = 0;
+    if (kept) xdr_free((xdrproc_t)xdr_Everything, (char *)&r);
+    memset(&r, 0, sizeof r);
+    kept = 1;
+    r.i = e.i + 1; r.u = e.u + 1; r.h = e.h + 1; r.uh = e.uh + 1; r.b = !e.b; r.f = e.f + 1; r.d = e.d + 1;
+    size_t n = strlen(e.name);
+    r.name = malloc(n + 1);
+    for (size_t k = 0; k < n; k++) r.name[k] = e.name[n - 1 - k];
+    r.name[n] = 0;
+    r.data.data_len = e.data.data_len;
+    r.data.data_val = malloc(e.data.data_len + 1);
+    for (u_int k = 0; k < e.data.data_len; k++) r.data.data_val[k] = e.data.data_val[e.data.data_len - 1 - k];
+    for (int k = 0; k < 8; k++) r.key[k] = e.key[k] + 1;
+    u_int np = e.points.points_len;
+    r.points.points_len = np;
+    r.points.points_val = malloc((np + 1) * sizeof(Point));
+    for (u_int k = 0; k < np; k++) {
+        r.points.points_val[k].x = e.points.points_val[np - 1 - k].x + 1;
+        r.points.points_val[k].y = e.points.points_val[np - 1 - k].y + 1;
+    }
+    for (int k = 0; k < 2; k++) { r.pair[k].x = e.pair[k].x + 1; r.pair[k].y = e.pair[k].y + 1; }
+    r.color = (e.color + 1) % 3;
+    switch (e.shape.kind) {
+    case 0: r.shape.kind = 1; r.shape.Shape_u.Circle = 1; break;
+    case 1: r.shape.kind = 2; r.shape.Shape_u.Rect.w = e.shape.Shape_u.Circle; r.shape.Shape_u.Rect.h = e.shape.Shape_u.Circle + 1; break;
+    default: r.shape.kind = 0; break;
+    }
+    if (e.maybe) {
+        r.maybe = malloc(sizeof(Point));
+        r.maybe->x = e.maybe->x + 1;
+        r.maybe->y = e.maybe->y + 1;
+    }
+    r.list = malloc(sizeof(Node));
+    r.list->value = 0;
+    r.list->next = copy_list(e.list);
+    return &r;
+}
+
+u_int *length_1_svc(octets data, struct svc_req *req) {
+    static u_int r;
+    r = data.octets_len;
+    return &r;
+}
+
+text *greet_1_svc(text name, struct svc_req *req) {
+    static char buf[512];
+    static text r = buf;
+    snprintf(buf, sizeof buf, "hello, %s", name);
+    return &r;
+}
+
+u_int *whoami_1_svc(struct svc_req *req) {
+    static u_int r;
+    r = req->rq_cred.oa_flavor == AUTH_SYS ? ((struct authunix_parms *)req->rq_clntcred)->aup_uid : 0xffffffff;
+    return &r;
+}
+
+void *fail_1_svc(struct svc_req *req) {
+    svcerr_systemerr(req->rq_xprt);
+    return NULL;
+}
+
+u_quad_t *bump_1_svc(struct svc_req *req) {
+    static u_quad_t r;
+    r++;
+    return &r;
+}
+"#;
 
 /// A C client of the `Kitchen` program by address (`udp` or `tcp`, then the port on 127.0.0.1) or
 /// found through `rpcbind` (`rpcbind-udp` or `rpcbind-tcp`):
