@@ -96,7 +96,9 @@ impl Cache {
     pub fn new(max_entries: usize, max_reply: usize, max_bytes: usize, lifetime: Duration) -> Cache {
         let max_entries = max_entries.max(1);
         Cache {
-            entries: HashMap::with_capacity(max_entries),
+            // Twice the room needed: entries come and go, and a table at most half full cleans out
+            // the places of those gone where it is, instead of growing into a new allocation.
+            entries: HashMap::with_capacity(max_entries.saturating_mul(2)),
             order: VecDeque::with_capacity(max_entries),
             spare: Vec::new(),
             max_entries,

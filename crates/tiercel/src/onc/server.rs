@@ -24,7 +24,6 @@ const TICK: Duration = Duration::from_millis(100);
 /// An ONC server's limits. Every one bounds what a caller can make the server hold before its call
 /// has run.
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub struct OncConfig {
     /// Most TCP connections at once; one more is closed at once (default 64).
     pub max_connections: usize,
