@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tiercel_proto::onc::{self, Accepted, Cache, CacheKey, Credential, RecordReader, Refused, Seen};
+use tiercel_sys::udp::{self, Received};
 
 use super::{Failure, Program};
 use crate::server::{CallInfo, Caller};
@@ -41,6 +42,10 @@ pub struct OncConfig {
     pub cache_bytes: usize,
     /// How long it remembers a call (default 120 s, as `nfsd`).
     pub cache_lifetime: Duration,
+    /// How long the UDP thread, and each connection's thread, spins for the next call after
+    /// answering one before it blocks (default 1 ms, as a tiercel server's workers; zero blocks at
+    /// once). On a VM a blocked thread takes tens of microseconds to wake.
+    pub spin: Duration,
 }
 
 impl Default for OncConfig {
@@ -53,6 +58,7 @@ impl Default for OncConfig {
             cache_reply: 64 << 10,
             cache_bytes: 8 << 20,
             cache_lifetime: Duration::from_secs(120),
+            spin: Duration::from_millis(1),
         }
     }
 }
@@ -153,7 +159,6 @@ impl OncServer {
         let udp_addr = udp.local_addr()?;
         let listener = TcpListener::bind(udp_addr)?;
         let tcp_addr = listener.local_addr()?;
-        udp.set_read_timeout(Some(TICK))?;
         let c = &self.config;
         let shared = Arc::new(Shared {
             programs: self.programs,
@@ -163,6 +168,7 @@ impl OncServer {
             counters: Counters::default(),
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
+            connection_threads: Mutex::new(Vec::new()),
             born: Instant::now(),
         });
         let mut registered = Vec::new();
@@ -174,16 +180,25 @@ impl OncServer {
                 }
             }
         }
+        // `serve` returns once both threads run.
+        let started = Arc::new(std::sync::Barrier::new(3));
         let threads = vec![
             spawn("tiercel-onc-udp", {
-                let shared = shared.clone();
-                move || serve_udp(&shared, &udp)
+                let (shared, started) = (shared.clone(), started.clone());
+                move || {
+                    started.wait();
+                    serve_udp(&shared, &udp)
+                }
             })?,
             spawn("tiercel-onc-tcp", {
-                let shared = shared.clone();
-                move || accept(&shared, &listener)
+                let (shared, started) = (shared.clone(), started.clone());
+                move || {
+                    started.wait();
+                    accept(&shared, &listener)
+                }
             })?,
         ];
+        started.wait();
         Ok(RunningOnc { shared, udp_addr, tcp_addr, threads, registered })
     }
 }
@@ -233,7 +248,8 @@ impl RunningOnc {
     }
 
     /// Stops serving: unregisters from `rpcbind` (if it registered), stops taking calls and
-    /// connections, and waits for its threads (a call running finishes first).
+    /// connections, closes the connections, and waits for its threads (a call running finishes
+    /// first).
     pub fn stop(mut self) {
         self.halt();
     }
@@ -248,6 +264,11 @@ impl RunningOnc {
         // Wake the accepting thread.
         let _ = TcpStream::connect_timeout(&self.tcp_addr, TICK);
         for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let connections =
+            std::mem::take(&mut *self.shared.connection_threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in connections {
             let _ = t.join();
         }
     }
@@ -267,6 +288,8 @@ struct Shared {
     counters: Counters,
     stop: AtomicBool,
     connections: AtomicUsize,
+    /// The connections' threads (those finished are let go at each accept).
+    connection_threads: Mutex<Vec<JoinHandle<()>>>,
     born: Instant,
 }
 
@@ -375,23 +398,35 @@ impl Shared {
 fn serve_udp(shared: &Shared, socket: &UdpSocket) {
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut out = Vec::with_capacity(MAX_DATAGRAM);
+    // Until when to spin for the next datagram before blocking.
+    let mut spin_until = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
-        let (n, from) = match socket.recv_from(&mut buf) {
-            Ok(got) => got,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
-            Err(_) => continue,
-        };
-        if !shared.answer(&buf[..n], from, false, &mut out) {
-            continue;
-        }
-        if out.len() > MAX_DATAGRAM {
-            // A result larger than a datagram cannot go over UDP: say the server failed.
-            if let Ok(call) = onc::parse_call(&buf[..n]) {
-                out.clear();
-                onc::write_accepted(&mut out, call.xid, Accepted::SystemErr);
+        let (n, from) = match udp::recv_from_nowait(socket, &mut buf) {
+            Ok(Some((Received::Datagram(n), from))) => (n, from),
+            Ok(Some(_)) => {
+                shared.counters.malformed.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
+            Ok(None) if Instant::now() < spin_until => {
+                std::hint::spin_loop();
+                continue;
+            }
+            Ok(None) | Err(_) => {
+                let _ = udp::wait_readable(socket, Some(TICK));
+                continue;
+            }
+        };
+        if shared.answer(&buf[..n], from, false, &mut out) {
+            if out.len() > MAX_DATAGRAM {
+                // A result larger than a datagram cannot go over UDP: say the server failed.
+                if let Ok(call) = onc::parse_call(&buf[..n]) {
+                    out.clear();
+                    onc::write_accepted(&mut out, call.xid, Accepted::SystemErr);
+                }
+            }
+            let _ = socket.send_to(&out, from);
         }
-        let _ = socket.send_to(&out, from);
+        spin_until = Instant::now() + shared.config.spin;
     }
 }
 
@@ -415,8 +450,15 @@ fn accept(shared: &Arc<Shared>, listener: &TcpListener) {
             }
             conn_shared.connections.fetch_sub(1, Ordering::SeqCst);
         });
-        if spawned.is_err() {
-            shared.connections.fetch_sub(1, Ordering::SeqCst);
+        match spawned {
+            Ok(thread) => {
+                let mut threads = shared.connection_threads.lock().unwrap_or_else(|p| p.into_inner());
+                threads.retain(|t| !t.is_finished());
+                threads.push(thread);
+            }
+            Err(_) => {
+                shared.connections.fetch_sub(1, Ordering::SeqCst);
+            }
         }
     }
 }
@@ -424,25 +466,30 @@ fn accept(shared: &Arc<Shared>, listener: &TcpListener) {
 /// Serves one connection until its peer closes it (`Ok`), or it breaks a limit or fails (`Err`).
 fn serve_connection(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
     let idle = shared.config.idle;
-    stream.set_read_timeout(Some(TICK))?;
-    stream.set_write_timeout(Some(idle))?;
+    stream.set_nonblocking(true)?;
     let _ = stream.set_nodelay(true);
     let mut reader = RecordReader::new(shared.config.max_record);
     let mut buf = vec![0u8; 64 << 10];
     let mut out = Vec::new();
     let mut reply = Vec::new();
-    // Since when the connection has waited for a call to be whole.
+    // Since when the connection has waited for a call to be whole, and until when to spin.
     let mut waiting = Instant::now();
+    let mut spin_until = waiting;
     while !shared.stop.load(Ordering::Relaxed) {
         let n = match stream.read(&mut buf) {
             Ok(0) => return Ok(()),
             Ok(n) => n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                if waiting.elapsed() > idle {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() < spin_until {
+                    std::hint::spin_loop();
+                } else if waiting.elapsed() > idle {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "an idle or slow ONC connection"));
+                } else {
+                    udp::wait_readable_fd(&stream, Some(TICK))?;
                 }
                 continue;
             }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
         let mut input = &buf[..n];
@@ -462,8 +509,28 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) ->
                     reply.extend_from_slice(&onc::record_mark(chunk.len(), last));
                     reply.extend_from_slice(chunk);
                 }
-                stream.write_all(&reply)?;
+                write_within(&mut stream, &reply, idle)?;
             }
+            spin_until = Instant::now() + shared.config.spin;
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `bytes` to the non-blocking `stream`, failing if its peer takes none of them for
+/// `idle`.
+pub(super) fn write_within(stream: &mut TcpStream, mut bytes: &[u8], idle: Duration) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if !udp::wait_writable_fd(&*stream, Some(idle))? {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "an ONC peer that does not read"));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(())
