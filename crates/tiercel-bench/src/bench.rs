@@ -90,6 +90,8 @@ pub struct Report {
     pub peers: Vec<crate::peers::Row>,
     /// Plain against secure bindings over UDP (when UDP is measured).
     pub secure: Option<crate::secure::Json>,
+    /// ONC RPC against rpcgen and libtirpc.
+    pub onc: Option<crate::onc::Json>,
 }
 
 /// How long each part of the run measures.
@@ -234,6 +236,10 @@ pub fn run(args: Args) -> crate::Result<()> {
         let secure = crate::secure::table(args.server_cpu, calls, rounds, budget.async_row)?;
         crate::secure::print(&secure, calls, rounds);
         report.secure = Some(secure);
+        crate::progress::doing("ONC RPC against C");
+        let onc = crate::onc::table(args.server_cpu, args.client_cpu, calls, rounds)?;
+        crate::onc::print(&onc, calls, rounds);
+        report.onc = Some(onc);
     }
     crate::progress::step();
     crate::progress::doing("blocking procedures");

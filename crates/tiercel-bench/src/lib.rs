@@ -37,6 +37,7 @@ pub mod latency;
 pub mod load;
 pub mod loss;
 pub mod netns;
+pub mod onc;
 pub mod peers;
 pub mod peregrine;
 pub mod plot;

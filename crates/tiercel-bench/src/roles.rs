@@ -32,6 +32,8 @@ enum Role {
     LossRemote(crate::loss::RemoteArgs),
     /// The rows of large calls across two namespaces, from inside the client's.
     WideRemote(crate::wide::RemoteArgs),
+    /// tiercel's ONC server, and the same interface on tiercel's own protocol (the ONC table).
+    OncServe(crate::onc::ServeArgs),
     /// An on-path UDP relay that looks at, changes and replays what passes (the secure tests).
     Relay(crate::relay::Args),
     /// A journal server of the failover test.
@@ -59,6 +61,7 @@ pub fn run_if_helper() -> Option<ExitCode> {
         Role::LossRemote(a) => crate::loss::remote(a),
         Role::WideRemote(a) => crate::wide::remote(a),
         Role::Relay(a) => crate::relay::run(a),
+        Role::OncServe(a) => crate::onc::serve(a),
         Role::JournalServer(a) => crate::failover::server(a),
         Role::JournalClient(a) => crate::failover::client(a),
         #[cfg(feature = "fault-injection")]

@@ -173,6 +173,19 @@ fn bench_prints_every_row_against_its_baseline() {
     for r in secure["rows"].as_array().unwrap() {
         assert!(r["secure_median_us"].as_f64().unwrap() > 0.0 && r["ratio_median"].as_f64().unwrap() > 0.0, "{r}");
     }
+    assert!(text.contains("ONC RPC (Sun RPC) against rpcgen and libtirpc"), "{text}");
+    if tiercel_seeds::needs::met(&[tiercel_seeds::needs::RPCGEN, tiercel_seeds::needs::TIRPC, tiercel_seeds::needs::CC])
+    {
+        let onc = &report["onc"];
+        assert_eq!(names(&onc["rows"], "call"), ["Null", "1 KiB in", "Null", "1 KiB in"], "{onc}");
+        assert_eq!(names(&onc["rows"], "transport"), ["udp", "udp", "tcp", "tcp"], "{onc}");
+        for r in onc["rows"].as_array().unwrap() {
+            assert_eq!(names(&r["pairs"], "client"), ["C", "C", "tiercel", "tiercel"], "{r}");
+            assert_eq!(names(&r["pairs"], "server"), ["C", "tiercel", "C", "tiercel"], "{r}");
+            assert!(r["pairs"].as_array().unwrap().iter().all(|p| p["median_us"].as_f64().unwrap() > 0.0), "{r}");
+            assert!(r["own_median_us"].as_f64().unwrap() > 0.0 && r["server_speedup"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
     let tables = report["latency"].as_array().unwrap();
     assert_eq!(tables.len(), 6);
     for t in tables {
