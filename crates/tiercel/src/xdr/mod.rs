@@ -37,16 +37,30 @@ impl std::fmt::Display for XdrError {
 
 impl std::error::Error for XdrError {}
 
-/// Reads XDR from a message, bounding every length by what is left of it.
+/// Reads XDR from a message, bounding every length by what is left of it, and the nesting of
+/// boxes and arrays by [`crate::wire::MAX_DEPTH`] (so that a recursive type cannot take the stack).
 #[derive(Debug)]
 pub struct XdrReader<'de> {
     buf: &'de [u8],
+    depth: u32,
 }
 
 impl<'de> XdrReader<'de> {
     /// A reader of `buf`.
     pub fn new(buf: &'de [u8]) -> XdrReader<'de> {
-        XdrReader { buf }
+        XdrReader { buf, depth: 0 }
+    }
+
+    /// Decodes with `f` one level deeper; fails past [`crate::wire::MAX_DEPTH`]. Used by `Box` and
+    /// `Vec`, the ways a type reaches itself.
+    pub fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T, XdrError>) -> Result<T, XdrError> {
+        if self.depth >= crate::wire::MAX_DEPTH {
+            return Err(XdrError("values nested too deeply"));
+        }
+        self.depth += 1;
+        let value = f(self);
+        self.depth -= 1;
+        value
     }
 
     /// A value of type `T`.
@@ -245,11 +259,13 @@ pub trait Xdr<'de>: Sized {
     #[doc(hidden)]
     fn decode_list(r: &mut XdrReader<'de>) -> Result<Vec<Self>, XdrError> {
         let n = r.count()?;
-        let mut items = Vec::with_capacity(n);
-        for _ in 0..n {
-            items.push(Self::decode(r)?);
-        }
-        Ok(items)
+        r.nested(|r| {
+            let mut items = Vec::with_capacity(n);
+            for _ in 0..n {
+                items.push(Self::decode(r)?);
+            }
+            Ok(items)
+        })
     }
 
     /// Encodes a fixed array's values; `u8` overrides this as fixed opaque data.
@@ -470,7 +486,7 @@ impl<'de, T: Xdr<'de>> Xdr<'de> for Box<T> {
         (**self).encode(out);
     }
     fn decode(r: &mut XdrReader<'de>) -> Result<Self, XdrError> {
-        T::decode(r).map(Box::new)
+        r.nested(|r| T::decode(r).map(Box::new))
     }
     fn xdr_type(file: &mut XFile) -> XType {
         T::xdr_type(file)
@@ -534,6 +550,31 @@ mod tests {
         assert!(bool::decode(&mut XdrReader::new(&[0, 0, 0, 2])).is_err());
         assert!(u8::decode(&mut XdrReader::new(&[0, 0, 1, 0])).is_err());
         assert!(Option::<u32>::decode(&mut XdrReader::new(&[0, 0, 0, 2, 0, 0, 0, 0])).is_err());
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct Node(u32, Option<Box<Node>>);
+
+    impl<'de> Xdr<'de> for Node {
+        fn encode(&self, out: &mut Vec<u8>) {
+            self.0.encode(out);
+            self.1.encode(out);
+        }
+        fn decode(r: &mut XdrReader<'de>) -> Result<Self, XdrError> {
+            Ok(Node(r.decode()?, r.decode()?))
+        }
+        fn xdr_type(_: &mut XFile) -> XType {
+            XType::plain("Node")
+        }
+    }
+
+    #[test]
+    fn recursion_is_bounded_by_depth_not_by_the_stack() {
+        // A million nodes each followed by another: refused, not a stack overflow.
+        let deep: Vec<u8> = [0u8, 0, 0, 7, 0, 0, 0, 1].repeat(1_000_000);
+        assert_eq!(Node::decode(&mut XdrReader::new(&deep)), Err(XdrError("values nested too deeply")));
+        let shallow: Vec<u8> = [[0u8, 0, 0, 7, 0, 0, 0, 1].repeat(100), vec![0, 0, 0, 7, 0, 0, 0, 0]].concat();
+        assert!(Node::decode(&mut XdrReader::new(&shallow)).is_ok());
     }
 
     #[test]
