@@ -148,17 +148,24 @@ impl OncServer {
         self
     }
 
-    /// Listens on `addr` for UDP and TCP (the same port for both: with port 0, the port the UDP
-    /// socket gets) and serves until the returned handle is stopped or dropped.
+    /// Listens on `addr` for UDP and TCP (the same port for both: with port 0, one free for both)
+    /// and serves until the returned handle is stopped or dropped.
     pub fn serve(self, addr: impl ToSocketAddrs) -> io::Result<RunningOnc> {
         let addr = addr
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to serve ONC on"))?;
-        let udp = UdpSocket::bind(addr)?;
-        let udp_addr = udp.local_addr()?;
-        let listener = TcpListener::bind(udp_addr)?;
-        let tcp_addr = listener.local_addr()?;
+        // With port 0, a port free for both: the UDP socket's may be taken for TCP.
+        let mut tries = if addr.port() == 0 { 16 } else { 1 };
+        let (udp, listener) = loop {
+            let udp = UdpSocket::bind(addr)?;
+            match TcpListener::bind(udp.local_addr()?) {
+                Ok(listener) => break (udp, listener),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && tries > 1 => tries -= 1,
+                Err(e) => return Err(e),
+            }
+        };
+        let (udp_addr, tcp_addr) = (udp.local_addr()?, listener.local_addr()?);
         let c = &self.config;
         let shared = Arc::new(Shared {
             programs: self.programs,
