@@ -102,6 +102,9 @@ impl Kitchen for Impl {
         data.len() as u32
     }
     fn greet(&self, name: &str) -> String {
+        if name == "sleep" {
+            std::thread::sleep(Duration::from_millis(500));
+        }
         format!("hello, {name}")
     }
     fn whoami(&self) -> u32 {
@@ -293,6 +296,35 @@ fn a_retransmitted_call_runs_once_and_gets_the_same_reply_over_udp_and_tcp() {
     assert_eq!(replies[0], replies[1]);
     assert_eq!(bumps.load(Ordering::SeqCst), 3, "once over TCP, however often it came");
     assert_eq!(server.stats().replayed, 2);
+}
+
+#[test]
+fn with_several_udp_threads_a_slow_call_does_not_hold_up_a_quick_one_and_copies_still_run_once() {
+    let bumps = Arc::new(AtomicU64::new(0));
+    let config = tiercel::onc::OncConfig { udp_threads: 2, ..Default::default() };
+    let server = OncServer::new()
+        .export(KitchenServer::new(Impl { bumps: bumps.clone() }))
+        .config(config)
+        .serve("127.0.0.1:0")
+        .unwrap();
+    let slow: KitchenClient = OncClient::new(server.udp_addr(), OncTransport::Udp)
+        .unwrap()
+        .retry(Duration::from_millis(20))
+        .import()
+        .unwrap();
+    let quick: KitchenClient = OncClient::new(server.udp_addr(), OncTransport::Udp).unwrap().import().unwrap();
+    std::thread::scope(|s| {
+        // `greet` of a name that makes the procedure sleep half a second, sent again every 20 ms
+        // meanwhile: the copies reach the other thread, which drops them.
+        let slow = s.spawn(|| slow.greet("sleep").unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        let start = std::time::Instant::now();
+        assert_eq!(quick.add(1, 2).unwrap(), 3);
+        assert!(start.elapsed() < Duration::from_millis(400), "the quick call waited for the slow one");
+        assert_eq!(slow.join().unwrap(), "hello, sleep");
+    });
+    assert!(server.stats().dropped_copies > 0, "{:?}", server.stats());
+    assert_eq!(server.stats().calls, 2);
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! The ONC server: one thread on the UDP socket, one accepting TCP connections, one per connection
-//! (at most [`OncConfig::max_connections`]); the duplicate request cache shared by all.
+//! The ONC server: threads on the UDP socket ([`OncConfig::udp_threads`], one by default), one
+//! accepting TCP connections, one per connection (at most [`OncConfig::max_connections`]); the
+//! duplicate request cache shared by all.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
@@ -42,10 +43,14 @@ pub struct OncConfig {
     pub cache_bytes: usize,
     /// How long it remembers a call (default 120 s, as `nfsd`).
     pub cache_lifetime: Duration,
-    /// How long the UDP thread, and each connection's thread, spins for the next call after
+    /// How long a UDP thread, and each connection's thread, spins for the next call after
     /// answering one before it blocks (default 1 ms, as a tiercel server's workers; zero blocks at
     /// once). On a VM a blocked thread takes tens of microseconds to wake.
     pub spin: Duration,
+    /// Threads reading the UDP socket, each running the calls it reads (default 1, as libtirpc's
+    /// `svc_run`: a long procedure then holds up the UDP calls behind it). The duplicate cache is
+    /// shared, so a copy of a call running on one thread is dropped by another.
+    pub udp_threads: usize,
 }
 
 impl Default for OncConfig {
@@ -59,6 +64,7 @@ impl Default for OncConfig {
             cache_bytes: 8 << 20,
             cache_lifetime: Duration::from_secs(120),
             spin: Duration::from_millis(1),
+            udp_threads: 1,
         }
     }
 }
@@ -187,24 +193,27 @@ impl OncServer {
                 }
             }
         }
-        // `serve` returns once both threads run.
-        let started = Arc::new(std::sync::Barrier::new(3));
-        let threads = vec![
-            spawn("tiercel-onc-udp", {
-                let (shared, started) = (shared.clone(), started.clone());
+        // `serve` returns once every thread runs.
+        let udp_threads = shared.config.udp_threads.max(1);
+        let started = Arc::new(std::sync::Barrier::new(udp_threads + 2));
+        let udp = Arc::new(udp);
+        let mut threads = Vec::with_capacity(udp_threads + 1);
+        for _ in 0..udp_threads {
+            threads.push(spawn("tiercel-onc-udp", {
+                let (shared, started, udp) = (shared.clone(), started.clone(), udp.clone());
                 move || {
                     started.wait();
                     serve_udp(&shared, &udp)
                 }
-            })?,
-            spawn("tiercel-onc-tcp", {
-                let (shared, started) = (shared.clone(), started.clone());
-                move || {
-                    started.wait();
-                    accept(&shared, &listener)
-                }
-            })?,
-        ];
+            })?);
+        }
+        threads.push(spawn("tiercel-onc-tcp", {
+            let (shared, started) = (shared.clone(), started.clone());
+            move || {
+                started.wait();
+                accept(&shared, &listener)
+            }
+        })?);
         started.wait();
         Ok(RunningOnc { shared, udp_addr, tcp_addr, threads, registered })
     }
