@@ -444,33 +444,28 @@ fn a_version_or_program_the_server_lacks_and_a_silent_server_are_told_apart_and_
 
 /// The interface's `.x` file, `rpcgen -N` on it, and a C client built from what it made.
 fn build_c_client(dir: &Path) -> PathBuf {
+    build_c(dir, ("-l", "kitchen_clnt.c"), "client", C_CLIENT)
+}
+
+/// Writes the interface's `.x` file into `dir`, runs `rpcgen -N` for its header, its XDR routines
+/// and `stubs` (a flag and the file it writes), and builds `name` from `main` (its own C source)
+/// and those: its path.
+fn build_c(dir: &Path, stubs: (&str, &str), name: &str, main: &str) -> PathBuf {
     std::fs::write(dir.join("kitchen.x"), KitchenOnc::x_file()).unwrap();
-    for (flag, out) in [("-h", "kitchen.h"), ("-c", "kitchen_xdr.c"), ("-l", "kitchen_clnt.c")] {
+    for (flag, out) in [("-h", "kitchen.h"), ("-c", "kitchen_xdr.c"), stubs] {
         let made = Command::new("rpcgen").current_dir(dir).args(["-N", flag, "-o", out, "kitchen.x"]).output().unwrap();
-        assert!(
-            made.status.success(),
-            "rpcgen {flag}: {}\n{}",
-            String::from_utf8_lossy(&made.stderr),
-            KitchenOnc::x_file()
-        );
+        let why = String::from_utf8_lossy(&made.stderr);
+        assert!(made.status.success(), "rpcgen {flag}: {why}\n{}", KitchenOnc::x_file());
     }
-    std::fs::write(dir.join("client.c"), C_CLIENT).unwrap();
+    let source = format!("{name}.c");
+    std::fs::write(dir.join(&source), main).unwrap();
     let built = Command::new("cc")
         .current_dir(dir)
-        .args([
-            "-Wall",
-            "-I/usr/include/tirpc",
-            "-o",
-            "client",
-            "client.c",
-            "kitchen_clnt.c",
-            "kitchen_xdr.c",
-            "-ltirpc",
-        ])
+        .args(["-Wall", "-I/usr/include/tirpc", "-o", name, &source, stubs.1, "kitchen_xdr.c", "-ltirpc"])
         .output()
         .unwrap();
     assert!(built.status.success(), "cc: {}", String::from_utf8_lossy(&built.stderr));
-    dir.join("client")
+    dir.join(name)
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -561,39 +556,11 @@ fn rpcbind_lists_the_server_while_it_runs_and_a_c_client_finds_it_there() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The `Kitchen` program as a C server: `rpcgen -N` makes its skeleton (whose `main` registers it
-/// with `rpcbind` over UDP and TCP), and `C_SERVER` answers as `Impl` does.
+/// The `Kitchen` program as a C server: `rpcgen -N` makes its dispatch routine, and `C_SERVER`
+/// answers as `Impl` does and registers it with `rpcbind` over UDP and TCP.
 fn build_c_server(dir: &Path) -> PathBuf {
-    std::fs::write(dir.join("kitchen.x"), KitchenOnc::x_file()).unwrap();
-    for (args, out) in
-        [(&["-h"][..], "kitchen.h"), (&["-c"], "kitchen_xdr.c"), (&["-s", "udp", "-s", "tcp"], "kitchen_svc.c")]
-    {
-        let made = Command::new("rpcgen")
-            .current_dir(dir)
-            .arg("-N")
-            .args(args)
-            .args(["-o", out, "kitchen.x"])
-            .output()
-            .unwrap();
-        assert!(made.status.success(), "rpcgen {args:?}: {}", String::from_utf8_lossy(&made.stderr));
-    }
-    std::fs::write(dir.join("server.c"), C_SERVER).unwrap();
-    let built = Command::new("cc")
-        .current_dir(dir)
-        .args([
-            "-Wall",
-            "-I/usr/include/tirpc",
-            "-o",
-            "server",
-            "server.c",
-            "kitchen_svc.c",
-            "kitchen_xdr.c",
-            "-ltirpc",
-        ])
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "cc: {}", String::from_utf8_lossy(&built.stderr));
-    dir.join("server")
+    // `-m`: the dispatch routine only; `C_SERVER` has the `main` that registers it.
+    build_c(dir, ("-m", "kitchen_svc.c"), "server", C_SERVER)
 }
 
 /// A child process killed when dropped.
@@ -734,6 +701,22 @@ u_quad_t *bump_1_svc(struct svc_req *req) {
     static u_quad_t r;
     r++;
     return &r;
+}
+
+extern void kitchen_prog_1(struct svc_req *, SVCXPRT *);
+
+int main(void) {
+    pmap_unset(KITCHEN_PROG, KITCHEN_V1);
+    SVCXPRT *udp = svcudp_create(RPC_ANYSOCK);
+    SVCXPRT *tcp = svctcp_create(RPC_ANYSOCK, 0, 0);
+    if (!udp || !tcp
+        || !svc_register(udp, KITCHEN_PROG, KITCHEN_V1, kitchen_prog_1, IPPROTO_UDP)
+        || !svc_register(tcp, KITCHEN_PROG, KITCHEN_V1, kitchen_prog_1, IPPROTO_TCP)) {
+        fprintf(stderr, "cannot serve or register the program\n");
+        return 1;
+    }
+    svc_run();
+    return 1;
 }
 "#;
 
