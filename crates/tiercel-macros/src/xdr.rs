@@ -144,7 +144,8 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
 fn struct_body(name: &str, fields: &Fields, de: &Lifetime) -> TokenStream {
     let each = fields.iter().enumerate().map(|(i, f)| {
         let ty = &f.ty;
-        let member = f.ident.as_ref().map_or_else(|| format!("f{i}"), |id| id.to_string());
+        let member =
+            f.ident.as_ref().map_or_else(|| format!("f{i}"), |id| id.to_string().trim_start_matches("r#").to_string());
         quote! {
             let __t = <#ty as ::tiercel::xdr::Xdr<#de>>::xdr_type(__file);
             __lines.push(::std::format!("    {};", __t.declare(#member)));
