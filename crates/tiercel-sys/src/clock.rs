@@ -28,31 +28,53 @@ pub fn ticks() -> u64 {
 /// either end are off by tens of nanoseconds: a few parts in 100,000). Callers that time their fast
 /// path measure it while setting up (tiercel does when it binds).
 pub fn ticks_per_second() -> f64 {
-    static RATE: OnceLock<f64> = OnceLock::new();
-    *RATE.get_or_init(|| {
+    rates().per_second
+}
+
+/// The counter's rate three ways, measured once, so that each conversion on the fast path is one
+/// multiplication (a division takes several times as long).
+struct Rates {
+    per_second: f64,
+    ns_per_tick: f64,
+    ticks_per_ns: f64,
+}
+
+fn rates() -> &'static Rates {
+    static RATES: OnceLock<Rates> = OnceLock::new();
+    RATES.get_or_init(|| {
         let (t0, i0) = (ticks(), Instant::now());
         while i0.elapsed() < Duration::from_millis(2) {
             std::hint::spin_loop();
         }
         let (t1, i1) = (ticks(), Instant::now());
-        (t1.wrapping_sub(t0)) as f64 / (i1 - i0).as_secs_f64()
+        let per_second = (t1.wrapping_sub(t0)) as f64 / (i1 - i0).as_secs_f64();
+        Rates { per_second, ns_per_tick: 1e9 / per_second, ticks_per_ns: per_second / 1e9 }
     })
 }
 
 /// Converts a number of ticks to nanoseconds.
+#[inline]
 pub fn ticks_to_ns(ticks: f64) -> f64 {
-    ticks * 1e9 / ticks_per_second()
+    ticks * rates().ns_per_tick
 }
 
 /// The time between two tick counts taken on one thread (zero if the counter went backwards, as it
 /// can across cores whose counters disagree).
+#[inline]
 pub fn elapsed(from: u64, to: u64) -> Duration {
     Duration::from_nanos(ticks_to_ns(to.saturating_sub(from) as f64) as u64)
 }
 
+/// [`elapsed`] in nanoseconds.
+#[inline]
+pub fn elapsed_ns(from: u64, to: u64) -> u64 {
+    ticks_to_ns(to.saturating_sub(from) as f64) as u64
+}
+
 /// The number of ticks in `d`.
+#[inline]
 pub fn ticks_in(d: Duration) -> u64 {
-    (d.as_secs_f64() * ticks_per_second()).min(u64::MAX as f64) as u64
+    ((d.as_secs() as f64 * 1e9 + d.subsec_nanos() as f64) * rates().ticks_per_ns).min(u64::MAX as f64) as u64
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process of the host (of one time

@@ -160,11 +160,28 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                     },
                 )
             } else {
+                // The call is built where it stays (not moved out of a `Result`), and invoked by
+                // reference; as above, it ends before results are read back.
                 let invoke = match lend {
-                    Some(n) => quote!(__call.invoke_in_out(&mut *#n.0)?),
-                    None => quote!(__call.invoke()?),
+                    Some(n) => quote!({
+                        let __reply = __call.invoke_in_out(&mut *#n.0)?;
+                        ::core::mem::drop(__call);
+                        __reply
+                    }),
+                    None => quote!({
+                        let __reply = __call.invoke()?;
+                        ::core::mem::drop(__call);
+                        __reply
+                    }),
                 };
-                (quote!(), quote!(let mut __call = self.binding.call(#index)?;), invoke)
+                (
+                    quote!(),
+                    quote! {
+                        let mut __call = self.binding.begin_call(#index);
+                        __call.start()?;
+                    },
+                    invoke,
+                )
             };
             quote_spanned! {span=>
                 #(#attrs)*

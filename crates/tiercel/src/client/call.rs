@@ -107,13 +107,35 @@ pub struct Call<'b, 'a> {
 }
 
 impl<'b, 'a> Call<'b, 'a> {
-    pub(super) fn new(binding: &'b Binding, procedure: u16) -> Result<Call<'b, 'a>, CallError> {
+    /// A call of `procedure` with no endpoint yet: [`Call::start`] takes one. (Two steps, so that
+    /// the call is built where the stub keeps it, not moved there out of a `Result`.)
+    #[inline]
+    pub(super) fn empty(binding: &'b Binding, procedure: u16) -> Call<'b, 'a> {
+        Call {
+            binding: Through::Stub(binding),
+            engine: None,
+            segments: Segments::new(0),
+            procedure,
+            wire: procedure,
+            span: CallSpan::none(),
+        }
+    }
+
+    /// Takes the thread's endpoint on the binding (binding again first, with
+    /// `ClientConfig::rebind`, if the last binding was found gone). Called once, before
+    /// [`Call::writer`].
+    pub fn start(&mut self) -> Result<(), CallError> {
         mark(Point::CallStart);
-        let binding = binding.through()?;
-        let wire = binding.inner.wire_procedure(procedure)?;
-        binding.intercept(&binding.inner, procedure)?;
-        let mut engine = Engine::take(&binding)?;
-        let (span, context) = binding.context(procedure);
+        if let Through::Stub(b) = self.binding {
+            if b.rebind.is_some() {
+                self.binding = b.through()?;
+            }
+        }
+        let binding = &self.binding;
+        self.wire = binding.inner.wire_procedure(self.procedure)?;
+        binding.intercept(&binding.inner, self.procedure)?;
+        let mut engine = Engine::take(binding)?;
+        let (span, context) = binding.context(self.procedure);
         match &mut engine {
             Engine::Udp(ep) => ep.begin(&context),
             Engine::Shm(ep) => ep.begin(&context),
@@ -122,20 +144,21 @@ impl<'b, 'a> Call<'b, 'a> {
             Engine::Async(..) => unreachable!("a synchronous call takes the thread's endpoint"),
         }
         mark(Point::EndpointReady);
-        Ok(Call { binding, engine: Some(engine), segments: Segments::new(0), procedure, wire, span })
+        (self.engine, self.span) = (Some(engine), span);
+        Ok(())
     }
 
     /// Where the arguments are marshaled.
     pub fn writer(&mut self) -> Writer<'_, 'a> {
         match &mut self.engine {
             Some(engine) => Writer::gathering(engine.scratch_mut(), &mut self.segments),
-            // The endpoint is only absent after invoke, which consumes the call.
-            None => unreachable!("an async call is started before it is marshaled"),
+            // The endpoint is only absent before start and after invoke.
+            None => unreachable!("a call is started before it is marshaled"),
         }
     }
 
-    /// Sends the call and waits for its result.
-    pub fn invoke(self) -> Result<Reply<'b>, CallError> {
+    /// Sends the call and waits for its result. Called once, after [`Call::start`].
+    pub fn invoke(&mut self) -> Result<Reply<'b>, CallError> {
         self.invoke_with(None)
     }
 
@@ -144,8 +167,8 @@ impl<'b, 'a> Call<'b, 'a> {
     /// that is the procedure's one buffer and its last argument: the stub marshals its length, not
     /// its bytes). A large result's bytes are received straight into `buffer` (through shared
     /// memory, any result's: [`Reply::in_place`]); otherwise the stub copies them there from the
-    /// reply.
-    pub fn invoke_in_out(mut self, buffer: &'a mut [u8]) -> Result<Reply<'b>, CallError> {
+    /// reply. Called once, after [`Call::start`].
+    pub fn invoke_in_out(&mut self, buffer: &'a mut [u8]) -> Result<Reply<'b>, CallError> {
         match &self.engine {
             Some(_) if self.segments.takes_tail() => self.invoke_with(Some(buffer)),
             _ => {
@@ -156,9 +179,9 @@ impl<'b, 'a> Call<'b, 'a> {
         }
     }
 
-    fn invoke_with(mut self, tail: Option<&mut [u8]>) -> Result<Reply<'b>, CallError> {
+    fn invoke_with(&mut self, tail: Option<&mut [u8]>) -> Result<Reply<'b>, CallError> {
         mark(Point::Marshaled);
-        let Some(mut engine) = self.engine.take() else { unreachable!("a call has its endpoint until invoked") };
+        let Some(mut engine) = self.engine.take() else { unreachable!("a call is started before it is invoked") };
         let b = &*self.binding;
         let timed = b.inner.metrics.get(self.procedure as usize).map(|m| (m, m.start()));
         let entered = self.span.enter();

@@ -500,10 +500,21 @@ impl Binding {
     }
 
     /// Starts a call of procedure `procedure`: marshal the arguments into [`Call::writer`], then
-    /// [`Call::invoke`]. Used by generated stubs.
+    /// [`Call::invoke`].
     #[doc(hidden)]
     pub fn call<'a>(&self, procedure: u16) -> Result<Call<'_, 'a>, CallError> {
-        Call::new(self, procedure)
+        let mut call = Call::empty(self, procedure);
+        call.start()?;
+        Ok(call)
+    }
+
+    /// A call of procedure `procedure` not started yet: [`Call::start`], marshal the arguments into
+    /// [`Call::writer`], then [`Call::invoke`]. Used by generated stubs, which keep the call where
+    /// it is built.
+    #[doc(hidden)]
+    #[inline]
+    pub fn begin_call<'a>(&self, procedure: u16) -> Call<'_, 'a> {
+        Call::empty(self, procedure)
     }
 
     /// The ONC server's link, when the binding is to one ([`crate::onc::OncClient`]): generated

@@ -195,7 +195,13 @@ impl SpinBudget {
     /// Records a completed round trip (exponential moving average, weight 1/8; and the floor of
     /// [`SpinBudget::first_look`]).
     pub(crate) fn observe(&mut self, rtt: Duration) {
-        let ns = rtt.as_nanos().min(u64::MAX as u128) as u64;
+        self.observe_ns(rtt.as_nanos().min(u64::MAX as u128) as u64);
+    }
+
+    /// [`SpinBudget::observe`] of a round trip in nanoseconds (from [`tiercel_sys::clock::elapsed_ns`],
+    /// without a `Duration` on the way: the shared-memory fast path calls it on every call).
+    #[inline]
+    pub(crate) fn observe_ns(&mut self, ns: u64) {
         self.average_ns = if self.average_ns == 0 { ns } else { self.average_ns - self.average_ns / 8 + ns / 8 };
         self.floor_ns =
             if self.floor_ns == 0 || ns < self.floor_ns { ns } else { self.floor_ns + (ns - self.floor_ns) / 256 };

@@ -131,9 +131,11 @@ pub const GATHER_MIN: usize = 256;
 /// Most segments one message is gathered from; beyond this, slices are copied.
 pub const MAX_SEGMENTS: usize = 8;
 
+/// A part of a message: 16 bytes (a range of the scratch buffer, whose messages are far below 4 GiB,
+/// fits beside the slice's pointer), so that a call's segments are few cache lines to set up.
 #[derive(Debug, Clone, Copy)]
 enum Segment<'a> {
-    Scratch { start: usize, end: usize },
+    Scratch { start: u32, end: u32 },
     Borrowed(&'a [u8]),
 }
 
@@ -159,7 +161,9 @@ impl<'a> Segments<'a> {
 
     fn close(&mut self, scratch_len: usize) {
         if scratch_len > self.open_from && self.len < MAX_SEGMENTS {
-            self.segs[self.len] = Segment::Scratch { start: self.open_from, end: scratch_len };
+            // A message's scratch bytes are far fewer than 4 GiB: its limit is refused first.
+            let (start, end) = (self.open_from as u32, scratch_len.min(u32::MAX as usize) as u32);
+            self.segs[self.len] = Segment::Scratch { start, end };
             self.len += 1;
         }
         self.open_from = scratch_len;
@@ -189,10 +193,14 @@ impl<'a> Segments<'a> {
 
     /// Total bytes in the message.
     pub fn message_len(&self, scratch: &[u8]) -> usize {
+        if scratch.len() > u32::MAX as usize {
+            // Longer than any message may be (and than a segment's range can say): refused by size.
+            return usize::MAX;
+        }
         let closed: usize = self.segs[..self.len]
             .iter()
             .map(|s| match *s {
-                Segment::Scratch { start, end } => end - start,
+                Segment::Scratch { start, end } => (end - start) as usize,
                 Segment::Borrowed(b) => b.len(),
             })
             .sum();
@@ -205,7 +213,7 @@ impl<'a> Segments<'a> {
         'a: 's,
     {
         let closed = self.segs[..self.len].iter().map(move |s| match *s {
-            Segment::Scratch { start, end } => &scratch[start..end],
+            Segment::Scratch { start, end } => scratch.get(start as usize..end as usize).unwrap_or_default(),
             Segment::Borrowed(b) => b,
         });
         closed.chain(scratch.get(self.open_from..).filter(|rest| !rest.is_empty()))

@@ -184,7 +184,7 @@ impl<'a> Worker<'a> {
                 // Off the critical path: the result is already published. The gap between results
                 // stands for how soon the client calls again.
                 let now = clock::ticks();
-                budget.observe(clock::elapsed(last_result, now));
+                budget.observe_ns(clock::elapsed_ns(last_result, now));
                 last_result = now;
                 team.last_result.store(now, Ordering::Relaxed);
                 spin_until = if self.lease.take() { now + clock::ticks_in(budget.budget()) } else { now };
