@@ -85,6 +85,8 @@ pub mod header {
     /// Futex of the client's async calls: the server bumps it and wakes it when it publishes the
     /// result of a slot whose `client_waiting` is 2.
     pub const CLIENT_DOORBELL: usize = 32;
+    /// The number of the header's words (those above, from the region's start).
+    pub const WORDS: usize = CLIENT_DOORBELL / 4 + 1;
 }
 
 /// Offsets of a slot's words, from the slot's start.
@@ -106,6 +108,8 @@ pub mod slot {
     pub const DEADLINE_HI: usize = 24;
     /// Nonzero when the client has given the call up.
     pub const CANCEL: usize = 28;
+    /// The number of a slot's control words (those above, from the slot's start).
+    pub const WORDS: usize = CANCEL / 4 + 1;
 }
 
 /// Bit of the procedure word: the slot's data starts with a call context block

@@ -68,7 +68,10 @@ pub fn elapsed(from: u64, to: u64) -> Duration {
 /// [`elapsed`] in nanoseconds.
 #[inline]
 pub fn elapsed_ns(from: u64, to: u64) -> u64 {
-    ticks_to_ns(to.saturating_sub(from) as f64) as u64
+    // Through `i64`, whose conversions to and from `f64` are one instruction each on x86-64
+    // (`u64`'s take several); a count of ticks never reaches 2^63.
+    let ticks = to.saturating_sub(from).min(i64::MAX as u64) as i64;
+    (ticks as f64 * rates().ns_per_tick) as i64 as u64
 }
 
 /// The number of ticks in `d`.

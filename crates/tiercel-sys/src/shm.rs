@@ -108,6 +108,20 @@ impl Region {
         Some(unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast::<u32>()) })
     }
 
+    /// The `N` consecutive control words at `offset` (4-byte aligned), or `None` if they are not all
+    /// inside the mapping: one bounds check for a slot's words, not one per word.
+    pub fn words<const N: usize>(&self, offset: usize) -> Option<&[AtomicU32; N]> {
+        if !offset.is_multiple_of(4) || offset.checked_add(4 * N)? > self.len {
+            return None;
+        }
+        // SAFETY: as in `u32_at`, for each of the `N` words: `offset..offset + 4 * N` is inside the
+        // mapping (checked above) and 4-byte aligned (the mapping is page-aligned), `AtomicU32` has
+        // the size and alignment of `u32` and arrays of it have no padding, the mapping lives as long
+        // as `&self`, and every access to control words of the region, in this process and the
+        // peer's, is atomic.
+        Some(unsafe { &*self.ptr.as_ptr().add(offset).cast::<[AtomicU32; N]>() })
+    }
+
     /// Copies `out.len()` bytes at `offset` into `out`; false (copying nothing) when out of bounds.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> bool {
         if offset.checked_add(out.len()).is_none_or(|end| end > self.len) {
@@ -286,7 +300,12 @@ mod tests {
         assert!(a.write(8190, b"hi"));
         assert!(!a.write(8191, b"hi"), "a write past the end is refused");
         assert!(a.u32_at(8192).is_none() && a.u32_at(2).is_none());
+        assert!(a.words::<8>(8192 - 28).is_none() && a.words::<2>(2).is_none(), "word runs are bounds-checked");
         a.u32_at(4).unwrap().store(7, Ordering::SeqCst);
+        let run = a.words::<8>(4096).unwrap();
+        run[7].store(9, Ordering::SeqCst);
+        assert_eq!(a.u32_at(4096 + 28).unwrap().load(Ordering::SeqCst), 9, "a run's words are in order");
+        assert_eq!(a.words::<2>(0).unwrap()[1].load(Ordering::SeqCst), 7, "a run's words are the region's");
         let (x, y) = UnixStream::pair().unwrap();
         send_with_fd(&x, b"region", Some(a.fd())).unwrap();
         let mut buf = [0u8; 16];

@@ -58,6 +58,12 @@ mod imp {
             && tracing::Level::DEBUG <= tracing::level_filters::LevelFilter::current()
     }
 
+    /// Whether a call would have no span and carry no trace (nobody listens).
+    #[inline(always)]
+    pub(crate) fn quiet() -> bool {
+        !listening()
+    }
+
     /// Whether this thread's subscriber is tracing's no-op one: nobody listens, though the global
     /// level and the callsites' cached interest may say otherwise. They are raised when a
     /// subscriber is made and stay raised after it is dropped (a test's scoped subscriber, the
@@ -300,6 +306,12 @@ mod imp {
     #[inline(always)]
     pub(crate) fn client_span(_: &'static InterfaceInfo, _: u16, _: &str) -> (CallSpan, Option<Trace>) {
         (CallSpan, None)
+    }
+
+    /// Without the feature, a call never has a span.
+    #[inline(always)]
+    pub(crate) fn quiet() -> bool {
+        true
     }
 
     impl CallSpan {

@@ -137,42 +137,26 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                 }
                 _ => quote!(),
             };
+            // The call lives in a block that ends with the reply: it is dropped where it was built
+            // (not moved into `drop`, a copy of a few hundred bytes), and it ends, with its borrow of
+            // the arguments, before results are read back into them.
             let (asyncness, start, invoke) = if asynchronous {
+                let invoke = match lend {
+                    Some(n) => quote!(__call.invoke_in_out(&mut *#n.0).await?),
+                    None => quote!(__call.invoke().await?),
+                };
                 (
                     quote!(async),
                     quote! {
                         let mut __call = self.binding.call_async(#index);
                         __call.start().await?;
                     },
-                    // The call is done with the arguments it borrowed: end the borrow before
-                    // results are read back into them.
-                    match lend {
-                        Some(n) => quote!({
-                            let __reply = __call.invoke_in_out(&mut *#n.0).await?;
-                            ::core::mem::drop(__call);
-                            __reply
-                        }),
-                        None => quote!({
-                            let __reply = __call.invoke().await?;
-                            ::core::mem::drop(__call);
-                            __reply
-                        }),
-                    },
+                    invoke,
                 )
             } else {
-                // The call is built where it stays (not moved out of a `Result`), and invoked by
-                // reference; as above, it ends before results are read back.
                 let invoke = match lend {
-                    Some(n) => quote!({
-                        let __reply = __call.invoke_in_out(&mut *#n.0)?;
-                        ::core::mem::drop(__call);
-                        __reply
-                    }),
-                    None => quote!({
-                        let __reply = __call.invoke()?;
-                        ::core::mem::drop(__call);
-                        __reply
-                    }),
+                    Some(n) => quote!(__call.invoke_in_out(&mut *#n.0)?),
+                    None => quote!(__call.invoke()?),
                 };
                 (
                     quote!(),
@@ -183,10 +167,8 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                     invoke,
                 )
             };
-            quote_spanned! {span=>
-                #(#attrs)*
-                pub #asyncness fn #name(&self, #(#params),*) -> ::core::result::Result<#ret_ty, ::tiercel::CallError> {
-                    #onc
+            let call = if asynchronous || lend.is_some() {
+                quote! {{
                     #start
                     {
                         let mut __w = __call.writer();
@@ -194,6 +176,23 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                         let _ = &mut __w;
                     }
                     let __reply = #invoke;
+                    __reply
+                }}
+            } else {
+                // A synchronous call without a lent buffer: the arguments marshaled by a closure,
+                // so that a plain binding's call takes its short path (`Binding::call_plain`).
+                quote! {
+                    self.binding.call_plain(#index, |mut __w| {
+                        #(#encode)*
+                        let _ = &mut __w;
+                    })?
+                }
+            };
+            quote_spanned! {span=>
+                #(#attrs)*
+                pub #asyncness fn #name(&self, #(#params),*) -> ::core::result::Result<#ret_ty, ::tiercel::CallError> {
+                    #onc
+                    let __reply = #call;
                     let mut __r = __reply.reader();
                     #(#read_back)*
                     #decode_ret

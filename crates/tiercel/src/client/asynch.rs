@@ -496,7 +496,7 @@ impl ShmEndpoint {
         spin: bool,
     ) -> Result<(), CallError> {
         if spin {
-            if self.spin_for_result(link, tiercel_sys::clock::ticks()) {
+            if self.spin_for_result(link, &mut tiercel_sys::clock::ticks()) {
                 return Ok(());
             }
         } else if self.poll_for_result(link).await {

@@ -161,6 +161,8 @@ impl Binding {
     ) -> Binding {
         let deadline = config.deadline;
         let metrics = crate::metrics::procedures(info, "client", Some(server.to_string()), config.metrics);
+        let plain =
+            granted.shm.is_some() && granted.procedures.is_none() && config.interceptor.is_none() && metrics.is_empty();
         Binding {
             inner: Arc::new(BindingInner {
                 uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
@@ -184,6 +186,7 @@ impl Binding {
                 seal: granted.seal,
                 proven: granted.proven,
                 onc: None,
+                plain,
             }),
             deadline,
             rebind: None,

@@ -26,24 +26,36 @@ impl Engine {
     /// The thread's endpoint on the binding: its own, else a new one on a free slot, else, when
     /// other threads hold every slot, one handed over by a thread whose call ended (waiting for it
     /// up to the call's deadline, or `dead_after`: `super::slots`).
+    #[inline]
     fn take(binding: &Binding) -> Result<Engine, CallError> {
-        let inner = &binding.inner;
-        let make = || match (&inner.shm, &inner.tcp) {
-            (Some(link), _) => cache::take_shm(inner, link).map(Engine::Shm),
-            (None, Some(link)) => cache::take_tcp(inner, link).map(Engine::Tcp),
-            (None, None) => cache::take_udp(inner).map(Engine::Udp),
-        };
-        match make() {
-            Err(CallError::NoFreeSlot(_)) => {
-                let deadline = binding.deadline.map(|d| std::time::Instant::now() + d);
-                inner.free_slots.wait_turn(deadline, inner.config.timing.dead_after, make)
-            }
+        match Engine::make(&binding.inner) {
+            Err(CallError::NoFreeSlot(_)) => Engine::wait_turn(binding),
             made => made,
         }
     }
 
+    /// The thread's endpoint on the binding, or a new one on a free slot.
+    #[inline]
+    fn make(inner: &std::sync::Arc<super::BindingInner>) -> Result<Engine, CallError> {
+        match (&inner.shm, &inner.tcp) {
+            (Some(link), _) => cache::take_shm(inner, link).map(Engine::Shm),
+            (None, Some(link)) => cache::take_tcp(inner, link).map(Engine::Tcp),
+            (None, None) => cache::take_udp(inner).map(Engine::Udp),
+        }
+    }
+
+    /// Every slot is held by other threads: waits for one to be handed over.
+    #[cold]
+    #[inline(never)]
+    fn wait_turn(binding: &Binding) -> Result<Engine, CallError> {
+        let inner = &binding.inner;
+        let deadline = binding.deadline.map(|d| std::time::Instant::now() + d);
+        inner.free_slots.wait_turn(deadline, inner.config.timing.dead_after, || Engine::make(inner))
+    }
+
     /// Returns the endpoint to the thread's cache (or, while other threads wait for a slot, to
     /// one of them), or an async call's to `inner`'s pool.
+    #[inline]
     fn give_back(self, inner: &super::BindingInner) {
         let engine = match self {
             #[cfg(feature = "async")]
@@ -394,5 +406,44 @@ impl Drop for Reply<'_> {
         if let Some(engine) = self.engine.take() {
             engine.give_back(&self.binding.inner);
         }
+    }
+}
+
+impl Binding {
+    /// A synchronous call of procedure `procedure` whose arguments `encode` marshals, and whose
+    /// result the stub then reads from the [`Reply`]. A thread's calls on a plain shared-memory
+    /// binding (see `BindingInner::plain`; no re-binding, nobody tracing) take their endpoint
+    /// straight from the thread's cache and go out without a [`Call`]: what a Null call costs a
+    /// client beyond its copies and its wait. Everything else is [`Call`]'s. Used by generated stubs.
+    #[doc(hidden)]
+    #[inline]
+    pub fn call_plain<'a>(&self, procedure: u16, encode: impl FnOnce(Writer<'_, 'a>)) -> Result<Reply<'_>, CallError> {
+        let inner = &self.inner;
+        if let (true, None, Some(link)) = (inner.plain, &self.rebind, &inner.shm) {
+            if crate::trace::quiet() {
+                mark(Point::CallStart);
+                if let Ok(mut ep) = super::cache::take_shm(inner, link) {
+                    ep.begin_plain();
+                    mark(Point::EndpointReady);
+                    let mut segments = Segments::new(0);
+                    encode(Writer::gathering(ep.scratch_mut(), &mut segments));
+                    mark(Point::Marshaled);
+                    return match ep.run(inner, link, self.deadline, procedure, &segments, None) {
+                        Ok(_) => {
+                            mark(Point::Finished);
+                            Ok(Reply { engine: Some(Engine::Shm(ep)), binding: Through::Stub(self), in_place: false })
+                        }
+                        Err(e) => {
+                            Engine::Shm(ep).give_back(inner);
+                            Err(e)
+                        }
+                    };
+                }
+            }
+        }
+        let mut call = Call::empty(self, procedure);
+        call.start()?;
+        encode(call.writer());
+        call.invoke()
     }
 }

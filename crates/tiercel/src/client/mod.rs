@@ -297,6 +297,10 @@ pub(crate) struct BindingInner {
     /// The ONC server's link, when the binding is to one ([`crate::onc::OncClient`]): the stub's
     /// calls go through it instead.
     onc: Option<Arc<crate::onc::Link>>,
+    /// Through shared memory, with none of the pieces a call may have to look at (an interceptor,
+    /// metrics, the server's own procedure numbers): a thread's calls take the short path of
+    /// [`Binding::call_plain`].
+    plain: bool,
 }
 
 impl BindingInner {

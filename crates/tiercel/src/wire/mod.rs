@@ -219,6 +219,20 @@ impl<'a> Segments<'a> {
         closed.chain(scratch.get(self.open_from..).filter(|rest| !rest.is_empty()))
     }
 
+    /// Calls `f` with each of the message's non-empty parts, in order.
+    #[inline]
+    pub(crate) fn for_each_part(&self, scratch: &[u8], mut f: impl FnMut(&[u8])) {
+        for s in &self.segs[..self.len] {
+            match *s {
+                Segment::Scratch { start, end } => f(scratch.get(start as usize..end as usize).unwrap_or_default()),
+                Segment::Borrowed(b) => f(b),
+            }
+        }
+        if let Some(rest) = scratch.get(self.open_from..).filter(|rest| !rest.is_empty()) {
+            f(rest);
+        }
+    }
+
     /// Fills `out` with the message's slices, in order, and returns how many it used.
     pub fn io_slices<'s>(&'s self, scratch: &'s [u8], out: &mut [IoSlice<'s>]) -> usize
     where
