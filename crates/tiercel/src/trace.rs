@@ -200,7 +200,7 @@ mod imp {
     /// procedure's own calls continue.
     #[inline(always)]
     pub(crate) fn server_span(
-        info: &'static InterfaceInfo,
+        info: impl FnOnce() -> &'static InterfaceInfo,
         procedure: u16,
         transport: &'static str,
         trace: Option<Trace>,
@@ -208,7 +208,7 @@ mod imp {
         if !listening() {
             return (CallSpan(None), None);
         }
-        new_server_span(info, procedure, transport, trace)
+        new_server_span(info(), procedure, transport, trace)
     }
 
     #[cold]
@@ -273,7 +273,7 @@ mod imp {
         /// Whether each side made a span and a trace context.
         fn both_sides() -> [(bool, bool); 2] {
             let (call, sent) = client_span(&INFO, 0, "udp");
-            let (serve, continued) = server_span(&INFO, 0, "udp", sent);
+            let (serve, continued) = server_span(|| &INFO, 0, "udp", sent);
             [(call.0.is_some(), sent.is_some()), (serve.0.is_some(), continued.is_some())]
         }
 
@@ -337,7 +337,7 @@ mod imp {
 
     #[inline(always)]
     pub(crate) fn server_span(
-        _: &'static InterfaceInfo,
+        _: impl FnOnce() -> &'static InterfaceInfo,
         _: u16,
         _: &'static str,
         _: Option<Trace>,

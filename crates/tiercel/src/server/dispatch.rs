@@ -101,12 +101,16 @@ pub(crate) fn run_procedure(
     start: usize,
     limit: usize,
 ) -> Status {
+    let run = |args: &[u8], out: &mut Vec<u8>| export.dispatch(procedure, args, &mut Results::new(out, limit));
+    if !arrival.context && arrival.deadline.is_none() && shared.interceptor.is_none() {
+        // Nothing to read before the arguments, no deadline to check, nobody to ask.
+        return invoke(shared, export, procedure, arrival, (None, None), out, start, |out| run(args, out)).0;
+    }
     let (args, deadline, trace) = match call_context(shared, export, procedure, args, arrival, out) {
         Ok(c) => c,
         Err(status) => return status,
     };
-    let run = |out: &mut Vec<u8>| export.dispatch(procedure, args, &mut Results::new(out, limit));
-    invoke(shared, export, procedure, arrival, (deadline, trace), out, start, run).0
+    invoke(shared, export, procedure, arrival, (deadline, trace), out, start, |out| run(args, out)).0
 }
 
 /// Runs `procedure` of `export`, one that is [`Export::in_place`], on the marshaled arguments in
@@ -152,7 +156,7 @@ fn invoke<R>(
     run: impl FnOnce(&mut Vec<u8>) -> Result<R, DispatchError>,
 ) -> (Status, Option<R>) {
     let stats = &shared.stats;
-    let (span, current) = crate::trace::server_span(export.info(), procedure, arrival.transport, trace);
+    let (span, current) = crate::trace::server_span(|| export.info(), procedure, arrival.transport, trace);
     let entered = span.enter();
     let _current = crate::trace::enter_current(current);
     let _current = Current::set(deadline, arrival.caller);
@@ -243,7 +247,7 @@ pub(crate) fn start_async(
         return Some(Err(Status::UnknownProcedure));
     };
     let memory = budget.clone();
-    let (span, current) = crate::trace::server_span(export.info(), procedure, arrival.transport, trace);
+    let (span, current) = crate::trace::server_span(|| export.info(), procedure, arrival.transport, trace);
     let future = span.instrument(future);
     let metrics = shared.procedure_metrics(export).get(procedure as usize).cloned();
     let started = metrics.as_ref().map(|m| m.start());
@@ -276,6 +280,7 @@ type CallContext<'a> = (&'a [u8], Option<Instant>, Option<Trace>);
 /// Reads the call context at the start of `args` (when the transport says there is one), checks
 /// the deadline, and asks the server's interceptor, if it has one: the arguments after it, the
 /// deadline and the trace, or the status to answer with (an error message appended to `out`).
+#[inline]
 fn call_context<'a>(
     shared: &super::Shared,
     export: &std::sync::Arc<dyn Export>,

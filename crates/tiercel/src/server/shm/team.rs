@@ -114,11 +114,13 @@ impl Team {
         word(&self.region, at)
     }
 
+    #[inline]
     pub(super) fn state(&self, i: usize) -> &AtomicU32 {
         self.word(self.layout.slot(i as u32) + slot::STATE)
     }
 
     /// Slots below the clients' high-water mark (a malicious client's value is capped).
+    #[inline]
     pub(super) fn used(&self) -> usize {
         (self.word(header::SLOTS_USED).load(Ordering::Acquire) as usize).min(self.books.len())
     }
@@ -135,6 +137,12 @@ impl Team {
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => None,
         }
+    }
+
+    /// Whether a slot holds a published call (taken or not): the spinning look, in line.
+    #[inline]
+    pub(super) fn any_published(&self) -> bool {
+        (0..self.used()).any(|i| proto::server_has_call(self.state(i)))
     }
 
     /// Whether a slot holds a call no thread has taken (not one running on the async runtime).
