@@ -68,9 +68,10 @@ pub struct ClientConfig {
     /// Record each call's outcome and time through the `metrics` facade, labelled with the
     /// interface, procedure and server (`tiercel_client_calls_total`, `tiercel_client_call_seconds`),
     /// in the recorder installed when the binding is made. Only with the crate feature `metrics`;
-    /// costs two clock reads and a histogram record per call: with the server's metrics on too, a
-    /// Null call into a Prometheus recorder took 0.19 µs more through shared memory, 0.25 µs over
-    /// UDP and 0.16 µs over TCP in the cost ledger (`docs/ledger.md`). Default: off.
+    /// costs two clock reads and a histogram record per call, and takes calls through shared memory
+    /// off their short path (`Binding::call_plain`): with the server's metrics on too, a Null call
+    /// into a Prometheus recorder took 0.26 µs more through shared memory, 0.38 µs over UDP and
+    /// 0.26 µs over TCP in the cost ledger's fifth run (`docs/ledger.md`). Default: off.
     pub metrics: bool,
     /// Bind again by itself when a call finds the server gone (`ServerRestarted`, `UnknownBinding`,
     /// `Unreachable`, `ServerGone`): that call fails as it would anyway, saying whether it may have
@@ -81,8 +82,9 @@ pub struct ClientConfig {
     /// once its exporter's entry is gone (revoked at shutdown, or its lease ran out). A binding over UDP
     /// to a server on this host that refused shared memory tries it again at most once a second
     /// ([`Binding::shared_memory_refused`](crate::Binding::shared_memory_refused) says why not
-    /// yet). Costs each call a lock and a few reference counts (33 ns a Null call through shared
-    /// memory in the cost ledger, `docs/ledger.md`; lost in the noise over UDP and TCP). Default:
+    /// yet). Costs each call a lock and a few reference counts, and through shared memory the short
+    /// path (`Binding::call_plain`): 73 ns a Null call through shared memory in the cost ledger's
+    /// fifth run, `docs/ledger.md`; lost in the noise over UDP and TCP. Default:
     /// off (a binding whose server
     /// went away fails every call until the application imports again), because the binding then
     /// goes to whoever answers at the address or name. Made to an address of this host, the binding
@@ -97,8 +99,9 @@ pub struct ClientConfig {
     pub rebind: bool,
     /// Shown every call of the binding before it is sent (see [`crate::Client::intercept`]);
     /// a refusal fails the call with [`crate::CallError::Intercepted`], never sent. Costs a call one
-    /// branch when absent; present, it is the interceptor's own time (the cost ledger's `intercept`
-    /// line, both sides' interceptors: +10 ns a shared-memory Null, `docs/ledger.md`). Default: none.
+    /// branch when absent; present, it is the interceptor's own time and, through shared memory, the
+    /// short path (`Binding::call_plain`): the cost ledger's `intercept` line, both sides'
+    /// interceptors, +62 ns a shared-memory Null in its fifth run (`docs/ledger.md`). Default: none.
     pub interceptor: Option<crate::ClientInterceptor>,
     /// The public key of the server: with one, the client binds only to a server that proves it
     /// holds the matching private key. Over UDP and TCP the bind is then a Noise handshake and

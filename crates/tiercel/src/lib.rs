@@ -44,8 +44,9 @@
 //! * `async`: `{Trait}AsyncClient` stubs for tokio tasks (waiting without holding a thread, queueing
 //!   for a slot, cancelled when dropped), `Client::import_async`, and `async fn` procedures run on a
 //!   tokio runtime rather than a worker. Adds tokio; the synchronous path does not use it. An
-//!   awaited Null call took 0.11 µs more than a blocking one through shared memory, 0.23 µs more over
-//!   UDP and 0.22 µs more over TCP in the cost ledger.
+//!   awaited Null call took 0.19 µs more than a blocking one through shared memory (whose blocking
+//!   call has a short path, `Binding::call_plain`), 0.36 µs more over UDP and 0.44 µs more over TCP
+//!   in the cost ledger's fifth run.
 //! * `tracing`: `tiercel.call` and `tiercel.serve` spans linked across processes by the trace ids a
 //!   call carries. One load of tracing's global level per call when no subscriber listens (a
 //!   subscriber at `info` costs nothing more); a subscriber that records the spans (at `debug`,
@@ -56,12 +57,13 @@
 //!   thread keeps each registration's lease alive).
 //! * `explain`: the timestamps `tiercel explain` reads; off, they compile to nothing. Compiled in,
 //!   each costs a load of a flag until `steps::enable` turns recording on; recording, a Null call
-//!   took 66 ns more through shared memory and 0.12 µs more over UDP in the cost ledger.
+//!   took 88 ns more through shared memory (the cost ledger's fifth run) and 0.12 µs more over UDP.
 //!
-//! Each feature alone, compiled in and unused, cost a call nothing measurable in the cost ledger
-//! (`docs/ledger.md`, which `./ledger` measures); all four of `async`, `tracing`, `metrics` and
-//! `explain` together cost a shared-memory Null call about 64 ns (of 235), nothing visible over UDP
-//! and TCP.
+//! Each feature alone, compiled in and unused, cost a call nothing measurable in the cost ledger's
+//! first run (`docs/ledger.md`, which `./ledger` measures); all four of `async`, `tracing`, `metrics`
+//! and `explain` together cost a shared-memory Null call about 64 ns (of 235) there, and 21 ns (of
+//! 179) in its sixth run, after the short path (`Binding::call_plain`); nothing visible over UDP and
+//! TCP in the first run.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

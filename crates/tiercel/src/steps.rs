@@ -242,8 +242,8 @@ pub fn close() {
 }
 
 /// Turns recording on or off for every thread of the process. Returns false (and does nothing) when
-/// tiercel was built without the `explain` feature. Recording, a Null call took 66 ns more through
-/// shared memory and 0.12 µs more over UDP in the cost ledger (`docs/ledger.md`).
+/// tiercel was built without the `explain` feature. Recording, a Null call took 88 ns more through
+/// shared memory (the cost ledger's fifth run) and 0.12 µs more over UDP (`docs/ledger.md`).
 pub fn enable(on: bool) -> bool {
     #[cfg(feature = "explain")]
     {

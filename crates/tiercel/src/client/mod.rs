@@ -386,7 +386,7 @@ impl Binding {
     /// ([`crate::deadline`]). Cheap (a reference count): make one per call to give each its own.
     /// Each call then reads the clock on both sides and carries the deadline in a context block: a
     /// Null call took 0.11 µs more over UDP in the cost ledger (`docs/ledger.md`), nothing visible
-    /// more over TCP, and 40–76 ns more through shared memory (three runs of the ledger's lines).
+    /// more over TCP, and 58 ns more through shared memory (its fifth run, runs 53–77 ns).
     pub fn with_deadline(&self, deadline: Duration) -> Binding {
         Binding { inner: self.inner.clone(), deadline: Some(deadline), rebind: self.rebind.clone() }
     }
