@@ -184,12 +184,19 @@ impl OncServer {
             connection_threads: Mutex::new(Vec::new()),
             born: Instant::now(),
         });
+        // Each program and version once: `unset` removes it for every protocol. A registration
+        // that fails takes back those made before it.
         let mut registered = Vec::new();
         if self.register {
             for p in &shared.programs {
+                registered.push((p.program(), p.version()));
                 for (protocol, port) in [(onc_protocol::UDP, udp_addr.port()), (onc_protocol::TCP, tcp_addr.port())] {
-                    super::rpcbind::set(p.program(), p.version(), protocol, port)?;
-                    registered.push((p.program(), p.version()));
+                    if let Err(e) = super::rpcbind::set(p.program(), p.version(), protocol, port) {
+                        for (program, version) in registered {
+                            let _ = super::rpcbind::unset(program, version);
+                        }
+                        return Err(e);
+                    }
                 }
             }
         }
