@@ -211,8 +211,6 @@ impl ShmEndpoint {
         })
     }
 
-    /// Prepares the endpoint for a call whose data starts with `context` (when not empty). A
-    /// deadline goes in the slot's own words, not in the block.
     /// [`ShmEndpoint::begin`] of a call without a context block.
     #[inline]
     pub(super) fn begin_plain(&mut self) {
@@ -232,6 +230,8 @@ impl ShmEndpoint {
         self.result = Vec::with_capacity(SCRATCH);
     }
 
+    /// Prepares the endpoint for a call whose data starts with `context` (when not empty). A
+    /// deadline goes in the slot's own words, not in the block.
     pub(super) fn begin(&mut self, context: &Context) {
         self.scratch.clear();
         self.result_len = 0;
@@ -494,6 +494,10 @@ impl ShmEndpoint {
         }
         let start = *start;
         let spin = clock::ticks_in(self.spin.budget());
+        if clock::ticks().saturating_sub(start) >= spin {
+            // No budget left (or none at all, `Spin::Never`): the first looks were the spin.
+            return false;
+        }
         let spinner = SPINNERS.start();
         // Look at the clock only every 64 checks: the result is noticed within a load, not a clock
         // read. Another caller of the process spinning too gets the CPU there (see `Spinners`).
