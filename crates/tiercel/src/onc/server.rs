@@ -467,10 +467,7 @@ fn accept(shared: &Arc<Shared>, listener: &TcpListener) {
         }
         let conn_shared = shared.clone();
         let spawned = spawn("tiercel-onc-conn", move || {
-            let closed_badly = serve_connection(&conn_shared, stream, peer).is_err();
-            if closed_badly {
-                conn_shared.counters.connections_closed.fetch_add(1, Ordering::Relaxed);
-            }
+            let _ = serve_connection(&conn_shared, stream, peer);
             conn_shared.connections.fetch_sub(1, Ordering::SeqCst);
         });
         match spawned {
@@ -487,7 +484,17 @@ fn accept(shared: &Arc<Shared>, listener: &TcpListener) {
 }
 
 /// Serves one connection until its peer closes it (`Ok`), or it breaks a limit or fails (`Err`).
+/// Serves a connection's calls until its peer closes it or it breaks a rule, which the counters
+/// note before the connection closes (so that whoever sees it closed sees it counted).
 fn serve_connection(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
+    let served = serve_records(shared, &mut stream, peer);
+    if served.is_err() {
+        shared.counters.connections_closed.fetch_add(1, Ordering::Relaxed);
+    }
+    served
+}
+
+fn serve_records(shared: &Shared, stream: &mut TcpStream, peer: SocketAddr) -> io::Result<()> {
     let idle = shared.config.idle;
     stream.set_nonblocking(true)?;
     let _ = stream.set_nodelay(true);
@@ -508,7 +515,7 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) ->
                 } else if waiting.elapsed() > idle {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "an idle or slow ONC connection"));
                 } else {
-                    udp::wait_readable_fd(&stream, Some(TICK))?;
+                    udp::wait_readable_fd(&*stream, Some(TICK))?;
                 }
                 continue;
             }
@@ -532,7 +539,7 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) ->
                     reply.extend_from_slice(&onc::record_mark(chunk.len(), last));
                     reply.extend_from_slice(chunk);
                 }
-                write_within(&mut stream, &reply, idle)?;
+                write_within(stream, &reply, idle)?;
             }
             spin_until = Instant::now() + shared.config.spin;
         }
