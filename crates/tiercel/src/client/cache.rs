@@ -14,8 +14,8 @@ use crate::CallError;
 thread_local! {
     // Boxed so that taking an endpoint out for a call and putting it back moves a pointer, not the
     // endpoint. The endpoint given back last waits in a cell of its own: a thread calling one
-    // binding takes it from there and puts it back with a load and a store (through the vector
-    // and its `RefCell`, a shared-memory Null call took 12 ns longer).
+    // binding takes it from there and puts it back with a load and a store, not through the
+    // vector and its `RefCell`.
     static UDP_LAST: Cell<Option<Box<UdpEndpoint>>> = const { Cell::new(None) };
     static SHM_LAST: Cell<Option<Box<ShmEndpoint>>> = const { Cell::new(None) };
     static TCP_LAST: Cell<Option<Box<TcpEndpoint>>> = const { Cell::new(None) };

@@ -218,6 +218,7 @@ impl ShmEndpoint {
         self.result_len = 0;
         self.context = false;
         if self.retention.holds_large() && self.retention.idle(Instant::now()) {
+            // No large call for a while: give back the private buffers they grew.
             self.give_back_large();
         }
     }
@@ -233,14 +234,9 @@ impl ShmEndpoint {
     /// Prepares the endpoint for a call whose data starts with `context` (when not empty). A
     /// deadline goes in the slot's own words, not in the block.
     pub(super) fn begin(&mut self, context: &Context) {
-        self.scratch.clear();
-        self.result_len = 0;
+        self.begin_plain();
         let context = Context { deadline: None, ..*context };
         self.context = !context.is_empty();
-        if self.retention.holds_large() && self.retention.idle(Instant::now()) {
-            // No large call for a while: give back the private buffers they grew.
-            self.give_back_large();
-        }
         if self.context {
             let mut block = [0u8; tiercel_proto::context::MAX_LEN];
             let n = context.encode(&mut block);

@@ -101,16 +101,12 @@ pub(crate) fn run_procedure(
     start: usize,
     limit: usize,
 ) -> Status {
-    let run = |args: &[u8], out: &mut Vec<u8>| export.dispatch(procedure, args, &mut Results::new(out, limit));
-    if !arrival.context && arrival.deadline.is_none() && shared.interceptor.is_none() {
-        // Nothing to read before the arguments, no deadline to check, nobody to ask.
-        return invoke(shared, export, procedure, arrival, (None, None), out, start, |out| run(args, out)).0;
-    }
     let (args, deadline, trace) = match call_context(shared, export, procedure, args, arrival, out) {
         Ok(c) => c,
         Err(status) => return status,
     };
-    invoke(shared, export, procedure, arrival, (deadline, trace), out, start, |out| run(args, out)).0
+    let run = |out: &mut Vec<u8>| export.dispatch(procedure, args, &mut Results::new(out, limit));
+    invoke(shared, export, procedure, arrival, (deadline, trace), out, start, run).0
 }
 
 /// Runs `procedure` of `export`, one that is [`Export::in_place`], on the marshaled arguments in
@@ -289,6 +285,10 @@ fn call_context<'a>(
     arrival: Arrival,
     out: &mut Vec<u8>,
 ) -> Result<CallContext<'a>, Status> {
+    if !arrival.context && arrival.deadline.is_none() && shared.interceptor.is_none() {
+        // Nothing to read before the arguments, no deadline to check, nobody to ask.
+        return Ok((args, None, None));
+    }
     let (args, deadline, trace) = if arrival.context {
         match Context::parse(args) {
             Ok((context, rest)) => {

@@ -221,16 +221,8 @@ impl<'a> Segments<'a> {
 
     /// Calls `f` with each of the message's non-empty parts, in order.
     #[inline]
-    pub(crate) fn for_each_part(&self, scratch: &[u8], mut f: impl FnMut(&[u8])) {
-        for s in &self.segs[..self.len] {
-            match *s {
-                Segment::Scratch { start, end } => f(scratch.get(start as usize..end as usize).unwrap_or_default()),
-                Segment::Borrowed(b) => f(b),
-            }
-        }
-        if let Some(rest) = scratch.get(self.open_from..).filter(|rest| !rest.is_empty()) {
-            f(rest);
-        }
+    pub(crate) fn for_each_part(&self, scratch: &[u8], f: impl FnMut(&[u8])) {
+        self.parts(scratch).for_each(f);
     }
 
     /// Fills `out` with the message's slices, in order, and returns how many it used.
