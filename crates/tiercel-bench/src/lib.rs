@@ -197,6 +197,16 @@ pub struct SecretArgs {
     /// `serve` only: with `--key`, grant plain bindings too.
     #[arg(long)]
     pub allow_plain: bool,
+    /// `serve` only: an authority's endorsement of the server's key for its name (a file `tiercel
+    /// endorse` wrote), carried in the name's registry entry. Repeat for several.
+    #[arg(long = "endorsement", value_name = "FILE")]
+    pub endorsements: Vec<std::path::PathBuf>,
+    /// A client's only: an authority whose endorsements this client trusts (64 hex digits, or the
+    /// `.pub` file `tiercel keygen --authority` wrote). Importing by name, the client then binds
+    /// only with a key the entry carries and an authority given here endorsed for the name,
+    /// whatever the registry. Repeat for several.
+    #[arg(long = "authority", value_name = "KEY|FILE")]
+    pub authorities: Vec<String>,
 }
 
 impl SecretArgs {
@@ -219,12 +229,29 @@ impl SecretArgs {
         }
     }
 
+    /// The endorsements in the `--endorsement` files.
+    pub fn endorsements(&self) -> std::result::Result<Vec<tiercel::Endorsement>, tiercel::KeyError> {
+        self.endorsements.iter().map(tiercel::Endorsement::from_file).collect()
+    }
+
+    /// The authorities given with `--authority`: each its hex, or a file holding it.
+    pub fn authorities(&self) -> std::result::Result<Vec<tiercel::AuthorityKey>, tiercel::KeyError> {
+        let one = |given: &String| given.parse().or_else(|_| tiercel::AuthorityKey::from_file(given));
+        self.authorities.iter().map(one).collect()
+    }
+
     /// A client's configuration with the secret and keys given.
     pub fn client_config(&self) -> std::result::Result<tiercel::ClientConfig, tiercel::Error> {
+        if !self.endorsements.is_empty() {
+            return Err(
+                tiercel::KeyError("--endorsement is a server's option; a client trusts --authority".into()).into()
+            );
+        }
         Ok(tiercel::ClientConfig {
             secret: self.load()?,
             key: self.identity()?,
             server_key: self.server_key()?,
+            authorities: self.authorities()?,
             ..tiercel::ClientConfig::default()
         })
     }

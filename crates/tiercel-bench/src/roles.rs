@@ -17,7 +17,7 @@ struct Helper {
 #[derive(Subcommand)]
 enum Role {
     /// A server of the Test interface.
-    Serve(crate::serve::Args),
+    Serve(Box<crate::serve::Args>),
     /// The raw UDP echo server.
     RawEcho(crate::raw::EchoArgs),
     /// The raw shared-memory echo server.
@@ -52,7 +52,7 @@ enum Role {
 pub fn run_if_helper() -> Option<ExitCode> {
     std::env::var_os(HELPER_ENV)?;
     let result = match Helper::parse().role {
-        Role::Serve(a) => crate::serve::run(a),
+        Role::Serve(a) => crate::serve::run(*a),
         Role::RawEcho(a) => crate::raw::echo(a),
         Role::RawShmEcho(a) => crate::raw_shm::echo(a),
         Role::RawTcpEcho(a) => crate::raw_tcp::echo(a),

@@ -82,6 +82,9 @@ pub fn run(args: Args) -> crate::Result<()> {
     if args.secret.server_key.is_some() {
         return Err(crate::Error::Measure("--server-key is a client's option; a server's own key is --key".into()));
     }
+    if !args.secret.authorities.is_empty() {
+        return Err(crate::Error::Measure("--authority is a client's option; a server carries --endorsement".into()));
+    }
     let config = ServerConfig {
         workers: args.workers,
         sockets: args.sockets,
@@ -91,6 +94,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         secret: args.secret.load()?,
         key: args.secret.identity().map_err(tiercel::Error::from)?,
         allow_plain: args.secret.allow_plain,
+        endorsements: args.secret.endorsements().map_err(tiercel::Error::from)?,
         adaptive_spin: !args.spin_fixed,
         message_memory: args.message_memory_mib << 20,
         binding_memory: args.binding_memory_mib << 20,
@@ -117,6 +121,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         (None, Some(_)) => "udp://127.0.0.1:0",
     };
     let server_key = config.key.as_ref().map(tiercel::Identity::public);
+    let endorsements = config.endorsements.clone();
     let server = Server::bind(addr).map_err(crate::Error::from)?.with_config(config);
     let server = match &args.name {
         Some(name) => {
@@ -135,6 +140,21 @@ pub fn run(args: Args) -> crate::Result<()> {
     if let Some(name) = &args.name {
         let registry = args.registry.load().map_err(|e| crate::Error::from(tiercel::ServerError::from(e)))?;
         let _ = writeln!(out, "exported as {name:?} in {registry} while the server runs");
+        match endorsements.iter().find(|e| e.name == *name) {
+            Some(e) => {
+                let _ = writeln!(
+                    out,
+                    "its entry carries the endorsement of authority {} until {} (Unix time)",
+                    e.authority, e.not_after
+                );
+            }
+            None if !endorsements.is_empty() => {
+                let _ = writeln!(out, "WARNING: no --endorsement given is of {name:?}: its entry carries none");
+            }
+            None => {}
+        }
+    } else if !endorsements.is_empty() {
+        let _ = writeln!(out, "WARNING: --endorsement without --name: no registry entry carries it");
     }
     if let Some(addr) = args.metrics {
         let _ = writeln!(out, "metrics for Prometheus at http://{addr}/metrics");

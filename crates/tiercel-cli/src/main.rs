@@ -35,8 +35,13 @@ enum Command {
     List(list::Args),
     /// Write a new key pair: the private key to FILE (readable by its owner only), the public key
     /// to FILE.pub. `serve --key FILE` makes a server secure; its clients give
-    /// `--server-key FILE.pub`.
+    /// `--server-key FILE.pub`. With `--authority`, an authority's key pair, which endorses servers'
+    /// keys for names (`endorse`); clients given `--authority FILE.pub` trust its endorsements.
     Keygen(KeygenArgs),
+    /// Endorse a server's public key for a name with an authority's key, until a time: the server
+    /// carries the endorsement in its registry entry (`serve --endorsement FILE`), and clients that
+    /// trust the authority (`--authority`) bind by name only to a server it endorsed.
+    Endorse(EndorseArgs),
     /// The seeds' tables, each against the raw mechanism beneath it measured in the same run.
     Bench(tiercel_bench::bench::Args),
     /// Where the time of a Null and a MaxResult call goes, step by step, on each transport, against
@@ -55,16 +60,70 @@ enum Command {
 struct KeygenArgs {
     /// Where to write the private key (never over an existing file).
     file: std::path::PathBuf,
+    /// An authority's key pair (Ed25519), not a server's or a client's (X25519).
+    #[arg(long)]
+    authority: bool,
 }
 
 /// Writes a new key pair and prints its public key.
 fn keygen(args: KeygenArgs) -> Result<()> {
     let failed = |e: tiercel::KeyError| Error::Usage(e.to_string());
-    let key = tiercel::Identity::generate().map_err(failed)?;
-    key.write(&args.file).map_err(failed)?;
+    let public_key = match args.authority {
+        false => {
+            let key = tiercel::Identity::generate().map_err(failed)?;
+            key.write(&args.file).map_err(failed)?;
+            key.public().to_string()
+        }
+        true => {
+            let key = tiercel::Authority::generate().map_err(failed)?;
+            key.write(&args.file).map_err(failed)?;
+            key.public().to_string()
+        }
+    };
     let public = tiercel::secure::public_path(&args.file);
     println!("private key: {} (mode 600)", args.file.display());
-    println!("public key:  {} = {}", public.display(), key.public());
+    println!("public key:  {} = {public_key}", public.display());
+    Ok(())
+}
+
+#[derive(clap::Args)]
+struct EndorseArgs {
+    /// The authority's private key (a file `tiercel keygen --authority` wrote).
+    #[arg(long, value_name = "FILE")]
+    authority: std::path::PathBuf,
+    /// The name the server exports.
+    #[arg(long)]
+    name: String,
+    /// The server's public key: 64 hex digits, or the `.pub` file `tiercel keygen` wrote.
+    #[arg(long, value_name = "KEY|FILE")]
+    server_key: String,
+    /// For how many days the endorsement holds.
+    #[arg(long, default_value_t = 365)]
+    days: u64,
+    /// Where to write the endorsement (never over an existing file).
+    file: std::path::PathBuf,
+}
+
+/// Writes an authority's endorsement of a server's key for a name.
+fn endorse(args: EndorseArgs) -> Result<()> {
+    let failed = |e: tiercel::KeyError| Error::Usage(e.to_string());
+    let authority = tiercel::Authority::from_file(&args.authority).map_err(failed)?;
+    let server = match args.server_key.parse() {
+        Ok(key) => key,
+        Err(_) => tiercel::PublicKey::from_file(&args.server_key).map_err(failed)?,
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let not_after = now.saturating_add(args.days.saturating_mul(86_400));
+    let endorsement = authority.endorse(&args.name, server, not_after).map_err(failed)?;
+    endorsement.write(&args.file).map_err(failed)?;
+    println!(
+        "{}: {} endorsed for {:?} by {} for {} days",
+        args.file.display(),
+        server,
+        args.name,
+        authority.public(),
+        args.days
+    );
     Ok(())
 }
 
@@ -115,6 +174,7 @@ fn main() -> ExitCode {
         Command::Check(a) => check::run(a),
         Command::List(a) => list::run(a),
         Command::Keygen(a) => keygen(a),
+        Command::Endorse(a) => endorse(a),
         Command::Bench(a) => tiercel_bench::bench::run(a).map_err(Error::from),
         Command::Explain(a) => tiercel_bench::explain::run(a).map_err(Error::from),
         Command::Report(a) => tiercel_bench::report::run(a).map_err(Error::from),

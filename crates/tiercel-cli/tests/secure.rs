@@ -61,6 +61,74 @@ fn keygen_serve_with_a_key_and_call_with_the_servers_key() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// An authority endorses the server's key for its name; a client given the authority (and not the
+/// server's key) binds by name securely, and one trusting another authority binds to nothing.
+#[test]
+fn an_authority_endorses_a_servers_key_and_clients_trusting_it_import_by_name() {
+    let dir = std::env::temp_dir().join(format!("tiercel-cli-endorse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |f: &str| dir.join(f).to_str().unwrap().to_owned();
+    for (file, kind) in [("authority", "--authority"), ("stranger", "--authority"), ("server.key", "")] {
+        let out = Command::new(TIERCEL)
+            .arg("keygen")
+            .args((!kind.is_empty()).then_some(kind))
+            .arg(path(file))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let endorse = |name: &str, file: &str| {
+        tiercel(&[
+            "endorse",
+            "--authority",
+            &path("authority"),
+            "--name",
+            name,
+            "--server-key",
+            &path("server.key.pub"),
+            "--days",
+            "2",
+            &path(file),
+        ])
+    };
+    assert!(endorse("vault", "vault.endorsement").status.success());
+    assert!(endorse("not a name", "bad.endorsement").status.code() == Some(2), "an invalid name is refused");
+    // A server's key is not an authority's.
+    let out = tiercel(&[
+        "endorse",
+        "--authority",
+        &path("server.key"),
+        "--name",
+        "vault",
+        "--server-key",
+        &path("server.key.pub"),
+        &path("x"),
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an authority's private key"), "{out:?}");
+
+    let registry = format!("dir:{}", path("names"));
+    let served = collect(
+        Command::new(TIERCEL)
+            .args(["serve", "--addr", "udp://127.0.0.1:0", "--name", "vault", "--registry", &registry])
+            .args(["--key", &path("server.key"), "--endorsement", &path("vault.endorsement")])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let call =
+        tiercel(&["call", "vault", "add", "2", "3", "--registry", &registry, "--authority", &path("authority.pub")]);
+    assert!(String::from_utf8_lossy(&call.stdout).contains("= 5"), "{call:?}");
+    let check =
+        tiercel(&["check", "vault", "--registry", &registry, "--authority", &path("authority.pub"), "--rounds", "5"]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let stranger = tiercel(&["call", "vault", "null", "--registry", &registry, "--authority", &path("stranger.pub")]);
+    let said = String::from_utf8_lossy(&stranger.stderr);
+    assert!(!stranger.status.success() && said.contains("not endorsed") && said.contains("never ran"), "{said}");
+    drop(served);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("run ip (iproute2)");
     assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));

@@ -119,6 +119,15 @@ pub struct ClientConfig {
     pub key: Option<crate::Identity>,
     /// The AEAD that seals a secure binding's packets (see [`crate::Cipher`]). Default: AES-256-GCM.
     pub cipher: crate::Cipher,
+    /// Authorities whose endorsements this client trusts (see [`crate::Endorsement`]). With any, an
+    /// import by name without `server_key` binds to an exporter only with the key its registry
+    /// entry carries, and only when an authority given here endorsed that key for the name and the
+    /// endorsement has not run out, whatever the registry (etcd without authentication included);
+    /// an exporter whose entry fails that is passed over and counted
+    /// ([`crate::Client::exporters_refused`]; [`crate::BindError::NotEndorsed`] if none is left).
+    /// Checked once a bind, never a call. Default: none (the key of an entry is used only from a
+    /// registry that vouches for its entries, [`crate::names::Registry::vouches`]).
+    pub authorities: Vec<crate::AuthorityKey>,
 }
 
 impl Default for ClientConfig {
@@ -138,6 +147,7 @@ impl Default for ClientConfig {
             server_key: None,
             key: None,
             cipher: crate::Cipher::default(),
+            authorities: Vec::new(),
         }
     }
 }
@@ -268,6 +278,12 @@ pub struct ServerConfig {
     pub key: Option<crate::Identity>,
     /// With a `key`, grant plain bindings too. Default: off.
     pub allow_plain: bool,
+    /// Authorities' endorsements of this server's `key` for the names it exports
+    /// (`Server::export_as`): each name's registry entry carries the endorsement made for it, so
+    /// that clients trusting the authority (`ClientConfig::authorities`) bind to this server by
+    /// name. The server does not start with an endorsement of another key than its own, or one
+    /// that has run out. Default: none.
+    pub endorsements: Vec<crate::Endorsement>,
     /// Most secure handshakes answered a second (each costs the server two X25519 operations
     /// before the client has proven anything, and two more and a key pair to answer: about a third
     /// of a millisecond of CPU on this project's machines); beyond, they are dropped and counted,
@@ -303,6 +319,7 @@ impl Default for ServerConfig {
             max_async_calls: 4096,
             key: None,
             allow_plain: false,
+            endorsements: Vec::new(),
             handshakes_per_second: 1000,
         }
     }

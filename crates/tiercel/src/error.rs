@@ -112,6 +112,18 @@ pub enum BindError {
     /// bind gave up.
     #[error("no server at {0} proved the key {1}")]
     KeyNotProven(std::net::SocketAddr, crate::PublicKey),
+    /// An exporter of the name was not endorsed as the client requires (`ClientConfig::authorities`):
+    /// its registry entry carries no key, no endorsement, or one that does not vouch for its key.
+    /// Nothing was sent to it.
+    #[error("the exporter of {name:?} at {exporter} is not endorsed by an authority this client trusts: {why}")]
+    NotEndorsed {
+        /// The name imported.
+        name: String,
+        /// Where the entry said the exporter is.
+        exporter: std::net::SocketAddr,
+        /// What was wrong with its endorsement.
+        why: crate::secure::NotEndorsed,
+    },
     /// The server requires proof of a shared secret and this client has none
     /// (`ClientConfig::secret`).
     #[error("server requires a shared secret to bind; configure the client with one")]
@@ -464,6 +476,15 @@ pub enum ServerError {
     /// exports, or a registry that could not be written.
     #[error("cannot export by name: {0}")]
     Name(#[from] crate::names::NameError),
+    /// An endorsement given to the server (`ServerConfig::endorsements`) is of another key than its
+    /// own, or has run out.
+    #[error("endorsement of {name:?}: {reason}")]
+    Endorsement {
+        /// The name it endorses.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Two exports of one server were given the same name.
     #[error("two exports are named {0:?}")]
     DuplicateName(String),

@@ -115,7 +115,7 @@ pub use address::{Target, ToAddress, Transport};
 pub use auth::{Secret, MIN_SECRET_LEN};
 pub use buffers::{In, InOut, Out};
 pub use client::{Binding, Client, ClientInterceptor, ClientStats, OutgoingCall};
-pub use secure::{Cipher, Identity, KeyError, PublicKey};
+pub use secure::{Authority, AuthorityKey, Cipher, Endorsement, Identity, KeyError, PublicKey};
 // What generated client stubs drive; not called by users.
 #[cfg(feature = "async")]
 #[doc(hidden)]

@@ -189,3 +189,99 @@ fn with_authentication_on_only_users_allowed_to_write_names_register_them() {
     assert!(client_registry.lookup("accounts").unwrap().is_empty(), "a shutdown revokes the name at once");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn keyed_bank(
+    registry: &Registry,
+    base: i64,
+    key: &tiercel::Identity,
+    endorsements: Vec<tiercel::Endorsement>,
+) -> Result<tiercel::RunningServer, ServerError> {
+    let config = tiercel::ServerConfig {
+        key: Some(key.clone()),
+        endorsements,
+        shared_memory: false,
+        ..tiercel::ServerConfig::default()
+    };
+    Server::bind("127.0.0.1:0")?
+        .with_config(config)
+        .with_registry(registry.clone())
+        .export_as("accounts", AccountsServer::new(Bank(base)))
+        .start()
+}
+
+/// etcd without authentication: anyone who reaches it may write any entry. A client that trusts an
+/// authority binds only with keys it endorsed for the name, and every import reaches the real
+/// server past impostors' entries of every kind.
+#[test]
+fn over_an_etcd_anyone_may_write_a_client_trusting_an_authority_reaches_only_the_server_it_endorsed() {
+    tiercel_seeds::needs!(ETCD);
+    let etcd = EtcdServer::start().unwrap();
+    let registry = Registry::parse(&etcd.registry(5)).unwrap();
+    assert!(!registry.vouches());
+    let (authority, stranger) = (tiercel::Authority::generate().unwrap(), tiercel::Authority::generate().unwrap());
+    let later = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 3600;
+    let key = tiercel::Identity::generate().unwrap();
+    let endorsed = authority.endorse("accounts", key.public(), later).unwrap();
+
+    // A server does not start with another key's endorsement, or one that ran out.
+    let other = tiercel::Identity::generate().unwrap();
+    let err = keyed_bank(&registry, 0, &other, vec![endorsed.clone()]).unwrap_err();
+    assert!(matches!(err, ServerError::Endorsement { .. }), "{err:?}");
+    let spent = authority.endorse("accounts", other.public(), 1).unwrap();
+    let err = keyed_bank(&registry, 0, &other, vec![spent.clone()]).unwrap_err();
+    assert!(err.to_string().contains("ran out"), "{err}");
+
+    let real = keyed_bank(&registry, 1000, &key, vec![endorsed.clone()]).unwrap();
+    let entry = registry.lookup("accounts").unwrap().pop().unwrap();
+    assert_eq!(entry.endorsement, Some(endorsed.clone()), "the entry carries the endorsement");
+
+    // Impostors, each with a key of its own: one not endorsed; one endorsed by an authority the
+    // client does not trust; and entries written by hand pointing at one of them: a copy of the
+    // real entry (its key and endorsement), the real key endorsed for another name, and the
+    // impostor's key endorsed in the past.
+    let impostor_key = tiercel::Identity::generate().unwrap();
+    let unendorsed = keyed_bank(&registry, 0, &impostor_key, Vec::new()).unwrap();
+    let strangers_key = tiercel::Identity::generate().unwrap();
+    let strangers = stranger.endorse("accounts", strangers_key.public(), later).unwrap();
+    let _strangers = keyed_bank(&registry, 0, &strangers_key, vec![strangers]).unwrap();
+    let forge = |key, endorsement| tiercel::names::Exporter {
+        addr: unendorsed.addr(),
+        pid: 1,
+        key: Some(key),
+        endorsement: Some(endorsement),
+        ..entry.clone()
+    };
+    let elsewhere = authority.endorse("payroll", key.public(), later).unwrap();
+    let ran_out = authority.endorse("accounts", impostor_key.public(), 1).unwrap();
+    let _forged = [
+        registry.register(&forge(key.public(), endorsed.clone())).unwrap(),
+        registry.register(&forge(key.public(), elsewhere)).unwrap(),
+        registry.register(&forge(impostor_key.public(), ran_out)).unwrap(),
+    ];
+    assert_eq!(registry.lookup("accounts").unwrap().len(), 6);
+
+    let config = tiercel::ClientConfig { authorities: vec![authority.public()], ..tiercel::ClientConfig::default() };
+    let client = Client::connect("accounts").unwrap().with_registry(registry.clone()).with_config(config);
+    for _ in 0..24 {
+        let bound: AccountsClient = client.import().unwrap();
+        assert_eq!(bound.binding().server(), real.addr());
+        assert_eq!(bound.binding().server_key(), Some(key.public()), "secure with the endorsed key");
+        assert_eq!(bound.balance(5).unwrap(), 1005);
+    }
+    // Each import starts at an entry taken at random: the chance that none of the 24 met an
+    // impostor first is 6^-24.
+    assert!(client.exporters_refused() > 0, "impostors met and passed over");
+
+    // A client that trusts none of the authorities binds to no one, and says why.
+    let config = tiercel::ClientConfig {
+        authorities: vec![tiercel::Authority::generate().unwrap().public()],
+        ..tiercel::ClientConfig::default()
+    };
+    let err = Client::connect("accounts")
+        .unwrap()
+        .with_registry(registry.clone())
+        .with_config(config)
+        .import::<AccountsClient>()
+        .unwrap_err();
+    assert!(matches!(err, BindError::NotEndorsed { .. }), "{err:?}");
+}

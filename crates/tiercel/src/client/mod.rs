@@ -148,9 +148,29 @@ impl Client {
         let first = crate::random::bytes().map(|b| b[0] as usize).unwrap_or(0) % exporters.len();
         exporters.rotate_left(first);
         let (mut gone, mut refused) = (None, None);
+        let now = crate::secure::unix_now();
         for exporter in exporters {
             let mut config = self.config.clone();
-            if config.server_key.is_none() && registry.vouches() {
+            if config.server_key.is_none() && !config.authorities.is_empty() {
+                // The key the entry carries, endorsed by an authority this client trusts: the
+                // exporter must prove it. Without, nothing is sent to it.
+                let endorsed = match (&exporter.key, &exporter.endorsement) {
+                    (Some(key), Some(e)) => e.vouches(&config.authorities, name, key, now).map(|()| *key),
+                    _ => Err(crate::secure::NotEndorsed::Missing),
+                };
+                match endorsed {
+                    Ok(key) => config.server_key = Some(key),
+                    Err(why) => {
+                        self.refused.fetch_add(1, Ordering::Relaxed);
+                        refused.get_or_insert(BindError::NotEndorsed {
+                            name: name.clone(),
+                            exporter: exporter.addr,
+                            why,
+                        });
+                        continue;
+                    }
+                }
+            } else if config.server_key.is_none() && registry.vouches() {
                 // The key the entry carries: the exporter must prove it.
                 config.server_key = exporter.key;
             }

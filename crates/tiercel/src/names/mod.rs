@@ -170,6 +170,10 @@ pub struct Exporter {
     /// importing the name from a registry that vouches for its entries ([`Registry::vouches`])
     /// binds securely with it, when it was not given the server's key itself.
     pub key: Option<crate::PublicKey>,
+    /// An authority's endorsement of `key` for `name` (`ServerConfig::endorsements`): what a client
+    /// given that authority (`ClientConfig::authorities`) requires of an entry before it binds with
+    /// the entry's key, whatever the registry.
+    pub endorsement: Option<crate::Endorsement>,
 }
 
 impl Exporter {
@@ -187,6 +191,9 @@ impl Exporter {
         );
         if let Some(key) = &self.key {
             text.push_str(&format!("key {key}\n"));
+            if let Some(endorsement) = &self.endorsement {
+                text.push_str(&format!("{endorsement}\n"));
+            }
         }
         text
     }
@@ -209,15 +216,20 @@ impl Exporter {
         let addr = field("address")?.parse().ok()?;
         let incarnation = u64::from_str_radix(field("incarnation")?, 16).ok()?;
         let pid = field("pid")?.parse().ok()?;
-        // Optional: a server without a key writes none.
+        // Optional: a server without a key writes none, and one without an endorsement of it none.
         let key = match lines.next() {
             None => None,
             Some(line) => Some(line.strip_prefix("key ")?.parse().ok()?),
         };
+        let endorsement = match lines.next() {
+            None => None,
+            Some(line) => Some(line.parse().ok()?),
+        };
         if lines.next().is_some() {
             return None;
         }
-        valid_name(&name).then_some(Exporter { name, interface, version, fingerprint, addr, incarnation, pid, key })
+        let exporter = Exporter { name, interface, version, fingerprint, addr, incarnation, pid, key, endorsement };
+        valid_name(&exporter.name).then_some(exporter)
     }
 }
 

@@ -10,6 +10,7 @@ fn exporter(name: &str) -> Exporter {
         incarnation: 42,
         pid: std::process::id(),
         key: None,
+        endorsement: None,
     }
 }
 
@@ -32,6 +33,14 @@ fn entries_round_trip_and_garbage_is_no_entry() {
     assert!(keyed.encode().ends_with(&format!("key {}\n", "07".repeat(32))));
     assert_eq!(Exporter::decode(&keyed.encode().replace("key 07", "key zz")), None);
     assert_eq!(Exporter::decode(&format!("{}junk\n", keyed.encode())), None);
+    let authority = crate::Authority::generate().unwrap();
+    let endorsed = Exporter {
+        endorsement: Some(authority.endorse("accounts", crate::PublicKey([7; 32]), 99).unwrap()),
+        ..keyed.clone()
+    };
+    assert_eq!(Exporter::decode(&endorsed.encode()), Some(endorsed.clone()));
+    assert_eq!(Exporter::decode(&format!("{}junk\n", endorsed.encode())), None);
+    assert_eq!(Exporter::decode(&endorsed.encode().replace("endorsement accounts", "endorsement")), None);
     for garbage in ["", "tiercel-name 2\n", &e.encode().replace("version 2", "version two"), "\u{0}\u{1}"] {
         assert_eq!(Exporter::decode(garbage), None, "{garbage:?}");
     }

@@ -24,7 +24,11 @@ use std::sync::Mutex;
 use tiercel_proto::seal::{self, Outer, ReplayWindow, SealType, LAST_COUNTER, OUTER_LEN, TAG_LEN};
 use tiercel_proto::stream::PREFIX_LEN;
 
+mod endorse;
 mod handshake;
+
+pub(crate) use endorse::unix_now;
+pub use endorse::{Authority, AuthorityKey, Endorsement, NotEndorsed};
 
 pub(crate) use handshake::{Hello, Keys, Responder, HANDSHAKE_ROOM};
 
@@ -133,29 +137,33 @@ impl Identity {
     /// Writes the private key to `path` (mode 0600) and the public key to `path` + `.pub`. Refuses
     /// to replace either file.
     pub fn write(&self, path: impl AsRef<Path>) -> Result<(), KeyError> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = path.as_ref();
-        let public = public_path(path);
-        let create = |p: &Path, mode: u32| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(mode)
-                .open(p)
-                .map_err(|e| KeyError(format!("{}: {e}", p.display())))
-        };
-        if public.exists() {
-            return Err(KeyError(format!("{}: already exists", public.display())));
-        }
         let hex: String = self.private.iter().map(|b| format!("{b:02x}")).collect();
-        create(path, 0o600)?
-            .write_all(format!("{hex}\n").as_bytes())
-            .map_err(|e| KeyError(format!("{}: {e}", path.display())))?;
-        create(&public, 0o644)?
-            .write_all(format!("{}\n", self.public).as_bytes())
-            .map_err(|e| KeyError(format!("{}: {e}", public.display())))
+        write_new(path.as_ref(), &format!("{hex}\n"), &format!("{}\n", self.public))
     }
+}
+
+/// Writes a key pair's files: `private` to `path` (mode 0600), `public` to `path` + `.pub` (mode
+/// 0644). Refuses to replace either file.
+fn write_new(path: &Path, private: &str, public: &str) -> Result<(), KeyError> {
+    let public_file = public_path(path);
+    if public_file.exists() {
+        return Err(KeyError(format!("{}: already exists", public_file.display())));
+    }
+    create_new(path, 0o600, private)?;
+    create_new(&public_file, 0o644, public)
+}
+
+/// Makes the file `path` with `mode` and writes `text` into it; refuses to replace a file.
+fn create_new(path: &Path, mode: u32, text: &str) -> Result<(), KeyError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|e| KeyError(format!("{}: {e}", path.display())))
 }
 
 /// Where [`Identity::write`] puts the public key of a private key written at `path`.

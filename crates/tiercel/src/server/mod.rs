@@ -158,6 +158,18 @@ impl Server {
                 return Err(ServerError::DuplicateName(name.clone()));
             }
         }
+        let own_key = self.config.key.as_ref().map(crate::Identity::public);
+        for e in &self.config.endorsements {
+            let reason = match own_key {
+                _ if crate::secure::unix_now() > e.not_after => {
+                    format!("ran out at {} (seconds since the Unix epoch)", e.not_after)
+                }
+                Some(own) if own == e.server => continue,
+                Some(own) => format!("it endorses the key {}, not this server's {own}", e.server),
+                None => "this server has no key (ServerConfig::key)".to_owned(),
+            };
+            return Err(ServerError::Endorsement { name: e.name.clone(), reason });
+        }
         let registry = match (&self.registry, self.names.is_empty()) {
             (_, true) => None,
             (Some(r), false) => Some(r.clone()),
@@ -282,6 +294,7 @@ impl Server {
                     incarnation,
                     pid: std::process::id(),
                     key: running.shared.config.key.as_ref().map(crate::Identity::public),
+                    endorsement: running.shared.config.endorsements.iter().find(|e| e.name == *name).cloned(),
                 };
                 // On failure the running server is dropped: it stops, and the names it registered
                 // go with it.
