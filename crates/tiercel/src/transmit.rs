@@ -34,8 +34,9 @@ pub(crate) fn send(
 }
 
 /// Sends `parts` as one datagram sealed with `seal` when the binding is secure, or as [`send`] does
-/// otherwise. Sealed, the packet is gathered into this thread's sealing buffer (kept, so that
-/// sending allocates nothing after the first packet) and encrypted there. A packet that cannot be
+/// otherwise. Sealed, the packet is gathered into this thread's sealing buffer (kept at its
+/// largest, so that sending neither allocates nor zeroes it after the first packet) and encrypted
+/// there. A packet that cannot be
 /// sealed (its binding used its last number) is not sent: to the protocol, a lost packet.
 pub(crate) fn send_as(
     socket: &UdpSocket,
@@ -47,11 +48,11 @@ pub(crate) fn send_as(
     let Some(session) = seal else { return send(socket, to, parts, with_checksum) };
     SEALING.with(|buf| {
         let mut buf = buf.borrow_mut();
-        if session.seal_into(parts, &mut buf).is_err() {
+        let Ok(len) = session.seal_into(parts, &mut buf) else {
             return Err(io::Error::from(io::ErrorKind::WouldBlock));
-        }
+        };
         crate::steps::mark(crate::steps::Point::Sealed);
-        let io = [IoSlice::new(&buf)];
+        let io = [IoSlice::new(&buf[..len])];
         match to {
             Some(addr) => udp::send_gather_to(socket, addr, &io),
             None => udp::send_gather(socket, &io),
@@ -66,8 +67,7 @@ pub(crate) fn prepare_sealing() {
     SEALING.with(|buf| {
         let mut buf = buf.borrow_mut();
         let room = tiercel_proto::wire::MAX_UDP_PAYLOAD + tiercel_proto::seal::SEAL_OVERHEAD;
-        buf.clear();
-        buf.reserve(room);
+        buf.resize(room, 0);
     });
 }
 

@@ -9,12 +9,12 @@
 //! trusts the authority binds with the entry's key only when the endorsement verifies for that
 //! name and that key, before its time is up. Whoever can write the registry can copy an
 //! endorsement into a forged entry, but not the server's private key: the handshake then fails,
-//! and the client passes over that exporter. The signature is `ring`'s Ed25519.
+//! and the client passes over that exporter. The signature is Ed25519, through `aws-lc-rs`.
 
 use std::fmt;
 use std::path::Path;
 
-use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
+use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
 
 use super::{hex32, write_new, KeyError, PublicKey, KEY_LEN};
 

@@ -20,7 +20,8 @@ fn pair(cipher: Cipher) -> (Session, Session) {
 fn sealed(s: &Session, packet: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let (a, b) = packet.split_at(packet.len().min(3));
-    s.seal_into(&[IoSlice::new(a), IoSlice::new(b)], &mut out).unwrap();
+    let n = s.seal_into(&[IoSlice::new(a), IoSlice::new(b)], &mut out).unwrap();
+    out.truncate(n);
     out
 }
 
@@ -125,4 +126,28 @@ fn keys_round_trip_through_their_files_and_a_readable_private_key_is_refused() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     assert!(Identity::from_file(&path).unwrap_err().0.contains("chmod 600"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_large_last_part_encrypted_where_it_lies_seals_as_the_copied_packet_would_and_opens() {
+    for cipher in [Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305] {
+        for len in [SCATTER_FROM - 1, SCATTER_FROM, 65_000] {
+            let (client, server) = pair(cipher);
+            let head = b"inner header";
+            let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let mut scattered = Vec::new();
+            let n = client.seal_into(&[IoSlice::new(head), IoSlice::new(&body)], &mut scattered).unwrap();
+            scattered.truncate(n);
+            // The same number (here only, for the comparison) sealed from one part: copied, then
+            // sealed in place.
+            let whole = [&head[..], &body[..]].concat();
+            let mut copied = Vec::new();
+            client.counter.store(0, Ordering::Relaxed);
+            let n = client.seal_into(&[IoSlice::new(&whole)], &mut copied).unwrap();
+            copied.truncate(n);
+            assert_eq!(scattered, copied, "{cipher:?}, {len} bytes");
+            let n = server.open_in_place(&mut scattered).unwrap();
+            assert_eq!(&scattered[OUTER_LEN..OUTER_LEN + n], &whole[..], "{cipher:?}, {len} bytes");
+        }
+    }
 }
