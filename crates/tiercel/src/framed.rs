@@ -54,8 +54,10 @@ pub(crate) fn send_sealed(
 ) -> std::io::Result<()> {
     let exhausted = |_| std::io::Error::other("the binding's keys have sealed all they may: bind again");
     SEALING.with(|buf| {
+        // The buffer keeps its length between records and frames (only `used` of it is this
+        // write's), so that it is not zeroed again for each record.
         let mut buf = buf.borrow_mut();
-        buf.clear();
+        let mut used = 0;
         let mut record = [IoSlice::new(&[]); RECORD_PARTS];
         let (mut n, mut len) = (0, 0);
         for part in parts {
@@ -65,20 +67,20 @@ pub(crate) fn send_sealed(
                 record[n] = IoSlice::new(&part[..take]);
                 (n, len, part) = (n + 1, len + take, &part[take..]);
                 if len == RECORD || n == RECORD_PARTS {
-                    session.seal_record(&record[..n], &mut buf).map_err(exhausted)?;
+                    used = session.seal_record(&record[..n], &mut buf, used).map_err(exhausted)?;
                     (n, len) = (0, 0);
-                    if buf.len() >= SEALED_WRITE {
-                        send(stream, &mut [IoSlice::new(&buf)], timeout)?;
-                        buf.clear();
+                    if used >= SEALED_WRITE {
+                        send(stream, &mut [IoSlice::new(&buf[..used])], timeout)?;
+                        used = 0;
                     }
                 }
             }
         }
         if n > 0 {
-            session.seal_record(&record[..n], &mut buf).map_err(exhausted)?;
+            used = session.seal_record(&record[..n], &mut buf, used).map_err(exhausted)?;
         }
-        if !buf.is_empty() {
-            send(stream, &mut [IoSlice::new(&buf)], timeout)?;
+        if used > 0 {
+            send(stream, &mut [IoSlice::new(&buf[..used])], timeout)?;
         }
         Ok(())
     })
@@ -153,9 +155,19 @@ impl Records {
                     return Err(std::io::Error::new(ErrorKind::InvalidData, "a sealed record of no possible length"));
                 }
                 if self.end >= PREFIX_LEN + len {
-                    let opened = session
-                        .open_in_place(&mut self.buf[PREFIX_LEN..PREFIX_LEN + len])
-                        .map_err(|_| std::io::Error::new(ErrorKind::InvalidData, "a record did not open"))?;
+                    let refused = |_| std::io::Error::new(ErrorKind::InvalidData, "a record did not open");
+                    let sealed = PREFIX_LEN..PREFIX_LEN + len;
+                    let spare = frames.spare();
+                    if spare.len() >= len - SEAL_OVERHEAD {
+                        // Room in the frames for all of it: opened straight into them.
+                        let opened = session.open_into(&self.buf[sealed], spare).map_err(refused)?;
+                        frames.filled(opened);
+                        moved = true;
+                        self.buf.copy_within(PREFIX_LEN + len..self.end, 0);
+                        self.end -= PREFIX_LEN + len;
+                        continue;
+                    }
+                    let opened = session.open_in_place(&mut self.buf[sealed]).map_err(refused)?;
                     self.from = PREFIX_LEN + OUTER_LEN;
                     (self.to, self.used) = (self.from + opened, PREFIX_LEN + len);
                     continue;
@@ -166,7 +178,14 @@ impl Records {
                 // finds nothing is a system call spent), as a plain connection's reader does.
                 return Ok(true);
             }
-            match (&*stream).read(&mut self.buf[self.end..]) {
+            // Up to the end of the record begun and the next one's prefix, not into the next
+            // record: what is read past a record is moved up once it is taken.
+            let want = match self.buf.get(..PREFIX_LEN).filter(|_| self.end >= PREFIX_LEN) {
+                Some(p) => 2 * PREFIX_LEN + u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize,
+                None => PREFIX_LEN,
+            };
+            let upto = want.max(self.end + 1).min(self.buf.len());
+            match (&*stream).read(&mut self.buf[self.end..upto]) {
                 Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
                 Ok(n) => self.end += n,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return Ok(moved),

@@ -305,6 +305,13 @@ impl Aead {
         self.key.open_in_place_separate_tag(self.nonce(n), aad, tag, body).is_ok()
     }
 
+    /// Opens `body` (its tag given apart) from where it lies into `out`, as long as it; true when
+    /// it is authentic (`out` holds nothing to believe otherwise).
+    fn open_gather(&self, n: u64, ad: &[u8], body: &[u8], tag: &[u8], out: &mut [u8]) -> bool {
+        let aad = aws_lc_rs::aead::Aad::from(ad);
+        self.key.open_separate_gather(self.nonce(n), aad, body, tag, out).is_ok()
+    }
+
     /// Opens `sealed` (the encrypted bytes, then the tag) in place; true when it is authentic.
     fn open(&self, n: u64, ad: &[u8], sealed: &mut [u8]) -> bool {
         let aad = aws_lc_rs::aead::Aad::from(ad);
@@ -460,20 +467,19 @@ impl Session {
         Ok(len)
     }
 
-    /// Appends to `out` one record of a secure stream: a length prefix, then the bytes gathered
-    /// from `parts` (any stretch of the stream) sealed as [`Session::seal_into`] seals a packet.
-    /// The records of one stream are sealed in the order they are sent, so that their numbers
-    /// rise along it.
-    pub(crate) fn seal_record(&self, parts: &[IoSlice<'_>], out: &mut Vec<u8>) -> Result<(), SealError> {
-        let at = out.len();
+    /// Writes into `out` at `at` one record of a secure stream: a length prefix, then the bytes
+    /// gathered from `parts` (any stretch of the stream) sealed as [`Session::seal_into`] seals a
+    /// packet; returns where the record ends. `out` only grows, as `seal_into`'s does. The records
+    /// of one stream are sealed in the order they are sent, so that their numbers rise along it.
+    pub(crate) fn seal_record(&self, parts: &[IoSlice<'_>], out: &mut Vec<u8>, at: usize) -> Result<usize, SealError> {
         let len = sealed_len(parts);
-        out.resize(at + PREFIX_LEN + len, 0);
-        if let Err(e) = self.seal_in(parts, &mut out[at + PREFIX_LEN..]) {
-            out.truncate(at);
-            return Err(e);
+        let end = at + PREFIX_LEN + len;
+        if out.len() < end {
+            out.resize(end, 0);
         }
+        self.seal_in(parts, &mut out[at + PREFIX_LEN..end])?;
         out[at..at + PREFIX_LEN].copy_from_slice(&tiercel_proto::stream::prefix(len));
-        Ok(())
+        Ok(end)
     }
 
     /// Seals the packet gathered from `parts` into `out`, which is exactly as long as the sealed
@@ -527,6 +533,19 @@ impl Session {
         let len = buf.len() - OUTER_LEN - TAG_LEN;
         let (ad, sealed) = buf.split_at_mut(OUTER_LEN);
         self.open_with(outer, |aead, n| aead.open(n, ad, sealed))?;
+        Ok(len)
+    }
+
+    /// Opens the sealed packet `sealed` into `out` (at least as long as the packet): its bytes are
+    /// decrypted from where they arrived into where they go, as [`Session::open_in_place`] would
+    /// leave them in place; returns their length. `sealed` is left as it was.
+    pub(crate) fn open_into(&self, sealed: &[u8], out: &mut [u8]) -> Result<usize, Dropped> {
+        let outer = Outer::parse(sealed).map_err(|_| Dropped::NotOurs)?;
+        let len = sealed.len() - OUTER_LEN - TAG_LEN;
+        let (ad, rest) = sealed.split_at(OUTER_LEN);
+        let (body, tag) = rest.split_at(len);
+        let out = out.get_mut(..len).ok_or(Dropped::NotOurs)?;
+        self.open_with(outer, |aead, n| aead.open_gather(n, ad, body, tag, out))?;
         Ok(len)
     }
 
