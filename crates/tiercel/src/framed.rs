@@ -181,11 +181,12 @@ impl Records {
                 // finds nothing is a system call spent), as a plain connection's reader does.
                 return Ok(true);
             }
-            // Up to the end of the record begun and the next one's prefix, not into the next
-            // record: what is read past a record is moved up once it is taken.
+            // Once a record's length is known, up to its end and the next one's prefix, not into
+            // the next record: what is read past a record is moved up once it is taken. Before,
+            // as much as there is, so that a small record takes one read.
             let want = match self.buf.get(..PREFIX_LEN).filter(|_| self.end >= PREFIX_LEN) {
                 Some(p) => 2 * PREFIX_LEN + u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize,
-                None => PREFIX_LEN,
+                None => self.buf.len(),
             };
             let upto = want.max(self.end + 1).min(self.buf.len());
             match (&*stream).read(&mut self.buf[self.end..upto]) {
