@@ -109,9 +109,9 @@ pub struct ClientConfig {
     /// every packet over UDP, the byte stream in records over TCP; a server that cannot prove the
     /// key is never bound (`BindError::KeyNotProven`). Through shared memory it binds only when the
     /// server's own sealed answer named the rendezvous. See `docs/security.md`. Costs a Null call
-    /// 562 ns more over UDP (1.07 times) and 1,031 ns more over TCP (1.09 times; the cost ledger,
-    /// `docs/ledger.md`), nothing through shared memory, and each bind a handshake (four X25519
-    /// operations a side). Default: none (plain).
+    /// 536 ns more over UDP (1.06 times) and 1,034 ns more over TCP (1.10 times; the cost ledger's
+    /// seventh run, `docs/ledger.md`), nothing measurable through shared memory, and each bind a
+    /// handshake (four X25519 operations a side). Default: none (plain).
     pub server_key: Option<crate::PublicKey>,
     /// This client's own static key pair, which a secure binding's server learns (and a procedure
     /// sees through [`crate::caller`]). Without one, the process makes one key pair the first time
