@@ -16,7 +16,7 @@ use std::path::Path;
 
 use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
 
-use super::{hex32, write_new, KeyError, PublicKey, KEY_LEN};
+use super::{hex32, parse_file, write_hex, write_new, KeyError, PublicKey, KEY_LEN};
 
 /// Length of an Ed25519 signature.
 const SIGNATURE_LEN: usize = 64;
@@ -36,15 +36,13 @@ impl AuthorityKey {
     /// The key in a file written by [`Authority::write`] (`NAME.pub`), or any file whose first line
     /// is the key's hex.
     pub fn from_file(path: impl AsRef<Path>) -> Result<AuthorityKey, KeyError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| KeyError(format!("{}: {e}", path.display())))?;
-        text.trim().parse().map_err(|KeyError(m)| KeyError(format!("{}: {m}", path.display())))
+        parse_file(path.as_ref())
     }
 }
 
 impl fmt::Display for AuthorityKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        write_hex(f, &self.0)
     }
 }
 
@@ -210,9 +208,7 @@ impl Endorsement {
 
     /// The endorsement in a file written by [`Endorsement::write`].
     pub fn from_file(path: impl AsRef<Path>) -> Result<Endorsement, KeyError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| KeyError(format!("{}: {e}", path.display())))?;
-        text.trim().parse().map_err(|KeyError(m)| KeyError(format!("{}: {m}", path.display())))
+        parse_file(path.as_ref())
     }
 
     /// Writes the endorsement to `path` (mode 0644: it is no secret). Refuses to replace a file.
@@ -224,7 +220,7 @@ impl Endorsement {
 impl fmt::Display for Endorsement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "endorsement {} {} {} {} ", self.name, self.server, self.not_after, self.authority)?;
-        self.signature.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        write_hex(f, &self.signature)
     }
 }
 

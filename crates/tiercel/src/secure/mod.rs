@@ -43,15 +43,24 @@ impl PublicKey {
     /// The key in a file written by [`Identity::write`] (`NAME.pub`), or any file whose first
     /// line is the key's hex.
     pub fn from_file(path: impl AsRef<Path>) -> Result<PublicKey, KeyError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| KeyError(format!("{}: {e}", path.display())))?;
-        text.trim().parse().map_err(|KeyError(m)| KeyError(format!("{}: {m}", path.display())))
+        parse_file(path.as_ref())
     }
+}
+
+/// What the text of the file at `path` parses as, trimmed; errors name the file.
+fn parse_file<T: std::str::FromStr<Err = KeyError>>(path: &Path) -> Result<T, KeyError> {
+    let text = std::fs::read_to_string(path).map_err(|e| KeyError(format!("{}: {e}", path.display())))?;
+    text.trim().parse().map_err(|KeyError(m)| KeyError(format!("{}: {m}", path.display())))
+}
+
+/// Writes `bytes` in hex.
+fn write_hex(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
+    bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
 }
 
 impl fmt::Display for PublicKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        write_hex(f, &self.0)
     }
 }
 
