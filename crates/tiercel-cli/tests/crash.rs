@@ -19,10 +19,6 @@ impl Drop for Killed {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn serve_process(addr: &str) -> (Killed, BufReader<std::process::ChildStdout>) {
     let mut child =
         Killed(Command::new(TIERCEL).args(["serve", "--addr", addr]).stdout(Stdio::piped()).spawn().unwrap());
@@ -60,7 +56,7 @@ fn server_with(addr: &str, config: ServerConfig) -> tiercel::RunningServer {
 
 #[test]
 fn restarted_server_never_runs_calls_from_before_the_restart() {
-    let addr = format!("udp://127.0.0.1:{}", free_port());
+    let addr = format!("udp://127.0.0.1:{}", tiercel_seeds::free_port());
     let (server, _out) = serve_process(&addr);
     let client = checker(&addr, &[]);
     std::thread::sleep(Duration::from_millis(500));
@@ -83,7 +79,7 @@ fn restarted_server_never_runs_calls_from_before_the_restart() {
 fn clients_import_again_after_a_restart() {
     // Over UDP, and through shared memory (a plain address on this host).
     for (scheme, transport) in [("udp://", "UDP"), ("", "shared memory")] {
-        let addr = format!("{scheme}127.0.0.1:{}", free_port());
+        let addr = format!("{scheme}127.0.0.1:{}", tiercel_seeds::free_port());
         let (server, _out) = serve_process(&addr);
         let client = Command::new(TIERCEL)
             .args(["check", &addr, "--rounds", "30000", "--threads", "2", "--reimport"])

@@ -351,7 +351,7 @@ fn an_impostor_of_another_user_never_serves_a_client() {
     tiercel_seeds::needs!(ROOT);
     // The name a server of this address would have had before (fixed by the address), taken by
     // the impostor before the server starts; and a random name it took after learning it.
-    let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = tiercel_seeds::free_port();
     let squatted = format!("tiercel/127.0.0.1:{port}");
     let taken_name = [0x5au8; 16];
     let taken = format!("tiercel/{}", taken_name.iter().map(|b| format!("{b:02x}")).collect::<String>());

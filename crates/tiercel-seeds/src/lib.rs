@@ -258,6 +258,20 @@ pub fn every_transport_serves(addr: std::net::SocketAddr) -> Result<(), String> 
     Ok(())
 }
 
+/// A loopback port free for UDP and for TCP both when asked (a server binds both on one port): a
+/// port that only a UDP socket was asked for may be another process's TCP port. The caller binds it
+/// soon after; another process may still take it meanwhile.
+pub fn free_port() -> u16 {
+    for _ in 0..100 {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind a UDP socket on loopback");
+        let port = udp.local_addr().expect("a bound socket's address").port();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no loopback port free for both UDP and TCP in 100 tries")
+}
+
 /// Whether this process runs as root (and may create network namespaces).
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")

@@ -250,8 +250,9 @@ impl std::str::FromStr for Cipher {
     }
 }
 
-/// Shortest last part of a packet that [`Session::seal_into`] encrypts where it lies rather than
-/// copying it into the sealing buffer first: below, the copy costs less than a second pass.
+/// Shortest last part of a packet (a call's arguments, a result) that [`Session::seal_into`]
+/// encrypts where it lies rather than copying it into the sealing buffer first; shorter ones are
+/// copied with the rest of the packet, as its header always is.
 const SCATTER_FROM: usize = 4096;
 
 /// How long the packet gathered from `parts` is once sealed.
