@@ -38,7 +38,7 @@ pub(crate) const RECORD: usize = 64 * 1024;
 /// Sealed bytes a sender gathers before it writes them: eight records, so that a large frame goes
 /// in writes of half a megabyte (the thread's sealing buffer grows to that, and keeps it). With each
 /// record written as soon as it was sealed, a 16 MiB call over loopback had 0.56-0.68 of a plain
-/// connection's bandwidth; four records a write 0.67-0.76, eight 0.73-0.85, sixteen 0.85-1.02
+/// connection's bandwidth; four records a write 0.61-0.76, eight 0.73-0.85, sixteen 0.81-1.02
 /// (alternating probes on this project's machines).
 const SEALED_WRITE: usize = 8 * RECORD;
 /// Most pieces of one record (a record is cut short where a frame has more).

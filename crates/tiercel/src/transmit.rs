@@ -36,8 +36,8 @@ pub(crate) fn send(
 /// Sends `parts` as one datagram sealed with `seal` when the binding is secure, or as [`send`] does
 /// otherwise. Sealed, the packet is gathered into this thread's sealing buffer (kept at its
 /// largest, so that sending neither allocates nor zeroes it after the first packet) and encrypted
-/// there. A packet that cannot be
-/// sealed (its binding used its last number) is not sent: to the protocol, a lost packet.
+/// there. A packet that cannot be sealed (its binding used its last number) is not sent: to the
+/// protocol, a lost packet.
 pub(crate) fn send_as(
     socket: &UdpSocket,
     to: Option<&SocketAddr>,
