@@ -2,11 +2,12 @@
 //! as every transport drives it; the client's, with and without one. Nothing panics, no answer is
 //! longer than the budget the server was given, only a request carrying the right fingerprint and a
 //! good proof is admitted, a client is bound only by a grant that echoes its nonce, and only a
-//! client that asked for a rendezvous is ever sent to one.
+//! client that asked for a rendezvous is ever sent to one, and a client asking for the server's
+//! key is told it only by an answer to its own request.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tiercel_proto::bind::wire::{BindRequest, CHALLENGE_LEN, PROOF_LEN};
+use tiercel_proto::bind::wire::{BindRequest, KeyAnswer, CHALLENGE_LEN, PROOF_LEN};
 use tiercel_proto::bind::{
     BindClient, BindDecision, BindEvent, BindServer, Challenges, InterfaceSpec, Keyed, ProcedureShape, Rendezvous,
     ServerAuth,
@@ -60,7 +61,8 @@ fuzz_target!(|data: &[u8]| {
     // Every other input to a server that takes only secure bindings (the sealed handshake
     // carries its requests; plain ones are refused).
     let key_required = packet.len() % 2 == 1;
-    let server = BindServer { exports: &[BANK], auth, incarnation: 7, max_datagram, key_required };
+    let key = key_required.then_some(&[9; 32]);
+    let server = BindServer { exports: &[BANK], auth, incarnation: 7, max_datagram, key_required, key };
     let budget = usize::from(selector >> 2) * 16;
     if let Ok(p) = Packet::new_checked(packet) {
         match server.on_request(&p, b"peer", budget) {
@@ -81,6 +83,17 @@ fuzz_target!(|data: &[u8]| {
                 Packet::new_checked(&place[..]).expect("rendezvous answers are valid packets");
             }
             BindDecision::Malformed => {}
+        }
+        // A client asking for the server's key reads only a key answer to its own request.
+        match BindClient::asking_key(5, false).handle(&p, None) {
+            BindEvent::ServerKey(_) => {
+                let told = KeyAnswer::parse(p.payload()).expect("a key told is a key answer");
+                assert_eq!(told.nonce, 5, "told only by an answer to this request");
+            }
+            BindEvent::Granted(_) | BindEvent::Rendezvous { .. } | BindEvent::Listed(_) => {
+                panic!("a key request is answered only with a key or a refusal")
+            }
+            _ => {}
         }
         for keyed in [None, Some(&secret as &dyn Keyed)] {
             for asking in [false, true] {

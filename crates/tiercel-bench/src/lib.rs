@@ -207,6 +207,15 @@ pub struct SecretArgs {
     /// whatever the registry. Repeat for several.
     #[arg(long = "authority", value_name = "KEY|FILE")]
     pub authorities: Vec<String>,
+    /// A client's only: without `--server-key` or `--authority`, bind securely with the key the
+    /// server tells the first time, and pin it once the server has proven it (in this user's
+    /// known-servers file, `~/.config/tiercel/known_servers`); later, bind only to a server that
+    /// proves the key pinned for its address or name.
+    #[arg(long)]
+    pub pin: bool,
+    /// A client's only: `--pin`, with the keys pinned in FILE.
+    #[arg(long, value_name = "FILE")]
+    pub known_servers: Option<std::path::PathBuf>,
 }
 
 impl SecretArgs {
@@ -252,8 +261,20 @@ impl SecretArgs {
             key: self.identity()?,
             server_key: self.server_key()?,
             authorities: self.authorities()?,
+            known_servers: self.known_servers()?,
             ..tiercel::ClientConfig::default()
         })
+    }
+
+    /// The known-servers file of `--known-servers`, or this user's with `--pin`.
+    pub fn known_servers(&self) -> std::result::Result<Option<tiercel::KnownServers>, tiercel::KeyError> {
+        match (&self.known_servers, self.pin) {
+            (Some(file), _) => Ok(Some(tiercel::KnownServers::new(file))),
+            (None, true) => tiercel::KnownServers::user()
+                .map(Some)
+                .ok_or_else(|| tiercel::KeyError("--pin: neither XDG_CONFIG_HOME nor HOME is set".into())),
+            (None, false) => Ok(None),
+        }
     }
 }
 

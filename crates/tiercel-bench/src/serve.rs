@@ -85,6 +85,9 @@ pub fn run(args: Args) -> crate::Result<()> {
     if !args.secret.authorities.is_empty() {
         return Err(crate::Error::Measure("--authority is a client's option; a server carries --endorsement".into()));
     }
+    if args.secret.pin || args.secret.known_servers.is_some() {
+        return Err(crate::Error::Measure("--pin and --known-servers are a client's options".into()));
+    }
     let config = ServerConfig {
         workers: args.workers,
         sockets: args.sockets,

@@ -82,6 +82,7 @@ impl HandBinding {
             rendezvous: false,
             features: tiercel_proto::bind::wire::features::ALL,
             list: false,
+            ask_key: false,
         };
         let payload = request.to_bytes(0);
         let h =
@@ -327,8 +328,14 @@ fn lying_server(rendezvous: Rendezvous) -> (SocketAddr, Arc<AtomicBool>) {
     let stopped = stop.clone();
     std::thread::spawn(move || {
         let exports = [test_spec()];
-        let machine =
-            BindServer { exports: &exports, auth: None, incarnation: 9, key_required: false, max_datagram: 1400 };
+        let machine = BindServer {
+            exports: &exports,
+            auth: None,
+            incarnation: 9,
+            key_required: false,
+            key: None,
+            max_datagram: 1400,
+        };
         let mut buf = [0u8; 2048];
         while !stopped.load(Ordering::Relaxed) {
             let Ok((n, from)) = socket.recv_from(&mut buf) else { continue };

@@ -1,6 +1,7 @@
 //! Secure calls from the command line, with real processes: `tiercel keygen` writes a key pair,
 //! `tiercel serve --key` takes only secure bindings over UDP and TCP, and `call`, `check` and `list`
-//! with `--server-key` reach it while plain clients and clients expecting another key do not.
+//! with `--server-key` reach it while plain clients and clients expecting another key do not;
+//! with `--pin` they learn the key the first time and hold the server to it after.
 
 use std::process::{Command, Stdio};
 
@@ -58,6 +59,62 @@ fn keygen_serve_with_a_key_and_call_with_the_servers_key() {
     assert!(tiercel(&["keygen", other.to_str().unwrap()]).status.success());
     let wrong = tiercel(&["call", &addr, "null", "--server-key", &format!("{}.pub", other.display())]);
     assert!(!wrong.status.success(), "{wrong:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--pin`: the first call learns the server's key and pins it in this user's known-servers file
+/// once proven; later calls, `check` and `list` bind only to a server that proves it, and another
+/// server at the address is refused, told which line to remove.
+#[test]
+fn a_client_pins_the_servers_key_on_first_use_and_refuses_another_key_after() {
+    let dir = std::env::temp_dir().join(format!("tiercel-cli-pin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("home")).unwrap();
+    let path = |f: &str| dir.join(f).to_str().unwrap().to_owned();
+    let as_user = |args: &[&str]| {
+        Command::new(TIERCEL).args(args).env("HOME", dir.join("home")).env_remove("XDG_CONFIG_HOME").output().unwrap()
+    };
+    for key in ["server.key", "other.key"] {
+        assert!(tiercel(&["keygen", &path(key)]).status.success());
+    }
+    let public = |key: &str| std::fs::read_to_string(path(&format!("{key}.pub"))).unwrap().trim().to_string();
+    let addr = format!("udp://127.0.0.1:{}", tiercel_seeds::free_port());
+    let serve = |key: Option<&str>| {
+        let mut serve = Command::new(TIERCEL);
+        serve.args(["serve", "--addr", &addr]).stdout(Stdio::piped());
+        if let Some(key) = key {
+            serve.args(["--key", &path(key)]);
+        }
+        collect(serve.spawn().unwrap())
+    };
+    let served = serve(Some("server.key"));
+    let call = as_user(&["call", &addr, "add", "2", "3", "--pin"]);
+    assert!(String::from_utf8_lossy(&call.stdout).contains("= 5"), "{call:?}");
+    let known = dir.join("home/.config/tiercel/known_servers");
+    let port = addr.rsplit(':').next().unwrap();
+    let line = format!("127.0.0.1:{port} {}\n", public("server.key"));
+    assert_eq!(std::fs::read_to_string(&known).unwrap(), line);
+    let check = as_user(&["check", &addr, "--pin", "--rounds", "5"]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let list = as_user(&["list", &addr, "--known-servers", known.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&list.stdout).contains("Test v1"), "{list:?}");
+    assert_eq!(std::fs::read_to_string(&known).unwrap(), line, "nothing more pinned");
+    // Another server, with another key, at the address: refused, and told why.
+    drop(served);
+    let impostor = serve(Some("other.key"));
+    for args in [&["call", &addr, "null", "--pin"][..], &["check", &addr, "--pin", "--rounds", "1"]] {
+        let refused = as_user(args);
+        assert!(!refused.status.success(), "{args:?}");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains(&public("other.key")) && said.contains("remove that line"), "{args:?}: {said}");
+    }
+    drop(impostor);
+    // A client that pins, with a file of its own, never binds plain.
+    let _plain = serve(None);
+    let refused = as_user(&["call", &addr, "null", "--known-servers", &path("mine")]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("no key to pin") && said.contains("never ran"), "{said}");
+    assert!(!dir.join("mine").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

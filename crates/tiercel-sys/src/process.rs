@@ -14,6 +14,14 @@ pub fn open_nofollow(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new().read(true).custom_flags(flags.bits() as i32).open(path)
 }
 
+/// Opens `path` for appending, made with mode 0600 if it is not there, without following a
+/// symbolic link in its last component (as [`open_nofollow`]).
+pub fn append_nofollow(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC;
+    std::fs::OpenOptions::new().append(true).create(true).mode(0o600).custom_flags(flags.bits() as i32).open(path)
+}
+
 /// The user that owns the sockets serving `addr` on this host, from the kernel's socket tables
 /// (`/proc/net/{udp,udp6}` for unconnected UDP sockets, `/proc/net/{tcp,tcp6}` for listening TCP
 /// ones): those bound to `addr` itself, or to the unspecified address of its family when `addr` is

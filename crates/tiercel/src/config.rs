@@ -128,6 +128,15 @@ pub struct ClientConfig {
     /// Checked once a bind, never a call. Default: none (the key of an entry is used only from a
     /// registry that vouches for its entries, [`crate::names::Registry::vouches`]).
     pub authorities: Vec<crate::AuthorityKey>,
+    /// Servers' keys pinned on first use (see [`crate::KnownServers`]), for binds with no key
+    /// from elsewhere (`server_key`, `authorities`). The first bind to an address or name asks
+    /// the server for its key (plain: the key of a name's entry instead, where its registry
+    /// vouches for it), binds securely with it, and once the server has proven it, writes it to
+    /// the file; every later bind there, re-binds included, binds only to a server that proves
+    /// that key ([`crate::BindError::KeyChanged`] otherwise). First use trusts whoever answers:
+    /// an attacker on the path then can pin its own key. Costs the first bind a round trip more;
+    /// later binds read the file; calls, nothing. Default: none.
+    pub known_servers: Option<crate::KnownServers>,
 }
 
 impl Default for ClientConfig {
@@ -148,6 +157,7 @@ impl Default for ClientConfig {
             key: None,
             cipher: crate::Cipher::default(),
             authorities: Vec::new(),
+            known_servers: None,
         }
     }
 }

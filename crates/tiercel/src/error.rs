@@ -112,6 +112,21 @@ pub enum BindError {
     /// bind gave up.
     #[error("no server at {0} proved the key {1}")]
     KeyNotProven(std::net::SocketAddr, crate::PublicKey),
+    /// The server did not prove the key pinned for it in the client's known-servers file
+    /// (`ClientConfig::known_servers`), and tells another key, or none: another server (an
+    /// impostor) answers at its address, or its key was changed. Nothing was bound. If the change
+    /// is expected, remove the line named, and the next bind pins the key the server tells then.
+    #[error("{0}")]
+    KeyChanged(Box<KeyChange>),
+    /// Asked to pin the server's key on first use (`ClientConfig::known_servers`), the client
+    /// found the server has no key pair: it serves only plain bindings, and this client does not
+    /// bind plain. Give the server a key (`ServerConfig::key`), or the client no known-servers file.
+    #[error("the server at {0} has no key to pin (it takes only plain bindings)")]
+    NoServerKey(std::net::SocketAddr),
+    /// The known-servers file (`ClientConfig::known_servers`) could not be read or written, or is
+    /// not trusted (another user owns it or may write it, or it is a symbolic link).
+    #[error(transparent)]
+    KnownServers(#[from] crate::KnownError),
     /// An exporter of the name was not endorsed as the client requires (`ClientConfig::authorities`):
     /// its registry entry carries no key, no endorsement, or one that does not vouch for its key.
     /// Nothing was sent to it.
@@ -493,6 +508,40 @@ pub enum ServerError {
     Io(#[from] io::Error),
 }
 
+/// What [`BindError::KeyChanged`] tells: the key pinned for a server, and what the server tells now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyChange {
+    /// What the key was pinned for: the address, or `name:` and the name.
+    pub target: String,
+    /// Where the server that failed to prove it is.
+    pub server: std::net::SocketAddr,
+    /// The key pinned.
+    pub pinned: crate::PublicKey,
+    /// The key the server tells now, unproven (`None`: none, or no answer).
+    pub told: Option<crate::PublicKey>,
+    /// The known-servers file.
+    pub file: std::path::PathBuf,
+    /// The line of the pinned key.
+    pub line: usize,
+}
+
+impl std::fmt::Display for KeyChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let KeyChange { target, server, pinned, told, file, line } = self;
+        let whom = if *target == server.to_string() { "it" } else { target };
+        write!(
+            f,
+            "the server at {server} did not prove the key pinned for {whom} ({pinned}, {} line {line}); ",
+            file.display()
+        )?;
+        match told {
+            Some(key) => write!(f, "it tells the key {key}")?,
+            None => write!(f, "it tells no key")?,
+        }
+        write!(f, ": another server answers there, or its key changed. If the change is expected, remove that line")
+    }
+}
+
 /// Any error of tiercel, for code that handles them together (`?` converts each into it).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -515,6 +564,13 @@ pub enum Error {
     /// A server could not start.
     #[error(transparent)]
     Server(#[from] ServerError),
+}
+
+impl From<crate::KnownError> for Error {
+    /// A known-servers file that could not be read or written: what a bind fails with then.
+    fn from(e: crate::KnownError) -> Error {
+        Error::Bind(BindError::KnownServers(e))
+    }
 }
 
 impl Error {

@@ -115,7 +115,9 @@ pub use address::{Target, ToAddress, Transport};
 pub use auth::{Secret, MIN_SECRET_LEN};
 pub use buffers::{In, InOut, Out};
 pub use client::{Binding, Client, ClientInterceptor, ClientStats, OutgoingCall};
-pub use secure::{Authority, AuthorityKey, Cipher, Endorsement, Identity, KeyError, PublicKey};
+pub use secure::{
+    Authority, AuthorityKey, Cipher, Endorsement, Identity, KeyError, KnownError, KnownServers, PublicKey,
+};
 // What generated client stubs drive; not called by users.
 #[cfg(feature = "async")]
 #[doc(hidden)]
@@ -124,7 +126,8 @@ pub use client::AsyncCall;
 pub use client::{Call, Reply};
 pub use config::{ClientConfig, ServerConfig, Spin, Timing};
 pub use error::{
-    AddressError, BindError, CallError, Error, Execution, Invariant, OncError, SecretError, ServerError, Violation,
+    AddressError, BindError, CallError, Error, Execution, Invariant, KeyChange, OncError, SecretError, ServerError,
+    Violation,
 };
 pub use interface::{
     AsyncDispatch, DispatchError, Export, ExportInfo, Import, InterfaceInfo, Region, Results, SignatureSource,

@@ -95,6 +95,7 @@ fn challenges_are_bound_to_the_asking_address_and_nonce_and_proofs_cannot_be_for
         rendezvous: false,
         features: tiercel_proto::bind::wire::features::ALL,
         list: false,
+        ask_key: false,
     };
     let a = raw_socket(&s);
     let (h, payload) = exchange(&a, &request);

@@ -364,6 +364,7 @@ mod hostile {
                 rendezvous: false,
                 features: tiercel_proto::bind::wire::features::ALL,
                 list: false,
+                ask_key: false,
             };
             let payload = req.to_bytes(0);
             let h = tiercel_proto::wire::Header {

@@ -95,7 +95,14 @@ fn a_client_told_its_version_is_not_spoken_says_so() {
 fn grant_only(fake: &UdpSocket, info: &tiercel::InterfaceInfo, granted: u16) {
     let spec = tiercel_seeds::bind_spec(info);
     let exports = [spec];
-    let machine = BindServer { exports: &exports, auth: None, incarnation: 9, key_required: false, max_datagram: 1472 };
+    let machine = BindServer {
+        exports: &exports,
+        auth: None,
+        incarnation: 9,
+        key_required: false,
+        key: None,
+        max_datagram: 1472,
+    };
     let mut buf = [0u8; 2048];
     let (n, from) = fake.recv_from(&mut buf).unwrap();
     let p = Packet::new_checked(&buf[..n]).unwrap();

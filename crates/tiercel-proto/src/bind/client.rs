@@ -1,8 +1,8 @@
 //! The client's side of binding: the request, the proof of a shared secret, and what an answer means.
 
 use super::wire::{
-    features, BindChallenge, BindGrant, BindProof, BindRefusal, BindRequest, ExportListing, Rendezvous, VersionRefusal,
-    CHALLENGE_LEN, REQUEST_LEN,
+    features, BindChallenge, BindGrant, BindProof, BindRefusal, BindRequest, ExportListing, KeyAnswer, Rendezvous,
+    VersionRefusal, CHALLENGE_LEN, REQUEST_LEN,
 };
 use super::{InterfaceSpec, Keyed, ProcedureShape};
 use crate::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
@@ -104,6 +104,9 @@ pub enum BindEvent<'p> {
     Refused(Refusal<'p>),
     /// What the server exports at the index a listing request asked about.
     Listed(ExportListing<'p>),
+    /// The server's static public key (`None`: it has none), as it told it to a request that asked.
+    /// Not proven: a client binds securely with it to learn whether the server holds it.
+    ServerKey(Option<[u8; 32]>),
 }
 
 impl BindClient {
@@ -121,6 +124,7 @@ impl BindClient {
                 rendezvous: false,
                 features: features::ALL,
                 list: false,
+                ask_key: false,
             },
             flags: if checksum { flags::CHECKSUM } else { 0 },
             challenge: None,
@@ -182,6 +186,13 @@ impl BindClient {
         c
     }
 
+    /// A request for the server's static public key, not for a binding.
+    pub fn asking_key(nonce: u64, checksum: bool) -> BindClient {
+        let mut c = BindClient::listing_from(0, 0, nonce, checksum);
+        (c.request.list, c.request.ask_key) = (false, true);
+        c
+    }
+
     /// The same request, asking for the server's shared-memory rendezvous instead of a binding (the
     /// client is on the server's host); a server without one answers with a binding all the same.
     pub fn asking_rendezvous(mut self) -> BindClient {
@@ -209,6 +220,12 @@ impl BindClient {
     pub fn handle<'p>(&mut self, p: &Packet<&'p [u8]>, secret: Option<&dyn Keyed>) -> BindEvent<'p> {
         let payload: &'p [u8] = packet_payload(p);
         match (p.kind(), p.status()) {
+            (Kind::BindReply, _) if self.request.ask_key => {
+                match KeyAnswer::parse(payload).filter(|a| a.nonce == self.request.nonce) {
+                    Some(answer) => BindEvent::ServerKey(answer.key),
+                    None => BindEvent::Ignored,
+                }
+            }
             (Kind::BindReply, _) if self.request.list => {
                 match ExportListing::parse(payload).filter(|l| l.nonce == self.request.nonce) {
                     Some(listing) => BindEvent::Listed(listing),

@@ -1,7 +1,7 @@
 //! The server's side of binding: which requests get a binding, and what every other one is told.
 
 use super::wire::{
-    features, BindChallenge, BindGrant, BindRefusal, BindRequest, ExportListing, ProcedureTable, Rendezvous,
+    features, BindChallenge, BindGrant, BindRefusal, BindRequest, ExportListing, KeyAnswer, ProcedureTable, Rendezvous,
     VersionRefusal, CHALLENGE_LEN,
 };
 use super::{Challenges, InterfaceSpec, Keyed};
@@ -42,6 +42,9 @@ pub struct BindServer<'a> {
     /// through shared memory (admitted: the transport answers it with the rendezvous when the
     /// client is on this host, and with [`Admission::key_required`] otherwise).
     pub key_required: bool,
+    /// The server's static public key, if it has one: told to a client that asks for it
+    /// ([`KeyAnswer`]), which then binds securely with it.
+    pub key: Option<&'a [u8; 32]>,
 }
 
 /// Why a request got an answer instead of a binding.
@@ -63,6 +66,8 @@ pub enum Refused {
     Listed,
     /// The request came plain to a server that takes only secure bindings.
     KeyRequired,
+    /// Not a bind: the request asked for the server's public key, and was told.
+    KeyTold,
 }
 
 impl Refused {
@@ -133,6 +138,16 @@ impl BindServer<'_> {
         };
         let trailer = if flags != 0 { CHECKSUM_LEN } else { 0 };
         let room = budget.saturating_sub(HEADER_LEN + trailer);
+        // The public key, to whoever asks (before the secret: it is no secret, and what it is
+        // worth is proven only by the handshake made with it), in fewer bytes than the request.
+        if req.ask_key {
+            if crate::bind::wire::KEY_ANSWER_LEN > room {
+                return BindDecision::Malformed;
+            }
+            let told = KeyAnswer { nonce: req.nonce, key: self.key.copied() };
+            let packet = self.packet(Kind::BindReply, Status::Ok, flags, 0, 0, &told.to_bytes());
+            return BindDecision::Answer { packet, refused: Refused::KeyTold };
+        }
         if self.key_required && !req.rendezvous {
             let nothing = BindRefusal::nothing(req.nonce, 0);
             return answer(Status::KeyRequired, &nothing.to_bytes(room), Refused::KeyRequired);

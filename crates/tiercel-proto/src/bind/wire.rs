@@ -19,6 +19,8 @@
 //!          may send back                        (a Reject with the refusal's status)
 //! versions 0 nonce  8 oldest protocol version spoken  9 newest   (a Reject with status
 //!          UnsupportedVersion, answering a request of a version the server does not speak)
+//! key      0 nonce  8 zero (20)  28 flags (key)  29 has a key  30 zero  32 public key (32)
+//!          (a BindReply, answering a request with the key flag)
 //! ```
 
 /// Bytes of a server's challenge.
@@ -125,6 +127,10 @@ const LIST: u8 = 4;
 /// Flag of a request: the client is on the server's host and asks where to bind through shared
 /// memory. Flag of a grant: the answer is that place (a [`Rendezvous`]), not a binding.
 const RENDEZVOUS: u8 = 2;
+/// Flag of a request: the client asks for the server's static public key, not for a binding.
+/// Flag of a [`KeyAnswer`], at the place of a grant's flags (so that it is never read as a grant
+/// or a listing).
+const KEY: u8 = 8;
 
 fn zero(b: &[u8]) -> bool {
     b.iter().all(|&x| x == 0)
@@ -182,6 +188,9 @@ pub struct BindRequest {
     pub features: u16,
     /// Whether the client asks what export number `interface` is, rather than for a binding.
     pub list: bool,
+    /// Whether the client asks for the server's static public key, rather than for a binding (a
+    /// client that pins the key on first use: it binds securely with the key once told).
+    pub ask_key: bool,
 }
 
 impl BindRequest {
@@ -202,6 +211,9 @@ impl BindRequest {
         if self.list {
             buf[f::FLAGS] |= LIST;
         }
+        if self.ask_key {
+            buf[f::FLAGS] |= KEY;
+        }
         if let Some(p) = &self.proof {
             buf[f::FLAGS] |= HAS_PROOF;
             buf[f::CHALLENGE].copy_from_slice(&p.challenge);
@@ -220,7 +232,8 @@ impl BindRequest {
     /// short, has unknown flags, non-zero reserved bytes, or proof bytes without the proof flag.
     pub fn parse(b: &[u8]) -> Option<BindRequest> {
         use field::request as f;
-        if b.len() < REQUEST_LEN || b[f::FLAGS] & !(HAS_PROOF | RENDEZVOUS | LIST) != 0 || !zero(&b[f::RESERVED]) {
+        if b.len() < REQUEST_LEN || b[f::FLAGS] & !(HAS_PROOF | RENDEZVOUS | LIST | KEY) != 0 || !zero(&b[f::RESERVED])
+        {
             return None;
         }
         if b[f::FLAGS] & HAS_PROOF == 0 && !zero(&b[f::CHALLENGE.start..f::PROOF.end]) {
@@ -238,6 +251,7 @@ impl BindRequest {
             rendezvous: b[f::FLAGS] & RENDEZVOUS != 0,
             features: u16::from_le_bytes(array_at(b, f::FEATURES)),
             list: b[f::FLAGS] & LIST != 0,
+            ask_key: b[f::FLAGS] & KEY != 0,
         })
     }
 
@@ -430,6 +444,47 @@ impl ExportListing<'_> {
             name: &b[LISTING_LEN..name_end],
             signature: &b[name_end..],
         })
+    }
+}
+
+/// The server's static public key, or that it has none: the answer (a `BindReply` with the key
+/// flag where a grant has its flags) to a request with the key flag. Told to anyone who asks, in
+/// fewer bytes than any request: a public key is no secret, and what it is worth is proven only by
+/// the secure handshake made with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyAnswer {
+    /// The request's nonce, echoed.
+    pub nonce: u64,
+    /// The key (X25519); `None`: the server has no key pair and takes only plain bindings.
+    pub key: Option<[u8; 32]>,
+}
+
+/// Encoded size of a [`KeyAnswer`].
+pub const KEY_ANSWER_LEN: usize = 64;
+
+impl KeyAnswer {
+    /// The answer as [`KEY_ANSWER_LEN`] bytes.
+    pub fn to_bytes(&self) -> [u8; KEY_ANSWER_LEN] {
+        let mut b = [0u8; KEY_ANSWER_LEN];
+        b[0..8].copy_from_slice(&self.nonce.to_le_bytes());
+        b[28] = KEY;
+        if let Some(key) = &self.key {
+            b[29] = 1;
+            b[32..64].copy_from_slice(key);
+        }
+        b
+    }
+
+    /// Decodes one; `None` when it is not [`KEY_ANSWER_LEN`] bytes, is not flagged as a key
+    /// answer, or has bytes set where it must have none.
+    pub fn parse(b: &[u8]) -> Option<KeyAnswer> {
+        if b.len() != KEY_ANSWER_LEN || b[28] != KEY || b[29] > 1 || !zero(&b[8..28]) || !zero(&b[30..32]) {
+            return None;
+        }
+        if b[29] == 0 && !zero(&b[32..64]) {
+            return None;
+        }
+        Some(KeyAnswer { nonce: u64_at(b, 0..8), key: (b[29] == 1).then(|| array_at(b, 32..64)) })
     }
 }
 

@@ -6,6 +6,7 @@ mod binding;
 mod cache;
 mod call;
 mod intercept;
+mod pin;
 mod rebind;
 mod shm;
 mod slots;
@@ -140,7 +141,18 @@ impl Client {
     /// A new binding to `info` at the client's address, or to one of the name's exporters.
     fn bind(&self, info: &'static InterfaceInfo) -> Result<Binding, BindError> {
         let name = match &self.target {
-            Target::Addr(server) => return Binding::bind(*server, self.transport, info, self.config.clone()),
+            Target::Addr(server) => {
+                let config = self.config.clone();
+                return match &self.config.known_servers {
+                    Some(known) if config.server_key.is_none() => {
+                        let target = pin::address_target(*server);
+                        self.pinned(known, &target, *server, None, config, |c| {
+                            Binding::bind(*server, self.transport, info, c)
+                        })
+                    }
+                    _ => Binding::bind(*server, self.transport, info, config),
+                };
+            }
             Target::Name(name) => name,
         };
         let registry = self.registry()?;
@@ -174,12 +186,25 @@ impl Client {
                 // The key the entry carries: the exporter must prove it.
                 config.server_key = exporter.key;
             }
-            match Binding::bind(exporter.addr, self.transport, info, config) {
+            let bound = match &self.config.known_servers {
+                // The key pinned for the name, else (the first time) the entry's, if its registry
+                // vouches for it, else the one the exporter tells: pinned once proven.
+                Some(known) if self.config.server_key.is_none() && self.config.authorities.is_empty() => {
+                    let first = config.server_key.take();
+                    self.pinned(known, &pin::name_target(name), exporter.addr, first, config, |c| {
+                        Binding::bind(exporter.addr, self.transport, info, c)
+                    })
+                }
+                _ => Binding::bind(exporter.addr, self.transport, info, config),
+            };
+            match bound {
                 Ok(binding) => return Ok(binding),
                 // Gone since it registered (its registration not yet removed), or full: the next.
                 Err(e @ (BindError::NoServer(_) | BindError::Unreachable(_) | BindError::Busy)) => gone = Some(e),
                 // This client's own trouble, which the next exporter would meet too.
-                Err(e @ (BindError::Io(_) | BindError::Internal(_) | BindError::Name(_))) => return Err(e),
+                Err(
+                    e @ (BindError::Io(_) | BindError::Internal(_) | BindError::Name(_) | BindError::KnownServers(_)),
+                ) => return Err(e),
                 // It could not prove what this client requires (a forged entry, another server
                 // on a dead one's port): counted, and the next.
                 Err(e) => {
@@ -194,31 +219,45 @@ impl Client {
     /// What the server exports (every interface, with its procedures), asked over UDP (TCP with a
     /// `tcp://` address, or when UDP gets no answer); for a name,
     /// what each of its live exporters does. A server with a shared secret answers only a client
-    /// that proves it. What a server says of itself here is not proven back: binding checks the
-    /// interface again.
+    /// that proves it. With the server's key (given, or pinned: `ClientConfig::known_servers`,
+    /// which pins it here as a bind would), the listing is asked in a secure handshake that proves
+    /// it. What a server says of its interfaces is not proven back: binding checks the interface
+    /// again.
     pub fn exports(&self) -> Result<Vec<crate::ExportInfo>, BindError> {
         match &self.target {
-            Target::Addr(server) => self.list(*server),
+            Target::Addr(server) => self.list(*server, || pin::address_target(*server)),
             Target::Name(name) => {
                 let registry = self.registry()?;
                 let mut all = Vec::new();
                 for exporter in registry.lookup(name)? {
-                    all.extend(self.list(exporter.addr)?);
+                    all.extend(self.list(exporter.addr, || pin::name_target(name))?);
                 }
                 Ok(all)
             }
         }
     }
 
+    /// What the server at `server`, an exporter of `target`, exports: with the key pinned for
+    /// `target` when the client pins keys and was given none.
+    fn list(&self, server: SocketAddr, target: impl FnOnce() -> String) -> Result<Vec<crate::ExportInfo>, BindError> {
+        let config = self.config.clone();
+        match &self.config.known_servers {
+            Some(known) if config.server_key.is_none() && config.authorities.is_empty() => {
+                self.pinned(known, &target(), server, None, config, |c| self.list_with(server, &c))
+            }
+            _ => self.list_with(server, &config),
+        }
+    }
+
     /// What the server at `server` exports: over UDP, or TCP when the address says so or UDP gets
     /// no answer (as a bind would).
-    fn list(&self, server: SocketAddr) -> Result<Vec<crate::ExportInfo>, BindError> {
+    fn list_with(&self, server: SocketAddr, config: &ClientConfig) -> Result<Vec<crate::ExportInfo>, BindError> {
         if self.transport == Some(Transport::Tcp) {
-            return tcp::list(server, &self.config);
+            return tcp::list(server, config);
         }
-        match udp_bind::list_udp(server, &self.config) {
-            Err(BindError::Unreachable(_)) if self.transport.is_none() && self.config.tcp_fallback => {
-                tcp::list(server, &self.config).map_err(|e| match e {
+        match udp_bind::list_udp(server, config) {
+            Err(BindError::Unreachable(_)) if self.transport.is_none() && config.tcp_fallback => {
+                tcp::list(server, config).map_err(|e| match e {
                     BindError::NoServer(_) | BindError::Unreachable(_) => BindError::Unreachable(server),
                     e => e,
                 })

@@ -119,7 +119,7 @@ pub(crate) fn bind(
         };
         let p = Packet::new_checked(&msg[..]).map_err(|_| bad("malformed bind answer"))?;
         let granted = match machine.handle(&p, secret) {
-            BindEvent::Ignored | BindEvent::Rendezvous { .. } | BindEvent::Listed(_) => {
+            BindEvent::Ignored | BindEvent::Rendezvous { .. } | BindEvent::Listed(_) | BindEvent::ServerKey(_) => {
                 return Err(bad("bind answer for another request"))
             }
             BindEvent::SendAgain => {

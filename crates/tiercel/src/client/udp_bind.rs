@@ -129,8 +129,8 @@ pub(super) fn bind_udp(
         }
         BindEvent::Rendezvous { rendezvous, .. } => Some(Ok(UdpBound::Rendezvous(rendezvous, None))),
         BindEvent::Refused(refusal) => Some(Err(refusal_error(info, refusal))),
-        // Never the answer to a bind request (the machine ignores listings then).
-        BindEvent::Listed(_) | BindEvent::Ignored | BindEvent::SendAgain => None,
+        // Never the answer to a bind request (the machine ignores listings and keys then).
+        BindEvent::Listed(_) | BindEvent::ServerKey(_) | BindEvent::Ignored | BindEvent::SendAgain => None,
     })?;
     match (bound, secure.and_then(|s| s.keys)) {
         // The keys of the answer that granted the binding.
@@ -241,6 +241,26 @@ pub(super) fn list_udp(server: SocketAddr, config: &ClientConfig) -> Result<Vec<
         let rx_len = tiercel_proto::bind::PADDED_REQUEST + CHECKSUM_LEN + crate::secure::HANDSHAKE_ROOM;
         exchange(&socket, server, config, &mut machine, secure.as_mut(), rx_len, listed)
     })
+}
+
+/// The static public key the server at `server` tells over UDP (`None`: it has none), plain: not
+/// proven until a secure bind with it succeeds.
+pub(super) fn ask_key_udp(server: SocketAddr, config: &ClientConfig) -> Result<Option<PublicKey>, BindError> {
+    let socket = udp::connect(server)?;
+    let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
+    let mut machine = BindClient::asking_key(nonce, config.checksum);
+    let rx_len = tiercel_proto::bind::PADDED_REQUEST + CHECKSUM_LEN;
+    exchange(&socket, server, config, &mut machine, None, rx_len, told_key)
+}
+
+/// What a key request's answer says: the key, or the refusal; `None` for an answer to another
+/// request.
+pub(super) fn told_key(event: BindEvent<'_>) -> Option<Result<Option<PublicKey>, BindError>> {
+    match event {
+        BindEvent::ServerKey(key) => Some(Ok(key.map(PublicKey))),
+        BindEvent::Refused(refusal) => Some(Err(refused(refusal))),
+        _ => None,
+    }
 }
 
 /// What a listing's answer says: the count of exports and a page of the one at the index asked for

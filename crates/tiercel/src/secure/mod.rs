@@ -26,9 +26,11 @@ use tiercel_proto::stream::PREFIX_LEN;
 
 mod endorse;
 mod handshake;
+mod known;
 
 pub(crate) use endorse::unix_now;
 pub use endorse::{Authority, AuthorityKey, Endorsement, NotEndorsed};
+pub use known::{KnownError, KnownServers};
 
 pub(crate) use handshake::{Hello, Keys, Responder, HANDSHAKE_ROOM};
 
@@ -125,6 +127,10 @@ impl Identity {
     /// The public half: what a client must know of the server.
     pub fn public(&self) -> PublicKey {
         self.public
+    }
+
+    pub(crate) fn public_bytes(&self) -> &[u8; KEY_LEN] {
+        &self.public.0
     }
 
     pub(crate) fn private(&self) -> &[u8; KEY_LEN] {

@@ -402,6 +402,7 @@ impl Shared {
             incarnation: self.incarnation,
             max_datagram,
             key_required,
+            key: self.config.key.as_ref().map(crate::Identity::public_bytes),
         }
     }
 
@@ -442,7 +443,7 @@ impl Shared {
             | Refused::InterfaceMismatch
             | Refused::ProtocolVersion => &self.stats.rejected,
             // Not a bind: nothing refused.
-            Refused::Listed => return,
+            Refused::Listed | Refused::KeyTold => return,
             Refused::KeyRequired => &self.stats.key_required,
         };
         counter.fetch_add(1, Ordering::Relaxed);

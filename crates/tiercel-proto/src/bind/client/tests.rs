@@ -39,7 +39,7 @@ const BANK: InterfaceSpec<'static> = InterfaceSpec {
 };
 
 fn server<'a>(exports: &'a [InterfaceSpec<'a>], auth: Option<ServerAuth<'a>>) -> BindServer<'a> {
-    BindServer { exports, auth, incarnation: 7, key_required: false, max_datagram: 1472 }
+    BindServer { exports, auth, incarnation: 7, key_required: false, key: None, max_datagram: 1472 }
 }
 
 /// The server's decision on the client's current request from peer "a".
@@ -342,4 +342,31 @@ fn a_server_that_takes_only_secure_bindings_refuses_a_plain_request_and_tells_no
     let a = admitted(decide(&s, &r));
     let p = a.key_required(&s);
     assert_eq!(r.handle(&Packet::new_checked(&p[..]).unwrap(), None), BindEvent::Refused(Refusal::KeyRequired));
+}
+
+#[test]
+fn a_server_tells_its_key_to_whoever_asks_in_fewer_bytes_than_asked_and_binds_nothing() {
+    let (secret, challenges) = (Toy(1), Toy(2));
+    let auth = ServerAuth { secret: &secret, challenges: &challenges };
+    // Told before the secret is proven and though plain bindings are refused: the key is public.
+    let keyed = BindServer { key_required: true, key: Some(&[5; 32]), ..server(&[BANK], Some(auth)) };
+    for (s, told) in [(keyed, Some([5u8; 32])), (server(&[BANK], None), None)] {
+        let mut c = BindClient::asking_key(11, false);
+        let bytes = c.packet();
+        let BindDecision::Answer { packet, refused } = decide(&s, &c) else { panic!("not answered") };
+        assert_eq!(refused, Refused::KeyTold);
+        assert!(packet.len() <= bytes.len());
+        let p = Packet::new_checked(&packet[..]).unwrap();
+        assert_eq!(c.handle(&p, None), BindEvent::ServerKey(told));
+        // Not an answer to another request: not read as one.
+        assert_eq!(BindClient::asking_key(12, false).handle(&p, None), BindEvent::Ignored);
+        assert_eq!(BindClient::new(&BANK, 1472, 11, false).handle(&p, None), BindEvent::Ignored);
+        assert_eq!(BindClient::listing(0, 11, false).handle(&p, None), BindEvent::Ignored);
+    }
+    // A request that allows too few bytes back for the answer gets none.
+    let s = BindServer { key: Some(&[5; 32]), ..server(&[BANK], None) };
+    let bytes = BindClient::asking_key(13, false).packet();
+    let p = Packet::new_checked(&bytes[..]).unwrap();
+    let budget = HEADER_LEN + crate::bind::wire::KEY_ANSWER_LEN - 1;
+    assert!(matches!(s.on_request(&p, b"a", budget), BindDecision::Malformed));
 }

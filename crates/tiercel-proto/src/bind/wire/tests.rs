@@ -13,6 +13,7 @@ fn requests_round_trip_with_and_without_proof_and_padding() {
         rendezvous: false,
         features: features::ALL,
         list: false,
+        ask_key: false,
     };
     assert_eq!(r.to_bytes(0).len(), REQUEST_LEN);
     assert_eq!(BindRequest::parse(&r.to_bytes(0)), Some(r));
@@ -24,8 +25,10 @@ fn requests_round_trip_with_and_without_proof_and_padding() {
     assert_eq!(BindRequest::parse(&asking.to_bytes(0)), Some(asking));
     let listing = BindRequest { list: true, ..r };
     assert_eq!(BindRequest::parse(&listing.to_bytes(0)), Some(listing));
+    let asking_key = BindRequest { ask_key: true, ..r };
+    assert_eq!(BindRequest::parse(&asking_key.to_bytes(0)), Some(asking_key));
     let mut bad = r.to_bytes(0);
-    bad[32] = 4;
+    bad[32] = 16;
     assert_eq!(BindRequest::parse(&bad), None, "unknown flag");
     let mut bad = r.to_bytes(0);
     bad[35] = 1;
@@ -125,6 +128,7 @@ fn transcripts_bind_every_field() {
         rendezvous: false,
         features: 0,
         list: false,
+        ask_key: false,
     };
     let base = r.proof_transcript(&[0; CHALLENGE_LEN]);
     assert_ne!(base, r.proof_transcript(&[1; CHALLENGE_LEN]));
@@ -138,6 +142,7 @@ fn transcripts_bind_every_field() {
         BindRequest { features: 1, ..r },
         BindRequest { features: 0x100, ..r },
         BindRequest { list: true, ..r },
+        BindRequest { ask_key: true, ..r },
     ] {
         assert_ne!(base, other.proof_transcript(&[0; CHALLENGE_LEN]), "{other:?}");
     }
@@ -169,5 +174,23 @@ fn transcripts_bind_every_field() {
         BindGrant { rendezvous: Some(Rendezvous { name: [0; 16], pid: 0, uid: 1 }), ..g },
     ] {
         assert_ne!(base, other.proof_transcript(1, 2, 3, &[0; CHALLENGE_LEN]), "{other:?}");
+    }
+}
+
+#[test]
+fn key_answers_round_trip_and_are_never_read_as_grants_or_listings() {
+    for key in [Some([7u8; 32]), None] {
+        let a = KeyAnswer { nonce: 42, key };
+        let b = a.to_bytes();
+        assert_eq!(KeyAnswer::parse(&b), Some(a));
+        assert_eq!(BindGrant::parse(&b), None, "{key:?}");
+        assert_eq!(ExportListing::parse(&b), None, "{key:?}");
+        assert_eq!(KeyAnswer::parse(&b[..KEY_ANSWER_LEN - 1]), None, "truncated");
+    }
+    let good = KeyAnswer { nonce: 1, key: None }.to_bytes();
+    for (at, value) in [(28, LIST), (29, 2), (10, 1), (30, 1), (40, 1)] {
+        let mut bad = good;
+        bad[at] = value;
+        assert_eq!(KeyAnswer::parse(&bad), None, "byte {at} set to {value}");
     }
 }

@@ -78,6 +78,17 @@ pub(crate) fn list(server: SocketAddr, config: &ClientConfig) -> Result<Vec<crat
     })
 }
 
+/// The static public key the server at `server` tells over TCP (`None`: it has none), plain.
+pub(crate) fn ask_key(server: SocketAddr, config: &ClientConfig) -> Result<Option<crate::PublicKey>, BindError> {
+    let nonce = u64::from_le_bytes(crate::random::bytes()?[..8].try_into().unwrap_or_default());
+    let machine = BindClient::asking_key(nonce, false);
+    let plain = ClientConfig { server_key: None, ..config.clone() };
+    match exchange(server, &plain, machine, super::super::udp_bind::told_key) {
+        Ok(told) => told.map(|(key, _, _)| key),
+        Err(Unanswered) => Err(BindError::Busy),
+    }
+}
+
 /// Connects to `server` and runs a bind exchange (a bind or a listing) over the connection: the
 /// request, a challenge answered if the server asks for the shared secret, and the answer, which
 /// `on` turns into the outcome (`None`: not an answer to this request). Everything within

@@ -51,7 +51,7 @@ mod binding;
 mod demux;
 mod link;
 
-pub(crate) use binding::{bind, list};
+pub(crate) use binding::{ask_key, bind, list};
 use demux::*;
 pub(crate) use link::Link;
 use link::*;
