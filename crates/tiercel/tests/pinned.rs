@@ -198,3 +198,34 @@ fn a_name_is_pinned_to_its_first_exporters_key_and_an_impostor_exporter_is_passe
     assert_eq!(listed.len(), 1);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_binding_that_tries_shared_memory_again_holds_the_server_to_the_key_it_pinned() {
+    let (dir, file) = known("shm");
+    let key = Identity::generate().unwrap();
+    // Room for one shared-memory binding's slot pages at a time (the shared-memory bindings may
+    // hold half the message memory).
+    let config = ServerConfig { key: Some(key.clone()), message_memory: 2 << 20, ..ServerConfig::default() };
+    let server = Server::bind("127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(TillServer::new(Counter(Arc::new(AtomicU64::new(0)))))
+        .start()
+        .unwrap();
+    let addr = server.addr();
+    let first: TillClient = Client::connect(addr).unwrap().with_config(pinning(&file)).import().unwrap();
+    assert_eq!(first.binding().transport(), tiercel::Transport::SharedMemory);
+    // The second binding finds no room through shared memory: over UDP, sealed with the key
+    // pinned, trying shared memory again every second.
+    let rebinding = ClientConfig { rebind: true, ..pinning(&file) };
+    let second: TillClient = Client::connect(addr).unwrap().with_config(rebinding).import().unwrap();
+    assert_eq!(second.binding().transport(), tiercel::Transport::Udp);
+    assert!(second.binding().shared_memory_refused().is_some());
+    drop(first);
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(second.deposit(1).unwrap(), 1);
+    // Through shared memory now, bound only once the server proved the pinned key again.
+    assert_eq!(second.binding().transport(), tiercel::Transport::SharedMemory);
+    assert_eq!(second.binding().server_key(), Some(key.public()));
+    std::fs::remove_dir_all(dir).unwrap();
+}

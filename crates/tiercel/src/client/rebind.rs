@@ -172,8 +172,11 @@ impl Rebinder {
             self.adopt(&mut latest, &mut fresh, now);
         } else if latest.shm_again.is_some_and(|t| now >= t) {
             // The same server, through shared memory only: nothing is granted over UDP meanwhile.
+            // Held to the key it proved (given, a registry's, or pinned), as any bind to it is.
             let server = latest.inner.server;
-            match Binding::bind(server, Some(Transport::SharedMemory), self.info, self.client.config.clone()) {
+            let mut config = self.client.config.clone();
+            config.server_key = config.server_key.or(latest.inner.proven);
+            match Binding::bind(server, Some(Transport::SharedMemory), self.info, config) {
                 Ok(mut fresh) => self.adopt(&mut latest, &mut fresh, now),
                 Err(_) => latest.shm_again = Some(now + SHM_RETRY),
             }
