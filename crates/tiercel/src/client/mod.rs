@@ -252,17 +252,28 @@ impl Client {
     /// What the server at `server` exports: over UDP, or TCP when the address says so or UDP gets
     /// no answer (as a bind would).
     fn list_with(&self, server: SocketAddr, config: &ClientConfig) -> Result<Vec<crate::ExportInfo>, BindError> {
+        self.udp_else_tcp(server, config, udp_bind::list_udp, tcp::list)
+    }
+
+    /// An exchange with the server at `server` that binds nothing: over TCP when the address says
+    /// so, else over UDP, and over TCP when UDP gets no answer and the client may fall back.
+    fn udp_else_tcp<T>(
+        &self,
+        server: SocketAddr,
+        config: &ClientConfig,
+        udp: impl FnOnce(SocketAddr, &ClientConfig) -> Result<T, BindError>,
+        tcp: impl FnOnce(SocketAddr, &ClientConfig) -> Result<T, BindError>,
+    ) -> Result<T, BindError> {
         if self.transport == Some(Transport::Tcp) {
-            return tcp::list(server, config);
+            return tcp(server, config);
         }
-        match udp_bind::list_udp(server, config) {
-            Err(BindError::Unreachable(_)) if self.transport.is_none() && config.tcp_fallback => {
-                tcp::list(server, config).map_err(|e| match e {
+        match udp(server, config) {
+            Err(BindError::Unreachable(_)) if self.transport.is_none() && config.tcp_fallback => tcp(server, config)
+                .map_err(|e| match e {
                     BindError::NoServer(_) | BindError::Unreachable(_) => BindError::Unreachable(server),
                     e => e,
-                })
-            }
-            listed => listed,
+                }),
+            done => done,
         }
     }
 

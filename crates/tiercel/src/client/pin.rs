@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 
 use super::{tcp, udp_bind, Client};
-use crate::address::Transport;
 use crate::config::ClientConfig;
 use crate::{BindError, KeyChange, KnownServers, PublicKey};
 
@@ -58,18 +57,7 @@ impl Client {
     /// The static public key the server at `server` tells (`None`: it has none), plain and
     /// unproven: over UDP, or TCP when the address says so or UDP gets no answer (as a bind would).
     pub(super) fn ask_key(&self, server: SocketAddr, config: &ClientConfig) -> Result<Option<PublicKey>, BindError> {
-        if self.transport == Some(Transport::Tcp) {
-            return tcp::ask_key(server, config);
-        }
-        match udp_bind::ask_key_udp(server, config) {
-            Err(BindError::Unreachable(_)) if self.transport.is_none() && config.tcp_fallback => {
-                tcp::ask_key(server, config).map_err(|e| match e {
-                    BindError::NoServer(_) | BindError::Unreachable(_) => BindError::Unreachable(server),
-                    e => e,
-                })
-            }
-            told => told,
-        }
+        self.udp_else_tcp(server, config, udp_bind::ask_key_udp, tcp::ask_key)
     }
 }
 
