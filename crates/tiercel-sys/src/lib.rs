@@ -7,6 +7,8 @@
 //! * [`shm`]: shared memory between processes: sealed memfd regions, futexes, descriptor passing.
 //! * [`cpu`]: pinning threads to cores, and CPU time used (for the benchmarks).
 //! * [`clock`]: a cheap tick counter for accounting where the time of a call goes.
+//! * `xdp` (feature `xdp`): AF_XDP sockets and tiercel's XDP program, datagrams through an
+//!   interface's queues without the kernel's UDP stack.
 //!
 //! The system calls go through `rustix` where its safe wrappers do the job; the `unsafe` blocks of
 //! the whole project live in this crate (mapping and accessing shared memory, `getrusage`), each with
@@ -25,3 +27,5 @@ pub mod process;
 pub mod shm;
 pub mod tcp;
 pub mod udp;
+#[cfg(feature = "xdp")]
+pub mod xdp;

@@ -1,0 +1,296 @@
+//! AF_XDP (feature `xdp`): datagrams sent and received through an interface's queues without the
+//! kernel's UDP stack, as U-Net proposed.
+//!
+//! * [`Steering`]: tiercel's XDP program (`bpf/steer.bpf.c`, built by `build.rs` with clang), loaded
+//!   with `aya` and attached to an interface, in the driver's own XDP hook where the driver has one
+//!   (veth does), else in the kernel's generic hook. It sends the UDP datagrams addressed to the
+//!   ports given to it ([`Steering::steer_port`]) to the AF_XDP socket of the queue they arrived on,
+//!   and everything else on to the kernel. It is attached through a BPF link, which the kernel
+//!   removes when the last descriptor of it closes: when the `Steering` is dropped, or when the
+//!   process ends however it ends.
+//! * [`Xsk`]: an AF_XDP socket on one queue of the interface, with its UMEM (the frames it shares
+//!   with the kernel) and its four rings (the `xdp` crate's), each frame copied in when sent and
+//!   read in place when received.
+//! * [`frame`]: Ethernet, IPv4 and UDP headers, made from a template and read with every length
+//!   checked.
+//!
+//! Root (or `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_BPF`) is needed to load the program and open the
+//! socket.
+
+use std::io;
+use std::os::fd::AsRawFd;
+
+use xdp::nic::NicIndex;
+use xdp::slab::{HeapSlab, Slab};
+
+pub mod frame;
+
+/// Where the XDP program runs on the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// In the driver, before the kernel makes a socket buffer of the packet (veth, and most NICs'
+    /// drivers).
+    Driver,
+    /// In the kernel's generic hook, after it made a socket buffer: for drivers without XDP.
+    Generic,
+}
+
+/// The XDP program, loaded and attached to one interface. Dropped, it is detached.
+pub struct Steering {
+    /// The program and its maps; dropping it closes the link's descriptor, which detaches it.
+    bpf: aya::Ebpf,
+    ifindex: u32,
+    mode: Mode,
+}
+
+impl std::fmt::Debug for Steering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Steering").field("ifindex", &self.ifindex).field("mode", &self.mode).finish()
+    }
+}
+
+/// The program's object file, as `build.rs` made it (8-byte aligned, as the ELF parser wants).
+#[cfg(tiercel_xdp_program)]
+fn program() -> io::Result<&'static [u8]> {
+    #[repr(C)]
+    struct Aligned<T: ?Sized> {
+        _align: [u64; 0],
+        bytes: T,
+    }
+    static OBJECT: &Aligned<[u8]> =
+        &Aligned { _align: [], bytes: *include_bytes!(concat!(env!("OUT_DIR"), "/steer.bpf.o")) };
+    Ok(&OBJECT.bytes)
+}
+
+/// Why there is no program: `build.rs` could not build it.
+#[cfg(not(tiercel_xdp_program))]
+fn program() -> io::Result<&'static [u8]> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        concat!("tiercel-sys was built without its XDP program: ", env!("TIERCEL_XDP_MISSING")),
+    ))
+}
+
+fn other(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
+
+impl Steering {
+    /// Loads the program and attaches it to the interface `ifname` (of this thread's network
+    /// namespace): in the driver's hook, else in the generic one. It steers nothing until a port
+    /// is given to it.
+    pub fn attach(ifname: &str) -> io::Result<Steering> {
+        let ifindex = ifindex(ifname)?;
+        let mut bpf = aya::EbpfLoader::new().load(program()?).map_err(|e| other("loading the XDP program", e))?;
+        let program: &mut aya::programs::Xdp = bpf
+            .program_mut("tiercel_steer")
+            .ok_or_else(|| other("the XDP program", "no tiercel_steer in it"))?
+            .try_into()
+            .map_err(|e| other("the XDP program", e))?;
+        program.load().map_err(|e| other("loading the XDP program into the kernel", e))?;
+        let mode = match program.attach_to_if_index(ifindex, aya::programs::XdpFlags::DRV_MODE) {
+            Ok(_) => Mode::Driver,
+            Err(_) => {
+                program
+                    .attach_to_if_index(ifindex, aya::programs::XdpFlags::SKB_MODE)
+                    .map_err(|e| other(&format!("attaching the XDP program to {ifname}"), e))?;
+                Mode::Generic
+            }
+        };
+        Ok(Steering { bpf, ifindex, mode })
+    }
+
+    /// Where the program runs.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The interface's index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Steers the UDP datagrams addressed to `port` to the AF_XDP sockets.
+    pub fn steer_port(&mut self, port: u16) -> io::Result<()> {
+        let map = self.bpf.map_mut("tiercel_ports").ok_or_else(|| other("the XDP program", "no port map"))?;
+        let mut ports: aya::maps::HashMap<_, u16, u8> =
+            aya::maps::HashMap::try_from(map).map_err(|e| other("the port map", e))?;
+        ports.insert(port.to_be(), 1, 0).map_err(|e| other("the port map", e))
+    }
+
+    /// Sends the datagrams the program steers from queue `queue` to `socket`.
+    fn register(&mut self, queue: u32, socket: i32) -> io::Result<()> {
+        let map = self.bpf.map_mut("tiercel_xsks").ok_or_else(|| other("the XDP program", "no socket map"))?;
+        let mut sockets = aya::maps::XskMap::try_from(map).map_err(|e| other("the socket map", e))?;
+        sockets.set(queue, socket, 0).map_err(|e| other("the socket map", e))
+    }
+}
+
+/// The index of interface `ifname`.
+pub fn ifindex(ifname: &str) -> io::Result<u32> {
+    let name = std::ffi::CString::new(ifname).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    match NicIndex::lookup_by_name(&name)? {
+        Some(nic) => Ok(nic.into()),
+        None => Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface {ifname}"))),
+    }
+}
+
+/// The hardware address of interface `ifname` of this thread's network namespace
+/// (`SIOCGIFHWADDR`; sysfs shows the namespace it was mounted in, not this thread's).
+pub fn mac_of(ifname: &str) -> io::Result<[u8; 6]> {
+    let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))?;
+    // SAFETY: `ifreq` is plain data, for which all zeroes is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    let name = ifname.as_bytes();
+    if name.is_empty() || name.len() >= request.ifr_name.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no interface {ifname}")));
+    }
+    for (to, from) in request.ifr_name.iter_mut().zip(name) {
+        *to = *from as libc::c_char;
+    }
+    // SAFETY: the descriptor is open for the call (held by `socket`), and `request` is an `ifreq`
+    // with a NUL-terminated name, which SIOCGIFHWADDR reads and fills in.
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFHWADDR, &mut request) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFHWADDR filled in the union's hardware address.
+    let address = unsafe { request.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (to, from) in mac.iter_mut().zip(address.sa_data) {
+        *to = from as u8;
+    }
+    Ok(mac)
+}
+
+/// Frames of an [`Xsk`]'s UMEM, each 4 KiB: as many for receiving as the fill ring holds, and as
+/// many again for sending.
+const FRAMES: u32 = 4096;
+/// Frames handed to the kernel for receiving, and the most read or sent at once.
+const BATCH: usize = 64;
+
+/// An AF_XDP socket on one queue of an interface, with its UMEM and rings.
+pub struct Xsk {
+    // Declared (and so dropped) before the UMEM, which must outlive them.
+    socket: xdp::socket::XdpSocket,
+    fill: xdp::FillRing,
+    rx: xdp::RxRing,
+    tx: xdp::TxRing,
+    completion: xdp::CompletionRing,
+    received: HeapSlab,
+    sending: HeapSlab,
+    /// Frames sent and not yet completed.
+    in_flight: usize,
+    umem: xdp::Umem,
+}
+
+impl std::fmt::Debug for Xsk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Xsk").field("fd", &self.socket.raw_fd()).field("in_flight", &self.in_flight).finish()
+    }
+}
+
+impl Xsk {
+    /// Opens an AF_XDP socket on queue `queue` of the interface `steering` is attached to, and has
+    /// the program send that queue's steered datagrams to it. Copy mode: veth has no zero-copy.
+    pub fn bind(steering: &mut Steering, queue: u32) -> io::Result<Xsk> {
+        let config = xdp::umem::UmemCfgBuilder { frame_count: FRAMES, ..Default::default() }
+            .build()
+            .map_err(|e| other("UMEM", e))?;
+        let mut umem = xdp::Umem::map(config)?;
+        let mut builder = xdp::socket::XdpSocketBuilder::new().map_err(|e| other("AF_XDP socket", e))?;
+        let rings = xdp::RingConfigBuilder::default().build().map_err(|e| other("AF_XDP rings", e))?;
+        let (rings, mut flags) = builder.build_rings(&umem, rings).map_err(|e| other("AF_XDP rings", e))?;
+        let mut fill = rings.fill_ring;
+        // SAFETY: the UMEM is kept in the `Xsk` with the socket and dropped after it (field order).
+        unsafe { fill.enqueue(&mut umem, FRAMES as usize / 2) };
+        flags.force_copy();
+        let socket = builder
+            .bind(NicIndex::new(steering.ifindex), queue, flags)
+            .map_err(|e| other("binding the AF_XDP socket", e))?;
+        steering.register(queue, socket.raw_fd())?;
+        let (Some(rx), Some(tx)) = (rings.rx_ring, rings.tx_ring) else {
+            return Err(other("AF_XDP rings", "no receive or transmit ring"));
+        };
+        Ok(Xsk {
+            socket,
+            fill,
+            rx,
+            tx,
+            completion: rings.completion_ring,
+            received: HeapSlab::with_capacity(BATCH),
+            sending: HeapSlab::with_capacity(BATCH),
+            in_flight: 0,
+            umem,
+        })
+    }
+
+    /// Sends `frame` (a whole Ethernet frame) now: copied into a UMEM frame, put on the transmit
+    /// ring, and the kernel told (one `sendto`: copy mode transmits only when told). `Ok(false)`
+    /// when every sending frame is still in flight.
+    pub fn send(&mut self, frame: &[u8]) -> io::Result<bool> {
+        self.reap();
+        // SAFETY: the packet is pushed to the transmit ring below or given back to the UMEM, which
+        // the `Xsk` owns; it never leaves it.
+        let Some(mut packet) = (unsafe { self.umem.alloc() }) else { return Ok(false) };
+        if let Err(e) = packet.append(frame) {
+            self.umem.free_packet(packet);
+            return Err(other("AF_XDP frame", e));
+        }
+        self.sending.push_front(packet);
+        // SAFETY: the packet is of this `Xsk`'s UMEM, which outlives the socket (field order).
+        let queued = unsafe { self.tx.send(&mut self.sending) };
+        if queued == 0 {
+            if let Some(packet) = self.sending.pop_back() {
+                self.umem.free_packet(packet);
+            }
+            return Ok(false);
+        }
+        self.in_flight += queued;
+        self.wake()?;
+        Ok(true)
+    }
+
+    /// Tells the kernel there is something to transmit.
+    fn wake(&self) -> io::Result<()> {
+        // SAFETY: the descriptor is the socket's, which `self` holds open for as long as this borrow.
+        let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(self.socket.raw_fd()) };
+        match rustix::net::send(fd, &[], rustix::net::SendFlags::DONTWAIT) {
+            Ok(_) => Ok(()),
+            // The transmit ring is being worked on, or full: the frames go when it is.
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::BUSY | rustix::io::Errno::NOBUFS) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Takes back the frames the kernel has sent.
+    fn reap(&mut self) {
+        if self.in_flight > 0 {
+            self.in_flight -= self.completion.dequeue(&mut self.umem, BATCH);
+        }
+    }
+
+    /// Reads the next frame received, if one is there, with `read`; its UMEM frame goes back to
+    /// the kernel after. Never blocks.
+    pub fn recv<R>(&mut self, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if self.received.is_empty() {
+            // SAFETY: the packets stay in `received` (of this `Xsk`) until given back to the UMEM.
+            let got = unsafe { self.rx.recv(&self.umem, &mut self.received) };
+            if got == 0 {
+                return None;
+            }
+        }
+        let packet = self.received.pop_back()?;
+        let result = read(&packet);
+        self.umem.free_packet(packet);
+        // SAFETY: as in `bind`.
+        unsafe { self.fill.enqueue(&mut self.umem, 1) };
+        Some(result)
+    }
+}
+
+impl AsRawFd for Xsk {
+    /// The socket's descriptor, to wait on with `poll` when there is nothing to read.
+    fn as_raw_fd(&self) -> i32 {
+        self.socket.raw_fd()
+    }
+}
