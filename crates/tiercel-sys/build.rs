@@ -26,6 +26,8 @@ fn main() {
     match built {
         Ok(o) if o.status.success() => println!("cargo:rustc-cfg=tiercel_xdp_program"),
         Ok(o) => {
+            // Built again once the headers are there.
+            println!("cargo:rerun-if-changed=/usr/include/bpf/bpf_helpers.h");
             let why = String::from_utf8_lossy(&o.stderr);
             let first = why.lines().next().unwrap_or("");
             println!("cargo:warning=tiercel-sys: the XDP program did not build ({first}); AF_XDP is unavailable");

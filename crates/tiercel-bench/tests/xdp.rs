@@ -83,7 +83,7 @@ fn peer_mac(pair: &Pair) -> [u8; 6] {
 
 #[test]
 fn an_af_xdp_socket_takes_its_ports_datagrams_and_the_kernel_keeps_the_rest() {
-    tiercel_seeds::needs!(ROOT, IP);
+    tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
     let pair = Pair::new();
     const STEERED: u16 = 7777;
     const KERNEL: u16 = 7000;

@@ -51,6 +51,10 @@ pub const RPCGEN: Need = Need::Command { name: "rpcgen", package: "rpcsvc-proto"
 pub const TIRPC: Need = Need::File { path: "/usr/include/tirpc/rpc/rpc.h", package: "libtirpc-dev" };
 /// A C compiler.
 pub const CC: Need = Need::Command { name: "cc", package: "gcc" };
+/// clang, which builds tiercel's XDP program (tiercel-sys's build script, feature `xdp`).
+pub const CLANG: Need = Need::Command { name: "clang", package: "clang" };
+/// libbpf's headers, which tiercel's XDP program includes.
+pub const LIBBPF: Need = Need::File { path: "/usr/include/bpf/bpf_helpers.h", package: "libbpf-dev" };
 /// `rpcbind` and `rpcinfo`.
 pub const RPCBIND: Need = Need::Command { name: "rpcbind", package: "rpcbind" };
 
