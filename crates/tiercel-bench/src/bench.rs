@@ -92,6 +92,9 @@ pub struct Report {
     pub secure: Option<crate::secure::Json>,
     /// ONC RPC against rpcgen and libtirpc.
     pub onc: Option<crate::onc::Json>,
+    /// Round trips across two namespaces through AF_XDP and through kernel UDP, and tiercel's Null.
+    #[cfg(feature = "xdp")]
+    pub xdp: Vec<crate::xdp::Row>,
 }
 
 /// How long each part of the run measures.
@@ -179,7 +182,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     let table5_rows = (table5_media.len() as u64) * 12;
     crate::progress::start(
         (media.len() * modes.len() + media.len() + 4 + usize::from(args.peers)) as u64
-            + if full { 7 + 3 + 1 + 1 + 1 + seeds + table5_rows } else { 0 },
+            + if full { 7 + 3 + 1 + 1 + 1 + seeds + table5_rows + u64::from(cfg!(feature = "xdp")) } else { 0 },
     );
     if full {
         crate::progress::doing("raw baselines");
@@ -265,6 +268,12 @@ pub fn run(args: Args) -> crate::Result<()> {
         crate::progress::doing("large calls across namespaces");
         report.wide = crate::wide::table(args.server_cpu, budget.wide_calls)?;
         crate::progress::step();
+        #[cfg(feature = "xdp")]
+        {
+            crate::progress::doing("the AF_XDP floor");
+            report.xdp = crate::xdp::table(args.server_cpu, 3, budget.mach_row)?;
+            crate::progress::step();
+        }
         let (_spinning, addr) = serve_pinned(args.server_cpu, true)?;
         crate::progress::doing("Firefly Tables II-V");
         report.firefly_marshaling = crate::tables::firefly_marshaling(&addr, budget.marshal_calls)?;

@@ -59,6 +59,8 @@ pub mod tables;
 pub mod traced;
 pub mod wide;
 pub mod workers;
+#[cfg(feature = "xdp")]
+pub mod xdp;
 
 /// Why a measurement could not be made.
 #[derive(Debug, thiserror::Error)]

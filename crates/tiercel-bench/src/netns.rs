@@ -14,10 +14,12 @@ fn run(program: &str, args: &[&str]) -> crate::Result<()> {
     Ok(())
 }
 
-/// Client namespace `a`, server namespace `b`.
+/// Client namespace `a`, server namespace `b`, and the ends of the veth pair in each.
 pub struct Pair {
     pub a: String,
     pub b: String,
+    pub va: String,
+    pub vb: String,
 }
 
 impl Pair {
@@ -25,10 +27,10 @@ impl Pair {
     /// dropped at random by nftables.
     pub fn new(port: u16, loss_percent: f64) -> crate::Result<Pair> {
         let id = std::process::id();
-        let pair = Pair { a: format!("tcsA{id}"), b: format!("tcsB{id}") };
+        let (va, vb) = (format!("tsa{id}"), format!("tsb{id}"));
+        let pair = Pair { a: format!("tcsA{id}"), b: format!("tcsB{id}"), va: va.clone(), vb: vb.clone() };
         run("ip", &["netns", "add", &pair.a])?;
         run("ip", &["netns", "add", &pair.b])?;
-        let (va, vb) = (format!("tsa{id}"), format!("tsb{id}"));
         run("ip", &["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
         run("ip", &["link", "set", &va, "netns", &pair.a])?;
         run("ip", &["link", "set", &vb, "netns", &pair.b])?;

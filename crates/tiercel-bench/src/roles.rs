@@ -36,6 +36,12 @@ enum Role {
     OncServe(crate::onc::ServeArgs),
     /// An on-path UDP relay that looks at, changes and replays what passes (the secure tests).
     Relay(crate::relay::Args),
+    /// The AF_XDP echo of the AF_XDP floor, in the server's namespace.
+    #[cfg(feature = "xdp")]
+    XdpEcho(crate::xdp::EchoArgs),
+    /// One round of the AF_XDP floor, from inside the client's namespace.
+    #[cfg(feature = "xdp")]
+    XdpRemote(crate::xdp::RemoteArgs),
     /// A journal server of the failover test.
     JournalServer(crate::failover::ServerArgs),
     /// The failover test's client.
@@ -62,6 +68,10 @@ pub fn run_if_helper() -> Option<ExitCode> {
         Role::WideRemote(a) => crate::wide::remote(a),
         Role::Relay(a) => crate::relay::run(a),
         Role::OncServe(a) => crate::onc::serve(a),
+        #[cfg(feature = "xdp")]
+        Role::XdpEcho(a) => crate::xdp::echo(a),
+        #[cfg(feature = "xdp")]
+        Role::XdpRemote(a) => crate::xdp::remote(a),
         Role::JournalServer(a) => crate::failover::server(a),
         Role::JournalClient(a) => crate::failover::client(a),
         #[cfg(feature = "fault-injection")]
