@@ -339,6 +339,18 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
             assert!(row["median_ms"].as_f64().unwrap() > 0.0 && row["calls"].as_u64() == Some(10), "{row}");
         }
     }
+    // The AF_XDP floor: as root with what builds the XDP program, every path in each of three
+    // rounds; otherwise a note why not.
+    assert!(text.contains("The AF_XDP floor"), "{text}");
+    use tiercel_seeds::needs::{CLANG, IP, LIBBPF, NFT, ROOT};
+    if tiercel_seeds::needs::met(&[ROOT, IP, NFT, CLANG, LIBBPF]) {
+        let paths = names(&report["xdp"], "path");
+        assert_eq!(paths, ["raw AF_XDP ping-pong", "raw kernel UDP ping-pong", "tiercel Null, kernel UDP"], "{text}");
+        for row in report["xdp"].as_array().unwrap() {
+            assert_eq!(row["rounds"].as_array().unwrap().len(), 3, "{row}");
+            assert!(row["median_us"].as_f64().unwrap() > 0.0, "{row}");
+        }
+    }
 
     // Async Null on every transport, and 8 sync threads against 1, 8 and 64 async tasks on each.
     let asynch = report["asynch"].as_array().unwrap();
