@@ -298,7 +298,9 @@ pub struct ServerConfig {
     /// before the client has proven anything, and two more and a key pair to answer: about a third
     /// of a millisecond of CPU on this project's machines); beyond, they are dropped and counted,
     /// and their clients retransmit (over TCP, the connection closes unanswered and the client
-    /// tries again on a new one). Default: 1,000.
+    /// tries again on a new one). One sender's address gets at most a quarter of them, so that a
+    /// flood from one address leaves the rest to clients at others (clients behind one address, a
+    /// NAT's, share its quarter). Default: 1,000.
     pub handshakes_per_second: u32,
 }
 

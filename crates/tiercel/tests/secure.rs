@@ -551,3 +551,41 @@ fn what_a_client_sent_replayed_to_the_restarted_server_runs_nothing() {
     assert_eq!((stats.calls, deposits.load(Ordering::Relaxed)), (0, 0), "a replayed call ran: {stats:?}");
     assert!(stats.unopened >= 2, "the replayed calls were dropped as unopened: {stats:?}");
 }
+
+#[test]
+fn a_flood_of_handshakes_from_one_address_leaves_the_budget_to_clients_at_others() {
+    // 400 handshakes a second: one address gets 100 of them.
+    let (server, key, _) = keyed(ServerConfig { handshakes_per_second: 400, ..ServerConfig::default() });
+    let addr = server.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Handshakes that will not open (another key's, garbage), from 127.0.0.2, as fast as it can.
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let socket = UdpSocket::bind("127.0.0.2:0").unwrap();
+            let outer = tiercel_proto::seal::Outer { kind: tiercel_proto::seal::SealType::Hello, index: 1, counter: 0 };
+            let hello = [&outer.to_bytes()[..], &[7u8; 200]].concat();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = socket.send_to(&hello, addr);
+                sent += 1;
+            }
+            sent
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    // Clients at 127.0.0.1 bind securely all the while.
+    for i in 0..10 {
+        let client: VaultClient = Client::connect(format!("udp://{addr}"))
+            .unwrap()
+            .with_config(secure(key.public()))
+            .import()
+            .unwrap_or_else(|e| panic!("bind {i} during the flood: {e}"));
+        assert_eq!(client.deposit(1).unwrap(), i + 1);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sent = flood.join().unwrap();
+    let stats = server.stats();
+    assert_eq!(stats.handshakes, 10, "{stats:?}");
+    assert!(stats.handshakes_dropped > sent / 2, "{sent} sent by the flood, {stats:?}");
+}

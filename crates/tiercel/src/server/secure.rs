@@ -52,35 +52,69 @@ impl Sessions {
     }
 }
 
-/// A token bucket of handshakes: `rate` a second, in bursts of up to a tenth of a second's.
+/// The budget of handshakes: a token bucket of `rate` a second, in bursts of up to a tenth of a
+/// second's, for all senders together; and, before it, a bucket of a quarter of that for each
+/// sender's address (hashed, with a key of this server's, into one of [`SOURCES`] buckets), so that
+/// one address that floods the server with handshakes takes at most a quarter of the budget, and
+/// the clients at other addresses share the rest. Bounded memory, whatever the number of senders; a
+/// sender that forges other addresses is limited only by the whole budget.
 pub(crate) struct HandshakeBudget {
     rate: f64,
     state: Mutex<(f64, Instant)>,
+    sources: Mutex<Box<[(f64, Instant)]>>,
+    key: [u8; 32],
 }
+
+/// Buckets of senders' addresses.
+const SOURCES: usize = 256;
 
 impl HandshakeBudget {
     pub(crate) fn new(per_second: u32) -> HandshakeBudget {
         let rate = f64::from(per_second.max(1));
-        HandshakeBudget { rate, state: Mutex::new((Self::burst(rate), Instant::now())) }
+        let now = Instant::now();
+        let share = Self::share(rate);
+        HandshakeBudget {
+            rate,
+            state: Mutex::new((Self::burst(rate), now)),
+            sources: Mutex::new(vec![(Self::burst(share), now); SOURCES].into_boxed_slice()),
+            key: crate::random::bytes32().unwrap_or([0; 32]),
+        }
     }
 
     fn burst(rate: f64) -> f64 {
         (rate / 10.0).max(1.0)
     }
 
-    /// Whether one more handshake may be answered now.
-    pub(crate) fn take(&self) -> bool {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+    /// One address's rate.
+    fn share(rate: f64) -> f64 {
+        (rate / 4.0).max(1.0)
+    }
+
+    /// Takes a token from `bucket`, refilled at `rate`, if it has one.
+    fn take_from(bucket: &mut (f64, Instant), rate: f64, now: Instant) -> bool {
+        let (tokens, at) = *bucket;
+        let tokens = (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(Self::burst(rate));
+        let taken = tokens >= 1.0;
+        *bucket = (if taken { tokens - 1.0 } else { tokens }, now);
+        taken
+    }
+
+    /// Whether one more handshake from `source` may be answered now.
+    pub(crate) fn take(&self, source: std::net::IpAddr) -> bool {
         let now = Instant::now();
-        let (tokens, at) = *s;
-        let tokens = (tokens + now.saturating_duration_since(at).as_secs_f64() * self.rate).min(Self::burst(self.rate));
-        if tokens >= 1.0 {
-            *s = (tokens - 1.0, now);
-            true
-        } else {
-            *s = (tokens, now);
-            false
+        let octets = match source {
+            std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            std::net::IpAddr::V6(a) => a.octets(),
+        };
+        let slot = blake3::keyed_hash(&self.key, &octets).as_bytes()[0] as usize % SOURCES;
+        {
+            let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+            if !Self::take_from(&mut sources[slot], Self::share(self.rate), now) {
+                return false;
+            }
         }
+        let mut all = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        Self::take_from(&mut all, self.rate, now)
     }
 }
 
@@ -99,21 +133,29 @@ pub(super) enum Hello<'s> {
 }
 
 impl Shared {
-    /// Reads a handshake's first message, `bytes`, from the sender that `peer` stands for, with
+    /// Reads a handshake's first message, `bytes`, from `from`, with
     /// the server's key and secret, and decides its bind request through the bind machine of
     /// `door`: an answer is no longer than the request it carried (the handshake adds less to it
     /// than to the request), so the server never sends more than it was sent. Handshakes beyond
-    /// `handshakes_per_second` are dropped before anything is computed.
-    pub(super) fn hello(&self, bytes: &[u8], peer: &[u8], door: Door, opened: &mut Vec<u8>) -> Hello<'_> {
+    /// `handshakes_per_second`, or beyond a quarter of it from `from`'s address, are dropped before
+    /// anything is computed.
+    pub(super) fn hello(
+        &self,
+        bytes: &[u8],
+        from: std::net::SocketAddr,
+        door: Door,
+        opened: &mut Vec<u8>,
+    ) -> Hello<'_> {
         let stats = &self.stats;
         let Some(key) = &self.config.key else { return Hello::Unreadable };
         let dropped = || {
             stats.handshakes_dropped.fetch_add(1, Ordering::Relaxed);
             Hello::Dropped
         };
-        if !self.handshakes.take() {
+        if !self.handshakes.take(from.ip()) {
             return dropped();
         }
+        let peer = &crate::auth::peer_bytes(from)[..];
         opened.resize(bytes.len(), 0);
         let psk = crate::auth::psk(self.config.secret.as_ref());
         let Some((responder, n)) = Responder::hello(key, &psk, bytes, opened) else {
@@ -142,5 +184,27 @@ impl Shared {
             }
             BindDecision::Admit(a) => Hello::Admitted(Box::new(responder), a, machine),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HandshakeBudget;
+    use std::net::IpAddr;
+
+    #[test]
+    fn one_address_takes_at_most_a_quarter_of_the_budget_and_the_others_share_the_rest() {
+        // 4,000 a second: bursts of 400 for everyone, of 100 for one address.
+        let budget = HandshakeBudget::new(4000);
+        let flood: IpAddr = "192.0.2.66".parse().unwrap();
+        let taken = (0..1000).filter(|_| budget.take(flood)).count();
+        assert!((100..=101).contains(&taken), "{taken} taken from one address in a burst");
+        // Other addresses still find the rest (some may share the flood's bucket: a few of 300).
+        let others: Vec<IpAddr> = (1..=250).map(|i| format!("198.51.100.{i}").parse().unwrap()).collect();
+        let granted = others.iter().filter(|a| budget.take(**a)).count();
+        assert!(granted >= 240, "{granted} of 250 other addresses had a handshake answered");
+        // And no more than the whole budget, whatever the addresses.
+        let more = (0..1000u32).filter(|i| budget.take(IpAddr::from((0x0a00_0000 + i).to_be_bytes()))).count();
+        assert!(granted + taken + more <= 402, "{} in one burst", granted + taken + more);
     }
 }

@@ -303,7 +303,7 @@ fn hello(
 ) -> Option<(Weak<StreamBinding>, [u8; FRAME_HEAD], Watch)> {
     let peer = h.stream.peer_addr().ok()?;
     let mut opened = Vec::new();
-    match shared.hello(request, &crate::auth::peer_bytes(peer), super::Door::SealedTcp, &mut opened) {
+    match shared.hello(request, peer, super::Door::SealedTcp, &mut opened) {
         Hello::Dropped => None,
         Hello::Unreadable => {
             // As over UDP, an answer that proves nothing (as long as a frame's least packet).

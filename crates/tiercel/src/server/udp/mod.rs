@@ -410,7 +410,7 @@ impl UdpWorker {
             self.shared.stats.unopened.fetch_add(1, Ordering::Relaxed);
             let hello =
                 tiercel_proto::seal::Outer::parse(bytes).is_ok_and(|o| o.kind == tiercel_proto::seal::SealType::Hello);
-            if hello && self.shared.handshakes.take() {
+            if hello && self.shared.handshakes.take(from.ip()) {
                 self.unreadable(from);
             }
             return;

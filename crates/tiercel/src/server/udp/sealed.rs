@@ -66,7 +66,7 @@ impl UdpWorker {
         let stats = &shared.stats;
         let hello = {
             let mut buf = self.opened.borrow_mut();
-            shared.hello(bytes, &crate::auth::peer_bytes(from), super::super::Door::Sealed, &mut buf)
+            shared.hello(bytes, from, super::super::Door::Sealed, &mut buf)
         };
         let (responder, admission, machine) = match hello {
             Hello::Dropped => return,
