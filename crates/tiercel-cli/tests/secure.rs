@@ -182,6 +182,12 @@ fn an_authority_endorses_a_servers_key_and_clients_trusting_it_import_by_name() 
     let stranger = tiercel(&["call", "vault", "null", "--registry", &registry, "--authority", &path("stranger.pub")]);
     let said = String::from_utf8_lossy(&stranger.stderr);
     assert!(!stranger.status.success() && said.contains("not endorsed") && said.contains("never ran"), "{said}");
+    // Listing the name: with the authority, securely from the endorsed exporter; with another
+    // authority, nothing, and told why.
+    let list = tiercel(&["list", "vault", "--registry", &registry, "--authority", &path("authority.pub")]);
+    assert!(String::from_utf8_lossy(&list.stdout).contains("Test v1"), "{list:?}");
+    let list = tiercel(&["list", "vault", "--registry", &registry, "--authority", &path("stranger.pub")]);
+    assert!(!list.status.success() && String::from_utf8_lossy(&list.stderr).contains("not endorsed"), "{list:?}");
     drop(served);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -142,16 +142,9 @@ impl Client {
     fn bind(&self, info: &'static InterfaceInfo) -> Result<Binding, BindError> {
         let name = match &self.target {
             Target::Addr(server) => {
-                let config = self.config.clone();
-                return match &self.config.known_servers {
-                    Some(known) if config.server_key.is_none() => {
-                        let target = pin::address_target(*server);
-                        self.pinned(known, &target, *server, None, config, |c| {
-                            Binding::bind(*server, self.transport, info, c)
-                        })
-                    }
-                    _ => Binding::bind(*server, self.transport, info, config),
-                };
+                let target = || pin::address_target(*server);
+                return self
+                    .keyed(*server, self.config.clone(), target, |c| Binding::bind(*server, self.transport, info, c));
             }
             Target::Name(name) => name,
         };
@@ -162,41 +155,20 @@ impl Client {
         let (mut gone, mut refused) = (None, None);
         let now = crate::secure::unix_now();
         for exporter in exporters {
-            let mut config = self.config.clone();
-            if config.server_key.is_none() && !config.authorities.is_empty() {
-                // The key the entry carries, endorsed by an authority this client trusts: the
-                // exporter must prove it. Without, nothing is sent to it.
-                let endorsed = match (&exporter.key, &exporter.endorsement) {
-                    (Some(key), Some(e)) => e.vouches(&config.authorities, name, key, now).map(|()| *key),
-                    _ => Err(crate::secure::NotEndorsed::Missing),
-                };
-                match endorsed {
-                    Ok(key) => config.server_key = Some(key),
-                    Err(why) => {
-                        self.refused.fetch_add(1, Ordering::Relaxed);
-                        refused.get_or_insert(BindError::NotEndorsed {
-                            name: name.clone(),
-                            exporter: exporter.addr,
-                            why,
-                        });
-                        continue;
-                    }
+            let config = match self.for_exporter(name, &exporter, registry.vouches(), now) {
+                Ok(config) => config,
+                Err(e) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    refused.get_or_insert(e);
+                    continue;
                 }
-            } else if config.server_key.is_none() && registry.vouches() {
-                // The key the entry carries: the exporter must prove it.
-                config.server_key = exporter.key;
-            }
-            let bound = match &self.config.known_servers {
-                // The key pinned for the name, else (the first time) the entry's, if its registry
-                // vouches for it, else the one the exporter tells: pinned once proven.
-                Some(known) if self.config.server_key.is_none() && self.config.authorities.is_empty() => {
-                    let first = config.server_key.take();
-                    self.pinned(known, &pin::name_target(name), exporter.addr, first, config, |c| {
-                        Binding::bind(exporter.addr, self.transport, info, c)
-                    })
-                }
-                _ => Binding::bind(exporter.addr, self.transport, info, config),
             };
+            let bound = self.keyed(
+                exporter.addr,
+                config,
+                || pin::name_target(name),
+                |c| Binding::bind(exporter.addr, self.transport, info, c),
+            );
             match bound {
                 Ok(binding) => return Ok(binding),
                 // Gone since it registered (its registration not yet removed), or full: the next.
@@ -220,32 +192,90 @@ impl Client {
     /// `tcp://` address, or when UDP gets no answer); for a name,
     /// what each of its live exporters does. A server with a shared secret answers only a client
     /// that proves it. With the server's key (given, or pinned: `ClientConfig::known_servers`,
-    /// which pins it here as a bind would), the listing is asked in a secure handshake that proves
-    /// it. What a server says of its interfaces is not proven back: binding checks the interface
-    /// again.
+    /// which pins it here as a bind would, or a name's entry's where its registry vouches for it),
+    /// the listing is asked in a secure handshake that proves it; with `ClientConfig::authorities`,
+    /// only a name's endorsed exporters are asked ([`BindError::NotEndorsed`] when none is). What a
+    /// server says of its interfaces is not proven back: binding checks the interface again.
     pub fn exports(&self) -> Result<Vec<crate::ExportInfo>, BindError> {
         match &self.target {
-            Target::Addr(server) => self.list(*server, || pin::address_target(*server)),
+            Target::Addr(server) => self.keyed(
+                *server,
+                self.config.clone(),
+                || pin::address_target(*server),
+                |c| self.list_with(*server, &c),
+            ),
             Target::Name(name) => {
                 let registry = self.registry()?;
-                let mut all = Vec::new();
+                let now = crate::secure::unix_now();
+                let (mut all, mut listed, mut refused) = (Vec::new(), false, None);
                 for exporter in registry.lookup(name)? {
-                    all.extend(self.list(exporter.addr, || pin::name_target(name))?);
+                    // As a bind would have it: an exporter an authority did not endorse is passed over.
+                    let config = match self.for_exporter(name, &exporter, registry.vouches(), now) {
+                        Ok(config) => config,
+                        Err(e) => {
+                            self.refused.fetch_add(1, Ordering::Relaxed);
+                            refused.get_or_insert(e);
+                            continue;
+                        }
+                    };
+                    let target = || pin::name_target(name);
+                    all.extend(self.keyed(exporter.addr, config, target, |c| self.list_with(exporter.addr, &c))?);
+                    listed = true;
                 }
-                Ok(all)
+                match refused {
+                    Some(e) if !listed => Err(e),
+                    _ => Ok(all),
+                }
             }
         }
     }
 
-    /// What the server at `server`, an exporter of `target`, exports: with the key pinned for
-    /// `target` when the client pins keys and was given none.
-    fn list(&self, server: SocketAddr, target: impl FnOnce() -> String) -> Result<Vec<crate::ExportInfo>, BindError> {
-        let config = self.config.clone();
-        match &self.config.known_servers {
-            Some(known) if config.server_key.is_none() && config.authorities.is_empty() => {
-                self.pinned(known, &target(), server, None, config, |c| self.list_with(server, &c))
+    /// The configuration to reach `exporter` of `name` with: the key its entry carries where an
+    /// authority this client trusts endorsed it for the name (`NotEndorsed` when none did: nothing
+    /// is to be sent to it), else the entry's key where the registry vouches for its entries, else
+    /// the client's own.
+    fn for_exporter(
+        &self,
+        name: &str,
+        exporter: &crate::names::Exporter,
+        vouched: bool,
+        now: u64,
+    ) -> Result<ClientConfig, BindError> {
+        let mut config = self.config.clone();
+        if config.server_key.is_none() && !config.authorities.is_empty() {
+            let endorsed = match (&exporter.key, &exporter.endorsement) {
+                (Some(key), Some(e)) => e.vouches(&config.authorities, name, key, now).map(|()| *key),
+                _ => Err(crate::secure::NotEndorsed::Missing),
+            };
+            match endorsed {
+                Ok(key) => config.server_key = Some(key),
+                Err(why) => return Err(BindError::NotEndorsed { name: name.into(), exporter: exporter.addr, why }),
             }
-            _ => self.list_with(server, &config),
+        } else if config.server_key.is_none() && vouched {
+            // The key the entry carries: the exporter must prove it.
+            config.server_key = exporter.key;
+        }
+        Ok(config)
+    }
+
+    /// Does `act` (a bind, a listing) with the server at `server`, an exporter of `target`, under
+    /// `config`; when this client pins keys and was given none (nor, for a name, authorities), under
+    /// the key pinned for `target`, or the first time under `config`'s (a registry's) or the one the
+    /// server tells, pinned once proven.
+    fn keyed<T>(
+        &self,
+        server: SocketAddr,
+        mut config: ClientConfig,
+        target: impl FnOnce() -> String,
+        act: impl FnOnce(ClientConfig) -> Result<T, BindError>,
+    ) -> Result<T, BindError> {
+        let endorsed = matches!(self.target, Target::Name(_)) && !self.config.authorities.is_empty();
+        match &self.config.known_servers {
+            Some(known) if self.config.server_key.is_none() && !endorsed => {
+                let first = config.server_key.take();
+                self.pinned(known, &target(), server, first, config, act)
+            }
+            _ => act(config),
         }
     }
 
