@@ -155,13 +155,8 @@ impl Client {
         let (mut gone, mut refused) = (None, None);
         let now = crate::secure::unix_now();
         for exporter in exporters {
-            let config = match self.for_exporter(name, &exporter, registry.vouches(), now) {
-                Ok(config) => config,
-                Err(e) => {
-                    self.refused.fetch_add(1, Ordering::Relaxed);
-                    refused.get_or_insert(e);
-                    continue;
-                }
+            let Some(config) = self.for_exporter(name, &exporter, registry.vouches(), now, &mut refused) else {
+                continue;
             };
             let bound = self.keyed(
                 exporter.addr,
@@ -210,13 +205,8 @@ impl Client {
                 let (mut all, mut listed, mut refused) = (Vec::new(), false, None);
                 for exporter in registry.lookup(name)? {
                     // As a bind would have it: an exporter an authority did not endorse is passed over.
-                    let config = match self.for_exporter(name, &exporter, registry.vouches(), now) {
-                        Ok(config) => config,
-                        Err(e) => {
-                            self.refused.fetch_add(1, Ordering::Relaxed);
-                            refused.get_or_insert(e);
-                            continue;
-                        }
+                    let Some(config) = self.for_exporter(name, &exporter, registry.vouches(), now, &mut refused) else {
+                        continue;
                     };
                     let target = || pin::name_target(name);
                     all.extend(self.keyed(exporter.addr, config, target, |c| self.list_with(exporter.addr, &c))?);
@@ -231,16 +221,18 @@ impl Client {
     }
 
     /// The configuration to reach `exporter` of `name` with: the key its entry carries where an
-    /// authority this client trusts endorsed it for the name (`NotEndorsed` when none did: nothing
-    /// is to be sent to it), else the entry's key where the registry vouches for its entries, else
-    /// the client's own.
+    /// authority this client trusts endorsed it for the name, else the entry's key where the
+    /// registry vouches for its entries, else the client's own. `None` when no authority endorsed
+    /// it: nothing is to be sent to it; it is counted as refused, and the first such refusal kept in
+    /// `refused`.
     fn for_exporter(
         &self,
         name: &str,
         exporter: &crate::names::Exporter,
         vouched: bool,
         now: u64,
-    ) -> Result<ClientConfig, BindError> {
+        refused: &mut Option<BindError>,
+    ) -> Option<ClientConfig> {
         let mut config = self.config.clone();
         if config.server_key.is_none() && !config.authorities.is_empty() {
             let endorsed = match (&exporter.key, &exporter.endorsement) {
@@ -249,13 +241,17 @@ impl Client {
             };
             match endorsed {
                 Ok(key) => config.server_key = Some(key),
-                Err(why) => return Err(BindError::NotEndorsed { name: name.into(), exporter: exporter.addr, why }),
+                Err(why) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    refused.get_or_insert(BindError::NotEndorsed { name: name.into(), exporter: exporter.addr, why });
+                    return None;
+                }
             }
         } else if config.server_key.is_none() && vouched {
             // The key the entry carries: the exporter must prove it.
             config.server_key = exporter.key;
         }
-        Ok(config)
+        Some(config)
     }
 
     /// Does `act` (a bind, a listing) with the server at `server`, an exporter of `target`, under
