@@ -5,6 +5,8 @@ use std::process::Command;
 
 /// Address of the server's end.
 pub const SERVER_IP: &str = "192.0.2.2";
+/// Address of the client's end.
+pub const CLIENT_IP: &str = "192.0.2.1";
 
 fn run(program: &str, args: &[&str]) -> crate::Result<()> {
     let out = Command::new(program).args(args).output().map_err(|e| format!("{program}: {e}"))?;
@@ -34,8 +36,8 @@ impl Pair {
         run("ip", &["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
         run("ip", &["link", "set", &va, "netns", &pair.a])?;
         run("ip", &["link", "set", &vb, "netns", &pair.b])?;
-        for (ns, dev, addr) in [(&pair.a, &va, "192.0.2.1/24"), (&pair.b, &vb, "192.0.2.2/24")] {
-            run("ip", &["-n", ns, "addr", "add", addr, "dev", dev])?;
+        for (ns, dev, ip) in [(&pair.a, &va, CLIENT_IP), (&pair.b, &vb, SERVER_IP)] {
+            run("ip", &["-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev])?;
             run("ip", &["-n", ns, "link", "set", dev, "up"])?;
             run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
         }

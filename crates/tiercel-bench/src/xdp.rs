@@ -193,7 +193,7 @@ fn xdp_round(args: &RemoteArgs, time: Duration) -> crate::Result<Round> {
 
 /// The client's address in its namespace.
 fn client_ip() -> Ipv4Addr {
-    Ipv4Addr::new(192, 0, 2, 1)
+    crate::netns::CLIENT_IP.parse().unwrap_or(Ipv4Addr::UNSPECIFIED)
 }
 
 /// The hardware address of `server`'s interface: asked of the kernel (a few datagrams through its
