@@ -62,6 +62,11 @@ pub struct Args {
     /// Serve over UDP (and shared memory) only, without the TCP listener on the same port.
     #[arg(long)]
     no_tcp: bool,
+    /// Read and answer the UDP datagrams that arrive on interface IFACE through an AF_XDP socket,
+    /// not the kernel's UDP stack (root; clients use `xdp://` addresses). Without it, or when it
+    /// cannot be had (the reason is printed), the kernel serves.
+    #[arg(long, value_name = "IFACE")]
+    xdp: Option<String>,
     /// Expose per-procedure call counts and latency histograms for Prometheus to scrape at
     /// `http://ADDR/metrics` (for example `127.0.0.1:9187`).
     #[arg(long, value_name = "ADDR")]
@@ -104,6 +109,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         shared_memory: !args.no_shared_memory,
         tcp: !args.no_tcp,
         metrics: args.metrics.is_some(),
+        xdp: args.xdp.clone(),
         ..ServerConfig::default()
     };
     if let Some(to) = args.trace {
@@ -177,6 +183,15 @@ pub fn run(args: Args) -> crate::Result<()> {
         None => {
             let _ = writeln!(out, "shared memory: off (--no-shared-memory); clients on this host use UDP");
         }
+    }
+    match server.xdp() {
+        Some(Ok(station)) => {
+            let _ = writeln!(out, "{station}: its UDP datagrams bypass the kernel");
+        }
+        Some(Err(why)) => {
+            let _ = writeln!(out, "WARNING: no AF_XDP ({why}); the kernel's UDP serves instead");
+        }
+        None => {}
     }
     if let Some(key) = &server_key {
         let plain = if args.secret.allow_plain {

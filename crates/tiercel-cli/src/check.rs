@@ -60,8 +60,12 @@ pub fn run(args: Args) -> crate::Result<()> {
         tiercel::Transport::Udp => "UDP",
         tiercel::Transport::SharedMemory => "shared memory",
         tiercel::Transport::Tcp => "TCP",
+        tiercel::Transport::Xdp => "UDP over AF_XDP",
     };
     println!("bound to {} through {transport}", args.addr);
+    if let Some(why) = client.binding().xdp_refused() {
+        println!("no AF_XDP: {why}");
+    }
     let start = Instant::now();
     let reimports = Arc::new(AtomicU64::new(0));
     let retransmissions = Arc::new(AtomicU64::new(0));

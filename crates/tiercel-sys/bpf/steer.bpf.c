@@ -5,8 +5,8 @@
 //
 // `tiercel_ports` holds the UDP ports (network order) whose datagrams are steered; the loader fills
 // it. `tiercel_xsks` maps a receive queue to its AF_XDP socket; a queue with no socket passes its
-// packets on (XDP_PASS as the redirect's fallback). IP fragments, IPv4 with options and anything
-// not UDP pass to the kernel.
+// packets on (XDP_PASS as the redirect's fallback). IP fragments, IPv4 with options, IPv6 and
+// anything not UDP pass to the kernel.
 //
 // Built by tiercel-sys's build.rs with clang (`-target bpf`); loaded with the `aya` crate.
 
@@ -14,7 +14,6 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
-#include <linux/ipv6.h>
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
@@ -28,7 +27,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 64);
+    __uint(max_entries, 1024);
     __type(key, __u16);
     __type(value, __u8);
 } tiercel_ports SEC(".maps");
@@ -44,6 +43,7 @@ int tiercel_steer(struct xdp_md *ctx)
 
     if ((void *)(eth + 1) > end)
         return XDP_PASS;
+    // IPv4 only: the sockets read IPv4 frames, and IPv6 goes to the kernel's UDP socket on the port.
     if (eth->h_proto == bpf_htons(ETH_P_IP)) {
         struct iphdr *ip = (void *)(eth + 1);
         if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
@@ -51,11 +51,6 @@ int tiercel_steer(struct xdp_md *ctx)
         if (ip->frag_off & bpf_htons(0x3fff))
             return XDP_PASS;
         udp = (void *)(ip + 1);
-    } else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-        struct ipv6hdr *ip6 = (void *)(eth + 1);
-        if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_UDP)
-            return XDP_PASS;
-        udp = (void *)(ip6 + 1);
     } else {
         return XDP_PASS;
     }

@@ -195,6 +195,36 @@ pub(crate) fn intercept_segments(
     Some(Ok(bytes.len()))
 }
 
+/// What the layer does to one datagram sent some other way than through a socket (an AF_XDP
+/// station's): how many copies go out (0: dropped), and whether they are held back until the next
+/// datagram has gone (overtaken by it). `None`: no layer installed. A corrupted datagram has had one
+/// byte of `bytes` flipped.
+#[cfg(feature = "xdp")]
+pub(crate) fn judge(bytes: &mut [u8]) -> Option<(u8, bool)> {
+    let l = layer()?;
+    let c = &l.config;
+    if l.roll() < c.loss {
+        l.counts.dropped.fetch_add(1, Ordering::Relaxed);
+        return Some((0, false));
+    }
+    if !bytes.is_empty() && l.roll() < c.corrupt {
+        let i = (l.roll() * bytes.len() as f64) as usize % bytes.len();
+        bytes[i] ^= 1 << ((l.roll() * 8.0) as u32 % 8);
+        l.counts.corrupted.fetch_add(1, Ordering::Relaxed);
+    }
+    let copies = if l.roll() < c.dup {
+        l.counts.duplicated.fetch_add(1, Ordering::Relaxed);
+        2
+    } else {
+        1
+    };
+    let held = l.roll() < c.reorder;
+    if held {
+        l.counts.delayed.fetch_add(1, Ordering::Relaxed);
+    }
+    Some((copies, held))
+}
+
 /// Applies the faults to one datagram. `None`: no layer installed, send normally.
 pub(crate) fn intercept(
     socket: &UdpSocket,

@@ -24,6 +24,9 @@ use xdp::nic::NicIndex;
 use xdp::slab::{HeapSlab, Slab};
 
 pub mod frame;
+mod station;
+
+pub use station::{Station, StationStats};
 
 /// Where the XDP program runs on the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +121,14 @@ impl Steering {
         ports.insert(port.to_be(), 1, 0).map_err(|e| other("the port map", e))
     }
 
+    /// Steers the datagrams addressed to `port` to the kernel again.
+    pub fn unsteer_port(&mut self, port: u16) -> io::Result<()> {
+        let map = self.bpf.map_mut("tiercel_ports").ok_or_else(|| other("the XDP program", "no port map"))?;
+        let mut ports: aya::maps::HashMap<_, u16, u8> =
+            aya::maps::HashMap::try_from(map).map_err(|e| other("the port map", e))?;
+        ports.remove(&port.to_be()).map_err(|e| other("the port map", e))
+    }
+
     /// Sends the datagrams the program steers from queue `queue` to `socket`.
     fn register(&mut self, queue: u32, socket: i32) -> io::Result<()> {
         let map = self.bpf.map_mut("tiercel_xsks").ok_or_else(|| other("the XDP program", "no socket map"))?;
@@ -162,6 +173,123 @@ pub fn mac_of(ifname: &str) -> io::Result<[u8; 6]> {
     Ok(mac)
 }
 
+/// The MTU of interface `ifname` of this thread's network namespace (`SIOCGIFMTU`): the longest IP
+/// packet its frames carry.
+pub fn mtu_of(ifname: &str) -> io::Result<usize> {
+    let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))?;
+    // SAFETY: `ifreq` is plain data, for which all zeroes is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    let name = ifname.as_bytes();
+    if name.is_empty() || name.len() >= request.ifr_name.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no interface {ifname}")));
+    }
+    for (to, from) in request.ifr_name.iter_mut().zip(name) {
+        *to = *from as libc::c_char;
+    }
+    // SAFETY: as in `mac_of`; SIOCGIFMTU fills in the union's MTU.
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFMTU, &mut request) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFMTU filled in the union's MTU.
+    let mtu = unsafe { request.ifr_ifru.ifru_mtu };
+    usize::try_from(mtu).map_err(|_| io::Error::other("a negative MTU"))
+}
+
+/// The hardware address the kernel's neighbor table holds for `ip` on interface `ifname` (of this
+/// thread's network namespace), if it holds a complete one (`SIOCGARP`).
+pub fn neighbor(ifname: &str, ip: std::net::Ipv4Addr) -> io::Result<Option<[u8; 6]>> {
+    let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))?;
+    // SAFETY: `arpreq` is plain data, for which all zeroes is a valid value.
+    let mut request: libc::arpreq = unsafe { std::mem::zeroed() };
+    let name = ifname.as_bytes();
+    if name.is_empty() || name.len() >= request.arp_dev.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no interface {ifname}")));
+    }
+    for (to, from) in request.arp_dev.iter_mut().zip(name) {
+        *to = *from as libc::c_char;
+    }
+    let address = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(ip.octets()) },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `sockaddr_in` and `sockaddr` are both 16 bytes of plain data; `arp_pa` is read by
+    // the kernel as the `sockaddr_in` its family says it is.
+    request.arp_pa = unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(address) };
+    // SAFETY: the descriptor is open for the call (held by `socket`), and `request` is an `arpreq`
+    // with an IPv4 address and a NUL-terminated device name, which SIOCGARP reads and fills in.
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGARP, &mut request) } != 0 {
+        let e = io::Error::last_os_error();
+        // ENXIO: no entry.
+        return if e.raw_os_error() == Some(libc::ENXIO) { Ok(None) } else { Err(e) };
+    }
+    if request.arp_flags & libc::ATF_COM == 0 {
+        return Ok(None);
+    }
+    let mut mac = [0u8; 6];
+    for (to, from) in mac.iter_mut().zip(request.arp_ha.sa_data) {
+        *to = from as u8;
+    }
+    Ok(Some(mac))
+}
+
+/// The name of the interface (of this thread's network namespace) that holds the IPv4 address
+/// `ip`, if one does.
+pub fn interface_of(ip: std::net::Ipv4Addr) -> io::Result<Option<String>> {
+    Ok(interface_addresses()?.into_iter().find(|(_, a)| *a == ip).map(|(name, _)| name))
+}
+
+/// The IPv4 addresses of this thread's network namespace's interfaces, each with its interface's
+/// name.
+pub fn interface_addresses() -> io::Result<Vec<(String, std::net::Ipv4Addr)>> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `getifaddrs` fills `list` with a list it allocated, freed below with `freeifaddrs`.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = Vec::new();
+    let mut at = list;
+    while !at.is_null() {
+        // SAFETY: `at` is an entry of the list `getifaddrs` made, not freed yet.
+        let entry = unsafe { &*at };
+        at = entry.ifa_next;
+        if entry.ifa_addr.is_null() || entry.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: `ifa_addr` points to a socket address at least as long as its family says.
+        if i32::from(unsafe { (*entry.ifa_addr).sa_family }) != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: an `AF_INET` address is a `sockaddr_in`.
+        let address = unsafe { &*(entry.ifa_addr as *const libc::sockaddr_in) };
+        // SAFETY: `ifa_name` is a NUL-terminated string of the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(entry.ifa_name) };
+        let ip = std::net::Ipv4Addr::from(address.sin_addr.s_addr.to_ne_bytes());
+        found.push((name.to_string_lossy().into_owned(), ip));
+    }
+    // SAFETY: `list` came from `getifaddrs` and is freed once; nothing of it is used after.
+    unsafe { libc::freeifaddrs(list) };
+    Ok(found)
+}
+
+/// Waits for the descriptor `fd` (an [`Xsk`]'s, kept open by its owner meanwhile) to be readable,
+/// at most `timeout`.
+fn poll_readable(fd: i32, timeout: Option<std::time::Duration>) -> io::Result<bool> {
+    // SAFETY: the caller keeps the descriptor open for the call (a station holds its socket).
+    let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
+    let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+    let timeout = timeout.map(|t| rustix::event::Timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: i64::from(t.subsec_nanos()),
+    });
+    match rustix::event::poll(&mut fds, timeout.as_ref()) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Frames of an [`Xsk`]'s UMEM, each 4 KiB: as many for receiving as the fill ring holds, and as
 /// many again for sending.
 const FRAMES: u32 = 4096;
@@ -182,6 +310,12 @@ pub struct Xsk {
     in_flight: usize,
     umem: xdp::Umem,
 }
+
+// SAFETY: an `Xsk` owns its socket, its UMEM mapping and its rings (mappings of the socket's),
+// whose raw pointers point into those mappings and nowhere else; nothing of them is shared with
+// another value, and every use takes `&mut self`, so moving the whole to another thread is sound
+// (the kernel's side of the rings does not care which thread reads them).
+unsafe impl Send for Xsk {}
 
 impl std::fmt::Debug for Xsk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -238,6 +372,33 @@ impl Xsk {
         }
         self.sending.push_front(packet);
         // SAFETY: the packet is of this `Xsk`'s UMEM, which outlives the socket (field order).
+        let queued = unsafe { self.tx.send(&mut self.sending) };
+        if queued == 0 {
+            if let Some(packet) = self.sending.pop_back() {
+                self.umem.free_packet(packet);
+            }
+            return Ok(false);
+        }
+        self.in_flight += queued;
+        self.wake()?;
+        Ok(true)
+    }
+
+    /// Sends the frame that `parts` make, one after another (headers first): copied into a UMEM
+    /// frame, as [`Xsk::send`] does with a whole frame. `Ok(false)` when every sending frame is still
+    /// in flight.
+    pub fn send_parts(&mut self, parts: &[&[u8]]) -> io::Result<bool> {
+        self.reap();
+        // SAFETY: as in `send`.
+        let Some(mut packet) = (unsafe { self.umem.alloc() }) else { return Ok(false) };
+        for part in parts {
+            if let Err(e) = packet.append(part) {
+                self.umem.free_packet(packet);
+                return Err(other("AF_XDP frame", e));
+            }
+        }
+        self.sending.push_front(packet);
+        // SAFETY: as in `send`.
         let queued = unsafe { self.tx.send(&mut self.sending) };
         if queued == 0 {
             if let Some(packet) = self.sending.pop_back() {

@@ -1,4 +1,5 @@
 //! Server addresses: `udp://host:port` forces the UDP transport, `tcp://host:port` the TCP one,
+//! `xdp://host:port` UDP through AF_XDP (see [`Transport::Xdp`]),
 //! `shm:host:port` (or `shm://host:port`) forces shared memory with the server bound to that
 //! address on this host, and a plain `host:port` lets the binder choose: shared memory when the
 //! server is on this host and offers it, else UDP, else (no answer over UDP) TCP.
@@ -16,6 +17,11 @@ pub enum Transport {
     SharedMemory,
     /// Length-framed messages on a TCP connection, for paths UDP does not take.
     Tcp,
+    /// The packet-exchange protocol over UDP, each thread's datagrams sent and received through
+    /// the interface's AF_XDP socket instead of the kernel's UDP stack (`xdp://host:port`; crate
+    /// feature `xdp`, root, a server on the same link). A binding that asked for it and could not
+    /// have it is over UDP, and [`Binding::xdp_refused`](crate::Binding::xdp_refused) says why.
+    Xdp,
 }
 
 /// What a client imports from: a server's address, or a name servers export under (looked up in
@@ -56,8 +62,9 @@ fn scheme(s: &str) -> Result<(Option<Transport>, &str), AddressError> {
         match s.split_once("://") {
             Some(("udp", rest)) => (Some(Transport::Udp), rest),
             Some(("tcp", rest)) => (Some(Transport::Tcp), rest),
+            Some(("xdp", rest)) => (Some(Transport::Xdp), rest),
             Some((scheme, _)) => {
-                return Err(bad(&format!("unsupported transport {scheme:?} (supported: udp, tcp, shm)")))
+                return Err(bad(&format!("unsupported transport {scheme:?} (supported: udp, tcp, shm, xdp)")))
             }
             None => (None, s),
         }
@@ -123,6 +130,7 @@ mod tests {
         );
         assert_eq!("shm://127.0.0.1:7".to_address().unwrap().0, Some(Transport::SharedMemory));
         assert_eq!("tcp://127.0.0.1:7".to_address().unwrap().0, Some(Transport::Tcp));
+        assert_eq!("xdp://10.0.0.2:7".to_address().unwrap().0, Some(Transport::Xdp));
         let err = "sctp://127.0.0.1:7".to_address().unwrap_err();
         assert_eq!(err.address, "sctp://127.0.0.1:7");
         assert!("nonsense".to_address().is_err());

@@ -302,6 +302,18 @@ pub struct ServerConfig {
     /// flood from one address leaves the rest to clients at others (clients behind one address, a
     /// NAT's, share its quarter). Default: 1,000.
     pub handshakes_per_second: u32,
+    /// An interface (of the server's network namespace) whose UDP datagrams to the server's port
+    /// are read and answered through an AF_XDP socket instead of the kernel's UDP stack (crate
+    /// feature `xdp`; root, or `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_BPF`). tiercel's XDP program
+    /// is attached to it, in the driver's hook where the driver has one, and a worker of its own
+    /// reads queue 0's socket, spinning for `spin` after each datagram, then blocking. Clients reach
+    /// it with `xdp://` addresses, or through the kernel on their side; datagrams that arrive on
+    /// another interface (loopback) or queue go to the server's socket as ever. A server that
+    /// cannot open it (no privilege, another program attached, a build without the feature)
+    /// serves through the kernel and says why ([`RunningServer::xdp`](crate::RunningServer::xdp)).
+    /// Costs nothing per call when `None`, the default; with it, every datagram the server sends
+    /// asks the station whether it heard the peer (a hash lookup under a lock).
+    pub xdp: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -333,6 +345,7 @@ impl Default for ServerConfig {
             allow_plain: false,
             endorsements: Vec::new(),
             handshakes_per_second: 1000,
+            xdp: None,
         }
     }
 }

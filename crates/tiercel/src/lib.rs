@@ -101,6 +101,7 @@ pub mod secure;
 mod server;
 mod trace;
 mod waiting;
+mod xdp;
 // The step timestamps `tiercel explain` reads: public only to the build that reads them.
 #[cfg(feature = "explain")]
 #[doc(hidden)]

@@ -60,6 +60,63 @@ pub(crate) fn send_as(
     })
 }
 
+/// [`send_as`], through an AF_XDP station when `xdp` gives one (to its `to`; `to` and `socket`
+/// then serve only a datagram too long for the interface's frames, which goes through the kernel).
+#[inline]
+pub(crate) fn send_via(
+    xdp: Option<crate::xdp::Via<'_>>,
+    socket: &UdpSocket,
+    to: Option<&SocketAddr>,
+    parts: &[IoSlice<'_>],
+    with_checksum: bool,
+    seal: Option<&crate::secure::Session>,
+) -> io::Result<usize> {
+    if let Some(via) = xdp {
+        match send_xdp(via, parts, with_checksum, seal) {
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                let to = to.copied().unwrap_or(SocketAddr::V4(via.to));
+                return send_as(socket, Some(&to), parts, with_checksum, seal);
+            }
+            sent => return sent,
+        }
+    }
+    send_as(socket, to, parts, with_checksum, seal)
+}
+
+/// Sends `parts` as one datagram through an AF_XDP station: with its checksum trailer, or sealed,
+/// as [`send_as`] sends it through a socket.
+#[inline(never)]
+fn send_xdp(
+    via: crate::xdp::Via<'_>,
+    parts: &[IoSlice<'_>],
+    with_checksum: bool,
+    seal: Option<&crate::secure::Session>,
+) -> io::Result<usize> {
+    let Some(session) = seal else {
+        let sum;
+        let mut all: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
+        let n = parts.len().min(MAX_PARTS - 1);
+        for (to, from) in all.iter_mut().zip(&parts[..n]) {
+            *to = from;
+        }
+        let mut k = n;
+        if with_checksum {
+            sum = checksum(parts.iter().map(|p| &**p)).to_le_bytes();
+            all[k] = &sum;
+            k += 1;
+        }
+        return via.station.send(via.port, via.to, &all[..k]);
+    };
+    SEALING.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        let Ok(len) = session.seal_into(parts, &mut buf) else {
+            return Err(io::Error::from(io::ErrorKind::WouldBlock));
+        };
+        crate::steps::mark(crate::steps::Point::Sealed);
+        via.station.send(via.port, via.to, &[&buf[..len]])
+    })
+}
+
 /// Makes this thread's sealing buffer as large as any datagram at once, so that sealing never
 /// allocates on a call: a thread that will seal calls it when it starts (a server's worker, a
 /// client's endpoint), not on its first packet.

@@ -48,17 +48,25 @@ impl Template {
         Template { headers: h }
     }
 
+    /// The headers of a datagram of `payload_len` bytes, to send before its payload. `None` for a
+    /// payload too long for one IPv4 packet.
+    pub fn headers(&self, payload_len: usize) -> Option<[u8; HEADERS]> {
+        let ip_len = u16::try_from(20 + 8 + payload_len).ok()?;
+        let mut h = self.headers;
+        h[16..18].copy_from_slice(&ip_len.to_be_bytes());
+        let checksum = ipv4_checksum(&h[14..34]);
+        h[24..26].copy_from_slice(&checksum.to_be_bytes());
+        h[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+        Some(h)
+    }
+
     /// Writes the frame of a datagram of `payload` into `out` (cleared first). UDP's checksum is
     /// left zero (none, which IPv4 allows); IPv4's is computed. `None` for a payload too long for
     /// one IPv4 packet.
     pub fn frame(&self, payload: &[u8], out: &mut Vec<u8>) -> Option<()> {
-        let ip_len = u16::try_from(20 + 8 + payload.len()).ok()?;
+        let headers = self.headers(payload.len())?;
         out.clear();
-        out.extend_from_slice(&self.headers);
-        out[16..18].copy_from_slice(&ip_len.to_be_bytes());
-        let checksum = ipv4_checksum(&out[14..34]);
-        out[24..26].copy_from_slice(&checksum.to_be_bytes());
-        out[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+        out.extend_from_slice(&headers);
         out.extend_from_slice(payload);
         Some(())
     }

@@ -78,7 +78,7 @@ impl AsyncEndpoint {
         in_runtime()?;
         match (&inner.shm, &inner.tcp) {
             (None, None) => {
-                let ep = UdpEndpoint::new(inner)?;
+                let ep = UdpEndpoint::through_kernel(inner)?;
                 let socket = ep.socket().try_clone()?;
                 socket.set_nonblocking(true)?;
                 let ready = tokio::net::UdpSocket::from_std(socket)?;

@@ -14,6 +14,7 @@ impl Binding {
             Some(Transport::SharedMemory) => true,
             Some(Transport::Udp) => false,
             Some(Transport::Tcp) => return Self::bind_tcp(server, info, config),
+            Some(Transport::Xdp) => return Self::bind_xdp(server, info, config),
             None => config.shared_memory,
         };
         // A client that expects the server's key falls back to TCP secure too.
@@ -115,6 +116,24 @@ impl Binding {
         Ok(Self::assemble(server, info, config, granted))
     }
 
+    /// A binding over UDP whose calls go through the AF_XDP station of the interface toward the
+    /// server; over the kernel's UDP, saying why, when there is none.
+    pub(super) fn bind_xdp(
+        server: SocketAddr,
+        info: &'static InterfaceInfo,
+        config: ClientConfig,
+    ) -> Result<Binding, BindError> {
+        let mut binding = Self::bind_udp(server, info, config)?;
+        let station = crate::xdp::station_for(server);
+        if let Some(inner) = Arc::get_mut(&mut binding.inner) {
+            match station {
+                Ok(station) => inner.xdp = Some(station),
+                Err(why) => inner.xdp_refused = Some(why),
+            }
+        }
+        Ok(binding)
+    }
+
     pub(super) fn bind_udp(
         server: SocketAddr,
         info: &'static InterfaceInfo,
@@ -178,6 +197,8 @@ impl Binding {
                 info,
                 stats: Arc::default(),
                 shm_refused: None,
+                xdp: None,
+                xdp_refused: None,
                 features: granted.features,
                 metrics,
                 procedures: granted.procedures.map(Vec::into_boxed_slice),

@@ -373,6 +373,11 @@ pub(crate) struct BindingInner {
     /// Why a binding that could have used shared memory (a server on this host, the binder
     /// choosing) went over UDP instead.
     shm_refused: Option<String>,
+    /// The AF_XDP station of the interface on the way to the server, when the address asked for
+    /// AF_XDP (`xdp://`) and there is one: each thread's calls go through it.
+    xdp: Option<Arc<crate::xdp::Station>>,
+    /// Why a binding that asked for AF_XDP has none (its calls go over the kernel's UDP).
+    xdp_refused: Option<String>,
     /// The protocol features the server granted (`tiercel_proto::bind::wire::features`): calls
     /// carry context blocks, and cancels go out, only when granted.
     features: u16,
@@ -508,6 +513,7 @@ impl Binding {
             Transport::SharedMemory => "shm",
             Transport::Tcp => "tcp",
             Transport::Udp => "udp",
+            Transport::Xdp => "xdp",
         };
         let (span, trace) = crate::trace::client_span(self.inner.info, procedure, transport);
         if self.inner.features & features::CONTEXT == 0 {
@@ -546,8 +552,17 @@ impl Binding {
         match (&inner.shm, &inner.tcp) {
             (Some(_), _) => Transport::SharedMemory,
             (None, Some(_)) => Transport::Tcp,
+            (None, None) if inner.xdp.is_some() => Transport::Xdp,
             (None, None) => Transport::Udp,
         }
+    }
+
+    /// Why this binding, whose address asked for AF_XDP (`xdp://`), is over the kernel's UDP
+    /// instead: no station could be opened on the interface toward the server (no privilege, no
+    /// driver support, another program attached, a server not on the same link, a build without
+    /// the feature `xdp`). `None` when it is through AF_XDP, or AF_XDP was not asked for.
+    pub fn xdp_refused(&self) -> Option<String> {
+        self.now().xdp_refused.clone()
     }
 
     /// Why this binding is over UDP although the server is on this host and the address let the

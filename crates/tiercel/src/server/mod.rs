@@ -231,6 +231,21 @@ impl Server {
         let more = tiercel_sys::udp::share_port(&self.socket, sockets - 1)
             .map_err(|source| ServerError::Listen { addr, source })?;
         let datagram = config.max_datagram;
+        // The AF_XDP station asked for, steering the server's port, or why there is none.
+        let xdp = config.xdp.as_deref().map(|ifname| {
+            let station = crate::xdp::station_on(ifname)?;
+            let port = crate::xdp::Port::open(&station, addr.port(), std::net::SocketAddrV4::new(0.into(), 0))
+                .map_err(|e| format!("steering port {} to AF_XDP on {ifname}: {e}", addr.port()))?;
+            Ok::<_, String>((station, port))
+        });
+        let (xdp, xdp_port, xdp_status) = match xdp {
+            None => (None, None, None),
+            Some(Ok((station, port))) => {
+                let said = crate::xdp::describe(&station);
+                (Some(station), Some(port), Some(Ok(said)))
+            }
+            Some(Err(why)) => (None, None, Some(Err(why))),
+        };
         let lanes = std::iter::once(self.socket).chain(more).map(|s| udp::Lane::new(s, datagram)).collect();
         let shared = Arc::new(Shared {
             memory: endpoint.budget(),
@@ -259,6 +274,9 @@ impl Server {
             #[cfg(feature = "async")]
             asynch,
             interceptor: self.interceptor,
+            xdp,
+            xdp_status,
+            port: addr.port(),
         });
         let mut handles = Vec::with_capacity(workers);
         for i in 0..workers {
@@ -266,6 +284,11 @@ impl Server {
             let handle = std::thread::Builder::new()
                 .name(format!("tiercel-worker-{i}"))
                 .spawn(move || udp::UdpWorker::new(shared, i).run())?;
+            handles.push(handle);
+        }
+        if let Some(port) = xdp_port {
+            let worker = udp::UdpWorker::new(shared.clone(), workers);
+            let handle = std::thread::Builder::new().name("tiercel-xdp".into()).spawn(move || worker.run_xdp(port))?;
             handles.push(handle);
         }
         if let Some(listener) = listener {
@@ -307,6 +330,14 @@ impl Server {
 }
 
 pub(crate) struct Shared {
+    /// The AF_XDP station of `ServerConfig::xdp`, steering the server's port, when it could be
+    /// opened: what arrives there is read by a worker of its own, and every datagram to a peer
+    /// heard through it goes back through it.
+    xdp: Option<Arc<crate::xdp::Station>>,
+    /// What became of `ServerConfig::xdp`: the station (described), or why there is none.
+    xdp_status: Option<Result<String, String>>,
+    /// The server's port (of its UDP sockets, and TCP's).
+    port: u16,
     /// The UDP sockets (`ServerConfig::sockets`), all on the server's port, and what the workers
     /// reading each share; the first is the one the server was bound with.
     lanes: Vec<udp::Lane>,
@@ -380,6 +411,14 @@ pub(crate) type EndpointBinding = tiercel_proto::endpoint::Binding<SocketAddr, A
 pub(crate) type UdpSlot = tiercel_proto::endpoint::SlotCell<SocketAddr>;
 
 impl Shared {
+    /// The way out through the AF_XDP station to `to`, when the server has one and has heard `to`
+    /// through it; `None` (one branch, for a server without one) sends through a socket.
+    #[inline]
+    pub(crate) fn via(&self, to: &SocketAddr) -> Option<crate::xdp::Via<'_>> {
+        let station = self.xdp.as_deref()?;
+        crate::xdp::via_heard(station, self.port, to)
+    }
+
     /// The bind machine of this server, for requests that came through `door`.
     pub(crate) fn bind_machine(&self, door: Door) -> tiercel_proto::bind::BindServer<'_> {
         let auth = match (&self.config.secret, &self.challenger, door) {

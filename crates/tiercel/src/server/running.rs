@@ -98,6 +98,13 @@ impl RunningServer {
         self.tcp
     }
 
+    /// What became of `ServerConfig::xdp`: `None` when it was not asked for; else the AF_XDP station
+    /// the server reads (its interface, address and hook), or why it has none and serves through
+    /// the kernel only.
+    pub fn xdp(&self) -> Option<Result<String, String>> {
+        self.shared.xdp_status.clone()
+    }
+
     /// This incarnation's boot id: random at every start.
     pub fn incarnation(&self) -> u64 {
         self.shared.incarnation

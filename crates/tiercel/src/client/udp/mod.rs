@@ -88,10 +88,36 @@ pub(crate) struct UdpEndpoint {
     /// The binding's keys when it is secure: every packet sealed, each datagram opened before it
     /// is read (and none received in place).
     seal: Option<Arc<crate::secure::Session>>,
+    /// The endpoint's port steered to the binding's AF_XDP station, when it has one: datagrams go
+    /// and come through it, one at a time (no segmented sends, none received in place), and the
+    /// socket only holds the port.
+    xdp: Option<crate::xdp::Port>,
 }
 
 impl UdpEndpoint {
+    /// A thread's endpoint: through the binding's AF_XDP station when it has one.
     pub(super) fn new(inner: &Arc<BindingInner>) -> Result<UdpEndpoint, CallError> {
+        let mut ep = UdpEndpoint::through_kernel(inner)?;
+        if let Some(station) = &inner.xdp {
+            let (std::net::SocketAddr::V4(server), Ok(std::net::SocketAddr::V4(local))) =
+                (inner.server, ep.socket.local_addr())
+            else {
+                return Ok(ep);
+            };
+            // A port the station cannot steer (its table is full) leaves this endpoint on the
+            // kernel's UDP, as the binding's async calls are.
+            if let Ok(port) = crate::xdp::Port::open(station, local.port(), server) {
+                ep.xdp = Some(port);
+                (ep.run_length, ep.coalescing) = (0, false);
+                ep.rx.truncate(inner.max_datagram + CHECKSUM_LEN.max(SEAL_OVERHEAD));
+            }
+        }
+        Ok(ep)
+    }
+
+    /// An endpoint whose datagrams go through the kernel's UDP (an async call's: the runtime waits
+    /// on its socket).
+    pub(super) fn through_kernel(inner: &Arc<BindingInner>) -> Result<UdpEndpoint, CallError> {
         let free = inner.take_slot()?;
         let (slot, seq) = (free.slot, free.seq);
         let socket = match udp::connect(inner.server) {
@@ -139,6 +165,7 @@ impl UdpEndpoint {
             in_tail: Vec::new(),
             leaving: false,
             seal,
+            xdp: None,
         })
     }
 
@@ -278,7 +305,16 @@ impl UdpEndpoint {
         p.set_fragment(0, 1);
         p.set_lengths(payload.len() as u32, payload.len() as u32);
         let io = [IoSlice::new(&hdr), IoSlice::new(payload)];
-        transmit::send_as(&self.socket, None, &io, self.flag_base != 0, self.seal.as_deref())
+        self.send_datagram(&io)
+    }
+
+    /// Sends a datagram made of `io` to the server: through the AF_XDP station when the endpoint has
+    /// one, else its socket; sealed on a secure binding, with a checksum trailer when the binding
+    /// has them.
+    #[inline]
+    fn send_datagram(&self, io: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        let via = self.xdp.as_ref().map(crate::xdp::Port::via);
+        transmit::send_via(via, &self.socket, None, io, self.flag_base != 0, self.seal.as_deref())
     }
 
     /// Spins, then blocks, until the call completes or fails. While packets of the call keep coming
@@ -322,7 +358,10 @@ impl UdpEndpoint {
             spinner.stop();
             let timeout = self.call.poll_timeout().map(|t| t.saturating_duration_since(now));
             crate::steps::slept(crate::steps::Side::Client);
-            udp::wait_readable(&self.socket, timeout)?;
+            match &self.xdp {
+                None => udp::wait_readable(&self.socket, timeout)?,
+                Some(x) => x.station.wait(x.port, timeout)?,
+            };
         }
     }
 

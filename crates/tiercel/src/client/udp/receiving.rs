@@ -17,6 +17,9 @@ impl UdpEndpoint {
         inner: &BindingInner,
         lent: Option<&mut [u8]>,
     ) -> std::io::Result<InPlace> {
+        if let Some(x) = &self.xdp {
+            return Ok(InPlace::Whole(receive_xdp(x, inner, &mut self.rx), None));
+        }
         let trailer = if self.flag_base != 0 { CHECKSUM_LEN } else { 0 };
         let full = HEADER_LEN + self.frag_payload + trailer;
         let max = (self.rx.len() / full).clamp(1, MAX_LANDED);
@@ -174,6 +177,19 @@ impl UdpEndpoint {
             }
         }
     }
+}
+
+/// A datagram from the server read from the endpoint's AF_XDP port into `rx`, if one is there
+/// (others, from anyone else, counted stale and dropped: a connected socket would not take them).
+#[inline(never)]
+fn receive_xdp(x: &crate::xdp::Port, inner: &BindingInner, rx: &mut [u8]) -> Received {
+    while let Some((n, from)) = x.station.recv(x.port, rx) {
+        if from == x.peer {
+            return Received::Datagram(n);
+        }
+        inner.stats.stale.fetch_add(1, Ordering::Relaxed);
+    }
+    Received::Nothing
 }
 
 /// What [`UdpEndpoint::receive_in_place`] did.

@@ -101,7 +101,7 @@ impl UdpEndpoint {
                     let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
                     io[0] = IoSlice::new(&self.template);
                     let n = segs.io_slices(&self.scratch, &mut io[1..]);
-                    transmit::send_as(&self.socket, None, &io[..n + 1], self.flag_base != 0, self.seal.as_deref())
+                    self.send_datagram(&io[..n + 1])
                 }
                 Transmit::CallFragment { index, please_ack } => {
                     let hdr = self.fragment_header(index, please_ack, len);
@@ -111,7 +111,7 @@ impl UdpEndpoint {
                     io[0] = IoSlice::new(&hdr);
                     let range = fragment_range(index, len, self.frag_payload);
                     let n = segs.range_slices(&self.scratch, range, &mut io[1..]);
-                    transmit::send_as(&self.socket, None, &io[..n + 1], self.flag_base != 0, self.seal.as_deref())
+                    self.send_datagram(&io[..n + 1])
                 }
                 Transmit::Probe => self.send_control(Kind::Probe, 0, &[]),
                 Transmit::Ack { ack, resend } => {

@@ -317,6 +317,47 @@ impl UdpWorker {
         self.waiter = None;
     }
 
+    /// Reads the server's AF_XDP port (`ServerConfig::xdp`) and runs what arrives, as `listen` reads
+    /// a socket: each datagram handled as it comes (no batches, none received in place), spinning
+    /// for `ServerConfig::spin` after each, then blocking, until the server stops. The port goes
+    /// back to the kernel when this returns.
+    pub(super) fn run_xdp(self, port: crate::xdp::Port) {
+        if self.shared.config.key.is_some() {
+            transmit::prepare_sealing();
+        }
+        let cpus = &self.shared.config.cpus;
+        if !cpus.is_empty() {
+            let _ = tiercel_sys::cpu::pin_current_thread(cpus[self.index % cpus.len()]);
+        }
+        // Peers as the server's own socket names them: IPv4-mapped on an IPv6 socket.
+        let mapped = self.lane().socket.local_addr().is_ok_and(|a| a.is_ipv6());
+        let mut buf = vec![0u8; self.shared.config.max_datagram.max(tiercel_proto::wire::MAX_UDP_PAYLOAD)];
+        let spin = self.shared.config.spin;
+        let mut spin_until = Instant::now();
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            if let Some((n, from)) = port.station.recv(port.port, &mut buf) {
+                mark(Point::ServerArrived);
+                let from = match mapped {
+                    false => SocketAddr::V4(from),
+                    true => SocketAddr::V6(std::net::SocketAddrV6::new(from.ip().to_ipv6_mapped(), from.port(), 0, 0)),
+                };
+                self.handle_packet(&buf[..n], from);
+                steps::close();
+                spin_until = Instant::now() + spin;
+                continue;
+            }
+            if Instant::now() < spin_until {
+                core::hint::spin_loop();
+                continue;
+            }
+            steps::slept(steps::Side::Server);
+            if let Ok(false) = port.station.wait(port.port, Some(SPARES_IDLE)) {
+                // A while without a packet: give the spare buffers back.
+                drop(self.spares.take());
+            }
+        }
+    }
+
     /// Forgets idle bindings and reclaims the memory of stalled calls (one listener, about once a
     /// second).
     fn sweep(&self) {

@@ -13,7 +13,8 @@ impl UdpWorker {
     /// Sends the endpoint's reply (an `Ack`, a `ProbeReply`) to the slot's peer.
     pub(super) fn send_reply(&self, reply: &tiercel_proto::endpoint::Reply, to: SocketAddr, seal: Option<&Session>) {
         let h = reply.header;
-        let _ = transmit::send_as(
+        let _ = transmit::send_via(
+            self.shared.via(&to),
             &self.lane().socket,
             Some(&to),
             &[IoSlice::new(&h.to_bytes()), IoSlice::new(reply.payload())],
@@ -29,7 +30,7 @@ impl UdpWorker {
         let checksum = h.flags & flags::CHECKSUM != 0;
         let header = h.to_bytes();
         let io = [IoSlice::new(&header), IoSlice::new(payload)];
-        let _ = transmit::send_as(&self.lane().socket, Some(&to), &io, checksum, seal);
+        let _ = transmit::send_via(self.shared.via(&to), &self.lane().socket, Some(&to), &io, checksum, seal);
     }
 
     /// Answers a bind request through the server's bind machine: a binding from the table, or the
@@ -100,7 +101,8 @@ impl UdpWorker {
 
     pub(super) fn send_packet(&self, to: SocketAddr, packet: &[u8], checksum: bool) {
         // A failed send is a lost packet: the client retransmits its request.
-        let _ = transmit::send(&self.lane().socket, Some(&to), &[IoSlice::new(packet)], checksum);
+        let io = [IoSlice::new(packet)];
+        let _ = transmit::send_via(self.shared.via(&to), &self.lane().socket, Some(&to), &io, checksum, None);
     }
 }
 
@@ -125,12 +127,14 @@ pub(super) fn flush(
     let checksum = cell.checksummed();
     let full = binding.frag_payload();
     let segment = HEADER_LEN + full + if checksum { CHECKSUM_LEN } else { 0 };
-    // A secure binding's fragments are sealed one by one, each sent alone.
+    // A secure binding's fragments are sealed one by one, each sent alone; so are those that go
+    // through AF_XDP.
     let seal = shared.session_of(binding);
-    if seal.is_some() {
+    let via = shared.via(&peer);
+    if seal.is_some() || via.is_some() {
         outbox = None;
     }
-    let segmenting = seal.is_none() && shared.segmenting.load(Ordering::Relaxed);
+    let segmenting = seal.is_none() && via.is_none() && shared.segmenting.load(Ordering::Relaxed);
     let run_length = if segmenting { transmit::run_length(segment) } else { 0 };
     let mut run = transmit::RunQueue::new();
     while let Some(index) = cell.poll_fragment() {
@@ -154,7 +158,7 @@ pub(super) fn flush(
             }
         }
         // A failed send is a lost packet: the client's timers ask again.
-        let _ = send_fragment(socket, fragment, peer, checksum, seal.as_deref());
+        let _ = send_fragment(via, socket, fragment, peer, checksum, seal.as_deref());
     }
     if !run.is_empty() {
         send_run(shared, socket, binding, cell, peer, run.take(), segment);
@@ -162,6 +166,7 @@ pub(super) fn flush(
 }
 
 pub(super) fn send_fragment(
+    via: Option<crate::xdp::Via<'_>>,
     socket: &UdpSocket,
     fragment: Fragment<'_>,
     peer: SocketAddr,
@@ -169,9 +174,11 @@ pub(super) fn send_fragment(
     seal: Option<&Session>,
 ) -> std::io::Result<usize> {
     match fragment {
-        Fragment::Whole(datagram) => transmit::send_as(socket, Some(&peer), &[IoSlice::new(datagram)], checksum, seal),
+        Fragment::Whole(datagram) => {
+            transmit::send_via(via, socket, Some(&peer), &[IoSlice::new(datagram)], checksum, seal)
+        }
         Fragment::Parts(header, body) => {
-            transmit::send_as(socket, Some(&peer), &[IoSlice::new(&header), IoSlice::new(body)], checksum, seal)
+            transmit::send_via(via, socket, Some(&peer), &[IoSlice::new(&header), IoSlice::new(body)], checksum, seal)
         }
     }
 }

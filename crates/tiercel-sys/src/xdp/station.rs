@@ -1,0 +1,405 @@
+//! A station: the AF_XDP socket on queue 0 of one interface, with tiercel's XDP program, shared by
+//! every user of that interface in this process (a server's port, a client's endpoints), each
+//! known by its UDP port.
+//!
+//! The program steers the datagrams addressed to the ports opened here ([`Station::open_port`]) to
+//! the socket; everything else goes on to the kernel. A datagram is sent as a frame built in the
+//! socket's memory (the headers, then the parts given, one copy of each) to the hardware address the
+//! station learned from the peer's own frames, or else the kernel's neighbor table's. A datagram
+//! read from the socket for another port than the reader's is left in that port's mailbox, and its
+//! reader woken: one thread at a time polls the socket's descriptor, the others wait for it.
+//!
+//! Nothing here is unsafe: the rings and the memory are [`Xsk`]'s, the system calls `xdp.rs`'s.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use super::frame::{self, Template};
+use super::{Mode, Steering, Xsk};
+
+/// Datagrams kept for a port whose reader is elsewhere; more are dropped (lost, to the protocol).
+const MAILBOX: usize = 256;
+/// Peers whose hardware addresses are remembered.
+const NEIGHBORS: usize = 4096;
+/// The longest UDP payload a UMEM frame holds (4 KiB, less the headroom and headers).
+const FRAME_PAYLOAD: usize = 3584;
+
+/// One interface's AF_XDP socket and XDP program, shared in this process.
+pub struct Station {
+    ifname: String,
+    ip: Ipv4Addr,
+    mac: [u8; 6],
+    /// The longest UDP payload one frame carries (the MTU, less the IPv4 and UDP headers).
+    max_payload: usize,
+    mode: Mode,
+    fd: i32,
+    io: Mutex<Io>,
+    post: Mutex<Post>,
+    /// Datagrams in mailboxes: a reader looks in its own only when there are some.
+    letters: AtomicUsize,
+    ready: Condvar,
+    stats: Counters,
+    /// Dropped after `io`: the program is detached once the socket is closed.
+    steering: Mutex<Steering>,
+}
+
+/// What sending and receiving share.
+struct Io {
+    xsk: Xsk,
+    /// Hardware addresses learned from frames received.
+    neighbors: HashMap<Ipv4Addr, [u8; 6]>,
+    /// Frames the fault-injection layer held back, sent after the next (feature
+    /// `fault-injection`).
+    #[cfg(feature = "fault-injection")]
+    held: Vec<Vec<u8>>,
+}
+
+/// Datagrams read for ports whose readers are elsewhere, and who polls.
+#[derive(Default)]
+struct Post {
+    mailboxes: HashMap<u16, VecDeque<(SocketAddrV4, Vec<u8>)>>,
+    polling: bool,
+}
+
+#[derive(Default)]
+struct Counters {
+    received: AtomicU64,
+    sent: AtomicU64,
+    malformed: AtomicU64,
+    dropped: AtomicU64,
+    unsent: AtomicU64,
+}
+
+/// A station's counters as they stood when read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StationStats {
+    /// Datagrams received through the socket, for any port.
+    pub received: u64,
+    /// Datagrams sent through the socket.
+    pub sent: u64,
+    /// Frames the program steered that were no UDP datagram over IPv4 tiercel reads, or too long
+    /// for the reader's buffer.
+    pub malformed: u64,
+    /// Datagrams for a port with no reader, or whose mailbox was full.
+    pub dropped: u64,
+    /// Datagrams not sent: no frame free, or no hardware address known for the peer.
+    pub unsent: u64,
+}
+
+impl std::fmt::Debug for Station {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Station").field("ifname", &self.ifname).field("ip", &self.ip).field("mode", &self.mode).finish()
+    }
+}
+
+/// The stations open in this process, by interface.
+static STATIONS: Mutex<Vec<(String, Weak<Station>)>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Station {
+    /// The station of interface `ifname` (of this thread's network namespace): the one this process
+    /// has open, or a new one (the program attached, the socket bound to queue 0). Root, or
+    /// `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_BPF`, is needed; another process's XDP program on the
+    /// interface makes it fail.
+    pub fn on(ifname: &str) -> io::Result<Arc<Station>> {
+        let mut open = lock(&STATIONS);
+        open.retain(|(_, s)| s.strong_count() > 0);
+        if let Some(station) = open.iter().find(|(name, _)| name == ifname).and_then(|(_, s)| s.upgrade()) {
+            return Ok(station);
+        }
+        let ip = interface_ipv4(ifname)?;
+        let mac = super::mac_of(ifname)?;
+        let max_payload = super::mtu_of(ifname)?.saturating_sub(28).min(FRAME_PAYLOAD);
+        let mut steering = Steering::attach(ifname)?;
+        let xsk = Xsk::bind(&mut steering, 0)?;
+        let station = Arc::new(Station {
+            ifname: ifname.to_owned(),
+            ip,
+            mac,
+            max_payload,
+            mode: steering.mode(),
+            fd: xsk.as_raw_fd(),
+            io: Mutex::new(Io {
+                xsk,
+                neighbors: HashMap::new(),
+                #[cfg(feature = "fault-injection")]
+                held: Vec::new(),
+            }),
+            post: Mutex::new(Post::default()),
+            letters: AtomicUsize::new(0),
+            ready: Condvar::new(),
+            stats: Counters::default(),
+            steering: Mutex::new(steering),
+        });
+        open.push((ifname.to_owned(), Arc::downgrade(&station)));
+        Ok(station)
+    }
+
+    /// The station of the interface that holds the address `local`.
+    pub fn holding(local: Ipv4Addr) -> io::Result<Arc<Station>> {
+        match super::interface_of(local)? {
+            Some(ifname) => Station::on(&ifname),
+            None => Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface holds {local}"))),
+        }
+    }
+
+    /// The interface's name.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// The interface's IPv4 address (the first one it has).
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    /// The longest UDP payload one frame carries: the interface's MTU less the IPv4 and UDP
+    /// headers, at most what a UMEM frame holds.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// Where the program runs.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The counters as they stand.
+    pub fn stats(&self) -> StationStats {
+        let c = &self.stats;
+        StationStats {
+            received: c.received.load(Ordering::Relaxed),
+            sent: c.sent.load(Ordering::Relaxed),
+            malformed: c.malformed.load(Ordering::Relaxed),
+            dropped: c.dropped.load(Ordering::Relaxed),
+            unsent: c.unsent.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Steers the datagrams addressed to `port` here; [`Station::recv`] of `port` reads them. The
+    /// port should be held by a kernel socket of the caller's (so that no one else takes it), which
+    /// then sees only what arrives on other interfaces.
+    pub fn open_port(&self, port: u16) -> io::Result<()> {
+        lock(&self.post).mailboxes.entry(port).or_default();
+        let steered = lock(&self.steering).steer_port(port);
+        if steered.is_err() {
+            lock(&self.post).mailboxes.remove(&port);
+        }
+        steered
+    }
+
+    /// Gives `port`'s datagrams back to the kernel, and drops those kept for it.
+    pub fn close_port(&self, port: u16) {
+        let _ = lock(&self.steering).unsteer_port(port);
+        if let Some(kept) = lock(&self.post).mailboxes.remove(&port) {
+            self.letters.fetch_sub(kept.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// The hardware address learned for `ip` from its frames, if any: the peers whose datagrams
+    /// arrive here, whom the station can answer.
+    pub fn knows(&self, ip: Ipv4Addr) -> bool {
+        lock(&self.io).neighbors.contains_key(&ip)
+    }
+
+    /// Sends a datagram from `port` to `to` made of `parts`, one after another. Its frame goes to the
+    /// hardware address learned for `to` from its frames, else the kernel's neighbor table's for it
+    /// (an error if neither has one: the peer is not on this interface's link, or was never heard
+    /// from). `WouldBlock` when no frame is free (a lost datagram, to the protocol); `InvalidInput`,
+    /// before anything is done, for a datagram longer than one frame carries ([`Station::max_payload`]).
+    pub fn send(&self, port: u16, to: SocketAddrV4, parts: &[&[u8]]) -> io::Result<usize> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.max_payload {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a datagram longer than one frame carries"));
+        }
+        let mut io = lock(&self.io);
+        let mac = match io.neighbors.get(to.ip()) {
+            Some(mac) => *mac,
+            None => match super::neighbor(&self.ifname, *to.ip())? {
+                Some(mac) => mac,
+                None => {
+                    self.stats.unsent.fetch_add(1, Ordering::Relaxed);
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("no hardware address known for {} on {}", to.ip(), self.ifname),
+                    ));
+                }
+            },
+        };
+        let template = Template::new(self.mac, SocketAddrV4::new(self.ip, port), mac, to);
+        let Some(headers) = template.headers(len) else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a datagram too long for IPv4"));
+        };
+        let mut all: [&[u8]; 16] = [&[]; 16];
+        if parts.len() + 1 > all.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a datagram of too many parts"));
+        }
+        all[0] = &headers;
+        all[1..=parts.len()].copy_from_slice(parts);
+        #[cfg(feature = "fault-injection")]
+        if let Some(sent) = faulty(&mut io, &all[..=parts.len()]) {
+            return sent.map(|()| len);
+        }
+        if io.xsk.send_parts(&all[..=parts.len()])? {
+            self.stats.sent.fetch_add(1, Ordering::Relaxed);
+            Ok(len)
+        } else {
+            self.stats.unsent.fetch_add(1, Ordering::Relaxed);
+            Err(io::Error::from(io::ErrorKind::WouldBlock))
+        }
+    }
+
+    /// Reads the next datagram for `port` into `buf`, without waiting: its length and sender.
+    /// Datagrams for other ports read on the way go to their mailboxes, and their readers are woken.
+    pub fn recv(&self, port: u16, buf: &mut [u8]) -> Option<(usize, SocketAddrV4)> {
+        if self.letters.load(Ordering::Relaxed) > 0 {
+            if let Some(got) = self.take_letter(port, buf) {
+                return Some(got);
+            }
+        }
+        let mut io = lock(&self.io);
+        let mut posted = false;
+        let mut got = None;
+        while got.is_none() {
+            let Io { xsk, neighbors, .. } = &mut *io;
+            let read = xsk.recv(|f| {
+                let Some(d) = frame::parse(f) else {
+                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    return;
+                };
+                self.stats.received.fetch_add(1, Ordering::Relaxed);
+                if neighbors.get(d.from.ip()) != Some(&d.from_mac) && neighbors.len() < NEIGHBORS {
+                    neighbors.insert(*d.from.ip(), d.from_mac);
+                }
+                if d.to.port() == port {
+                    match buf.get_mut(..d.payload.len()) {
+                        Some(to) => {
+                            to.copy_from_slice(d.payload);
+                            got = Some((d.payload.len(), d.from));
+                        }
+                        None => {
+                            self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                } else {
+                    posted |= self.post(d.to.port(), d.from, d.payload);
+                }
+            });
+            if read.is_none() {
+                break;
+            }
+        }
+        drop(io);
+        if posted {
+            self.ready.notify_all();
+        }
+        got
+    }
+
+    fn take_letter(&self, port: u16, buf: &mut [u8]) -> Option<(usize, SocketAddrV4)> {
+        let mut post = lock(&self.post);
+        let (from, bytes) = post.mailboxes.get_mut(&port)?.pop_front()?;
+        self.letters.fetch_sub(1, Ordering::Relaxed);
+        match buf.get_mut(..bytes.len()) {
+            Some(to) => {
+                to.copy_from_slice(&bytes);
+                Some((bytes.len(), from))
+            }
+            None => {
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Keeps a datagram for `port`'s reader; false when it was dropped.
+    fn post(&self, port: u16, from: SocketAddrV4, payload: &[u8]) -> bool {
+        let mut post = lock(&self.post);
+        match post.mailboxes.get_mut(&port) {
+            Some(mailbox) if mailbox.len() < MAILBOX => {
+                mailbox.push_back((from, payload.to_vec()));
+                self.letters.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            _ => {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Waits until a datagram may be there for `port` (true), or `timeout` passes (false): one
+    /// waiter at a time polls the socket's descriptor, the others wait to be woken by it or by a
+    /// reader that left them a datagram.
+    pub fn wait(&self, port: u16, timeout: Option<Duration>) -> io::Result<bool> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut post = lock(&self.post);
+        loop {
+            if post.mailboxes.get(&port).is_some_and(|m| !m.is_empty()) {
+                return Ok(true);
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Ok(false),
+                },
+                None => None,
+            };
+            if !post.polling {
+                post.polling = true;
+                drop(post);
+                let ready = super::poll_readable(self.fd, left);
+                post = lock(&self.post);
+                post.polling = false;
+                self.ready.notify_all();
+                return ready;
+            }
+            post = match left {
+                Some(left) => self.ready.wait_timeout(post, left).unwrap_or_else(|p| p.into_inner()).0,
+                None => self.ready.wait(post).unwrap_or_else(|p| p.into_inner()),
+            };
+        }
+    }
+}
+
+/// A frame sent through the fault-injection layer (feature `fault-injection`, when installed):
+/// dropped, corrupted, sent twice, or held back until the next frame has gone. `None`: no layer.
+#[cfg(feature = "fault-injection")]
+fn faulty(io: &mut Io, parts: &[&[u8]]) -> Option<io::Result<()>> {
+    let mut frame = parts.concat();
+    // The headers are left whole: a corrupted frame is one the peer's checks must refuse, not one
+    // the program passes to the kernel.
+    let (copies, held) = crate::faults::judge(&mut frame[frame::HEADERS..])?;
+    if held {
+        for _ in 0..copies {
+            io.held.push(frame.clone());
+        }
+        return Some(Ok(()));
+    }
+    for _ in 0..copies {
+        if let Err(e) = io.xsk.send(&frame) {
+            return Some(Err(e));
+        }
+    }
+    for frame in std::mem::take(&mut io.held) {
+        let _ = io.xsk.send(&frame);
+    }
+    Some(Ok(()))
+}
+
+/// The first IPv4 address of interface `ifname`.
+fn interface_ipv4(ifname: &str) -> io::Result<Ipv4Addr> {
+    super::interface_addresses()?
+        .into_iter()
+        .find(|(name, _)| name == ifname)
+        .map(|(_, ip)| ip)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{ifname} has no IPv4 address")))
+}
