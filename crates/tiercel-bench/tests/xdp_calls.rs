@@ -6,133 +6,14 @@
 #![cfg(feature = "xdp")]
 
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 
 use tiercel::{Client, Server, ServerConfig, Transport};
 use tiercel_seeds::{check_all, fill, pattern, SeedTest, TestClient, TestServer, CHECK_CALLS};
 
-/// Two namespaces and a veth pair between them (`a` at 10.s.0.1, `b` at 10.s.0.2), removed when
-/// dropped.
-struct Pair {
-    a: String,
-    b: String,
-    va: String,
-    vb: String,
-    subnet: u8,
-}
+mod xdp_common;
 
-fn ip(args: &[&str]) {
-    let status = Command::new("ip").args(args).status().unwrap();
-    assert!(status.success(), "ip {args:?}");
-}
-
-impl Pair {
-    fn new() -> Pair {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let id = format!("{}{}", std::process::id() % 100_000, NEXT.fetch_add(1, Ordering::Relaxed));
-        let subnet = (std::process::id() % 100) as u8 + 100 + NEXT.load(Ordering::Relaxed) as u8;
-        let pair =
-            Pair { a: format!("tqa{id}"), b: format!("tqb{id}"), va: format!("qa{id}"), vb: format!("qb{id}"), subnet };
-        ip(&["netns", "add", &pair.a]);
-        ip(&["netns", "add", &pair.b]);
-        ip(&["link", "add", &pair.va, "netns", &pair.a, "type", "veth", "peer", "name", &pair.vb, "netns", &pair.b]);
-        for (ns, dev, host) in [(&pair.a, &pair.va, 1), (&pair.b, &pair.vb, 2)] {
-            ip(&["-n", ns, "addr", "add", &format!("10.{}.0.{host}/24", pair.subnet), "dev", dev]);
-            ip(&["-n", ns, "link", "set", dev, "up"]);
-        }
-        pair
-    }
-
-    fn server_ip(&self) -> String {
-        format!("10.{}.0.1", self.subnet)
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.a]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.b]).status();
-    }
-}
-
-/// Moves this thread into network namespace `ns`.
-fn enter(ns: &str) {
-    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
-    rustix::thread::move_into_link_name_space(file.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network)).unwrap();
-}
-
-/// Whether interface `dev` in namespace `ns` has an XDP program attached.
-fn has_xdp(ns: &str, dev: &str) -> bool {
-    let out = Command::new("ip").args(["-n", ns, "-d", "link", "show", dev]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
-}
-
-/// UDP datagrams the kernel of namespace `ns` has received and sent (`/proc/net/snmp`).
-fn kernel_udp(ns: &str) -> (u64, u64) {
-    let out = Command::new("ip").args(["netns", "exec", ns, "cat", "/proc/net/snmp"]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut lines = text.lines().filter(|l| l.starts_with("Udp: "));
-    let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
-    let field = |name: &str| {
-        let i = names.split_whitespace().position(|n| n == name).unwrap();
-        values.split_whitespace().nth(i).unwrap().parse::<u64>().unwrap()
-    };
-    (field("InDatagrams"), field("OutDatagrams"))
-}
-
-/// Starts a server of `Test` in namespace `ns` at `addr` with `xdp` as its AF_XDP interface;
-/// returns what became of it, and a sender that stops it (the thread then ends).
-fn serve(
-    ns: &str,
-    addr: SocketAddr,
-    xdp: &str,
-) -> (Option<Result<String, String>>, mpsc::Sender<()>, std::thread::JoinHandle<()>) {
-    let (ns, xdp) = (ns.to_owned(), xdp.to_owned());
-    let (told, status) = mpsc::channel();
-    let (stop, stopped) = mpsc::channel::<()>();
-    let thread = std::thread::spawn(move || {
-        enter(&ns);
-        let config = ServerConfig { xdp: Some(xdp), shared_memory: false, ..ServerConfig::default() };
-        let server = Server::bind(addr).unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
-        told.send(server.xdp()).unwrap();
-        let _ = stopped.recv();
-        server.stop();
-    });
-    (status.recv().unwrap(), stop, thread)
-}
-
-/// Starts a server of `Test` in namespace `ns` at `addr`, without AF_XDP.
-fn serve_plain(
-    ns: &str,
-    addr: SocketAddr,
-) -> (Option<Result<String, String>>, mpsc::Sender<()>, std::thread::JoinHandle<()>) {
-    let ns = ns.to_owned();
-    let (told, status) = mpsc::channel();
-    let (stop, stopped) = mpsc::channel::<()>();
-    let thread = std::thread::spawn(move || {
-        enter(&ns);
-        let config = ServerConfig { shared_memory: false, ..ServerConfig::default() };
-        let server = Server::bind(addr).unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
-        told.send(server.xdp()).unwrap();
-        let _ = stopped.recv();
-        server.stop();
-    });
-    (status.recv().unwrap(), stop, thread)
-}
-
-/// Runs `calls` on a thread of its own in namespace `ns`.
-fn in_namespace<T: Send + 'static>(ns: &str, calls: impl FnOnce() -> T + Send + 'static) -> T {
-    let ns = ns.to_owned();
-    std::thread::spawn(move || {
-        enter(&ns);
-        calls()
-    })
-    .join()
-    .unwrap()
-}
+use xdp_common::*;
 
 #[test]
 fn every_procedure_goes_through_af_xdp_and_the_program_is_gone_once_client_and_server_are() {
@@ -246,6 +127,52 @@ fn a_client_through_af_xdp_calls_a_server_without_it_and_back() {
         (client.binding().transport(), client.binding().xdp_refused())
     });
     assert_eq!((transport, refused), (Transport::Xdp, None));
+    stop.send(()).unwrap();
+    server.join().unwrap();
+}
+
+#[test]
+fn eight_threads_on_one_secure_binding_call_through_af_xdp_at_once() {
+    tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
+    let pair = Pair::new();
+    let port = tiercel_seeds::free_port();
+    let addr: SocketAddr = format!("{}:{port}", pair.server_ip()).parse().unwrap();
+    let key = tiercel::Identity::generate().unwrap();
+    let config = ServerConfig { xdp: Some(pair.va.clone()), key: Some(key.clone()), ..ServerConfig::default() };
+    let (status, stop, server) = serve_with(&pair.a, addr, config);
+    assert!(matches!(status, Some(Ok(_))), "{status:?}");
+    let before = (kernel_udp(&pair.a), kernel_udp(&pair.b));
+    const THREADS: u32 = 8;
+    const ROUNDS: u32 = 10;
+    let public = key.public();
+    let (transport, proven) = in_namespace(&pair.b, move || {
+        let config = tiercel::ClientConfig { server_key: Some(public), ..tiercel::ClientConfig::default() };
+        let client: TestClient =
+            Client::connect(format!("xdp://{addr}")).unwrap().with_config(config).import().unwrap();
+        // Each thread has its own port on the station; their results come back in one socket and
+        // reach each thread, whichever reads them.
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let client = client.clone();
+                std::thread::spawn(move || {
+                    for round in 0..ROUNDS {
+                        check_all(&client, round * THREADS + t).unwrap_or_else(|e| panic!("thread {t}: {e}"));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        (client.binding().transport(), client.binding().server_key())
+    });
+    assert_eq!((transport, proven), (Transport::Xdp, Some(public)));
+    let after = (kernel_udp(&pair.a), kernel_udp(&pair.b));
+    let calls = u64::from(THREADS * ROUNDS) * CHECK_CALLS;
+    for (side, (before, after)) in [("server", (before.0, after.0)), ("client", (before.1, after.1))] {
+        let (received, sent) = (after.0 - before.0, after.1 - before.1);
+        assert!(received <= 4 && sent <= 4, "{side}'s kernel: {received} in, {sent} out, for {calls} calls");
+    }
     stop.send(()).unwrap();
     server.join().unwrap();
 }
