@@ -34,9 +34,11 @@ pub struct Args {
     /// Stop measuring after this many seconds in all.
     #[arg(long, default_value_t = 240)]
     max_seconds: u64,
-    /// Transports to measure: `udp`, `shm`, `tcp` (comma-separated). TCP has the latency, async,
-    /// tracing and blocking tables and Peregrine's Table 5; the other seeds' tables, the load table
-    /// and the breakdowns are of UDP and shared memory.
+    /// Transports to measure: `udp`, `shm`, `tcp`, `xdp` (comma-separated). TCP has the latency,
+    /// async, tracing and blocking tables and Peregrine's Table 5; the other seeds' tables, the load
+    /// table and the breakdowns are of UDP and shared memory. `xdp` is the table of AF_XDP against
+    /// the kernel's UDP across two network namespaces (root), which a full run always has; alone,
+    /// it is all the run measures.
     #[arg(long, default_value = "udp,shm,tcp")]
     transports: String,
     /// Only the latency tables against the raw baselines (skip the Mach list and Firefly Table I).
@@ -148,12 +150,18 @@ pub fn run(args: Args) -> crate::Result<()> {
         modes.push(false);
     }
     let mut media = Vec::new();
+    // `xdp`: the AF_XDP table (which a full run always has).
+    let mut xdp = false;
     for t in args.transports.split(',').map(str::trim) {
         media.push(match t {
             "udp" => Medium::Udp,
             "shm" => Medium::Shm,
             "tcp" => Medium::Tcp,
-            other => return Err(format!("unknown transport {other:?} (udp, shm, tcp)").into()),
+            "xdp" => {
+                xdp = true;
+                continue;
+            }
+            other => return Err(format!("unknown transport {other:?} (udp, shm, tcp, xdp)").into()),
         });
     }
     // The seeds' tables, load and breakdowns: UDP and shared memory (and Peregrine's Table 5 of
@@ -177,12 +185,25 @@ pub fn run(args: Args) -> crate::Result<()> {
         args.server_cpu
     );
     let full = !args.latency_only;
+    let xdp = cfg!(feature = "xdp") && (xdp || full);
+    if media.is_empty() && xdp {
+        // The AF_XDP table alone.
+        crate::progress::start(1);
+        #[cfg(feature = "xdp")]
+        {
+            crate::progress::doing("AF_XDP against kernel UDP");
+            report.xdp = crate::xdp::table(args.server_cpu, 3, budget.mach_row)?;
+        }
+        crate::progress::finish();
+        return write_json(&args, &report);
+    }
     // Per medium of the seeds' tables; and a step per Table 5 row.
     let seeds = (seed_media.len() as u64) * (1 + crate::load::UTILIZATIONS.len() as u64 + 1);
     let table5_rows = (table5_media.len() as u64) * 12;
     crate::progress::start(
         (media.len() * modes.len() + media.len() + 4 + usize::from(args.peers)) as u64
-            + if full { 7 + 3 + 1 + 1 + 1 + seeds + table5_rows + u64::from(cfg!(feature = "xdp")) } else { 0 },
+            + if full { 7 + 3 + 1 + 1 + 1 + seeds + table5_rows } else { 0 }
+            + u64::from(xdp),
     );
     if full {
         crate::progress::doing("raw baselines");
@@ -268,12 +289,6 @@ pub fn run(args: Args) -> crate::Result<()> {
         crate::progress::doing("large calls across namespaces");
         report.wide = crate::wide::table(args.server_cpu, budget.wide_calls)?;
         crate::progress::step();
-        #[cfg(feature = "xdp")]
-        {
-            crate::progress::doing("the AF_XDP floor");
-            report.xdp = crate::xdp::table(args.server_cpu, 3, budget.mach_row)?;
-            crate::progress::step();
-        }
         let (_spinning, addr) = serve_pinned(args.server_cpu, true)?;
         crate::progress::doing("Firefly Tables II-V");
         report.firefly_marshaling = crate::tables::firefly_marshaling(&addr, budget.marshal_calls)?;
@@ -317,6 +332,12 @@ pub fn run(args: Args) -> crate::Result<()> {
         )?;
         report.breakdown = accounts;
     }
+    #[cfg(feature = "xdp")]
+    if xdp {
+        crate::progress::doing("AF_XDP against kernel UDP");
+        report.xdp = crate::xdp::table(args.server_cpu, 3, budget.mach_row)?;
+        crate::progress::step();
+    }
     if args.peers {
         crate::progress::doing("peers");
         report.peers = crate::peers::table(args.server_cpu, args.client_cpu, calls, budget.async_row, rounds)?;
@@ -329,8 +350,13 @@ pub fn run(args: Args) -> crate::Result<()> {
             outln!("wrote {}", path.display());
         }
     }
+    write_json(&args, &report)
+}
+
+/// Writes `report` to the file of `--json`, if there is one.
+fn write_json(args: &Args, report: &Report) -> crate::Result<()> {
     if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&report).map_err(crate::Error::from)?;
+        let json = serde_json::to_string_pretty(report).map_err(crate::Error::from)?;
         std::fs::write(path, json).map_err(|e| format!("{}: {e}", path.display()))?;
         outln!("\nwrote {}", path.display());
     }

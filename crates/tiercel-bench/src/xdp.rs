@@ -1,10 +1,12 @@
-//! The AF_XDP floor: round trips of a 64-byte UDP datagram across two network namespaces joined by
-//! a veth pair, through AF_XDP sockets on both sides (tiercel's XDP program steering the datagrams,
-//! in veth's driver hook) against the same round trip through the kernel's UDP sockets, and
-//! tiercel's Null over its kernel UDP path, in the same run. Both sides spin; each path is measured
-//! in turn, round by round, its server alone on the server CPU. Needs root (it creates the
-//! namespaces and attaches the program); skipped otherwise, and the AF_XDP row is missing, with
-//! why, where tiercel-sys was built without its XDP program.
+//! AF_XDP against the kernel's UDP across two network namespaces joined by a veth pair, in the same
+//! run: the floor (round trips of a 64-byte UDP datagram through AF_XDP sockets on both sides,
+//! tiercel's XDP program steering them in veth's driver hook, and through the kernel's UDP
+//! sockets), then tiercel's calls through each (`xdp://` against `udp://`, the server with and
+//! without `--xdp`): Null, MaxResult and a 64 KiB InOut from one caller, and Null from eight caller
+//! threads on one binding; with the CPU time per call of each side. Both sides spin (tiercel's
+//! defaults); each path is measured in turn, round by round, its server alone on the server CPU.
+//! Needs root (it creates the namespaces and attaches the program); skipped otherwise, and the
+//! AF_XDP rows are missing, with why, where tiercel-sys was built without its XDP program.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
@@ -27,25 +29,42 @@ const PAYLOAD: usize = 64;
 /// A round trip with no answer for this long is counted lost.
 const LOST_AFTER: Duration = Duration::from_millis(200);
 
-/// The paths measured, as the helper is told them.
-const PATHS: [(&str, &str); 3] =
-    [("xdp", "raw AF_XDP ping-pong"), ("udp", "raw kernel UDP ping-pong"), ("tiercel", "tiercel Null, kernel UDP")];
+/// The paths measured, as the helper is told them: the raw floors, and tiercel's calls through the
+/// kernel's UDP and through AF_XDP (each gives several rows).
+const PATHS: [&str; 4] = ["xdp", "udp", "tiercel", "tiercel-xdp"];
 
-/// One path's round trips in one round.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+/// The row of the AF_XDP floor, which the others are compared with.
+const FLOOR: &str = "raw AF_XDP ping-pong";
+
+/// One row's round trips (or calls) in one round.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, Default)]
 pub struct Round {
-    /// Median and p99 of the round trip, µs.
+    /// Median and p99 of the round trip, µs (of eight callers: the time between completions,
+    /// 1 / the rate, in both).
     pub median_us: f64,
     pub p99_us: f64,
     /// Round trips timed, and those lost.
     pub round_trips: u64,
     pub lost: u64,
+    /// Calls completed a second (the rows of several callers), else 0.
+    #[serde(default)]
+    pub calls_per_second: f64,
+    /// CPU time (user and system) per round trip of the client's process and of the server's (the
+    /// server's from `/proc`, in 10 ms ticks), µs; and of it, the system's (in the kernel).
+    #[serde(default)]
+    pub client_cpu_us: f64,
+    #[serde(default)]
+    pub client_system_us: f64,
+    #[serde(default)]
+    pub server_cpu_us: f64,
+    #[serde(default)]
+    pub server_system_us: f64,
 }
 
-/// One path's row: every round, and the median of their medians and of their p99s.
+/// One row: every round, and the median of their medians and of their p99s.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
 pub struct Row {
-    /// What was measured (`raw AF_XDP ping-pong`, ...).
+    /// What was measured (`raw AF_XDP ping-pong`, `tiercel Null, AF_XDP`, ...).
     pub path: String,
     pub median_us: f64,
     pub p99_us: f64,
@@ -117,37 +136,156 @@ pub struct RemoteArgs {
     /// How long to time round trips, ms.
     #[arg(long)]
     millis: u64,
+    /// The server's process id, for its CPU time.
+    #[arg(long)]
+    server_pid: Option<u32>,
 }
 
-/// One round of one path, measured from inside the client's namespace and printed as JSON.
+/// Eight callers on one binding, in the rows of several.
+const CALLERS: usize = 8;
+
+/// One round of one path, measured from inside the client's namespace and printed as JSON: each
+/// row's label and round.
 pub fn remote(args: RemoteArgs) -> crate::Result<()> {
     let _ = tiercel_sys::cpu::pin_current_thread(0);
     let time = Duration::from_millis(args.millis);
-    let round = match args.path.as_str() {
+    let server = args.server_pid;
+    let rows: Vec<(String, Round)> = match args.path.as_str() {
         "udp" => {
             let mut ping = PingPong::new(SocketAddr::V4(args.addr), PAYLOAD, PAYLOAD, true)?;
-            timed(time, || ping.round_trip())?
+            vec![("raw kernel UDP ping-pong".into(), timed(time, server, || ping.round_trip())?)]
         }
-        "tiercel" => {
-            let client: TestClient =
-                crate::harness::import(format!("udp://{}", args.addr), tiercel::ClientConfig::default())?;
-            timed(time, || client.null().map(|()| true).map_err(crate::Error::from))?
-        }
-        "xdp" => xdp_round(&args, time)?,
+        "tiercel" => calls(&format!("udp://{}", args.addr), "kernel UDP", time, server)?,
+        "tiercel-xdp" => calls(&format!("xdp://{}", args.addr), "AF_XDP", time, server)?,
+        "xdp" => vec![(FLOOR.into(), xdp_round(&args, time)?)],
         other => return Err(format!("no path {other}").into()),
     };
-    println!("{}", serde_json::to_string(&round)?);
+    println!("{}", serde_json::to_string(&rows)?);
     Ok(())
 }
 
-/// Round trips made by `once` (false: lost) for `time` after a warm-up, timed.
-fn timed(time: Duration, mut once: impl FnMut() -> crate::Result<bool>) -> crate::Result<Round> {
+/// tiercel's rows through one path (`via`): Null, MaxResult and a 64 KiB InOut from one caller,
+/// Null from eight threads on one binding.
+fn calls(target: &str, via: &str, time: Duration, server: Option<u32>) -> crate::Result<Vec<(String, Round)>> {
+    let client: TestClient = crate::harness::import(target, tiercel::ClientConfig::default())?;
+    if let Some(why) = client.binding().xdp_refused() {
+        return Err(format!("no AF_XDP: {why}").into());
+    }
+    let e = crate::Error::from;
+    let mut max = vec![0u8; crate::seeds::MAX_BUFFER];
+    let mut big = vec![0u8; 64 << 10];
+    let mut rows = vec![
+        (format!("tiercel Null, {via}"), timed(time, server, || client.null().map(|()| true).map_err(e))?),
+        (
+            format!("tiercel MaxResult, {via}"),
+            timed(time, server, || client.max_result(tiercel::Out(&mut max)).map(|()| true).map_err(e))?,
+        ),
+        (
+            format!("tiercel 64 KiB InOut, {via}"),
+            timed(time, server, || client.bulk_in_out(tiercel::InOut(&mut big)).map(|()| true).map_err(e))?,
+        ),
+    ];
+    rows.push((format!("tiercel Null, {CALLERS} callers, {via}"), together(&client, time, server)?));
+    Ok(rows)
+}
+
+/// Null calls from [`CALLERS`] threads on `client`'s binding for `time` after a warm-up: the rate,
+/// and the time between completions.
+fn together(client: &TestClient, time: Duration, server: Option<u32>) -> crate::Result<Round> {
+    let go = std::sync::Barrier::new(CALLERS + 1);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let (calls, elapsed, cpu) = std::thread::scope(|scope| -> crate::Result<(u64, Duration, Cpu)> {
+        let threads: Vec<_> = (0..CALLERS)
+            .map(|_| {
+                let client = client.clone();
+                let (go, stop, done) = (&go, &stop, &done);
+                scope.spawn(move || -> Result<(), tiercel::CallError> {
+                    let warm = Instant::now() + time / 5;
+                    while Instant::now() < warm {
+                        client.null()?;
+                    }
+                    go.wait();
+                    let mut n = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        client.null()?;
+                        n += 1;
+                    }
+                    done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                    Ok(())
+                })
+            })
+            .collect();
+        go.wait();
+        let before = Cpu::now(server);
+        let start = Instant::now();
+        std::thread::sleep(time);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let elapsed = start.elapsed();
+        let cpu = Cpu::now(server).since(&before);
+        for t in threads {
+            t.join().map_err(|_| "a caller panicked")??;
+        }
+        Ok((done.load(std::sync::atomic::Ordering::Relaxed), elapsed, cpu))
+    })?;
+    let rate = calls as f64 / elapsed.as_secs_f64();
+    let between = 1e6 / rate;
+    Ok(cpu.per(
+        calls,
+        Round {
+            median_us: between,
+            p99_us: between,
+            round_trips: calls,
+            lost: 0,
+            calls_per_second: rate,
+            ..Round::default()
+        },
+    ))
+}
+
+/// CPU times of this process and of the server's.
+#[derive(Default)]
+struct Cpu {
+    client: (Duration, Duration),
+    server: (Duration, Duration),
+}
+
+impl Cpu {
+    fn now(server: Option<u32>) -> Cpu {
+        Cpu {
+            client: tiercel_sys::cpu::process_times(),
+            server: server.and_then(tiercel_sys::cpu::other_process_times).unwrap_or_default(),
+        }
+    }
+
+    fn since(&self, before: &Cpu) -> Cpu {
+        let d = |a: (Duration, Duration), b: (Duration, Duration)| (a.0.saturating_sub(b.0), a.1.saturating_sub(b.1));
+        Cpu { client: d(self.client, before.client), server: d(self.server, before.server) }
+    }
+
+    /// `round` with this CPU time spread over `calls`.
+    fn per(&self, calls: u64, round: Round) -> Round {
+        let us = |t: Duration| t.as_secs_f64() * 1e6 / calls.max(1) as f64;
+        Round {
+            client_cpu_us: us(self.client.0 + self.client.1),
+            client_system_us: us(self.client.1),
+            server_cpu_us: us(self.server.0 + self.server.1),
+            server_system_us: us(self.server.1),
+            ..round
+        }
+    }
+}
+
+/// Round trips made by `once` (false: lost) for `time` after a warm-up, timed, with the CPU time
+/// of both sides (`server`: the server's process).
+fn timed(time: Duration, server: Option<u32>, mut once: impl FnMut() -> crate::Result<bool>) -> crate::Result<Round> {
     let mut summary = Summary::new();
     let mut lost = 0;
     let warm = Instant::now() + time / 5;
     while Instant::now() < warm {
         once()?;
     }
+    let before = Cpu::now(server);
     let end = Instant::now() + time;
     while Instant::now() < end {
         let t = Instant::now();
@@ -157,7 +295,16 @@ fn timed(time: Duration, mut once: impl FnMut() -> crate::Result<bool>) -> crate
             lost += 1;
         }
     }
-    Ok(Round { median_us: summary.median_us(), p99_us: summary.p99_us(), round_trips: summary.len(), lost })
+    let cpu = Cpu::now(server).since(&before);
+    let trips = summary.len();
+    let round = Round {
+        median_us: summary.median_us(),
+        p99_us: summary.p99_us(),
+        round_trips: trips,
+        lost,
+        ..Round::default()
+    };
+    Ok(cpu.per(trips + lost, round))
 }
 
 /// The AF_XDP round trips: the program attached to this namespace's interface too, each datagram
@@ -171,7 +318,7 @@ fn xdp_round(args: &RemoteArgs, time: Duration) -> crate::Result<Round> {
     let template = frame::Template::new(mac_of(&args.ifname)?, me, peer, args.addr);
     let (mut out, mut payload) = (Vec::with_capacity(2048), [0u8; PAYLOAD]);
     let mut seq = 0u64;
-    timed(time, || {
+    timed(time, args.server_pid, || {
         seq += 1;
         payload[..8].copy_from_slice(&seq.to_le_bytes());
         template.frame(&payload, &mut out).ok_or("a datagram too long for IPv4")?;
@@ -218,13 +365,15 @@ fn peer_mac(server: SocketAddrV4) -> crate::Result<[u8; 6]> {
         .ok_or_else(|| format!("no neighbour entry for {ip}: {table}").into())
 }
 
-/// The table: `rounds` rounds, each timing every path for `time`.
+/// The table: `rounds` rounds, each timing every path for `time` a row.
 pub fn table(server_cpu: usize, rounds: usize, time: Duration) -> crate::Result<Vec<Row>> {
     outln!(
-        "\nThe AF_XDP floor: round trips of a {PAYLOAD}-byte UDP datagram across two network namespaces (veth), through \
-         AF_XDP sockets\non both sides (tiercel's XDP program steering them) and through the kernel's UDP sockets, \
-         and tiercel's Null over\nkernel UDP; both sides spin, each server alone on the server CPU, the paths in \
-         turn in {rounds} rounds of {} ms each;\nmedian of the rounds' medians (each round's), µs",
+        "\nAF_XDP against the kernel's UDP across two network namespaces (veth): the floor, round trips of a \
+         {PAYLOAD}-byte UDP datagram\nthrough AF_XDP sockets on both sides (tiercel's XDP program steering them) and \
+         through the kernel's UDP sockets; then\ntiercel's calls through each (xdp:// and a server with --xdp, against \
+         udp://), from one caller and from {CALLERS} threads on one\nbinding; both sides spin (tiercel's defaults), \
+         each server alone on the server CPU, the paths in turn in {rounds} rounds of\n{} ms a row; median of the \
+         rounds' medians (each round's), µs; CPU per call of each side (user + system, and system)",
         time.as_millis()
     );
     if let Some(why) = crate::namespaces_unavailable() {
@@ -236,7 +385,8 @@ pub fn table(server_cpu: usize, rounds: usize, time: Duration) -> crate::Result<
     let ip = crate::netns::SERVER_IP;
     let mut rows: Vec<Row> = Vec::new();
     for _ in 0..rounds {
-        for (path, label) in PATHS {
+        for path in PATHS {
+            let serve = format!("udp://{ip}:{SERVE_PORT}");
             let (server, port): (Vec<String>, u16) = match path {
                 "xdp" => (
                     strings(&["xdp-echo", "--ifname", &pair.vb, "--port", &XDP_PORT.to_string(), "--cpu", &cpu]),
@@ -245,36 +395,39 @@ pub fn table(server_cpu: usize, rounds: usize, time: Duration) -> crate::Result<
                 "udp" => {
                     (strings(&["raw-echo", "--addr", &format!("{ip}:{ECHO_PORT}"), "--cpu", &cpu, "--spin"]), ECHO_PORT)
                 }
-                _ => (strings(&["serve", "--addr", &format!("udp://{ip}:{SERVE_PORT}"), "--cpus", &cpu]), SERVE_PORT),
-            };
-            let row = match rows.iter().position(|r| r.path == label) {
-                Some(i) => i,
-                None => {
-                    rows.push(Row { path: label.into(), median_us: 0.0, p99_us: 0.0, rounds: Vec::new() });
-                    rows.len() - 1
-                }
+                "tiercel" => (strings(&["serve", "--addr", &serve, "--cpus", &cpu, "--no-shared-memory"]), SERVE_PORT),
+                _ => (
+                    strings(&["serve", "--addr", &serve, "--cpus", &cpu, "--no-shared-memory", "--xdp", &pair.vb]),
+                    SERVE_PORT,
+                ),
             };
             let spawned = match crate::harness::spawn_in_namespace(&pair.b, &server) {
                 Ok((spawned, _)) => spawned,
                 Err(e) => {
-                    outln!("{label}: unavailable: {e}");
+                    outln!("{path}: unavailable: {e}");
                     continue;
                 }
             };
             let out = crate::helpers::command_in_namespace(&pair.a)?
                 .args(["xdp-remote", "--path", path, "--addr", &format!("{ip}:{port}")])
                 .args(["--ifname", &pair.va, "--millis", &time.as_millis().to_string()])
+                .args(["--server-pid", &spawned.0.id().to_string()])
                 .output()?;
             drop(spawned);
             if !out.status.success() {
-                outln!("{label}: failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+                outln!("{path}: failed: {}", String::from_utf8_lossy(&out.stderr).trim());
                 continue;
             }
-            rows[row].rounds.push(serde_json::from_slice(&out.stdout)?);
+            let measured: Vec<(String, Round)> = serde_json::from_slice(&out.stdout)?;
+            for (label, round) in measured {
+                match rows.iter_mut().find(|r| r.path == label) {
+                    Some(row) => row.rounds.push(round),
+                    None => rows.push(Row { path: label, median_us: 0.0, p99_us: 0.0, rounds: vec![round] }),
+                }
+            }
         }
     }
     drop(pair);
-    rows.retain(|r| !r.rounds.is_empty());
     for row in &mut rows {
         row.median_us = median(row.rounds.iter().map(|r| r.median_us));
         row.p99_us = median(row.rounds.iter().map(|r| r.p99_us));
@@ -293,25 +446,49 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// The table's rows, then each path against the AF_XDP floor.
+/// The table's rows, then tiercel through AF_XDP against the kernel's UDP, and each path against the
+/// AF_XDP floor.
 pub fn print(rows: &[Row]) {
-    outln!("{:<26} | {:>7} {:>7} | {:>9} {:>5} | each round's median", "path", "median", "p99", "trips", "lost");
+    outln!(
+        "{:<36} | {:>7} {:>7} | {:>9} {:>5} | {:>10} | {:>11} {:>11} | each round's median",
+        "path",
+        "median",
+        "p99",
+        "trips",
+        "lost",
+        "calls/s",
+        "client cpu",
+        "server cpu"
+    );
+    let mid = |r: &Row, f: fn(&Round) -> f64| median(r.rounds.iter().map(f));
     for r in rows {
         let each: Vec<String> = r.rounds.iter().map(|x| format!("{:.2}", x.median_us)).collect();
         let trips: u64 = r.rounds.iter().map(|x| x.round_trips).sum();
         let lost: u64 = r.rounds.iter().map(|x| x.lost).sum();
+        let rate = mid(r, |x| x.calls_per_second);
+        let rate = if rate > 0.0 { format!("{rate:.0}") } else { "-".into() };
+        let cpu = |total: f64, system: f64| format!("{total:.2} ({system:.2})");
         outln!(
-            "{:<26} | {:>7.2} {:>7.2} | {:>9} {:>5} | {}",
+            "{:<36} | {:>7.2} {:>7.2} | {:>9} {:>5} | {:>10} | {:>11} {:>11} | {}",
             r.path,
             r.median_us,
             r.p99_us,
             trips,
             lost,
+            rate,
+            cpu(mid(r, |x| x.client_cpu_us), mid(r, |x| x.client_system_us)),
+            cpu(mid(r, |x| x.server_cpu_us), mid(r, |x| x.server_system_us)),
             each.join(", ")
         );
     }
-    if let Some(floor) = rows.iter().find(|r| r.path == PATHS[0].1) {
-        for r in rows.iter().filter(|r| r.path != floor.path) {
+    for r in rows.iter().filter(|r| r.path.ends_with(", AF_XDP")) {
+        let kernel = r.path.replace(", AF_XDP", ", kernel UDP");
+        if let Some(k) = rows.iter().find(|k| k.path == kernel) {
+            outln!("{} / {}: {:.2}×", r.path, k.path, r.median_us / k.median_us);
+        }
+    }
+    if let Some(floor) = rows.iter().find(|r| r.path == FLOOR) {
+        for r in rows.iter().filter(|r| r.path != floor.path && !r.path.contains("callers")) {
             outln!("{} / {}: {:.2}×", r.path, floor.path, r.median_us / floor.median_us);
         }
     }

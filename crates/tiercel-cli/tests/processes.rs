@@ -339,16 +339,28 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
             assert!(row["median_ms"].as_f64().unwrap() > 0.0 && row["calls"].as_u64() == Some(10), "{row}");
         }
     }
-    // The AF_XDP floor: as root with what builds the XDP program, every path in each of three
-    // rounds; otherwise a note why not.
-    assert!(text.contains("The AF_XDP floor"), "{text}");
+    // AF_XDP against kernel UDP: as root with what builds the XDP program, every row in each of
+    // three rounds, with the CPU time of both sides; otherwise a note why not.
+    assert!(text.contains("AF_XDP against the kernel's UDP"), "{text}");
     use tiercel_seeds::needs::{CLANG, IP, LIBBPF, NFT, ROOT};
     if tiercel_seeds::needs::met(&[ROOT, IP, NFT, CLANG, LIBBPF]) {
         let paths = names(&report["xdp"], "path");
-        assert_eq!(paths, ["raw AF_XDP ping-pong", "raw kernel UDP ping-pong", "tiercel Null, kernel UDP"], "{text}");
+        let mut expected = vec!["raw AF_XDP ping-pong".to_owned(), "raw kernel UDP ping-pong".to_owned()];
+        for via in ["kernel UDP", "AF_XDP"] {
+            for call in ["Null", "MaxResult", "64 KiB InOut", "Null, 8 callers"] {
+                expected.push(format!("tiercel {call}, {via}"));
+            }
+        }
+        assert_eq!(paths, expected.iter().map(String::as_str).collect::<Vec<_>>(), "{text}");
         for row in report["xdp"].as_array().unwrap() {
             assert_eq!(row["rounds"].as_array().unwrap().len(), 3, "{row}");
             assert!(row["median_us"].as_f64().unwrap() > 0.0, "{row}");
+            for round in row["rounds"].as_array().unwrap() {
+                assert!(round["client_cpu_us"].as_f64().unwrap() > 0.0, "{row}");
+            }
+            if row["path"].as_str().unwrap().contains("callers") {
+                assert!(row["rounds"][0]["calls_per_second"].as_f64().unwrap() > 0.0, "{row}");
+            }
         }
     }
 

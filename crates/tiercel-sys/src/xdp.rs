@@ -26,7 +26,7 @@ use xdp::slab::{HeapSlab, Slab};
 pub mod frame;
 mod station;
 
-pub use station::{Station, StationStats};
+pub use station::{Batch, Station, StationStats};
 
 /// Where the XDP program runs on the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,6 +308,8 @@ pub struct Xsk {
     sending: HeapSlab,
     /// Frames sent and not yet completed.
     in_flight: usize,
+    /// Frames queued since the kernel was last told to send.
+    unsent: usize,
     umem: xdp::Umem,
 }
 
@@ -354,6 +356,7 @@ impl Xsk {
             received: HeapSlab::with_capacity(BATCH),
             sending: HeapSlab::with_capacity(BATCH),
             in_flight: 0,
+            unsent: 0,
             umem,
         })
     }
@@ -380,7 +383,8 @@ impl Xsk {
             return Ok(false);
         }
         self.in_flight += queued;
-        self.wake()?;
+        self.unsent += queued;
+        self.kick()?;
         Ok(true)
     }
 
@@ -388,6 +392,17 @@ impl Xsk {
     /// frame, as [`Xsk::send`] does with a whole frame. `Ok(false)` when every sending frame is still
     /// in flight.
     pub fn send_parts(&mut self, parts: &[&[u8]]) -> io::Result<bool> {
+        if !self.queue_parts(parts)? {
+            return Ok(false);
+        }
+        self.kick()?;
+        Ok(true)
+    }
+
+    /// Puts the frame that `parts` make on the transmit ring, as [`Xsk::send_parts`] does, without
+    /// telling the kernel: [`Xsk::kick`] sends every frame queued so. `Ok(false)` when every sending
+    /// frame is still in flight.
+    pub fn queue_parts(&mut self, parts: &[&[u8]]) -> io::Result<bool> {
         self.reap();
         // SAFETY: as in `send`.
         let Some(mut packet) = (unsafe { self.umem.alloc() }) else { return Ok(false) };
@@ -407,8 +422,19 @@ impl Xsk {
             return Ok(false);
         }
         self.in_flight += queued;
-        self.wake()?;
+        self.unsent += queued;
         Ok(true)
+    }
+
+    /// Tells the kernel to send the frames queued: as many times as it takes (it sends a batch of
+    /// them, 32 in copy mode, each time it is told).
+    pub fn kick(&mut self) -> io::Result<()> {
+        let times = self.unsent.div_ceil(32).max(1);
+        self.unsent = 0;
+        for _ in 0..times {
+            self.wake()?;
+        }
+        Ok(())
     }
 
     /// Tells the kernel there is something to transmit.

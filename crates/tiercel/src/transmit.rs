@@ -61,7 +61,8 @@ pub(crate) fn send_as(
 }
 
 /// [`send_as`], through an AF_XDP station when `xdp` gives one (to its `to`; `to` and `socket`
-/// then serve only a datagram too long for the interface's frames, which goes through the kernel).
+/// then serve only a datagram too long for the interface's frames, or to a peer whose hardware
+/// address the station does not have, which goes through the kernel).
 #[inline]
 pub(crate) fn send_via(
     xdp: Option<crate::xdp::Via<'_>>,
@@ -73,7 +74,7 @@ pub(crate) fn send_via(
 ) -> io::Result<usize> {
     if let Some(via) = xdp {
         match send_xdp(via, parts, with_checksum, seal) {
-            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+            Err(e) if matches!(e.kind(), io::ErrorKind::InvalidInput | io::ErrorKind::NotFound) => {
                 let to = to.copied().unwrap_or(SocketAddr::V4(via.to));
                 return send_as(socket, Some(&to), parts, with_checksum, seal);
             }
@@ -105,7 +106,7 @@ fn send_xdp(
             all[k] = &sum;
             k += 1;
         }
-        return via.station.send(via.port, via.to, &all[..k]);
+        return via.station.send(via.port, via.to, &all[..k], via.heard_only);
     };
     SEALING.with(|buf| {
         let mut buf = buf.borrow_mut();
@@ -113,7 +114,7 @@ fn send_xdp(
             return Err(io::Error::from(io::ErrorKind::WouldBlock));
         };
         crate::steps::mark(crate::steps::Point::Sealed);
-        via.station.send(via.port, via.to, &[&buf[..len]])
+        via.station.send(via.port, via.to, &[&buf[..len]], via.heard_only)
     })
 }
 

@@ -21,10 +21,7 @@ pub(crate) enum Station {}
 
 #[cfg(not(feature = "xdp"))]
 impl Station {
-    pub(crate) fn knows(&self, _: std::net::Ipv4Addr) -> bool {
-        match *self {}
-    }
-    pub(crate) fn send(&self, _: u16, _: SocketAddrV4, _: &[&[u8]]) -> std::io::Result<usize> {
+    pub(crate) fn send(&self, _: u16, _: SocketAddrV4, _: &[&[u8]], _: bool) -> std::io::Result<usize> {
         match *self {}
     }
     pub(crate) fn recv(&self, _: u16, _: &mut [u8]) -> Option<(usize, SocketAddrV4)> {
@@ -37,6 +34,9 @@ impl Station {
         match *self {}
     }
     pub(crate) fn close_port(&self, _: u16) {
+        match *self {}
+    }
+    pub(crate) fn batch(&self) {
         match *self {}
     }
 }
@@ -58,7 +58,7 @@ impl Port {
 
     /// Where [`crate::transmit::send_via`] sends the endpoint's datagrams.
     pub(crate) fn via(&self) -> Via<'_> {
-        Via { station: &self.station, port: self.port, to: self.peer }
+        Via { station: &self.station, port: self.port, to: self.peer, heard_only: false }
     }
 }
 
@@ -68,12 +68,14 @@ impl Drop for Port {
     }
 }
 
-/// A datagram's way out through a station: from `port` to `to`.
+/// A datagram's way out through a station: from `port` to `to`; with `heard_only`, only if the
+/// station heard `to` (a server's answers: a peer heard through the kernel is answered through it).
 #[derive(Clone, Copy)]
 pub(crate) struct Via<'a> {
     pub(crate) station: &'a Station,
     pub(crate) port: u16,
     pub(crate) to: SocketAddrV4,
+    pub(crate) heard_only: bool,
 }
 
 /// The station of the interface on the way to `server`, for a client's binding: an error says why
@@ -125,14 +127,15 @@ pub(crate) fn station_on(_: &str) -> Result<Arc<Station>, String> {
     Err("this build of tiercel has no AF_XDP (its feature `xdp` is off)".to_owned())
 }
 
-/// The way out through `station`, from `port`, to `to` (IPv4, or IPv4-mapped), when the station has
+/// The way out through `station`, from `port`, to `to` (IPv4, or IPv4-mapped) if the station has
 /// heard from it.
+#[inline]
 pub(crate) fn via_heard<'s>(station: &'s Station, port: u16, to: &SocketAddr) -> Option<Via<'s>> {
     let to = match to {
         SocketAddr::V4(a) => *a,
         SocketAddr::V6(a) => SocketAddrV4::new(a.ip().to_ipv4_mapped()?, a.port()),
     };
-    station.knows(*to.ip()).then_some(Via { station, port, to })
+    Some(Via { station, port, to, heard_only: true })
 }
 
 /// What a server says of its station: the interface, and where the program runs.

@@ -51,12 +51,48 @@ pub struct Station {
 /// What sending and receiving share.
 struct Io {
     xsk: Xsk,
-    /// Hardware addresses learned from frames received.
-    neighbors: HashMap<Ipv4Addr, [u8; 6]>,
+    /// Hardware addresses learned from frames received (heard), or read from the kernel's
+    /// neighbor table, by IPv4 address.
+    neighbors: HashMap<u32, Neighbor, BuildIpHasher>,
     /// Frames the fault-injection layer held back, sent after the next (feature
     /// `fault-injection`).
     #[cfg(feature = "fault-injection")]
     held: Vec<Vec<u8>>,
+}
+
+/// A peer's hardware address, and whether the station heard it in the peer's own frames.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Neighbor {
+    mac: [u8; 6],
+    heard: bool,
+}
+
+/// A hasher for IPv4 addresses (one multiplication): the table is bounded, and its keys are the
+/// peers' own addresses, not anything a peer picks to collide.
+#[derive(Default, Clone, Copy)]
+struct BuildIpHasher;
+
+struct IpHasher(u64);
+
+impl std::hash::BuildHasher for BuildIpHasher {
+    type Hasher = IpHasher;
+    fn build_hasher(&self) -> IpHasher {
+        IpHasher(0)
+    }
+}
+
+impl std::hash::Hasher for IpHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (u64::from(n) ^ 0x5851_f42d_4c95_7f2d).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 /// Datagrams read for ports whose readers are elsewhere, and who polls.
@@ -97,6 +133,28 @@ impl std::fmt::Debug for Station {
     }
 }
 
+thread_local! {
+    /// Batches this thread has open ([`Station::batch`]), and whether a frame waits to be sent.
+    static BATCH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    static KICK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Datagrams sent together ([`Station::batch`]): the kernel is told to send them when the last
+/// batch of the thread is dropped.
+pub struct Batch<'s> {
+    station: &'s Station,
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        let depth = BATCH.get().saturating_sub(1);
+        BATCH.set(depth);
+        if depth == 0 && KICK.replace(false) {
+            let _ = lock(&self.station.io).xsk.kick();
+        }
+    }
+}
+
 /// The stations open in this process, by interface.
 static STATIONS: Mutex<Vec<(String, Weak<Station>)>> = Mutex::new(Vec::new());
 
@@ -129,7 +187,7 @@ impl Station {
             fd: xsk.as_raw_fd(),
             io: Mutex::new(Io {
                 xsk,
-                neighbors: HashMap::new(),
+                neighbors: HashMap::with_hasher(BuildIpHasher),
                 #[cfg(feature = "fault-injection")]
                 held: Vec::new(),
             }),
@@ -204,27 +262,30 @@ impl Station {
         }
     }
 
-    /// The hardware address learned for `ip` from its frames, if any: the peers whose datagrams
-    /// arrive here, whom the station can answer.
-    pub fn knows(&self, ip: Ipv4Addr) -> bool {
-        lock(&self.io).neighbors.contains_key(&ip)
-    }
-
     /// Sends a datagram from `port` to `to` made of `parts`, one after another. Its frame goes to the
-    /// hardware address learned for `to` from its frames, else the kernel's neighbor table's for it
-    /// (an error if neither has one: the peer is not on this interface's link, or was never heard
-    /// from). `WouldBlock` when no frame is free (a lost datagram, to the protocol); `InvalidInput`,
-    /// before anything is done, for a datagram longer than one frame carries ([`Station::max_payload`]).
-    pub fn send(&self, port: u16, to: SocketAddrV4, parts: &[&[u8]]) -> io::Result<usize> {
+    /// hardware address learned for `to` from its frames; or, unless `heard_only`, to the kernel's
+    /// neighbor table's for it. `NotFound` when there is none (the peer is not on this interface's
+    /// link, or with `heard_only` was never heard here), and `InvalidInput` for a datagram longer than
+    /// one frame carries ([`Station::max_payload`]), both before anything is sent: the caller may
+    /// send it another way. `WouldBlock` when no frame is free (a lost datagram, to the protocol).
+    pub fn send(&self, port: u16, to: SocketAddrV4, parts: &[&[u8]], heard_only: bool) -> io::Result<usize> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > self.max_payload {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a datagram longer than one frame carries"));
         }
         let mut io = lock(&self.io);
-        let mac = match io.neighbors.get(to.ip()) {
-            Some(mac) => *mac,
+        let key = u32::from(*to.ip());
+        let mac = match io.neighbors.get(&key) {
+            Some(n) if n.heard || !heard_only => n.mac,
+            Some(_) => return Err(io::Error::from(io::ErrorKind::NotFound)),
+            None if heard_only => return Err(io::Error::from(io::ErrorKind::NotFound)),
             None => match super::neighbor(&self.ifname, *to.ip())? {
-                Some(mac) => mac,
+                Some(mac) => {
+                    if io.neighbors.len() < NEIGHBORS {
+                        io.neighbors.insert(key, Neighbor { mac, heard: false });
+                    }
+                    mac
+                }
                 None => {
                     self.stats.unsent.fetch_add(1, Ordering::Relaxed);
                     return Err(io::Error::new(
@@ -248,13 +309,28 @@ impl Station {
         if let Some(sent) = faulty(&mut io, &all[..=parts.len()]) {
             return sent.map(|()| len);
         }
-        if io.xsk.send_parts(&all[..=parts.len()])? {
+        let queued = if BATCH.get() > 0 {
+            let queued = io.xsk.queue_parts(&all[..=parts.len()])?;
+            KICK.set(KICK.get() || queued);
+            queued
+        } else {
+            io.xsk.send_parts(&all[..=parts.len()])?
+        };
+        if queued {
             self.stats.sent.fetch_add(1, Ordering::Relaxed);
             Ok(len)
         } else {
             self.stats.unsent.fetch_add(1, Ordering::Relaxed);
             Err(io::Error::from(io::ErrorKind::WouldBlock))
         }
+    }
+
+    /// Sends the datagrams this thread sends through any station until the batch is dropped with
+    /// one word to the kernel (a `sendto` for each 32 of them) rather than one each: for the
+    /// fragments of a message, sent in a burst.
+    pub fn batch(&self) -> Batch<'_> {
+        BATCH.set(BATCH.get() + 1);
+        Batch { station: self }
     }
 
     /// Reads the next datagram for `port` into `buf`, without waiting: its length and sender.
@@ -276,8 +352,11 @@ impl Station {
                     return;
                 };
                 self.stats.received.fetch_add(1, Ordering::Relaxed);
-                if neighbors.get(d.from.ip()) != Some(&d.from_mac) && neighbors.len() < NEIGHBORS {
-                    neighbors.insert(*d.from.ip(), d.from_mac);
+                let heard = Neighbor { mac: d.from_mac, heard: true };
+                let key = u32::from(*d.from.ip());
+                if neighbors.get(&key) != Some(&heard) && (neighbors.len() < NEIGHBORS || neighbors.contains_key(&key))
+                {
+                    neighbors.insert(key, heard);
                 }
                 if d.to.port() == port {
                     match buf.get_mut(..d.payload.len()) {

@@ -77,6 +77,9 @@ impl UdpEndpoint {
         // the run is full, its last fragment is the message's short one, or another packet is due.
         let mut run = transmit::RunQueue::new();
         let run_length = if len > self.frag_payload { self.run_length } else { 0 };
+        // Through AF_XDP, the fragments of a message go to the kernel together.
+        let station = self.xdp.as_ref().filter(|_| len > self.frag_payload).map(|x| x.station.clone());
+        let _batch = station.as_deref().map(crate::xdp::Station::batch);
         while let Some(t) = self.call.poll_transmit() {
             if let Transmit::CallFragment { index, please_ack } = t {
                 if run_length >= 2 {

@@ -137,6 +137,8 @@ pub(super) fn flush(
     let segmenting = seal.is_none() && via.is_none() && shared.segmenting.load(Ordering::Relaxed);
     let run_length = if segmenting { transmit::run_length(segment) } else { 0 };
     let mut run = transmit::RunQueue::new();
+    // Through AF_XDP, the fragments of a result go to the kernel together.
+    let _batch = via.map(|v| v.station.batch());
     while let Some(index) = cell.poll_fragment() {
         if run_length >= 2 {
             if let Fragment::Parts(_, body) = cell.fragment(binding, index) {
