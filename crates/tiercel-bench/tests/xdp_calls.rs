@@ -33,6 +33,12 @@ fn every_procedure_goes_through_af_xdp_and_the_program_is_gone_once_client_and_s
         for round in 0..ROUNDS {
             check_all(&client, round).unwrap_or_else(|e| panic!("round {round}: {e}"));
         }
+        // After pauses longer than either side spins, both block (the client in `poll` on the
+        // station's socket, the server's worker too): each next call wakes them.
+        for _ in 0..3 {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            assert_eq!(client.add(40, 2).unwrap(), 42);
+        }
         // A call and a result of many packets each (64 KiB in frames of one MTU).
         let mut big = vec![0u8; 64 << 10];
         fill(&mut big);
@@ -44,7 +50,7 @@ fn every_procedure_goes_through_af_xdp_and_the_program_is_gone_once_client_and_s
     assert_eq!(stats.malformed, 0, "{stats:?}");
     let after = (kernel_udp(&pair.a), kernel_udp(&pair.b));
     // The bind exchange goes through the client's kernel (a few datagrams); the calls do not.
-    let calls = u64::from(ROUNDS) * CHECK_CALLS + 1;
+    let calls = u64::from(ROUNDS) * CHECK_CALLS + 4;
     for (side, (before, after)) in [("server", (before.0, after.0)), ("client", (before.1, after.1))] {
         let (received, sent) = (after.0 - before.0, after.1 - before.1);
         assert!(received <= 4 && sent <= 4, "{side}'s kernel: {received} in, {sent} out, for {calls} calls");
