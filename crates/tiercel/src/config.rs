@@ -311,8 +311,9 @@ pub struct ServerConfig {
     /// another interface (loopback) or queue go to the server's socket as ever. A server that
     /// cannot open it (no privilege, another program attached, a build without the feature)
     /// serves through the kernel and says why ([`RunningServer::xdp`](crate::RunningServer::xdp)).
-    /// Costs nothing per call when `None`, the default; with it, every datagram the server sends
-    /// asks the station whether it heard the peer (a hash lookup under a lock).
+    /// Costs nothing per call when `None`, the default (one branch); with it, every datagram the
+    /// server sends goes to the station first, which looks the peer up (a hash lookup under a lock)
+    /// and leaves a peer it never heard to the server's socket.
     pub xdp: Option<String>,
 }
 

@@ -166,7 +166,8 @@ impl Station {
     /// The station of interface `ifname` (of this thread's network namespace): the one this process
     /// has open, or a new one (the program attached, the socket bound to queue 0). Root, or
     /// `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_BPF`, is needed; another process's XDP program on the
-    /// interface makes it fail.
+    /// interface makes it fail. Stations are known by the interface's name: the threads of one
+    /// process in different network namespaces must not use interfaces of the same name.
     pub fn on(ifname: &str) -> io::Result<Arc<Station>> {
         let mut open = lock(&STATIONS);
         open.retain(|(_, s)| s.strong_count() > 0);

@@ -411,8 +411,9 @@ pub(crate) type EndpointBinding = tiercel_proto::endpoint::Binding<SocketAddr, A
 pub(crate) type UdpSlot = tiercel_proto::endpoint::SlotCell<SocketAddr>;
 
 impl Shared {
-    /// The way out through the AF_XDP station to `to`, when the server has one and has heard `to`
-    /// through it; `None` (one branch, for a server without one) sends through a socket.
+    /// The way out through the AF_XDP station to `to`, when the server has one: the station sends
+    /// only to a peer it heard, and leaves any other to the socket (`transmit::send_via`). `None`
+    /// (one branch, for a server without one) sends through a socket.
     #[inline]
     pub(crate) fn via(&self, to: &SocketAddr) -> Option<crate::xdp::Via<'_>> {
         let station = self.xdp.as_deref()?;
