@@ -182,3 +182,40 @@ fn eight_threads_on_one_secure_binding_call_through_af_xdp_at_once() {
     stop.send(()).unwrap();
     server.join().unwrap();
 }
+
+#[test]
+fn a_long_procedure_through_af_xdp_holds_up_only_its_own_caller() {
+    tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
+    let pair = Pair::new();
+    let port = tiercel_seeds::free_port();
+    let addr: SocketAddr = format!("{}:{port}", pair.server_ip()).parse().unwrap();
+    let (status, stop, server) = serve(&pair.a, addr, &pair.va);
+    assert!(matches!(status, Some(Ok(_))), "{status:?}");
+    let (quick_calls, slow_done_first) = in_namespace(&pair.b, move || {
+        let client: TestClient = Client::connect(format!("xdp://{addr}")).unwrap().import().unwrap();
+        client.null().unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let slow = {
+            let (client, done) = (client.clone(), done.clone());
+            std::thread::spawn(move || {
+                // Half a second of work on the server, through the worker reading the station.
+                client.work(500_000).unwrap();
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Meanwhile another thread's calls are read and run by another worker.
+        let mut calls = 0;
+        for _ in 0..20 {
+            assert_eq!(client.add(calls, 1).unwrap(), calls + 1);
+            calls += 1;
+        }
+        let slow_done_first = done.load(std::sync::atomic::Ordering::SeqCst);
+        slow.join().unwrap();
+        (calls, slow_done_first)
+    });
+    assert_eq!(quick_calls, 20);
+    assert!(!slow_done_first, "the quick calls waited for the long one");
+    stop.send(()).unwrap();
+    server.join().unwrap();
+}

@@ -305,8 +305,9 @@ pub struct ServerConfig {
     /// An interface (of the server's network namespace) whose UDP datagrams to the server's port
     /// are read and answered through an AF_XDP socket instead of the kernel's UDP stack (crate
     /// feature `xdp`; root, or `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_BPF`). tiercel's XDP program
-    /// is attached to it, in the driver's hook where the driver has one, and a worker of its own
-    /// reads queue 0's socket, spinning for `spin` after each datagram, then blocking. Clients reach
+    /// is attached to it, in the driver's hook where the driver has one, and workers of their own
+    /// (up to four) serve queue 0's socket: one reads, spinning for `spin` after each datagram, then
+    /// blocking; another reads in its stead while it runs a call for a millisecond or more. Clients reach
     /// it with `xdp://` addresses, or through the kernel on their side; datagrams that arrive on
     /// another interface (loopback) or queue go to the server's socket as ever. A server that
     /// cannot open it (no privilege, another program attached, a build without the feature)

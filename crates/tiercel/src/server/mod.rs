@@ -287,9 +287,18 @@ impl Server {
             handles.push(handle);
         }
         if let Some(port) = xdp_port {
-            let worker = udp::UdpWorker::new(shared.clone(), workers);
-            let handle = std::thread::Builder::new().name("tiercel-xdp".into()).spawn(move || worker.run_xdp(port))?;
-            handles.push(handle);
+            // Up to four AF_XDP workers: one reads, the others take over from a long call.
+            let port = Arc::new(port);
+            let n = workers.min(4);
+            let crew = Arc::new(udp::XdpCrew::new(n));
+            for k in 0..n {
+                let worker = udp::UdpWorker::new(shared.clone(), workers + k);
+                let (port, crew) = (port.clone(), crew.clone());
+                let handle = std::thread::Builder::new()
+                    .name(format!("tiercel-xdp-{k}"))
+                    .spawn(move || worker.run_xdp(port, crew, k))?;
+                handles.push(handle);
+            }
         }
         if let Some(listener) = listener {
             handles.push(shm::listen(&shared, listener)?);

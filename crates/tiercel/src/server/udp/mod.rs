@@ -56,6 +56,52 @@ enum Landed {
     Received(usize),
 }
 
+/// The server's AF_XDP workers: which reads the station, and how far each is in the datagrams it has
+/// handled (the reader's only store per datagram: no clock is read).
+pub(super) struct XdpCrew {
+    /// The worker reading the station.
+    reader: AtomicUsize,
+    /// Twice the datagrams each worker has handled, plus one while it handles one.
+    handling: Box<[AtomicU64]>,
+}
+
+impl XdpCrew {
+    pub(super) fn new(workers: usize) -> XdpCrew {
+        XdpCrew { reader: AtomicUsize::new(0), handling: (0..workers).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// Worker `me` handles a datagram with `handle`.
+    #[inline]
+    fn handle(&self, me: usize, handle: impl FnOnce()) {
+        let Some(count) = self.handling.get(me) else { return handle() };
+        let n = count.load(Ordering::Relaxed);
+        count.store(n + 1, Ordering::Release);
+        handle();
+        count.store(n + 2, Ordering::Release);
+    }
+
+    /// Waits, then reads in the reader's stead if it is handling the very datagram it was at the
+    /// last look (`seen`), a wait of at least a tick ago (it stands by once that call is over). The
+    /// deputy (the first worker standing by) waits `waited`: a tick after a look that found the
+    /// reader handling a datagram, else twice the last wait, up to 8 ms (as the deputy of the UDP
+    /// listeners looks, `waiting::crew::next_look`), so a few hundred looks a second while calls
+    /// are quick. The others look every 100 ms: one of them takes over only while the deputy itself
+    /// is running a long call as the reader.
+    fn stand_by(&self, me: usize, waited: &mut Duration, seen: &mut (usize, u64)) {
+        let reader = self.reader.load(Ordering::Acquire);
+        let deputy = usize::from(reader == 0);
+        std::thread::park_timeout(if me == deputy { *waited } else { SPARES_IDLE });
+        let reader = self.reader.load(Ordering::Acquire);
+        let at = self.handling.get(reader).map_or(0, |c| c.load(Ordering::Acquire));
+        let busy = at & 1 == 1;
+        if busy && *seen == (reader, at) {
+            let _ = self.reader.compare_exchange(reader, me, Ordering::AcqRel, Ordering::Acquire);
+        }
+        *seen = (reader, at);
+        *waited = crate::waiting::crew::next_look(*waited, busy);
+    }
+}
+
 /// Whether a reply to `p` carries a checksum trailer: when `p` did.
 fn checksummed(p: &Packet<&[u8]>) -> bool {
     p.flags() & flags::CHECKSUM != 0
@@ -319,9 +365,12 @@ impl UdpWorker {
 
     /// Reads the server's AF_XDP port (`ServerConfig::xdp`) and runs what arrives, as `listen` reads
     /// a socket: each datagram handled as it comes (no batches, none received in place), spinning
-    /// for `ServerConfig::spin` after each, then blocking, until the server stops. The port goes
-    /// back to the kernel when this returns.
-    pub(super) fn run_xdp(self, port: crate::xdp::Port) {
+    /// for `ServerConfig::spin` after each, then blocking. One of the server's AF_XDP workers (this
+    /// is worker `me` of `crew`) reads at a time; the others stand by, and one of them reads in its
+    /// stead once it has been running one call for a millisecond or more ([`XdpCrew::stand_by`]),
+    /// so that a long procedure holds up only its own caller. Returns when the server stops; the port goes back to the
+    /// kernel when the last worker has.
+    pub(super) fn run_xdp(self, port: Arc<crate::xdp::Port>, crew: Arc<XdpCrew>, me: usize) {
         if self.shared.config.key.is_some() {
             transmit::prepare_sealing();
         }
@@ -334,14 +383,20 @@ impl UdpWorker {
         let mut buf = vec![0u8; self.shared.config.max_datagram.max(tiercel_proto::wire::MAX_UDP_PAYLOAD)];
         let spin = self.shared.config.spin;
         let mut spin_until = Instant::now();
+        let (mut waited, mut seen) = (crate::waiting::crew::TICK, (usize::MAX, 0));
         while !self.shared.stop.load(Ordering::Relaxed) {
+            if crew.reader.load(Ordering::Acquire) != me {
+                crew.stand_by(me, &mut waited, &mut seen);
+                spin_until = Instant::now();
+                continue;
+            }
             if let Some((n, from)) = port.station.recv(port.port, &mut buf) {
                 mark(Point::ServerArrived);
                 let from = match mapped {
                     false => SocketAddr::V4(from),
                     true => SocketAddr::V6(std::net::SocketAddrV6::new(from.ip().to_ipv6_mapped(), from.port(), 0, 0)),
                 };
-                self.handle_packet(&buf[..n], from);
+                crew.handle(me, || self.handle_packet(&buf[..n], from));
                 steps::close();
                 spin_until = Instant::now() + spin;
                 continue;
