@@ -84,7 +84,7 @@ impl XdpCrew {
     /// last look (`seen`), a wait of at least a tick ago (it stands by once that call is over). The
     /// deputy (the first worker standing by) waits `waited`: a tick after a look that found the
     /// reader handling a datagram, else twice the last wait, up to 8 ms (as the deputy of the UDP
-    /// listeners looks, `waiting::crew::next_look`), so a few hundred looks a second while calls
+    /// listeners looks, `waiting::crew::next_look`), so 125 to 1,000 looks a second while calls
     /// are quick. The others look every 100 ms: one of them takes over only while the deputy itself
     /// is running a long call as the reader.
     fn stand_by(&self, me: usize, waited: &mut Duration, seen: &mut (usize, u64)) {
