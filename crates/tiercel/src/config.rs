@@ -307,11 +307,12 @@ pub struct ServerConfig {
     /// feature `xdp`; root, or `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_BPF`). tiercel's XDP program
     /// is attached to it, in the driver's hook where the driver has one, and workers of their own
     /// (up to four) serve queue 0's socket: one reads, spinning for `spin` after each datagram, then
-    /// blocking; another reads in its stead while it runs a call for a millisecond or more. Clients reach
-    /// it with `xdp://` addresses, or through the kernel on their side; datagrams that arrive on
-    /// another interface (loopback) or queue go to the server's socket as ever. A server that
-    /// cannot open it (no privilege, another program attached, a build without the feature)
-    /// serves through the kernel and says why ([`RunningServer::xdp`](crate::RunningServer::xdp)).
+    /// blocking; another reads in its stead while it runs a long call (within about 17 ms of its
+    /// start). Clients reach it with `xdp://` addresses, or through the kernel on their side;
+    /// datagrams that arrive on another interface (loopback) or queue go to the server's socket as
+    /// ever. A server that cannot open it (no privilege, another program attached, a build without
+    /// the feature) serves through the kernel and says why
+    /// ([`RunningServer::xdp`](crate::RunningServer::xdp)).
     /// Costs nothing per call when `None`, the default (one branch); with it, every datagram the
     /// server sends goes to the station first, which looks the peer up (a hash lookup under a lock)
     /// and leaves a peer it never heard to the server's socket.

@@ -83,22 +83,24 @@ impl XdpCrew {
     /// Waits, then reads in the reader's stead if it is handling the very datagram it was at the
     /// last look (`seen`), a wait of at least a tick ago (it stands by once that call is over). The
     /// deputy (the first worker standing by) waits `waited`: a tick after a look that found the
-    /// reader handling a datagram, else twice the last wait, up to 8 ms (as the deputy of the UDP
-    /// listeners looks, `waiting::crew::next_look`), so 125 to 1,000 looks a second while calls
-    /// are quick. The others look every 100 ms: one of them takes over only while the deputy itself
-    /// is running a long call as the reader.
+    /// reader on the datagram of the look before, else twice the last wait, up to 8 ms (as the
+    /// deputy of the UDP listeners looks, `waiting::crew::next_look`): while calls are quick, 125
+    /// looks a second, and a long call is taken over within about 17 ms. The others look every
+    /// 100 ms: one of them takes over only while the deputy itself is running a long call as the
+    /// reader.
     fn stand_by(&self, me: usize, waited: &mut Duration, seen: &mut (usize, u64)) {
         let reader = self.reader.load(Ordering::Acquire);
         let deputy = usize::from(reader == 0);
         std::thread::park_timeout(if me == deputy { *waited } else { SPARES_IDLE });
         let reader = self.reader.load(Ordering::Acquire);
         let at = self.handling.get(reader).map_or(0, |c| c.load(Ordering::Acquire));
-        let busy = at & 1 == 1;
-        if busy && *seen == (reader, at) {
+        // On one datagram since the last look: a long call. Quick calls look free to the backoff.
+        let stuck = at & 1 == 1 && *seen == (reader, at);
+        if stuck {
             let _ = self.reader.compare_exchange(reader, me, Ordering::AcqRel, Ordering::Acquire);
         }
         *seen = (reader, at);
-        *waited = crate::waiting::crew::next_look(*waited, busy);
+        *waited = crate::waiting::crew::next_look(*waited, stuck);
     }
 }
 
@@ -367,9 +369,9 @@ impl UdpWorker {
     /// a socket: each datagram handled as it comes (no batches, none received in place), spinning
     /// for `ServerConfig::spin` after each, then blocking. One of the server's AF_XDP workers (this
     /// is worker `me` of `crew`) reads at a time; the others stand by, and one of them reads in its
-    /// stead once it has been running one call for a millisecond or more ([`XdpCrew::stand_by`]),
-    /// so that a long procedure holds up only its own caller. Returns when the server stops; the port goes back to the
-    /// kernel when the last worker has.
+    /// stead once it has been running one call for a while ([`XdpCrew::stand_by`]), so that a long
+    /// procedure holds up only its own caller. Returns when the server stops; the port goes back to
+    /// the kernel when the last worker has.
     pub(super) fn run_xdp(self, port: Arc<crate::xdp::Port>, crew: Arc<XdpCrew>, me: usize) {
         if self.shared.config.key.is_some() {
             transmit::prepare_sealing();
