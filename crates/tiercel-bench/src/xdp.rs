@@ -11,7 +11,7 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
-use tiercel_sys::xdp::{frame, mac_of, Steering, Xsk};
+use tiercel_sys::xdp::{frame, mac_of, Steering, Xsk, FRAMES};
 
 use crate::progress::outln;
 use crate::raw::PingPong;
@@ -96,7 +96,7 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
     }
     let mut steering = Steering::attach(&args.ifname)?;
     steering.steer_port(args.port)?;
-    let mut xsk = Xsk::bind(&mut steering, 0)?;
+    let mut xsk = Xsk::bind(&mut steering, 0, FRAMES)?;
     let me = mac_of(&args.ifname)?;
     println!("listening xdp://{}:{} ({:?} mode)", args.ifname, args.port, steering.mode());
     use std::io::Write as _;
@@ -313,7 +313,7 @@ fn xdp_round(args: &RemoteArgs, time: Duration) -> crate::Result<Round> {
     let peer = peer_mac(args.addr)?;
     let mut steering = Steering::attach(&args.ifname)?;
     steering.steer_port(CLIENT_PORT)?;
-    let mut xsk = Xsk::bind(&mut steering, 0)?;
+    let mut xsk = Xsk::bind(&mut steering, 0, FRAMES)?;
     let me = SocketAddrV4::new(client_ip(), CLIENT_PORT);
     let template = frame::Template::new(mac_of(&args.ifname)?, me, peer, args.addr);
     let (mut out, mut payload) = (Vec::with_capacity(2048), [0u8; PAYLOAD]);

@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tiercel_sys::xdp::{frame, mac_of, Mode, Steering, Xsk};
+use tiercel_sys::xdp::{frame, mac_of, Mode, Steering, Xsk, FRAMES};
 
 /// Two namespaces and a veth pair between them, removed when dropped.
 struct Pair {
@@ -98,7 +98,7 @@ fn an_af_xdp_socket_takes_its_ports_datagrams_and_the_kernel_keeps_the_rest() {
         let mut steering = Steering::attach("xb").unwrap();
         let mode = steering.mode();
         steering.steer_port(STEERED).unwrap();
-        let mut xsk = Xsk::bind(&mut steering, 0).unwrap();
+        let mut xsk = Xsk::bind(&mut steering, 0, FRAMES).unwrap();
         let me = mac_of("xb").unwrap();
         ready_tx.send(()).unwrap();
         let (mut echoed, mut buf, mut out) = (0, [0u8; 2048], Vec::new());
@@ -139,7 +139,7 @@ fn an_af_xdp_socket_takes_its_ports_datagrams_and_the_kernel_keeps_the_rest() {
     let mut steering = Steering::attach("xa").unwrap();
     let me = pair.addr(1, 7778);
     steering.steer_port(me.port()).unwrap();
-    let mut xsk = Xsk::bind(&mut steering, 0).unwrap();
+    let mut xsk = Xsk::bind(&mut steering, 0, FRAMES).unwrap();
     let template = frame::Template::new(mac_of("xa").unwrap(), me, peer_mac(&pair), b_xdp);
     let mut out = Vec::new();
     for i in 0..20u8 {

@@ -219,3 +219,72 @@ fn a_long_procedure_through_af_xdp_holds_up_only_its_own_caller() {
     stop.send(()).unwrap();
     server.join().unwrap();
 }
+
+/// Runs `CHECK_CALLS` calls `rounds` times on each of `threads` threads sharing `client`.
+fn on_threads(client: &TestClient, threads: u32, rounds: u32) {
+    let threads: Vec<_> = (0..threads)
+        .map(|t| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                for round in 0..rounds {
+                    check_all(&client, round * 8 + t).unwrap_or_else(|e| panic!("thread {t}: {e}"));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn a_client_on_an_interface_of_four_queues_reads_the_results_from_every_queue() {
+    tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
+    // A server without AF_XDP: its kernel sends each thread's results on the queue that thread's
+    // port hashes to, and they arrive on the client's queue of that number. With a socket on
+    // queue 0 only, the results that arrived on the others went to the kernel and were never read
+    // (calls failed: "did not answer").
+    let pair = Pair::with_queues(4);
+    let port = tiercel_seeds::free_port();
+    let addr: SocketAddr = format!("{}:{port}", pair.server_ip()).parse().unwrap();
+    let (status, stop, server) = serve_plain(&pair.a, addr);
+    assert_eq!(status, None);
+    let before = kernel_udp(&pair.b);
+    let vb = pair.vb.clone();
+    let (transport, queues, received) = in_namespace(&pair.b, move || {
+        let client: TestClient = Client::connect(format!("xdp://{addr}")).unwrap().import().unwrap();
+        on_threads(&client, 8, 3);
+        // The station the client's endpoints use (the process has one per interface).
+        let station = tiercel_sys::xdp::Station::on(&vb).unwrap();
+        (client.binding().transport(), station.queues(), station.stats().received)
+    });
+    assert_eq!((transport, queues), (Transport::Xdp, 4));
+    let after = kernel_udp(&pair.b);
+    let calls = 8 * 3 * CHECK_CALLS;
+    assert!(received >= calls, "{received} datagrams through the station for {calls} calls");
+    // Only the bind's datagrams reached the client's kernel.
+    assert!(after.0 - before.0 <= 4, "the client's kernel received {} datagrams", after.0 - before.0);
+    stop.send(()).unwrap();
+    server.join().unwrap();
+}
+
+#[test]
+fn a_server_on_an_interface_of_four_queues_reads_the_calls_from_every_queue() {
+    tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
+    // Clients without AF_XDP: each thread's calls leave its kernel on the queue its port hashes
+    // to, and arrive on the server's queue of that number, where the server's station has a socket.
+    let pair = Pair::with_queues(4);
+    let port = tiercel_seeds::free_port();
+    let addr: SocketAddr = format!("{}:{port}", pair.server_ip()).parse().unwrap();
+    let (status, stop, server) = serve(&pair.a, addr, &pair.va);
+    assert!(matches!(status, Some(Ok(_))), "{status:?}");
+    let before = kernel_udp(&pair.a);
+    in_namespace(&pair.b, move || {
+        let client: TestClient = Client::connect(format!("udp://{addr}")).unwrap().import().unwrap();
+        on_threads(&client, 8, 3);
+    });
+    let after = kernel_udp(&pair.a);
+    assert!(after.0 - before.0 <= 4, "the server's kernel received {} datagrams", after.0 - before.0);
+    stop.send(()).unwrap();
+    server.join().unwrap();
+}

@@ -26,7 +26,7 @@ use xdp::slab::{HeapSlab, Slab};
 pub mod frame;
 mod station;
 
-pub use station::{Batch, Station, StationStats};
+pub use station::{Batch, Station, StationStats, MAX_QUEUES};
 
 /// Where the XDP program runs on the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,6 +195,47 @@ pub fn mtu_of(ifname: &str) -> io::Result<usize> {
     usize::try_from(mtu).map_err(|_| io::Error::other("a negative MTU"))
 }
 
+/// The number of receive queues of interface `ifname` of this thread's network namespace: its
+/// receive-only and combined channels (`SIOCETHTOOL`, `ETHTOOL_GCHANNELS`), or 1 when its driver
+/// does not say (a driver without channels has one queue).
+pub fn rx_queues(ifname: &str) -> io::Result<u32> {
+    /// `struct ethtool_channels` of `<linux/ethtool.h>`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct Channels {
+        cmd: u32,
+        max_rx: u32,
+        max_tx: u32,
+        max_other: u32,
+        max_combined: u32,
+        rx_count: u32,
+        tx_count: u32,
+        other_count: u32,
+        combined_count: u32,
+    }
+    const ETHTOOL_GCHANNELS: u32 = 0x3c;
+    let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))?;
+    // SAFETY: `ifreq` is plain data, for which all zeroes is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    let name = ifname.as_bytes();
+    if name.is_empty() || name.len() >= request.ifr_name.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no interface {ifname}")));
+    }
+    for (to, from) in request.ifr_name.iter_mut().zip(name) {
+        *to = *from as libc::c_char;
+    }
+    let mut channels = Channels { cmd: ETHTOOL_GCHANNELS, ..Channels::default() };
+    request.ifr_ifru.ifru_data = (&mut channels as *mut Channels).cast();
+    // SAFETY: the descriptor is open for the call (held by `socket`), `request` has a NUL-terminated
+    // name and points at `channels`, an `ethtool_channels` that lives through the call, which
+    // ETHTOOL_GCHANNELS fills in.
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCETHTOOL, &mut request) } != 0 {
+        let e = io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::EOPNOTSUPP) { Ok(1) } else { Err(e) };
+    }
+    Ok(channels.rx_count.saturating_add(channels.combined_count).max(1))
+}
+
 /// The hardware address the kernel's neighbor table holds for `ip` on interface `ifname` (of this
 /// thread's network namespace), if it holds a complete one (`SIOCGARP`).
 pub fn neighbor(ifname: &str, ip: std::net::Ipv4Addr) -> io::Result<Option<[u8; 6]>> {
@@ -273,26 +314,39 @@ pub fn interface_addresses() -> io::Result<Vec<(String, std::net::Ipv4Addr)>> {
     Ok(found)
 }
 
-/// Waits for the descriptor `fd` (an [`Xsk`]'s, kept open by its owner meanwhile) to be readable,
-/// at most `timeout`.
-fn poll_readable(fd: i32, timeout: Option<std::time::Duration>) -> io::Result<bool> {
-    // SAFETY: the caller keeps the descriptor open for the call (a station holds its socket).
-    let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
-    let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+/// Waits for one of the descriptors `fds` ([`Xsk`]s', kept open by their owner meanwhile) to be
+/// readable, at most `timeout`.
+fn poll_readable(fds: &[i32], timeout: Option<std::time::Duration>) -> io::Result<bool> {
+    use rustix::event::{PollFd, PollFlags};
     let timeout = timeout.map(|t| rustix::event::Timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
         tv_nsec: i64::from(t.subsec_nanos()),
     });
-    match rustix::event::poll(&mut fds, timeout.as_ref()) {
+    let poll = |polled: &mut [PollFd<'_>]| match rustix::event::poll(polled, timeout.as_ref()) {
         Ok(n) => Ok(n > 0),
         Err(rustix::io::Errno::INTR) => Ok(false),
         Err(e) => Err(e.into()),
+    };
+    if let [fd] = fds {
+        // SAFETY: the caller keeps the descriptor open for the call (a station holds its sockets).
+        let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(*fd) };
+        return poll(&mut [PollFd::new(&fd, PollFlags::IN)]);
     }
+    let borrowed: Vec<_> = fds
+        .iter()
+        // SAFETY: as above, for each descriptor.
+        .map(|&fd| unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) })
+        .collect();
+    let mut polled: Vec<_> = borrowed.iter().map(|fd| PollFd::new(fd, PollFlags::IN)).collect();
+    poll(&mut polled)
 }
 
-/// Frames of an [`Xsk`]'s UMEM, each 4 KiB: as many for receiving as the fill ring holds, and as
-/// many again for sending.
-const FRAMES: u32 = 4096;
+/// Frames of the UMEM of an [`Xsk`] that sends, each 4 KiB: half for receiving (handed to the
+/// kernel), half for sending.
+pub const FRAMES: u32 = 4096;
+/// Frames of the UMEM of an [`Xsk`] that only receives (a station's sockets on queues other than
+/// its first), half of them handed to the kernel.
+pub const RECEIVING_FRAMES: u32 = 1024;
 /// Frames handed to the kernel for receiving, and the most read or sent at once.
 const BATCH: usize = 64;
 
@@ -326,10 +380,11 @@ impl std::fmt::Debug for Xsk {
 }
 
 impl Xsk {
-    /// Opens an AF_XDP socket on queue `queue` of the interface `steering` is attached to, and has
-    /// the program send that queue's steered datagrams to it. Copy mode: veth has no zero-copy.
-    pub fn bind(steering: &mut Steering, queue: u32) -> io::Result<Xsk> {
-        let config = xdp::umem::UmemCfgBuilder { frame_count: FRAMES, ..Default::default() }
+    /// Opens an AF_XDP socket on queue `queue` of the interface `steering` is attached to, with a
+    /// UMEM of `frames` frames (half handed to the kernel for receiving), and has the program send
+    /// that queue's steered datagrams to it. Copy mode: veth has no zero-copy.
+    pub fn bind(steering: &mut Steering, queue: u32, frames: u32) -> io::Result<Xsk> {
+        let config = xdp::umem::UmemCfgBuilder { frame_count: frames, ..Default::default() }
             .build()
             .map_err(|e| other("UMEM", e))?;
         let mut umem = xdp::Umem::map(config)?;
@@ -338,7 +393,7 @@ impl Xsk {
         let (rings, mut flags) = builder.build_rings(&umem, rings).map_err(|e| other("AF_XDP rings", e))?;
         let mut fill = rings.fill_ring;
         // SAFETY: the UMEM is kept in the `Xsk` with the socket and dropped after it (field order).
-        unsafe { fill.enqueue(&mut umem, FRAMES as usize / 2) };
+        unsafe { fill.enqueue(&mut umem, frames as usize / 2) };
         flags.force_copy();
         let socket = builder
             .bind(NicIndex::new(steering.ifindex), queue, flags)

@@ -145,7 +145,11 @@ pub(crate) fn describe(station: &Station) -> String {
         tiercel_sys::xdp::Mode::Driver => "the driver's XDP hook",
         tiercel_sys::xdp::Mode::Generic => "the kernel's generic XDP hook (the driver has none)",
     };
-    format!("AF_XDP on {} ({}), queue 0, in {hook}", station.ifname(), station.ip())
+    let queues = match station.queues() {
+        1 => "its one queue".to_owned(),
+        n => format!("its {n} queues"),
+    };
+    format!("AF_XDP on {} ({}), {queues}, in {hook}", station.ifname(), station.ip())
 }
 
 #[cfg(not(feature = "xdp"))]

@@ -28,6 +28,13 @@ fn ip(args: &[&str]) {
 
 impl Pair {
     pub fn new() -> Pair {
+        Pair::with_queues(1)
+    }
+
+    /// A pair whose interfaces have `queues` receive and transmit queues each: a datagram the
+    /// kernel sends leaves on the queue its flow hashes to, and arrives on the peer's queue of the
+    /// same number.
+    pub fn with_queues(queues: u32) -> Pair {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let id = format!("{}{}", std::process::id() % 100_000, NEXT.fetch_add(1, Ordering::Relaxed));
         let subnet = (std::process::id() % 100) as u8 + 100 + NEXT.load(Ordering::Relaxed) as u8;
@@ -35,7 +42,29 @@ impl Pair {
             Pair { a: format!("tqa{id}"), b: format!("tqb{id}"), va: format!("qa{id}"), vb: format!("qb{id}"), subnet };
         ip(&["netns", "add", &pair.a]);
         ip(&["netns", "add", &pair.b]);
-        ip(&["link", "add", &pair.va, "netns", &pair.a, "type", "veth", "peer", "name", &pair.vb, "netns", &pair.b]);
+        let q = queues.to_string();
+        ip(&[
+            "link",
+            "add",
+            &pair.va,
+            "netns",
+            &pair.a,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &pair.vb,
+            "netns",
+            &pair.b,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+        ]);
         for (ns, dev, host) in [(&pair.a, &pair.va, 1), (&pair.b, &pair.vb, 2)] {
             ip(&["-n", ns, "addr", "add", &format!("10.{}.0.{host}/24", pair.subnet), "dev", dev]);
             ip(&["-n", ns, "link", "set", dev, "up"]);

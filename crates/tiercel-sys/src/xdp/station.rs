@@ -1,13 +1,14 @@
-//! A station: the AF_XDP socket on queue 0 of one interface, with tiercel's XDP program, shared by
-//! every user of that interface in this process (a server's port, a client's endpoints), each
-//! known by its UDP port.
+//! A station: an AF_XDP socket on each receive queue of one interface, with tiercel's XDP program,
+//! shared by every user of that interface in this process (a server's port, a client's endpoints),
+//! each known by its UDP port.
 //!
 //! The program steers the datagrams addressed to the ports opened here ([`Station::open_port`]) to
-//! the socket; everything else goes on to the kernel. A datagram is sent as a frame built in the
-//! socket's memory (the headers, then the parts given, one copy of each) to the hardware address the
-//! station learned from the peer's own frames, or else the kernel's neighbor table's. A datagram
-//! read from the socket for another port than the reader's is left in that port's mailbox, and its
-//! reader woken: one thread at a time polls the socket's descriptor, the others wait for it.
+//! the socket of the queue they arrived on; everything else goes on to the kernel. A datagram is
+//! sent as a frame built in the memory of queue 0's socket (the headers, then the parts given, one
+//! copy of each) to the hardware address the station learned from the peer's own frames, or else
+//! the kernel's neighbor table's. A datagram
+//! read for another port than the reader's is left in that port's mailbox, and its reader woken: one
+//! thread at a time polls the sockets' descriptors, the others wait for it.
 //!
 //! Nothing here is unsafe: the rings and the memory are [`Xsk`]'s, the system calls `xdp.rs`'s.
 
@@ -28,8 +29,11 @@ const MAILBOX: usize = 256;
 const NEIGHBORS: usize = 4096;
 /// The longest UDP payload a UMEM frame holds (4 KiB, less the headroom and headers).
 const FRAME_PAYLOAD: usize = 3584;
+/// The most receive queues a station reads (a socket and a UMEM of 4 MiB each beyond the first);
+/// an interface with more has no station.
+pub const MAX_QUEUES: u32 = 16;
 
-/// One interface's AF_XDP socket and XDP program, shared in this process.
+/// One interface's AF_XDP sockets and XDP program, shared in this process.
 pub struct Station {
     ifname: String,
     ip: Ipv4Addr,
@@ -37,7 +41,8 @@ pub struct Station {
     /// The longest UDP payload one frame carries (the MTU, less the IPv4 and UDP headers).
     max_payload: usize,
     mode: Mode,
-    fd: i32,
+    /// The sockets' descriptors, to poll.
+    fds: Vec<i32>,
     io: Mutex<Io>,
     post: Mutex<Post>,
     /// Datagrams in mailboxes: a reader looks in its own only when there are some.
@@ -50,7 +55,8 @@ pub struct Station {
 
 /// What sending and receiving share.
 struct Io {
-    xsk: Xsk,
+    /// A socket on each receive queue; the first, queue 0's, sends.
+    xsks: Vec<Xsk>,
     /// Hardware addresses learned from frames received (heard), or read from the kernel's
     /// neighbor table, by IPv4 address.
     neighbors: HashMap<u32, Neighbor, BuildIpHasher>,
@@ -150,7 +156,7 @@ impl Drop for Batch<'_> {
         let depth = BATCH.get().saturating_sub(1);
         BATCH.set(depth);
         if depth == 0 && KICK.replace(false) {
-            let _ = lock(&self.station.io).xsk.kick();
+            let _ = lock(&self.station.io).xsks[0].kick();
         }
     }
 }
@@ -164,9 +170,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Station {
     /// The station of interface `ifname` (of this thread's network namespace): the one this process
-    /// has open, or a new one (the program attached, the socket bound to queue 0). Root, or
-    /// `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_BPF`, is needed; another process's XDP program on the
-    /// interface makes it fail. Stations are known by the interface's name: the threads of one
+    /// has open, or a new one (the program attached, a socket bound to each of its receive queues,
+    /// [`MAX_QUEUES`] at most: an interface with more has none). Root, or `CAP_NET_ADMIN`,
+    /// `CAP_NET_RAW` and `CAP_BPF`, is needed; another process's XDP program on the interface makes
+    /// it fail. Stations are known by the interface's name: the threads of one
     /// process in different network namespaces must not use interfaces of the same name.
     pub fn on(ifname: &str) -> io::Result<Arc<Station>> {
         let mut open = lock(&STATIONS);
@@ -177,17 +184,28 @@ impl Station {
         let ip = interface_ipv4(ifname)?;
         let mac = super::mac_of(ifname)?;
         let max_payload = super::mtu_of(ifname)?.saturating_sub(28).min(FRAME_PAYLOAD);
+        let queues = super::rx_queues(ifname)?;
+        if queues > MAX_QUEUES {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{ifname} has {queues} receive queues; a station reads at most {MAX_QUEUES}"),
+            ));
+        }
         let mut steering = Steering::attach(ifname)?;
-        let xsk = Xsk::bind(&mut steering, 0)?;
+        let mut xsks = Vec::with_capacity(queues as usize);
+        for queue in 0..queues {
+            let frames = if queue == 0 { super::FRAMES } else { super::RECEIVING_FRAMES };
+            xsks.push(Xsk::bind(&mut steering, queue, frames)?);
+        }
         let station = Arc::new(Station {
             ifname: ifname.to_owned(),
             ip,
             mac,
             max_payload,
             mode: steering.mode(),
-            fd: xsk.as_raw_fd(),
+            fds: xsks.iter().map(AsRawFd::as_raw_fd).collect(),
             io: Mutex::new(Io {
-                xsk,
+                xsks,
                 neighbors: HashMap::with_hasher(BuildIpHasher),
                 #[cfg(feature = "fault-injection")]
                 held: Vec::new(),
@@ -229,6 +247,11 @@ impl Station {
     /// Where the program runs.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// The receive queues read, a socket on each.
+    pub fn queues(&self) -> usize {
+        self.fds.len()
     }
 
     /// The counters as they stand.
@@ -311,11 +334,11 @@ impl Station {
             return sent.map(|()| len);
         }
         let queued = if BATCH.get() > 0 {
-            let queued = io.xsk.queue_parts(&all[..=parts.len()])?;
+            let queued = io.xsks[0].queue_parts(&all[..=parts.len()])?;
             KICK.set(KICK.get() || queued);
             queued
         } else {
-            io.xsk.send_parts(&all[..=parts.len()])?
+            io.xsks[0].send_parts(&all[..=parts.len()])?
         };
         if queued {
             self.stats.sent.fetch_add(1, Ordering::Relaxed);
@@ -334,8 +357,9 @@ impl Station {
         Batch { station: self }
     }
 
-    /// Reads the next datagram for `port` into `buf`, without waiting: its length and sender.
-    /// Datagrams for other ports read on the way go to their mailboxes, and their readers are woken.
+    /// Reads the next datagram for `port` into `buf`, without waiting: its length and sender. The
+    /// queues are read in turn, each until it is empty or holds the datagram; datagrams for other
+    /// ports read on the way go to their mailboxes, and their readers are woken.
     pub fn recv(&self, port: u16, buf: &mut [u8]) -> Option<(usize, SocketAddrV4)> {
         if self.letters.load(Ordering::Relaxed) > 0 {
             if let Some(got) = self.take_letter(port, buf) {
@@ -345,36 +369,39 @@ impl Station {
         let mut io = lock(&self.io);
         let mut posted = false;
         let mut got = None;
-        while got.is_none() {
-            let Io { xsk, neighbors, .. } = &mut *io;
-            let read = xsk.recv(|f| {
-                let Some(d) = frame::parse(f) else {
-                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    return;
-                };
-                self.stats.received.fetch_add(1, Ordering::Relaxed);
-                let heard = Neighbor { mac: d.from_mac, heard: true };
-                let key = u32::from(*d.from.ip());
-                if neighbors.get(&key) != Some(&heard) && (neighbors.len() < NEIGHBORS || neighbors.contains_key(&key))
-                {
-                    neighbors.insert(key, heard);
-                }
-                if d.to.port() == port {
-                    match buf.get_mut(..d.payload.len()) {
-                        Some(to) => {
-                            to.copy_from_slice(d.payload);
-                            got = Some((d.payload.len(), d.from));
-                        }
-                        None => {
-                            self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                        }
+        let Io { xsks, neighbors, .. } = &mut *io;
+        for xsk in xsks.iter_mut() {
+            while got.is_none() {
+                let read = xsk.recv(|f| {
+                    let Some(d) = frame::parse(f) else {
+                        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    };
+                    self.stats.received.fetch_add(1, Ordering::Relaxed);
+                    let heard = Neighbor { mac: d.from_mac, heard: true };
+                    let key = u32::from(*d.from.ip());
+                    if neighbors.get(&key) != Some(&heard)
+                        && (neighbors.len() < NEIGHBORS || neighbors.contains_key(&key))
+                    {
+                        neighbors.insert(key, heard);
                     }
-                } else {
-                    posted |= self.post(d.to.port(), d.from, d.payload);
+                    if d.to.port() == port {
+                        match buf.get_mut(..d.payload.len()) {
+                            Some(to) => {
+                                to.copy_from_slice(d.payload);
+                                got = Some((d.payload.len(), d.from));
+                            }
+                            None => {
+                                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    } else {
+                        posted |= self.post(d.to.port(), d.from, d.payload);
+                    }
+                });
+                if read.is_none() {
+                    break;
                 }
-            });
-            if read.is_none() {
-                break;
             }
         }
         drop(io);
@@ -417,7 +444,7 @@ impl Station {
     }
 
     /// Waits until a datagram may be there for `port` (true), or `timeout` passes (false): one
-    /// waiter at a time polls the socket's descriptor, the others wait to be woken by it or by a
+    /// waiter at a time polls the sockets' descriptors, the others wait to be woken by it or by a
     /// reader that left them a datagram.
     pub fn wait(&self, port: u16, timeout: Option<Duration>) -> io::Result<bool> {
         let deadline = timeout.map(|t| Instant::now() + t);
@@ -436,7 +463,7 @@ impl Station {
             if !post.polling {
                 post.polling = true;
                 drop(post);
-                let ready = super::poll_readable(self.fd, left);
+                let ready = super::poll_readable(&self.fds, left);
                 post = lock(&self.post);
                 post.polling = false;
                 self.ready.notify_all();
@@ -465,12 +492,12 @@ fn faulty(io: &mut Io, parts: &[&[u8]]) -> Option<io::Result<()>> {
         return Some(Ok(()));
     }
     for _ in 0..copies {
-        if let Err(e) = io.xsk.send(&frame) {
+        if let Err(e) = io.xsks[0].send(&frame) {
             return Some(Err(e));
         }
     }
     for frame in std::mem::take(&mut io.held) {
-        let _ = io.xsk.send(&frame);
+        let _ = io.xsks[0].send(&frame);
     }
     Some(Ok(()))
 }
