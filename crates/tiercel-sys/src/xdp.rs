@@ -146,10 +146,8 @@ pub fn ifindex(ifname: &str) -> io::Result<u32> {
     }
 }
 
-/// The hardware address of interface `ifname` of this thread's network namespace
-/// (`SIOCGIFHWADDR`; sysfs shows the namespace it was mounted in, not this thread's).
-pub fn mac_of(ifname: &str) -> io::Result<[u8; 6]> {
-    let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))?;
+/// An `ifreq` that names interface `ifname`, the rest zeroes.
+fn ifreq(ifname: &str) -> io::Result<libc::ifreq> {
     // SAFETY: `ifreq` is plain data, for which all zeroes is a valid value.
     let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
     let name = ifname.as_bytes();
@@ -159,6 +157,14 @@ pub fn mac_of(ifname: &str) -> io::Result<[u8; 6]> {
     for (to, from) in request.ifr_name.iter_mut().zip(name) {
         *to = *from as libc::c_char;
     }
+    Ok(request)
+}
+
+/// The hardware address of interface `ifname` of this thread's network namespace
+/// (`SIOCGIFHWADDR`; sysfs shows the namespace it was mounted in, not this thread's).
+pub fn mac_of(ifname: &str) -> io::Result<[u8; 6]> {
+    let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))?;
+    let mut request = ifreq(ifname)?;
     // SAFETY: the descriptor is open for the call (held by `socket`), and `request` is an `ifreq`
     // with a NUL-terminated name, which SIOCGIFHWADDR reads and fills in.
     if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFHWADDR, &mut request) } != 0 {
@@ -177,15 +183,7 @@ pub fn mac_of(ifname: &str) -> io::Result<[u8; 6]> {
 /// packet its frames carry.
 pub fn mtu_of(ifname: &str) -> io::Result<usize> {
     let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))?;
-    // SAFETY: `ifreq` is plain data, for which all zeroes is a valid value.
-    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
-    let name = ifname.as_bytes();
-    if name.is_empty() || name.len() >= request.ifr_name.len() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no interface {ifname}")));
-    }
-    for (to, from) in request.ifr_name.iter_mut().zip(name) {
-        *to = *from as libc::c_char;
-    }
+    let mut request = ifreq(ifname)?;
     // SAFETY: as in `mac_of`; SIOCGIFMTU fills in the union's MTU.
     if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFMTU, &mut request) } != 0 {
         return Err(io::Error::last_os_error());
@@ -215,15 +213,7 @@ pub fn rx_queues(ifname: &str) -> io::Result<u32> {
     }
     const ETHTOOL_GCHANNELS: u32 = 0x3c;
     let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))?;
-    // SAFETY: `ifreq` is plain data, for which all zeroes is a valid value.
-    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
-    let name = ifname.as_bytes();
-    if name.is_empty() || name.len() >= request.ifr_name.len() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no interface {ifname}")));
-    }
-    for (to, from) in request.ifr_name.iter_mut().zip(name) {
-        *to = *from as libc::c_char;
-    }
+    let mut request = ifreq(ifname)?;
     let mut channels = Channels { cmd: ETHTOOL_GCHANNELS, ..Channels::default() };
     request.ifr_ifru.ifru_data = (&mut channels as *mut Channels).cast();
     // SAFETY: the descriptor is open for the call (held by `socket`), `request` has a NUL-terminated
