@@ -48,6 +48,11 @@ impl Probes {
         probes
     }
 
+    /// System calls only: nothing to add.
+    pub fn system_calls() -> Probes {
+        Probes { events: vec![SYSCALLS.to_string()], added: Vec::new() }
+    }
+
     /// Whether allocations are counted (every allocator entry probed).
     pub fn counts_allocations(&self) -> bool {
         self.events.len() == 1 + ALLOCATORS.len()

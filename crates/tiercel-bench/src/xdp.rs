@@ -3,7 +3,8 @@
 //! tiercel's XDP program steering them in veth's driver hook, and through the kernel's UDP
 //! sockets), then tiercel's calls through each (`xdp://` against `udp://`, the server with and
 //! without `--xdp`): Null, MaxResult and a 64 KiB InOut from one caller, and Null from eight caller
-//! threads on one binding; with the CPU time per call of each side. Both sides spin (tiercel's
+//! threads on one binding; with the CPU time and the system calls per call of each side (the
+//! system calls counted by perf in a window after the timed one, since counting slows them). Both sides spin (tiercel's
 //! defaults); each path is measured in turn, round by round, its server alone on the server CPU.
 //! Needs root (it creates the namespaces and attaches the program); skipped otherwise, and the
 //! AF_XDP rows are missing, with why, where tiercel-sys was built without its XDP program.
@@ -17,6 +18,7 @@ use crate::progress::outln;
 use crate::raw::PingPong;
 use crate::seeds::TestClient;
 use crate::summary::Summary;
+use crate::syscalls::{Counter, Probes};
 
 /// The ports in the server's namespace: the AF_XDP echo's, the kernel echo's, tiercel's server's.
 const XDP_PORT: u16 = 7581;
@@ -59,6 +61,12 @@ pub struct Round {
     pub server_cpu_us: f64,
     #[serde(default)]
     pub server_system_us: f64,
+    /// System calls per round trip of the client's process and of the server's, counted by perf
+    /// (`None` where it cannot count: no perf, not root).
+    #[serde(default)]
+    pub client_syscalls: Option<f64>,
+    #[serde(default)]
+    pub server_syscalls: Option<f64>,
 }
 
 /// One row: every round, and the median of their medians and of their p99s.
@@ -192,14 +200,15 @@ fn calls(target: &str, via: &str, time: Duration, server: Option<u32>) -> crate:
 /// Null calls from [`CALLERS`] threads on `client`'s binding for `time` after a warm-up: the rate,
 /// and the time between completions.
 fn together(client: &TestClient, time: Duration, server: Option<u32>) -> crate::Result<Round> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
     let go = std::sync::Barrier::new(CALLERS + 1);
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let done = std::sync::atomic::AtomicU64::new(0);
-    let (calls, elapsed, cpu) = std::thread::scope(|scope| -> crate::Result<(u64, Duration, Cpu)> {
+    let (stop, stop_counted) = (AtomicBool::new(false), AtomicBool::new(false));
+    let (done, counted) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (calls, elapsed, cpu, syscalls) = std::thread::scope(|scope| -> crate::Result<_> {
         let threads: Vec<_> = (0..CALLERS)
             .map(|_| {
                 let client = client.clone();
-                let (go, stop, done) = (&go, &stop, &done);
+                let (go, stop, done, stop_counted, counted) = (&go, &stop, &done, &stop_counted, &counted);
                 scope.spawn(move || -> Result<(), tiercel::CallError> {
                     let warm = Instant::now() + time / 5;
                     while Instant::now() < warm {
@@ -207,11 +216,16 @@ fn together(client: &TestClient, time: Duration, server: Option<u32>) -> crate::
                     }
                     go.wait();
                     let mut n = 0;
-                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    while !stop.load(Relaxed) {
                         client.null()?;
                         n += 1;
                     }
-                    done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                    done.fetch_add(n, Relaxed);
+                    // The window perf counts in.
+                    while !stop_counted.load(Relaxed) {
+                        client.null()?;
+                        counted.fetch_add(1, Relaxed);
+                    }
                     Ok(())
                 })
             })
@@ -220,16 +234,23 @@ fn together(client: &TestClient, time: Duration, server: Option<u32>) -> crate::
         let before = Cpu::now(server);
         let start = Instant::now();
         std::thread::sleep(time);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        stop.store(true, Relaxed);
         let elapsed = start.elapsed();
         let cpu = Cpu::now(server).since(&before);
+        let syscalls = count_syscalls(server, || {
+            let before = counted.load(Relaxed);
+            std::thread::sleep(time / 4);
+            Ok(counted.load(Relaxed) - before)
+        });
+        stop_counted.store(true, Relaxed);
         for t in threads {
             t.join().map_err(|_| "a caller panicked")??;
         }
-        Ok((done.load(std::sync::atomic::Ordering::Relaxed), elapsed, cpu))
+        Ok((done.load(Relaxed), elapsed, cpu, syscalls?))
     })?;
     let rate = calls as f64 / elapsed.as_secs_f64();
     let between = 1e6 / rate;
+    let (client_syscalls, server_syscalls) = syscalls;
     Ok(cpu.per(
         calls,
         Round {
@@ -238,9 +259,39 @@ fn together(client: &TestClient, time: Duration, server: Option<u32>) -> crate::
             round_trips: calls,
             lost: 0,
             calls_per_second: rate,
+            client_syscalls,
+            server_syscalls,
             ..Round::default()
         },
     ))
+}
+
+/// System calls per round trip of this process and of `server`'s, counted by perf during `window`,
+/// which makes round trips and returns how many; `None` for a process perf could not count. A
+/// window in which perf counted one process and not the other (it failed to attach or to answer in
+/// time, on CPUs the calls keep busy) is counted once more.
+fn count_syscalls(
+    server: Option<u32>,
+    mut window: impl FnMut() -> crate::Result<u64>,
+) -> crate::Result<(Option<f64>, Option<f64>)> {
+    let probes = Probes::system_calls();
+    let mut counted = (None, None);
+    for _ in 0..2 {
+        let mut counters =
+            [Counter::attach(std::process::id(), &probes), server.and_then(|s| Counter::attach(s, &probes))];
+        for c in &mut counters {
+            if c.as_mut().is_some_and(|c| !c.enable()) {
+                *c = None;
+            }
+        }
+        let trips = window()?.max(1) as f64;
+        let [client, server_counts] = counters.map(|c| c.and_then(Counter::finish).map(|c| c.syscalls as f64 / trips));
+        counted = (client, server_counts);
+        if client.is_some() == (server_counts.is_some() || server.is_none()) {
+            break;
+        }
+    }
+    Ok(counted)
 }
 
 /// CPU times of this process and of the server's.
@@ -296,12 +347,22 @@ fn timed(time: Duration, server: Option<u32>, mut once: impl FnMut() -> crate::R
         }
     }
     let cpu = Cpu::now(server).since(&before);
+    let (client_syscalls, server_syscalls) = count_syscalls(server, || {
+        let (end, mut made) = (Instant::now() + time / 4, 0);
+        while Instant::now() < end {
+            once()?;
+            made += 1;
+        }
+        Ok(made)
+    })?;
     let trips = summary.len();
     let round = Round {
         median_us: summary.median_us(),
         p99_us: summary.p99_us(),
         round_trips: trips,
         lost,
+        client_syscalls,
+        server_syscalls,
         ..Round::default()
     };
     Ok(cpu.per(trips + lost, round))
@@ -450,7 +511,7 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
 /// AF_XDP floor.
 pub fn print(rows: &[Row]) {
     outln!(
-        "{:<36} | {:>7} {:>7} | {:>9} {:>5} | {:>10} | {:>11} {:>11} | each round's median",
+        "{:<36} | {:>7} {:>7} | {:>9} {:>5} | {:>10} | {:>11} {:>11} | {:>11} | each round's median",
         "path",
         "median",
         "p99",
@@ -458,7 +519,8 @@ pub fn print(rows: &[Row]) {
         "lost",
         "calls/s",
         "client cpu",
-        "server cpu"
+        "server cpu",
+        "syscalls c/s"
     );
     let mid = |r: &Row, f: fn(&Round) -> f64| median(r.rounds.iter().map(f));
     for r in rows {
@@ -468,8 +530,18 @@ pub fn print(rows: &[Row]) {
         let rate = mid(r, |x| x.calls_per_second);
         let rate = if rate > 0.0 { format!("{rate:.0}") } else { "-".into() };
         let cpu = |total: f64, system: f64| format!("{total:.2} ({system:.2})");
+        // The median of the rounds perf counted, for each side.
+        let counted = |f: fn(&Round) -> Option<f64>| {
+            let counts: Vec<f64> = r.rounds.iter().filter_map(f).collect();
+            if counts.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.2}", median(counts.into_iter()))
+            }
+        };
+        let syscalls = format!("{}/{}", counted(|x| x.client_syscalls), counted(|x| x.server_syscalls));
         outln!(
-            "{:<36} | {:>7.2} {:>7.2} | {:>9} {:>5} | {:>10} | {:>11} {:>11} | {}",
+            "{:<36} | {:>7.2} {:>7.2} | {:>9} {:>5} | {:>10} | {:>11} {:>11} | {:>11} | {}",
             r.path,
             r.median_us,
             r.p99_us,
@@ -478,6 +550,7 @@ pub fn print(rows: &[Row]) {
             rate,
             cpu(mid(r, |x| x.client_cpu_us), mid(r, |x| x.client_system_us)),
             cpu(mid(r, |x| x.server_cpu_us), mid(r, |x| x.server_system_us)),
+            syscalls,
             each.join(", ")
         );
     }

@@ -340,9 +340,11 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         }
     }
     // AF_XDP against kernel UDP: as root with what builds the XDP program, every row in each of
-    // three rounds, with the CPU time of both sides; otherwise a note why not.
+    // three rounds, with the CPU time of both sides and, with perf, their system calls (every path
+    // makes at least one a round trip on each side: AF_XDP's sendto); otherwise a note why not.
     assert!(text.contains("AF_XDP against the kernel's UDP"), "{text}");
-    use tiercel_seeds::needs::{CLANG, IP, LIBBPF, NFT, ROOT};
+    use tiercel_seeds::needs::{CLANG, IP, LIBBPF, NFT, PERF, ROOT};
+    let perf = tiercel_seeds::needs::met(&[ROOT, PERF]);
     if tiercel_seeds::needs::met(&[ROOT, IP, NFT, CLANG, LIBBPF]) {
         let paths = names(&report["xdp"], "path");
         let mut expected = vec!["raw AF_XDP ping-pong".to_owned(), "raw kernel UDP ping-pong".to_owned()];
@@ -357,6 +359,11 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
             assert!(row["median_us"].as_f64().unwrap() > 0.0, "{row}");
             for round in row["rounds"].as_array().unwrap() {
                 assert!(round["client_cpu_us"].as_f64().unwrap() > 0.0, "{row}");
+                if perf {
+                    for side in ["client_syscalls", "server_syscalls"] {
+                        assert!(round[side].as_f64().is_some_and(|n| n >= 0.5), "{side} in {row}");
+                    }
+                }
             }
             if row["path"].as_str().unwrap().contains("callers") {
                 assert!(row["rounds"][0]["calls_per_second"].as_f64().unwrap() > 0.0, "{row}");
