@@ -41,6 +41,9 @@ const FLOOR: &str = "raw AF_XDP ping-pong";
 /// One row's round trips (or calls) in one round.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, Default)]
 pub struct Round {
+    /// Which round of the run (from 0): the rows of one round were measured one after another.
+    #[serde(default)]
+    pub round: u32,
     /// Median and p99 of the round trip, µs (of eight callers: the time between completions,
     /// 1 / the rate, in both).
     pub median_us: f64,
@@ -445,7 +448,7 @@ pub fn table(server_cpu: usize, rounds: usize, time: Duration) -> crate::Result<
     let cpu = server_cpu.to_string();
     let ip = crate::netns::SERVER_IP;
     let mut rows: Vec<Row> = Vec::new();
-    for _ in 0..rounds {
+    for round_number in 0..rounds as u32 {
         for path in PATHS {
             let serve = format!("udp://{ip}:{SERVE_PORT}");
             let (server, port): (Vec<String>, u16) = match path {
@@ -481,6 +484,7 @@ pub fn table(server_cpu: usize, rounds: usize, time: Duration) -> crate::Result<
             }
             let measured: Vec<(String, Round)> = serde_json::from_slice(&out.stdout)?;
             for (label, round) in measured {
+                let round = Round { round: round_number, ..round };
                 match rows.iter_mut().find(|r| r.path == label) {
                     Some(row) => row.rounds.push(round),
                     None => rows.push(Row { path: label, median_us: 0.0, p99_us: 0.0, rounds: vec![round] }),
@@ -499,6 +503,17 @@ pub fn table(server_cpu: usize, rounds: usize, time: Duration) -> crate::Result<
 
 fn strings(s: &[&str]) -> Vec<String> {
     s.iter().map(|s| s.to_string()).collect()
+}
+
+/// `a`'s median over `b`'s, round by round: the median of the rounds' ratios, then each round's.
+pub fn paired(a: &Row, b: &Row) -> String {
+    let each: Vec<f64> = a
+        .rounds
+        .iter()
+        .filter_map(|x| b.rounds.iter().find(|y| y.round == x.round).map(|y| x.median_us / y.median_us))
+        .collect();
+    let shown: Vec<String> = each.iter().map(|r| format!("{r:.2}")).collect();
+    format!("{:.2}× ({})", median(each.iter().copied()), shown.join(", "))
 }
 
 fn median(values: impl Iterator<Item = f64>) -> f64 {
@@ -554,15 +569,28 @@ pub fn print(rows: &[Row]) {
             each.join(", ")
         );
     }
+    outln!(
+        "ratios: the median of each round's (the paths of a round are measured one after another, so a \
+         change of the VM's speed between rounds moves both), each round's beside it"
+    );
     for r in rows.iter().filter(|r| r.path.ends_with(", AF_XDP")) {
         let kernel = r.path.replace(", AF_XDP", ", kernel UDP");
         if let Some(k) = rows.iter().find(|k| k.path == kernel) {
-            outln!("{} / {}: {:.2}×", r.path, k.path, r.median_us / k.median_us);
+            outln!("{} / {}: {}", r.path, k.path, paired(r, k));
         }
     }
     if let Some(floor) = rows.iter().find(|r| r.path == FLOOR) {
         for r in rows.iter().filter(|r| r.path != floor.path && !r.path.contains("callers")) {
-            outln!("{} / {}: {:.2}×", r.path, floor.path, r.median_us / floor.median_us);
+            let beaten = r
+                .rounds
+                .iter()
+                .filter(|x| floor.rounds.iter().any(|y| y.round == x.round && x.median_us < y.median_us))
+                .count();
+            let note = match beaten {
+                0 => String::new(),
+                n => format!(" (under its floor in {n} round(s): the VM changed speed between the two)"),
+            };
+            outln!("{} / {}: {}{note}", r.path, floor.path, paired(r, floor));
         }
     }
 }
