@@ -66,6 +66,28 @@ impl Pair {
     }
 }
 
+/// Address of the server's end of a [`Pair`]'s second link ([`Pair::second_link`]).
+pub const SECOND_SERVER_IP: &str = "198.51.100.2";
+/// Address of the client's end of a [`Pair`]'s second link.
+pub const SECOND_CLIENT_IP: &str = "198.51.100.1";
+
+impl Pair {
+    /// A second veth pair between the two namespaces (198.51.100.0/24, TEST-NET-2), for a path
+    /// measured beside the first one's: the client's end and the server's.
+    pub fn second_link(&self) -> crate::Result<(String, String)> {
+        let id = std::process::id();
+        let (vc, vd) = (format!("tsc{id}"), format!("tsd{id}"));
+        run("ip", &["link", "add", &vc, "type", "veth", "peer", "name", &vd])?;
+        run("ip", &["link", "set", &vc, "netns", &self.a])?;
+        run("ip", &["link", "set", &vd, "netns", &self.b])?;
+        for (ns, dev, ip) in [(&self.a, &vc, SECOND_CLIENT_IP), (&self.b, &vd, SECOND_SERVER_IP)] {
+            run("ip", &["-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev])?;
+            run("ip", &["-n", ns, "link", "set", dev, "up"])?;
+        }
+        Ok((vc, vd))
+    }
+}
+
 impl Drop for Pair {
     fn drop(&mut self) {
         // Deleting a namespace deletes its end of the veth pair, the pair, and its nftables rules.

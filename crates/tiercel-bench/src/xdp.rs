@@ -6,6 +6,9 @@
 //! threads on one binding; with the CPU time and the system calls per call of each side (the
 //! system calls counted by perf in a window after the timed one, since counting slows them). Both sides spin (tiercel's
 //! defaults); each path is measured in turn, round by round, its server alone on the server CPU.
+//! Last, the floor and tiercel's Null through AF_XDP measured in turn, window by window, from one
+//! client process to both servers at once (the AF_XDP echo on a second veth pair): the rounds'
+//! processes come and go, and this VM's speed changes between them by as much as tiercel's cost.
 //! Needs root (it creates the namespaces and attaches the program); skipped otherwise, and the
 //! AF_XDP rows are missing, with why, where tiercel-sys was built without its XDP program.
 
@@ -97,6 +100,10 @@ pub struct EchoArgs {
     /// Exit after this many seconds.
     #[arg(long, default_value_t = 120)]
     max_seconds: u64,
+    /// Block (in `poll`) after this many microseconds without a frame, rather than spin on: for an
+    /// echo that shares its CPU with another server, measured in turn with it.
+    #[arg(long)]
+    idle_us: Option<u64>,
 }
 
 /// The AF_XDP echo: each UDP datagram of the port steered to it goes back to its sender with the
@@ -115,6 +122,8 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
     let end = Instant::now() + Duration::from_secs(args.max_seconds);
     let mut out = Vec::with_capacity(2048);
     let mut looks = 0u32;
+    let idle = args.idle_us.map(Duration::from_micros);
+    let mut last = Instant::now();
     loop {
         let reply = xsk.recv(|f| {
             let d = frame::parse(f)?;
@@ -122,9 +131,18 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
         });
         if let Some(Some(())) = reply {
             xsk.send(&out)?;
+            if idle.is_some() {
+                last = Instant::now();
+            }
             continue;
         }
         looks = looks.wrapping_add(1);
+        if let Some(idle) = idle {
+            if looks.is_multiple_of(64) && last.elapsed() > idle {
+                xsk.wait(Some(Duration::from_millis(100)))?;
+                last = Instant::now();
+            }
+        }
         if looks.is_multiple_of(1 << 16) && Instant::now() > end {
             return Ok(());
         }
@@ -150,6 +168,11 @@ pub struct RemoteArgs {
     /// The server's process id, for its CPU time.
     #[arg(long)]
     server_pid: Option<u32>,
+    /// For `interleaved`: the AF_XDP echo on the second link, and this namespace's end of it.
+    #[arg(long)]
+    floor_addr: Option<SocketAddrV4>,
+    #[arg(long)]
+    floor_ifname: Option<String>,
 }
 
 /// Eight callers on one binding, in the rows of several.
@@ -169,6 +192,7 @@ pub fn remote(args: RemoteArgs) -> crate::Result<()> {
         "tiercel" => calls(&format!("udp://{}", args.addr), "kernel UDP", time, server)?,
         "tiercel-xdp" => calls(&format!("xdp://{}", args.addr), "AF_XDP", time, server)?,
         "xdp" => vec![(FLOOR.into(), xdp_round(&args, time)?)],
+        "interleaved" => interleaved(&args, time)?,
         other => return Err(format!("no path {other}").into()),
     };
     println!("{}", serde_json::to_string(&rows)?);
@@ -374,24 +398,44 @@ fn timed(time: Duration, server: Option<u32>, mut once: impl FnMut() -> crate::R
 /// The AF_XDP round trips: the program attached to this namespace's interface too, each datagram
 /// framed from the template and its echo read from the rings, no UDP socket on either side.
 fn xdp_round(args: &RemoteArgs, time: Duration) -> crate::Result<Round> {
-    let peer = peer_mac(args.addr)?;
-    let mut steering = Steering::attach(&args.ifname)?;
-    steering.steer_port(CLIENT_PORT)?;
-    let mut xsk = Xsk::bind(&mut steering, 0, FRAMES)?;
-    let me = SocketAddrV4::new(client_ip(), CLIENT_PORT);
-    let template = frame::Template::new(mac_of(&args.ifname)?, me, peer, args.addr);
-    let (mut out, mut payload) = (Vec::with_capacity(2048), [0u8; PAYLOAD]);
-    let mut seq = 0u64;
-    timed(time, args.server_pid, || {
-        seq += 1;
-        payload[..8].copy_from_slice(&seq.to_le_bytes());
-        template.frame(&payload, &mut out).ok_or("a datagram too long for IPv4")?;
-        if !xsk.send(&out)? {
+    let mut floor = Floor::new(&args.ifname, client_ip(), args.addr)?;
+    timed(time, args.server_pid, || floor.round_trip())
+}
+
+/// The client's side of the AF_XDP floor: its program, socket and frame template.
+struct Floor {
+    xsk: Xsk,
+    template: frame::Template,
+    out: Vec<u8>,
+    payload: [u8; PAYLOAD],
+    seq: u64,
+    /// Dropped after the socket.
+    _steering: Steering,
+}
+
+impl Floor {
+    /// The floor's client on interface `ifname` (whose address is `me`), to the echo at `server`.
+    fn new(ifname: &str, me: Ipv4Addr, server: SocketAddrV4) -> crate::Result<Floor> {
+        let peer = peer_mac(me, server)?;
+        let mut steering = Steering::attach(ifname)?;
+        steering.steer_port(CLIENT_PORT)?;
+        let xsk = Xsk::bind(&mut steering, 0, FRAMES)?;
+        let template = frame::Template::new(mac_of(ifname)?, SocketAddrV4::new(me, CLIENT_PORT), peer, server);
+        Ok(Floor { xsk, template, out: Vec::with_capacity(2048), payload: [0; PAYLOAD], seq: 0, _steering: steering })
+    }
+
+    /// One round trip: false when its echo did not come back in time (lost).
+    fn round_trip(&mut self) -> crate::Result<bool> {
+        self.seq += 1;
+        self.payload[..8].copy_from_slice(&self.seq.to_le_bytes());
+        self.template.frame(&self.payload, &mut self.out).ok_or("a datagram too long for IPv4")?;
+        if !self.xsk.send(&self.out)? {
             return Ok(false);
         }
         let until = Instant::now() + LOST_AFTER;
+        let sent = &self.payload[..8];
         loop {
-            let echoed = xsk.recv(|f| frame::parse(f).is_some_and(|d| d.payload.get(..8) == Some(&payload[..8])));
+            let echoed = self.xsk.recv(|f| frame::parse(f).is_some_and(|d| d.payload.get(..8) == Some(sent)));
             if echoed == Some(true) {
                 return Ok(true);
             }
@@ -399,6 +443,61 @@ fn xdp_round(args: &RemoteArgs, time: Duration) -> crate::Result<Round> {
                 return Ok(false);
             }
         }
+    }
+}
+
+/// Windows of each path in the interleaved measurement.
+const WINDOWS: u32 = 10;
+
+/// The AF_XDP floor and tiercel's Null through AF_XDP measured in turn, window by window, from one
+/// process to two servers that run the whole time (the AF_XDP echo on the second link, tiercel's
+/// server on the first; each blocks when the other's window comes): a change of the VM's speed
+/// moves both paths of a window alike, which rounds of separate processes do not promise.
+fn interleaved(args: &RemoteArgs, time: Duration) -> crate::Result<Vec<(String, Round)>> {
+    let (Some(floor_addr), Some(floor_ifname)) = (args.floor_addr, &args.floor_ifname) else {
+        return Err("interleaved needs --floor-addr and --floor-ifname".into());
+    };
+    let second_ip: Ipv4Addr = crate::netns::SECOND_CLIENT_IP.parse().map_err(|_| "a bad address")?;
+    let mut floor = Floor::new(floor_ifname, second_ip, floor_addr)?;
+    let client: TestClient =
+        crate::harness::import(format!("xdp://{}", args.addr).as_str(), tiercel::ClientConfig::default())?;
+    if let Some(why) = client.binding().xdp_refused() {
+        return Err(format!("no AF_XDP: {why}").into());
+    }
+    let window = time / 4;
+    let mut rows = Vec::new();
+    for w in 0..WINDOWS {
+        let f = Round { round: w, ..sampled(window, || floor.round_trip())? };
+        let t = Round { round: w, ..sampled(window, || client.null().map(|()| true).map_err(crate::Error::from))? };
+        rows.push((format!("{FLOOR}, interleaved"), f));
+        rows.push(("tiercel Null, AF_XDP, interleaved".to_string(), t));
+    }
+    Ok(rows)
+}
+
+/// Round trips made by `once` (false: lost) for `time` after a warm-up of a fifth of it (in which
+/// the server of the window before stops spinning), timed; no CPU time, no system calls.
+fn sampled(time: Duration, mut once: impl FnMut() -> crate::Result<bool>) -> crate::Result<Round> {
+    let warm = Instant::now() + time / 5;
+    while Instant::now() < warm {
+        once()?;
+    }
+    let (mut summary, mut lost) = (Summary::new(), 0);
+    let end = Instant::now() + time;
+    while Instant::now() < end {
+        let t = Instant::now();
+        if once()? {
+            summary.record(t.elapsed());
+        } else {
+            lost += 1;
+        }
+    }
+    Ok(Round {
+        median_us: summary.median_us(),
+        p99_us: summary.p99_us(),
+        round_trips: summary.len(),
+        lost,
+        ..Round::default()
     })
 }
 
@@ -410,8 +509,8 @@ fn client_ip() -> Ipv4Addr {
 /// The hardware address of `server`'s interface: asked of the kernel (a few datagrams through its
 /// UDP socket make it resolve the address; the AF_XDP echo answers them), then read from its
 /// neighbour table.
-fn peer_mac(server: SocketAddrV4) -> crate::Result<[u8; 6]> {
-    let socket = UdpSocket::bind((client_ip(), 0))?;
+fn peer_mac(me: Ipv4Addr, server: SocketAddrV4) -> crate::Result<[u8; 6]> {
+    let socket = UdpSocket::bind((me, 0))?;
     socket.set_read_timeout(Some(Duration::from_millis(100)))?;
     for _ in 0..20 {
         socket.send_to(&[0u8; PAYLOAD], server)?;
@@ -437,7 +536,9 @@ pub fn table(server_cpu: usize, rounds: usize, time: Duration) -> crate::Result<
          through the kernel's UDP sockets; then\ntiercel's calls through each (xdp:// and a server with --xdp, against \
          udp://), from one caller and from {CALLERS} threads on one\nbinding; both sides spin (tiercel's defaults), \
          each server alone on the server CPU, the paths in turn in {rounds} rounds of\n{} ms a row; median of the \
-         rounds' medians (each round's), µs; CPU per call of each side (user + system, and system)",
+         rounds' medians (each round's), µs; CPU per call of each side (user + system, and system); last, the \
+         floor and tiercel's Null\nthrough AF_XDP in turn, {WINDOWS} windows each, both servers running (each blocking \
+         when the other's window comes), one client process",
         time.as_millis()
     );
     if let Some(why) = crate::namespaces_unavailable() {
@@ -492,6 +593,17 @@ pub fn table(server_cpu: usize, rounds: usize, time: Duration) -> crate::Result<
             }
         }
     }
+    match interleave(&pair, &cpu, time) {
+        Ok(measured) => {
+            for (label, round) in measured {
+                match rows.iter_mut().find(|r| r.path == label) {
+                    Some(row) => row.rounds.push(round),
+                    None => rows.push(Row { path: label, median_us: 0.0, p99_us: 0.0, rounds: vec![round] }),
+                }
+            }
+        }
+        Err(e) => outln!("interleaved: failed: {e}"),
+    }
     drop(pair);
     for row in &mut rows {
         row.median_us = median(row.rounds.iter().map(|r| r.median_us));
@@ -499,6 +611,30 @@ pub fn table(server_cpu: usize, rounds: usize, time: Duration) -> crate::Result<
     }
     print(&rows);
     Ok(rows)
+}
+
+/// The floor and tiercel's Null through AF_XDP in turn, [`WINDOWS`] windows of each, with both
+/// servers running: the AF_XDP echo on a second link (blocking when idle), tiercel's server on the
+/// first.
+fn interleave(pair: &crate::netns::Pair, cpu: &str, time: Duration) -> crate::Result<Vec<(String, Round)>> {
+    let (vc, vd) = pair.second_link()?;
+    let ip = crate::netns::SERVER_IP;
+    let echo =
+        strings(&["xdp-echo", "--ifname", &vd, "--port", &XDP_PORT.to_string(), "--cpu", cpu, "--idle-us", "1000"]);
+    let serve = format!("udp://{ip}:{SERVE_PORT}");
+    let server = strings(&["serve", "--addr", &serve, "--cpus", cpu, "--no-shared-memory", "--xdp", &pair.vb]);
+    let (echo, _) = crate::harness::spawn_in_namespace(&pair.b, &echo)?;
+    let (server, _) = crate::harness::spawn_in_namespace(&pair.b, &server)?;
+    let out = crate::helpers::command_in_namespace(&pair.a)?
+        .args(["xdp-remote", "--path", "interleaved", "--addr", &format!("{ip}:{SERVE_PORT}")])
+        .args(["--ifname", &pair.va, "--millis", &time.as_millis().to_string()])
+        .args(["--floor-addr", &format!("{}:{XDP_PORT}", crate::netns::SECOND_SERVER_IP), "--floor-ifname", &vc])
+        .output()?;
+    drop((server, echo));
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string().into());
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
 }
 
 fn strings(s: &[&str]) -> Vec<String> {
@@ -544,7 +680,10 @@ pub fn print(rows: &[Row]) {
         let lost: u64 = r.rounds.iter().map(|x| x.lost).sum();
         let rate = mid(r, |x| x.calls_per_second);
         let rate = if rate > 0.0 { format!("{rate:.0}") } else { "-".into() };
-        let cpu = |total: f64, system: f64| format!("{total:.2} ({system:.2})");
+        let cpu = |total: f64, system: f64| match total > 0.0 {
+            true => format!("{total:.2} ({system:.2})"),
+            false => "-".to_string(),
+        };
         // The median of the rounds perf counted, for each side.
         let counted = |f: fn(&Round) -> Option<f64>| {
             let counts: Vec<f64> = r.rounds.iter().filter_map(f).collect();
@@ -579,8 +718,14 @@ pub fn print(rows: &[Row]) {
             outln!("{} / {}: {}", r.path, k.path, paired(r, k));
         }
     }
+    let interleaved = |label: &str| rows.iter().find(|r| r.path == format!("{label}, interleaved"));
+    if let (Some(t), Some(f)) = (interleaved("tiercel Null, AF_XDP"), interleaved(FLOOR)) {
+        outln!("{} / {} (window by window): {}", t.path, f.path, paired(t, f));
+    }
     if let Some(floor) = rows.iter().find(|r| r.path == FLOOR) {
-        for r in rows.iter().filter(|r| r.path != floor.path && !r.path.contains("callers")) {
+        let compared =
+            |r: &&Row| r.path != floor.path && !r.path.contains("callers") && !r.path.ends_with("interleaved");
+        for r in rows.iter().filter(compared) {
             let beaten = r
                 .rounds
                 .iter()

@@ -353,11 +353,20 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
                 expected.push(format!("tiercel {call}, {via}"));
             }
         }
+        // And the floor and tiercel's Null measured in turn, ten windows each.
+        expected.push("raw AF_XDP ping-pong, interleaved".to_owned());
+        expected.push("tiercel Null, AF_XDP, interleaved".to_owned());
         assert_eq!(paths, expected.iter().map(String::as_str).collect::<Vec<_>>(), "{text}");
+        assert!(text.contains("tiercel Null, AF_XDP, interleaved / raw AF_XDP ping-pong, interleaved"), "{text}");
         for row in report["xdp"].as_array().unwrap() {
-            assert_eq!(row["rounds"].as_array().unwrap().len(), 3, "{row}");
+            let interleaved = row["path"].as_str().unwrap().ends_with("interleaved");
+            assert_eq!(row["rounds"].as_array().unwrap().len(), if interleaved { 10 } else { 3 }, "{row}");
             assert!(row["median_us"].as_f64().unwrap() > 0.0, "{row}");
             for round in row["rounds"].as_array().unwrap() {
+                if interleaved {
+                    assert!(round["round_trips"].as_u64().unwrap() > 0, "{row}");
+                    continue;
+                }
                 assert!(round["client_cpu_us"].as_f64().unwrap() > 0.0, "{row}");
                 if perf {
                     for side in ["client_syscalls", "server_syscalls"] {

@@ -501,6 +501,11 @@ impl Xsk {
         }
     }
 
+    /// Waits until a frame may be there to read, at most `timeout` (true when there may be one).
+    pub fn wait(&self, timeout: Option<std::time::Duration>) -> io::Result<bool> {
+        poll_readable(&[self.socket.raw_fd()], timeout)
+    }
+
     /// Reads the next frame received, if one is there, with `read`; its UMEM frame goes back to
     /// the kernel after. Never blocks.
     pub fn recv<R>(&mut self, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
