@@ -23,8 +23,8 @@ pub enum Transport {
     /// have it is over UDP, and [`Binding::xdp_refused`](crate::Binding::xdp_refused) says why.
     /// Compiled in and unused, the feature cost a UDP Null call +56 ns in the cost ledger's eighth
     /// run, within its spread (`docs/ledger.md`); through AF_XDP, a Null call across two network
-    /// namespaces took 0.57 to 0.67 times the time of one over the kernel's UDP, 1.14 to 1.38 times
-    /// the raw AF_XDP ping-pong, in three sets of three runs (README).
+    /// namespaces took 0.57 to 0.67 times the time of one over the kernel's UDP in four sets of
+    /// three runs, and 1.20 times the raw AF_XDP ping-pong measured in turn with it (README).
     Xdp,
 }
 
