@@ -355,24 +355,10 @@ impl Cpu {
 }
 
 /// Round trips made by `once` (false: lost) for `time` after a warm-up, timed, with the CPU time
-/// of both sides (`server`: the server's process).
+/// of both sides (`server`: the server's process), then their system calls.
 fn timed(time: Duration, server: Option<u32>, mut once: impl FnMut() -> crate::Result<bool>) -> crate::Result<Round> {
-    let mut summary = Summary::new();
-    let mut lost = 0;
-    let warm = Instant::now() + time / 5;
-    while Instant::now() < warm {
-        once()?;
-    }
-    let before = Cpu::now(server);
-    let end = Instant::now() + time;
-    while Instant::now() < end {
-        let t = Instant::now();
-        if once()? {
-            summary.record(t.elapsed());
-        } else {
-            lost += 1;
-        }
-    }
+    let mut before = Cpu::default();
+    let round = sampled(time, &mut once, || before = Cpu::now(server))?;
     let cpu = Cpu::now(server).since(&before);
     let (client_syscalls, server_syscalls) = count_syscalls(server, || {
         let (end, mut made) = (Instant::now() + time / 4, 0);
@@ -382,17 +368,7 @@ fn timed(time: Duration, server: Option<u32>, mut once: impl FnMut() -> crate::R
         }
         Ok(made)
     })?;
-    let trips = summary.len();
-    let round = Round {
-        median_us: summary.median_us(),
-        p99_us: summary.p99_us(),
-        round_trips: trips,
-        lost,
-        client_syscalls,
-        server_syscalls,
-        ..Round::default()
-    };
-    Ok(cpu.per(trips + lost, round))
+    Ok(cpu.per(round.round_trips + round.lost, Round { client_syscalls, server_syscalls, ..round }))
 }
 
 /// The AF_XDP round trips: the program attached to this namespace's interface too, each datagram
@@ -467,8 +443,9 @@ fn interleaved(args: &RemoteArgs, time: Duration) -> crate::Result<Vec<(String, 
     let window = time / 4;
     let mut rows = Vec::new();
     for w in 0..WINDOWS {
-        let f = Round { round: w, ..sampled(window, || floor.round_trip())? };
-        let t = Round { round: w, ..sampled(window, || client.null().map(|()| true).map_err(crate::Error::from))? };
+        let f = Round { round: w, ..sampled(window, &mut || floor.round_trip(), || ())? };
+        let null = &mut || client.null().map(|()| true).map_err(crate::Error::from);
+        let t = Round { round: w, ..sampled(window, null, || ())? };
         rows.push((format!("{FLOOR}, interleaved"), f));
         rows.push(("tiercel Null, AF_XDP, interleaved".to_string(), t));
     }
@@ -476,12 +453,17 @@ fn interleaved(args: &RemoteArgs, time: Duration) -> crate::Result<Vec<(String, 
 }
 
 /// Round trips made by `once` (false: lost) for `time` after a warm-up of a fifth of it (in which
-/// the server of the window before stops spinning), timed; no CPU time, no system calls.
-fn sampled(time: Duration, mut once: impl FnMut() -> crate::Result<bool>) -> crate::Result<Round> {
+/// a server that was busy before stops spinning), timed; `started` is called when the timing starts.
+fn sampled(
+    time: Duration,
+    once: &mut impl FnMut() -> crate::Result<bool>,
+    started: impl FnOnce(),
+) -> crate::Result<Round> {
     let warm = Instant::now() + time / 5;
     while Instant::now() < warm {
         once()?;
     }
+    started();
     let (mut summary, mut lost) = (Summary::new(), 0);
     let end = Instant::now() + time;
     while Instant::now() < end {
