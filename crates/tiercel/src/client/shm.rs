@@ -585,9 +585,10 @@ impl ShmEndpoint {
         self.spin.observe(rtt);
     }
 
-    /// How long to spin (or poll) for a result before waiting.
-    pub(super) fn spin_budget(&self) -> Duration {
-        self.spin.budget()
+    /// The longest its spin policy spins.
+    #[cfg(feature = "async")]
+    pub(super) fn spin_longest(&self) -> Duration {
+        self.spin.longest()
     }
 
     /// Says that an async call waits for the client doorbell; false when the result is in already.

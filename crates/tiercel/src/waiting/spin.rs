@@ -178,6 +178,18 @@ impl SpinBudget {
         }
     }
 
+    /// The longest the policy spins: no time for `Never`, the fixed time, or the adaptive spin's most.
+    /// An async call waiting among others of its binding looks at its result this long after the
+    /// binding's last result came in (see the async client's `poll_for_result`): its round trip,
+    /// queueing behind the others included, says nothing of whether its server is still answering.
+    #[cfg(feature = "async")]
+    pub(crate) fn longest(&self) -> Duration {
+        match self.policy {
+            Spin::Never => Duration::ZERO,
+            Spin::Fixed(d) | Spin::Adaptive { max: d } => d,
+        }
+    }
+
     /// How long to spin for the next packet of a call whose packets are coming (the acknowledgements
     /// of a multi-packet call, the fragments of a multi-packet result), counted from the last one:
     /// about what a wake-up from blocking costs, as in [`SpinBudget::budget`]. The round trips of
