@@ -16,6 +16,9 @@ pub trait Desk {
     fn quick(&self) -> u32;
     /// The name of the server thread running the call.
     fn worker(&self) -> String;
+    /// Runs `ms` milliseconds, counted as `slow` counts; returns the CPUs the thread running it may
+    /// use (`Cpus_allowed_list` of /proc/thread-self/status).
+    fn allowed(&self, ms: u64) -> String;
 }
 
 #[derive(Default)]
@@ -39,6 +42,12 @@ impl Desk for DeskImpl {
     }
     fn worker(&self) -> String {
         std::thread::current().name().unwrap_or_default().to_owned()
+    }
+    fn allowed(&self, ms: u64) -> String {
+        self.slow(ms);
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+        let line = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
+        line.unwrap_or("unknown").trim().to_owned()
     }
 }
 
@@ -255,4 +264,31 @@ fn calls_whose_procedures_block_for_a_millisecond_run_side_by_side_on_every_tran
     }
     // One thread serving the calls in turn would have run one at a time.
     assert!(most.iter().all(|&(_, n)| n >= 4), "most of 8 callers' calls running at once: {most:?}");
+}
+
+#[test]
+fn every_thread_that_runs_a_call_is_pinned_as_the_config_says_on_every_transport() {
+    // The last CPU this process may use: on a machine of several, a thread left unpinned may use
+    // the others too.
+    let cpu = std::thread::available_parallelism().map_or(0, |n| n.get() - 1);
+    for scheme in ["udp://", "shm:", "tcp://"] {
+        let counts = Arc::new(Counts::default());
+        let config = tiercel::ServerConfig { cpus: vec![cpu], ..tiercel::ServerConfig::default() };
+        let server = desk_server(config, &counts);
+        let desk: DeskClient = Client::connect(format!("{scheme}{}", server.addr())).unwrap().import().unwrap();
+        // Four long calls at once: beside the first thread, the server starts more (a shared-memory
+        // binding's helpers, TCP's extra threads, UDP's workers standing by).
+        let calls: Vec<_> = (0..4)
+            .map(|_| {
+                let desk = desk.clone();
+                std::thread::spawn(move || desk.allowed(400))
+            })
+            .collect();
+        let allowed: Vec<String> = calls.into_iter().map(|c| c.join().unwrap().unwrap()).collect();
+        assert!(counts.most.load(Ordering::Acquire) >= 2, "{scheme}: the calls ran one at a time: {allowed:?}");
+        assert!(
+            allowed.iter().all(|a| *a == cpu.to_string()),
+            "{scheme}: threads not pinned to CPU {cpu}: {allowed:?}"
+        );
+    }
 }

@@ -420,6 +420,17 @@ pub(crate) type EndpointBinding = tiercel_proto::endpoint::Binding<SocketAddr, A
 pub(crate) type UdpSlot = tiercel_proto::endpoint::SlotCell<SocketAddr>;
 
 impl Shared {
+    /// Pins the calling thread, the server's `i`-th of its kind, to `ServerConfig::cpus[i % len]`
+    /// (nothing when `cpus` is empty). Every thread that runs calls goes through here: the UDP
+    /// and AF_XDP workers, TCP's pool threads, and each thread of a shared-memory binding, its
+    /// helpers included (they were left unpinned, and ran 50 µs procedures on the clients' CPU).
+    pub(crate) fn pin(&self, i: usize) {
+        let cpus = &self.config.cpus;
+        if !cpus.is_empty() {
+            let _ = tiercel_sys::cpu::pin_current_thread(cpus[i % cpus.len()]);
+        }
+    }
+
     /// The way out through the AF_XDP station to `to`, when the server has one: the station sends
     /// only to a peer it heard, and leaves any other to the socket (`transmit::send_via`). `None`
     /// (one branch, for a server without one) sends through a socket.

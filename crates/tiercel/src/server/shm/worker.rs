@@ -40,6 +40,7 @@ impl Team {
         };
         let team = self.clone();
         let spawned = std::thread::Builder::new().name("tiercel-shm-helper".into()).spawn(move || {
+            team.shared.pin(binding_index(&team.shared) + at);
             Worker::new(&team, at).help();
             team.lanes[at].state.store(lane::FREE, Ordering::Release);
         });
@@ -61,10 +62,7 @@ pub(super) fn serve_first(team: &Team, stream: UnixStream, results: AsyncResults
     let shared = &*team.shared;
     // Measure the tick counter's rate now, not on the first call.
     let _ = clock::ticks_per_second();
-    let cpus = &shared.config.cpus;
-    if !cpus.is_empty() {
-        let _ = tiercel_sys::cpu::pin_current_thread(cpus[binding_index(shared) % cpus.len()]);
-    }
+    shared.pin(binding_index(shared));
     shared.stats.bindings.fetch_add(1, Ordering::Relaxed);
     shared.shm_bindings.fetch_add(1, Ordering::Relaxed);
     let mut first = Worker::new(team, 0);

@@ -110,11 +110,8 @@ impl Pool {
     fn work(&self, mut job: Job) {
         loop {
             let (binding, first) = job;
-            let cpus = &binding.shared.config.cpus;
-            if first && !cpus.is_empty() {
-                let i = binding.shared.stream_bindings.load(Ordering::Relaxed);
-                let _ = tiercel_sys::cpu::pin_current_thread(cpus[i % cpus.len()]);
-            }
+            // Extra threads too: a pool thread started for one ran wherever the kernel put it.
+            binding.shared.pin(binding.shared.stream_bindings.load(Ordering::Relaxed));
             binding.serve(first);
             StreamBinding::thread_ends(&binding);
             drop(binding);

@@ -227,10 +227,7 @@ impl UdpWorker {
         if self.shared.config.key.is_some() {
             transmit::prepare_sealing();
         }
-        let cpus = &self.shared.config.cpus;
-        if !cpus.is_empty() {
-            let _ = tiercel_sys::cpu::pin_current_thread(cpus[self.index % cpus.len()]);
-        }
+        self.shared.pin(self.index);
         let shared = self.shared.clone();
         // Worker `i` starts as the listener of socket `i`, if there is one; the others stand by.
         let mut listening = self.index < shared.lanes.len();
@@ -376,10 +373,7 @@ impl UdpWorker {
         if self.shared.config.key.is_some() {
             transmit::prepare_sealing();
         }
-        let cpus = &self.shared.config.cpus;
-        if !cpus.is_empty() {
-            let _ = tiercel_sys::cpu::pin_current_thread(cpus[self.index % cpus.len()]);
-        }
+        self.shared.pin(self.index);
         // Peers as the server's own socket names them: IPv4-mapped on an IPv6 socket.
         let mapped = self.lane().socket.local_addr().is_ok_and(|a| a.is_ipv6());
         let mut buf = vec![0u8; self.shared.config.max_datagram.max(tiercel_proto::wire::MAX_UDP_PAYLOAD)];
