@@ -2,8 +2,13 @@
 //! Poisson arrivals offers calls of a fixed service time at fractions of the server's measured
 //! capacity, and the median and p99 response times are set against the model.
 //!
-//! One server thread runs the calls (the one worker reading the socket, which no call this short
-//! makes another join; over shared memory, the binding's thread), so it is a single queue. Arrivals
+//! The server's CPU is the one server of the queue. Over UDP one thread runs the calls (the one
+//! worker reading the socket, which no call this short makes another join); over shared memory the
+//! binding's thread, and helpers that join it while calls wait behind these calls of 50 µs or more
+//! (slow calls, to the binding), all pinned to the server's CPU, which they share. `work` counts
+//! its thread's CPU time, so two calls side by side take twice as long and the capacity measured is
+//! the CPU's (on the wall clock, with the helpers left unpinned, it was not: a 50 µs call seemed to
+//! take 31 µs of service, and the rows' responses 2.7–4.1 times the model's). Arrivals
 //! come from many caller threads pinned to the client CPU, each a Poisson stream of its share of the
 //! rate; together they are one Poisson stream. Callers block while they wait (they
 //! would otherwise take the client CPU from one another), and a response is timed from the moment
@@ -165,10 +170,13 @@ pub fn table(
         if medium == Medium::Udp { "UDP loopback" } else { "shared memory" }
     );
     outln!(
-        "(callers block while waiting), calls of {service_us} µs of work run by one server thread pinned to the server \
-         CPU (it spins"
+        "(callers block while waiting), calls of {service_us} µs of CPU work run on the server CPU (by one thread over \
+         UDP; over"
     );
-    outln!("2 ms past each call, then blocks); capacity {capacity:.0} calls/s");
+    outln!(
+        "shared memory helpers join the binding's thread while calls wait), spinning 2 ms past each call, then \
+         blocking; capacity {capacity:.0} calls/s"
+    );
     outln!(
         "(closed loop, {CALLERS} callers), so the server's service time s = 1/capacity = {s:.1} µs; unloaded median \
          response {unloaded_us:.1} µs,"
