@@ -157,19 +157,7 @@ fn eight_threads_on_one_secure_binding_call_through_af_xdp_at_once() {
             Client::connect(format!("xdp://{addr}")).unwrap().with_config(config).import().unwrap();
         // Each thread has its own port on the station; their results come back in one socket and
         // reach each thread, whichever reads them.
-        let threads: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let client = client.clone();
-                std::thread::spawn(move || {
-                    for round in 0..ROUNDS {
-                        check_all(&client, round * THREADS + t).unwrap_or_else(|e| panic!("thread {t}: {e}"));
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+        on_threads(&client, THREADS, ROUNDS);
         (client.binding().transport(), client.binding().server_key())
     });
     assert_eq!((transport, proven), (Transport::Xdp, Some(public)));
@@ -222,17 +210,17 @@ fn a_long_procedure_through_af_xdp_holds_up_only_its_own_caller() {
 
 /// Runs `CHECK_CALLS` calls `rounds` times on each of `threads` threads sharing `client`.
 fn on_threads(client: &TestClient, threads: u32, rounds: u32) {
-    let threads: Vec<_> = (0..threads)
+    let handles: Vec<_> = (0..threads)
         .map(|t| {
             let client = client.clone();
             std::thread::spawn(move || {
                 for round in 0..rounds {
-                    check_all(&client, round * 8 + t).unwrap_or_else(|e| panic!("thread {t}: {e}"));
+                    check_all(&client, round * threads + t).unwrap_or_else(|e| panic!("thread {t}: {e}"));
                 }
             })
         })
         .collect();
-    for t in threads {
+    for t in handles {
         t.join().unwrap();
     }
 }

@@ -26,7 +26,7 @@ use xdp::slab::{HeapSlab, Slab};
 pub mod frame;
 mod station;
 
-pub use station::{Batch, Station, StationStats, MAX_QUEUES};
+pub use station::{Batch, Station, StationStats};
 
 /// Where the XDP program runs on the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,7 +336,7 @@ fn poll_readable(fds: &[i32], timeout: Option<std::time::Duration>) -> io::Resul
 pub const FRAMES: u32 = 4096;
 /// Frames of the UMEM of an [`Xsk`] that only receives (a station's sockets on queues other than
 /// its first), half of them handed to the kernel.
-pub const RECEIVING_FRAMES: u32 = 1024;
+pub(crate) const RECEIVING_FRAMES: u32 = 1024;
 /// Frames handed to the kernel for receiving, and the most read or sent at once.
 const BATCH: usize = 64;
 

@@ -306,15 +306,16 @@ pub struct ServerConfig {
     /// are read and answered through an AF_XDP socket instead of the kernel's UDP stack (crate
     /// feature `xdp`; root, or `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_BPF`). tiercel's XDP program
     /// is attached to it, in the driver's hook where the driver has one, and workers of their own
-    /// (up to four) serve its sockets, one on each receive queue (16 at most): one reads, spinning for `spin` after each datagram, then
-    /// blocking; another reads in its stead while it runs a long call (within about 17 ms of its
-    /// start). Clients reach it with `xdp://` addresses, or through the kernel on their side;
-    /// datagrams that arrive on another interface (loopback) go to the server's socket as ever. A server that cannot open it (no privilege, another program attached, a build without
-    /// the feature) serves through the kernel and says why
-    /// ([`RunningServer::xdp`](crate::RunningServer::xdp)).
-    /// Costs nothing per call when `None`, the default (one branch); with it, every datagram the
-    /// server sends goes to the station first, which looks the peer up (a hash lookup under a lock)
-    /// and leaves a peer it never heard to the server's socket.
+    /// (up to four) serve its sockets, one on each receive queue (16 at most): one reads, spinning
+    /// for `spin` after each datagram, then blocking; another reads in its stead while it runs a
+    /// long call (within about 17 ms of its start). Clients reach it with `xdp://` addresses, or
+    /// through the kernel on their side; datagrams that arrive on another interface (loopback) go
+    /// to the server's socket as ever. A server that cannot open it (no privilege, another program
+    /// attached, a build without the feature) serves through the kernel and says why
+    /// ([`RunningServer::xdp`](crate::RunningServer::xdp)). Costs nothing per call when `None`,
+    /// the default (one branch); with it, every datagram the server sends goes to the station
+    /// first, which looks the peer up (a hash lookup under a lock) and leaves a peer it never heard
+    /// to the server's socket.
     pub xdp: Option<String>,
 }
 

@@ -6,9 +6,9 @@
 //! the socket of the queue they arrived on; everything else goes on to the kernel. A datagram is
 //! sent as a frame built in the memory of queue 0's socket (the headers, then the parts given, one
 //! copy of each) to the hardware address the station learned from the peer's own frames, or else
-//! the kernel's neighbor table's. A datagram
-//! read for another port than the reader's is left in that port's mailbox, and its reader woken: one
-//! thread at a time polls the sockets' descriptors, the others wait for it.
+//! the kernel's neighbor table's. A datagram read for another port than the reader's is left in
+//! that port's mailbox, and its reader woken: one thread at a time polls the sockets' descriptors,
+//! the others wait for it.
 //!
 //! Nothing here is unsafe: the rings and the memory are [`Xsk`]'s, the system calls `xdp.rs`'s.
 
@@ -31,7 +31,17 @@ const NEIGHBORS: usize = 4096;
 const FRAME_PAYLOAD: usize = 3584;
 /// The most receive queues a station reads (a socket and a UMEM of 4 MiB each beyond the first);
 /// an interface with more has no station.
-pub const MAX_QUEUES: u32 = 16;
+pub(crate) const MAX_QUEUES: u32 = 16;
+
+/// What [`Station::sort`] did with a frame.
+enum Sorted {
+    /// The reader's datagram, copied into its buffer: its length and sender.
+    Ours((usize, SocketAddrV4)),
+    /// Left in another port's mailbox.
+    Posted,
+    /// Malformed, too long for the reader's buffer, or for a full mailbox: counted and dropped.
+    Dropped,
+}
 
 /// One interface's AF_XDP sockets and XDP program, shared in this process.
 pub struct Station {
@@ -367,37 +377,14 @@ impl Station {
             }
         }
         let mut io = lock(&self.io);
-        let mut posted = false;
-        let mut got = None;
+        let (mut posted, mut got) = (false, None);
         let Io { xsks, neighbors, .. } = &mut *io;
         for xsk in xsks.iter_mut() {
             while got.is_none() {
-                let read = xsk.recv(|f| {
-                    let Some(d) = frame::parse(f) else {
-                        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    };
-                    self.stats.received.fetch_add(1, Ordering::Relaxed);
-                    let heard = Neighbor { mac: d.from_mac, heard: true };
-                    let key = u32::from(*d.from.ip());
-                    if neighbors.get(&key) != Some(&heard)
-                        && (neighbors.len() < NEIGHBORS || neighbors.contains_key(&key))
-                    {
-                        neighbors.insert(key, heard);
-                    }
-                    if d.to.port() == port {
-                        match buf.get_mut(..d.payload.len()) {
-                            Some(to) => {
-                                to.copy_from_slice(d.payload);
-                                got = Some((d.payload.len(), d.from));
-                            }
-                            None => {
-                                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    } else {
-                        posted |= self.post(d.to.port(), d.from, d.payload);
-                    }
+                let read = xsk.recv(|f| match self.sort(f, neighbors, port, buf) {
+                    Sorted::Ours(datagram) => got = Some(datagram),
+                    Sorted::Posted => posted = true,
+                    Sorted::Dropped => {}
                 });
                 if read.is_none() {
                     break;
@@ -409,6 +396,40 @@ impl Station {
             self.ready.notify_all();
         }
         got
+    }
+
+    /// Takes in a frame read by the reader of `port`: learns its sender's hardware address, and
+    /// copies a datagram for `port` into `buf` or leaves one for another port in its mailbox.
+    fn sort(
+        &self,
+        f: &[u8],
+        neighbors: &mut HashMap<u32, Neighbor, BuildIpHasher>,
+        port: u16,
+        buf: &mut [u8],
+    ) -> Sorted {
+        let Some(d) = frame::parse(f) else {
+            self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return Sorted::Dropped;
+        };
+        self.stats.received.fetch_add(1, Ordering::Relaxed);
+        let heard = Neighbor { mac: d.from_mac, heard: true };
+        let key = u32::from(*d.from.ip());
+        if neighbors.get(&key) != Some(&heard) && (neighbors.len() < NEIGHBORS || neighbors.contains_key(&key)) {
+            neighbors.insert(key, heard);
+        }
+        if d.to.port() != port {
+            return if self.post(d.to.port(), d.from, d.payload) { Sorted::Posted } else { Sorted::Dropped };
+        }
+        match buf.get_mut(..d.payload.len()) {
+            Some(to) => {
+                to.copy_from_slice(d.payload);
+                Sorted::Ours((d.payload.len(), d.from))
+            }
+            None => {
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                Sorted::Dropped
+            }
+        }
     }
 
     fn take_letter(&self, port: u16, buf: &mut [u8]) -> Option<(usize, SocketAddrV4)> {
