@@ -5,8 +5,9 @@
 //! (the peers on tokio's default multi-thread runtime, whose workers inherit the pinning), each
 //! client in this process on the caller's CPU. The same workloads for every system: one caller's Null
 //! and MaxResult (1440 bytes) latency, then Null calls per second of 1, 2, 4 and 8 callers on one
-//! binding, client, or channel (tiercel's callers are threads; the peers' are tasks of their runtime,
-//! as their users write them; the echoes' callers each have a connection or socket), with the CPU
+//! binding, client, or channel (tiercel's callers are threads, and in its `async` rows tasks of the
+//! peers' runtime calling through its async client; the peers' are tasks of their runtime, as their
+//! users write them; the echoes' callers each have a connection or socket), with the CPU
 //! time both processes spent per call. tiercel runs with its default settings, over UDP and over TCP,
 //! and again with spinning off on both sides (`block` rows: the client `Spin::Never`, the server
 //! spinning 0 µs), against raw UDP and TCP ping-pongs that block on both sides, as the peers do
@@ -30,7 +31,7 @@ use crate::harness::spawn;
 use crate::progress::outln;
 use crate::raw::PingPong;
 use crate::raw_tcp::TcpPingPong;
-use crate::seeds::TestClient;
+use crate::seeds::{TestAsyncClient, TestClient};
 use crate::summary::Summary;
 use crate::syscalls::{Counter, Probes};
 
@@ -129,6 +130,12 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         let client: TestClient = crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())?;
         systems.push((name.to_string(), tiercel_server.0.id(), System::Tiercel(client)));
     }
+    // The same server called as a tokio application calls it: the async client's tasks, on the
+    // runtime the peers' callers run on.
+    for (name, scheme) in [("tiercel udp async", "udp://"), ("tiercel tcp async", "tcp://")] {
+        let client: TestClient = crate::harness::import(format!("{scheme}{addr}"), tiercel::ClientConfig::default())?;
+        systems.push((name.to_string(), tiercel_server.0.id(), System::TiercelAsync(client.to_async())));
+    }
     let (raw_server, raw_addr) = crate::harness::spinning_echo(server_cpu)?;
     systems.push(("raw udp echo".to_string(), raw_server.0.id(), System::RawUdp(raw_addr, RawWait::Spin)));
     systems.push(("raw udp yield".to_string(), raw_server.0.id(), System::RawUdp(raw_addr, RawWait::Yield)));
@@ -193,6 +200,8 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
 #[cfg(feature = "peers")]
 enum System {
     Tiercel(TestClient),
+    /// tiercel's async client: its callers are tasks of the peers' runtime.
+    TiercelAsync(TestAsyncClient),
     /// A raw UDP echo's address, and how its callers wait.
     RawUdp(std::net::SocketAddr, RawWait),
     /// A raw TCP echo's address (`raw-tcp-echo`, blocking in its reads), its callers blocking too.
@@ -218,6 +227,7 @@ impl System {
     fn latency(&self, rt: &tokio::runtime::Runtime, calls: u32) -> crate::Result<(Summary, Summary)> {
         match self {
             System::Tiercel(client) => tiercel_latency(client, calls),
+            System::TiercelAsync(client) => tiercel_async_latency(rt, client, calls),
             System::RawUdp(addr, wait) => raw_udp_latency(*addr, calls, *wait != RawWait::Block),
             System::RawTcp(addr) => raw_tcp_latency(*addr, calls),
             System::Peer(peer, client) => peer_latency(*peer, rt, client, calls),
@@ -234,6 +244,7 @@ impl System {
     ) -> crate::Result<Load> {
         match self {
             System::Tiercel(client) => crate::asynch::callers(client, callers, client_cpu, measure),
+            System::TiercelAsync(client) => tiercel_async_load(rt, client, callers, measure),
             System::RawUdp(addr, wait) => raw_udp_load(*addr, callers, *wait, client_cpu, measure),
             System::RawTcp(addr) => raw_tcp_load(*addr, callers, client_cpu, measure),
             System::Peer(peer, client) => peer_load(*peer, rt, client, callers, measure),
@@ -339,6 +350,62 @@ fn tiercel_latency(client: &TestClient, calls: u32) -> crate::Result<(Summary, S
         max.record(t.elapsed());
     }
     Ok((null, max))
+}
+
+/// tiercel's one async caller (a task on `rt`): Null and MaxResult, `calls` of each.
+#[cfg(feature = "peers")]
+fn tiercel_async_latency(
+    rt: &tokio::runtime::Runtime,
+    client: &TestAsyncClient,
+    calls: u32,
+) -> crate::Result<(Summary, Summary)> {
+    rt.block_on(async {
+        let (mut null, mut max) = (Summary::new(), Summary::new());
+        let mut out = vec![0u8; MAX_RESULT as usize];
+        for _ in 0..2_000 {
+            client.null().await?;
+        }
+        for _ in 0..calls {
+            let t = Instant::now();
+            client.null().await?;
+            null.record(t.elapsed());
+            let t = Instant::now();
+            client.max_result(Out(&mut out)).await?;
+            max.record(t.elapsed());
+        }
+        Ok((null, max))
+    })
+}
+
+/// Runs `measure` while `callers` tasks of tiercel's async client on `rt` make Null calls.
+#[cfg(feature = "peers")]
+fn tiercel_async_load(
+    rt: &tokio::runtime::Runtime,
+    client: &TestAsyncClient,
+    callers: u32,
+    measure: impl FnOnce(&AtomicU64) -> Load,
+) -> crate::Result<Load> {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (client, done, stop) = (client.clone(), done.clone(), stop.clone());
+            rt.spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    client.null().await?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok::<_, tiercel::CallError>(())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let measured = measure(&done);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        rt.block_on(t).map_err(|e| format!("tiercel async: a caller task failed: {e}"))??;
+    }
+    Ok(measured)
 }
 
 /// The floor beneath tiercel over UDP as a row of its own: a raw UDP echo (`raw-echo`, one thread in
@@ -515,8 +582,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
          callers on one"
     );
     outln!(
-        "binding, client or channel (the echoes' callers have a connection or socket each) with the CPU time per call of \
-         the client"
+        "binding, client or channel (tiercel's callers are threads, or with \"async\" tasks of the peers' runtime; the echoes' \
+         callers have a connection or socket each) with the CPU time per call of the client"
     );
     outln!(
         "and the server process: the median of {} windows of {:.1} s, each system measured in turn at each number of \
