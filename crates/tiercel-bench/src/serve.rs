@@ -43,7 +43,7 @@ pub struct Args {
     /// spin to the gaps between calls.
     #[arg(long)]
     spin_fixed: bool,
-    /// CPUs to pin the workers to, comma-separated (for example `1`).
+    /// CPUs to pin the threads that run calls to (every transport's), comma-separated (for example `1`).
     #[arg(long, default_value = "")]
     cpus: String,
     /// Print the server's counters every this many seconds (0: never).

@@ -211,8 +211,9 @@ pub struct ServerConfig {
     /// kernel refuses other users, and with one socket refuses everyone). Default: one less than
     /// the CPUs this process may run on, at least 1 (as `spinners`).
     pub sockets: usize,
-    /// CPUs to pin worker `i` to (`cpus[i % cpus.len()]`); empty leaves placement to the kernel.
-    /// Default: empty.
+    /// CPUs the threads that run calls are pinned to: UDP worker `i` (and AF_XDP's) to
+    /// `cpus[i % cpus.len()]`, the threads of TCP connections and of shared-memory bindings (their
+    /// helpers too) round robin by binding; empty leaves placement to the kernel. Default: empty.
     pub cpus: Vec<usize>,
     /// Client slots per binding: the most threads of one client that can call at once. Default: 64
     /// (also the most a shared-memory binding has).
