@@ -181,7 +181,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Station {
     /// The station of interface `ifname` (of this thread's network namespace): the one this process
     /// has open, or a new one (the program attached, a socket bound to each of its receive queues,
-    /// [`MAX_QUEUES`] at most: an interface with more has none). Root, or `CAP_NET_ADMIN`,
+    /// 16 at most, `MAX_QUEUES`: an interface with more has none). Root, or `CAP_NET_ADMIN`,
     /// `CAP_NET_RAW` and `CAP_BPF`, is needed; another process's XDP program on the interface makes
     /// it fail. Stations are known by the interface's name: the threads of one
     /// process in different network namespaces must not use interfaces of the same name.
