@@ -209,44 +209,74 @@ pub fn wait_any_readable(
 
 /// A way for one of several threads sharing a socket to wait for it: a datagram wakes one waiting
 /// thread (`EPOLLEXCLUSIVE`), where `poll` would wake all of them only for one to get it.
+///
+/// The socket is in the waiter's epoll set only from the first [`ExclusiveWaiter::wait`] to the next
+/// [`ExclusiveWaiter::disarm`]: while it is, every datagram that arrives visits the set (a lock and a
+/// ready list, in the sender's system call), so a thread that spins on the socket between waits
+/// disarms its waiter first. Over loopback, a spinning echo whose socket stayed in an epoll set
+/// answered a 56-byte ping-pong 0.2 to 0.4 µs slower.
 pub struct ExclusiveWaiter {
     epoll: std::os::fd::OwnedFd,
+    /// The socket's descriptor, duplicated: added to the set and taken out again.
+    socket: std::os::fd::OwnedFd,
+    /// Whether the socket is in the set.
+    armed: std::cell::Cell<bool>,
 }
 
 impl ExclusiveWaiter {
-    /// A waiter on `socket`, for one thread.
+    /// A waiter on `socket`, for one thread (not yet in the set: the first wait adds it).
     pub fn new(socket: &UdpSocket) -> io::Result<ExclusiveWaiter> {
         use rustix::event::epoll;
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-        epoll::add(&ep, socket, epoll::EventData::new_u64(0), epoll::EventFlags::IN | epoll::EventFlags::EXCLUSIVE)?;
-        Ok(ExclusiveWaiter { epoll: ep })
+        let socket = rustix::io::fcntl_dupfd_cloexec(socket, 0)?;
+        Ok(ExclusiveWaiter { epoll: ep, socket, armed: std::cell::Cell::new(false) })
     }
 
-    /// Also wakes for `fd` (a [`Nudge`], say), one waiting thread at a time as for the socket.
+    /// Also wakes for `fd` (a [`Nudge`], say), one waiting thread at a time as for the socket. It
+    /// stays in the set for the waiter's life.
     pub fn also(&self, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
         use rustix::event::epoll;
-        epoll::add(
-            &self.epoll,
-            fd,
-            epoll::EventData::new_u64(1),
-            epoll::EventFlags::IN | epoll::EventFlags::EXCLUSIVE,
-        )?;
+        epoll::add(&self.epoll, fd, epoll::EventData::new_u64(1), exclusive())?;
         Ok(())
     }
 
     /// Waits until the socket (or a descriptor added with [`ExclusiveWaiter::also`]) is readable or
-    /// `timeout` passes; true when readable.
+    /// `timeout` passes; true when readable. Adds the socket to the set first if it is not there (a
+    /// datagram already waiting makes the wait return at once), and leaves it there.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        use rustix::event::epoll;
+        if !self.armed.get() {
+            epoll::add(&self.epoll, &self.socket, epoll::EventData::new_u64(0), exclusive())?;
+            self.armed.set(true);
+        }
         let ts = timeout.map(|d| Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
-        let mut events = [std::mem::MaybeUninit::<rustix::event::epoll::Event>::uninit(); 1];
+        let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 1];
         loop {
-            match rustix::event::epoll::wait(&self.epoll, &mut events[..], ts.as_ref()) {
+            match epoll::wait(&self.epoll, &mut events[..], ts.as_ref()) {
                 Ok((ready, _)) => return Ok(!ready.is_empty()),
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
     }
+
+    /// Takes the socket out of the set, if it is there: for a thread about to spin on the socket, so
+    /// that the datagrams that come meanwhile do not visit the set. One system call, the first time
+    /// after a wait; nothing after that.
+    #[inline]
+    pub fn disarm(&self) {
+        if self.armed.get() {
+            // A refusal leaves the socket in the set: every datagram then costs a little more, and
+            // every wait still wakes for it.
+            if rustix::event::epoll::delete(&self.epoll, &self.socket).is_ok() {
+                self.armed.set(false);
+            }
+        }
+    }
+}
+
+fn exclusive() -> rustix::event::epoll::EventFlags {
+    rustix::event::epoll::EventFlags::IN | rustix::event::epoll::EventFlags::EXCLUSIVE
 }
 
 /// A count that threads waiting on a socket can wait on beside it (an `eventfd` in semaphore mode):
@@ -510,6 +540,44 @@ mod tests {
         assert!(nudge.take());
         assert!(!nudge.take());
         assert!(!waiter.wait(Some(Duration::ZERO)).unwrap());
+    }
+
+    /// The descriptors in the epoll set of `waiter`, as the kernel lists them.
+    fn in_set(waiter: &ExclusiveWaiter) -> Vec<i32> {
+        use std::os::fd::AsRawFd;
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", waiter.epoll.as_raw_fd())).unwrap();
+        info.lines()
+            .filter_map(|l| l.strip_prefix("tfd:"))
+            .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_waiter_holds_its_socket_in_the_set_only_from_a_wait_to_a_disarm_and_misses_no_datagram() {
+        use std::os::fd::AsRawFd;
+        let socket = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let sender = connect(socket.local_addr().unwrap()).unwrap();
+        let waiter = ExclusiveWaiter::new(&socket).unwrap();
+        let own = waiter.socket.as_raw_fd();
+        assert!(in_set(&waiter).is_empty(), "not in the set before the first wait");
+        // A datagram that came before the wait armed the waiter wakes it at once.
+        send_gather(&sender, &[IoSlice::new(b"early")]).unwrap();
+        assert!(waiter.wait(Some(Duration::from_secs(5))).unwrap());
+        assert_eq!(in_set(&waiter), [own]);
+        let mut buf = [0u8; 16];
+        assert_eq!(recv_nowait(&socket, &mut buf).unwrap(), Received::Datagram(5));
+        // Spinning: out of the set, and a second disarm changes nothing.
+        waiter.disarm();
+        waiter.disarm();
+        assert!(in_set(&waiter).is_empty(), "out of the set while spinning");
+        // A datagram that arrives while it is out wakes the next wait.
+        send_gather(&sender, &[IoSlice::new(b"while out")]).unwrap();
+        assert!(waiter.wait(Some(Duration::from_secs(5))).unwrap());
+        assert_eq!(in_set(&waiter), [own]);
+        assert_eq!(recv_nowait(&socket, &mut buf).unwrap(), Received::Datagram(9));
+        assert!(!waiter.wait(Some(Duration::ZERO)).unwrap(), "nothing left to wake for");
+        // Blocking again and again, it stays in the set: no system call to add it each time.
+        assert_eq!(in_set(&waiter), [own]);
     }
 
     #[test]

@@ -292,3 +292,69 @@ fn every_thread_that_runs_a_call_is_pinned_as_the_config_says_on_every_transport
         );
     }
 }
+
+/// The inode of this process's UDP socket bound to `port` (from /proc/net/udp and udp6).
+fn udp_socket_inode(port: u16) -> u64 {
+    let table = ["/proc/net/udp", "/proc/net/udp6"].map(|p| std::fs::read_to_string(p).unwrap_or_default()).concat();
+    table
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let local_port = fields.get(1)?.rsplit(':').next()?;
+            (u16::from_str_radix(local_port, 16).ok()? == port).then(|| fields.get(9)?.parse().ok())?
+        })
+        .next()
+        .unwrap_or_else(|| panic!("no UDP socket on port {port}"))
+}
+
+/// The inodes of the files in this process's epoll sets (the `tfd` lines of each set's fdinfo).
+fn in_epoll_sets() -> Vec<u64> {
+    let mut inodes = Vec::new();
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+        if target.to_string_lossy() != "anon_inode:[eventpoll]" {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.file_name().to_string_lossy()))
+            .unwrap_or_default();
+        inodes.extend(info.lines().filter(|l| l.starts_with("tfd:")).filter_map(|l| {
+            let ino = l.split_whitespace().find_map(|f| f.strip_prefix("ino:"))?;
+            u64::from_str_radix(ino, 16).ok()
+        }));
+    }
+    inodes
+}
+
+/// Waits (at most 5 s) until `want` holds of the inodes in this process's epoll sets: whether it did.
+fn sets_come_to(want: impl Fn(&[u64]) -> bool) -> bool {
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < give_up {
+        if want(&in_epoll_sets()) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn a_spinning_listener_leaves_its_socket_out_of_every_epoll_set_and_a_blocked_one_waits_in_one() {
+    // Every datagram that arrives at a socket in an epoll set visits the set, in the sender's
+    // system call: a listener spinning on the socket has it out of them.
+    for (spin, spinning) in [(Duration::from_secs(30), true), (Duration::ZERO, false)] {
+        let config = tiercel::ServerConfig { spin, ..tiercel::ServerConfig::default() };
+        let server = desk_server(config, &Arc::default());
+        let inode = udp_socket_inode(server.addr().port());
+        let desk: DeskClient = Client::connect(format!("udp://{}", server.addr())).unwrap().import().unwrap();
+        assert_eq!(desk.quick().unwrap(), 0);
+        // Before its first call the listener waited in its set; after it, it spins (30 s) or
+        // waits again.
+        let out = sets_come_to(|held| held.contains(&inode) != spinning);
+        assert!(out, "spin {spin:?}: the socket is {} an epoll set", if spinning { "still in" } else { "not in" });
+        // Calls go on being answered either way.
+        for _ in 0..100 {
+            assert_eq!(desk.quick().unwrap(), 0);
+        }
+        drop(server);
+    }
+}

@@ -257,8 +257,9 @@ impl UdpWorker {
     fn listen(&mut self) {
         // A listener waits through its own exclusive waiter, so that a packet wakes one blocked
         // listener, not all of them (falling back to `poll` if epoll is refused). A worker standing
-        // by has none: every waiter registered on the socket is visited for every datagram that
-        // arrives (16 of them made a Null call 0.7 µs slower).
+        // by has none, and a listener's is registered on the socket only from a wait until it
+        // spins: every waiter registered is visited for every datagram that arrives (16 of them
+        // made a Null call 0.7 µs slower; one, 0.2 to 0.4 µs slower than none).
         self.waiter = udp::ExclusiveWaiter::new(&self.lane().socket).ok();
         // Datagrams another worker leaves wake a listener asleep as datagrams in the socket do.
         // (Refused, they wake with the next datagram, at the latest a retransmission of theirs.)
@@ -305,7 +306,7 @@ impl UdpWorker {
                     Ok(Landed::NotExpected) => {}
                     Ok(Landed::Nothing) => {
                         if Instant::now() < spin_until {
-                            core::hint::spin_loop();
+                            self.spin_a_turn();
                             continue;
                         }
                     }
@@ -333,7 +334,7 @@ impl UdpWorker {
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
             if Instant::now() < spin_until {
-                core::hint::spin_loop();
+                self.spin_a_turn();
                 continue;
             }
             // Nothing to read: stand by rather than wait beside another listener that is free
@@ -360,6 +361,18 @@ impl UdpWorker {
         }
         self.lease.give_back();
         self.waiter = None;
+    }
+
+    /// A turn of a listener's spin on its socket. The first after a wait takes the socket out of
+    /// the waiter's epoll set, where every datagram that arrives would visit it (the next wait
+    /// puts it back): a server that spins pays one system call a wake-up for it, and one that never
+    /// spins, none.
+    #[inline]
+    fn spin_a_turn(&self) {
+        if let Some(w) = &self.waiter {
+            w.disarm();
+        }
+        core::hint::spin_loop();
     }
 
     /// Reads the server's AF_XDP port (`ServerConfig::xdp`) and runs what arrives, as `listen` reads
