@@ -95,6 +95,7 @@ impl Engine {
         }
     }
 
+    #[inline]
     fn result(&self) -> &[u8] {
         match self {
             Engine::Udp(ep) => ep.result(),
@@ -384,6 +385,7 @@ pub struct Reply<'a> {
 impl Reply<'_> {
     /// Reads the marshaled results, borrowing from the received packet (or from the private copy of a
     /// shared-memory result).
+    #[inline]
     pub fn reader(&self) -> Reader<'_> {
         Reader::new(self.engine.as_ref().map(|e| e.result()).unwrap_or(&[]))
     }

@@ -248,6 +248,7 @@ impl ShmEndpoint {
         &mut self.scratch
     }
 
+    #[inline]
     pub(super) fn result(&self) -> &[u8] {
         &self.result[..self.result_len]
     }
@@ -288,6 +289,7 @@ impl ShmEndpoint {
     }
 
     /// [`ShmEndpoint::publish`] of the message `segs` followed by `tail`, if a buffer is lent.
+    #[inline]
     pub(super) fn publish_lent(
         &mut self,
         link: &Link,
@@ -360,6 +362,7 @@ impl ShmEndpoint {
     /// gives the slot back. With `tail`, a buffer lent to the call, an `Ok` result at least as long
     /// has its first bytes copied straight there (the result's bytes in its place in the private
     /// copy are left as they were, and the stub skips them): true when they were.
+    #[inline]
     pub(super) fn collect(
         &mut self,
         inner: &BindingInner,
@@ -416,11 +419,21 @@ impl ShmEndpoint {
                 }
                 Ok(lent)
             }
+            s => Err(self.failure(s, procedure)),
+        }
+    }
+
+    /// The error of a call whose result came back with `status`, not `Ok` (out of line: the path of
+    /// every call is the one that succeeds).
+    #[cold]
+    #[inline(never)]
+    fn failure(&self, status: Status, procedure: u16) -> CallError {
+        match status {
             // The server's memory budgets had no room: the call was refused unread.
-            Status::Busy => Err(CallError::Overloaded),
+            Status::Busy => CallError::Overloaded,
             s => {
                 let message = String::from_utf8_lossy(self.result()).into_owned();
-                Err(super::udp::status_error(s, procedure, message))
+                super::udp::status_error(s, procedure, message)
             }
         }
     }
