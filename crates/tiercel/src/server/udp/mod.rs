@@ -344,9 +344,11 @@ impl UdpWorker {
             }
             self.lease.give_back();
             steps::slept(steps::Side::Server);
-            let ready = match &self.waiter {
-                Some(w) => w.wait(Some(SPARES_IDLE)),
-                None => udp::wait_readable(&self.lane().socket, Some(SPARES_IDLE)),
+            let ready = match self.waiter.as_ref().map(|w| w.wait(Some(SPARES_IDLE))) {
+                Some(Ok(ready)) => Ok(ready),
+                // No waiter, or its set refused the socket: `poll` waits as well (for the
+                // socket only: datagrams handed over wake it with the next one to arrive).
+                _ => udp::wait_readable(&self.lane().socket, Some(SPARES_IDLE)),
             };
             match ready {
                 // A datagram after a wait: calls may be coming again, and the deputy looks.
