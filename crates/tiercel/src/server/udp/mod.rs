@@ -296,9 +296,7 @@ impl UdpWorker {
                     self.handle_packet(&handed.bytes[piece], handed.from);
                 }
                 self.lane().handoff.recycle(handed.bytes);
-                if self.lease.take() {
-                    spin_until = Instant::now() + self.shared.config.spin;
-                }
+                spin_until = self.spin_on(spin_until);
                 continue;
             }
             if !queueing {
@@ -306,15 +304,13 @@ impl UdpWorker {
                     Ok(Landed::NotExpected) => {}
                     Ok(Landed::Nothing) => {
                         if Instant::now() < spin_until {
-                            self.spin_a_turn();
+                            core::hint::spin_loop();
                             continue;
                         }
                     }
                     Ok(Landed::Received(bytes)) => {
                         (found, found_bytes) = (1, bytes);
-                        if self.lease.take() {
-                            spin_until = Instant::now() + self.shared.config.spin;
-                        }
+                        spin_until = self.spin_on(spin_until);
                         continue;
                     }
                     Err(_) => self.landing.forget(),
@@ -326,15 +322,13 @@ impl UdpWorker {
                 Ok(n) => {
                     found = n as u32;
                     found_bytes = self.handle_batch(n);
-                    if self.lease.take() {
-                        spin_until = Instant::now() + self.shared.config.spin;
-                    }
+                    spin_until = self.spin_on(spin_until);
                     continue;
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
             if Instant::now() < spin_until {
-                self.spin_a_turn();
+                core::hint::spin_loop();
                 continue;
             }
             // Nothing to read: stand by rather than wait beside another listener that is free
@@ -365,16 +359,20 @@ impl UdpWorker {
         self.waiter = None;
     }
 
-    /// A turn of a listener's spin on its socket. The first after a wait takes the socket out of
-    /// the waiter's epoll set, where every datagram that arrives would visit it (the next wait
-    /// puts it back): a server that spins pays one system call a wake-up for it, and one that never
-    /// spins, none.
+    /// After datagrams were handled: until when the listener spins for the next (`spin_until`
+    /// unchanged without a spin lease). A listener that will spin takes its socket out of its
+    /// waiter's epoll set, where every datagram that arrives would visit it, until it waits again:
+    /// a server that spins pays one system call a wake-up for it (the first time after a wait;
+    /// while calls stream in, none), and one that never spins, none.
     #[inline]
-    fn spin_a_turn(&self) {
-        if let Some(w) = &self.waiter {
+    fn spin_on(&mut self, spin_until: Instant) -> Instant {
+        if !self.lease.take() {
+            return spin_until;
+        }
+        if let (Some(w), false) = (&self.waiter, self.shared.config.spin.is_zero()) {
             w.disarm();
         }
-        core::hint::spin_loop();
+        Instant::now() + self.shared.config.spin
     }
 
     /// Reads the server's AF_XDP port (`ServerConfig::xdp`) and runs what arrives, as `listen` reads
