@@ -28,7 +28,7 @@
 //!   the others stand by, parked, because every listener blocked in `epoll` is woken by every
 //!   datagram (four listening workers made one caller's calls twice as slow); and a listener that
 //!   spins takes its socket out of its epoll set until it waits again, as a socket in a set costs
-//!   every datagram a visit to it (0.2 to 0.4 µs of a Null call on our VM). The *deputy* looks now
+//!   every datagram a visit to it (0.2 to 0.5 µs of a Null call on our VM). The *deputy* looks now
 //!   and then, a [`crew::TICK`] (1 ms) after a look that found every listener running a call,
 //!   otherwise twice the last wait up to [`crew::MAX_LOOK`] (8 ms): looking every tick while quick
 //!   calls streamed took the spinning listener's CPU a thousand times a second (Null's p99 29.5 µs

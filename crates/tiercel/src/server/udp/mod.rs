@@ -259,7 +259,7 @@ impl UdpWorker {
         // listener, not all of them (falling back to `poll` if epoll is refused). A worker standing
         // by has none, and a listener's is registered on the socket only from a wait until it
         // spins: every waiter registered is visited for every datagram that arrives (16 of them
-        // made a Null call 0.7 µs slower; one, 0.2 to 0.4 µs slower than none).
+        // made a Null call 0.7 µs slower; one, 0.2 to 0.5 µs slower than none).
         self.waiter = udp::ExclusiveWaiter::new(&self.lane().socket).ok();
         // Datagrams another worker leaves wake a listener asleep as datagrams in the socket do.
         // (Refused, they wake with the next datagram, at the latest a retransmission of theirs.)
