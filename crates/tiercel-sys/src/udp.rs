@@ -210,7 +210,7 @@ pub fn wait_any_readable(
 /// A way for one of several threads sharing a socket to wait for it: a datagram wakes one waiting
 /// thread (`EPOLLEXCLUSIVE`), where `poll` would wake all of them only for one to get it.
 ///
-/// The socket is in the waiter's epoll set only from the first [`ExclusiveWaiter::wait`] to the next
+/// The socket is in the waiter's epoll set only from a [`ExclusiveWaiter::wait`] to the next
 /// [`ExclusiveWaiter::disarm`]: while it is, every datagram that arrives visits the set (a lock and a
 /// ready list, in the sender's system call), so a thread that spins on the socket between waits
 /// disarms its waiter first. Over loopback, a spinning echo whose socket stayed in an epoll set
