@@ -315,7 +315,7 @@ type CallContext<'a> = (&'a [u8], Option<Instant>, Option<Trace>);
 /// Reads the call context at the start of `args` (when the transport says there is one), checks
 /// the deadline, and asks the server's interceptor, if it has one: the arguments after it, the
 /// deadline and the trace, or the status to answer with (an error message appended to `out`).
-#[inline]
+#[inline(always)]
 fn call_context<'a>(
     shared: &super::Shared,
     export: &std::sync::Arc<dyn Export>,
@@ -328,6 +328,20 @@ fn call_context<'a>(
         // Nothing to read before the arguments, no deadline to check, nobody to ask.
         return Ok((args, None, None));
     }
+    read_call_context(shared, export, procedure, args, arrival, out)
+}
+
+/// [`call_context`] of a call that has something to read, check or ask (out of line: a plain call
+/// takes only the test above).
+#[inline(never)]
+fn read_call_context<'a>(
+    shared: &super::Shared,
+    export: &std::sync::Arc<dyn Export>,
+    procedure: u16,
+    args: &'a [u8],
+    arrival: Arrival,
+    out: &mut Vec<u8>,
+) -> Result<CallContext<'a>, Status> {
     let (args, deadline, trace) = if arrival.context {
         match Context::parse(args) {
             Ok((context, rest)) => {

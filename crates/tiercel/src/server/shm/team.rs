@@ -139,12 +139,6 @@ impl Team {
         }
     }
 
-    /// Whether a slot holds a published call (taken or not): the spinning look, in line.
-    #[inline]
-    pub(super) fn any_published(&self) -> bool {
-        (0..self.used()).any(|i| proto::server_has_call(self.state(i)))
-    }
-
     /// Whether a slot holds a call no thread has taken (not one running on the async runtime).
     pub(super) fn any_call(&self) -> bool {
         (0..self.used())

@@ -91,6 +91,11 @@ pub(super) struct Worker<'a> {
     pub(super) charge: Charge,
     /// Leave to spin after a call; without it, this thread sleeps as soon as no call is there.
     pub(super) lease: crate::waiting::leases::SpinLease,
+    /// Each slot's control words, found once: the spinning look at the slots and the serving of a
+    /// call use them without a bounds check each.
+    pub(super) slots: Vec<&'a [AtomicU32; slot::WORDS]>,
+    /// The clients' high-water mark of slots in use ([`header::SLOTS_USED`]).
+    pub(super) slots_used: &'a AtomicU32,
     /// Results of the binding's async calls (the first thread's).
     #[cfg(feature = "async")]
     pub(super) results: Option<std::sync::mpsc::Receiver<(u32, Status, Vec<u8>)>>,
@@ -117,6 +122,8 @@ impl<'a> Worker<'a> {
             out: Vec::new(),
             charge: Charge::new(team.budget.clone()),
             lease: crate::waiting::leases::SpinLease::new(&team.shared.spin_leases),
+            slots: (0..team.layout.slots).map(|i| slot_words(&team.region, team.layout.slot(i))).collect(),
+            slots_used: word(&team.region, header::SLOTS_USED),
             #[cfg(feature = "async")]
             results: None,
         }
@@ -131,18 +138,33 @@ impl<'a> Worker<'a> {
         self.team.lanes[self.lane].state.store(what, Ordering::Relaxed);
     }
 
+    /// The control words of the slots below the clients' high-water mark (a malicious client's
+    /// value is capped), as [`Team::used`] counts them.
+    #[inline]
+    pub(super) fn used_slots(&self) -> &[&'a [AtomicU32; slot::WORDS]] {
+        let used = (self.slots_used.load(Ordering::Acquire) as usize).min(self.slots.len());
+        &self.slots[..used]
+    }
+
+    /// Whether a slot holds a published call (taken or not): the spinning look, in line.
+    #[inline]
+    pub(super) fn any_published(&self) -> bool {
+        self.used_slots().iter().any(|w| proto::server_has_call(&w[slot::STATE / 4]))
+    }
+
     /// Serves every call in the slots that no other thread has taken; true if there were any.
     #[inline]
     pub(super) fn serve_all(&mut self) -> bool {
         let team = self.team;
         let mut served = false;
-        for i in 0..team.used() {
-            if !proto::server_has_call(team.state(i)) {
+        for i in 0..self.used_slots().len() {
+            let state = &self.slots[i][slot::STATE / 4];
+            if !proto::server_has_call(state) {
                 continue;
             }
             let Some(mut b) = team.claim(i) else { continue };
             // Looked at again under the claim: another thread may have served it meanwhile.
-            if Team::runs_async(&b) || !proto::server_has_call(team.state(i)) {
+            if Team::runs_async(&b) || !proto::server_has_call(state) {
                 continue;
             }
             mark(Point::ServerArrived);
@@ -186,7 +208,7 @@ impl<'a> Worker<'a> {
             }
             // A look at the slots in line, and the call to serve only when one holds a call: the
             // sooner a spinning thread looks again, the sooner it sees the next call.
-            if team.any_published() {
+            if self.any_published() {
                 served |= self.serve_all();
             }
             if served {
@@ -359,10 +381,9 @@ impl<'a> Worker<'a> {
     /// memory, validates it, runs the procedure, writes the result in place and publishes it.
     pub(super) fn serve(&mut self, i: u32, b: &mut Books) {
         let team = self.team;
-        let base = team.layout.slot(i);
         let data = team.layout.data(i);
         // Each control word is read once; the call is validated before anything uses it.
-        let w = slot_words(&team.region, base);
+        let w = self.slots[i as usize];
         let words = proto::CallWords::read(|at| &w[at / 4]);
         let deadline = words.deadline;
         self.out.clear();
@@ -511,7 +532,6 @@ impl<'a> Worker<'a> {
     /// (an in-place procedure's).
     pub(super) fn publish_from(&mut self, i: u32, b: &mut Books, status: Status, len: usize, in_args: Option<usize>) {
         let team = self.team;
-        let base = team.layout.slot(i);
         let data = team.layout.data(i);
         let out = match in_args {
             Some(body) => &self.args[body..],
@@ -521,7 +541,7 @@ impl<'a> Worker<'a> {
             team.region.write(data, out);
         }
         let out_len = out.len();
-        let w = slot_words(&team.region, base);
+        let w = self.slots[i as usize];
         proto::write_result(|at| &w[at / 4], out_len, status);
         // The binding holds more than three quarters of its budget. (Not half: a maximum-size
         // call's slot pages and private copy take half the default budget by themselves, and giving
