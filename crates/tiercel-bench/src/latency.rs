@@ -36,6 +36,8 @@ struct LatencyRow {
     rpc_p99_us: f64,
     ratio_median: f64,
     ratio_p99: f64,
+    /// tiercel's median came out under the raw ping-pong's (see `below_floor`).
+    below_floor: bool,
 }
 
 /// One procedure's round trips, raw and through tiercel.
@@ -181,6 +183,13 @@ pub fn measure(
     Ok(rows)
 }
 
+/// Whether tiercel's median came out under the raw ping-pong's beneath it. A call does at least what
+/// the ping-pong does, so such a row's floor was not a fair one in that run (or, for a ratio near 1,
+/// the two differ by less than the run's noise), as Peregrine Table 5 marks its rows.
+fn below_floor(r: &Row) -> bool {
+    r.rpc.median_us() < r.raw.median_us()
+}
+
 pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
     outln!(
         "{:<10} {:>13} | {:>10} {:>10} | {:>10} {:>10} | {:>8} {:>8}",
@@ -195,7 +204,7 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
     );
     for r in rows {
         outln!(
-            "{:<10} {:>13} | {:>8.2}µs {:>8.2}µs | {:>8.2}µs {:>8.2}µs | {:>7.3}× {:>7.3}×",
+            "{:<10} {:>13} | {:>8.2}µs {:>8.2}µs | {:>8.2}µs {:>8.2}µs | {:>7.3}× {:>7.3}×{}",
             r.name,
             format!("{}/{}", r.call_bytes, r.result_bytes),
             r.raw.median_us(),
@@ -204,6 +213,7 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
             r.rpc.p99_us(),
             r.rpc.median_us() / r.raw.median_us(),
             r.rpc.p99_us() / r.raw.p99_us(),
+            if below_floor(r) { " below" } else { "" },
         );
     }
     let n = rows.first().map(|r| r.rpc.len()).unwrap_or(0);
@@ -214,6 +224,9 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
         (Medium::Shm, false) => "futex ping-pong copying the same data sizes",
     };
     outln!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
+    if rows.iter().any(below_floor) {
+        outln!("(\"below\": tiercel's median under the raw ping-pong's, which is then not a fair floor in this run)");
+    }
     LatencyTable {
         transport: medium.name(),
         waiting: if spin { "spin" } else { "block" },
@@ -231,6 +244,7 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
                 rpc_p99_us: r.rpc.p99_us(),
                 ratio_median: r.rpc.median_us() / r.raw.median_us(),
                 ratio_p99: r.rpc.p99_us() / r.raw.p99_us(),
+                below_floor: below_floor(r),
             })
             .collect(),
     }

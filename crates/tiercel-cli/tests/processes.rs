@@ -195,9 +195,15 @@ fn bench_prints_every_row_against_its_baseline() {
         for r in rows {
             assert!(r["raw_median_us"].as_f64().unwrap() > 0.0 && r["rpc_p99_us"].as_f64().unwrap() > 0.0);
             assert!(r["ratio_median"].as_f64().unwrap() > 0.0);
+            // A row whose tiercel median came out under its floor says so.
+            let below = r["rpc_median_us"].as_f64().unwrap() < r["raw_median_us"].as_f64().unwrap();
+            assert_eq!(r["below_floor"].as_bool(), Some(below), "{r}");
             assert_eq!(r["calls"].as_u64(), Some(200));
         }
     }
+    // The printed tables name their rows under the floor, when there are any.
+    let any_below = tables.iter().flat_map(|t| t["rows"].as_array().unwrap()).any(|r| r["below_floor"] == true);
+    assert_eq!(text.contains("\"below\": tiercel's median under the raw ping-pong's"), any_below, "{text}");
 }
 
 /// A fresh directory for one test's output files.
