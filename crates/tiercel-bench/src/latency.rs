@@ -36,6 +36,11 @@ struct LatencyRow {
     rpc_p99_us: f64,
     ratio_median: f64,
     ratio_p99: f64,
+    /// The means of each cell's middle half ([`crate::summary::Summary::middle_mean_us`]), and their
+    /// ratio: finer than the tick counter's step, which the medians land on.
+    raw_middle_mean_us: f64,
+    rpc_middle_mean_us: f64,
+    ratio_middle_mean: f64,
     /// tiercel's median came out under the raw ping-pong's (see `below_floor`).
     below_floor: bool,
 }
@@ -192,7 +197,7 @@ fn below_floor(r: &Row) -> bool {
 
 pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
     outln!(
-        "{:<10} {:>13} | {:>10} {:>10} | {:>10} {:>10} | {:>8} {:>8}",
+        "{:<10} {:>13} | {:>10} {:>10} | {:>10} {:>10} | {:>8} {:>8} {:>8}",
         "procedure",
         "bytes c/r",
         "raw med",
@@ -200,11 +205,12 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
         "rpc med",
         "rpc p99",
         "ratio",
-        "p99 rat."
+        "p99 rat.",
+        "mid rat."
     );
     for r in rows {
         outln!(
-            "{:<10} {:>13} | {:>8.2}µs {:>8.2}µs | {:>8.2}µs {:>8.2}µs | {:>7.3}× {:>7.3}×{}",
+            "{:<10} {:>13} | {:>8.2}µs {:>8.2}µs | {:>8.2}µs {:>8.2}µs | {:>7.3}× {:>7.3}× {:>7.3}×{}",
             r.name,
             format!("{}/{}", r.call_bytes, r.result_bytes),
             r.raw.median_us(),
@@ -213,6 +219,7 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
             r.rpc.p99_us(),
             r.rpc.median_us() / r.raw.median_us(),
             r.rpc.p99_us() / r.raw.p99_us(),
+            r.rpc.middle_mean_us() / r.raw.middle_mean_us(),
             if below_floor(r) { " below" } else { "" },
         );
     }
@@ -224,6 +231,7 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
         (Medium::Shm, false) => "futex ping-pong copying the same data sizes",
     };
     outln!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
+    outln!("(mid rat.: the ratio of the means of each cell's middle half, the calls between its 25th and 75th percentiles: finer than the tick counter's step)");
     if rows.iter().any(below_floor) {
         outln!("(\"below\": tiercel's median under the raw ping-pong's, which is then not a fair floor in this run)");
     }
@@ -244,6 +252,9 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
                 rpc_p99_us: r.rpc.p99_us(),
                 ratio_median: r.rpc.median_us() / r.raw.median_us(),
                 ratio_p99: r.rpc.p99_us() / r.raw.p99_us(),
+                raw_middle_mean_us: r.raw.middle_mean_us(),
+                rpc_middle_mean_us: r.rpc.middle_mean_us(),
+                ratio_middle_mean: r.rpc.middle_mean_us() / r.raw.middle_mean_us(),
                 below_floor: below_floor(r),
             })
             .collect(),

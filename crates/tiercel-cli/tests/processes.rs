@@ -195,6 +195,12 @@ fn bench_prints_every_row_against_its_baseline() {
         for r in rows {
             assert!(r["raw_median_us"].as_f64().unwrap() > 0.0 && r["rpc_p99_us"].as_f64().unwrap() > 0.0);
             assert!(r["ratio_median"].as_f64().unwrap() > 0.0);
+            // The middle half's means: within each cell's calls, and their ratio.
+            let (raw_mid, rpc_mid) =
+                (r["raw_middle_mean_us"].as_f64().unwrap(), r["rpc_middle_mean_us"].as_f64().unwrap());
+            assert!(raw_mid > 0.0 && raw_mid <= r["raw_p99_us"].as_f64().unwrap(), "{r}");
+            assert!(rpc_mid > 0.0 && rpc_mid <= r["rpc_p99_us"].as_f64().unwrap(), "{r}");
+            assert!((r["ratio_middle_mean"].as_f64().unwrap() - rpc_mid / raw_mid).abs() < 1e-9, "{r}");
             // A row whose tiercel median came out under its floor says so.
             let below = r["rpc_median_us"].as_f64().unwrap() < r["raw_median_us"].as_f64().unwrap();
             assert_eq!(r["below_floor"].as_bool(), Some(below), "{r}");
