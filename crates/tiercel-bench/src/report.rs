@@ -5,7 +5,8 @@
 //! (`docs/measured/runs/` by default) it writes `docs/measured/README.md`: for each run, its stamp
 //! (commit, date, machine, command) and every table it measured with every row, each ratio column's
 //! best and worst row beside it; and it rewrites the headline table of the top-level `README.md`
-//! (between its `headline` markers) from the newest run. With `--check` it writes nothing and fails
+//! (between its `headline` markers) from the newest runs of one command at one commit, each figure
+//! their median with each run's value beside it. With `--check` it writes nothing and fails
 //! if either file differs from what it would write (CI runs that).
 
 use std::fmt::Write as _;
@@ -23,7 +24,8 @@ pub struct Args {
     #[arg(long, default_value = "docs/measured/README.md")]
     out: PathBuf,
     /// The front page whose headline table is rewritten from the newest run that measured every
-    /// transport (a run of fewer, such as `--transports udp`, is on the results page only).
+    /// transport and the other runs of its command at its commit (a run of fewer transports, such
+    /// as `--transports udp`, is on the results page only).
     #[arg(long, default_value = "README.md")]
     readme: PathBuf,
     /// Write nothing; fail if a page differs from what would be written.
@@ -59,8 +61,7 @@ pub fn run(args: Args) -> crate::Result<()> {
     runs.sort_by(|a, b| b.1["run"]["date"].as_str().cmp(&a.1["run"]["date"].as_str()));
     let page = results_page(&runs);
     let readme_text = std::fs::read_to_string(&args.readme).map_err(|e| format!("{}: {e}", args.readme.display()))?;
-    let head = runs.iter().find(|(_, run)| every_transport(run)).unwrap_or(&runs[0]);
-    let readme = with_headline(&readme_text, &headline(&head.0, &head.1))
+    let readme = with_headline(&readme_text, &headline(&headline_runs(&runs)))
         .ok_or_else(|| format!("{} has no headline markers ({BEGIN} … {END})", args.readme.display()))?;
     let mut stale = Vec::new();
     for (path, text) in [(&args.out, &page), (&args.readme, &readme)] {
@@ -234,47 +235,156 @@ fn every_transport(run: &Value) -> bool {
     ["udp", "shm", "tcp"].iter().all(|t| measured.contains(t))
 }
 
-/// The README's headline table, from one run: Null and MaxResult per transport against the raw
-/// ping-pong, spinning and blocking; and against the peers.
-fn headline(path: &Path, run: &Value) -> String {
+/// The runs the README's headline comes from: the newest run that measured every transport
+/// (else the newest), and every other kept run of the same commit made by the same command (but
+/// for the file its JSON went to), in the order they ran. `runs` is newest first.
+fn headline_runs(runs: &[(PathBuf, Value)]) -> Vec<&(PathBuf, Value)> {
+    let Some(head) = runs.iter().find(|(_, run)| every_transport(run)).or(runs.first()) else { return Vec::new() };
+    let same = |run: &Value| {
+        run["run"]["commit"] == head.1["run"]["commit"]
+            && command_of(run) == command_of(&head.1)
+            && every_transport(run) == every_transport(&head.1)
+    };
+    let mut chosen: Vec<_> = runs.iter().filter(|(_, run)| same(run)).collect();
+    chosen.reverse();
+    chosen
+}
+
+/// A run's command without the file it wrote its JSON to.
+fn command_of(run: &Value) -> Vec<&str> {
+    let words = run["run"]["command"].as_str().unwrap_or("").split_whitespace();
+    let mut out = Vec::new();
+    let mut skip = false;
+    for w in words {
+        match (skip, w) {
+            (true, _) => skip = false,
+            (false, "--json") => skip = true,
+            (false, w) if w.starts_with("--json=") => {}
+            (false, w) => out.push(w),
+        }
+    }
+    out
+}
+
+/// The median of the runs' `values` (`None`: a run without the figure) as the pages print a figure,
+/// then `unit`, then each run's value when there is more than one run.
+fn median_of_runs(values: &[Option<f64>], unit: &str) -> String {
+    let present: Vec<f64> = values.iter().flatten().copied().collect();
+    if present.is_empty() {
+        return "–".into();
+    }
+    let median = figure(&Value::from(middle(present))) + unit;
+    match values.len() {
+        0 | 1 => median,
+        _ => {
+            let each: Vec<String> = values.iter().map(|v| v.map_or("–".into(), |v| figure(&Value::from(v)))).collect();
+            format!("{median} ({})", each.join(", "))
+        }
+    }
+}
+
+/// The median of the runs' `values` alone (a p99's), as the pages print a figure.
+fn median_alone(values: &[Option<f64>]) -> String {
+    let present: Vec<f64> = values.iter().flatten().copied().collect();
+    if present.is_empty() {
+        return "–".into();
+    }
+    figure(&Value::from(middle(present)))
+}
+
+/// The median of `values` (not empty): the middle one, or the mean of the middle two.
+fn middle(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n % 2 {
+        1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// The README's headline table, from `runs` (in the order they ran; see [`headline_runs`]): Null and
+/// MaxResult per transport against the raw ping-pong, spinning and blocking; and against the peers.
+/// Each figure is the median of the runs, with each run's value beside it.
+fn headline(runs: &[&(PathBuf, Value)]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{BEGIN}");
-    let _ = writeln!(out, "From {}.\n", stamp(path, run));
-    let _ =
-        writeln!(out, "| call | waiting | tiercel median (p99) µs | raw floor median (p99) µs | ratio of medians |");
-    let _ = writeln!(out, "|---|---|---|---|---|");
-    for t in run["latency"].as_array().into_iter().flatten() {
+    match runs {
+        [] => {}
+        [(path, run)] => {
+            let _ = writeln!(out, "From {}.\n", stamp(path, run));
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "From {} runs of one command at one commit; each figure is the median of the runs, with each \
+                 run's value beside it (in the order listed):\n",
+                runs.len()
+            );
+            for (path, run) in runs {
+                let _ = writeln!(out, "- {}", stamp(path, run));
+            }
+            let _ = writeln!(out);
+        }
+    }
+    // The newest run's tables and rows, each figure found in every run.
+    let Some((_, head)) = runs.last() else {
+        let _ = write!(out, "{END}");
+        return out;
+    };
+    let each =
+        |pick: &dyn Fn(&Value) -> Option<f64>| -> Vec<Option<f64>> { runs.iter().map(|(_, r)| pick(r)).collect() };
+    let _ = writeln!(
+        out,
+        "| call | waiting | tiercel median µs | raw floor median µs | ratio of medians | p99 µs, tiercel / raw |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    for t in head["latency"].as_array().into_iter().flatten() {
+        let (transport, waiting) = (t["transport"].as_str().unwrap_or("?"), t["waiting"].as_str().unwrap_or("?"));
         for row in t["rows"].as_array().into_iter().flatten() {
             let procedure = row["procedure"].as_str().unwrap_or("");
             if procedure != "Null" && procedure != "MaxResult" {
                 continue;
             }
+            // The same row of each run.
+            let field = |field: &'static str| {
+                each(&|run: &Value| {
+                    let table = run["latency"]
+                        .as_array()?
+                        .iter()
+                        .find(|x| x["transport"] == t["transport"] && x["waiting"] == t["waiting"])?;
+                    table["rows"].as_array()?.iter().find(|r| r["procedure"] == row["procedure"])?[field].as_f64()
+                })
+            };
             let _ = writeln!(
                 out,
-                "| {} {} | {} | {} ({}) | {} ({}) | {}× |",
-                t["transport"].as_str().unwrap_or("?"),
-                procedure,
-                t["waiting"].as_str().unwrap_or("?"),
-                figure(&row["rpc_median_us"]),
-                figure(&row["rpc_p99_us"]),
-                figure(&row["raw_median_us"]),
-                figure(&row["raw_p99_us"]),
-                figure(&row["ratio_median"]),
+                "| {transport} {procedure} | {waiting} | {} | {} | {} | {} / {} |",
+                median_of_runs(&field("rpc_median_us"), ""),
+                median_of_runs(&field("raw_median_us"), ""),
+                median_of_runs(&field("ratio_median"), "×"),
+                median_alone(&field("rpc_p99_us")),
+                median_alone(&field("raw_p99_us")),
             );
         }
     }
-    if let Some(peers) = run["peers"].as_array().filter(|p| !p.is_empty()) {
-        let _ = writeln!(out, "\n| system (over loopback) | Null median (p99) µs | Null calls/s, 8 callers |");
-        let _ = writeln!(out, "|---|---|---|");
+    if let Some(peers) = head["peers"].as_array().filter(|p| !p.is_empty()) {
+        let _ = writeln!(out, "\n| system (over loopback) | Null median µs | Null p99 µs | Null calls/s, 8 callers |");
+        let _ = writeln!(out, "|---|---|---|---|");
         for p in peers {
-            let eight = p["load"].as_array().into_iter().flatten().find(|l| l["callers"] == 8);
+            let system = &p["system"];
+            let peer = |run: &Value| -> Option<Value> {
+                run["peers"].as_array()?.iter().find(|x| x["system"] == *system).cloned()
+            };
+            let null = |field: &'static str| each(&|run: &Value| peer(run)?[field].as_f64());
+            let eight = each(&|run: &Value| {
+                peer(run)?["load"].as_array()?.iter().find(|l| l["callers"] == 8)?["calls_per_second"].as_f64()
+            });
             let _ = writeln!(
                 out,
-                "| {} | {} ({}) | {} |",
-                p["system"].as_str().unwrap_or("?"),
-                figure(&p["null_median_us"]),
-                figure(&p["null_p99_us"]),
-                eight.map(|l| figure(&l["calls_per_second"])).unwrap_or_else(|| "–".into()),
+                "| {} | {} | {} | {} |",
+                figure(system),
+                median_of_runs(&null("null_median_us"), ""),
+                median_alone(&null("null_p99_us")),
+                median_of_runs(&eight, ""),
             );
         }
     }
@@ -389,6 +499,57 @@ mod tests {
         assert!(every_transport(&of(&["udp", "udp", "shm", "shm", "tcp", "tcp"])));
         assert!(!every_transport(&of(&["udp", "udp"])));
         assert!(!every_transport(&serde_json::json!({})));
+    }
+
+    /// A kept run of `command` at `commit` on `date`, of every transport, whose Null over UDP while
+    /// spinning took `rpc` µs against a raw `raw` µs, and whose tarpc made `rate` calls a second.
+    fn kept(commit: &str, date: &str, command: &str, rpc: f64, raw: f64, rate: f64) -> (PathBuf, Value) {
+        let table = |t: &str| {
+            serde_json::json!({ "transport": t, "waiting": "spin", "rows": [{ "procedure": "Null",
+                "rpc_median_us": rpc, "rpc_p99_us": 2.0 * rpc, "raw_median_us": raw, "raw_p99_us": 2.0 * raw,
+                "ratio_median": rpc / raw }] })
+        };
+        let run = serde_json::json!({
+            "run": { "commit": commit, "date": date, "command": command, "machine": {} },
+            "latency": [table("udp"), table("shm"), table("tcp")],
+            "peers": [{ "system": "tarpc", "null_median_us": 80.0, "null_p99_us": 100.0,
+                "load": [{ "callers": 8, "calls_per_second": rate }] }],
+        });
+        (PathBuf::from(format!("{date}.json")), run)
+    }
+
+    #[test]
+    fn the_headline_is_the_median_of_the_newest_runs_of_one_command_at_one_commit() {
+        let cmd = |n: u32| format!("bench --quick --json docs/measured/runs/x-{n}.json");
+        // Newest first, as `run` sorts them.
+        let runs = vec![
+            kept("new", "2026-11-29T03", &cmd(3), 8.0, 4.0, 300.0),
+            kept("new", "2026-11-29T02", "bench --quick --peers --json y.json", 1.0, 1.0, 1.0),
+            kept("new", "2026-11-29T01", &cmd(2), 6.0, 4.0, 100.0),
+            kept("new", "2026-11-29T00", &cmd(1), 7.0, 5.0, 200.0),
+            kept("old", "2026-11-28T00", &cmd(1), 1.0, 1.0, 1.0),
+        ];
+        let chosen = headline_runs(&runs);
+        let dates: Vec<_> = chosen.iter().map(|(_, r)| r["run"]["date"].as_str().unwrap()).collect();
+        assert_eq!(dates, ["2026-11-29T00", "2026-11-29T01", "2026-11-29T03"]);
+        let table = headline(&chosen);
+        assert!(table.contains("From 3 runs of one command at one commit"), "{table}");
+        // Each run's figure in the order they ran, the median first.
+        assert!(
+            table.contains("| udp Null | spin | 7.000 (7.000, 6.000, 8.000) | 4.000 (5.000, 4.000, 4.000) |"),
+            "{table}"
+        );
+        assert!(table.contains("| 1.500× (1.400, 1.500, 2.000) | 14.0 / 8.000 |"), "{table}");
+        assert!(table.contains("| tarpc | 80.0 (80.0, 80.0, 80.0) | 100.0 | 200.0 (200.0, 100.0, 300.0) |"), "{table}");
+        // One run alone: its figures, plainly.
+        // A run without a figure has a dash in its place.
+        let mut gap = chosen.iter().map(|r| (*r).clone()).collect::<Vec<_>>();
+        gap[1].1["peers"] = serde_json::json!([]);
+        let table = headline(&gap.iter().collect::<Vec<_>>());
+        assert!(table.contains("| tarpc | 80.0 (80.0, –, 80.0) | 100.0 | 250.0 (200.0, –, 300.0) |"), "{table}");
+        let one = headline(&chosen[..1]);
+        assert!(one.contains("From `2026-11-29T00.json` at commit `new`"), "{one}");
+        assert!(one.contains("| udp Null | spin | 7.000 | 5.000 | 1.400× | 14.0 / 10.0 |"), "{one}");
     }
 
     #[test]
