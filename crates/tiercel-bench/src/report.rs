@@ -541,12 +541,12 @@ mod tests {
         );
         assert!(table.contains("| 1.500× (1.400, 1.500, 2.000) | 14.0 / 8.000 |"), "{table}");
         assert!(table.contains("| tarpc | 80.0 (80.0, 80.0, 80.0) | 100.0 | 200.0 (200.0, 100.0, 300.0) |"), "{table}");
-        // One run alone: its figures, plainly.
         // A run without a figure has a dash in its place.
         let mut gap = chosen.iter().map(|r| (*r).clone()).collect::<Vec<_>>();
         gap[1].1["peers"] = serde_json::json!([]);
         let table = headline(&gap.iter().collect::<Vec<_>>());
         assert!(table.contains("| tarpc | 80.0 (80.0, –, 80.0) | 100.0 | 250.0 (200.0, –, 300.0) |"), "{table}");
+        // One run alone: its figures, plainly.
         let one = headline(&chosen[..1]);
         assert!(one.contains("From `2026-11-29T00.json` at commit `new`"), "{one}");
         assert!(one.contains("| udp Null | spin | 7.000 | 5.000 | 1.400× | 14.0 / 10.0 |"), "{one}");
