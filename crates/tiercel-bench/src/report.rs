@@ -266,30 +266,27 @@ fn command_of(run: &Value) -> Vec<&str> {
     out
 }
 
-/// The median of the runs' `values` (`None`: a run without the figure) as the pages print a figure,
-/// then `unit`, then each run's value when there is more than one run.
-fn median_of_runs(values: &[Option<f64>], unit: &str) -> String {
+/// The median of the runs' `values` that are there (`None`: a run without the figure).
+fn median_present(values: &[Option<f64>]) -> Option<f64> {
     let present: Vec<f64> = values.iter().flatten().copied().collect();
-    if present.is_empty() {
-        return "–".into();
+    (!present.is_empty()).then(|| middle(present))
+}
+
+/// The median of the runs' `values` as the pages print a figure, then `unit`, then each run's value
+/// (a dash for a run without it) when there is more than one run.
+fn median_of_runs(values: &[Option<f64>], unit: &str) -> String {
+    let Some(median) = median_present(values) else { return "–".into() };
+    let median = figure(&Value::from(median)) + unit;
+    if values.len() < 2 {
+        return median;
     }
-    let median = figure(&Value::from(middle(present))) + unit;
-    match values.len() {
-        0 | 1 => median,
-        _ => {
-            let each: Vec<String> = values.iter().map(|v| v.map_or("–".into(), |v| figure(&Value::from(v)))).collect();
-            format!("{median} ({})", each.join(", "))
-        }
-    }
+    let each: Vec<String> = values.iter().map(|v| v.map_or("–".into(), |v| figure(&Value::from(v)))).collect();
+    format!("{median} ({})", each.join(", "))
 }
 
 /// The median of the runs' `values` alone (a p99's), as the pages print a figure.
 fn median_alone(values: &[Option<f64>]) -> String {
-    let present: Vec<f64> = values.iter().flatten().copied().collect();
-    if present.is_empty() {
-        return "–".into();
-    }
-    figure(&Value::from(middle(present)))
+    median_present(values).map_or("–".into(), |m| figure(&Value::from(m)))
 }
 
 /// The median of `values` (not empty): the middle one, or the mean of the middle two.
