@@ -206,11 +206,13 @@ impl OncServer {
         let udp = Arc::new(udp);
         let mut threads = Vec::with_capacity(udp_threads + 1);
         for _ in 0..udp_threads {
+            // Each thread's buffers are made here, so that none is allocated while calls run.
+            let buffers = (vec![0u8; MAX_DATAGRAM], Vec::with_capacity(MAX_DATAGRAM));
             threads.push(spawn("tiercel-onc-udp", {
                 let (shared, started, udp) = (shared.clone(), started.clone(), udp.clone());
                 move || {
                     started.wait();
-                    serve_udp(&shared, &udp)
+                    serve_udp(&shared, &udp, buffers)
                 }
             })?);
         }
@@ -418,9 +420,8 @@ impl Shared {
     }
 }
 
-fn serve_udp(shared: &Shared, socket: &UdpSocket) {
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    let mut out = Vec::with_capacity(MAX_DATAGRAM);
+/// Serves datagrams from `socket` into `buf` (`MAX_DATAGRAM` long), writing each reply in `out`.
+fn serve_udp(shared: &Shared, socket: &UdpSocket, (mut buf, mut out): (Vec<u8>, Vec<u8>)) {
     // Until when to spin for the next datagram before blocking.
     let mut spin_until = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
@@ -483,7 +484,6 @@ fn accept(shared: &Arc<Shared>, listener: &TcpListener) {
     }
 }
 
-/// Serves one connection until its peer closes it (`Ok`), or it breaks a limit or fails (`Err`).
 /// Serves a connection's calls until its peer closes it or it breaks a rule, which the counters
 /// note before the connection closes (so that whoever sees it closed sees it counted).
 fn serve_connection(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
