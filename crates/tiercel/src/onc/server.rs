@@ -484,8 +484,9 @@ fn accept(shared: &Arc<Shared>, listener: &TcpListener) {
     }
 }
 
-/// Serves a connection's calls until its peer closes it or it breaks a rule, which the counters
-/// note before the connection closes (so that whoever sees it closed sees it counted).
+/// Serves a connection's calls until its peer closes it (`Ok`), or it breaks a rule or fails
+/// (`Err`), which the counters note before the connection closes (so that whoever sees it closed
+/// sees it counted).
 fn serve_connection(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) -> io::Result<()> {
     let served = serve_records(shared, &mut stream, peer);
     if served.is_err() {
