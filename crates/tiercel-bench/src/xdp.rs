@@ -200,7 +200,7 @@ pub fn remote(args: RemoteArgs) -> crate::Result<()> {
 }
 
 /// tiercel's rows through one path (`via`): Null, MaxResult and a 64 KiB InOut from one caller,
-/// Null from eight threads on one binding.
+/// Null from eight threads on one binding, and from eight tasks.
 fn calls(target: &str, via: &str, time: Duration, server: Option<u32>) -> crate::Result<Vec<(String, Round)>> {
     let client: TestClient = crate::harness::import(target, tiercel::ClientConfig::default())?;
     if let Some(why) = client.binding().xdp_refused() {
@@ -221,7 +221,61 @@ fn calls(target: &str, via: &str, time: Duration, server: Option<u32>) -> crate:
         ),
     ];
     rows.push((format!("tiercel Null, {CALLERS} callers, {via}"), together(&client, time, server)?));
+    rows.push((format!("tiercel Null, {CALLERS} async callers, {via}"), together_async(&client, time, server)?));
     Ok(rows)
+}
+
+/// Null calls from [`CALLERS`] tasks of a tokio runtime (its default worker threads, on the
+/// client's CPU as this process is) through the async stub of `client`'s binding, for `time` after
+/// a warm-up: as [`together`].
+fn together_async(client: &TestClient, time: Duration, server: Option<u32>) -> crate::Result<Round> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let tasks: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let (client, stop, done) = (client.to_async(), stop.clone(), done.clone());
+            rt.spawn(async move {
+                while !stop.load(Relaxed) {
+                    client.null().await?;
+                    done.fetch_add(1, Relaxed);
+                }
+                Ok::<_, tiercel::CallError>(())
+            })
+        })
+        .collect();
+    std::thread::sleep(time / 5);
+    let (before, start, first) = (Cpu::now(server), Instant::now(), done.load(Relaxed));
+    std::thread::sleep(time);
+    let (calls, elapsed) = (done.load(Relaxed) - first, start.elapsed());
+    let cpu = Cpu::now(server).since(&before);
+    // The window perf counts in.
+    let syscalls = count_syscalls(server, || {
+        let before = done.load(Relaxed);
+        std::thread::sleep(time / 4);
+        Ok(done.load(Relaxed) - before)
+    });
+    stop.store(true, Relaxed);
+    for t in tasks {
+        rt.block_on(t).map_err(|e| format!("an async caller failed: {e}"))??;
+    }
+    let rate = calls as f64 / elapsed.as_secs_f64();
+    let between = 1e6 / rate;
+    let (client_syscalls, server_syscalls) = syscalls?;
+    Ok(cpu.per(
+        calls,
+        Round {
+            median_us: between,
+            p99_us: between,
+            round_trips: calls,
+            lost: 0,
+            calls_per_second: rate,
+            client_syscalls,
+            server_syscalls,
+            ..Round::default()
+        },
+    ))
 }
 
 /// Null calls from [`CALLERS`] threads on `client`'s binding for `time` after a warm-up: the rate,
@@ -516,7 +570,7 @@ pub fn table(server_cpu: usize, rounds: usize, time: Duration) -> crate::Result<
         "\nAF_XDP against the kernel's UDP across two network namespaces (veth): the floor, round trips of a \
          {PAYLOAD}-byte UDP datagram\nthrough AF_XDP sockets on both sides (tiercel's XDP program steering them) and \
          through the kernel's UDP sockets; then\ntiercel's calls through each (xdp:// and a server with --xdp, against \
-         udp://), from one caller and from {CALLERS} threads on one\nbinding; both sides spin (tiercel's defaults), \
+         udp://), from one caller and from {CALLERS} threads or tasks on one\nbinding; both sides spin (tiercel's defaults), \
          each server alone on the server CPU, the paths in turn in {rounds} rounds of\n{} ms a row; median of the \
          rounds' medians (each round's), µs; CPU per call of each side (user + system, and system); last, the \
          floor and tiercel's Null\nthrough AF_XDP in turn, {WINDOWS} windows each, both servers running (each blocking \

@@ -8,8 +8,10 @@
 use std::net::SocketAddr;
 use std::sync::mpsc;
 
-use tiercel::{Client, Server, ServerConfig, Transport};
-use tiercel_seeds::{check_all, fill, pattern, SeedTest, TestClient, TestServer, CHECK_CALLS};
+use tiercel::{Client, InOut, Out, Server, ServerConfig, Transport};
+use tiercel_seeds::{
+    check, check_all, fill, pattern, SeedTest, TestAsyncClient, TestClient, TestServer, CHECK_CALLS, MAX_BUFFER,
+};
 
 mod xdp_common;
 
@@ -204,6 +206,76 @@ fn a_long_procedure_through_af_xdp_holds_up_only_its_own_caller() {
     });
     assert_eq!(quick_calls, 20);
     assert!(!slow_done_first, "the quick calls waited for the long one");
+    stop.send(()).unwrap();
+    server.join().unwrap();
+}
+
+#[test]
+fn async_tasks_call_through_af_xdp_and_read_their_results_from_every_queue() {
+    tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
+    // A server without AF_XDP on a pair of four queues: each async call's results arrive on the
+    // client's queue its port hashes to, and one task at a time polls the station's four sockets
+    // through the runtime's reactor, leaving the others' results in their mailboxes.
+    let pair = Pair::with_queues(4);
+    let port = tiercel_seeds::free_port();
+    let addr: SocketAddr = format!("{}:{port}", pair.server_ip()).parse().unwrap();
+    let (status, stop, server) = serve_plain(&pair.a, addr);
+    assert_eq!(status, None);
+    let before = kernel_udp(&pair.b);
+    const TASKS: i32 = 16;
+    const ROUNDS: i32 = 20;
+    let vb = pair.vb.clone();
+    let (transport, refused, received) = in_namespace(&pair.b, move || {
+        // One thread for every task: a task that held it while it waited would stall the rest.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let client: TestAsyncClient =
+                Client::connect(format!("xdp://{addr}")).unwrap().import_async().await.unwrap();
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|t| {
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        for round in 0..ROUNDS {
+                            assert_eq!(client.add(t, round).await.unwrap(), t + round);
+                            client.null().await.unwrap();
+                            let mut out = [0u8; MAX_BUFFER];
+                            client.max_result(Out(&mut out)).await.unwrap();
+                            assert!(check(&out), "task {t}, round {round}: max_result's bytes");
+                            if round % 5 == 4 {
+                                // Longer than any spin: every task's next call waits at the station.
+                                tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+            // A call given up while it waits at the station (maybe with the turn to poll) leaves
+            // the station to the calls that follow, each alone after a pause, so that it waits.
+            let given_up = tokio::time::timeout(std::time::Duration::from_millis(50), client.work(300_000)).await;
+            assert!(given_up.is_err(), "a 300 ms procedure answered within 50 ms");
+            for i in 0..5 {
+                tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+                assert_eq!(client.add(i, 1).await.unwrap(), i + 1);
+            }
+            // A call and a result of many frames each.
+            let mut big = vec![0u8; 64 << 10];
+            fill(&mut big);
+            client.bulk_in_out(InOut(&mut big)).await.unwrap();
+            assert!(big.iter().enumerate().all(|(i, &b)| b == pattern(i)), "64 KiB came back changed");
+            let station = tiercel_sys::xdp::Station::on(&vb).unwrap();
+            let binding = client.binding();
+            (binding.transport(), binding.xdp_refused(), station.stats().received)
+        })
+    });
+    assert_eq!((transport, refused), (Transport::Xdp, None));
+    let calls = (TASKS * ROUNDS * 3 + 5) as u64;
+    assert!(received >= calls, "{received} datagrams through the station for {calls} calls");
+    // Only the bind's datagrams reached the client's kernel.
+    let after = kernel_udp(&pair.b);
+    assert!(after.0 - before.0 <= 4, "the client's kernel received {} datagrams", after.0 - before.0);
     stop.send(()).unwrap();
     server.join().unwrap();
 }

@@ -26,7 +26,7 @@ use xdp::slab::{HeapSlab, Slab};
 pub mod frame;
 mod station;
 
-pub use station::{Batch, Station, StationStats};
+pub use station::{Batch, Station, StationStats, Turn};
 
 /// Where the XDP program runs on the interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -329,6 +329,30 @@ fn poll_readable(fds: &[i32], timeout: Option<std::time::Duration>) -> io::Resul
         .collect();
     let mut polled: Vec<_> = borrowed.iter().map(|fd| PollFd::new(fd, PollFlags::IN)).collect();
     poll(&mut polled)
+}
+
+/// An `epoll` set of `fds`, each for reading (level-triggered): readable while any of them is.
+fn readiness_set(fds: &[i32]) -> io::Result<std::os::fd::OwnedFd> {
+    use rustix::event::epoll::{self, CreateFlags, EventData, EventFlags};
+    let set = epoll::create(CreateFlags::CLOEXEC)?;
+    for &fd in fds {
+        // SAFETY: the caller keeps the descriptors open for the call (a station holds its sockets);
+        // the set holds no reference to a descriptor once it is closed.
+        let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
+        epoll::add(&set, fd, EventData::new_u64(0), EventFlags::IN)?;
+    }
+    Ok(set)
+}
+
+/// `fd` (a station's readiness, [`Station::readiness`]) registered with the reactor of the current
+/// tokio runtime, for reading: a task waits for it with `poll_read_ready` (feature `async`). Panics
+/// outside a runtime.
+#[cfg(feature = "async")]
+pub fn register(fd: std::os::fd::OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    // SAFETY: the `AsyncFd` owns `fd`, which stays open, and the same descriptor, for its whole
+    // life: nothing else can close it, and an `OwnedFd` always gives the one it holds.
+    let registered = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
+    registered.map_err(io::Error::from)
 }
 
 /// Frames of the UMEM of an [`Xsk`] that sends, each 4 KiB: half for receiving (handed to the

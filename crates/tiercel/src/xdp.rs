@@ -3,9 +3,9 @@
 //! kernel's UDP stack. Without the feature, [`Station`] is a type with no values, and every path
 //! that would use one is never taken.
 //!
-//! A client's thread (its endpoint) keeps its own UDP socket, connected to the server, which holds
-//! its port; the station steers that port's datagrams to itself while the endpoint lives
-//! ([`Port`]). A server's station steers the server's port, and a worker of its own reads it; a
+//! A client's endpoint (a thread's, or one of the binding's async calls') keeps its own UDP socket,
+//! connected to the server, which holds its port; the station steers that port's datagrams to
+//! itself while the endpoint lives ([`Port`]). A server's station steers the server's port, and a worker of its own reads it; a
 //! result goes back through the station to any peer whose frames arrive there.
 
 use std::net::{SocketAddr, SocketAddrV4};

@@ -7,8 +7,9 @@
 //! sent as a frame built in the memory of queue 0's socket (the headers, then the parts given, one
 //! copy of each) to the hardware address the station learned from the peer's own frames, or else
 //! the kernel's neighbor table's. A datagram read for another port than the reader's is left in
-//! that port's mailbox, and its reader woken: one thread at a time polls the sockets' descriptors,
-//! the others wait for it.
+//! that port's mailbox, and its reader woken: one reader at a time polls the sockets' descriptors,
+//! the others wait for it. A reader is a thread, waiting in `poll` ([`Station::wait`]), or a task,
+//! waiting for a descriptor of the station's readiness in its runtime's reactor ([`Station::turn`]).
 //!
 //! Nothing here is unsafe: the rings and the memory are [`Xsk`]'s, the system calls `xdp.rs`'s.
 
@@ -18,6 +19,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use super::frame::{self, Template};
@@ -57,6 +59,8 @@ pub struct Station {
     post: Mutex<Post>,
     /// Datagrams in mailboxes: a reader looks in its own only when there are some.
     letters: AtomicUsize,
+    /// Threads waiting on `ready` (changed with `post` held): told only when there are some.
+    sleepers: AtomicUsize,
     ready: Condvar,
     stats: Counters,
     /// Dropped after `io`: the program is detached once the socket is closed.
@@ -114,8 +118,72 @@ impl std::hash::Hasher for IpHasher {
 /// Datagrams read for ports whose readers are elsewhere, and who polls.
 #[derive(Default)]
 struct Post {
-    mailboxes: HashMap<u16, VecDeque<(SocketAddrV4, Vec<u8>)>>,
+    mailboxes: HashMap<u16, Mailbox>,
+    /// A reader polls the sockets' descriptors (a thread or a task).
     polling: bool,
+}
+
+/// A port's datagrams read by another reader, and the task that waits for them.
+#[derive(Default)]
+struct Mailbox {
+    letters: VecDeque<(SocketAddrV4, Vec<u8>)>,
+    /// The task of the port's reader, while it waits ([`Station::turn`]).
+    waker: Option<Waker>,
+}
+
+impl Post {
+    /// Ends a poller's turn: the next reader to wait polls. The task returned (one that waits, if
+    /// any) is to be woken to take the turn; the waiting threads are told by the caller.
+    fn end_turn(&mut self) -> Option<Waker> {
+        self.polling = false;
+        self.mailboxes.values_mut().find_map(|m| m.waker.take())
+    }
+
+    /// [`Station::turn`].
+    fn turn(&mut self, port: u16, task: &Waker, polling: bool) -> Turn {
+        // A closed port has no mailbox, and nothing comes for it: the caller's look finds nothing.
+        let Some(mailbox) = self.mailboxes.get_mut(&port) else { return Turn::Letter };
+        if !mailbox.letters.is_empty() {
+            return Turn::Letter;
+        }
+        match &mut mailbox.waker {
+            Some(w) if w.will_wake(task) => {}
+            other => *other = Some(task.clone()),
+        }
+        if polling {
+            return Turn::Poll;
+        }
+        if !self.polling {
+            self.polling = true;
+            return Turn::Poll;
+        }
+        Turn::Wait
+    }
+
+    /// [`Station::done_waiting`]: the task to wake to take the turn, if it ended.
+    fn done_waiting(&mut self, port: u16, polled: bool) -> Option<Waker> {
+        if let Some(mailbox) = self.mailboxes.get_mut(&port) {
+            mailbox.waker = None;
+        }
+        if polled {
+            self.end_turn()
+        } else {
+            None
+        }
+    }
+}
+
+/// What an async reader of a port does next ([`Station::turn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// A datagram waits in the port's mailbox: read it.
+    Letter,
+    /// The reader polls: it waits for its descriptor of the station's readiness
+    /// ([`Station::readiness`]), then reads, and ends its turn with [`Station::done_waiting`].
+    Poll,
+    /// Another reader polls: the task is woken when a datagram is left for the port, or when the
+    /// turn to poll is free.
+    Wait,
 }
 
 #[derive(Default)]
@@ -222,6 +290,7 @@ impl Station {
             }),
             post: Mutex::new(Post::default()),
             letters: AtomicUsize::new(0),
+            sleepers: AtomicUsize::new(0),
             ready: Condvar::new(),
             stats: Counters::default(),
             steering: Mutex::new(steering),
@@ -292,7 +361,7 @@ impl Station {
     pub fn close_port(&self, port: u16) {
         let _ = lock(&self.steering).unsteer_port(port);
         if let Some(kept) = lock(&self.post).mailboxes.remove(&port) {
-            self.letters.fetch_sub(kept.len(), Ordering::Relaxed);
+            self.letters.fetch_sub(kept.letters.len(), Ordering::Relaxed);
         }
     }
 
@@ -392,7 +461,7 @@ impl Station {
             }
         }
         drop(io);
-        if posted {
+        if posted && self.sleepers.load(Ordering::Relaxed) > 0 {
             self.ready.notify_all();
         }
         got
@@ -434,7 +503,7 @@ impl Station {
 
     fn take_letter(&self, port: u16, buf: &mut [u8]) -> Option<(usize, SocketAddrV4)> {
         let mut post = lock(&self.post);
-        let (from, bytes) = post.mailboxes.get_mut(&port)?.pop_front()?;
+        let (from, bytes) = post.mailboxes.get_mut(&port)?.letters.pop_front()?;
         self.letters.fetch_sub(1, Ordering::Relaxed);
         match buf.get_mut(..bytes.len()) {
             Some(to) => {
@@ -448,13 +517,19 @@ impl Station {
         }
     }
 
-    /// Keeps a datagram for `port`'s reader; false when it was dropped.
+    /// Keeps a datagram for `port`'s reader, and wakes its task if it waits; false when it was
+    /// dropped.
     fn post(&self, port: u16, from: SocketAddrV4, payload: &[u8]) -> bool {
         let mut post = lock(&self.post);
         match post.mailboxes.get_mut(&port) {
-            Some(mailbox) if mailbox.len() < MAILBOX => {
-                mailbox.push_back((from, payload.to_vec()));
+            Some(mailbox) if mailbox.letters.len() < MAILBOX => {
+                mailbox.letters.push_back((from, payload.to_vec()));
                 self.letters.fetch_add(1, Ordering::Relaxed);
+                let waiting = mailbox.waker.take();
+                drop(post);
+                if let Some(task) = waiting {
+                    task.wake();
+                }
                 true
             }
             _ => {
@@ -471,7 +546,7 @@ impl Station {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut post = lock(&self.post);
         loop {
-            if post.mailboxes.get(&port).is_some_and(|m| !m.is_empty()) {
+            if post.mailboxes.get(&port).is_some_and(|m| !m.letters.is_empty()) {
                 return Ok(true);
             }
             let left = match deadline {
@@ -486,14 +561,56 @@ impl Station {
                 drop(post);
                 let ready = super::poll_readable(&self.fds, left);
                 post = lock(&self.post);
-                post.polling = false;
-                self.ready.notify_all();
+                let task = post.end_turn();
+                drop(post);
+                self.tell_sleepers();
+                if let Some(task) = task {
+                    task.wake();
+                }
                 return ready;
             }
+            self.sleepers.fetch_add(1, Ordering::Relaxed);
             post = match left {
                 Some(left) => self.ready.wait_timeout(post, left).unwrap_or_else(|p| p.into_inner()).0,
                 None => self.ready.wait(post).unwrap_or_else(|p| p.into_inner()),
             };
+            self.sleepers.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn tell_sleepers(&self) {
+        if self.sleepers.load(Ordering::Relaxed) > 0 {
+            self.ready.notify_all();
+        }
+    }
+
+    /// A descriptor that is readable when a socket of the station may hold a frame (an `epoll` set
+    /// of them), for a runtime's reactor to wait on: the poller of [`Station::turn`] waits for it.
+    /// Each call makes a new one.
+    pub fn readiness(&self) -> io::Result<std::os::fd::OwnedFd> {
+        super::readiness_set(&self.fds)
+    }
+
+    /// For a task that waits for a datagram for `port` without holding its thread: whether one is
+    /// in the port's mailbox, or the task polls (no one else does, or `polling`: it already took the
+    /// turn), or it waits for another reader. Unless a datagram is there, `task` is woken when one
+    /// is left for the port, or when a poller ends its turn ([`Station::done_waiting`], or a
+    /// thread's [`Station::wait`]). A task that took the turn polls until it calls
+    /// [`Station::done_waiting`], which every task calls when it stops waiting (whether or not it
+    /// took the turn), so that no other waiter is left without a poller.
+    pub fn turn(&self, port: u16, task: &Waker, polling: bool) -> Turn {
+        lock(&self.post).turn(port, task, polling)
+    }
+
+    /// A task that waited for `port` ([`Station::turn`]) stops: its waker is forgotten, and if it
+    /// `polled`, its turn ends and another waiter (a task or a thread) takes it.
+    pub fn done_waiting(&self, port: u16, polled: bool) {
+        let task = lock(&self.post).done_waiting(port, polled);
+        if polled {
+            self.tell_sleepers();
+        }
+        if let Some(task) = task {
+            task.wake();
         }
     }
 }
@@ -530,4 +647,96 @@ fn interface_ipv4(ifname: &str) -> io::Result<Ipv4Addr> {
         .find(|(name, _)| name == ifname)
         .map(|(_, ip)| ip)
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{ifname} has no IPv4 address")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+    use std::task::Wake;
+
+    /// A task's waker that counts its wake-ups.
+    struct Task(AtomicU32);
+
+    impl Wake for Task {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn task() -> (Arc<Task>, Waker) {
+        let t = Arc::new(Task(AtomicU32::new(0)));
+        (t.clone(), Waker::from(t))
+    }
+
+    fn post(ports: &[u16]) -> Post {
+        let mut post = Post::default();
+        for &p in ports {
+            post.mailboxes.entry(p).or_default();
+        }
+        post
+    }
+
+    fn wake(w: Option<Waker>) {
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+
+    #[test]
+    fn one_task_polls_and_hands_the_turn_to_one_that_waits_when_it_stops() {
+        let mut post = post(&[1, 2, 3]);
+        let ((a, wa), (b, wb), (c, wc)) = (task(), task(), task());
+        assert_eq!(post.turn(1, &wa, false), Turn::Poll);
+        assert_eq!(post.turn(2, &wb, false), Turn::Wait);
+        assert_eq!(post.turn(3, &wc, false), Turn::Wait);
+        // The poller looks again while it polls: still its turn.
+        assert_eq!(post.turn(1, &wa, true), Turn::Poll);
+        wake(post.done_waiting(1, true));
+        let woken = b.0.load(Ordering::SeqCst) + c.0.load(Ordering::SeqCst);
+        assert_eq!((a.0.load(Ordering::SeqCst), woken), (0, 1), "one waiting task takes the turn");
+        let (next, next_port, other, other_port) =
+            if b.0.load(Ordering::SeqCst) == 1 { (&wb, 2, &wc, 3) } else { (&wc, 3, &wb, 2) };
+        assert_eq!(post.turn(next_port, next, false), Turn::Poll);
+        assert_eq!(post.turn(other_port, other, false), Turn::Wait);
+    }
+
+    #[test]
+    fn a_task_that_stops_waiting_is_not_the_one_woken_to_poll() {
+        let mut post = post(&[1, 2, 3]);
+        let ((_, wa), (b, wb), (c, wc)) = (task(), task(), task());
+        assert_eq!(post.turn(1, &wa, false), Turn::Poll);
+        assert_eq!(post.turn(2, &wb, false), Turn::Wait);
+        // Task 2's call ended (its future was dropped, or its timer came): it waits no more.
+        assert_eq!(post.done_waiting(2, false).map(|_| ()), None);
+        assert_eq!(post.turn(3, &wc, false), Turn::Wait);
+        wake(post.done_waiting(1, true));
+        assert_eq!((b.0.load(Ordering::SeqCst), c.0.load(Ordering::SeqCst)), (0, 1));
+    }
+
+    #[test]
+    fn a_poller_dropped_leaves_the_turn_free() {
+        let mut post = post(&[1, 2]);
+        let ((_, wa), (_, wb)) = (task(), task());
+        assert_eq!(post.turn(1, &wa, false), Turn::Poll);
+        // No one else waits: nobody is woken, and the next to come polls.
+        assert!(post.done_waiting(1, true).is_none());
+        assert_eq!(post.turn(2, &wb, false), Turn::Poll);
+    }
+
+    #[test]
+    fn a_letter_wakes_its_task_and_is_read_before_any_turn() {
+        let mut post = post(&[1, 2]);
+        let ((_, wa), (b, wb)) = (task(), task());
+        assert_eq!(post.turn(1, &wa, false), Turn::Poll);
+        assert_eq!(post.turn(2, &wb, false), Turn::Wait);
+        // What `Station::post` does for the poller's read of a frame for port 2.
+        let mailbox = post.mailboxes.get_mut(&2).unwrap();
+        mailbox.letters.push_back((SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9), vec![1]));
+        wake(mailbox.waker.take());
+        assert_eq!(b.0.load(Ordering::SeqCst), 1);
+        assert_eq!(post.turn(2, &wb, false), Turn::Letter);
+        // A port closed meanwhile: its reader looks, and finds nothing.
+        assert_eq!(post.turn(7, &wb, false), Turn::Letter);
+    }
 }

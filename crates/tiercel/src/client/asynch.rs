@@ -3,7 +3,9 @@
 //! A call takes an endpoint (client slot, socket or shared-memory slot, buffers) from the binding's
 //! pool, sends from the task that awaits it, and waits without holding a thread: over UDP on the
 //! endpoint's own socket, registered with tokio's reactor, so the result is read by the task it is
-//! for, from the socket into the endpoint's buffer, with no handoff; through shared memory on the
+//! for, from the socket into the endpoint's buffer, with no handoff; through AF_XDP on the station,
+//! one waiting reader at a time polling its sockets through the reactor and leaving the others'
+//! datagrams in their mailboxes, which wakes their tasks; through shared memory on the
 //! slot, whose result one thread of the client's process watches for every async call of the
 //! binding (the client doorbell), waking the task, which copies the result out itself. A call that is
 //! the only one of its binding in flight first spins for about the expected round trip, as a
@@ -49,6 +51,10 @@ pub(crate) struct AsyncState {
     progress: AtomicU64,
     /// The thread that watches the shared-memory slots of async calls (started by the first).
     waiter: Waiter,
+    /// The readiness of the binding's AF_XDP station, registered with the reactor of the first
+    /// async call through it.
+    #[cfg(feature = "xdp")]
+    station_ready: std::sync::OnceLock<Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>>,
 }
 
 #[derive(Default)]
@@ -63,11 +69,10 @@ struct Pool {
 /// An endpoint of async calls (always boxed, so its size is that of a pointer wherever it goes).
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum AsyncEndpoint {
-    /// A UDP endpoint and its socket registered with the reactor (a duplicate of the endpoint's
-    /// descriptor, non-blocking: same socket, so readiness of one is readiness of the other).
+    /// A UDP endpoint, and how its task learns that a datagram may be there.
     Udp {
-        /// Readiness of the socket.
-        ready: tokio::net::UdpSocket,
+        /// Readiness of the socket, or of the station the endpoint's datagrams come through.
+        ready: Ready,
         /// The endpoint.
         ep: UdpEndpoint,
     },
@@ -82,10 +87,16 @@ impl AsyncEndpoint {
         in_runtime()?;
         match (&inner.shm, &inner.tcp) {
             (None, None) => {
-                let ep = UdpEndpoint::through_kernel(inner)?;
+                let ep = UdpEndpoint::new(inner)?;
+                #[cfg(feature = "xdp")]
+                if let Some(port) = ep.xdp_port() {
+                    let fd = inner.asynch.station_ready(&port.station)?;
+                    let ready = Ready::Station { fd, station: port.station.clone(), port: port.port };
+                    return Ok(AsyncEndpoint::Udp { ready, ep });
+                }
                 let socket = ep.socket().try_clone()?;
                 socket.set_nonblocking(true)?;
-                let ready = tokio::net::UdpSocket::from_std(socket)?;
+                let ready = Ready::Socket(tokio::net::UdpSocket::from_std(socket)?);
                 Ok(AsyncEndpoint::Udp { ready, ep })
             }
             (Some(link), _) => ShmEndpoint::new(inner, link).map(AsyncEndpoint::Shm),
@@ -188,7 +199,7 @@ fn in_runtime() -> Result<(), CallError> {
 
 async fn run_udp(
     binding: &Binding,
-    ready: &tokio::net::UdpSocket,
+    ready: &Ready,
     ep: &mut UdpEndpoint,
     procedure: u16,
     segs: &Segments<'_>,
@@ -200,21 +211,21 @@ async fn run_udp(
         // Cleared before the call goes, the socket's readiness is set again by the first datagram
         // after it (the result, or an acknowledgement): the call waits for that before its first
         // look, rather than make a receive that cannot yet succeed.
-        clear_readiness(ready);
+        ready.clear();
     }
     let (len, start) = match tail.as_deref() {
         Some(tail) => ep.send_lent(binding, procedure, segs, tail)?,
         None => ep.send_call(binding, procedure, segs)?,
     };
     if !alone {
-        wait_readable(ready, ep).await?;
+        ready.wait(ep).await?;
     }
     // A lone call spins (for its budget, and for each next packet while they keep coming).
     let mut deadline = alone.then(|| ep.spin_deadline(start));
     loop {
         // Clear the socket's readiness, then look: a datagram that arrives after the clear sets
         // it again, so the wait below cannot miss it.
-        clear_readiness(ready);
+        ready.clear();
         let now = match ep.step(inner, segs, tail.as_deref_mut(), len)? {
             Step::Done => break,
             Step::Progress => {
@@ -229,11 +240,98 @@ async fn run_udp(
             core::hint::spin_loop();
             continue;
         }
-        wait_readable(ready, ep).await?;
+        ready.wait(ep).await?;
     }
     ep.observe(start.elapsed());
     ep.finish(inner, procedure)?;
     Ok(tail.is_some_and(|tail| ep.settle_lent(inner, tail)))
+}
+
+/// How an async UDP call learns that a datagram may be there for it.
+pub(crate) enum Ready {
+    /// Its socket, registered with the reactor (a duplicate of the endpoint's descriptor,
+    /// non-blocking: same socket, so readiness of one is readiness of the other).
+    Socket(tokio::net::UdpSocket),
+    /// Its port's mailbox at an AF_XDP station, and the station's sockets through `fd` (the
+    /// binding's, registered with the reactor) while the call's task has the turn to poll them.
+    #[cfg(feature = "xdp")]
+    Station { fd: Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>, station: Arc<crate::xdp::Station>, port: u16 },
+}
+
+impl Ready {
+    /// Forgets that a datagram came (see [`clear_readiness`]).
+    #[inline]
+    fn clear(&self) {
+        match self {
+            Ready::Socket(socket) => clear_readiness(socket),
+            // A station's readiness is cleared by the task that polls, when it wakes.
+            #[cfg(feature = "xdp")]
+            Ready::Station { .. } => {}
+        }
+    }
+
+    /// Waits without holding the thread until a datagram may be there or the endpoint's timer is
+    /// due.
+    async fn wait(&self, ep: &UdpEndpoint) -> Result<(), CallError> {
+        match self {
+            Ready::Socket(socket) => wait_readable(socket, ep).await,
+            #[cfg(feature = "xdp")]
+            Ready::Station { fd, station, port } => wait_station(fd, station, *port, ep).await,
+        }
+    }
+}
+
+/// Waits until `port`'s mailbox at `station` holds a datagram, or a frame may be in the station's
+/// sockets while this task has the turn to poll them (see [`crate::xdp::Station::turn`]), or the
+/// endpoint's timer is due.
+#[cfg(feature = "xdp")]
+async fn wait_station(
+    fd: &tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    station: &crate::xdp::Station,
+    port: u16,
+    ep: &UdpEndpoint,
+) -> Result<(), CallError> {
+    use tiercel_sys::xdp::Turn;
+    crate::steps::slept(crate::steps::Side::Client);
+    in_runtime()?;
+    /// Ends the task's wait at the station, however it ends (its future may be dropped).
+    struct Waiting<'s> {
+        station: &'s crate::xdp::Station,
+        port: u16,
+        polled: bool,
+    }
+    impl Drop for Waiting<'_> {
+        fn drop(&mut self) {
+            self.station.done_waiting(self.port, self.polled);
+        }
+    }
+    let mut waiting = Waiting { station, port, polled: false };
+    let woken = poll_fn(|cx| {
+        match waiting.station.turn(waiting.port, cx.waker(), waiting.polled) {
+            Turn::Letter => return Poll::Ready(Ok(())),
+            Turn::Wait => return Poll::Pending,
+            Turn::Poll => waiting.polled = true,
+        }
+        match fd.poll_read_ready(cx) {
+            // Cleared before the call's next look: a frame that comes after marks it again.
+            Poll::Ready(Ok(mut ready)) => {
+                ready.clear_ready();
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    });
+    match ep.next_timeout() {
+        // When it ends at the timer, the next step handles what is due.
+        Some(t) => {
+            if let Ok(woken) = tokio::time::timeout_at(t.into(), woken).await {
+                woken?;
+            }
+        }
+        None => woken.await?,
+    }
+    Ok(())
 }
 
 /// Forgets that the socket was readable (no system call): the next datagram to arrive marks it so
@@ -343,6 +441,20 @@ impl AsyncState {
         if self.queued.load(Ordering::SeqCst) > 0 {
             self.returned.notify_one();
         }
+    }
+
+    /// The readiness of `station`, the binding's, registered with the reactor of this runtime if
+    /// no call registered it before.
+    #[cfg(feature = "xdp")]
+    fn station_ready(
+        &self,
+        station: &crate::xdp::Station,
+    ) -> Result<Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>, CallError> {
+        if let Some(fd) = self.station_ready.get() {
+            return Ok(fd.clone());
+        }
+        let fd = tiercel_sys::xdp::register(station.readiness()?)?;
+        Ok(self.station_ready.get_or_init(|| Arc::new(fd)).clone())
     }
 
     /// Counts a call in flight until the returned guard drops; true when it is the only one.

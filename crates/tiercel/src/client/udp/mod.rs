@@ -105,7 +105,7 @@ impl UdpEndpoint {
                 return Ok(ep);
             };
             // A port the station cannot steer (its table is full) leaves this endpoint on the
-            // kernel's UDP, as the binding's async calls are.
+            // kernel's UDP.
             if let Ok(port) = crate::xdp::Port::open(station, local.port(), server) {
                 ep.xdp = Some(port);
                 (ep.run_length, ep.coalescing) = (0, false);
@@ -115,9 +115,8 @@ impl UdpEndpoint {
         Ok(ep)
     }
 
-    /// An endpoint whose datagrams go through the kernel's UDP (an async call's: the runtime waits
-    /// on its socket).
-    pub(super) fn through_kernel(inner: &Arc<BindingInner>) -> Result<UdpEndpoint, CallError> {
+    /// An endpoint whose datagrams go through the kernel's UDP.
+    fn through_kernel(inner: &Arc<BindingInner>) -> Result<UdpEndpoint, CallError> {
         let free = inner.take_slot()?;
         let (slot, seq) = (free.slot, free.seq);
         let socket = match udp::connect(inner.server) {
@@ -453,6 +452,12 @@ impl UdpEndpoint {
     /// When the call's next timer is due.
     pub(super) fn next_timeout(&self) -> Option<Instant> {
         self.call.poll_timeout()
+    }
+
+    /// The endpoint's port at the binding's AF_XDP station, when its datagrams go through it.
+    #[cfg(all(feature = "async", feature = "xdp"))]
+    pub(super) fn xdp_port(&self) -> Option<&crate::xdp::Port> {
+        self.xdp.as_ref()
     }
 
     /// The endpoint's socket.
