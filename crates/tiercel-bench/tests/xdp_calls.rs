@@ -280,6 +280,52 @@ fn async_tasks_call_through_af_xdp_and_read_their_results_from_every_queue() {
     server.join().unwrap();
 }
 
+#[test]
+fn a_thread_that_polls_wakes_when_another_reader_takes_its_datagram_from_the_ring() {
+    tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let pair = Pair::new();
+    let (ns, vb, to) = (pair.b.clone(), pair.vb.clone(), format!("10.{}.0.2", pair.subnet));
+    let (port_tx, port) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        enter(&ns);
+        let station = tiercel_sys::xdp::Station::on(&vb).unwrap();
+        // Two ports, held by sockets of this namespace and steered to the station.
+        let (a, b) = (std::net::UdpSocket::bind("0.0.0.0:0").unwrap(), std::net::UdpSocket::bind("0.0.0.0:0").unwrap());
+        let (a, b) = (a.local_addr().unwrap().port(), b.local_addr().unwrap().port());
+        station.open_port(a).unwrap();
+        station.open_port(b).unwrap();
+        port_tx.send(a).unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            // Port b's reader spins on the rings: it takes every frame as soon as it comes, and
+            // leaves port a's datagram in a's mailbox.
+            scope.spawn(|| {
+                let mut buf = [0u8; 2048];
+                while !stop.load(Relaxed) {
+                    let _ = station.recv(b, &mut buf);
+                }
+            });
+            // Port a's reader polls. Its datagram's frame wakes it, but the ring is empty again
+            // by the time it looks: it must be woken for the datagram left in its mailbox.
+            let woke = station.wait(a, Some(std::time::Duration::from_secs(10))).unwrap();
+            stop.store(true, Relaxed);
+            let mut buf = [0u8; 64];
+            (woke, station.recv(a, &mut buf).map(|(n, _)| buf[..n].to_vec()))
+        })
+    });
+    let a = port.recv().unwrap();
+    // Port a's reader polls by then; if it does not yet, it finds the datagram in its mailbox.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    in_namespace(&pair.a, move || {
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        socket.send_to(b"for a", (to.as_str(), a)).unwrap();
+    });
+    let (woke, got) = reader.join().unwrap();
+    assert!(woke, "the poller slept through its datagram, read by another reader, to its timeout");
+    assert_eq!(got.as_deref(), Some(&b"for a"[..]));
+}
+
 /// Runs `CHECK_CALLS` calls `rounds` times on each of `threads` threads sharing `client`.
 fn on_threads(client: &TestClient, threads: u32, rounds: u32) {
     let handles: Vec<_> = (0..threads)

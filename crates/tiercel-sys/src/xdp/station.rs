@@ -55,6 +55,11 @@ pub struct Station {
     mode: Mode,
     /// The sockets' descriptors, to poll.
     fds: Vec<i32>,
+    /// The sockets' descriptors and the bell's: what a thread polls.
+    polled: Vec<i32>,
+    /// Rung when a datagram is left for the port of the thread that polls: the frame woke it, but
+    /// another reader took it from the ring first.
+    bell: std::os::fd::OwnedFd,
     io: Mutex<Io>,
     post: Mutex<Post>,
     /// Datagrams in mailboxes: a reader looks in its own only when there are some.
@@ -121,6 +126,10 @@ struct Post {
     mailboxes: HashMap<u16, Mailbox>,
     /// A reader polls the sockets' descriptors (a thread or a task).
     polling: bool,
+    /// The port of the thread that polls, when a thread does.
+    thread_polls: Option<u16>,
+    /// The bell was rung since that thread began to poll.
+    rung: bool,
 }
 
 /// A port's datagrams read by another reader, and the task that waits for them.
@@ -275,13 +284,19 @@ impl Station {
             let frames = if queue == 0 { super::FRAMES } else { super::RECEIVING_FRAMES };
             xsks.push(Xsk::bind(&mut steering, queue, frames)?);
         }
+        let fds: Vec<i32> = xsks.iter().map(AsRawFd::as_raw_fd).collect();
+        let bell =
+            rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)?;
+        let polled = fds.iter().copied().chain([bell.as_raw_fd()]).collect();
         let station = Arc::new(Station {
             ifname: ifname.to_owned(),
             ip,
             mac,
             max_payload,
             mode: steering.mode(),
-            fds: xsks.iter().map(AsRawFd::as_raw_fd).collect(),
+            fds,
+            polled,
+            bell,
             io: Mutex::new(Io {
                 xsks,
                 neighbors: HashMap::with_hasher(BuildIpHasher),
@@ -526,6 +541,12 @@ impl Station {
                 mailbox.letters.push_back((from, payload.to_vec()));
                 self.letters.fetch_add(1, Ordering::Relaxed);
                 let waiting = mailbox.waker.take();
+                if post.thread_polls == Some(port) && !post.rung {
+                    // Rung with `post` held, so that the poller, which reads it with `post` held
+                    // once it has woken, finds it rung whenever `rung` says so.
+                    post.rung = true;
+                    let _ = rustix::io::write(&self.bell, &1u64.to_ne_bytes());
+                }
                 drop(post);
                 if let Some(task) = waiting {
                     task.wake();
@@ -541,7 +562,9 @@ impl Station {
 
     /// Waits until a datagram may be there for `port` (true), or `timeout` passes (false): one
     /// waiter at a time polls the sockets' descriptors, the others wait to be woken by it or by a
-    /// reader that left them a datagram.
+    /// reader that left them a datagram. The one that polls is woken by a datagram left for it
+    /// too: a frame for it wakes it, but another reader may take the frame from the ring before
+    /// it looks, and it would poll on.
     pub fn wait(&self, port: u16, timeout: Option<Duration>) -> io::Result<bool> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut post = lock(&self.post);
@@ -558,9 +581,14 @@ impl Station {
             };
             if !post.polling {
                 post.polling = true;
+                post.thread_polls = Some(port);
                 drop(post);
-                let ready = super::poll_readable(&self.fds, left);
+                let ready = super::poll_readable(&self.polled, left);
                 post = lock(&self.post);
+                post.thread_polls = None;
+                if std::mem::take(&mut post.rung) {
+                    let _ = rustix::io::read(&self.bell, &mut [0u8; 8]);
+                }
                 let task = post.end_turn();
                 drop(post);
                 self.tell_sleepers();
