@@ -64,6 +64,41 @@ fn every_procedure_goes_through_af_xdp_and_the_program_is_gone_once_client_and_s
     assert!(!has_xdp(&pair.a, &pair.va), "the server's program stayed on {}", pair.va);
 }
 
+#[test]
+fn calls_go_through_af_xdp_to_a_server_behind_a_router() {
+    tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
+    let net = Routed::new();
+    let port = tiercel_seeds::free_port();
+    let addr: SocketAddr = format!("{}:{port}", net.server_ip()).parse().unwrap();
+    let (status, stop, server) = serve(&net.s, addr, &net.vs);
+    assert!(matches!(status, Some(Ok(_))), "{status:?}");
+    let before = (kernel_udp(&net.s), kernel_udp(&net.c));
+    const ROUNDS: u32 = 10;
+    // The client's frames go to the router's hardware address, and the server's answers, to the
+    // address its frames came from (the router's again, on its side).
+    let (transport, refused) = in_namespace(&net.c, move || {
+        let client: TestClient = Client::connect(format!("xdp://{addr}")).unwrap().import().unwrap();
+        for round in 0..ROUNDS {
+            check_all(&client, round).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+        let mut big = vec![0u8; 64 << 10];
+        fill(&mut big);
+        client.bulk_in_out(InOut(&mut big)).unwrap();
+        assert!(big.iter().enumerate().all(|(i, &b)| b == pattern(i)), "64 KiB came back changed");
+        (client.binding().transport(), client.binding().xdp_refused())
+    });
+    assert_eq!((transport, refused), (Transport::Xdp, None));
+    let after = (kernel_udp(&net.s), kernel_udp(&net.c));
+    let calls = u64::from(ROUNDS) * CHECK_CALLS + 1;
+    for (side, (before, after)) in [("server", (before.0, after.0)), ("client", (before.1, after.1))] {
+        let (received, sent) = (after.0 - before.0, after.1 - before.1);
+        assert!(received <= 4 && sent <= 4, "{side}'s kernel: {received} in, {sent} out, for {calls} calls");
+    }
+    stop.send(()).unwrap();
+    server.join().unwrap();
+    assert!(!has_xdp(&net.s, &net.vs) && !has_xdp(&net.c, &net.vc));
+}
+
 /// Attaches another XDP program (tiercel's, steering nothing) to `dev` in namespace `ns` until the
 /// sender returned is used or dropped.
 fn hold(ns: &str, dev: &str) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {

@@ -265,6 +265,50 @@ pub fn neighbor(ifname: &str, ip: std::net::Ipv4Addr) -> io::Result<Option<[u8; 
     Ok(Some(mac))
 }
 
+/// The next hop from interface `ifname` toward `ip` (of this thread's network namespace): the
+/// gateway of the most specific route of the main table through `ifname` that covers `ip`, or `ip`
+/// itself when that route has none (the host is on the link) or no route through `ifname` covers
+/// it. Policy routing (other tables, rules) is not consulted.
+pub fn next_hop(ifname: &str, ip: std::net::Ipv4Addr) -> io::Result<std::net::Ipv4Addr> {
+    // This thread's namespace's table: `/proc/net` is the process's first thread's.
+    let table = std::fs::read_to_string("/proc/thread-self/net/route")?;
+    Ok(route_via(&table, ifname, ip).unwrap_or(ip))
+}
+
+/// The gateway of the most specific route of `table` (the text of `/proc/net/route`) through
+/// `ifname` that covers `ip` (the lowest metric among equally specific ones); `None` when the
+/// route found has no gateway, or none covers `ip`.
+fn route_via(table: &str, ifname: &str, ip: std::net::Ipv4Addr) -> Option<std::net::Ipv4Addr> {
+    const RTF_UP: u32 = 0x1;
+    const RTF_GATEWAY: u32 = 0x2;
+    // Addresses are printed as the hexadecimal of the word as it lies in memory (network order).
+    let address = |hex: &str| u32::from_str_radix(hex, 16).ok().map(|w| std::net::Ipv4Addr::from(w.to_ne_bytes()));
+    let target = u32::from(ip);
+    let mut best: Option<(u32, u32, Option<std::net::Ipv4Addr>)> = None;
+    for line in table.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [iface, destination, gateway, flags, _, _, metric, mask, ..] = fields[..] else { continue };
+        let (Some(destination), Some(gateway), Some(mask)) = (address(destination), address(gateway), address(mask))
+        else {
+            continue;
+        };
+        let (Ok(flags), Ok(metric)) = (u32::from_str_radix(flags, 16), metric.parse::<u32>()) else { continue };
+        let mask = u32::from(mask);
+        if iface != ifname || flags & RTF_UP == 0 || target & mask != u32::from(destination) & mask {
+            continue;
+        }
+        let via = (flags & RTF_GATEWAY != 0).then_some(gateway);
+        let better = match best {
+            None => true,
+            Some((m, lowest, _)) => mask.count_ones() > m.count_ones() || (mask == m && metric < lowest),
+        };
+        if better {
+            best = Some((mask, metric, via));
+        }
+    }
+    best.and_then(|(_, _, via)| via)
+}
+
 /// The name of the interface (of this thread's network namespace) that holds the IPv4 address
 /// `ip`, if one does.
 pub fn interface_of(ip: std::net::Ipv4Addr) -> io::Result<Option<String>> {
@@ -553,5 +597,45 @@ impl AsRawFd for Xsk {
     /// The socket's descriptor, to wait on with `poll` when there is nothing to read.
     fn as_raw_fd(&self) -> i32 {
         self.socket.raw_fd()
+    }
+}
+
+#[cfg(all(test, target_endian = "little"))]
+mod tests {
+    use super::route_via;
+    use std::net::Ipv4Addr;
+
+    /// A main table as `/proc/net/route` prints it on a little-endian machine.
+    const TABLE: &str = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+        eth0\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n\
+        eth0\t0001A8C0\t00000000\t0001\t0\t0\t100\t00FFFFFF\t0\t0\t0\n\
+        eth0\t0000000A\t0201A8C0\t0003\t0\t0\t0\t000000FF\t0\t0\t0\n\
+        eth0\t0000000A\t0301A8C0\t0003\t0\t0\t5\t000000FF\t0\t0\t0\n\
+        eth0\t0000A8C0\t0901A8C0\t0002\t0\t0\t0\t0000FFFF\t0\t0\t0\n\
+        eth1\t000010AC\t010010AC\t0003\t0\t0\t0\t0000F0FF\t0\t0\t0\n";
+
+    fn via(ifname: &str, ip: [u8; 4]) -> Option<Ipv4Addr> {
+        route_via(TABLE, ifname, Ipv4Addr::from(ip))
+    }
+
+    #[test]
+    fn a_host_on_the_link_is_its_own_next_hop_and_others_go_through_the_most_specific_routes_gateway() {
+        assert_eq!(via("eth0", [192, 168, 1, 7]), None, "on the link");
+        assert_eq!(via("eth0", [8, 8, 8, 8]), Some(Ipv4Addr::new(192, 168, 1, 1)), "the default route");
+        // 10/8 is more specific than the default; of its two routes, the lower metric.
+        assert_eq!(via("eth0", [10, 1, 2, 3]), Some(Ipv4Addr::new(192, 168, 1, 2)));
+        // The route of 192.168/16 is down: the default covers it.
+        assert_eq!(via("eth0", [192, 168, 7, 7]), Some(Ipv4Addr::new(192, 168, 1, 1)));
+        // Only routes through the interface asked about count.
+        assert_eq!(via("eth1", [172, 16, 3, 4]), Some(Ipv4Addr::new(172, 16, 0, 1)));
+        assert_eq!(via("eth1", [8, 8, 8, 8]), None, "no route through eth1 covers it");
+        assert_eq!(via("eth2", [8, 8, 8, 8]), None);
+    }
+
+    #[test]
+    fn lines_that_do_not_read_are_passed_over() {
+        let table =
+            format!("{TABLE}eth0\tzz\t0101A8C0\t0003\nshort\n\neth0\t00000000\t0501A8C0\tnope\t0\t0\t0\t00000000\n");
+        assert_eq!(route_via(&table, "eth0", Ipv4Addr::new(8, 8, 8, 8)), Some(Ipv4Addr::new(192, 168, 1, 1)));
     }
 }

@@ -19,7 +19,7 @@ pub enum Transport {
     Tcp,
     /// The packet-exchange protocol over UDP, each thread's datagrams sent and received through
     /// the interface's AF_XDP socket instead of the kernel's UDP stack (`xdp://host:port`; crate
-    /// feature `xdp`, root, a server on the same link). A binding that asked for it and could not
+    /// feature `xdp`, root, a server reached through an interface of this host's). A binding that asked for it and could not
     /// have it is over UDP, and [`Binding::xdp_refused`](crate::Binding::xdp_refused) says why.
     /// Compiled in and unused, the feature cost a UDP Null call +56 ns in the cost ledger's eighth
     /// run, within its spread (`docs/ledger.md`); through AF_XDP, a Null call across two network

@@ -84,6 +84,70 @@ impl Drop for Pair {
     }
 }
 
+/// Three namespaces: a client's (`c`, at 10.s.1.2 on `vc`), a router's (`r`, forwarding), and a
+/// server's (`s`, at 10.s.2.2 on `vs`), each end joined to the router by a veth pair and routed
+/// through it; removed when dropped.
+pub struct Routed {
+    pub c: String,
+    pub r: String,
+    pub s: String,
+    pub vc: String,
+    pub vs: String,
+    pub subnet: u8,
+}
+
+impl Routed {
+    pub fn new() -> Routed {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let id = format!("{}{}", std::process::id() % 100_000, NEXT.fetch_add(1, Ordering::Relaxed));
+        let subnet = (std::process::id() % 100) as u8 + 100;
+        let routed = Routed {
+            c: format!("trc{id}"),
+            r: format!("trr{id}"),
+            s: format!("trs{id}"),
+            vc: format!("rc{id}"),
+            vs: format!("rs{id}"),
+            subnet,
+        };
+        for ns in [&routed.c, &routed.r, &routed.s] {
+            ip(&["netns", "add", ns]);
+        }
+        let (rc, rs) = (format!("rrc{id}"), format!("rrs{id}"));
+        ip(&["link", "add", &routed.vc, "netns", &routed.c, "type", "veth", "peer", "name", &rc, "netns", &routed.r]);
+        ip(&["link", "add", &routed.vs, "netns", &routed.s, "type", "veth", "peer", "name", &rs, "netns", &routed.r]);
+        let net = |side: u8, host: u8| format!("10.{subnet}.{side}.{host}");
+        for (ns, dev, address) in [
+            (&routed.c, &routed.vc, net(1, 2)),
+            (&routed.r, &rc, net(1, 1)),
+            (&routed.r, &rs, net(2, 1)),
+            (&routed.s, &routed.vs, net(2, 2)),
+        ] {
+            ip(&["-n", ns, "addr", "add", &format!("{address}/24"), "dev", dev]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+        }
+        ip(&["-n", &routed.c, "route", "add", "default", "via", &net(1, 1)]);
+        ip(&["-n", &routed.s, "route", "add", "default", "via", &net(2, 1)]);
+        let status = Command::new("ip")
+            .args(["netns", "exec", &routed.r, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "the router does not forward");
+        routed
+    }
+
+    pub fn server_ip(&self) -> String {
+        format!("10.{}.2.2", self.subnet)
+    }
+}
+
+impl Drop for Routed {
+    fn drop(&mut self) {
+        for ns in [&self.c, &self.r, &self.s] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
 /// Moves this thread into network namespace `ns`.
 pub fn enter(ns: &str) {
     let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();

@@ -382,8 +382,9 @@ impl Station {
 
     /// Sends a datagram from `port` to `to` made of `parts`, one after another. Its frame goes to the
     /// hardware address learned for `to` from its frames; or, unless `heard_only`, to the kernel's
-    /// neighbor table's for it. `NotFound` when there is none (the peer is not on this interface's
-    /// link, or with `heard_only` was never heard here), and `InvalidInput` for a datagram longer than
+    /// neighbor table's for the next hop toward it (`to` on the link, else the gateway of the route
+    /// through this interface, [`super::next_hop`]). `NotFound` when there is none (the kernel has
+    /// not resolved it, or with `heard_only` `to` was never heard here), and `InvalidInput` for a datagram longer than
     /// one frame carries ([`Station::max_payload`]), both before anything is sent: the caller may
     /// send it another way. `WouldBlock` when no frame is free (a lost datagram, to the protocol).
     pub fn send(&self, port: u16, to: SocketAddrV4, parts: &[&[u8]], heard_only: bool) -> io::Result<usize> {
@@ -397,7 +398,7 @@ impl Station {
             Some(n) if n.heard || !heard_only => n.mac,
             Some(_) => return Err(io::Error::from(io::ErrorKind::NotFound)),
             None if heard_only => return Err(io::Error::from(io::ErrorKind::NotFound)),
-            None => match super::neighbor(&self.ifname, *to.ip())? {
+            None => match super::neighbor(&self.ifname, super::next_hop(&self.ifname, *to.ip())?)? {
                 Some(mac) => {
                     if io.neighbors.len() < NEIGHBORS {
                         io.neighbors.insert(key, Neighbor { mac, heard: false });

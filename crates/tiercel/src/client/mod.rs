@@ -559,8 +559,8 @@ impl Binding {
 
     /// Why this binding, whose address asked for AF_XDP (`xdp://`), is over the kernel's UDP
     /// instead: no station could be opened on the interface toward the server (no privilege, no
-    /// driver support, another program attached, a server not on the same link, a build without
-    /// the feature `xdp`). `None` when it is through AF_XDP, or AF_XDP was not asked for.
+    /// driver support, another program attached, no hardware address known for the server or the
+    /// router toward it, a build without the feature `xdp`). `None` when it is through AF_XDP, or AF_XDP was not asked for.
     pub fn xdp_refused(&self) -> Option<String> {
         self.now().xdp_refused.clone()
     }
