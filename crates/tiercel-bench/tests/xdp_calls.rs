@@ -380,26 +380,36 @@ fn on_threads(client: &TestClient, threads: u32, rounds: u32) {
 
 #[test]
 fn a_client_on_an_interface_of_four_queues_reads_the_results_from_every_queue() {
+    results_from_every_queue(4);
+}
+
+#[test]
+fn a_client_on_an_interface_of_forty_queues_reads_the_results_from_every_queue() {
+    // More than 16 and 32 queues: each of the 39 receiving sockets has a smaller UMEM.
+    results_from_every_queue(40);
+}
+
+fn results_from_every_queue(queues: u32) {
     tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
     // A server without AF_XDP: its kernel sends each thread's results on the queue that thread's
     // port hashes to, and they arrive on the client's queue of that number. With a socket on
     // queue 0 only, the results that arrived on the others went to the kernel and were never read
     // (calls failed: "did not answer").
-    let pair = Pair::with_queues(4);
+    let pair = Pair::with_queues(queues);
     let port = tiercel_seeds::free_port();
     let addr: SocketAddr = format!("{}:{port}", pair.server_ip()).parse().unwrap();
     let (status, stop, server) = serve_plain(&pair.a, addr);
     assert_eq!(status, None);
     let before = kernel_udp(&pair.b);
     let vb = pair.vb.clone();
-    let (transport, queues, received) = in_namespace(&pair.b, move || {
+    let (transport, read, received) = in_namespace(&pair.b, move || {
         let client: TestClient = Client::connect(format!("xdp://{addr}")).unwrap().import().unwrap();
         on_threads(&client, 8, 3);
         // The station the client's endpoints use (the process has one per interface).
         let station = tiercel_sys::xdp::Station::on(&vb).unwrap();
         (client.binding().transport(), station.queues(), station.stats().received)
     });
-    assert_eq!((transport, queues), (Transport::Xdp, 4));
+    assert_eq!((transport, read), (Transport::Xdp, queues as usize));
     let after = kernel_udp(&pair.b);
     let calls = 8 * 3 * CHECK_CALLS;
     assert!(received >= calls, "{received} datagrams through the station for {calls} calls");

@@ -403,8 +403,13 @@ pub fn register(fd: std::os::fd::OwnedFd) -> io::Result<tokio::io::unix::AsyncFd
 /// kernel), half for sending.
 pub const FRAMES: u32 = 4096;
 /// Frames of the UMEM of an [`Xsk`] that only receives (a station's sockets on queues other than
-/// its first), half of them handed to the kernel.
-pub(crate) const RECEIVING_FRAMES: u32 = 1024;
+/// its first), half of them handed to the kernel: 1,024 (4 MiB) each for up to 16 of them, fewer
+/// beyond, down to 256 each for 63, so that together they hold at most 16,384 (64 MiB).
+pub(crate) fn receiving_frames(receiving_queues: u32) -> u32 {
+    let each = (16_384 / receiving_queues.max(1)).clamp(256, 1024);
+    // A power of two: 1,024, 512 or 256.
+    1 << (31 - each.leading_zeros())
+}
 /// Frames handed to the kernel for receiving, and the most read or sent at once.
 const BATCH: usize = 64;
 
@@ -630,6 +635,15 @@ mod tests {
         assert_eq!(via("eth1", [172, 16, 3, 4]), Some(Ipv4Addr::new(172, 16, 0, 1)));
         assert_eq!(via("eth1", [8, 8, 8, 8]), None, "no route through eth1 covers it");
         assert_eq!(via("eth2", [8, 8, 8, 8]), None);
+    }
+
+    #[test]
+    fn receiving_queues_share_a_budget_of_frames_in_powers_of_two() {
+        use super::receiving_frames;
+        assert_eq!([1, 15, 16, 17, 31, 32, 33, 63].map(receiving_frames), [1024, 1024, 1024, 512, 512, 512, 256, 256]);
+        for queues in 1..64 {
+            assert!(queues * receiving_frames(queues) <= 16_384, "{queues} queues");
+        }
     }
 
     #[test]

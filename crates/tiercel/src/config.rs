@@ -307,7 +307,7 @@ pub struct ServerConfig {
     /// are read and answered through an AF_XDP socket instead of the kernel's UDP stack (crate
     /// feature `xdp`; root, or `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_BPF`). tiercel's XDP program
     /// is attached to it, in the driver's hook where the driver has one, and workers of their own
-    /// (up to four) serve its sockets, one on each receive queue (16 at most): one reads, spinning
+    /// (up to four) serve its sockets, one on each receive queue (64 at most): one reads, spinning
     /// for `spin` after each datagram, then blocking; another reads in its stead while it runs a
     /// long call (within about 17 ms of its start). Clients reach it with `xdp://` addresses, or
     /// through the kernel on their side; datagrams that arrive on another interface (loopback) go

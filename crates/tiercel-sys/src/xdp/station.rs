@@ -31,9 +31,10 @@ const MAILBOX: usize = 256;
 const NEIGHBORS: usize = 4096;
 /// The longest UDP payload a UMEM frame holds (4 KiB, less the headroom and headers).
 const FRAME_PAYLOAD: usize = 3584;
-/// The most receive queues a station reads (a socket and a UMEM of 4 MiB each beyond the first);
-/// an interface with more has no station.
-pub(crate) const MAX_QUEUES: u32 = 16;
+/// The most receive queues a station reads (a socket and a UMEM each, of 1 to 4 MiB beyond the
+/// first: `super::receiving_frames`), as many as the program's map of sockets holds; an interface
+/// with more has no station.
+pub(crate) const MAX_QUEUES: u32 = 64;
 
 /// What [`Station::sort`] did with a frame.
 enum Sorted {
@@ -258,7 +259,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Station {
     /// The station of interface `ifname` (of this thread's network namespace): the one this process
     /// has open, or a new one (the program attached, a socket bound to each of its receive queues,
-    /// 16 at most, `MAX_QUEUES`: an interface with more has none). Root, or `CAP_NET_ADMIN`,
+    /// 64 at most, `MAX_QUEUES`: an interface with more has none). Root, or `CAP_NET_ADMIN`,
     /// `CAP_NET_RAW` and `CAP_BPF`, is needed; another process's XDP program on the interface makes
     /// it fail. Stations are known by the interface's name: the threads of one
     /// process in different network namespaces must not use interfaces of the same name.
@@ -281,7 +282,7 @@ impl Station {
         let mut steering = Steering::attach(ifname)?;
         let mut xsks = Vec::with_capacity(queues as usize);
         for queue in 0..queues {
-            let frames = if queue == 0 { super::FRAMES } else { super::RECEIVING_FRAMES };
+            let frames = if queue == 0 { super::FRAMES } else { super::receiving_frames(queues - 1) };
             xsks.push(Xsk::bind(&mut steering, queue, frames)?);
         }
         let fds: Vec<i32> = xsks.iter().map(AsRawFd::as_raw_fd).collect();
