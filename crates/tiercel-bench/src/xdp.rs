@@ -260,10 +260,16 @@ fn together_async(client: &TestClient, time: Duration, server: Option<u32>) -> c
     for t in tasks {
         rt.block_on(t).map_err(|e| format!("an async caller failed: {e}"))??;
     }
+    Ok(several(calls, elapsed, &cpu, syscalls?))
+}
+
+/// The round of several callers that made `calls` in `elapsed`, with `cpu` and `syscalls` a call:
+/// the time between completions as its median and p99.
+fn several(calls: u64, elapsed: Duration, cpu: &Cpu, syscalls: (Option<f64>, Option<f64>)) -> Round {
     let rate = calls as f64 / elapsed.as_secs_f64();
     let between = 1e6 / rate;
-    let (client_syscalls, server_syscalls) = syscalls?;
-    Ok(cpu.per(
+    let (client_syscalls, server_syscalls) = syscalls;
+    cpu.per(
         calls,
         Round {
             median_us: between,
@@ -275,7 +281,7 @@ fn together_async(client: &TestClient, time: Duration, server: Option<u32>) -> c
             server_syscalls,
             ..Round::default()
         },
-    ))
+    )
 }
 
 /// Null calls from [`CALLERS`] threads on `client`'s binding for `time` after a warm-up: the rate,
@@ -329,22 +335,7 @@ fn together(client: &TestClient, time: Duration, server: Option<u32>) -> crate::
         }
         Ok((done.load(Relaxed), elapsed, cpu, syscalls?))
     })?;
-    let rate = calls as f64 / elapsed.as_secs_f64();
-    let between = 1e6 / rate;
-    let (client_syscalls, server_syscalls) = syscalls;
-    Ok(cpu.per(
-        calls,
-        Round {
-            median_us: between,
-            p99_us: between,
-            round_trips: calls,
-            lost: 0,
-            calls_per_second: rate,
-            client_syscalls,
-            server_syscalls,
-            ..Round::default()
-        },
-    ))
+    Ok(several(calls, elapsed, &cpu, syscalls))
 }
 
 /// System calls per round trip of this process and of `server`'s, counted by perf during `window`,

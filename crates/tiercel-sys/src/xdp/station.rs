@@ -593,10 +593,7 @@ impl Station {
                 }
                 let task = post.end_turn();
                 drop(post);
-                self.tell_sleepers();
-                if let Some(task) = task {
-                    task.wake();
-                }
+                self.hand_over(task);
                 return ready;
             }
             self.sleepers.fetch_add(1, Ordering::Relaxed);
@@ -605,6 +602,15 @@ impl Station {
                 None => self.ready.wait(post).unwrap_or_else(|p| p.into_inner()),
             };
             self.sleepers.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// After a poller's turn ended: tells the waiting threads, if any, and wakes `task`, if any,
+    /// to take the turn.
+    fn hand_over(&self, task: Option<Waker>) {
+        self.tell_sleepers();
+        if let Some(task) = task {
+            task.wake();
         }
     }
 
@@ -637,10 +643,7 @@ impl Station {
     pub fn done_waiting(&self, port: u16, polled: bool) {
         let task = lock(&self.post).done_waiting(port, polled);
         if polled {
-            self.tell_sleepers();
-        }
-        if let Some(task) = task {
-            task.wake();
+            self.hand_over(task);
         }
     }
 }
