@@ -364,7 +364,7 @@ fn bench_quick_prints_every_table_and_writes_json_and_plots() {
         let paths = names(&report["xdp"], "path");
         let mut expected = vec!["raw AF_XDP ping-pong".to_owned(), "raw kernel UDP ping-pong".to_owned()];
         for via in ["kernel UDP", "AF_XDP"] {
-            for call in ["Null", "MaxResult", "64 KiB InOut", "Null, 8 callers"] {
+            for call in ["Null", "MaxResult", "64 KiB InOut", "Null, 8 callers", "Null, 8 async callers"] {
                 expected.push(format!("tiercel {call}, {via}"));
             }
         }
