@@ -316,6 +316,68 @@ fn async_tasks_call_through_af_xdp_and_read_their_results_from_every_queue() {
 }
 
 #[test]
+fn threads_and_async_tasks_share_a_station_and_take_turns_to_poll_it() {
+    tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
+    let pair = Pair::new();
+    let port = tiercel_seeds::free_port();
+    let addr: SocketAddr = format!("{}:{port}", pair.server_ip()).parse().unwrap();
+    let (status, stop, server) = serve(&pair.a, addr, &pair.va);
+    assert!(matches!(status, Some(Ok(_))), "{status:?}");
+    let before = kernel_udp(&pair.b);
+    const THREADS: i32 = 4;
+    const TASKS: i32 = 8;
+    const ROUNDS: i32 = 30;
+    let transport = in_namespace(&pair.b, move || {
+        let client: TestClient = Client::connect(format!("xdp://{addr}")).unwrap().import().unwrap();
+        // Every few calls each caller pauses past any spin, so that threads block in `poll` and
+        // tasks in the reactor, and the turn to poll passes between them.
+        let pause = |round: i32| round % 3 == 2;
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let client = client.clone();
+                std::thread::spawn(move || {
+                    for round in 0..ROUNDS {
+                        assert_eq!(client.add(t, round).unwrap(), t + round, "thread {t}");
+                        if pause(round) {
+                            std::thread::sleep(std::time::Duration::from_millis(2));
+                        }
+                    }
+                })
+            })
+            .collect();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let tasks = client.to_async();
+        runtime.block_on(async move {
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|t| {
+                    let client = tasks.clone();
+                    tokio::spawn(async move {
+                        for round in 0..ROUNDS {
+                            assert_eq!(client.add(100 + t, round).await.unwrap(), 100 + t + round, "task {t}");
+                            if pause(round) {
+                                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        for t in threads {
+            t.join().unwrap();
+        }
+        client.binding().transport()
+    });
+    assert_eq!(transport, Transport::Xdp);
+    let after = kernel_udp(&pair.b);
+    assert!(after.0 - before.0 <= 4, "the client's kernel received {} datagrams", after.0 - before.0);
+    stop.send(()).unwrap();
+    server.join().unwrap();
+}
+
+#[test]
 fn a_thread_that_polls_wakes_when_another_reader_takes_its_datagram_from_the_ring() {
     tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
