@@ -74,8 +74,9 @@ fn calls_go_through_af_xdp_to_a_server_behind_a_router() {
     assert!(matches!(status, Some(Ok(_))), "{status:?}");
     let before = (kernel_udp(&net.s), kernel_udp(&net.c));
     const ROUNDS: u32 = 10;
-    // The client's frames go to the router's hardware address, and the server's answers, to the
-    // address its frames came from (the router's again, on its side).
+    // The client's frames go to the router's hardware address (the gateway of a route that only a
+    // rule of the client's finds), and the server's answers, to the address its frames came from
+    // (the router's again, on its side).
     let (transport, refused) = in_namespace(&net.c, move || {
         let client: TestClient = Client::connect(format!("xdp://{addr}")).unwrap().import().unwrap();
         for round in 0..ROUNDS {

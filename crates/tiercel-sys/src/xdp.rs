@@ -265,48 +265,119 @@ pub fn neighbor(ifname: &str, ip: std::net::Ipv4Addr) -> io::Result<Option<[u8; 
     Ok(Some(mac))
 }
 
-/// The next hop from interface `ifname` toward `ip` (of this thread's network namespace): the
-/// gateway of the most specific route of the main table through `ifname` that covers `ip`, or `ip`
-/// itself when that route has none (the host is on the link) or no route through `ifname` covers
-/// it. Policy routing (other tables, rules) is not consulted.
+/// The next hop from interface `ifname` toward `ip` (in this thread's network namespace), as the
+/// kernel would route a datagram to `ip` out of `ifname` (`RTM_GETROUTE`, what `ip route get`
+/// asks, so policy rules and every table count): the route's gateway, or `ip` itself when the
+/// route has none (the host is on the link). An error when the kernel has no such route.
 pub fn next_hop(ifname: &str, ip: std::net::Ipv4Addr) -> io::Result<std::net::Ipv4Addr> {
-    // This thread's namespace's table: `/proc/net` is the process's first thread's.
-    let table = std::fs::read_to_string("/proc/thread-self/net/route")?;
-    Ok(route_via(&table, ifname, ip).unwrap_or(ip))
-}
-
-/// The gateway of the most specific route of `table` (the text of `/proc/net/route`) through
-/// `ifname` that covers `ip` (the lowest metric among equally specific ones); `None` when the
-/// route found has no gateway, or none covers `ip`.
-fn route_via(table: &str, ifname: &str, ip: std::net::Ipv4Addr) -> Option<std::net::Ipv4Addr> {
-    const RTF_UP: u32 = 0x1;
-    const RTF_GATEWAY: u32 = 0x2;
-    // Addresses are printed as the hexadecimal of the word as it lies in memory (network order).
-    let address = |hex: &str| u32::from_str_radix(hex, 16).ok().map(|w| std::net::Ipv4Addr::from(w.to_ne_bytes()));
-    let target = u32::from(ip);
-    let mut best: Option<(u32, u32, Option<std::net::Ipv4Addr>)> = None;
-    for line in table.lines().skip(1) {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let [iface, destination, gateway, flags, _, _, metric, mask, ..] = fields[..] else { continue };
-        let (Some(destination), Some(gateway), Some(mask)) = (address(destination), address(gateway), address(mask))
-        else {
-            continue;
-        };
-        let (Ok(flags), Ok(metric)) = (u32::from_str_radix(flags, 16), metric.parse::<u32>()) else { continue };
-        let mask = u32::from(mask);
-        if iface != ifname || flags & RTF_UP == 0 || target & mask != u32::from(destination) & mask {
-            continue;
-        }
-        let via = (flags & RTF_GATEWAY != 0).then_some(gateway);
-        let better = match best {
-            None => true,
-            Some((m, lowest, _)) => mask.count_ones() > m.count_ones() || (mask == m && metric < lowest),
-        };
-        if better {
-            best = Some((mask, metric, via));
+    use rustix::net::{netlink, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+    let socket = rustix::net::socket_with(AddressFamily::NETLINK, SocketType::RAW, SocketFlags::CLOEXEC, None)?;
+    // The kernel answers at once; a second is for a kernel that does not.
+    rustix::net::sockopt::set_socket_timeout(
+        &socket,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(std::time::Duration::from_secs(1)),
+    )?;
+    const SEQ: u32 = 1;
+    rustix::net::sendto(
+        &socket,
+        &route_request(ip, ifindex(ifname)?, SEQ),
+        SendFlags::empty(),
+        &netlink::SocketAddrNetlink::new(0, 0),
+    )?;
+    let mut reply = [0u8; 4096];
+    loop {
+        let (got, _) = rustix::net::recv(&socket, &mut reply[..], RecvFlags::empty())?;
+        if let Some(hop) = route_reply(&reply[..got], SEQ, ip) {
+            return hop;
         }
     }
-    best.and_then(|(_, _, via)| via)
+}
+
+const RTM_NEWROUTE: u16 = 24;
+const RTM_GETROUTE: u16 = 26;
+const NLMSG_ERROR: u16 = 2;
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RTA_GATEWAY: u16 = 5;
+/// The lengths of `nlmsghdr` and `rtmsg`.
+const NLMSG_HEADER: usize = 16;
+const RTMSG: usize = 12;
+
+/// A netlink request for the route to `ip` out of interface `oif`: `nlmsghdr`, `rtmsg`, and the
+/// attributes `RTA_DST` and `RTA_OIF`, in the machine's byte order (the address in the network's).
+fn route_request(ip: std::net::Ipv4Addr, oif: u32, seq: u32) -> Vec<u8> {
+    const NLM_F_REQUEST: u16 = 1;
+    const AF_INET: u8 = 2;
+    let len = NLMSG_HEADER + RTMSG + 8 + 8;
+    let mut m = Vec::with_capacity(len);
+    m.extend_from_slice(&(len as u32).to_ne_bytes());
+    m.extend_from_slice(&RTM_GETROUTE.to_ne_bytes());
+    m.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    m.extend_from_slice(&seq.to_ne_bytes());
+    m.extend_from_slice(&0u32.to_ne_bytes());
+    // rtmsg: family, destination prefix length, then nothing asked of the rest.
+    m.extend_from_slice(&[AF_INET, 32, 0, 0, 0, 0, 0, 0]);
+    m.extend_from_slice(&0u32.to_ne_bytes());
+    m.extend_from_slice(&8u16.to_ne_bytes());
+    m.extend_from_slice(&RTA_DST.to_ne_bytes());
+    m.extend_from_slice(&ip.octets());
+    m.extend_from_slice(&8u16.to_ne_bytes());
+    m.extend_from_slice(&RTA_OIF.to_ne_bytes());
+    m.extend_from_slice(&oif.to_ne_bytes());
+    m
+}
+
+/// What the kernel's reply `reply` (one datagram of netlink messages) says of the route to `ip`
+/// asked in request `seq`: its gateway, else `ip`; the error it gave; or `None` when it holds no
+/// answer to that request. Every length is checked: a reply that does not read is an error.
+fn route_reply(reply: &[u8], seq: u32, ip: std::net::Ipv4Addr) -> Option<io::Result<std::net::Ipv4Addr>> {
+    let bad = || Some(Err(io::Error::new(io::ErrorKind::InvalidData, "a route reply that does not read")));
+    let u16_at = |b: &[u8], at: usize| b.get(at..at + 2).map(|x| u16::from_ne_bytes([x[0], x[1]]));
+    let u32_at = |b: &[u8], at: usize| b.get(at..at + 4).map(|x| u32::from_ne_bytes([x[0], x[1], x[2], x[3]]));
+    let mut rest = reply;
+    while rest.len() >= NLMSG_HEADER {
+        let (Some(len), Some(kind), Some(got_seq)) = (u32_at(rest, 0), u16_at(rest, 4), u32_at(rest, 8)) else {
+            return bad();
+        };
+        let len = len as usize;
+        if len < NLMSG_HEADER || len > rest.len() {
+            return bad();
+        }
+        let (message, next) = (&rest[NLMSG_HEADER..len], &rest[len.next_multiple_of(4).min(rest.len())..]);
+        rest = next;
+        if got_seq != seq {
+            continue;
+        }
+        if kind == NLMSG_ERROR {
+            let Some(code) = u32_at(message, 0) else { return bad() };
+            let code = code as i32;
+            return Some(Err(if code < 0 {
+                io::Error::from_raw_os_error(-code)
+            } else {
+                io::Error::other("the kernel acknowledged a route request without a route")
+            }));
+        }
+        if kind != RTM_NEWROUTE || message.len() < RTMSG {
+            return bad();
+        }
+        let mut attributes = &message[RTMSG..];
+        let mut gateway = None;
+        while attributes.len() >= 4 {
+            let (Some(alen), Some(akind)) = (u16_at(attributes, 0), u16_at(attributes, 2)) else { return bad() };
+            let alen = alen as usize;
+            if alen < 4 || alen > attributes.len() {
+                return bad();
+            }
+            if akind == RTA_GATEWAY {
+                let Ok(octets) = <[u8; 4]>::try_from(&attributes[4..alen]) else { return bad() };
+                gateway = Some(std::net::Ipv4Addr::from(octets));
+            }
+            attributes = &attributes[alen.next_multiple_of(4).min(attributes.len())..];
+        }
+        return Some(Ok(gateway.unwrap_or(ip)));
+    }
+    None
 }
 
 /// The name of the interface (of this thread's network namespace) that holds the IPv4 address
@@ -605,36 +676,86 @@ impl AsRawFd for Xsk {
     }
 }
 
-#[cfg(all(test, target_endian = "little"))]
+#[cfg(test)]
 mod tests {
-    use super::route_via;
+    use super::{route_reply, route_request};
     use std::net::Ipv4Addr;
 
-    /// A main table as `/proc/net/route` prints it on a little-endian machine.
-    const TABLE: &str = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
-        eth0\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n\
-        eth0\t0001A8C0\t00000000\t0001\t0\t0\t100\t00FFFFFF\t0\t0\t0\n\
-        eth0\t0000000A\t0201A8C0\t0003\t0\t0\t0\t000000FF\t0\t0\t0\n\
-        eth0\t0000000A\t0301A8C0\t0003\t0\t0\t5\t000000FF\t0\t0\t0\n\
-        eth0\t0000A8C0\t0901A8C0\t0002\t0\t0\t0\t0000FFFF\t0\t0\t0\n\
-        eth1\t000010AC\t010010AC\t0003\t0\t0\t0\t0000F0FF\t0\t0\t0\n";
+    /// A reply as the kernel makes it: `nlmsghdr` of `kind` and `seq`, then `body`.
+    fn message(kind: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&kind.to_ne_bytes());
+        m.extend_from_slice(&0u16.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        m.extend_from_slice(body);
+        m
+    }
 
-    fn via(ifname: &str, ip: [u8; 4]) -> Option<Ipv4Addr> {
-        route_via(TABLE, ifname, Ipv4Addr::from(ip))
+    fn attribute(kind: u16, data: &[u8]) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
+        a.extend_from_slice(&kind.to_ne_bytes());
+        a.extend_from_slice(data);
+        a
+    }
+
+    /// A route of `attributes` (after an `rtmsg`).
+    fn route(seq: u32, attributes: &[Vec<u8>]) -> Vec<u8> {
+        let mut body = vec![2, 32, 0, 0, 254, 0, 0, 1, 0, 0, 0, 0];
+        for a in attributes {
+            body.extend_from_slice(a);
+        }
+        message(super::RTM_NEWROUTE, seq, &body)
+    }
+
+    const SERVER: Ipv4Addr = Ipv4Addr::new(10, 2, 0, 2);
+
+    #[test]
+    fn a_route_with_a_gateway_goes_through_it_and_one_without_reaches_the_host_itself() {
+        let via = route(
+            7,
+            &[attribute(1, &SERVER.octets()), attribute(5, &[10, 1, 0, 1]), attribute(4, &3u32.to_ne_bytes())],
+        );
+        assert_eq!(route_reply(&via, 7, SERVER).unwrap().unwrap(), Ipv4Addr::new(10, 1, 0, 1));
+        let on_link = route(7, &[attribute(1, &SERVER.octets()), attribute(4, &3u32.to_ne_bytes())]);
+        assert_eq!(route_reply(&on_link, 7, SERVER).unwrap().unwrap(), SERVER);
+        // The answer to another request is passed over.
+        assert!(route_reply(&via, 8, SERVER).is_none());
+        let both = [route(6, &[]), via.clone()].concat();
+        assert_eq!(route_reply(&both, 7, SERVER).unwrap().unwrap(), Ipv4Addr::new(10, 1, 0, 1));
     }
 
     #[test]
-    fn a_host_on_the_link_is_its_own_next_hop_and_others_go_through_the_most_specific_routes_gateway() {
-        assert_eq!(via("eth0", [192, 168, 1, 7]), None, "on the link");
-        assert_eq!(via("eth0", [8, 8, 8, 8]), Some(Ipv4Addr::new(192, 168, 1, 1)), "the default route");
-        // 10/8 is more specific than the default; of its two routes, the lower metric.
-        assert_eq!(via("eth0", [10, 1, 2, 3]), Some(Ipv4Addr::new(192, 168, 1, 2)));
-        // The route of 192.168/16 is down: the default covers it.
-        assert_eq!(via("eth0", [192, 168, 7, 7]), Some(Ipv4Addr::new(192, 168, 1, 1)));
-        // Only routes through the interface asked about count.
-        assert_eq!(via("eth1", [172, 16, 3, 4]), Some(Ipv4Addr::new(172, 16, 0, 1)));
-        assert_eq!(via("eth1", [8, 8, 8, 8]), None, "no route through eth1 covers it");
-        assert_eq!(via("eth2", [8, 8, 8, 8]), None);
+    fn the_kernels_error_is_the_answer_and_a_reply_that_does_not_read_is_refused() {
+        let unreachable = message(super::NLMSG_ERROR, 7, &(-101i32).to_ne_bytes());
+        let e = route_reply(&unreachable, 7, SERVER).unwrap().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(101));
+        // An attribute longer than its message, a message longer than the reply, a gateway of
+        // five bytes: each refused, none read past its end.
+        let mut long = route(7, &[attribute(5, &[10, 1, 0, 1])]);
+        let at = long.len() - 8;
+        long[at..at + 2].copy_from_slice(&200u16.to_ne_bytes());
+        let mut cut = route(7, &[attribute(5, &[10, 1, 0, 1])]);
+        cut.truncate(cut.len() - 3);
+        let five = route(7, &[attribute(5, &[10, 1, 0, 1, 9])]);
+        for reply in [long, cut, five] {
+            let e = route_reply(&reply, 7, SERVER).unwrap().unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        }
+        assert!(route_reply(&[1, 2, 3], 7, SERVER).is_none(), "shorter than a header: no message");
+    }
+
+    #[test]
+    fn the_request_asks_for_the_route_to_the_address_out_of_the_interface() {
+        let r = route_request(SERVER, 3, 7);
+        assert_eq!(r.len(), 44);
+        assert_eq!(u32::from_ne_bytes(r[0..4].try_into().unwrap()), 44);
+        assert_eq!(u16::from_ne_bytes(r[4..6].try_into().unwrap()), super::RTM_GETROUTE);
+        assert_eq!(&r[16..18], &[2, 32]);
+        assert_eq!(&r[28..36], &attribute(1, &SERVER.octets())[..]);
+        assert_eq!(&r[36..44], &attribute(4, &3u32.to_ne_bytes())[..]);
     }
 
     #[test]
@@ -644,12 +765,5 @@ mod tests {
         for queues in 1..64 {
             assert!(queues * receiving_frames(queues) <= 16_384, "{queues} queues");
         }
-    }
-
-    #[test]
-    fn lines_that_do_not_read_are_passed_over() {
-        let table =
-            format!("{TABLE}eth0\tzz\t0101A8C0\t0003\nshort\n\neth0\t00000000\t0501A8C0\tnope\t0\t0\t0\t00000000\n");
-        assert_eq!(route_via(&table, "eth0", Ipv4Addr::new(8, 8, 8, 8)), Some(Ipv4Addr::new(192, 168, 1, 1)));
     }
 }

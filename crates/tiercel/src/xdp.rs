@@ -101,17 +101,9 @@ fn open_toward(server: SocketAddrV4) -> Result<Arc<Station>, String> {
     let station = Station::holding(local).map_err(|e| format!("no AF_XDP socket on the interface of {local}: {e}"))?;
     // The hardware address of the next hop (the server, or the router on the way to it): the
     // kernel learned it for the bind's datagrams.
-    let hop = tiercel_sys::xdp::next_hop(station.ifname(), *server.ip())
-        .map_err(|e| format!("the routes of {}: {e}", station.ifname()))?;
-    match tiercel_sys::xdp::neighbor(station.ifname(), hop) {
-        Ok(Some(_)) => Ok(station),
-        Ok(None) if hop == *server.ip() => Err(format!("no hardware address known for {hop} on {}", station.ifname())),
-        Ok(None) => Err(format!(
-            "no hardware address known for {hop}, the router on {} on the way to {}",
-            station.ifname(),
-            server.ip()
-        )),
-        Err(e) => Err(format!("the neighbor table of {}: {e}", station.ifname())),
+    match station.resolve(*server.ip()) {
+        Ok(_) => Ok(station),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -86,7 +86,9 @@ impl Drop for Pair {
 
 /// Three namespaces: a client's (`c`, at 10.s.1.2 on `vc`), a router's (`r`, forwarding), and a
 /// server's (`s`, at 10.s.2.2 on `vs`), each end joined to the router by a veth pair and routed
-/// through it; removed when dropped.
+/// through it: the server by its default route, the client by a rule that sends what is for the
+/// server's subnet to a table of its own (its main table has no route there); removed when
+/// dropped.
 pub struct Routed {
     pub c: String,
     pub r: String,
@@ -125,7 +127,9 @@ impl Routed {
             ip(&["-n", ns, "addr", "add", &format!("{address}/24"), "dev", dev]);
             ip(&["-n", ns, "link", "set", dev, "up"]);
         }
-        ip(&["-n", &routed.c, "route", "add", "default", "via", &net(1, 1)]);
+        let servers = format!("10.{subnet}.2.0/24");
+        ip(&["-n", &routed.c, "route", "add", &servers, "via", &net(1, 1), "table", "100"]);
+        ip(&["-n", &routed.c, "rule", "add", "to", &servers, "table", "100"]);
         ip(&["-n", &routed.s, "route", "add", "default", "via", &net(2, 1)]);
         let status = Command::new("ip")
             .args(["netns", "exec", &routed.r, "sysctl", "-qw", "net.ipv4.ip_forward=1"])

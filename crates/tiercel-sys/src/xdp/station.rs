@@ -383,11 +383,12 @@ impl Station {
 
     /// Sends a datagram from `port` to `to` made of `parts`, one after another. Its frame goes to the
     /// hardware address learned for `to` from its frames; or, unless `heard_only`, to the kernel's
-    /// neighbor table's for the next hop toward it (`to` on the link, else the gateway of the route
-    /// through this interface, [`super::next_hop`]). `NotFound` when there is none (the kernel has
-    /// not resolved it, or with `heard_only` `to` was never heard here), and `InvalidInput` for a datagram longer than
-    /// one frame carries ([`Station::max_payload`]), both before anything is sent: the caller may
-    /// send it another way. `WouldBlock` when no frame is free (a lost datagram, to the protocol).
+    /// neighbor table's for the next hop toward it (`to` on the link, else the gateway of its route
+    /// out of this interface, [`super::next_hop`]). `NotFound` when there is none (no route, a hop
+    /// the kernel has not resolved, or with `heard_only` a peer never heard here), and
+    /// `InvalidInput` for a datagram longer than one frame carries ([`Station::max_payload`]), both
+    /// before anything is sent: the caller may send it another way. `WouldBlock` when no frame is
+    /// free (a lost datagram, to the protocol).
     pub fn send(&self, port: u16, to: SocketAddrV4, parts: &[&[u8]], heard_only: bool) -> io::Result<usize> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > self.max_payload {
@@ -399,19 +400,16 @@ impl Station {
             Some(n) if n.heard || !heard_only => n.mac,
             Some(_) => return Err(io::Error::from(io::ErrorKind::NotFound)),
             None if heard_only => return Err(io::Error::from(io::ErrorKind::NotFound)),
-            None => match super::neighbor(&self.ifname, super::next_hop(&self.ifname, *to.ip())?)? {
-                Some(mac) => {
+            None => match self.resolve(*to.ip()) {
+                Ok(mac) => {
                     if io.neighbors.len() < NEIGHBORS {
                         io.neighbors.insert(key, Neighbor { mac, heard: false });
                     }
                     mac
                 }
-                None => {
+                Err(e) => {
                     self.stats.unsent.fetch_add(1, Ordering::Relaxed);
-                    return Err(io::Error::new(
-                        io::ErrorKind::NotFound,
-                        format!("no hardware address known for {} on {}", to.ip(), self.ifname),
-                    ));
+                    return Err(e);
                 }
             },
         };
@@ -442,6 +440,23 @@ impl Station {
         } else {
             self.stats.unsent.fetch_add(1, Ordering::Relaxed);
             Err(io::Error::from(io::ErrorKind::WouldBlock))
+        }
+    }
+
+    /// The hardware address of the next hop toward `ip` in the kernel's neighbor table: `NotFound`
+    /// (saying why) when the kernel has no route to `ip` out of this interface, or has not resolved
+    /// the hop.
+    pub fn resolve(&self, ip: Ipv4Addr) -> io::Result<[u8; 6]> {
+        let not_found = |why: String| io::Error::new(io::ErrorKind::NotFound, why);
+        let hop = super::next_hop(&self.ifname, ip)
+            .map_err(|e| not_found(format!("no route to {ip} out of {}: {e}", self.ifname)))?;
+        match super::neighbor(&self.ifname, hop)? {
+            Some(mac) => Ok(mac),
+            None if hop == ip => Err(not_found(format!("no hardware address known for {ip} on {}", self.ifname))),
+            None => Err(not_found(format!(
+                "no hardware address known for {hop}, the router on {} on the way to {ip}",
+                self.ifname
+            ))),
         }
     }
 
