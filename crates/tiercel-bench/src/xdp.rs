@@ -225,9 +225,9 @@ fn calls(target: &str, via: &str, time: Duration, server: Option<u32>) -> crate:
     Ok(rows)
 }
 
-/// Null calls from [`CALLERS`] tasks of a tokio runtime (its default worker threads, on the
-/// client's CPU as this process is) through the async stub of `client`'s binding, for `time` after
-/// a warm-up: as [`together`].
+/// Null calls from [`CALLERS`] tasks of tokio's multi-thread runtime (one worker thread: this
+/// process is pinned to the client's CPU, and tokio counts the CPUs it may use) through the async
+/// stub of `client`'s binding, for `time` after a warm-up: as [`together`].
 fn together_async(client: &TestClient, time: Duration, server: Option<u32>) -> crate::Result<Round> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
     use std::sync::Arc;
