@@ -131,11 +131,14 @@ impl Routed {
         ip(&["-n", &routed.c, "route", "add", &servers, "via", &net(1, 1), "table", "100"]);
         ip(&["-n", &routed.c, "rule", "add", "to", &servers, "table", "100"]);
         ip(&["-n", &routed.s, "route", "add", "default", "via", &net(2, 1)]);
-        let status = Command::new("ip")
-            .args(["netns", "exec", &routed.r, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "the router does not forward");
+        // Forwarding on in the router's namespace, by a thread in it (`/proc/sys/net` is the
+        // writer's namespace's; a fresh machine may have no `sysctl`).
+        let router = routed.r.clone();
+        let forwarding = std::thread::spawn(move || {
+            enter(&router);
+            std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+        });
+        forwarding.join().unwrap().expect("the router does not forward");
         routed
     }
 
