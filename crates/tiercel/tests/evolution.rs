@@ -29,12 +29,25 @@ pub trait Bank {
 
 struct Vault(AtomicU64);
 
+/// Takes `amount` from `balance` if it holds that much. (A loop of its own: `fetch_update` is
+/// deprecated from Rust 1.99, and its new name is not in older releases.)
+fn take(balance: &AtomicU64, amount: u64) -> bool {
+    let mut b = balance.load(Ordering::SeqCst);
+    while let Some(left) = b.checked_sub(amount) {
+        match balance.compare_exchange_weak(b, left, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return true,
+            Err(now) => b = now,
+        }
+    }
+    false
+}
+
 impl Bank for Vault {
     fn deposit(&self, amount: u64) {
         self.0.fetch_add(amount, Ordering::SeqCst);
     }
     fn withdraw(&self, amount: u64) -> bool {
-        self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(amount)).is_ok()
+        take(&self.0, amount)
     }
     fn note(&self, memo: Memo, kind: Kind) -> Option<Memo> {
         (kind != Kind::Cash).then_some(memo)
@@ -302,7 +315,7 @@ fn a_rolling_upgrade_needs_no_lockstep_on_any_transport() {
             self.0.load(Ordering::SeqCst)
         }
         fn withdraw(&self, amount: u64) -> bool {
-            self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(amount)).is_ok()
+            take(&self.0, amount)
         }
         fn note(&self, memo: Memo, _: Kind) -> Option<Memo> {
             Some(memo)
