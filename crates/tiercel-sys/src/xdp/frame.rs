@@ -28,6 +28,9 @@ pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
     headers: [u8; HEADERS],
+    /// The ones'-complement sum of the IPv4 header's words but its length (and checksum), unfolded:
+    /// a datagram's checksum is this plus its length, folded.
+    partial: u32,
 }
 
 impl Template {
@@ -45,7 +48,7 @@ impl Template {
         h[30..34].copy_from_slice(&to.ip().octets());
         h[34..36].copy_from_slice(&from.port().to_be_bytes());
         h[36..38].copy_from_slice(&to.port().to_be_bytes());
-        Template { headers: h }
+        Template { headers: h, partial: sum_words(&h[14..34]) }
     }
 
     /// The headers of a datagram of `payload_len` bytes, to send before its payload. `None` for a
@@ -54,7 +57,7 @@ impl Template {
         let ip_len = u16::try_from(20 + 8 + payload_len).ok()?;
         let mut h = self.headers;
         h[16..18].copy_from_slice(&ip_len.to_be_bytes());
-        let checksum = ipv4_checksum(&h[14..34]);
+        let checksum = !fold(self.partial + u32::from(ip_len));
         h[24..26].copy_from_slice(&checksum.to_be_bytes());
         h[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
         Some(h)
@@ -74,11 +77,20 @@ impl Template {
 
 /// The Internet checksum of an IPv4 header whose checksum field is zero.
 fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum: u32 = header.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    !fold(sum_words(header))
+}
+
+/// The sum of the 16-bit words of `bytes` (an IPv4 header: ten of them), unfolded.
+fn sum_words(bytes: &[u8]) -> u32 {
+    bytes.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum()
+}
+
+/// A sum of 16-bit words folded into 16 bits, ones'-complement.
+fn fold(mut sum: u32) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    !(sum as u16)
+    sum as u16
 }
 
 /// A UDP datagram over IPv4 read from a frame.
@@ -143,6 +155,15 @@ mod tests {
         assert_eq!(parse(&f[..HEADERS + 4]), None, "cut short");
         assert_eq!(parse(&f[..HEADERS - 1]), None);
         assert!(t.frame(&vec![0; 70_000], &mut f).is_none());
+        // The checksum made from the template's sum is the one the header's words give, at every
+        // length (the carries folded).
+        for len in [0, 1, 2, 255, 256, 1472, 3584, 65_507] {
+            t.frame(&vec![0xff; len], &mut f).unwrap();
+            assert_eq!(parse(&f).map(|d| d.payload.len()), Some(len), "payload of {len} bytes");
+        }
+        let far = Template::new([0xff; 6], "255.255.255.254:65535".parse().unwrap(), [0xff; 6], b);
+        far.frame(b"x", &mut f).unwrap();
+        assert!(parse(&f).is_some());
     }
 
     #[test]

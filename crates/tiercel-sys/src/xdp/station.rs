@@ -80,6 +80,9 @@ struct Io {
     /// Hardware addresses learned from frames received (heard), or read from the kernel's
     /// neighbor table, by IPv4 address.
     neighbors: HashMap<u32, Neighbor, BuildIpHasher>,
+    /// The headers of the last datagram sent, from its port to its peer at its hardware address:
+    /// those of the next, most often (a caller's next call, a server's answer to the same peer).
+    last: Option<(u16, SocketAddrV4, [u8; 6], Template)>,
     /// Frames the fault-injection layer held back, sent after the next (feature
     /// `fault-injection`).
     #[cfg(feature = "fault-injection")]
@@ -301,6 +304,7 @@ impl Station {
             io: Mutex::new(Io {
                 xsks,
                 neighbors: HashMap::with_hasher(BuildIpHasher),
+                last: None,
                 #[cfg(feature = "fault-injection")]
                 held: Vec::new(),
             }),
@@ -413,7 +417,13 @@ impl Station {
                 }
             },
         };
-        let template = Template::new(self.mac, SocketAddrV4::new(self.ip, port), mac, to);
+        let template = match &io.last {
+            Some((p, t, m, template)) if (*p, *t, *m) == (port, to, mac) => template,
+            _ => {
+                let template = Template::new(self.mac, SocketAddrV4::new(self.ip, port), mac, to);
+                &io.last.insert((port, to, mac, template)).3
+            }
+        };
         let Some(headers) = template.headers(len) else {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a datagram too long for IPv4"));
         };

@@ -220,29 +220,35 @@ async fn run_udp(
     if !alone {
         ready.wait(ep).await?;
     }
+    // The clock's last reading before each look: when what the look finds was received, to the
+    // call's timers (see `UdpEndpoint::step`).
+    let mut seen = Instant::now();
     // A lone call spins (for its budget, and for each next packet while they keep coming).
     let mut deadline = alone.then(|| ep.spin_deadline(start));
     loop {
         // Clear the socket's readiness, then look: a datagram that arrives after the clear sets
         // it again, so the wait below cannot miss it.
         ready.clear();
-        let now = match ep.step(inner, segs, tail.as_deref_mut(), len)? {
+        let now = match ep.step(inner, segs, tail.as_deref_mut(), len, seen)? {
             Step::Done => break,
             Step::Progress => {
+                seen = Instant::now();
                 if let Some(d) = &mut deadline {
-                    d.progress(Instant::now());
+                    d.progress(seen);
                 }
                 continue;
             }
             Step::Idle(now) => now,
         };
+        seen = now;
         if deadline.is_some_and(|d| d.spinning(now)) {
             core::hint::spin_loop();
             continue;
         }
         ready.wait(ep).await?;
+        seen = Instant::now();
     }
-    ep.observe(start.elapsed());
+    ep.observe(seen.saturating_duration_since(start));
     ep.finish(inner, procedure)?;
     Ok(tail.is_some_and(|tail| ep.settle_lent(inner, tail)))
 }

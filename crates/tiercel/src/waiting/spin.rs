@@ -47,13 +47,16 @@ impl Spinner<'_> {
     }
 
     /// One turn of the spin: yields the CPU while another caller spins too, else a spin-loop hint.
+    /// True when it yielded (the thread may have been off its CPU for a while).
     #[inline]
-    pub(crate) fn pause(&self) {
-        if self.crowded() {
+    pub(crate) fn pause(&self) -> bool {
+        let crowded = self.crowded();
+        if crowded {
             std::thread::yield_now();
         } else {
             core::hint::spin_loop();
         }
+        crowded
     }
 
     /// Before a caller's first look at the result of the UDP call it has just sent: yields the CPU

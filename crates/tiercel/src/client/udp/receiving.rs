@@ -130,12 +130,13 @@ impl UdpEndpoint {
         let at = landed * full;
         let done = at < len
             && udp::segments(len - at, got.segment)
-                .any(|piece| self.on_datagram(inner, at + piece.start..at + piece.end));
+                .any(|piece| self.on_datagram(inner, at + piece.start..at + piece.end, now));
         Ok(InPlace::Handled(done))
     }
 
-    /// Handles the received datagram at `at` in the receive buffer; true when the call is over.
-    pub(super) fn on_datagram(&mut self, inner: &BindingInner, at: std::ops::Range<usize>) -> bool {
+    /// Handles the received datagram at `at` in the receive buffer, received at `now`; true when the
+    /// call is over.
+    pub(super) fn on_datagram(&mut self, inner: &BindingInner, at: std::ops::Range<usize>, now: Instant) -> bool {
         let start = at.start;
         let at = match &self.seal {
             None => at,
@@ -160,7 +161,7 @@ impl UdpEndpoint {
             inner.stats.stale.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        match self.call.handle_packet(&p, Instant::now()) {
+        match self.call.handle_packet(&p, now) {
             Handled::Complete => {
                 self.result_len = HEADER_LEN + p.payload_len() as usize;
                 if start > 0 {

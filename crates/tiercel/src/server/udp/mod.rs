@@ -112,6 +112,11 @@ fn checksummed(p: &Packet<&[u8]>) -> bool {
 /// How often worker 0 looks for idle bindings.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Looks at an AF_XDP port between two looks at the clock while a worker spins for the next
+/// datagram: a look makes no system call, and a clock read at every one (31 ns on our VM) would
+/// lengthen each turn of the spin, and so the time a datagram may wait to be seen.
+const XDP_LOOKS: u32 = 16;
+
 /// One of the server's UDP sockets (`ServerConfig::sockets`), with what the workers reading it
 /// share.
 pub(super) struct Lane {
@@ -170,6 +175,10 @@ pub(super) struct UdpWorker {
     /// Where sealed datagrams are opened (and handshakes read): one datagram's room, made at the
     /// first.
     opened: RefCell<Vec<u8>>,
+    /// When the datagrams being handled were received: the clock as this worker's loop last read
+    /// it before the receive that brought them (at most one turn of the loop earlier), so that
+    /// handling a datagram reads no clock of its own.
+    received_at: Cell<Instant>,
 }
 
 /// The arguments of a call: in the packet it came in, or a message put together from several.
@@ -213,6 +222,7 @@ impl UdpWorker {
             landing: Landing::default(),
             // Made now rather than at the first sealed datagram: a call never allocates it.
             opened: RefCell::new(if shared_key { Vec::with_capacity(size) } else { Vec::new() }),
+            received_at: Cell::new(Instant::now()),
         }
     }
 
@@ -278,6 +288,7 @@ impl UdpWorker {
         let (mut found, mut found_bytes, mut last_look) = (0u32, 0usize, Instant::now());
         while !self.shared.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
+            self.received_at.set(now);
             let queueing = found > 0
                 && found_bytes <= found as usize * MAX_HELD
                 && now.saturating_duration_since(last_look) < QUICK_RUN * found;
@@ -377,7 +388,8 @@ impl UdpWorker {
 
     /// Reads the server's AF_XDP port (`ServerConfig::xdp`) and runs what arrives, as `listen` reads
     /// a socket: each datagram handled as it comes (no batches, none received in place), spinning
-    /// for `ServerConfig::spin` after each, then blocking. One of the server's AF_XDP workers (this
+    /// for `ServerConfig::spin` after each (a look at the clock every `XDP_LOOKS` looks at the
+    /// port, so that a datagram is seen within a look's time), then blocking. One of the server's AF_XDP workers (this
     /// is worker `me` of `crew`) reads at a time; the others stand by, and one of them reads in its
     /// stead once it has been running one call for a while ([`XdpCrew::stand_by`]), so that a long
     /// procedure holds up only its own caller. Returns when the server stops; the port goes back to
@@ -392,11 +404,14 @@ impl UdpWorker {
         let mut buf = vec![0u8; self.shared.config.max_datagram.max(tiercel_proto::wire::MAX_UDP_PAYLOAD)];
         let spin = self.shared.config.spin;
         let mut spin_until = Instant::now();
+        self.received_at.set(spin_until);
         let (mut waited, mut seen) = (crate::waiting::crew::TICK, (usize::MAX, 0));
+        let mut looks = 0u32;
         while !self.shared.stop.load(Ordering::Relaxed) {
             if crew.reader.load(Ordering::Acquire) != me {
                 crew.stand_by(me, &mut waited, &mut seen);
                 spin_until = Instant::now();
+                self.received_at.set(spin_until);
                 continue;
             }
             if let Some((n, from)) = port.station.recv(port.port, &mut buf) {
@@ -407,10 +422,19 @@ impl UdpWorker {
                 };
                 crew.handle(me, || self.handle_packet(&buf[..n], from));
                 steps::close();
-                spin_until = Instant::now() + spin;
+                let now = Instant::now();
+                self.received_at.set(now);
+                spin_until = now + spin;
                 continue;
             }
-            if Instant::now() < spin_until {
+            looks = looks.wrapping_add(1);
+            if !looks.is_multiple_of(XDP_LOOKS) {
+                core::hint::spin_loop();
+                continue;
+            }
+            let now = Instant::now();
+            self.received_at.set(now);
+            if now < spin_until {
                 core::hint::spin_loop();
                 continue;
             }
@@ -419,6 +443,7 @@ impl UdpWorker {
                 // A while without a packet: give the spare buffers back.
                 drop(self.spares.take());
             }
+            self.received_at.set(Instant::now());
         }
     }
 
@@ -532,7 +557,7 @@ impl UdpWorker {
             return;
         };
         let endpoint = &self.shared.endpoint;
-        let now = Instant::now();
+        let now = self.received_at.get();
         let binding = match endpoint.route_opened(&p, seal.map(Session::index), now) {
             Route::Binding(b) => b,
             Route::Bind => return self.on_bind(&p, from),

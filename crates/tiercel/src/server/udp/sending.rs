@@ -137,8 +137,9 @@ pub(super) fn flush(
     let segmenting = seal.is_none() && via.is_none() && shared.segmenting.load(Ordering::Relaxed);
     let run_length = if segmenting { transmit::run_length(segment) } else { 0 };
     let mut run = transmit::RunQueue::new();
-    // Through AF_XDP, the fragments of a result go to the kernel together.
-    let _batch = via.map(|v| v.station.batch());
+    // Through AF_XDP, the fragments of a result of several go to the kernel together (a result of
+    // one goes at once, without a batch's second look at the station).
+    let mut batch = None;
     while let Some(index) = cell.poll_fragment() {
         if run_length >= 2 {
             if let Fragment::Parts(_, body) = cell.fragment(binding, index) {
@@ -150,6 +151,9 @@ pub(super) fn flush(
             }
         }
         let fragment = cell.fragment(binding, index);
+        if batch.is_none() && matches!(fragment, Fragment::Parts(..)) {
+            batch = via.map(|v| v.station.batch());
+        }
         if let Some(outbox) = outbox.as_deref_mut() {
             let held = match &fragment {
                 Fragment::Whole(datagram) => outbox.hold(peer, &[datagram], checksum),
