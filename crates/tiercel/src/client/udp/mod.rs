@@ -78,8 +78,13 @@ pub(crate) struct UdpEndpoint {
     /// Call fragments sent together by one segmented send (UDP GSO), or 0 to send them one by one:
     /// how many full datagrams fit in one, when the path's datagrams are small enough for two.
     run_length: usize,
-    /// Whether the socket takes runs of result fragments whole (UDP GRO): on the same paths.
+    /// Whether the socket can take runs of result fragments whole (UDP GRO: on the same paths, when
+    /// the kernel agreed), so that receives are cut where each datagram ends.
     coalescing: bool,
+    /// Whether it does now: GRO costs the kernel more for every datagram received
+    /// ([`udp::set_gro`]), so it is on only while large messages pass: from the first (a call of
+    /// several fragments, or a result's first fragment) until the endpoint's buffers for them go.
+    gro: bool,
     /// The result fragments of the call being made that were received straight into the caller's
     /// buffer ([`UdpEndpoint::run_in_out`]), one bit each.
     in_tail: Vec<u64>,
@@ -109,6 +114,9 @@ impl UdpEndpoint {
             if let Ok(port) = crate::xdp::Port::open(station, local.port(), server) {
                 ep.xdp = Some(port);
                 (ep.run_length, ep.coalescing) = (0, false);
+                if ep.gro {
+                    ep.gro = !udp::set_gro(&ep.socket, false);
+                }
                 ep.rx.truncate(inner.max_datagram + CHECKSUM_LEN.max(SEAL_OVERHEAD));
             }
         }
@@ -136,8 +144,10 @@ impl UdpEndpoint {
             n if n >= 2 && seal.is_none() => n,
             _ => 0,
         };
-        // Small datagrams (a path MTU's): the server's result fragments may arrive as runs.
-        let coalescing = run_length >= 2 && udp::enable_gro(&socket);
+        // Small datagrams (a path MTU's): the server's result fragments may arrive as runs. Asked
+        // for, then off until a large message passes.
+        let coalescing = run_length >= 2 && udp::set_gro(&socket, true);
+        let gro = coalescing && !udp::set_gro(&socket, false);
         let rx_len = inner.max_datagram + CHECKSUM_LEN.max(if seal.is_some() { SEAL_OVERHEAD } else { 0 });
         Ok(UdpEndpoint {
             uid: inner.uid,
@@ -161,6 +171,7 @@ impl UdpEndpoint {
             retention: Retention::default(),
             run_length,
             coalescing,
+            gro,
             in_tail: Vec::new(),
             leaving: false,
             seal,
@@ -204,8 +215,10 @@ impl UdpEndpoint {
             // The next multi-packet result is reassembled in this one's buffer.
             self.call.recycle(buf);
         } else if self.retention.holds_large() && self.retention.idle(Instant::now()) {
-            // No large message for a while: give back the buffers large ones grew.
+            // No large message for a while: give back the buffers large ones grew, and take
+            // datagrams one by one again.
             self.call.drop_spare();
+            self.set_gro(false);
         }
         self.result_len = 0;
     }
@@ -283,6 +296,13 @@ impl UdpEndpoint {
         inner.stats.in_place.fetch_add(1, Ordering::Relaxed);
         inner.stats.lent_fragments.fetch_add(lent, Ordering::Relaxed);
         true
+    }
+
+    /// Turns the socket's GRO on or off, when it can take runs whole.
+    fn set_gro(&mut self, on: bool) {
+        if self.coalescing && self.gro != on && udp::set_gro(&self.socket, on) {
+            self.gro = on;
+        }
     }
 
     /// Packets the call being made (or last made) has retransmitted.
@@ -441,6 +461,7 @@ impl UdpEndpoint {
                 if reassembled {
                     self.big_result = self.call.take_message();
                     self.retention.large(Instant::now());
+                    self.set_gro(true);
                 }
                 if status == Status::Ok {
                     return Ok(());

@@ -30,6 +30,10 @@ impl UdpEndpoint {
             _ => &mut [][..],
         };
         let landing = if self.seal.is_some() { None } else { self.call.landing(max as u16) };
+        if landing.is_some() && self.coalescing && !self.gro {
+            // A result of several fragments is coming: its next runs are taken whole.
+            self.gro = udp::set_gro(&self.socket, true);
+        }
         let Some((first, span)) = landing else {
             if self.coalescing {
                 let s = udp::recv_segments_nowait(&self.socket, &mut self.rx)?;

@@ -49,6 +49,7 @@ impl UdpEndpoint {
         p.set_procedure(procedure);
         if len > self.frag_payload {
             self.retention.large(start);
+            self.set_gro(true);
         }
         mark(Point::HeaderReady);
         self.flush(inner, segs, len)?;

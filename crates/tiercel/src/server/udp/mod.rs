@@ -18,7 +18,7 @@
 use std::cell::{Cell, RefCell};
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,7 @@ use tiercel_proto::bind::BindDecision;
 use tiercel_proto::endpoint::{Fragment, Quiet, Refusal, Route, Step, Terms};
 use tiercel_proto::server::CallAction;
 use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, CHECKSUM_LEN, HEADER_LEN};
+use tiercel_sys::clock;
 use tiercel_sys::mmsg::{self, RecvBatch, MAX_BATCH};
 use tiercel_sys::udp::{self, Received};
 
@@ -34,7 +35,7 @@ use super::handoff::Handoff;
 use super::landing::{gather, Landing, MAX_LANDED, MAX_PARTS};
 use super::outbox::{Outbox, QuickProcedures, MAX_HELD, QUICK_RUN};
 use super::{EndpointBinding, Shared, UdpSlot};
-use crate::retention::SPARES_IDLE;
+use crate::retention::{KEEP_IDLE, SPARES_IDLE};
 use crate::secure::Session;
 use crate::steps::{self, mark, Point};
 use crate::transmit;
@@ -121,8 +122,15 @@ const XDP_LOOKS: u32 = 16;
 /// share.
 pub(super) struct Lane {
     socket: UdpSocket,
-    /// Whether the socket takes runs of datagrams whole (UDP GRO), so that receives must be cut.
+    /// Whether the socket can take runs of datagrams whole (UDP GRO: the kernel agreed when it
+    /// opened), so that receives must be cut, and receive buffers have room for a run.
     coalescing: bool,
+    /// Whether it does now: GRO costs the kernel more for every datagram the socket receives
+    /// ([`udp::set_gro`]), so it is on only while calls of several fragments come: turned on by the
+    /// first, off by the sweep once none has come for [`KEEP_IDLE`].
+    gro: AtomicBool,
+    /// When the last call of several fragments came through this socket (`clock::ticks`).
+    large_at: AtomicU64,
     /// Datagrams a worker took in a batch from this socket and left to its other listeners.
     handoff: Handoff,
     /// Procedures that this socket's listeners are running: the crew's deputy asks whether every
@@ -136,12 +144,38 @@ pub(super) struct Lane {
 impl Lane {
     /// A lane reading `socket`, whose datagrams are at most `datagram` bytes (a coalesced run more).
     pub(super) fn new(socket: UdpSocket, datagram: usize) -> Lane {
+        // Asked for, then off until a large call comes.
+        let coalescing = udp::set_gro(&socket, true);
+        let gro = coalescing && !udp::set_gro(&socket, false);
         Lane {
-            coalescing: udp::enable_gro(&socket),
+            coalescing,
+            gro: AtomicBool::new(gro),
+            large_at: AtomicU64::new(0),
             socket,
             handoff: Handoff::new(datagram),
             running: AtomicUsize::new(0),
             started: AtomicU64::new(0),
+        }
+    }
+
+    /// A call of several fragments came through this socket: its next runs of fragments are taken
+    /// whole from now on.
+    fn large_call(&self) {
+        self.large_at.store(clock::ticks(), Ordering::Relaxed);
+        if self.coalescing && !self.gro.load(Ordering::Relaxed) && !self.gro.swap(true, Ordering::AcqRel) {
+            udp::set_gro(&self.socket, true);
+        }
+    }
+
+    /// Turns GRO off once no call of several fragments has come for [`KEEP_IDLE`]. A run the socket
+    /// took whole just before is then read as one datagram, malformed, and its fragments are sent
+    /// again by the client's timers.
+    fn quiet(&self) {
+        if self.gro.load(Ordering::Relaxed)
+            && clock::elapsed(self.large_at.load(Ordering::Relaxed), clock::ticks()) >= KEEP_IDLE
+            && self.gro.swap(false, Ordering::AcqRel)
+        {
+            udp::set_gro(&self.socket, false);
         }
     }
 
@@ -175,9 +209,10 @@ pub(super) struct UdpWorker {
     /// Where sealed datagrams are opened (and handshakes read): one datagram's room, made at the
     /// first.
     opened: RefCell<Vec<u8>>,
-    /// When the datagrams being handled were received: the clock as this worker's loop last read
-    /// it before the receive that brought them (at most one turn of the loop earlier), so that
-    /// handling a datagram reads no clock of its own.
+    /// When the datagram being handled came: the clock as this worker's loop last read it before
+    /// the receive that brought it (at most one turn of the loop earlier), so that handling a lone
+    /// datagram reads no clock of its own; for each datagram of a batch of several, when its
+    /// handling starts.
     received_at: Cell<Instant>,
 }
 
@@ -450,6 +485,9 @@ impl UdpWorker {
     /// Forgets idle bindings and reclaims the memory of stalled calls (one listener, about once a
     /// second).
     fn sweep(&self) {
+        for lane in &self.shared.lanes {
+            lane.quiet();
+        }
         let now = Instant::now();
         let n = self.shared.endpoint.expire(now);
         self.shared.stats.expired.fetch_add(n as u64, Ordering::Relaxed);
@@ -480,6 +518,11 @@ impl UdpWorker {
             match (d.received, d.from) {
                 (Received::Datagram(len), Some(from)) => {
                     bytes += len;
+                    if n > 1 {
+                        // Each of a batch is handled from when its handling starts: whether its
+                        // procedure is quick, and how long a result is held, are its own.
+                        self.received_at.set(Instant::now());
+                    }
                     mark(Point::ServerArrived);
                     if d.segment.is_some() {
                         stats.coalesced.fetch_add(1, Ordering::Relaxed);
@@ -614,6 +657,10 @@ impl UdpWorker {
         let timing = &self.shared.config.timing;
         let multi_packet = p.frag_count() > 1;
         if multi_packet {
+            if transmit::run_length(binding.max_datagram + CHECKSUM_LEN) >= 2 {
+                // Its client sends fragments in runs (its datagrams are small enough).
+                self.lane().large_call();
+            }
             let lent = std::mem::take(&mut self.spares.borrow_mut().message);
             cell.proto.lend(lent);
         }
