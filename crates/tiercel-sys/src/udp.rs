@@ -397,6 +397,22 @@ pub fn set_gro(socket: &UdpSocket, on: bool) -> bool {
     r == 0
 }
 
+/// Whether `UDP_GRO` is on ([`set_gro`]), as the kernel says.
+pub fn gro_is_on(socket: &UdpSocket) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut on: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the descriptor is the socket's, open while it is borrowed; the kernel writes at most
+    // `len` bytes to the live `c_int`, and `len` back.
+    let r = unsafe {
+        libc::getsockopt(socket.as_raw_fd(), SOL_UDP, UDP_GRO, (&mut on as *mut libc::c_int).cast(), &mut len)
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(on != 0)
+}
+
 /// The smallest receive buffer of a socket with [`enable_gro`]: a coalesced run is at most what one
 /// IPv4 datagram carries.
 pub const GRO_BUFFER: usize = 65_536;
@@ -533,6 +549,27 @@ mod tests {
         assert_eq!(recv_nowait(&client, &mut small).unwrap(), Received::Truncated(5));
         assert_eq!(recv_nowait(&client, &mut buf).unwrap(), Received::Nothing);
         assert!(path_mtu(&client).unwrap() >= 1280);
+    }
+
+    #[test]
+    fn gro_goes_on_and_off_and_a_run_sent_while_it_is_off_comes_one_datagram_at_a_time() {
+        let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        assert!(!gro_is_on(&server).unwrap());
+        assert!(set_gro(&server, true));
+        assert!(gro_is_on(&server).unwrap());
+        assert!(set_gro(&server, false));
+        assert!(!gro_is_on(&server).unwrap());
+        // A run of three datagrams sent with one segmented send arrives as three.
+        let client = connect(server.local_addr().unwrap()).unwrap();
+        let run = [7u8; 3 * 100];
+        if send_segments(&client, None, &[IoSlice::new(&run)], 100).is_ok() {
+            let mut buf = vec![0u8; GRO_BUFFER];
+            for _ in 0..3 {
+                assert!(wait_readable(&server, Some(Duration::from_secs(5))).unwrap());
+                let s = recv_segments_nowait(&server, &mut buf).unwrap();
+                assert_eq!((s.received, s.segment), (Received::Datagram(100), None));
+            }
+        }
     }
 
     #[test]

@@ -765,3 +765,29 @@ impl UdpWorker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lane_takes_runs_whole_only_while_large_calls_come() {
+        let socket = udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let lane = Lane::new(socket, 65_507);
+        assert!(lane.coalescing, "this kernel takes UDP_GRO");
+        assert!(!udp::gro_is_on(&lane.socket).unwrap(), "off until a large call comes");
+        lane.quiet();
+        assert!(!udp::gro_is_on(&lane.socket).unwrap());
+        lane.large_call();
+        assert!(udp::gro_is_on(&lane.socket).unwrap());
+        lane.quiet();
+        assert!(udp::gro_is_on(&lane.socket).unwrap(), "a large call came just now");
+        // The last large call a second ago: the sweep turns it off.
+        let long_ago = clock::ticks().saturating_sub(clock::ticks_in(KEEP_IDLE) + 1);
+        lane.large_at.store(long_ago, Ordering::Relaxed);
+        lane.quiet();
+        assert!(!udp::gro_is_on(&lane.socket).unwrap());
+        lane.large_call();
+        assert!(udp::gro_is_on(&lane.socket).unwrap(), "on again at the next");
+    }
+}
