@@ -18,8 +18,8 @@
 use std::cell::{Cell, RefCell};
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::BindDecision;
@@ -127,8 +127,9 @@ pub(super) struct Lane {
     coalescing: bool,
     /// Whether it does now: GRO costs the kernel more for every datagram the socket receives
     /// ([`udp::set_gro`]), so it is on only while calls of several fragments come: turned on by the
-    /// first, off by the sweep once none has come for [`KEEP_IDLE`].
-    gro: AtomicBool,
+    /// first, off by the sweep once none has come for [`KEEP_IDLE`]. Held while the option is set,
+    /// so that it is what the socket has: a large call and the sweep may meet.
+    gro: Mutex<bool>,
     /// When the last call of several fragments came through this socket (`clock::ticks`).
     large_at: AtomicU64,
     /// Datagrams a worker took in a batch from this socket and left to its other listeners.
@@ -149,7 +150,7 @@ impl Lane {
         let gro = coalescing && !udp::set_gro(&socket, false);
         Lane {
             coalescing,
-            gro: AtomicBool::new(gro),
+            gro: Mutex::new(gro),
             large_at: AtomicU64::new(0),
             socket,
             handoff: Handoff::new(datagram),
@@ -162,8 +163,11 @@ impl Lane {
     /// whole from now on.
     fn large_call(&self) {
         self.large_at.store(clock::ticks(), Ordering::Relaxed);
-        if self.coalescing && !self.gro.load(Ordering::Relaxed) && !self.gro.swap(true, Ordering::AcqRel) {
-            udp::set_gro(&self.socket, true);
+        if self.coalescing {
+            let mut on = self.gro.lock().unwrap_or_else(|p| p.into_inner());
+            if !*on {
+                *on = udp::set_gro(&self.socket, true);
+            }
         }
     }
 
@@ -171,11 +175,9 @@ impl Lane {
     /// took whole just before is then read as one datagram, malformed, and its fragments are sent
     /// again by the client's timers.
     fn quiet(&self) {
-        if self.gro.load(Ordering::Relaxed)
-            && clock::elapsed(self.large_at.load(Ordering::Relaxed), clock::ticks()) >= KEEP_IDLE
-            && self.gro.swap(false, Ordering::AcqRel)
-        {
-            udp::set_gro(&self.socket, false);
+        let mut on = self.gro.lock().unwrap_or_else(|p| p.into_inner());
+        if *on && clock::elapsed(self.large_at.load(Ordering::Relaxed), clock::ticks()) >= KEEP_IDLE {
+            *on = !udp::set_gro(&self.socket, false);
         }
     }
 
