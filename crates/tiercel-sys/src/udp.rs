@@ -377,9 +377,9 @@ pub fn enable_gro(socket: &UdpSocket) -> bool {
 /// it was on and read after it is off comes as one datagram, without where its datagrams end: turn
 /// it off when no runs are expected. Each datagram a socket receives with it on costs the kernel
 /// more: in an A/B on loopback (one process, the two pairs of sockets in turn, 1,000 round trips
-/// each), a Null-sized ping-pong whose echo's socket had it on took 1.0–2.6% longer than one whose
-/// had it off (within 1% once turned off again, as two sockets without it ever were), and 3.9–4.1%
-/// longer with it on at both ends.
+/// each; five runs), a Null-sized ping-pong whose echo's socket had it on took 1.0–3.3% longer
+/// than one whose had it off (within 1% once turned off again, as two sockets without it ever
+/// were), and 2.4–8.5% longer with it on at both ends.
 pub fn set_gro(socket: &UdpSocket, on: bool) -> bool {
     use std::os::fd::AsRawFd;
     let on: libc::c_int = on.into();

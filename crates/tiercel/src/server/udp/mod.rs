@@ -426,10 +426,10 @@ impl UdpWorker {
     /// Reads the server's AF_XDP port (`ServerConfig::xdp`) and runs what arrives, as `listen` reads
     /// a socket: each datagram handled as it comes (no batches, none received in place), spinning
     /// for `ServerConfig::spin` after each (a look at the clock every `XDP_LOOKS` looks at the
-    /// port, so that a datagram is seen within a look's time), then blocking. One of the server's AF_XDP workers (this
-    /// is worker `me` of `crew`) reads at a time; the others stand by, and one of them reads in its
-    /// stead once it has been running one call for a while ([`XdpCrew::stand_by`]), so that a long
-    /// procedure holds up only its own caller. Returns when the server stops; the port goes back to
+    /// port, so that a datagram is seen within a look's time), then blocking. One of the server's
+    /// AF_XDP workers (this is worker `me` of `crew`) reads at a time; the others stand by, and one
+    /// of them reads in its stead once it has been running one call for a while
+    /// ([`XdpCrew::stand_by`]), so that a long procedure holds up only its own caller. Returns when the server stops; the port goes back to
     /// the kernel when the last worker has.
     pub(super) fn run_xdp(self, port: Arc<crate::xdp::Port>, crew: Arc<XdpCrew>, me: usize) {
         if self.shared.config.key.is_some() {
