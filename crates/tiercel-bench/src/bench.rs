@@ -12,12 +12,17 @@ use crate::progress::outln;
 /// Options of `tiercel bench`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Timed calls per row (after a warm-up), spread over several interleaved rounds.
-    #[arg(long, default_value_t = 50_000)]
-    calls: u32,
-    /// A short run: 10,000 calls per row.
+    /// Timed calls per row (after a warm-up), spread over several interleaved rounds: 50,000 by
+    /// default, 10,000 with --quick, 1,000 with --smoke.
+    #[arg(long)]
+    calls: Option<u32>,
+    /// A short run: 10,000 calls per row, shorter timed windows.
     #[arg(long)]
     quick: bool,
+    /// A run that checks the harness, not the speed (what the tests run): --quick's tables with
+    /// 1,000 calls per row and timed windows of 100 ms, too short for figures worth quoting.
+    #[arg(long, conflicts_with = "quick")]
+    smoke: bool,
     /// Interleaved rounds: raw and tiercel alternate so that drift of the machine hits both alike.
     #[arg(long, default_value_t = 5)]
     rounds: u32,
@@ -115,7 +120,20 @@ struct Budget {
 
 /// Runs `tiercel bench`.
 pub fn run(args: Args) -> crate::Result<()> {
-    let budget = if args.quick {
+    let budget = if args.smoke {
+        Budget {
+            calls: 1_000,
+            baseline_row: Duration::from_millis(100),
+            mach_row: Duration::from_millis(100),
+            marshal_calls: 1_000,
+            peregrine_row: Duration::from_millis(100),
+            load_row: Duration::from_millis(100),
+            async_row: Duration::from_millis(100),
+            accounting_calls: 1_000,
+            loss_calls: 10,
+            wide_calls: 15,
+        }
+    } else if args.quick {
         Budget {
             calls: 10_000,
             baseline_row: Duration::from_millis(150),
@@ -130,7 +148,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         }
     } else {
         Budget {
-            calls: args.calls.max(100),
+            calls: 50_000,
             baseline_row: Duration::from_millis(1000),
             mach_row: Duration::from_millis(1000),
             marshal_calls: 50_000,
@@ -142,11 +160,12 @@ pub fn run(args: Args) -> crate::Result<()> {
             wide_calls: 40,
         }
     };
-    let calls = budget.calls;
+    let calls = args.calls.map_or(budget.calls, |n| n.max(100));
+    let quick = args.quick || args.smoke;
     let rounds = args.rounds.max(1);
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
     let mut modes = vec![true];
-    if args.blocking || !args.quick {
+    if args.blocking || !quick {
         modes.push(false);
     }
     let mut media = Vec::new();

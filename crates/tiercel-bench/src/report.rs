@@ -51,6 +51,11 @@ pub fn run(args: Args) -> crate::Result<()> {
                     format!("{}: no `run` stamp (commit, date, machine): not a run to keep", path.display()).into()
                 );
             }
+            if command_of(&run).contains(&"--smoke") {
+                return Err(
+                    format!("{}: a --smoke run checks the harness; its figures are not kept", path.display()).into()
+                );
+            }
             runs.push((path, run));
         }
     }
@@ -496,6 +501,19 @@ mod tests {
         assert!(every_transport(&of(&["udp", "udp", "shm", "shm", "tcp", "tcp"])));
         assert!(!every_transport(&of(&["udp", "udp"])));
         assert!(!every_transport(&serde_json::json!({})));
+    }
+
+    #[test]
+    fn a_smoke_run_is_refused_as_a_kept_run() {
+        let dir = std::env::temp_dir().join(format!("tiercel-report-smoke-{}", std::process::id()));
+        let runs = dir.join("runs");
+        std::fs::create_dir_all(&runs).unwrap();
+        let (_, run) = kept("abc1234", "2026-11-30T12", "bench --smoke --json x.json", 1.0, 1.0, 1.0);
+        std::fs::write(runs.join("x.json"), run.to_string()).unwrap();
+        let args = Args { runs, out: dir.join("out.md"), readme: dir.join("README.md"), check: true };
+        let err = super::run(args).unwrap_err().to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(err.contains("x.json: a --smoke run checks the harness"), "{err}");
     }
 
     /// A kept run of `command` at `commit` on `date`, of every transport, whose Null over UDP while

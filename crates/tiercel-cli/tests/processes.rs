@@ -138,7 +138,7 @@ fn bench_prints_every_row_against_its_baseline() {
     // A tiny run: the harness, not the speed (no test asserts a speed).
     let json = std::env::temp_dir().join(format!("tiercel-bench-{}.json", std::process::id()));
     let out = Command::new(TIERCEL)
-        .args(["bench", "--calls", "200", "--rounds", "2", "--blocking", "--latency-only", "--json"])
+        .args(["bench", "--smoke", "--calls", "200", "--rounds", "2", "--blocking", "--latency-only", "--json"])
         .arg(&json)
         .output()
         .unwrap();
@@ -235,7 +235,7 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_tonic_over_tls_and_a_tokio_
     let dir = scratch_dir("bench-peers");
     let json = dir.join("report.json");
     let out = Command::new(TIERCEL)
-        .args(["bench", "--quick", "--latency-only", "--transports", "udp", "--peers", "--rounds", "2", "--json"])
+        .args(["bench", "--smoke", "--latency-only", "--transports", "udp", "--peers", "--rounds", "2", "--json"])
         .arg(&json)
         .output()
         .unwrap();
@@ -299,12 +299,12 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_tonic_over_tls_and_a_tokio_
 }
 
 #[test]
-fn bench_quick_prints_every_table_and_writes_json_and_plots() {
+fn a_smoke_run_of_bench_prints_every_table_and_writes_json_and_plots() {
     let dir = scratch_dir("bench");
     let json = dir.join("report.json");
     let plots = dir.join("plots");
     let out = Command::new(TIERCEL)
-        .args(["bench", "--quick", "--json"])
+        .args(["bench", "--smoke", "--json"])
         .arg(&json)
         .arg("--plot")
         .arg(&plots)
