@@ -53,11 +53,14 @@ impl Sessions {
 }
 
 /// The budget of handshakes: a token bucket of `rate` a second, in bursts of up to a tenth of a
-/// second's, for all senders together; and, before it, a bucket of a quarter of that for each
-/// sender's address (hashed, with a key of this server's, into one of [`SOURCES`] buckets), so that
-/// one address that floods the server with handshakes takes at most a quarter of the budget, and
-/// the clients at other addresses share the rest. Bounded memory, whatever the number of senders; a
-/// sender that forges other addresses is limited only by the whole budget.
+/// second's, for all senders together; and, before it, two buckets of an eighth of that for each
+/// sender's address (two distinct of [`SOURCES`] buckets, chosen by a hash keyed by this server), of
+/// which a handshake takes from either. So one address that floods the server with handshakes
+/// takes at most a quarter of the budget, and the clients at other addresses share the rest: a
+/// client is starved by a flooding address only if both its buckets are among the flood's (about
+/// one address in 33,000 for one flooder, where a single bucket would starve one in 256). Bounded
+/// memory, whatever the number of senders; a sender that forges other addresses is limited only by
+/// the whole budget.
 pub(crate) struct HandshakeBudget {
     rate: f64,
     state: Mutex<(f64, Instant)>,
@@ -70,6 +73,11 @@ const SOURCES: usize = 256;
 
 impl HandshakeBudget {
     pub(crate) fn new(per_second: u32) -> HandshakeBudget {
+        Self::with_key(per_second, crate::random::bytes32().unwrap_or([0; 32]))
+    }
+
+    /// [`new`](Self::new) with the hash's `key` given.
+    fn with_key(per_second: u32, key: [u8; 32]) -> HandshakeBudget {
         let rate = f64::from(per_second.max(1));
         let now = Instant::now();
         let share = Self::share(rate);
@@ -77,7 +85,7 @@ impl HandshakeBudget {
             rate,
             state: Mutex::new((Self::burst(rate), now)),
             sources: Mutex::new(vec![(Self::burst(share), now); SOURCES].into_boxed_slice()),
-            key: crate::random::bytes32().unwrap_or([0; 32]),
+            key,
         }
     }
 
@@ -85,9 +93,9 @@ impl HandshakeBudget {
         (rate / 10.0).max(1.0)
     }
 
-    /// One address's rate.
+    /// The rate of each of an address's two buckets: together, a quarter of the whole.
     fn share(rate: f64) -> f64 {
-        (rate / 4.0).max(1.0)
+        (rate / 8.0).max(1.0)
     }
 
     /// Takes a token from `bucket`, refilled at `rate`, if it has one.
@@ -99,6 +107,18 @@ impl HandshakeBudget {
         taken
     }
 
+    /// The two distinct buckets of `source`'s address.
+    fn buckets(&self, source: std::net::IpAddr) -> (usize, usize) {
+        let octets = match source {
+            std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            std::net::IpAddr::V6(a) => a.octets(),
+        };
+        let hash = blake3::keyed_hash(&self.key, &octets);
+        let h = hash.as_bytes();
+        let first = usize::from(h[0]) % SOURCES;
+        (first, (first + 1 + usize::from(h[1]) % (SOURCES - 1)) % SOURCES)
+    }
+
     /// Whether one more handshake from `source` may be answered now.
     pub(crate) fn take(&self, source: std::net::IpAddr) -> bool {
         self.take_at(source, Instant::now())
@@ -106,14 +126,11 @@ impl HandshakeBudget {
 
     /// [`take`](Self::take) at `now`.
     fn take_at(&self, source: std::net::IpAddr, now: Instant) -> bool {
-        let octets = match source {
-            std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-            std::net::IpAddr::V6(a) => a.octets(),
-        };
-        let slot = blake3::keyed_hash(&self.key, &octets).as_bytes()[0] as usize % SOURCES;
+        let (first, second) = self.buckets(source);
         {
             let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
-            if !Self::take_from(&mut sources[slot], Self::share(self.rate), now) {
+            let share = Self::share(self.rate);
+            if !Self::take_from(&mut sources[first], share, now) && !Self::take_from(&mut sources[second], share, now) {
                 return false;
             }
         }
@@ -215,5 +232,36 @@ mod tests {
         // And no more than the whole budget, whatever the addresses.
         let more = (0..1000u32).filter(|i| take(IpAddr::from((0x0a00_0000 + i).to_be_bytes()))).count();
         assert_eq!(granted + taken + more, 400, "{} in one burst", granted + taken + more);
+    }
+
+    #[test]
+    fn an_address_that_shares_a_bucket_with_a_flooding_one_is_still_answered() {
+        // A fixed key, so that the addresses sharing a bucket with the flood's are known.
+        let budget = HandshakeBudget::with_key(4000, [7; 32]);
+        let start = Instant::now();
+        let flood: IpAddr = "127.0.0.2".parse().unwrap();
+        let (f1, f2) = budget.buckets(flood);
+        assert_ne!(f1, f2, "an address's two buckets are distinct");
+        let neighbors: Vec<IpAddr> = (1..=u32::MAX)
+            .map(|i| IpAddr::from((0x7f00_0000 + i).to_be_bytes()))
+            .filter(|a| {
+                let (a1, a2) = budget.buckets(*a);
+                [a1, a2].iter().filter(|b| **b == f1 || **b == f2).count() == 1
+            })
+            .take(8)
+            .collect();
+        // The flood takes every handshake it may, again and again as its buckets refill: one
+        // hundred in its first burst, then a quarter of the whole rate.
+        for ms in 0..100u64 {
+            let now = start + std::time::Duration::from_millis(ms);
+            let taken = (0..1000).filter(|_| budget.take_at(flood, now)).count();
+            assert!(taken <= if ms == 0 { 100 } else { 2 }, "{taken} taken by the flood at {ms} ms");
+            // Each address that shares one of the flood's buckets is still answered from its other.
+            if ms % 10 == 5 {
+                for a in &neighbors {
+                    assert!(budget.take_at(*a, now), "{a}, sharing a bucket with the flood, refused at {ms} ms");
+                }
+            }
+        }
     }
 }
