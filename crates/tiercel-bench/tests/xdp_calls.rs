@@ -405,11 +405,24 @@ fn a_thread_that_polls_wakes_when_another_reader_takes_its_datagram_from_the_rin
                 }
             });
             // Port a's reader polls. Its datagram's frame wakes it, but the ring is empty again
-            // by the time it looks: it must be woken for the datagram left in its mailbox.
-            let woke = station.wait(a, Some(std::time::Duration::from_secs(10))).unwrap();
-            stop.store(true, Relaxed);
+            // by the time it looks: it must be woken for the datagram left in its mailbox. A wait
+            // says a datagram *may* be there (the frame can wake it while b's reader is still
+            // sorting it), so the reader waits and looks again, as the client does, until the
+            // datagram or the 10 s timeout.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
             let mut buf = [0u8; 64];
-            (woke, station.recv(a, &mut buf).map(|(n, _)| buf[..n].to_vec()))
+            let got = loop {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let woke = station.wait(a, Some(left)).unwrap();
+                if let Some((n, _)) = station.recv(a, &mut buf) {
+                    break Some(buf[..n].to_vec());
+                }
+                if !woke {
+                    break None;
+                }
+            };
+            stop.store(true, Relaxed);
+            (got.is_some(), got)
         })
     });
     let a = port.recv().unwrap();
