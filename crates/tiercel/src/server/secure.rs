@@ -54,8 +54,8 @@ impl Sessions {
 
 /// The budget of handshakes: a token bucket of `rate` a second, in bursts of up to a tenth of a
 /// second's, for all senders together; and, before it, two buckets of an eighth of that for each
-/// sender's address (two distinct of [`SOURCES`] buckets, chosen by a hash keyed by this server), of
-/// which a handshake takes from either. So one address that floods the server with handshakes
+/// sender's address (two distinct of [`SOURCES`] buckets, chosen by a hash keyed by this server),
+/// from which a handshake takes one token together. So one address that floods the server with handshakes
 /// takes at most a quarter of the budget, and the clients at other addresses share the rest: a
 /// client is starved by a flooding address only if both its buckets are among the flood's (about
 /// one address in 33,000 for one flooder, where a single bucket would starve one in 256). Bounded
@@ -98,12 +98,20 @@ impl HandshakeBudget {
         (rate / 8.0).max(1.0)
     }
 
-    /// Takes a token from `bucket`, refilled at `rate`, if it has one.
-    fn take_from(bucket: &mut (f64, Instant), rate: f64, now: Instant) -> bool {
+    /// Refills `bucket` at `rate` up to `now`; the tokens it then holds.
+    fn refill(bucket: &mut (f64, Instant), rate: f64, now: Instant) -> f64 {
         let (tokens, at) = *bucket;
         let tokens = (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(Self::burst(rate));
-        let taken = tokens >= 1.0;
-        *bucket = (if taken { tokens - 1.0 } else { tokens }, now);
+        *bucket = (tokens, now);
+        tokens
+    }
+
+    /// Takes a token from `bucket`, refilled at `rate`, if it has one.
+    fn take_from(bucket: &mut (f64, Instant), rate: f64, now: Instant) -> bool {
+        let taken = Self::refill(bucket, rate, now) >= 1.0;
+        if taken {
+            bucket.0 -= 1.0;
+        }
         taken
     }
 
@@ -130,9 +138,18 @@ impl HandshakeBudget {
         {
             let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
             let share = Self::share(self.rate);
-            if !Self::take_from(&mut sources[first], share, now) && !Self::take_from(&mut sources[second], share, now) {
+            let a = Self::refill(&mut sources[first], share, now);
+            let b = Self::refill(&mut sources[second], share, now);
+            if a + b < 1.0 {
                 return false;
             }
+            // One token from the two together, as much of it as it holds from the fuller: an
+            // address whose buckets are both drained waits for the sum of their refills, as long
+            // as for one bucket of twice the rate, not for either bucket alone to refill a token.
+            let (fuller, other) = if a >= b { (first, second) } else { (second, first) };
+            let part = sources[fuller].0.min(1.0);
+            sources[fuller].0 -= part;
+            sources[other].0 = (sources[other].0 - (1.0 - part)).max(0.0);
         }
         let mut all = self.state.lock().unwrap_or_else(|p| p.into_inner());
         Self::take_from(&mut all, self.rate, now)
@@ -232,6 +249,20 @@ mod tests {
         // And no more than the whole budget, whatever the addresses.
         let more = (0..1000u32).filter(|i| take(IpAddr::from((0x0a00_0000 + i).to_be_bytes()))).count();
         assert_eq!(granted + taken + more, 400, "{} in one burst", granted + taken + more);
+    }
+
+    #[test]
+    fn a_drained_address_waits_for_its_two_buckets_refilled_together_not_for_either_alone() {
+        let budget = HandshakeBudget::with_key(4000, [7; 32]);
+        let start = Instant::now();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        assert_eq!((0..1000).filter(|_| budget.take_at(a, start)).count(), 100);
+        // A quarter of 4,000 a second: a handshake a millisecond, though each bucket refills a
+        // token in two (a TCP client tries three times within a few milliseconds).
+        for ms in 1..=20u64 {
+            let now = start + std::time::Duration::from_micros(ms * 1000 + 100);
+            assert_eq!((0..10).filter(|_| budget.take_at(a, now)).count(), 1, "at {ms} ms");
+        }
     }
 
     #[test]
