@@ -53,6 +53,10 @@ pub struct Args {
     /// slot pages and argument copies through shared memory (calls beyond are refused as busy).
     #[arg(long, default_value_t = ServerConfig::default().message_memory >> 20, value_name = "MIB")]
     message_memory_mib: usize,
+    /// Most secure handshakes answered a second (each costs two X25519 operations before the
+    /// client has proven anything); one sender's address gets at most a quarter of them.
+    #[arg(long, default_value_t = ServerConfig::default().handshakes_per_second, value_name = "N")]
+    handshakes_per_second: u32,
     /// MiB one binding may hold for messages (calls beyond are refused as busy).
     #[arg(long, default_value_t = ServerConfig::default().binding_memory >> 20, value_name = "MIB")]
     binding_memory_mib: usize,
@@ -105,6 +109,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         endorsements: args.secret.endorsements().map_err(tiercel::Error::from)?,
         adaptive_spin: !args.spin_fixed,
         message_memory: args.message_memory_mib << 20,
+        handshakes_per_second: args.handshakes_per_second,
         binding_memory: args.binding_memory_mib << 20,
         shared_memory: !args.no_shared_memory,
         tcp: !args.no_tcp,
