@@ -213,7 +213,9 @@ fn results_page(runs: &[(PathBuf, Value)]) -> String {
          do not edit: run the command again. Every table of each run is here with every row, and under each\n\
          ratio column its best and worst row. Times are µs unless the column says otherwise; a ratio is\n\
          tiercel's figure over the raw mechanism's (or the peer's) measured in the same run. These machines\n\
-         drift from run to run: compare ratios within a run, and medians before tails.\n",
+         drift from run to run: compare ratios within a run, and medians before tails. The secure binds a\n\
+         second of runs made before `b4dab26` are the server's handshake budget for one address (a quarter of\n\
+         1,000 a second, and its burst), not what a secure bind costs.\n",
     );
     for (path, run) in runs {
         let _ = writeln!(out, "\n## Run {}\n", run["run"]["commit"].as_str().unwrap_or("?"));
