@@ -55,9 +55,9 @@ impl Sessions {
 /// The budget of handshakes: a token bucket of `rate` a second, in bursts of up to a tenth of a
 /// second's, for all senders together; and, before it, two buckets of an eighth of that for each
 /// sender's address (two distinct of [`SOURCES`] buckets, chosen by a hash keyed by this server),
-/// from which a handshake takes one token together. So one address that floods the server with handshakes
-/// takes at most a quarter of the budget, and the clients at other addresses share the rest: a
-/// client is starved by a flooding address only if both its buckets are among the flood's (about
+/// from which a handshake takes one token together. So one address that floods the server with
+/// handshakes takes at most a quarter of the budget, and the clients at other addresses share the
+/// rest: a client is starved by a flooding address only if both its buckets are the flood's (about
 /// one address in 33,000 for one flooder, where a single bucket would starve one in 256). Bounded
 /// memory, whatever the number of senders; a sender that forges other addresses is limited only by
 /// the whole budget.
