@@ -8,6 +8,7 @@
 //!                       slots_used, heartbeat, client doorbell (futex)
 //! slot i at PAGE + i * stride (a page of control words, then the data):
 //!   state (futex)  IDLE 0 | CALL 1 | RESULT 2         who owns the slot: CALL the server, else the client
+//!                  (IDLE: no call yet; a result read stays RESULT until the next CALL)
 //!   client_waiting 1 while the client is blocked on `state`; 2 while an async call waits for the
 //!                  client doorbell
 //!   procedure      written by the client before CALL (bit 16: the data starts with a call context)
@@ -17,6 +18,7 @@
 //!                  started, 0 for none (client, before CALL)
 //!   cancel         1 when the client gave the call up (its deadline passed, its future dropped):
 //!                  a server that has not started it answers `Cancelled` without running it
+//!   taken          (at slot + 128) 1 once the client has read the result, 0 from its next call on
 //!   data           at slot + PAGE: arguments, then results in their place
 //! ```
 //!
@@ -28,7 +30,10 @@
 //! * server serves: finds `state == CALL`, copies what it needs out, runs the procedure, writes the
 //!   result, len and status; `state = RESULT`; if `client_waiting` is 1, wakes `state`; if 2, bumps
 //!   the client doorbell and wakes it.
-//! * client waits: spins on `state`; to block, `client_waiting = 1` then re-checks `state` and waits on
+//! * client waits: spins on `state`; once it is not `CALL`, reads the result, sets `taken`, and leaves
+//!   `state` as it is: the next call's `CALL` replaces it (a store of `IDLE` there would take the
+//!   slot's line back from the server's core, whose spinning look holds it, once more on every
+//!   call). To block, `client_waiting = 1` then re-checks `state` and waits on
 //!   it while it is still `CALL`. An async call instead sets `client_waiting = 2`, re-checks `state`,
 //!   and leaves the waiting to one thread of the client's process that reads the client doorbell,
 //!   looks at the slots of the calls waiting, wakes the tasks of those done, and waits on the
@@ -45,19 +50,20 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 /// Magic of a region header: "tcsm".
 pub const MAGIC: u32 = u32::from_le_bytes(*b"tcsm");
 /// Layout version (2: the heartbeat word; 3: the client doorbell, the cancel and deadline words,
-/// the context flag of the procedure word).
-pub const VERSION: u32 = 3;
+/// the context flag of the procedure word; 4: a slot stays `RESULT` after its result is read, and
+/// the server treats it as holding no call).
+pub const VERSION: u32 = 4;
 /// The region header, and each slot's control words, take a page, so that slot data is
 /// page-aligned (and can be given back to the system page by page after a large transfer).
 pub const PAGE: usize = 4096;
 
 /// Slot states.
 pub mod state {
-    /// The client owns the slot; no call in it.
+    /// The client owns the slot; no call has been made in it yet.
     pub const IDLE: u32 = 0;
     /// A call is published; the server owns the slot.
     pub const CALL: u32 = 1;
-    /// A result is published; the client owns the slot.
+    /// A result is published (and perhaps read already); the client owns the slot.
     pub const RESULT: u32 = 2;
 }
 
@@ -110,6 +116,11 @@ pub mod slot {
     pub const CANCEL: usize = 28;
     /// The number of a slot's control words (those above, from the slot's start).
     pub const WORDS: usize = CANCEL / 4 + 1;
+    /// 1 once the client has read the slot's result, 0 from its next call on (client). Apart from
+    /// the words above, on a pair of cache lines that only the client writes and that the server
+    /// reads only when it looks for pages to stop mapping: the fast path's writes to it stay in the
+    /// client's cache.
+    pub const TAKEN: usize = 128;
 }
 
 /// Bit of the procedure word: the slot's data starts with a call context block
@@ -358,14 +369,33 @@ pub fn client_prepare_wait_async<W: Word>(state: &W, client_waiting: &W) -> bool
     state.load(Acquire) == state::CALL
 }
 
+/// Client: a call is about to be written into the slot (before [`CallWords::write`]): its result
+/// is not taken until [`client_took`].
+pub fn client_calls(taken: &impl Word) {
+    taken.store(0, Relaxed);
+}
+
+/// Client: the slot's result is read (into private memory); the server may stop mapping its pages.
+pub fn client_took(taken: &impl Word) {
+    taken.store(1, Release);
+}
+
+/// Server: whether the slot's data pages hold nothing the server still needs or owes: no call yet,
+/// or a result its client has read. The server may then stop mapping them (the client keeps the
+/// bytes). A result not read stays the server's charge, so a client that never reads its results
+/// is refused, not served without bound. (A hostile client can set `taken` without reading, as it
+/// can write any word of its slot.)
+pub fn server_may_forget<W: Word>(state: &W, taken: &W) -> bool {
+    match state.load(Acquire) {
+        state::IDLE => true,
+        state::RESULT => taken.load(Acquire) == 1,
+        _ => false,
+    }
+}
+
 /// Client: done blocking.
 pub fn client_woke(client_waiting: &impl Word) {
     client_waiting.store(0, SeqCst);
-}
-
-/// Client: takes the slot back after reading the result (ready for the next call).
-pub fn client_reset(state: &impl Word) {
-    state.store(state::IDLE, Release);
 }
 
 /// Server: whether the slot holds a published call (an acquire load, so the call's bytes are
@@ -467,7 +497,6 @@ mod tests {
         assert_eq!(server_publish(&st, &waiting), Wake::Slot, "a blocked client is woken");
         assert!(client_done(&st));
         client_woke(&waiting);
-        client_reset(&st);
         assert!(!client_publish(&st, &sleeping, &bell), "an awake server needs no wake-up");
         assert_eq!(
             server_prepare_sleep(&bell, &sleeping, || server_has_call(&st)),
@@ -475,6 +504,21 @@ mod tests {
             "a pending call keeps it awake"
         );
         assert_eq!(sleeping.load(SeqCst), 0, "and it does not count as asleep");
+    }
+
+    #[test]
+    fn a_slot_s_pages_may_be_forgotten_only_once_its_result_is_read() {
+        let (st, taken) = (AtomicU32::new(state::IDLE), AtomicU32::new(0));
+        assert!(server_may_forget(&st, &taken), "a slot never called in holds nothing");
+        client_calls(&taken);
+        st.store(state::CALL, SeqCst);
+        assert!(!server_may_forget(&st, &taken), "a call is the server's");
+        st.store(state::RESULT, SeqCst);
+        assert!(!server_may_forget(&st, &taken), "a result not read yet stays charged");
+        client_took(&taken);
+        assert!(server_may_forget(&st, &taken), "a result read is the client's");
+        client_calls(&taken);
+        assert!(!server_may_forget(&st, &taken), "the next call's result is not read yet");
     }
 
     #[test]
@@ -486,7 +530,6 @@ mod tests {
         server_woke(&sleeping);
         assert!(client_publish(&st, &sleeping, &bell), "a thread still sleeps: the client rings");
         server_woke(&sleeping);
-        client_reset(&st);
         assert!(!client_publish(&st, &sleeping, &bell), "none sleeps: no ring");
     }
 }

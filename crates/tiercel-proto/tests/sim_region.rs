@@ -239,7 +239,6 @@ impl Scenario {
             let status = r.word(i, slot::STATUS).load(Ordering::Relaxed);
             let (len, status) = proto::validate_result(len, status, CAPACITY).expect("the server's result words");
             let result = r.data[i][..len].to_vec();
-            proto::client_reset(state);
             if call.abandoned {
                 // Its caller was told already; the slot is the client's again.
                 if status == Status::Cancelled {

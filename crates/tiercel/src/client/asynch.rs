@@ -585,7 +585,7 @@ impl ShmEndpoint {
         let deadline = deadline.map(|d| Instant::now() + d);
         if self.is_abandoned() {
             self.wait_async(inner, link, deadline, false, false).await?;
-            self.reclaim(link);
+            self.reclaim();
         }
         let started = tiercel_sys::clock::ticks();
         let len = self.publish_lent(link, procedure, segs, tail.as_deref(), deadline)?;

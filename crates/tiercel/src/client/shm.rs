@@ -277,7 +277,7 @@ impl ShmEndpoint {
             // The call given up at its deadline still owns the slot until the server answers it;
             // this call's deadline runs meanwhile (and if it passes, this call never went out).
             self.wait(inner, link, &mut start, deadline, false)?;
-            self.reclaim(link);
+            self.reclaim();
         }
         let len = self.publish_lent(link, procedure, segs, tail.as_deref(), deadline)?;
         self.wait(inner, link, &mut start, deadline, true)?;
@@ -311,9 +311,9 @@ impl ShmEndpoint {
         word(&link.region, link.layout.slot(self.slot) + at)
     }
 
-    /// Takes the slot back from a call abandoned earlier, once its result is in.
-    pub(super) fn reclaim(&mut self, link: &Link) {
-        proto::client_reset(self.slot_word(link, slot::STATE));
+    /// Takes the slot back from a call abandoned earlier, once its result is in (left unread: the
+    /// next call's words replace it).
+    pub(super) fn reclaim(&mut self) {
         self.abandoned = false;
     }
 
@@ -333,6 +333,7 @@ impl ShmEndpoint {
         if len > layout.data {
             return Err(CallError::TooLarge(format!("call of {len} bytes exceeds the slot's {} bytes", layout.data)));
         }
+        proto::client_calls(word(region, base + slot::TAKEN));
         // Each part where it goes: `len` fits in the slot, so every part is inside the region.
         let mut at = data;
         segs.for_each_part(&self.scratch, |part| {
@@ -375,12 +376,10 @@ impl ShmEndpoint {
         let base = layout.slot(self.slot);
         let data = layout.data(self.slot);
         let w = slot_words(region, base);
-        let state = &w[slot::STATE / 4];
         // Read what the server wrote once, into private memory, and check it before use.
         let rlen = w[slot::LEN / 4].load(Ordering::Relaxed);
         let status = w[slot::STATUS / 4].load(Ordering::Relaxed);
         let Some((rlen, status)) = proto::validate_result(rlen, status, layout.data) else {
-            proto::client_reset(state);
             return Err(CallError::Protocol(Violation::ImpossibleResult { len: rlen, status }));
         };
         mark(Point::Validated);
@@ -405,7 +404,10 @@ impl ShmEndpoint {
             }
         };
         mark(Point::ResultCopied);
-        proto::client_reset(state);
+        // The slot is left in RESULT, the result marked taken on a line of the client's own: the next
+        // call's CALL replaces it. (A store of IDLE here took the slot's line from the server's core,
+        // whose spinning look had it, once more on every call.)
+        proto::client_took(word(region, base + slot::TAKEN));
         let extent = rlen.max(len);
         if extent > retention::LARGE && self.retention.large(Instant::now()) {
             // Give the slot's pages back, but not on every call: a stream of large calls would

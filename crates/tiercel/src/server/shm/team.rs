@@ -217,11 +217,12 @@ impl Team {
     #[inline(never)]
     pub(super) fn forget_taken(&self) {
         for j in 0..self.books.len() {
-            if self.state(j).load(Ordering::Acquire) != proto::state::IDLE {
+            let taken = || proto::server_may_forget(self.state(j), self.word(self.layout.slot(j as u32) + slot::TAKEN));
+            if !taken() {
                 continue;
             }
             let Some(mut b) = self.claim(j) else { continue };
-            if b.held > 0 && self.state(j).load(Ordering::Acquire) == proto::state::IDLE {
+            if b.held > 0 && taken() {
                 self.region.forget(self.layout.data(j as u32), b.held);
                 b.held = 0;
                 b.charge.settle(0);
