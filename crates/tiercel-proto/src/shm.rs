@@ -50,8 +50,8 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 /// Magic of a region header: "tcsm".
 pub const MAGIC: u32 = u32::from_le_bytes(*b"tcsm");
 /// Layout version (2: the heartbeat word; 3: the client doorbell, the cancel and deadline words,
-/// the context flag of the procedure word; 4: a slot stays `RESULT` after its result is read, and
-/// the server treats it as holding no call).
+/// the context flag of the procedure word; 4: a slot stays `RESULT` after its result is read, which
+/// the client marks in the slot's `taken` word).
 pub const VERSION: u32 = 4;
 /// The region header, and each slot's control words, take a page, so that slot data is
 /// page-aligned (and can be given back to the system page by page after a large transfer).
