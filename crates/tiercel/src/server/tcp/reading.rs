@@ -252,8 +252,9 @@ impl StreamBinding {
         let (slot, seq, procedure) = (call.slot, call.seq, call.procedure);
         let args = r.frames.frame().get(HEADER_LEN..).unwrap_or_default();
         // Whether the procedure is async is looked at first: starting one clones the connection and
-        // the binding and counts the call begun, which a plain call must not pay for (it made every
-        // call over TCP about 100 ns slower with the `async` feature compiled in).
+        // the binding and counts the call begun, which a plain call must not pay for (with the
+        // `async` feature compiled in, that made a TCP Null 45 ns slower with the server in a process
+        // of its own, 113 ns in the ledger's one process).
         #[cfg(feature = "async")]
         if self.export.is_async(procedure) {
             own.out.clear();
