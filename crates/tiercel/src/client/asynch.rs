@@ -587,14 +587,20 @@ impl ShmEndpoint {
             self.wait_async(inner, link, deadline, false, false).await?;
             self.reclaim();
         }
-        let started = tiercel_sys::clock::ticks();
+        // A lone call's round trip goes into the spin budget its next lone call spins for. A call
+        // among others queues behind them: its round trip says nothing of that budget, and its
+        // clock is not read for it (on a VM each reading of the tick counter cost about as much as
+        // a tenth of such a call's work on its CPU).
+        let started = if alone { tiercel_sys::clock::ticks() } else { 0 };
         let len = self.publish_lent(link, procedure, segs, tail.as_deref(), deadline)?;
         // Until the result is read, the slot is the server's: if this future is dropped meanwhile,
         // the endpoint goes back to the pool as abandoned (see `AsyncEndpoint::cancel`).
         self.set_abandoned(true);
         self.wait_async(inner, link, deadline, true, alone).await?;
         self.set_abandoned(false);
-        self.observe(tiercel_sys::clock::elapsed(started, tiercel_sys::clock::ticks()));
+        if alone {
+            self.observe(tiercel_sys::clock::elapsed(started, tiercel_sys::clock::ticks()));
+        }
         self.collect(inner, link, procedure, len, tail)
     }
 
@@ -614,13 +620,21 @@ impl ShmEndpoint {
     async fn poll_for_result(&self, link: &Link, progress: &AtomicU64) -> bool {
         let window = tiercel_sys::clock::ticks_in(self.spin_longest());
         let start = tiercel_sys::clock::ticks();
+        // The counter's reading at this call's last look that found nothing (the first look is
+        // made at `start`): a look that finds the result reads no clock, and says the result came
+        // in by then, one round of the runtime's tasks late at most.
+        let (mut last, mut first) = (start, true);
         poll_fn(|cx| {
-            let now = tiercel_sys::clock::ticks();
             if link.slot_done(self.slot()) {
-                progress.store(now, Ordering::Relaxed);
+                if last > progress.load(Ordering::Relaxed) {
+                    progress.store(last, Ordering::Relaxed);
+                }
                 return Poll::Ready(true);
             }
-            if !keep_looking(now, start, progress.load(Ordering::Relaxed), window) {
+            if !std::mem::take(&mut first) {
+                last = tiercel_sys::clock::ticks();
+            }
+            if !keep_looking(last, start, progress.load(Ordering::Relaxed), window) {
                 return Poll::Ready(false);
             }
             // Back of the run queue at once (`tokio::task::yield_now` would wait for the runtime's
