@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! header (first page): magic, version, slots, data capacity, doorbell (futex), server_sleeping,
-//!                       slots_used, heartbeat, client doorbell (futex)
+//!                       slots_used, heartbeat, client doorbell (futex), server_barrier
 //! slot i at PAGE + i * stride (a page of control words, then the data):
 //!   state (futex)  IDLE 0 | CALL 1 | RESULT 2         who owns the slot: CALL the server, else the client
 //!                  (IDLE: no call yet; a result read stays RESULT until the next CALL)
@@ -26,7 +26,13 @@
 //! side's flag: of two such sides at least one sees the other's store, so no wake-up is lost):
 //!
 //! * client calls: writes data, procedure and len; `state = CALL`; if `server_sleeping`, bumps the
-//!   doorbell and wakes it.
+//!   doorbell and wakes it. When the region's `server_barrier` word is 1 and the client's process
+//!   receives system-wide barriers, the client orders its store and its look at `server_sleeping`
+//!   with a compiler fence only ([`client_publish_light`]): the server's threads issue such a
+//!   barrier (`membarrier`) between counting themselves asleep and looking at the slots, which puts
+//!   the missing fence in the client's thread at that moment. The client's fence waited, on every
+//!   call, for the slot's cache line to come back from the server's core; the server's barrier
+//!   costs a system call before each sleep.
 //! * server serves: finds `state == CALL`, copies what it needs out, runs the procedure, writes the
 //!   result, len and status; `state = RESULT`; if `client_waiting` is 1, wakes `state`; if 2, bumps
 //!   the client doorbell and wakes it.
@@ -38,9 +44,9 @@
 //!   and leaves the waiting to one thread of the client's process that reads the client doorbell,
 //!   looks at the slots of the calls waiting, wakes the tasks of those done, and waits on the
 //!   doorbell while its value is unchanged (so a bump between its read and its wait is not lost).
-//! * server sleeps: reads the doorbell, `server_sleeping = 1`, re-checks every slot in use (clients
-//!   raise `slots_used` before their first call on a new slot), and waits on the doorbell while its
-//!   value is unchanged.
+//! * server sleeps: reads the doorbell, `server_sleeping = 1`, (with `server_barrier`) issues a
+//!   system-wide barrier, re-checks every slot in use (clients raise `slots_used` before their first
+//!   call on a new slot), and waits on the doorbell while its value is unchanged.
 //!
 //! Everything the other process wrote is read once into private memory and validated (no double
 //! fetch): lengths against the capacity, procedure numbers by the dispatcher.
@@ -51,8 +57,8 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 pub const MAGIC: u32 = u32::from_le_bytes(*b"tcsm");
 /// Layout version (2: the heartbeat word; 3: the client doorbell, the cancel and deadline words,
 /// the context flag of the procedure word; 4: a slot stays `RESULT` after its result is read, which
-/// the client marks in the slot's `taken` word).
-pub const VERSION: u32 = 4;
+/// the client marks in the slot's `taken` word; 5: the `server_barrier` word).
+pub const VERSION: u32 = 5;
 /// The region header, and each slot's control words, take a page, so that slot data is
 /// page-aligned (and can be given back to the system page by page after a large transfer).
 pub const PAGE: usize = 4096;
@@ -91,8 +97,13 @@ pub mod header {
     /// Futex of the client's async calls: the server bumps it and wakes it when it publishes the
     /// result of a slot whose `client_waiting` is 2.
     pub const CLIENT_DOORBELL: usize = 32;
+    /// 1 while the server's threads issue a system-wide barrier before they look at the slots one
+    /// last time and sleep (see [`super::client_publish_light`]), else 0: a client may then publish
+    /// without a fence of its own. On the cache line of `SERVER_SLEEPING`, which a client reads on
+    /// every call anyway.
+    pub const SERVER_BARRIER: usize = 36;
     /// The number of the header's words (those above, from the region's start).
-    pub const WORDS: usize = CLIENT_DOORBELL / 4 + 1;
+    pub const WORDS: usize = SERVER_BARRIER / 4 + 1;
 }
 
 /// Offsets of a slot's words, from the slot's start.
@@ -319,6 +330,10 @@ pub trait Word {
     fn fetch_add(&self, v: u32, order: core::sync::atomic::Ordering) -> u32;
     /// A sequentially consistent fence of the same memory model.
     fn fence_seq_cst();
+    /// The fence of the side of a handshake whose peer issues a system-wide barrier
+    /// ([`client_publish_light`]): in memory, a compiler fence (the barrier makes it a full one at
+    /// the moment it is issued); a model checker, which has no such barrier, makes it a full one.
+    fn fence_light();
 }
 
 impl Word for core::sync::atomic::AtomicU32 {
@@ -334,6 +349,9 @@ impl Word for core::sync::atomic::AtomicU32 {
     fn fence_seq_cst() {
         core::sync::atomic::fence(SeqCst)
     }
+    fn fence_light() {
+        core::sync::atomic::compiler_fence(SeqCst)
+    }
 }
 
 /// Client: publishes the call written into the slot. Returns true when the server may be asleep
@@ -341,6 +359,23 @@ impl Word for core::sync::atomic::AtomicU32 {
 pub fn client_publish<W: Word>(state: &W, server_sleeping: &W, doorbell: &W) -> bool {
     state.store(state::CALL, Release);
     W::fence_seq_cst();
+    if server_sleeping.load(Relaxed) != 0 {
+        doorbell.fetch_add(1, SeqCst);
+        return true;
+    }
+    false
+}
+
+/// Client: [`client_publish`] in a region whose server issues a system-wide barrier before it
+/// looks at the slots one last time and sleeps ([`header::SERVER_BARRIER`]), from a process that
+/// receives those barriers. The store of `CALL` and the look at `server_sleeping` are ordered by a
+/// compiler fence only: a server thread that counted itself asleep after the look then issues its
+/// barrier, which either finds the store still to come (so the look came after its count and saw
+/// it) or makes it visible before its last look at the slots. The full fence waited for the slot's
+/// cache line to come back from the server's core, which reads it while it spins.
+pub fn client_publish_light<W: Word>(state: &W, server_sleeping: &W, doorbell: &W) -> bool {
+    state.store(state::CALL, Release);
+    W::fence_light();
     if server_sleeping.load(Relaxed) != 0 {
         doorbell.fetch_add(1, SeqCst);
         return true;
@@ -428,7 +463,8 @@ pub fn server_publish<W: Word>(state: &W, client_waiting: &W) -> Wake {
 
 /// Server: one of the binding's server threads is about to sleep. `any_call` looks at the slots
 /// (after the fence, so that it also sees slots taken into use meanwhile) and says whether one holds
-/// a call no other server thread has taken. Returns the doorbell value to wait on (the caller waits
+/// a call no other server thread has taken; in a region with [`header::SERVER_BARRIER`] set, it
+/// issues the system-wide barrier first. Returns the doorbell value to wait on (the caller waits
 /// while the doorbell still holds it, then calls [`server_woke`]), or `None` when a call arrived
 /// meanwhile and the thread must not sleep. Several threads may sleep at once: `server_sleeping`
 /// counts them, and a client wakes one.

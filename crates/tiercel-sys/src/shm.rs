@@ -228,6 +228,43 @@ pub fn futex_wake(word: &AtomicU32, n: u32) {
     let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), n);
 }
 
+/// System-wide memory barriers (`membarrier`'s `GLOBAL_EXPEDITED`), for a handshake where one side
+/// stores and then loads with only a compiler fence between, and the other, rarely, pays for both: a
+/// thread that is about to sleep issues [`barrier`], which makes every running thread of every
+/// process that called [`receive_barriers`] pass through a full memory barrier before it returns (a
+/// thread not running has passed through one when it was switched out). So a store of such a thread
+/// made before that point is visible after the call, and a load it makes after it sees what the
+/// sleeper stored before the call.
+///
+/// This process takes part: its threads receive the barriers other threads issue (registered once,
+/// at the first call). False when the kernel refuses (no `membarrier`, or a seccomp filter): the
+/// process's threads must then fence themselves.
+pub fn receive_barriers() -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        use rustix::thread::{membarrier, membarrier_query, MembarrierCommand as Cmd};
+        let query = membarrier_query();
+        query.contains_command(Cmd::GlobalExpedited)
+            && query.contains_command(Cmd::RegisterGlobalExpedited)
+            && membarrier(Cmd::RegisterGlobalExpedited).is_ok()
+    })
+}
+
+/// Whether this kernel issues system-wide barriers ([`barrier`]); asked once.
+pub fn barriers_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        use rustix::thread::{membarrier_query, MembarrierCommand as Cmd};
+        membarrier_query().contains_command(Cmd::GlobalExpedited)
+    })
+}
+
+/// Issues a system-wide barrier (see [`receive_barriers`]): when it returns, every running thread of
+/// every process that receives them has passed through a full memory barrier. False if it failed.
+pub fn barrier() -> bool {
+    rustix::thread::membarrier(rustix::thread::MembarrierCommand::GlobalExpedited).is_ok()
+}
+
 /// Sends `bytes` and, if given, one descriptor over a UNIX stream socket.
 pub fn send_with_fd(socket: &UnixStream, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
@@ -293,6 +330,16 @@ pub fn peer_closed(socket: &UnixStream) -> bool {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
+
+    #[test]
+    fn this_kernel_issues_system_wide_barriers_and_this_process_receives_them() {
+        // The machines tiercel is tested on have `membarrier` (Linux 4.16 and later): where a test
+        // runs without it, the shared-memory transport fences on both sides, and this says so.
+        assert!(barriers_available(), "membarrier GLOBAL_EXPEDITED is not available on this kernel");
+        assert!(receive_barriers(), "this process could not register for system-wide barriers");
+        assert!(receive_barriers(), "registered once, and the answer kept");
+        assert!(barrier(), "a system-wide barrier failed");
+    }
 
     #[test]
     fn regions_are_bounds_checked_and_shared_through_a_descriptor() {

@@ -252,6 +252,30 @@ fn results_read_in_other_slots_make_room_for_the_next_call() {
 }
 
 #[test]
+fn calls_published_without_a_fence_wake_a_server_that_sleeps_between_them() {
+    // A server that does not spin sleeps on the doorbell after each call: every call below finds it
+    // asleep (or going to sleep) and must wake it. Its region says that its threads issue a
+    // system-wide barrier before they sleep, so this client (whose process receives them) publishes
+    // its calls with a compiler fence only.
+    let s = server_with(ServerConfig { spin: Duration::ZERO, adaptive_spin: false, ..ServerConfig::default() });
+    let peek = hostile::Hostile::bind(s.rendezvous().expect("the server takes shared-memory clients"));
+    assert!(tiercel_sys::shm::barriers_available(), "this kernel has membarrier's GLOBAL_EXPEDITED");
+    assert_eq!(
+        peek.word(tiercel_proto::shm::header::SERVER_BARRIER).load(Ordering::Relaxed),
+        1,
+        "the server says that it issues the barrier"
+    );
+    assert!(tiercel_sys::shm::receive_barriers(), "this process receives the server's barriers");
+    let client: TestClient = Client::connect(format!("shm:{}", s.addr())).unwrap().import().unwrap();
+    assert_eq!(client.binding().transport(), Transport::SharedMemory);
+    for i in 0..200 {
+        // Long enough for the server's thread to be asleep, or on its way, when the call comes.
+        std::thread::sleep(Duration::from_micros(if i % 2 == 0 { 500 } else { 20 }));
+        assert_eq!(client.add(i, 1).unwrap(), i + 1);
+    }
+}
+
+#[test]
 fn one_to_eight_threads_share_a_binding() {
     let s = server();
     let t: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();

@@ -48,6 +48,9 @@ pub(crate) struct Link {
     region: Region,
     layout: Layout,
     stream: UnixStream,
+    /// This process receives the system-wide barriers a server issues before it sleeps: with a
+    /// server that issues them, calls are published without a fence.
+    barriers: bool,
 }
 
 /// What a shared-memory bind produced.
@@ -140,7 +143,7 @@ pub(crate) fn bind(
         }
         stream.set_read_timeout(None)?;
         return Ok(Granted {
-            link: Link { region, layout, stream },
+            link: Link { region, layout, stream, barriers: tiercel_sys::shm::receive_barriers() },
             id: granted.binding,
             incarnation: granted.incarnation,
             slots: grant.slots,
@@ -351,8 +354,15 @@ impl ShmEndpoint {
         words.write(|at| &w[at / 4]);
         mark(Point::ArgsCopied);
         let h = header_words(region);
-        let doorbell = &h[header::DOORBELL / 4];
-        if proto::client_publish(&w[slot::STATE / 4], &h[header::SERVER_SLEEPING / 4], doorbell) {
+        let (state, sleeping, doorbell) =
+            (&w[slot::STATE / 4], &h[header::SERVER_SLEEPING / 4], &h[header::DOORBELL / 4]);
+        // The server's barrier word shares its cache line with `sleeping`, read here anyway.
+        let ring = if link.barriers && h[header::SERVER_BARRIER / 4].load(Ordering::Relaxed) == 1 {
+            proto::client_publish_light(state, sleeping, doorbell)
+        } else {
+            proto::client_publish(state, sleeping, doorbell)
+        };
+        if ring {
             futex_wake(doorbell, 1);
         }
         mark(Point::Sent);

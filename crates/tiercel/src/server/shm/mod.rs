@@ -243,6 +243,10 @@ fn bind(
                 for (at, v) in layout.header_words() {
                     region.u32_at(at)?.store(v, Ordering::Relaxed);
                 }
+                // The binding's threads issue a system-wide barrier before they sleep: its clients
+                // may publish their calls without a fence (`proto::client_publish_light`).
+                let barrier = u32::from(tiercel_sys::shm::barriers_available());
+                region.u32_at(header::SERVER_BARRIER)?.store(barrier, Ordering::Relaxed);
                 Some((region, layout))
             },
         );

@@ -307,7 +307,17 @@ impl<'a> Worker<'a> {
     /// first thread: helpers park on their own futex).
     pub(super) fn sleep(&self, doorbell: &AtomicU32, sleeping: &AtomicU32, period: Duration) {
         self.mark(lane::ASLEEP);
-        if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, || self.team.any_call()) {
+        let last_look = || {
+            // The region tells clients that this barrier comes (`header::SERVER_BARRIER`), so they
+            // publish without a fence: it puts theirs here. (Should it ever fail, clients are told
+            // to fence again; a call published meanwhile without one waits out this sleep's period
+            // at most.)
+            if tiercel_sys::shm::barriers_available() && !tiercel_sys::shm::barrier() {
+                self.word(header::SERVER_BARRIER).store(0, Ordering::SeqCst);
+            }
+            self.team.any_call()
+        };
+        if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, last_look) {
             if futex_wait(doorbell, bell, Some(period)) {
                 steps::slept(steps::Side::Server);
             }
