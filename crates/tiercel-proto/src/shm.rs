@@ -357,8 +357,14 @@ impl Word for core::sync::atomic::AtomicU32 {
 /// Client: publishes the call written into the slot. Returns true when the server may be asleep
 /// and must be woken on the doorbell (which this has already bumped).
 pub fn client_publish<W: Word>(state: &W, server_sleeping: &W, doorbell: &W) -> bool {
+    publish_fenced(state, server_sleeping, doorbell, W::fence_seq_cst)
+}
+
+/// The client's publication, its store and its look at `server_sleeping` ordered by `fence`.
+#[inline(always)]
+fn publish_fenced<W: Word>(state: &W, server_sleeping: &W, doorbell: &W, fence: fn()) -> bool {
     state.store(state::CALL, Release);
-    W::fence_seq_cst();
+    fence();
     if server_sleeping.load(Relaxed) != 0 {
         doorbell.fetch_add(1, SeqCst);
         return true;
@@ -374,13 +380,7 @@ pub fn client_publish<W: Word>(state: &W, server_sleeping: &W, doorbell: &W) -> 
 /// it) or makes it visible before its last look at the slots. The full fence waited for the slot's
 /// cache line to come back from the server's core, which reads it while it spins.
 pub fn client_publish_light<W: Word>(state: &W, server_sleeping: &W, doorbell: &W) -> bool {
-    state.store(state::CALL, Release);
-    W::fence_light();
-    if server_sleeping.load(Relaxed) != 0 {
-        doorbell.fetch_add(1, SeqCst);
-        return true;
-    }
-    false
+    publish_fenced(state, server_sleeping, doorbell, W::fence_light)
 }
 
 /// Client: whether the result is in (an acquire load, so the result's bytes are visible after it).
