@@ -256,7 +256,9 @@ fn calls_published_without_a_fence_wake_a_server_that_sleeps_between_them() {
     // A server that does not spin sleeps on the doorbell after each call: every call below finds it
     // asleep (or going to sleep) and must wake it. Its region says that its threads issue a
     // system-wide barrier before they sleep, so this client (whose process receives them) publishes
-    // its calls with a compiler fence only.
+    // its calls with a compiler fence only. What can fail here is that setup (the header's word, the
+    // registration) and the calls' results: a wake-up lost would only make a call wait out the
+    // server's sleep (100 ms), not fail it. That none is lost is loom's to check (`loom_shm.rs`).
     let s = server_with(ServerConfig { spin: Duration::ZERO, adaptive_spin: false, ..ServerConfig::default() });
     let peek = hostile::Hostile::bind(s.rendezvous().expect("the server takes shared-memory clients"));
     assert!(tiercel_sys::shm::barriers_available(), "this kernel has membarrier's GLOBAL_EXPEDITED");
