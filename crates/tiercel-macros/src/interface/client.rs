@@ -167,7 +167,16 @@ fn client_methods(m: &Interface, asynchronous: bool) -> Vec<TokenStream> {
                     invoke,
                 )
             };
-            let call = if asynchronous || lend.is_some() {
+            let call = if asynchronous && lend.is_none() {
+                // As below, for an async call: a plain binding's takes the short path of
+                // `Binding::call_plain_async`.
+                quote! {
+                    self.binding.call_plain_async(#index, |mut __w| {
+                        #(#encode)*
+                        let _ = &mut __w;
+                    }).await?
+                }
+            } else if asynchronous || lend.is_some() {
                 quote! {{
                     #start
                     {

@@ -390,7 +390,7 @@ impl AsyncState {
     /// An idle endpoint, or a new one while the binding has free slots; `None` when every slot is
     /// taken by async calls (when none has one, they are all held by threads making synchronous
     /// calls, and the call fails with `NoFreeSlot`).
-    fn try_take(&self, inner: &Arc<BindingInner>) -> Result<Option<Box<AsyncEndpoint>>, CallError> {
+    pub(super) fn try_take(&self, inner: &Arc<BindingInner>) -> Result<Option<Box<AsyncEndpoint>>, CallError> {
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(ep) = take_idle(&mut pool.idle) {
             return Ok(Some(ep));
@@ -584,7 +584,9 @@ impl ShmEndpoint {
     ) -> Result<bool, CallError> {
         let deadline = deadline.map(|d| Instant::now() + d);
         if self.is_abandoned() {
-            self.wait_async(inner, link, deadline, false, false).await?;
+            if !self.poll_for_result(link, &inner.asynch.progress).await {
+                self.wait_async(inner, link, deadline, false).await?;
+            }
             self.reclaim();
         }
         // A lone call's round trip goes into the spin budget its next lone call spins for. A call
@@ -596,7 +598,17 @@ impl ShmEndpoint {
         // Until the result is read, the slot is the server's: if this future is dropped meanwhile,
         // the endpoint goes back to the pool as abandoned (see `AsyncEndpoint::cancel`).
         self.set_abandoned(true);
-        self.wait_async(inner, link, deadline, true, alone).await?;
+        // Spun for (alone), else looked for between other tasks' turns; the wait that registers
+        // with the binding's waiting thread is a future of its own, which the calls whose results
+        // come while they look never enter.
+        let found = if alone {
+            self.spin_for_result(link, &mut tiercel_sys::clock::ticks())
+        } else {
+            self.poll_for_result(link, &inner.asynch.progress).await
+        };
+        if !found {
+            self.wait_async(inner, link, deadline, true).await?;
+        }
         self.set_abandoned(false);
         if alone {
             self.observe(tiercel_sys::clock::elapsed(started, tiercel_sys::clock::ticks()));
@@ -646,24 +658,16 @@ impl ShmEndpoint {
         .await
     }
 
-    /// Waits for the slot's result without holding the thread: spins first when `spin` (the only
-    /// call in flight), else looks between other tasks' turns ([`ShmEndpoint::poll_for_result`]),
-    /// then registers with the binding's waiting thread. Fails as the synchronous wait does.
+    /// Waits for the slot's result without holding the thread, once the call has spun or looked
+    /// for it ([`ShmEndpoint::spin_for_result`], [`ShmEndpoint::poll_for_result`]): registers with
+    /// the binding's waiting thread. Fails as the synchronous wait does.
     async fn wait_async(
         &mut self,
         inner: &Arc<BindingInner>,
         link: &Link,
         deadline: Option<Instant>,
         ours: bool,
-        spin: bool,
     ) -> Result<(), CallError> {
-        if spin {
-            if self.spin_for_result(link, &mut tiercel_sys::clock::ticks()) {
-                return Ok(());
-            }
-        } else if self.poll_for_result(link, &inner.asynch.progress).await {
-            return Ok(());
-        }
         in_runtime()?;
         let mut liveness = self.liveness(link);
         loop {

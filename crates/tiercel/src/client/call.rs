@@ -449,3 +449,71 @@ impl Binding {
         call.invoke()
     }
 }
+
+#[cfg(feature = "async")]
+impl Binding {
+    /// An async call of procedure `procedure` whose arguments `encode` marshals, as
+    /// [`Binding::call_plain`] is for synchronous calls: on a plain shared-memory binding with
+    /// nobody tracing, a call that finds an endpoint in the binding's pool (or a free slot for a new
+    /// one) goes out without an [`AsyncCall`], its span and two levels of nested futures. Everything
+    /// else, a call that must queue for an endpoint among them, is [`AsyncCall`]'s. Used by
+    /// generated stubs.
+    #[doc(hidden)]
+    pub async fn call_plain_async<'a>(
+        &self,
+        procedure: u16,
+        encode: impl FnOnce(Writer<'_, 'a>),
+    ) -> Result<Reply<'_>, CallError> {
+        let inner = &self.inner;
+        if let (true, None, Some(link)) = (inner.plain, &self.rebind, &inner.shm) {
+            if crate::trace::quiet() {
+                if let Some(ep) = inner.asynch.try_take(inner)? {
+                    let mut flight = PlainFlight { inner, ep: Some(ep), in_flight: false };
+                    let PlainFlight { ep: Some(ep), in_flight, .. } = &mut flight else {
+                        unreachable!("the endpoint was put there above")
+                    };
+                    let AsyncEndpoint::Shm(ep) = &mut **ep else {
+                        unreachable!("a shared-memory binding's endpoints are shared-memory slots")
+                    };
+                    ep.begin_plain();
+                    let mut segments = Segments::new(0);
+                    encode(Writer::gathering(ep.scratch_mut(), &mut segments));
+                    let (counted, alone) = inner.asynch.fly();
+                    *in_flight = true;
+                    let outcome = ep.run_async(inner, link, self.deadline, procedure, &segments, None, alone).await;
+                    *in_flight = false;
+                    drop(counted);
+                    outcome?;
+                    let engine = flight.ep.take().map(Engine::Async);
+                    return Ok(Reply { engine, binding: Through::Stub(self), in_place: false });
+                }
+            }
+        }
+        let mut call = AsyncCall::new(self, procedure);
+        call.start().await?;
+        encode(call.writer());
+        call.invoke().await
+    }
+}
+
+/// The endpoint of a call on [`Binding::call_plain_async`]'s short path until its [`Reply`] holds
+/// it. Dropped before that (the call failed, or its future was dropped, which cancels the call if it
+/// was in flight), it goes back to the binding's pool, as an [`AsyncCall`]'s does.
+#[cfg(feature = "async")]
+struct PlainFlight<'b> {
+    inner: &'b super::BindingInner,
+    ep: Option<Box<AsyncEndpoint>>,
+    in_flight: bool,
+}
+
+#[cfg(feature = "async")]
+impl Drop for PlainFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(mut ep) = self.ep.take() {
+            if self.in_flight {
+                ep.cancel(self.inner);
+            }
+            self.inner.asynch.release(ep);
+        }
+    }
+}
