@@ -45,10 +45,10 @@ pub(crate) struct AsyncState {
     queued: AtomicUsize,
     /// Async calls of the binding sent and not yet answered.
     in_flight: AtomicUsize,
-    /// When an async shared-memory call of the binding last found its result by looking (the tick
-    /// counter): while results keep coming, the server is answering and no call needs the waiting
-    /// thread (see [`ShmEndpoint::poll_for_result`]).
-    progress: AtomicU64,
+    /// How many async shared-memory calls of the binding found their result by looking (the count
+    /// may miss some, never a change): while results keep coming, the server is answering and no
+    /// call needs the waiting thread (see [`ShmEndpoint::poll_for_result`]).
+    results: AtomicU64,
     /// The thread that watches the shared-memory slots of async calls (started by the first).
     waiter: Waiter,
     /// The readiness of the binding's AF_XDP station, registered with the reactor of the first
@@ -544,12 +544,36 @@ impl Waiter {
     }
 }
 
-/// Whether an async call that started looking at its slot at `start` looks again at `now` (tick
-/// counter readings), the binding's last result having come in at `progress`: while some result
-/// came within `window`, for at most [`LONGEST_LOOKS`] windows from `start`.
-fn keep_looking(now: u64, start: u64, progress: u64, window: u64) -> bool {
-    let stalled = now.saturating_sub(start.max(progress)) >= window;
-    !stalled && now.saturating_sub(start) < window.saturating_mul(LONGEST_LOOKS)
+/// What an async call among others knows of its looks that found nothing (tick counter readings):
+/// see [`ShmEndpoint::poll_for_result`].
+#[derive(Default)]
+struct Looking {
+    /// The first reading (`None` before it), and the window in ticks.
+    start: Option<(u64, u64)>,
+    /// The binding's count of results found, as last read, and when it was first read so.
+    results: u64,
+    since: u64,
+}
+
+impl Looking {
+    /// After a look at `now` that found nothing, the binding's count of results found being
+    /// `results`: whether to look again. Yes while some result came within `window` (read once, at
+    /// the first reading), for at most [`LONGEST_LOOKS`] windows from the first reading.
+    fn again(&mut self, now: u64, results: u64, window: impl FnOnce() -> u64) -> bool {
+        let (start, window) = match self.start {
+            Some(known) => known,
+            None => {
+                let known = (now, window());
+                (self.start, self.results, self.since) = (Some(known), results, now);
+                known
+            }
+        };
+        if results != self.results {
+            (self.results, self.since) = (results, now);
+        }
+        let stalled = now.saturating_sub(self.since) >= window;
+        !stalled && now.saturating_sub(start) < window.saturating_mul(LONGEST_LOOKS)
+    }
 }
 
 /// The waiting thread: reads the client doorbell, wakes the tasks whose results are in, and sleeps
@@ -584,7 +608,7 @@ impl ShmEndpoint {
     ) -> Result<bool, CallError> {
         let deadline = deadline.map(|d| Instant::now() + d);
         if self.is_abandoned() {
-            if !self.poll_for_result(link, &inner.asynch.progress).await {
+            if !self.poll_for_result(link, &inner.asynch.results).await {
                 self.wait_async(inner, link, deadline, false).await?;
             }
             self.reclaim();
@@ -604,7 +628,7 @@ impl ShmEndpoint {
         let found = if alone {
             self.spin_for_result(link, &mut tiercel_sys::clock::ticks())
         } else {
-            self.poll_for_result(link, &inner.asynch.progress).await
+            self.poll_for_result(link, &inner.asynch.results).await
         };
         if !found {
             self.wait_async(inner, link, deadline, true).await?;
@@ -618,9 +642,9 @@ impl ShmEndpoint {
 
     /// While other calls of the binding are in flight, the runtime has their tasks to run: this one
     /// looks at its slot each time it is polled again, yielding in between. True when the result
-    /// came in; false once no async call of the binding has found its result (`progress`) for the
+    /// came in; false once no async call of the binding has found its result (`results`) for the
     /// spin policy's longest spin (200 µs by default), or [`LONGEST_LOOKS`] of them have passed
-    /// since the call started.
+    /// since the call's first reading of the clock.
     ///
     /// While results come, the server is answering, and this call's will come in turn. The budget
     /// of a lone call, which adapts to the round trips seen, does not serve here: with 64 calls in
@@ -629,25 +653,24 @@ impl ShmEndpoint {
     /// thread at once, that thread took the runtime's CPU at every result (each rang the client
     /// doorbell), and the round trips stayed long: 64 tasks on one shared-memory binding made from
     /// 1.5 to 4.3 M calls a second from run to run.
-    async fn poll_for_result(&self, link: &Link, progress: &AtomicU64) -> bool {
-        let window = tiercel_sys::clock::ticks_in(self.spin_longest());
-        let start = tiercel_sys::clock::ticks();
-        // The counter's reading at this call's last look that found nothing (the first look is
-        // made at `start`): a look that finds the result reads no clock, and says the result came
-        // in by then, one round of the runtime's tasks late at most.
-        let (mut last, mut first) = (start, true);
+    ///
+    /// The clock is read from the second look that finds nothing on: the first is made as the call
+    /// goes out, before the server can have answered, and a call among others usually finds its
+    /// result at its second look, one round of the runtime's tasks later. Such a call reads no
+    /// clock, and counts its result in `results` (a load and a store: two threads that race lose a
+    /// count, not the change the looking calls watch for).
+    async fn poll_for_result(&self, link: &Link, results: &AtomicU64) -> bool {
+        let (mut looking, mut first) = (Looking::default(), true);
         poll_fn(|cx| {
             if link.slot_done(self.slot()) {
-                if last > progress.load(Ordering::Relaxed) {
-                    progress.store(last, Ordering::Relaxed);
-                }
+                results.store(results.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
                 return Poll::Ready(true);
             }
             if !std::mem::take(&mut first) {
-                last = tiercel_sys::clock::ticks();
-            }
-            if !keep_looking(last, start, progress.load(Ordering::Relaxed), window) {
-                return Poll::Ready(false);
+                let (now, seen) = (tiercel_sys::clock::ticks(), results.load(Ordering::Relaxed));
+                if !looking.again(now, seen, || tiercel_sys::clock::ticks_in(self.spin_longest())) {
+                    return Poll::Ready(false);
+                }
             }
             // Back of the run queue at once (`tokio::task::yield_now` would wait for the runtime's
             // next look at its I/O driver, a system call per round of the tasks); the runtime still
@@ -702,19 +725,32 @@ mod tests {
     #[test]
     fn a_call_among_others_looks_while_the_binding_gets_results_and_not_past_its_longest() {
         let window = 200;
-        // No result for a window since the call started: the server is not answering.
-        assert!(keep_looking(1_000 + 199, 1_000, 0, window));
-        assert!(!keep_looking(1_000 + 200, 1_000, 0, window), "stalled from its start");
+        // No result for a window since its first reading: the server is not answering.
+        let mut looking = Looking::default();
+        assert!(looking.again(1_000, 7, || window));
+        assert!(looking.again(1_000 + 199, 7, || unreachable!("the window is read once")));
+        assert!(!looking.again(1_000 + 200, 7, || window), "stalled from its first reading");
         // Its own result is long in coming, but others' keep coming: it looks on.
-        assert!(keep_looking(1_000 + 1_500, 1_000, 1_000 + 1_400, window));
-        assert!(!keep_looking(1_000 + 1_600, 1_000, 1_000 + 1_400, window), "stalled since the last result");
+        let mut looking = Looking::default();
+        assert!(looking.again(1_000, 7, || window));
+        assert!(looking.again(1_000 + 150, 8, || window));
+        assert!(looking.again(1_000 + 300, 9, || window));
+        assert!(looking.again(1_000 + 499, 9, || window));
+        assert!(!looking.again(1_000 + 500, 9, || window), "stalled since the count last changed");
         // A long procedure among quick ones: it stops after LONGEST_LOOKS windows even so.
+        let mut looking = Looking::default();
+        assert!(looking.again(1_000, 0, || window));
         let last = 1_000 + window * LONGEST_LOOKS;
-        assert!(keep_looking(last - 1, 1_000, last - 2, window));
-        assert!(!keep_looking(last, 1_000, last - 1, window), "looked for its longest");
+        for (i, now) in (1_000..last).step_by(100).enumerate() {
+            assert!(looking.again(now, i as u64 + 1, || window), "at {now}");
+        }
+        assert!(!looking.again(last, LONGEST_LOOKS * 2 + 1, || window), "looked for its longest");
         // A policy that never spins does not look again.
-        assert!(!keep_looking(1_000, 1_000, 1_000, 0));
-        // A reading of the counter behind the last result (another CPU's) is no stall.
-        assert!(keep_looking(1_000 + 10, 1_000, 1_000 + 20, window));
+        assert!(!Looking::default().again(1_000, 0, || 0));
+        // A count that wrapped is a change like any other.
+        let mut looking = Looking::default();
+        assert!(looking.again(1_000, u64::MAX, || window));
+        assert!(looking.again(1_000 + 150, 0, || window));
+        assert!(looking.again(1_000 + 300, 0, || window), "the change at 150 counts");
     }
 }
