@@ -265,6 +265,53 @@ pub fn barrier() -> bool {
     rustix::thread::membarrier(rustix::thread::MembarrierCommand::GlobalExpedited).is_ok()
 }
 
+/// Asks the CPU to bring the cache line of `word` into its cache for writing (`prefetchw`, on an
+/// x86-64 CPU that has it; nothing elsewhere): stores that follow soon then find the line this
+/// core's, rather than wait for the other core to give it up, and hold up the stores after them.
+#[inline(always)]
+pub fn prefetch_for_write(word: &AtomicU32) {
+    #[cfg(target_arch = "x86_64")]
+    if prefetchw_available() {
+        // SAFETY: `prefetchw` is a hint: it reads and writes no memory (the address is that of a
+        // live reference anyway), cannot fault, and leaves flags and registers as they were; the CPU
+        // has it (checked above).
+        unsafe {
+            core::arch::asm!("prefetchw [{}]", in(reg) word.as_ptr(), options(nostack, preserves_flags, readonly));
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = word;
+}
+
+/// Whether this CPU has `prefetchw` (CPUID leaf 0x8000_0001, ECX bit 8), asked once.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn prefetchw_available() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    // 0: not asked yet; 1: no; 2: yes.
+    static KNOWN: AtomicU8 = AtomicU8::new(0);
+    match KNOWN.load(Ordering::Relaxed) {
+        0 => {
+            let yes = ask_prefetchw();
+            KNOWN.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+        known => known == 2,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[cold]
+fn ask_prefetchw() -> bool {
+    use core::arch::x86_64::__cpuid;
+    #[allow(unused_unsafe)]
+    // SAFETY: `cpuid` is present on every x86-64 CPU and only writes the four registers it returns;
+    // the extended leaf is asked only if the CPU reports it.
+    unsafe {
+        __cpuid(0x8000_0000).eax >= 0x8000_0001 && __cpuid(0x8000_0001).ecx & (1 << 8) != 0
+    }
+}
+
 /// Sends `bytes` and, if given, one descriptor over a UNIX stream socket.
 pub fn send_with_fd(socket: &UnixStream, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
@@ -328,6 +375,19 @@ pub fn peer_closed(socket: &UnixStream) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn prefetchw_is_used_where_the_kernel_says_the_cpu_has_it_and_changes_nothing() {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+        let flags = cpuinfo.lines().find(|l| l.starts_with("flags")).unwrap();
+        let has = flags.split_whitespace().any(|f| f == "3dnowprefetch");
+        assert_eq!(prefetchw_available(), has, "CPUID and /proc/cpuinfo disagree");
+        assert_eq!(prefetchw_available(), has, "the cached answer");
+        let word = AtomicU32::new(7);
+        prefetch_for_write(&word);
+        assert_eq!(word.load(std::sync::atomic::Ordering::Relaxed), 7);
+    }
+
     use super::*;
     use std::sync::atomic::Ordering;
 

@@ -475,6 +475,7 @@ impl Binding {
                     let AsyncEndpoint::Shm(ep) = &mut **ep else {
                         unreachable!("a shared-memory binding's endpoints are shared-memory slots")
                     };
+                    ep.prefetch(link);
                     ep.begin_plain();
                     let mut segments = Segments::new(0);
                     encode(Writer::gathering(ep.scratch_mut(), &mut segments));

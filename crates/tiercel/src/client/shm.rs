@@ -314,6 +314,13 @@ impl ShmEndpoint {
         word(&link.region, link.layout.slot(self.slot) + at)
     }
 
+    /// Starts bringing the slot's control words into this CPU's cache for writing, before the call
+    /// writes them ([`ShmEndpoint::publish`]).
+    #[inline]
+    pub(super) fn prefetch(&self, link: &Link) {
+        tiercel_sys::shm::prefetch_for_write(self.slot_word(link, slot::STATE));
+    }
+
     /// Takes the slot back from a call abandoned earlier, once its result is in (left unread: the
     /// next call's words replace it).
     pub(super) fn reclaim(&mut self) {
