@@ -304,6 +304,7 @@ fn prefetchw_available() -> bool {
 #[cold]
 fn ask_prefetchw() -> bool {
     use core::arch::x86_64::__cpuid;
+    // `__cpuid` is a safe function in newer Rust, an unsafe one in the oldest this builds with.
     #[allow(unused_unsafe)]
     // SAFETY: `cpuid` is present on every x86-64 CPU and only writes the four registers it returns;
     // the extended leaf is asked only if the CPU reports it.
@@ -375,6 +376,9 @@ pub fn peer_closed(socket: &UnixStream) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn prefetchw_is_used_where_the_kernel_says_the_cpu_has_it_and_changes_nothing() {
@@ -385,11 +389,8 @@ mod tests {
         assert_eq!(prefetchw_available(), has, "the cached answer");
         let word = AtomicU32::new(7);
         prefetch_for_write(&word);
-        assert_eq!(word.load(std::sync::atomic::Ordering::Relaxed), 7);
+        assert_eq!(word.load(Ordering::Relaxed), 7);
     }
-
-    use super::*;
-    use std::sync::atomic::Ordering;
 
     #[test]
     fn this_kernel_issues_system_wide_barriers_and_this_process_receives_them() {
