@@ -314,13 +314,6 @@ impl ShmEndpoint {
         word(&link.region, link.layout.slot(self.slot) + at)
     }
 
-    /// Starts bringing the slot's control words into this CPU's cache for writing, before the call
-    /// writes them ([`ShmEndpoint::publish`]).
-    #[inline]
-    pub(super) fn prefetch(&self, link: &Link) {
-        tiercel_sys::shm::prefetch_for_write(self.slot_word(link, slot::STATE));
-    }
-
     /// Takes the slot back from a call abandoned earlier, once its result is in (left unread: the
     /// next call's words replace it).
     pub(super) fn reclaim(&mut self) {
@@ -601,6 +594,14 @@ impl ShmEndpoint {
 impl ShmEndpoint {
     pub(super) fn slot(&self) -> u32 {
         self.slot
+    }
+
+    /// Starts bringing the slot's control words into this CPU's cache for writing, before an async
+    /// call writes them ([`ShmEndpoint::publish`]): its task goes on to other work once the call is
+    /// out, and that work's stores would queue behind stores still waiting for the line.
+    #[inline]
+    pub(super) fn prefetch(&self, link: &Link) {
+        tiercel_sys::shm::prefetch_for_write(self.slot_word(link, slot::STATE));
     }
 
     /// Whether a call given up (its deadline, its future dropped) still holds the slot.
