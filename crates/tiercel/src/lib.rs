@@ -47,9 +47,9 @@
 //!   awaited Null call took 0.19 µs more than a blocking one through shared memory, 0.36 µs more
 //!   over UDP and 0.44 µs more over TCP in the cost ledger's fifth run. Through shared memory both
 //!   have short paths on a plain binding (`Binding::call_plain`, `Binding::call_plain_async`);
-//!   measured in one sitting against the build before the async one, an awaited call took 0.39 µs
-//!   more than a blocking one, against 0.54 µs (medians of 6 alternating pairs, in a slower phase
-//!   of the VM than the fifth run's; `docs/ledger.md`).
+//!   measured in one sitting against the build before the async short path, an awaited call took
+//!   0.39 µs more than a blocking one, against 0.54 µs there (medians of 6 alternating pairs, in a
+//!   slower phase of the VM than the fifth run's; `docs/ledger.md`).
 //! * `tracing`: `tiercel.call` and `tiercel.serve` spans linked across processes by the trace ids a
 //!   call carries. One load of tracing's global level per call when no subscriber listens (a
 //!   subscriber at `info` costs nothing more); a subscriber that records the spans (at `debug`,
