@@ -287,17 +287,8 @@ pub fn prefetch_for_write(word: &AtomicU32) {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn prefetchw_available() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    // 0: not asked yet; 1: no; 2: yes.
-    static KNOWN: AtomicU8 = AtomicU8::new(0);
-    match KNOWN.load(Ordering::Relaxed) {
-        0 => {
-            let yes = ask_prefetchw();
-            KNOWN.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-            yes
-        }
-        known => known == 2,
-    }
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(ask_prefetchw)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -120,6 +120,15 @@ impl AsyncEndpoint {
         }
     }
 
+    /// Gives the endpoint of an async call that ended (done, failed, never sent, or its future
+    /// dropped) back to `inner`'s pool, first giving up its call if it is still `in_flight`.
+    pub(super) fn give_back(mut ep: Box<AsyncEndpoint>, inner: &BindingInner, in_flight: bool) {
+        if in_flight {
+            ep.cancel(inner);
+        }
+        inner.asynch.release(ep);
+    }
+
     /// Gives up the call in flight (its future was dropped): tells the server, best effort.
     pub(super) fn cancel(&mut self, inner: &BindingInner) {
         match self {

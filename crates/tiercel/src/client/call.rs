@@ -363,11 +363,8 @@ impl Drop for AsyncCall<'_, '_> {
     fn drop(&mut self) {
         // Done, failed, never sent, or dropped mid-call (a shared-memory slot is then marked as
         // abandoned until the server answers): the endpoint goes back to the pool either way.
-        if let Some(mut ep) = self.engine.take() {
-            if self.in_flight {
-                ep.cancel(&self.binding.inner);
-            }
-            self.binding.inner.asynch.release(ep);
+        if let Some(ep) = self.engine.take() {
+            AsyncEndpoint::give_back(ep, &self.binding.inner, self.in_flight);
         }
     }
 }
@@ -510,11 +507,8 @@ struct PlainFlight<'b> {
 #[cfg(feature = "async")]
 impl Drop for PlainFlight<'_> {
     fn drop(&mut self) {
-        if let Some(mut ep) = self.ep.take() {
-            if self.in_flight {
-                ep.cancel(self.inner);
-            }
-            self.inner.asynch.release(ep);
+        if let Some(ep) = self.ep.take() {
+            AsyncEndpoint::give_back(ep, self.inner, self.in_flight);
         }
     }
 }
