@@ -95,6 +95,19 @@ pub struct Account {
     /// the server slept waiting for the call (0 when both sides spin).
     pub client_slept_percent: f64,
     pub server_slept_percent: f64,
+    /// Through shared memory, the two ways measured across the client's and the server's threads
+    /// (`tiercel::steps::handoffs`): from the call published to the server's mark that it arrived,
+    /// and from the server's mark that the result is ready to the client's that it arrived; with
+    /// the share of the recorded calls they were measured in.
+    pub handoff: Option<Handoff>,
+}
+
+/// The ways of a call between the client's thread and the server's, measured on both tick counters.
+#[derive(serde::Serialize, Clone)]
+pub struct Handoff {
+    pub to_server_us: f64,
+    pub to_client_us: f64,
+    pub calls: u64,
 }
 
 /// A Firefly §4.2-style estimate: what a call would cost with a step added or removed.

@@ -600,7 +600,19 @@ fn explain_accounts_for_every_step_and_writes_json_and_a_plot() {
                 _ => assert!((0.0..=100.0).contains(&slept), "{side} {slept}"),
             }
         }
+        // Through shared memory the two ways between the threads are measured, and fit in the
+        // client's wait with the server's steps; over UDP they are not given.
+        let h = &a["handoff"];
+        if a["transport"] == "shm" {
+            let (to_server, to_client) = (h["to_server_us"].as_f64().unwrap(), h["to_client_us"].as_f64().unwrap());
+            assert!(h["calls"].as_u64().unwrap() > 0, "{h}");
+            assert!(to_server > 0.0 && to_client > 0.0, "{h}");
+            assert!(to_server + to_client <= a["client_wait_us"].as_f64().unwrap() + 1e-6, "{h} {a}");
+        } else {
+            assert!(h.is_null(), "{h}");
+        }
     }
+    assert_eq!(text.matches("across the two threads").count(), 4, "{text}");
     // The output says whether the parts add up, and says it right: one verdict per account, in the
     // order of the JSON, "NOT within" exactly where the gap is over 10%.
     let verdicts: Vec<bool> = text

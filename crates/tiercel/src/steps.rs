@@ -7,7 +7,8 @@
 //! A thread records the points it passes; [`close`] turns each pair of consecutive points into a step
 //! (`from → to`) and adds its duration to a process-wide table, read with [`snapshot`]. The client's
 //! caller closes after each call; a server thread closes after each call it answers. Durations are
-//! only ever taken between two timestamps of one thread.
+//! taken between two timestamps of one thread, but for the two ways between a client and its server
+//! in the same process ([`handoffs`]), which pair the client's marks with the server thread's.
 
 // Without `explain` only the marks are used (they compile to nothing); the reading is the bench's.
 #![cfg_attr(not(feature = "explain"), allow(dead_code))]
@@ -159,6 +160,13 @@ mod imp {
     /// Sleeps of the client and of the server sides.
     pub(super) static SLEEPS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
+    /// The ticks at which a server thread last passed [`Point::ServerArrived`] and
+    /// [`Point::ResultReady`], alone on their cache line: both are stored before the result is
+    /// published, so a client that has seen its result reads its own call's (see [`handoffs`]).
+    #[repr(align(64))]
+    pub(super) struct Handoff(pub(super) [AtomicU64; 2]);
+    pub(super) static HANDOFF: Handoff = Handoff([AtomicU64::new(0), AtomicU64::new(0)]);
+
     /// Most points one thread records between closes; later ones are dropped.
     const MAX_MARKS: usize = 32;
 
@@ -180,6 +188,11 @@ mod imp {
     #[inline(always)]
     pub(super) fn record(p: Point) {
         let t = tiercel_sys::clock::ticks();
+        match p {
+            Point::ServerArrived => HANDOFF.0[0].store(t, Ordering::Relaxed),
+            Point::ResultReady => HANDOFF.0[1].store(t, Ordering::Relaxed),
+            _ => {}
+        }
         let _ = TRACE.try_with(|tr| {
             let n = tr.n.get();
             if let Some(slot) = tr.marks.get(n) {
@@ -208,6 +221,25 @@ mod imp {
                 sums
             });
             let n = tr.n.get().min(MAX_MARKS);
+            // A client's call: the steps across to the server's thread and back, when this thread
+            // published a call and saw its result after the server's marks (see [`handoffs`]).
+            let at = |p: Point| tr.marks[..n].iter().map(Cell::get).find(|&(q, _)| q == p as u8).map(|(_, t)| t);
+            if let (Some(sent), Some(arrived)) = (at(Point::Sent), at(Point::Arrived)) {
+                let (seen, ready) = (HANDOFF.0[0].load(Ordering::Relaxed), HANDOFF.0[1].load(Ordering::Relaxed));
+                if sent <= seen && seen <= ready && ready <= arrived {
+                    let add =
+                        |c: &AtomicU64, v: u64| c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+                    for (i, v) in [
+                        (Point::Sent, Point::ServerArrived, seen - sent),
+                        (Point::ResultReady, Point::Arrived, arrived - ready),
+                    ]
+                    .map(|(a, b, v)| (a as usize * POINTS + b as usize, v))
+                    {
+                        add(&sums.ticks[i], v);
+                        add(&sums.counts[i], 1);
+                    }
+                }
+            }
             for w in tr.marks[..n].windows(2) {
                 let (a, ta) = w[0].get();
                 let (b, tb) = w[1].get();
@@ -274,6 +306,19 @@ pub fn reset() {
     }
 }
 
+/// The steps across threads of a call whose server ran in this process, from every recorded call
+/// that had the server's thread mark both ends inside its own wait (a client alone on the server,
+/// as `tiercel explain` calls): from the client's [`Point::Sent`] to the server's
+/// [`Point::ServerArrived`] (the call seen, taken and checked), and from the server's
+/// [`Point::ResultReady`] to the client's [`Point::Arrived`] (the result published and seen). Their
+/// sum does not depend on how the two CPUs' tick counters are aligned; the split between them does
+/// (Linux keeps them in step where it finds the counter reliable). Those steps, or none without the
+/// `explain` feature.
+pub fn handoffs(steps: &[Step]) -> Option<(Step, Step)> {
+    let find = |from: Point, to: Point| steps.iter().find(|s| s.from == from && s.to == to).copied();
+    Some((find(Point::Sent, Point::ServerArrived)?, find(Point::ResultReady, Point::Arrived)?))
+}
+
 /// Which side of a call went to sleep (blocked in `poll` or on a futex) while waiting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
@@ -333,8 +378,12 @@ pub fn snapshot() -> Vec<Step> {
 mod tests {
     use super::*;
 
+    /// Recording is process-wide: one test at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn consecutive_points_become_steps() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         enable(true);
         reset();
         for _ in 0..3 {
@@ -352,5 +401,53 @@ mod tests {
         assert_eq!(find(Point::End, Point::Begin), None);
         assert_eq!(Point::ALL.len(), POINTS);
         assert!(Point::ALL.iter().enumerate().all(|(i, p)| *p as usize == i));
+    }
+
+    /// A client thread's call and a server thread's handling of it, in turn, as through a slot.
+    fn call_across(server_first: bool) {
+        let serve = || {
+            std::thread::spawn(|| {
+                mark(Point::ServerArrived);
+                mark(Point::ResultReady);
+                mark(Point::ResultSent);
+                close();
+            })
+            .join()
+            .unwrap()
+        };
+        if server_first {
+            serve();
+        }
+        mark(Point::Begin);
+        mark(Point::Sent);
+        if !server_first {
+            serve();
+        }
+        mark(Point::Arrived);
+        mark(Point::End);
+        close();
+    }
+
+    #[test]
+    fn the_ways_between_client_and_server_threads_are_measured_when_the_server_marked_inside_the_wait() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        enable(true);
+        reset();
+        for _ in 0..3 {
+            call_across(false);
+        }
+        // Server marks from before the call went out are another call's: not counted.
+        call_across(true);
+        enable(false);
+        let steps = snapshot();
+        let (to_server, to_client) = handoffs(&steps).expect("both ways recorded");
+        assert_eq!((to_server.count, to_client.count), (3, 3));
+        assert!(to_server.total_ns > 0.0 && to_client.total_ns > 0.0, "{to_server:?} {to_client:?}");
+        // The client's own wait spans both ways and the server's steps between them.
+        let wait = steps.iter().find(|s| s.from == Point::Sent && s.to == Point::Arrived).expect("the wait");
+        assert_eq!(wait.count, 4);
+        assert!(wait.total_ns >= to_server.total_ns + to_client.total_ns, "{wait:?}");
+        reset();
+        assert!(handoffs(&snapshot()).is_none());
     }
 }
