@@ -102,11 +102,13 @@ pub struct Account {
     pub handoff: Option<Handoff>,
 }
 
-/// The ways of a call between the client's thread and the server's, measured on both tick counters.
+/// The ways of a call between the client's thread and the server's, measured on both tick counters,
+/// and the client's wait of the same calls (means, µs).
 #[derive(serde::Serialize, Clone)]
 pub struct Handoff {
     pub to_server_us: f64,
     pub to_client_us: f64,
+    pub wait_us: f64,
     pub calls: u64,
 }
 

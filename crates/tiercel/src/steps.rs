@@ -232,6 +232,7 @@ mod imp {
                     for (i, v) in [
                         (Point::Sent, Point::ServerArrived, seen - sent),
                         (Point::ResultReady, Point::Arrived, arrived - ready),
+                        (WAIT_ACROSS.0, WAIT_ACROSS.1, arrived - sent),
                     ]
                     .map(|(a, b, v)| (a as usize * POINTS + b as usize, v))
                     {
@@ -306,17 +307,37 @@ pub fn reset() {
     }
 }
 
-/// The steps across threads of a call whose server ran in this process, from every recorded call
-/// that had the server's thread mark both ends inside its own wait (a client alone on the server,
-/// as `tiercel explain` calls): from the client's [`Point::Sent`] to the server's
-/// [`Point::ServerArrived`] (the call seen, taken and checked), and from the server's
-/// [`Point::ResultReady`] to the client's [`Point::Arrived`] (the result published and seen). Their
-/// sum does not depend on how the two CPUs' tick counters are aligned; the split between them does
-/// (Linux keeps them in step where it finds the counter reliable). Those steps, or none without the
-/// `explain` feature.
-pub fn handoffs(steps: &[Step]) -> Option<(Step, Step)> {
+/// Where the client's wait of the calls in [`Handoffs`] is summed: a pair of points no thread passes
+/// in this order.
+const WAIT_ACROSS: (Point, Point) = (Point::Arrived, Point::Sent);
+
+/// The steps across threads of the calls whose server ran in this process and marked both of its
+/// ends inside the client's wait (a client alone on the server, as `tiercel explain` calls), each
+/// summed over those calls.
+#[derive(Clone, Copy, Debug)]
+pub struct Handoffs {
+    /// From the client's [`Point::Sent`] to the server's [`Point::ServerArrived`]: the call seen,
+    /// taken and checked.
+    pub to_server: Step,
+    /// From the server's [`Point::ResultReady`] to the client's [`Point::Arrived`]: the result
+    /// published and seen.
+    pub to_client: Step,
+    /// The client's wait of the same calls, from its [`Point::Sent`] to its [`Point::Arrived`]: the
+    /// two ways and the server's steps between them.
+    pub wait: Step,
+}
+
+/// The steps across threads recorded since the last [`reset`], from `steps` (a [`snapshot`]); none
+/// without the `explain` feature. The sum of the two ways does not depend on how the two CPUs' tick
+/// counters are aligned; the split between them does (Linux keeps them in step where it uses the
+/// counter as its clock).
+pub fn handoffs(steps: &[Step]) -> Option<Handoffs> {
     let find = |from: Point, to: Point| steps.iter().find(|s| s.from == from && s.to == to).copied();
-    Some((find(Point::Sent, Point::ServerArrived)?, find(Point::ResultReady, Point::Arrived)?))
+    Some(Handoffs {
+        to_server: find(Point::Sent, Point::ServerArrived)?,
+        to_client: find(Point::ResultReady, Point::Arrived)?,
+        wait: find(WAIT_ACROSS.0, WAIT_ACROSS.1)?,
+    })
 }
 
 /// Which side of a call went to sleep (blocked in `poll` or on a futex) while waiting.
@@ -440,13 +461,14 @@ mod tests {
         call_across(true);
         enable(false);
         let steps = snapshot();
-        let (to_server, to_client) = handoffs(&steps).expect("both ways recorded");
-        assert_eq!((to_server.count, to_client.count), (3, 3));
-        assert!(to_server.total_ns > 0.0 && to_client.total_ns > 0.0, "{to_server:?} {to_client:?}");
-        // The client's own wait spans both ways and the server's steps between them.
+        let h = handoffs(&steps).expect("both ways recorded");
+        assert_eq!((h.to_server.count, h.to_client.count, h.wait.count), (3, 3, 3));
+        assert!(h.to_server.total_ns > 0.0 && h.to_client.total_ns > 0.0, "{h:?}");
+        // The client's wait of those calls spans both ways and the server's steps between them; its
+        // wait of every call counts the fourth too.
+        assert!(h.wait.total_ns >= h.to_server.total_ns + h.to_client.total_ns, "{h:?}");
         let wait = steps.iter().find(|s| s.from == Point::Sent && s.to == Point::Arrived).expect("the wait");
         assert_eq!(wait.count, 4);
-        assert!(wait.total_ns >= to_server.total_ns + to_client.total_ns, "{wait:?}");
         reset();
         assert!(handoffs(&snapshot()).is_none());
     }

@@ -85,10 +85,11 @@ pub fn account(
         client.windows(2).map(|w| step_us(&m.steps, w[0], w[1])).sum::<Option<f64>>().unwrap_or(m.on_mean_us);
     let gap = measured - sum;
     let handoff = match (medium, steps::handoffs(&m.steps)) {
-        (Medium::Shm, Some((to_server, to_client))) => Some(Handoff {
-            to_server_us: to_server.mean_ns() / 1e3,
-            to_client_us: to_client.mean_ns() / 1e3,
-            calls: to_server.count.min(to_client.count),
+        (Medium::Shm, Some(h)) => Some(Handoff {
+            to_server_us: h.to_server.mean_ns() / 1e3,
+            to_client_us: h.to_client.mean_ns() / 1e3,
+            wait_us: h.wait.mean_ns() / 1e3,
+            calls: h.wait.count,
         }),
         _ => None,
     };
@@ -158,11 +159,13 @@ pub fn print_account(a: &Account, placement: &str) {
     outln!("  echo's turnaround {:.3}; raw round trip {:.3}).", a.raw_turnaround_us, a.raw_round_trip_us);
     if let Some(h) = &a.handoff {
         outln!(
-            "  across the two threads (both CPUs' tick counters, {} of the {} calls): the server marked the call arrived\n  \
-             {:.3} after the client published it (its look at the slot, the claim and the check included), and the\n  \
-             client saw the result {:.3} after the server marked it ready (the publish included); the raw one way {:.3}.",
+            "  across the two threads (both CPUs' tick counters, {} of the {} calls, which waited {:.3}): the server marked\n  \
+             the call arrived {:.3} after the client published it (its look at the slot, the claim and the check\n  \
+             included), and the client saw the result {:.3} after the server marked it ready (the publish included);\n  \
+             the raw one way {:.3}.",
             h.calls,
             a.calls,
+            h.wait_us,
             h.to_server_us,
             h.to_client_us,
             (a.raw_wait_us - a.raw_turnaround_us).max(0.0) / 2.0
