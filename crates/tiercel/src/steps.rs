@@ -399,14 +399,18 @@ pub fn snapshot() -> Vec<Step> {
 mod tests {
     use super::*;
 
-    /// Recording is process-wide: one test at a time.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    /// Recording is process-wide: one test at a time, each from nothing recorded.
+    fn recording() -> std::sync::MutexGuard<'static, ()> {
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        enable(true);
+        reset();
+        one
+    }
 
     #[test]
     fn consecutive_points_become_steps() {
-        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        enable(true);
-        reset();
+        let _one = recording();
         for _ in 0..3 {
             mark(Point::Begin);
             mark(Point::CallStart);
@@ -451,9 +455,7 @@ mod tests {
 
     #[test]
     fn the_ways_between_client_and_server_threads_are_measured_when_the_server_marked_inside_the_wait() {
-        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        enable(true);
-        reset();
+        let _one = recording();
         for _ in 0..3 {
             call_across(false);
         }
