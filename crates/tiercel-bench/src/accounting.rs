@@ -98,7 +98,7 @@ pub struct Account {
     /// Through shared memory, the two ways measured across the client's and the server's threads
     /// (`tiercel::steps::handoffs`): from the call published to the server's mark that it arrived,
     /// and from the server's mark that the result is ready to the client's that it arrived; with
-    /// the share of the recorded calls they were measured in.
+    /// the client's wait of the calls they were measured in, and how many there were.
     pub handoff: Option<Handoff>,
 }
 
