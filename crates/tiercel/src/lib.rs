@@ -60,7 +60,8 @@
 //!   thread keeps each registration's lease alive).
 //! * `explain`: the timestamps `tiercel explain` reads; off, they compile to nothing. Compiled in,
 //!   each costs a load of a flag until `steps::enable` turns recording on; recording, a Null call
-//!   took 88 ns more through shared memory (the cost ledger's fifth run) and 0.12 µs more over UDP.
+//!   took 88 ns more through shared memory (the cost ledger's fifth run) and 0.12 µs more over UDP,
+//!   and 0.3–0.5 µs more through shared memory on the Intel VM of 2026-12-01 (`docs/ledger.md`).
 //!
 //! Each feature alone, compiled in and unused, cost a call nothing measurable in the cost ledger's
 //! first run (`docs/ledger.md`, which `./ledger` measures); all four of `async`, `tracing`, `metrics`
