@@ -161,10 +161,19 @@ pub fn wait_either_readable(
     b: std::os::fd::BorrowedFd<'_>,
     timeout: Option<Duration>,
 ) -> io::Result<bool> {
+    wait_one_of([a, b], timeout)
+}
+
+/// Waits until one of `fds` (a few: they are polled from the stack) is readable, or `timeout`
+/// passes, allocating nothing. Returns whether one is.
+pub fn wait_one_of<const N: usize>(
+    fds: [std::os::fd::BorrowedFd<'_>; N],
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
     let ts = timeout.map(|d| Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
-    let mut fds = [PollFd::new(&a, PollFlags::IN), PollFd::new(&b, PollFlags::IN)];
+    let mut polled = fds.map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN));
     loop {
-        match poll(&mut fds, ts.as_ref()) {
+        match poll(&mut polled, ts.as_ref()) {
             Ok(n) => return Ok(n > 0),
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
@@ -237,6 +246,14 @@ impl ExclusiveWaiter {
     pub fn also(&self, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
         use rustix::event::epoll;
         epoll::add(&self.epoll, fd, epoll::EventData::new_u64(1), exclusive())?;
+        Ok(())
+    }
+
+    /// Also wakes for `fd`, every waiting thread at once: for a descriptor that, once readable, stays
+    /// so (a [`Nudge`] rung once and never taken, that says the threads are to stop).
+    pub fn also_every(&self, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+        use rustix::event::epoll;
+        epoll::add(&self.epoll, fd, epoll::EventData::new_u64(2), epoll::EventFlags::IN)?;
         Ok(())
     }
 

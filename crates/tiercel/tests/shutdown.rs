@@ -57,3 +57,41 @@ fn calls_under_way_finish_and_new_ones_are_refused() {
         assert_eq!(ran.load(Ordering::SeqCst), 1, "{transport}: nothing else ran");
     }
 }
+
+#[test]
+fn stop_returns_once_the_calls_under_way_do_not_after_a_listeners_period() {
+    // `RunningServer::stop` says it returns about 100 ms after the procedures running return. The
+    // listeners of shared memory and TCP wait in their socket for up to a heartbeat (a second over
+    // TCP, when no binding is in use) between looks; stopping must end that wait, not sit it out.
+    let quick = ClientConfig {
+        timing: Timing { dead_after: Duration::from_millis(400), ..Timing::default() },
+        ..ClientConfig::default()
+    };
+    for transports in [&[][..], &["udp://"], &["shm:"], &["tcp://"], &["udp://", "shm:", "tcp://"]] {
+        let server = Server::bind("udp://127.0.0.1:0")
+            .unwrap()
+            .export(SlowServer::new(Sleeper(Default::default())))
+            .start()
+            .unwrap();
+        let clients: Vec<SlowClient> = transports
+            .iter()
+            .map(|transport| {
+                let addr = format!("{transport}{}", server.addr());
+                Client::connect(addr.as_str()).unwrap().with_config(quick.clone()).import().unwrap()
+            })
+            .collect();
+        for client in &clients {
+            client.ping().unwrap();
+        }
+        // Every listener is now inside a wait it began after the last call.
+        std::thread::sleep(Duration::from_millis(100));
+        let stopping = std::time::Instant::now();
+        server.stop();
+        let took = stopping.elapsed();
+        assert!(took < Duration::from_millis(500), "{transports:?}: stop took {took:?}, with no call under way");
+        // The clients see a server that is gone.
+        for client in &clients {
+            assert!(client.ping().is_err(), "{transports:?}");
+        }
+    }
+}

@@ -146,22 +146,32 @@ impl<S: Eq + Hash + Copy, E: Exchange> Doorway<S, E> {
         });
     }
 
-    /// Waits until `listener`, `also` or a connection in the table is readable, at most until the
-    /// first of those connections runs out of time or `period` passes.
-    pub(super) fn wait(&mut self, listener: BorrowedFd<'_>, also: Option<BorrowedFd<'_>>, period: Duration) {
+    /// Waits until `listener`, `also` or a connection in the table is readable, or the server
+    /// stops, at most until the first of those connections runs out of time or `period` passes.
+    pub(super) fn wait(
+        &mut self,
+        shared: &Shared,
+        listener: BorrowedFd<'_>,
+        also: Option<BorrowedFd<'_>>,
+        period: Duration,
+    ) {
         let now = Instant::now();
         let until = self.table.next_expiry().map_or(period, |t| t.saturating_duration_since(now));
         let wait = until.min(period).max(Duration::from_millis(1));
+        let stopping = shared.stopping.as_fd();
         // With no connection in the table (the usual case), nothing is allocated.
         if self.table.is_empty() {
             let _ = match also {
-                None => tiercel_sys::udp::wait_readable_fd(listener, Some(wait)),
-                Some(also) => tiercel_sys::udp::wait_either_readable(listener, also, Some(wait)),
+                None => tiercel_sys::udp::wait_one_of([listener, stopping], Some(wait)),
+                Some(also) => tiercel_sys::udp::wait_one_of([listener, stopping, also], Some(wait)),
             };
             return;
         }
-        let fds: Vec<_> =
-            [listener].into_iter().chain(also).chain(self.table.iter().map(|p| p.io.exchange.as_fd())).collect();
+        let fds: Vec<_> = [listener, stopping]
+            .into_iter()
+            .chain(also)
+            .chain(self.table.iter().map(|p| p.io.exchange.as_fd()))
+            .collect();
         let _ = tiercel_sys::udp::wait_any_readable(&fds, Some(wait), &mut self.ready);
     }
 }

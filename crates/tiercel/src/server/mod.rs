@@ -262,6 +262,7 @@ impl Server {
             exports: self.exports,
             incarnation,
             stop: AtomicBool::new(false),
+            stopping: tiercel_sys::udp::Nudge::new()?,
             shutdown_by: std::sync::Mutex::new(None),
             spin_leases,
             crew: crate::waiting::crew::Crew::new(workers, sockets),
@@ -377,6 +378,9 @@ pub(crate) struct Shared {
     endpoint: ServerEndpoint<SocketAddr, Arc<dyn Export>>,
     incarnation: u64,
     stop: AtomicBool,
+    /// Rung once when the workers stop and never taken, so that it stays readable: the listeners
+    /// of shared memory and TCP wait on it beside their sockets, and stop at once.
+    stopping: tiercel_sys::udp::Nudge,
     /// When a graceful shutdown must stop the workers even if calls are still running.
     shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
     /// Leave to spin (`ServerConfig::spinners`), for every transport's threads.

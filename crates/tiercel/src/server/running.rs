@@ -42,6 +42,8 @@ impl Shared {
     pub(crate) fn stop_workers(&self) {
         self.stop.store(true, Ordering::Release);
         self.crew.release();
+        // A failure leaves the listeners to notice within their period, as they did without it.
+        let _ = self.stopping.ring();
     }
 
     /// Whether new bindings are refused (a graceful shutdown has begun).

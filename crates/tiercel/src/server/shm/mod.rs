@@ -201,7 +201,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
         doorway.tend(&shared, &mut progress);
         let period = if teams.is_empty() { HEARTBEAT } else { period };
         if !more {
-            doorway.wait(std::os::fd::AsFd::as_fd(&listener), None, period);
+            doorway.wait(&shared, std::os::fd::AsFd::as_fd(&listener), None, period);
         }
     }
 }

@@ -264,7 +264,7 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, parking: Arc<Parking>
         let period = if active { HELP_AFTER } else { HEARTBEAT };
         if !more {
             let parked = std::os::fd::AsFd::as_fd(&parking.set);
-            doorway.wait(std::os::fd::AsFd::as_fd(&listener), Some(parked), period);
+            doorway.wait(&shared, std::os::fd::AsFd::as_fd(&listener), Some(parked), period);
         }
     }
     // Stopping: the parked bindings' connections close with them, and those waiting for a thread.

@@ -313,6 +313,10 @@ impl UdpWorker {
         if let (Some(w), Some(nudge)) = (&self.waiter, self.lane().handoff.nudge()) {
             let _ = w.also(nudge.as_fd());
         }
+        // The server stopping wakes every listener. (Refused, they notice within `SPARES_IDLE`.)
+        if let Some(w) = &self.waiter {
+            let _ = w.also_every(self.shared.stopping.as_fd());
+        }
         let mut spin_until = Instant::now();
         // Datagrams the last look found, their bytes, and when it was made. When it found some,
         // small ones, and handled them quickly (within `QUICK_RUN` each), calls are queueing, and the
