@@ -378,8 +378,8 @@ pub(crate) struct Shared {
     endpoint: ServerEndpoint<SocketAddr, Arc<dyn Export>>,
     incarnation: u64,
     stop: AtomicBool,
-    /// Rung once when the workers stop and never taken, so that it stays readable: the listeners
-    /// of shared memory and TCP wait on it beside their sockets, and stop at once.
+    /// Rung when the workers stop and never taken, so that it stays readable: the listeners of
+    /// shared memory and TCP, and the UDP workers, wait on it beside their sockets, and stop at once.
     stopping: tiercel_sys::udp::Nudge,
     /// When a graceful shutdown must stop the workers even if calls are still running.
     shutdown_by: std::sync::Mutex<Option<std::time::Instant>>,
