@@ -235,7 +235,7 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_tonic_over_tls_and_a_tokio_
     let dir = scratch_dir("bench-peers");
     let json = dir.join("report.json");
     let out = Command::new(TIERCEL)
-        .args(["bench", "--smoke", "--latency-only", "--transports", "udp", "--peers", "--rounds", "2", "--json"])
+        .args(["bench", "--smoke", "--latency-only", "--transports", "udp", "--peers", "--rounds", "1", "--json"])
         .arg(&json)
         .output()
         .unwrap();
@@ -304,7 +304,7 @@ fn a_smoke_run_of_bench_prints_every_table_and_writes_json_and_plots() {
     let json = dir.join("report.json");
     let plots = dir.join("plots");
     let out = Command::new(TIERCEL)
-        .args(["bench", "--smoke", "--json"])
+        .args(["bench", "--smoke", "--rounds", "2", "--json"])
         .arg(&json)
         .arg("--plot")
         .arg(&plots)

@@ -33,10 +33,23 @@ fn an_argument_that_is_not_wire_is_refused_at_the_argument() {
     std::fs::copy(here.join("../../Cargo.lock"), project.join("Cargo.lock")).unwrap();
     std::fs::copy(here.join("tests/compile/not_wire.rs"), project.join("src/main.rs")).unwrap();
 
-    let out = Command::new(env!("CARGO"))
-        .args(["check", "--offline", "--quiet", "--message-format=short"])
+    // Built where trybuild builds the cases above, with the flags it gives them, so that the two
+    // share tiercel's dependencies (a cold build of them took as long as the cases themselves; the
+    // second waits for the first's lock and builds only what differs). Only the build time
+    // depends on that.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap().join("tests/trybuild");
+    let triple = "x86_64-unknown-linux-gnu";
+    let flags = r#"["--cfg", "trybuild", "--verbose", "-A", "dead_code"]"#;
+    let mut check = Command::new(env!("CARGO"));
+    check.args(["check", "--offline", "--quiet", "--message-format=short"]);
+    if cfg!(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")) {
+        check.args(["--target", triple]);
+    }
+    let out = check
+        .arg(format!("--config=build.rustflags={flags}"))
+        .arg(format!("--config=target.{triple}.rustflags={flags}"))
         .current_dir(&project)
-        .env("CARGO_TARGET_DIR", project.join("target"))
+        .env("CARGO_TARGET_DIR", target)
         .env_remove("RUSTFLAGS")
         .env("CARGO_INCREMENTAL", "0")
         .output()
