@@ -143,15 +143,7 @@ pub fn wait_readable(socket: &UdpSocket, timeout: Option<Duration>) -> io::Resul
 
 /// Waits until any descriptor (a listening socket, say) is readable, or `timeout` passes.
 pub fn wait_readable_fd(socket: impl std::os::fd::AsFd, timeout: Option<Duration>) -> io::Result<bool> {
-    let ts = timeout.map(|d| Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 });
-    let mut fds = [PollFd::new(&socket, PollFlags::IN)];
-    loop {
-        match poll(&mut fds, ts.as_ref()) {
-            Ok(n) => return Ok(n > 0),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
+    wait_one_of([socket.as_fd()], timeout)
 }
 
 /// Waits until either of two descriptors is readable, or `timeout` passes, allocating nothing.
