@@ -267,11 +267,11 @@ fn median_window(mut windows: Vec<Load>) -> Load {
     median
 }
 
-/// CPU time of this process and of `server` so far.
+/// CPU time of this process and of `server` so far, both to the nanosecond (a smoke run's windows
+/// are too short for `/proc`'s ticks of 10 ms).
 fn cpu_now(server: u32) -> (Duration, Duration) {
     let (u, s) = cpu::process_times();
-    let (ou, os) = cpu::other_process_times(server).unwrap_or_default();
-    (u + s, ou + os)
+    (u + s, cpu::other_process_cpu(server).unwrap_or_default())
 }
 
 /// Counts the calls in `done` for `time`, with the CPU time of both processes meanwhile; then, if

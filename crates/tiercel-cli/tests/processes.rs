@@ -273,7 +273,8 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_tonic_over_tls_and_a_tokio_
         assert_eq!(callers, [1, 2, 4, 8], "{row}");
         for l in load {
             assert!(l["calls_per_second"].as_f64().unwrap() > 0.0, "{row}");
-            // Both processes spend CPU on calls (in 10 ms ticks, so some time per call, not zero).
+            // Both processes spend CPU on calls (counted to the nanosecond: some time per call, not
+            // zero, however short the window).
             assert!(l["client_cpu_us"].as_f64().unwrap() > 0.0 && l["server_cpu_us"].as_f64().unwrap() > 0.0, "{row}");
             // Every call is at least a send and a receive on each side: where perf can count
             // (installed, as root), every row has its system calls per call.
