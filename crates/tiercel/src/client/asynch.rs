@@ -627,7 +627,7 @@ impl ShmEndpoint {
         // clock is not read for it (on a VM, `perf` put a fifth of the async stub's samples on the
         // two readings of the tick counter this took).
         let started = if alone { tiercel_sys::clock::ticks() } else { 0 };
-        let len = self.publish_lent(link, procedure, segs, tail.as_deref(), deadline)?;
+        let len = self.publish_lent(link, procedure, segs, tail.as_deref(), deadline, alone)?;
         // Until the result is read, the slot is the server's: if this future is dropped meanwhile,
         // the endpoint goes back to the pool as abandoned (see `AsyncEndpoint::cancel`).
         self.set_abandoned(true);

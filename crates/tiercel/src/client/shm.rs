@@ -282,7 +282,7 @@ impl ShmEndpoint {
             self.wait(inner, link, &mut start, deadline, false)?;
             self.reclaim();
         }
-        let len = self.publish_lent(link, procedure, segs, tail.as_deref(), deadline)?;
+        let len = self.publish_lent(link, procedure, segs, tail.as_deref(), deadline, true)?;
         self.wait(inner, link, &mut start, deadline, true)?;
         mark(Point::Arrived);
         if start != 0 {
@@ -300,12 +300,14 @@ impl ShmEndpoint {
         segs: &Segments<'_>,
         tail: Option<&[u8]>,
         deadline: Option<Instant>,
+        demote: bool,
     ) -> Result<usize, CallError> {
         match tail {
             Some(tail) => {
-                self.publish(link, procedure, &super::udp::with_lent(segs, self.scratch.len(), tail)?, deadline)
+                let segs = super::udp::with_lent(segs, self.scratch.len(), tail)?;
+                self.publish(link, procedure, &segs, deadline, demote)
             }
-            None => self.publish(link, procedure, segs, deadline),
+            None => self.publish(link, procedure, segs, deadline, demote),
         }
     }
 
@@ -321,13 +323,17 @@ impl ShmEndpoint {
     }
 
     /// Copies the call into the slot and publishes it, with its deadline (by which the server must
-    /// have started it). Returns the call's length.
+    /// have started it). Returns the call's length. With `demote`, the slot's words and the call's
+    /// bytes are pushed out to the cache the cores share, where the server's core reads them next
+    /// (for a caller that only waits for the result: an async call among others, whose thread
+    /// looks at the slot again between other calls, was slower for it).
     pub(super) fn publish(
         &mut self,
         link: &Link,
         procedure: u16,
         segs: &Segments<'_>,
         deadline: Option<Instant>,
+        demote: bool,
     ) -> Result<usize, CallError> {
         let (region, layout) = (&link.region, link.layout);
         let base = layout.slot(self.slot);
@@ -364,6 +370,10 @@ impl ShmEndpoint {
         };
         if ring {
             futex_wake(doorbell, 1);
+        }
+        if demote {
+            region.demote(base, slot::WORDS * 4);
+            region.demote(data, len);
         }
         mark(Point::Sent);
         Ok(len)

@@ -579,7 +579,11 @@ impl<'a> Worker<'a> {
         }
         let (state, waiting) = (&w[slot::STATE / 4], &w[slot::CLIENT_WAITING / 4]);
         mark(Point::ResultReady);
-        match proto::server_publish(state, waiting) {
+        let wake = proto::server_publish(state, waiting);
+        // Out to the cache the cores share, where the client's core reads them next.
+        team.region.demote(team.layout.slot(i), slot::WORDS * 4);
+        team.region.demote(data, out_len);
+        match wake {
             proto::Wake::Nobody => {}
             proto::Wake::Slot => futex_wake(state, 1),
             proto::Wake::Doorbell => {
