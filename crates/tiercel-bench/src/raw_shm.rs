@@ -22,6 +22,10 @@ const REQUEST: usize = 0;
 const REQUEST_LEN: usize = 4;
 const REPLY_LEN: usize = 8;
 const RESPONSE: usize = 12;
+// 1 when the request asks for tiercel's way with the data: the reply written in the request's place
+// (as tiercel's results are), and the lines each side wrote pushed out to the shared cache once
+// published (`cldemote`), as tiercel's client and server do.
+const DEMOTE: usize = 16;
 // With `--stamp`, the echo's running sum of turnaround ticks and count of turns, each as two u32
 // words (low, high), on a cache line of their own, written after each response is published.
 const TURN_TICKS: usize = 64;
@@ -118,9 +122,15 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
         checks = 0;
         let n = (word(&region, REQUEST_LEN).load(Ordering::Relaxed) as usize).min(AREA);
         let r = (word(&region, REPLY_LEN).load(Ordering::Relaxed) as usize).min(AREA);
+        let demote = word(&region, DEMOTE).load(Ordering::Relaxed) == 1;
+        let reply_at = if demote { DATA } else { DATA + AREA };
         region.read(DATA, &mut scratch[..n]);
-        region.write(DATA + AREA, &reply[..r]);
+        region.write(reply_at, &reply[..r]);
         response.store(seen, Ordering::Release);
+        if demote {
+            region.demote(REQUEST, 4);
+            region.demote(reply_at, r);
+        }
         if !args.spin {
             futex_wake(response, 1);
         }
@@ -159,6 +169,9 @@ pub struct ShmPingPong {
     request: Vec<u8>,
     reply: Vec<u8>,
     spin: bool,
+    /// Both sides push the lines they wrote out to the shared cache once published, as tiercel does
+    /// (see [`ShmPingPong::demoting`]).
+    demote: bool,
     /// With `Some`, each round trip is split into its steps (for `tiercel explain`).
     pub stamps: Option<Stamps>,
 }
@@ -176,8 +189,18 @@ impl ShmPingPong {
             request: vec![1; request_len.min(AREA)],
             reply: vec![0; reply_len.min(AREA)],
             spin,
+            demote: false,
             stamps: None,
         }
+    }
+
+    /// The same ping-pong the way tiercel moves its data: the reply written where the request was
+    /// (as tiercel's results are), and both sides pushing the lines they wrote out of their core's
+    /// caches once published (`cldemote`), as tiercel's client and server do. The floor tiercel's
+    /// calls are measured against is the faster of the two, row by row (see `latency.rs`).
+    pub fn demoting(mut self) -> ShmPingPong {
+        self.demote = true;
+        self
     }
 
     /// One round trip; always true (nothing is lost in memory).
@@ -190,8 +213,13 @@ impl ShmPingPong {
         r.write(DATA, &self.request);
         word(r, REQUEST_LEN).store(self.request.len() as u32, Ordering::Relaxed);
         word(r, REPLY_LEN).store(self.reply.len() as u32, Ordering::Relaxed);
+        word(r, DEMOTE).store(u32::from(self.demote), Ordering::Relaxed);
         let (request, response) = (word(r, REQUEST), word(r, RESPONSE));
         request.store(seq, Ordering::Release);
+        if self.demote {
+            r.demote(REQUEST, 4);
+            r.demote(DATA, self.request.len());
+        }
         if !self.spin {
             futex_wake(request, 1);
         }
@@ -224,7 +252,7 @@ impl ShmPingPong {
             s.echo_turnaround = load_u64(r, TURN_TICKS);
             s.echo_turns = load_u64(r, TURNS);
         }
-        r.read(DATA + AREA, &mut self.reply);
+        r.read(if self.demote { DATA } else { DATA + AREA }, &mut self.reply);
         Ok(true)
     }
 }
