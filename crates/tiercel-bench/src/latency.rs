@@ -52,8 +52,8 @@ pub struct Row {
     pub result_bytes: usize,
     pub raw: Summary,
     pub rpc: Summary,
-    /// Over shared memory, `raw` is the ping-pong whose sides push the lines they wrote out to the
-    /// shared cache, as tiercel's do (`ShmPingPong::demoting`): in this row it was the faster.
+    /// Over shared memory, `raw` is the ping-pong that moves its data as tiercel does
+    /// (`ShmPingPong::demoting`): in this row it was the faster.
     pub raw_demoted: bool,
 }
 

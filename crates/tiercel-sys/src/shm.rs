@@ -162,9 +162,9 @@ impl Region {
             let end = offset.saturating_add(len.min(DEMOTE_MAX)).min(self.len);
             let mut line = offset & !(CACHE_LINE - 1);
             while line < end {
-                // SAFETY: `cldemote` is a hint: it reads and writes no memory, cannot fault, and
-                // leaves flags and registers as they were; the address is inside the mapping
-                // (`line < end <= self.len`).
+                // SAFETY: `cldemote` is a hint: it changes no memory, flag or register (only where
+                // a line is cached); the address is inside the live mapping (`line < end <=
+                // self.len`), so it names no memory but the region's.
                 unsafe {
                     core::arch::asm!(
                         "cldemote [{}]",
