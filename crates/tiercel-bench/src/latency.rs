@@ -53,8 +53,8 @@ pub struct Row {
     pub raw: Summary,
     pub rpc: Summary,
     /// Over shared memory, `raw` is the ping-pong that moves its data as tiercel does
-    /// (`ShmPingPong::demoting`): in this row it was the faster.
-    pub raw_demoted: bool,
+    /// (`ShmPingPong::like_tiercel`): in this row it was the faster.
+    pub raw_like_tiercel: bool,
 }
 
 /// Measures the latency table of `medium`, spinning or blocking, with the caller on this thread and
@@ -98,7 +98,7 @@ pub fn measure(
         result_bytes: header + result,
         raw: Summary::new(),
         rpc: Summary::new(),
-        raw_demoted: false,
+        raw_like_tiercel: false,
     };
     let mut rows = vec![
         row("Null", 0, 0),
@@ -136,10 +136,10 @@ pub fn measure(
     // reply in the request's place and both sides pushing the lines they wrote out to the shared
     // cache. Each row's floor is the faster of the two in this run (as measured here, neither was
     // faster for every size).
-    let mut demoting: Vec<(ShmPingPong, Summary)> = match &shm_conn {
+    let mut like_tiercel: Vec<(ShmPingPong, Summary)> = match &shm_conn {
         Some(c) => rows
             .iter()
-            .map(|r| (ShmPingPong::new(c, r.call_bytes, r.result_bytes, spin).demoting(), Summary::new()))
+            .map(|r| (ShmPingPong::new(c, r.call_bytes, r.result_bytes, spin).like_tiercel(), Summary::new()))
             .collect(),
         None => Vec::new(),
     };
@@ -162,7 +162,7 @@ pub fn measure(
                 warmup_lost += 1;
             }
         }
-        if let Some((ping, _)) = demoting.get_mut(i) {
+        if let Some((ping, _)) = like_tiercel.get_mut(i) {
             for _ in 0..2_000 {
                 ping.round_trip()?;
             }
@@ -193,7 +193,7 @@ pub fn measure(
                     lost += 1;
                 }
             }
-            if let Some((ping, raw)) = demoting.get_mut(i) {
+            if let Some((ping, raw)) = like_tiercel.get_mut(i) {
                 for _ in 0..per_round {
                     let t = ticks();
                     ping.round_trip()?;
@@ -210,9 +210,9 @@ pub fn measure(
     if lost > 0 {
         outln!("({lost} raw round trips lost a packet and were left out)");
     }
-    for (row, (_, raw)) in rows.iter_mut().zip(demoting) {
+    for (row, (_, raw)) in rows.iter_mut().zip(like_tiercel) {
         if !raw.is_empty() && raw.median_us() < row.raw.median_us() {
-            (row.raw, row.raw_demoted) = (raw, true);
+            (row.raw, row.raw_like_tiercel) = (raw, true);
         }
     }
     let retransmissions = client.binding().stats().retransmissions;
@@ -264,8 +264,8 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
     };
     outln!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
     if medium == Medium::Shm {
-        let of = |demoted: bool| {
-            let names: Vec<&str> = rows.iter().filter(|r| r.raw_demoted == demoted).map(|r| r.name).collect();
+        let of = |theirs: bool| {
+            let names: Vec<&str> = rows.iter().filter(|r| r.raw_like_tiercel == theirs).map(|r| r.name).collect();
             if names.is_empty() {
                 "none".to_string()
             } else {

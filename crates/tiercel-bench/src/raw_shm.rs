@@ -25,7 +25,7 @@ const RESPONSE: usize = 12;
 // 1 when the request asks for tiercel's way with the data: the reply written in the request's place
 // (as tiercel's results are), and the lines each side wrote pushed out to the shared cache once
 // published (`cldemote`), as tiercel's client and server do.
-const DEMOTE: usize = 16;
+const LIKE_TIERCEL: usize = 16;
 // With `--stamp`, the echo's running sum of turnaround ticks and count of turns, each as two u32
 // words (low, high), on a cache line of their own, written after each response is published.
 const TURN_TICKS: usize = 64;
@@ -122,12 +122,12 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
         checks = 0;
         let n = (word(&region, REQUEST_LEN).load(Ordering::Relaxed) as usize).min(AREA);
         let r = (word(&region, REPLY_LEN).load(Ordering::Relaxed) as usize).min(AREA);
-        let demote = word(&region, DEMOTE).load(Ordering::Relaxed) == 1;
-        let reply_at = if demote { DATA } else { DATA + AREA };
+        let like_tiercel = word(&region, LIKE_TIERCEL).load(Ordering::Relaxed) == 1;
+        let reply_at = if like_tiercel { DATA } else { DATA + AREA };
         region.read(DATA, &mut scratch[..n]);
         region.write(reply_at, &reply[..r]);
         response.store(seen, Ordering::Release);
-        if demote {
+        if like_tiercel {
             region.demote(REQUEST, 4);
             region.demote(reply_at, r);
         }
@@ -169,9 +169,8 @@ pub struct ShmPingPong {
     request: Vec<u8>,
     reply: Vec<u8>,
     spin: bool,
-    /// Both sides push the lines they wrote out to the shared cache once published, as tiercel does
-    /// (see [`ShmPingPong::demoting`]).
-    demote: bool,
+    /// The ping-pong moves its data as tiercel does (see [`ShmPingPong::like_tiercel`]).
+    like_tiercel: bool,
     /// With `Some`, each round trip is split into its steps (for `tiercel explain`).
     pub stamps: Option<Stamps>,
 }
@@ -189,7 +188,7 @@ impl ShmPingPong {
             request: vec![1; request_len.min(AREA)],
             reply: vec![0; reply_len.min(AREA)],
             spin,
-            demote: false,
+            like_tiercel: false,
             stamps: None,
         }
     }
@@ -198,8 +197,8 @@ impl ShmPingPong {
     /// (as tiercel's results are), and both sides pushing the lines they wrote out of their core's
     /// caches once published (`cldemote`), as tiercel's client and server do. The floor tiercel's
     /// calls are measured against is the faster of the two, row by row (see `latency.rs`).
-    pub fn demoting(mut self) -> ShmPingPong {
-        self.demote = true;
+    pub fn like_tiercel(mut self) -> ShmPingPong {
+        self.like_tiercel = true;
         self
     }
 
@@ -213,10 +212,10 @@ impl ShmPingPong {
         r.write(DATA, &self.request);
         word(r, REQUEST_LEN).store(self.request.len() as u32, Ordering::Relaxed);
         word(r, REPLY_LEN).store(self.reply.len() as u32, Ordering::Relaxed);
-        word(r, DEMOTE).store(u32::from(self.demote), Ordering::Relaxed);
+        word(r, LIKE_TIERCEL).store(u32::from(self.like_tiercel), Ordering::Relaxed);
         let (request, response) = (word(r, REQUEST), word(r, RESPONSE));
         request.store(seq, Ordering::Release);
-        if self.demote {
+        if self.like_tiercel {
             r.demote(REQUEST, 4);
             r.demote(DATA, self.request.len());
         }
@@ -252,7 +251,7 @@ impl ShmPingPong {
             s.echo_turnaround = load_u64(r, TURN_TICKS);
             s.echo_turns = load_u64(r, TURNS);
         }
-        r.read(if self.demote { DATA } else { DATA + AREA }, &mut self.reply);
+        r.read(if self.like_tiercel { DATA } else { DATA + AREA }, &mut self.reply);
         Ok(true)
     }
 }
