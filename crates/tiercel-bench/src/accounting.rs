@@ -87,6 +87,9 @@ pub struct Account {
     pub raw_wait_us: f64,
     pub raw_turnaround_us: f64,
     pub raw_round_trip_us: f64,
+    /// Through shared memory, whether a raw baseline of this account is the ping-pong that moves its
+    /// data as tiercel does (the faster of the two in the run, see [`RawRun`]).
+    pub raw_like_tiercel: bool,
     /// The same calls with timestamps off: mean, median, p99.
     pub off_mean_us: f64,
     pub off_median_us: f64,
@@ -205,6 +208,9 @@ const SERVER: &[Point] = &[
 pub struct Raw {
     pub round_trip: Summary,
     pub stamps: Stamps,
+    /// Through shared memory, whether this is the ping-pong that moves its data as tiercel does
+    /// ([`ShmPingPong::like_tiercel`]), which was the faster of the two in this run.
+    pub like_tiercel: bool,
 }
 
 /// The tiercel calls of one procedure: timestamps off, then on.
@@ -235,10 +241,13 @@ const WARMUP: u32 = 500;
 /// spinning server spins 10 ms past its last call) before the other is measured.
 const SETTLE: Duration = Duration::from_millis(20);
 
-/// A raw echo helper and its ping-pongs of Null's and MaxResult's sizes, timed in chunks.
+/// A raw echo helper and its ping-pongs of Null's and MaxResult's sizes, timed in chunks. Through
+/// shared memory each size has two ping-pongs, as in the latency table: the plain one and the one
+/// that moves its data as tiercel does (the reply in the request's place, the lines each side wrote
+/// pushed out to the shared cache); the faster of the two in the run is the baseline.
 pub struct RawRun {
-    pings: Vec<Baseline>,
-    totals: Vec<Raw>,
+    /// By procedure, its ping-pongs and their totals.
+    pings: Vec<Vec<(Baseline, Raw)>>,
     _shm: Option<std::rc::Rc<std::cell::RefCell<crate::raw_shm::Connection>>>,
     _echo: crate::harness::Spawned,
 }
@@ -257,6 +266,7 @@ impl RawRun {
             Medium::Shm => Some(crate::raw_shm::Connection::new(&addr)?),
             Medium::Udp | Medium::Tcp => None,
         };
+        let totals = |like_tiercel| Raw { round_trip: Summary::new(), stamps: Stamps::default(), like_tiercel };
         let mut pings = Vec::new();
         for p in [Procedure::Null, Procedure::MaxResult] {
             let (call, result) = p.sizes();
@@ -267,46 +277,60 @@ impl RawRun {
                         .strip_prefix("udp://")
                         .and_then(|a| a.parse().ok())
                         .ok_or_else(|| format!("raw echo address {addr:?}"))?;
-                    Baseline::Udp(PingPong::new(server, call, result, spin)?)
+                    vec![(Baseline::Udp(PingPong::new(server, call, result, spin)?), totals(false))]
                 }
-                Some(conn) => Baseline::Shm(ShmPingPong::new(conn, call, result, spin)),
+                Some(conn) => vec![
+                    (Baseline::Shm(ShmPingPong::new(conn, call, result, spin)), totals(false)),
+                    (Baseline::Shm(ShmPingPong::new(conn, call, result, spin).like_tiercel()), totals(true)),
+                ],
             });
         }
-        let totals = (0..pings.len()).map(|_| Raw { round_trip: Summary::new(), stamps: Stamps::default() }).collect();
-        Ok(RawRun { pings, totals, _shm: shm, _echo: echo })
+        Ok(RawRun { pings, _shm: shm, _echo: echo })
     }
 
-    /// Times `calls` round trips of procedure `i`'s sizes (after an untimed warm-up) and adds them
-    /// to its totals.
+    /// Times `calls` round trips of procedure `i`'s sizes on each of its ping-pongs in turn (each
+    /// after an untimed warm-up) and adds them to its totals; then lets the echo give up the server
+    /// CPU.
     pub fn chunk(&mut self, i: usize, calls: u32) -> crate::Result<()> {
-        let ping = &mut self.pings[i];
-        *ping.stamps_mut() = Some(Stamps::default());
-        for _ in 0..WARMUP {
-            ping.round_trip()?;
-        }
-        // The echo's sums run from its start: keep what it had reported before the timed calls.
-        let before = ping.stamps_mut().take().unwrap_or_default();
-        *ping.stamps_mut() = Some(Stamps::default());
-        let total = &mut self.totals[i];
-        for _ in 0..calls {
-            let t0 = ticks();
-            if ping.round_trip()? {
-                total.round_trip.record(us_since(t0));
+        for (ping, total) in &mut self.pings[i] {
+            *ping.stamps_mut() = Some(Stamps::default());
+            for _ in 0..WARMUP {
+                ping.round_trip()?;
             }
+            // The echo's sums run from its start: keep what it had reported before the timed calls.
+            let before = ping.stamps_mut().take().unwrap_or_default();
+            *ping.stamps_mut() = Some(Stamps::default());
+            for _ in 0..calls {
+                let t0 = ticks();
+                if ping.round_trip()? {
+                    total.round_trip.record(us_since(t0));
+                }
+            }
+            let s = ping.stamps_mut().take().unwrap_or_default();
+            let t = &mut total.stamps;
+            t.send += s.send;
+            t.wait += s.wait;
+            t.round_trips += s.round_trips;
+            t.echo_turnaround += s.echo_turnaround.saturating_sub(before.echo_turnaround);
+            t.echo_turns += s.echo_turns.saturating_sub(before.echo_turns);
         }
-        let s = ping.stamps_mut().take().unwrap_or_default();
-        let t = &mut total.stamps;
-        t.send += s.send;
-        t.wait += s.wait;
-        t.round_trips += s.round_trips;
-        t.echo_turnaround += s.echo_turnaround.saturating_sub(before.echo_turnaround);
-        t.echo_turns += s.echo_turns.saturating_sub(before.echo_turns);
+        // A spinning echo spins on for `SPIN_WHILE_IDLE` after its last request, on the CPU of the
+        // tiercel server measured next: calls made meanwhile wait for the scheduler to hand the
+        // CPU over.
+        std::thread::sleep(SETTLE);
         Ok(())
     }
 
-    /// The totals of every chunk, by procedure.
+    /// The totals of every chunk, by procedure: of its faster ping-pong (the lower median).
     pub fn finish(self) -> Vec<Raw> {
-        self.totals
+        self.pings
+            .into_iter()
+            .filter_map(|alternatives| {
+                alternatives.into_iter().map(|(_, raw)| raw).min_by(|a, b| {
+                    a.round_trip.median_us().partial_cmp(&b.round_trip.median_us()).unwrap_or(std::cmp::Ordering::Equal)
+                })
+            })
+            .collect()
     }
 }
 

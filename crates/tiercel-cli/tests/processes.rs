@@ -612,7 +612,18 @@ fn explain_accounts_for_every_step_and_writes_json_and_a_plot() {
         } else {
             assert!(h.is_null(), "{h}");
         }
+        // Through shared memory the wire's share comes from the faster of two ping-pongs, and the
+        // wire lines name the one that moves its data as tiercel does when it was that one.
+        let in_place = a["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["side"] == "wire" && l["step"].as_str().unwrap().contains("reply in place"));
+        assert_eq!(a["raw_like_tiercel"].as_bool(), Some(in_place), "{steps:?}");
+        assert!(a["transport"] == "shm" || !in_place, "{steps:?}");
     }
+    let in_place = accounts.iter().filter(|a| a["raw_like_tiercel"] == true).count();
+    assert_eq!(text.matches("(\"reply in place\": the raw ping-pong").count(), in_place, "{text}");
     assert_eq!(text.matches("across the two threads").count(), 4, "{text}");
     // The output says whether the parts add up, and says it right: one verdict per account, in the
     // order of the JSON, "NOT within" exactly where the gap is over 10%.

@@ -57,11 +57,16 @@ pub fn account(
     let (woken, spun) = (one_way(raw), one_way(spinning));
     let to_server = if spin { spun } else { server_slept * woken + (1.0 - server_slept) * spun };
     let to_client = if spin { spun } else { client_slept * woken + (1.0 - client_slept) * spun };
+    // Through shared memory, each baseline is the faster of two ping-pongs (see `RawRun`): say which.
+    let as_tiercel = |r: &Raw| if r.like_tiercel { ", reply in place" } else { "" };
     let (wake, transfer) = match medium {
         Medium::Udp | Medium::Tcp => {
-            ("woken from poll (raw blocking UDP ping-pong)", "busy-polled (raw UDP ping-pong)")
+            ("woken from poll (raw blocking UDP ping-pong)".to_string(), "busy-polled (raw UDP ping-pong)".to_string())
         }
-        Medium::Shm => ("futex wake (raw futex ping-pong)", "cache-line transfer (raw shm ping-pong)"),
+        Medium::Shm => (
+            format!("futex wake (raw futex ping-pong{})", as_tiercel(raw)),
+            format!("cache-line transfer (raw shm ping-pong{})", as_tiercel(spinning)),
+        ),
     };
     let way = |to: &str, slept: f64| {
         let path = if medium == Medium::Udp { "kernel and loopback" } else { "shared memory" };
@@ -108,6 +113,7 @@ pub fn account(
         raw_wait_us: raw_wait,
         raw_turnaround_us: raw_turn,
         raw_round_trip_us: raw.round_trip.mean_us(),
+        raw_like_tiercel: medium == Medium::Shm && (raw.like_tiercel || spinning.like_tiercel),
         off_mean_us: m.off_mean_us,
         off_median_us: m.off.median_us(),
         off_p99_us: m.off.p99_us(),
@@ -135,15 +141,15 @@ pub fn print_account(a: &Account, placement: &str) {
     );
     for l in &a.lines {
         if l.overlapped {
-            outln!("  {:<7} {:<68} {:>8.3}  (overlaps the transfer, not added)", l.side, l.step, l.mean_us);
+            outln!("  {:<7} {:<84} {:>8.3}  (overlaps the transfer, not added)", l.side, l.step, l.mean_us);
         } else {
-            outln!("  {:<7} {:<68} {:>8.3} {:>5.1}%", l.side, l.step, l.mean_us, 100.0 * l.mean_us / a.measured_us);
+            outln!("  {:<7} {:<84} {:>8.3} {:>5.1}%", l.side, l.step, l.mean_us, 100.0 * l.mean_us / a.measured_us);
         }
     }
-    outln!("  {:<76} {:>8.3}", "sum of the steps", a.sum_us);
-    outln!("  {:<76} {:>8.3}", "measured: the client's first to last timestamp, around the stub", a.measured_us);
+    outln!("  {:<92} {:>8.3}", "sum of the steps", a.sum_us);
+    outln!("  {:<92} {:>8.3}", "measured: the client's first to last timestamp, around the stub", a.measured_us);
     let verdict = if a.gap_percent.abs() <= 10.0 { "within 10%" } else { "NOT within 10%" };
-    outln!("  {:<76} {:>8.3} {:>5.1}%  ({verdict})", "difference (measured − sum)", a.gap_us, a.gap_percent);
+    outln!("  {:<92} {:>8.3} {:>5.1}%  ({verdict})", "difference (measured − sum)", a.gap_us, a.gap_percent);
     let net = a.client_wait_us - a.server_busy_us;
     outln!(
         "  where it lies: the client waited {:.3} (send returned → result seen), the server was busy {:.3}, so",
@@ -157,6 +163,13 @@ pub fn print_account(a: &Account, placement: &str) {
         a.raw_wait_us
     );
     outln!("  echo's turnaround {:.3}; raw round trip {:.3}).", a.raw_turnaround_us, a.raw_round_trip_us);
+    if a.raw_like_tiercel {
+        outln!(
+            "  (\"reply in place\": the raw ping-pong that moves its data as tiercel does, the reply written where the \
+             request\n  was and the lines each side wrote pushed out to the shared cache; in this run the faster of the \
+             two ping-pongs.)"
+        );
+    }
     if let Some(h) = &a.handoff {
         outln!(
             "  across the two threads (both CPUs' tick counters, {} of the {} calls, which waited {:.3}): the server marked\n  \
