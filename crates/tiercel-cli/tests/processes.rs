@@ -276,11 +276,21 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_tonic_over_tls_and_a_tokio_
             // Both processes spend CPU on calls (counted to the nanosecond: some time per call, not
             // zero, however short the window).
             assert!(l["client_cpu_us"].as_f64().unwrap() > 0.0 && l["server_cpu_us"].as_f64().unwrap() > 0.0, "{row}");
-            // Every call is at least a send and a receive on each side: where perf can count
-            // (installed, as root), every row has its system calls per call.
+            // Where perf can count (installed, as root), every row has its system calls per call on
+            // each side. A server that batches (`recvmmsg` and `sendmmsg`, or one TCP read and write
+            // for several calls) may make fewer than one a call: tiercel's blocking UDP server made
+            // 0.98 at 8 callers in a smoke run. A caller with a socket of its own sends each call
+            // itself: at least one.
             if perf {
                 for side in ["client_syscalls", "server_syscalls"] {
-                    assert!(l[side].as_f64().is_some_and(|n| n >= 1.0), "{side} in {row}");
+                    assert!(l[side].as_f64().is_some_and(|n| n > 0.0), "{side} in {row}");
+                }
+                let own_socket = matches!(
+                    row["system"].as_str().unwrap(),
+                    "tiercel udp" | "tiercel udp block" | "raw udp echo" | "raw udp yield" | "raw udp block"
+                );
+                if own_socket {
+                    assert!(l["client_syscalls"].as_f64().is_some_and(|n| n >= 1.0), "client_syscalls in {row}");
                 }
                 // Allocations are counted too (uprobes on the C library's allocator): tiercel's
                 // server makes none per call, tarpc's some.
