@@ -1,5 +1,5 @@
-//! The accounting of a call: where the time of a Null and a MaxResult call goes, on each transport,
-//! the way Firefly's Tables VI–VIII and Peregrine's Table 4 account for it.
+//! The accounting of a call: where the time of a Null, a BigIn and a MaxResult call goes, on each
+//! transport, the way Firefly's Tables VI–VIII and Peregrine's Table 4 account for it.
 //!
 //! Every step on both sides is timed from the running system: the client and server threads take a
 //! tick-counter timestamp at each point of the fast path (`tiercel::steps`; the points cost one load
@@ -12,14 +12,14 @@
 use std::time::Duration;
 
 use tiercel::steps::{self, mark, Point, Step};
-use tiercel::{ClientConfig, Out, Server, ServerConfig, Spin};
+use tiercel::{ClientConfig, In, Out, Server, ServerConfig, Spin};
 use tiercel_sys::clock::{ticks, ticks_to_ns};
 
 use crate::harness::{spawn, Baseline, Medium, HEADER};
 use crate::progress::outln;
 use crate::raw::{PingPong, Stamps};
 use crate::raw_shm::ShmPingPong;
-use crate::seeds::{SeedTest, TestClient, TestServer, MAX_BUFFER};
+use crate::seeds::{SeedTest, TestClient, TestServer, BIG_BUFFER, MAX_BUFFER};
 use crate::summary::Summary;
 
 mod books;
@@ -30,14 +30,20 @@ pub use books::{account, print_account};
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Procedure {
     Null,
+    /// LRPC's BigIn: a 200-byte buffer in, nothing back.
+    BigIn,
     MaxResult,
 }
 
 impl Procedure {
+    /// The procedures accounted for, in the order of their accountings.
+    pub const ALL: [Procedure; 3] = [Procedure::Null, Procedure::BigIn, Procedure::MaxResult];
+
     /// The procedure's name.
     pub fn name(self) -> &'static str {
         match self {
             Procedure::Null => "Null",
+            Procedure::BigIn => "BigIn",
             Procedure::MaxResult => "MaxResult",
         }
     }
@@ -47,6 +53,7 @@ impl Procedure {
     pub fn sizes(self) -> (usize, usize) {
         match self {
             Procedure::Null => (0, 0),
+            Procedure::BigIn => (4 + BIG_BUFFER, 0),
             Procedure::MaxResult => (4, MAX_BUFFER),
         }
     }
@@ -241,10 +248,10 @@ const WARMUP: u32 = 500;
 /// spinning server spins 10 ms past its last call) before the other is measured.
 const SETTLE: Duration = Duration::from_millis(20);
 
-/// A raw echo helper and its ping-pongs of Null's and MaxResult's sizes, timed in chunks. Through
-/// shared memory each size has two ping-pongs, as in the latency table: the plain one and the one
-/// that moves its data as tiercel does (the reply in the request's place, the lines each side wrote
-/// pushed out to the shared cache); the faster of the two in the run is the baseline.
+/// A raw echo helper and its ping-pongs of the sizes of Null, BigIn and MaxResult, timed in chunks.
+/// Through shared memory each size has two ping-pongs, as in the latency table: the plain one and
+/// the one that moves its data as tiercel does (the reply in the request's place, the lines each
+/// side wrote pushed out to the shared cache); the faster of the two in the run is the baseline.
 pub struct RawRun {
     /// By procedure, its ping-pongs and their totals.
     pings: Vec<Vec<(Baseline, Raw)>>,
@@ -268,7 +275,7 @@ impl RawRun {
         };
         let totals = |like_tiercel| Raw { round_trip: Summary::new(), stamps: Stamps::default(), like_tiercel };
         let mut pings = Vec::new();
-        for p in [Procedure::Null, Procedure::MaxResult] {
+        for p in Procedure::ALL {
             let (call, result) = p.sizes();
             let (call, result) = (header + call, header + result);
             pings.push(match &shm {
@@ -334,11 +341,11 @@ impl RawRun {
     }
 }
 
-/// The raw ping-pongs of Null's and MaxResult's sizes over `medium`, with `spin` or blocking, in
-/// one go.
+/// The raw ping-pongs of the sizes of Null, BigIn and MaxResult over `medium`, with `spin` or
+/// blocking, in one go.
 pub fn raw(medium: Medium, spin: bool, server_cpu: usize, calls: u32) -> crate::Result<Vec<Raw>> {
     let mut run = RawRun::start(medium, spin, server_cpu)?;
-    for i in 0..2 {
+    for i in 0..Procedure::ALL.len() {
         run.chunk(i, calls)?;
     }
     Ok(run.finish())
@@ -394,6 +401,8 @@ pub struct Measurer<'a> {
     client: &'a TestClient,
     p: Procedure,
     out: Vec<u8>,
+    /// BigIn's buffer, holding the pattern the server checks.
+    big: Vec<u8>,
     off: Summary,
     off_ticks: u64,
     off_calls: u64,
@@ -410,6 +419,11 @@ impl<'a> Measurer<'a> {
             client,
             p,
             out: vec![0u8; MAX_BUFFER],
+            big: {
+                let mut big = vec![0u8; BIG_BUFFER];
+                crate::seeds::fill(&mut big);
+                big
+            },
             off: Summary::new(),
             off_ticks: 0,
             off_calls: 0,
@@ -421,6 +435,7 @@ impl<'a> Measurer<'a> {
     fn call(&mut self) -> crate::Result<()> {
         match self.p {
             Procedure::Null => self.client.null(),
+            Procedure::BigIn => self.client.big_in(In(&self.big)),
             Procedure::MaxResult => self.client.max_result(Out(&mut self.out)),
         }
         .map_err(crate::Error::from)
@@ -504,10 +519,10 @@ pub fn time_us(mut f: impl FnMut()) -> f64 {
     ticks_to_ns(ticks().wrapping_sub(t0) as f64) / 1e3 / n as f64
 }
 
-/// The raw round trips of Null's and MaxResult's sizes, per medium and waiting policy.
+/// The raw round trips of the sizes of Null, BigIn and MaxResult, per medium and waiting policy.
 pub type Raws = Vec<(Medium, bool, Vec<Raw>)>;
 
-/// Measures and prints the accounting of Null and MaxResult over each of `media`, spinning and/or
+/// Measures and prints the accounting of Null, BigIn and MaxResult over each of `media`, spinning and/or
 /// blocking as `modes` say (true: spinning), and with `sealed`, over a secure UDP binding too
 /// (spinning, when UDP is among `media`). The raw ping-pong and tiercel are timed in turn, in
 /// [`ROUNDS`] rounds of `calls / ROUNDS` calls each. The calling thread must be pinned to
@@ -542,7 +557,7 @@ pub fn accounts(
             let mut raw_run = RawRun::start(medium, spin, server_cpu)?;
             let (server, client) = tiercel_pair(medium, spin, variant, server_cpu)?;
             let mut measured = Vec::new();
-            for (i, p) in [Procedure::Null, Procedure::MaxResult].into_iter().enumerate() {
+            for (i, p) in Procedure::ALL.into_iter().enumerate() {
                 let mut m = Measurer::new(&client, p);
                 for _ in 0..ROUNDS {
                     raw_run.chunk(i, chunk)?;
@@ -558,7 +573,7 @@ pub fn accounts(
                 (None, Some((_, _, found))) => found,
                 (None, None) => &raws,
             };
-            for (i, (p, m)) in [Procedure::Null, Procedure::MaxResult].into_iter().zip(&measured).enumerate() {
+            for (i, (p, m)) in Procedure::ALL.into_iter().zip(&measured).enumerate() {
                 let a = account(medium, spin, sealed, p, m, &raws[i], &spinning[i]);
                 print_account(&a, &placement);
                 accounts.push(a);

@@ -81,7 +81,7 @@ pub struct Report {
     pub loss: Vec<crate::loss::Row>,
     /// 1 MiB and 16 MiB calls across two namespaces against raw plain and segmented (GSO+GRO) streams.
     pub wide: Vec<crate::wide::Row>,
-    /// The accounting of Null and MaxResult per transport (as `tiercel explain` prints it, spinning).
+    /// The accounting of Null, BigIn and MaxResult per transport (as `tiercel explain` prints it, spinning).
     pub breakdown: Vec<crate::accounting::Account>,
     /// Async Null against the synchronous call and the raw ping-pong, per transport.
     pub asynch: Vec<crate::asynch::Row>,

@@ -1,4 +1,4 @@
-//! `tiercel explain`: the accounting of Null and MaxResult on each transport, spinning and
+//! `tiercel explain`: the accounting of Null, BigIn and MaxResult on each transport, spinning and
 //! blocking (`crate::accounting`), and Firefly §4.2-style estimates of what a call would cost with a
 //! step changed, beside the same change measured where it is a setting.
 
@@ -74,14 +74,16 @@ pub fn run(args: Args) -> crate::Result<()> {
         crate::progress::doing(&format!("estimates {}", name(medium)));
         let checksummed = if medium == Medium::Udp {
             let (_server, client) = tiercel_pair(medium, true, Variant::Checksum, args.server_cpu)?;
-            Some([
-                measure(&client, Procedure::Null, calls, false)?,
-                measure(&client, Procedure::MaxResult, calls, false)?,
-            ])
+            Some(
+                Procedure::ALL
+                    .into_iter()
+                    .map(|p| measure(&client, p, calls, false))
+                    .collect::<crate::Result<Vec<_>>>()?,
+            )
         } else {
             None
         };
-        for (i, p) in [Procedure::Null, Procedure::MaxResult].into_iter().enumerate() {
+        for (i, p) in Procedure::ALL.into_iter().enumerate() {
             let (Some(spinning), Some(blocking)) = (mean(medium, true, p.name()), mean(medium, false, p.name())) else {
                 continue;
             };

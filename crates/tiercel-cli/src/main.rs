@@ -44,7 +44,7 @@ enum Command {
     Endorse(EndorseArgs),
     /// The seeds' tables, each against the raw mechanism beneath it measured in the same run.
     Bench(tiercel_bench::bench::Args),
-    /// Where the time of a Null and a MaxResult call goes, step by step, on each transport, against
+    /// Where the time of a Null, a BigIn and a MaxResult call goes, step by step, on each transport, against
     /// the raw baselines measured in the same run.
     Explain(tiercel_bench::explain::Args),
     /// Write docs/measured/README.md and the README's headline table from the kept runs

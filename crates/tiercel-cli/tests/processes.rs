@@ -546,7 +546,7 @@ fn a_smoke_run_of_bench_prints_every_table_and_writes_json_and_plots() {
     assert!(load.iter().all(|r| r["calls"].as_u64().unwrap() > 0 && r["model_us"].as_f64().unwrap() > 0.0));
 
     let breakdown = report["breakdown"].as_array().unwrap();
-    assert_eq!(breakdown.len(), 4, "Null and MaxResult on each transport");
+    assert_eq!(breakdown.len(), 6, "Null, BigIn and MaxResult on each transport");
     for a in breakdown {
         let sides: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l["side"].as_str().unwrap()).collect();
         for side in ["client", "wire", "server"] {
@@ -583,10 +583,10 @@ fn explain_accounts_for_every_step_and_writes_json_and_a_plot() {
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let accounts = report["accounts"].as_array().unwrap();
-    // Null and MaxResult, spinning and blocking, on both transports; and spinning on a secure UDP
-    // binding, whose sealing and opening are steps of their own on each side.
-    assert_eq!(accounts.len(), 10);
-    assert_eq!(accounts.iter().filter(|a| a["transport"] == "udp sealed").count(), 2);
+    // Null, BigIn and MaxResult, spinning and blocking, on both transports; and spinning on a
+    // secure UDP binding, whose sealing and opening are steps of their own on each side.
+    assert_eq!(accounts.len(), 15);
+    assert_eq!(accounts.iter().filter(|a| a["transport"] == "udp sealed").count(), 3);
     for a in accounts {
         let steps: Vec<&str> = a["lines"].as_array().unwrap().iter().map(|l| l["step"].as_str().unwrap()).collect();
         let sealing = steps.iter().filter(|s| s.starts_with("packet sealed") || s.starts_with("packet opened")).count();
@@ -634,7 +634,7 @@ fn explain_accounts_for_every_step_and_writes_json_and_a_plot() {
     }
     let in_place = accounts.iter().filter(|a| a["raw_like_tiercel"] == true).count();
     assert_eq!(text.matches("(\"reply in place\": the raw ping-pong").count(), in_place, "{text}");
-    assert_eq!(text.matches("across the two threads").count(), 4, "{text}");
+    assert_eq!(text.matches("across the two threads").count(), 6, "{text}");
     // The output says whether the parts add up, and says it right: one verdict per account, in the
     // order of the JSON, "NOT within" exactly where the gap is over 10%.
     let verdicts: Vec<bool> = text
