@@ -21,6 +21,9 @@ pub struct LatencyTable {
     transport: &'static str,
     waiting: &'static str,
     baseline: &'static str,
+    /// Over shared memory, the placements the rounds went round: each a region of its own for the
+    /// floors and a binding of its own (its own region) for tiercel. Elsewhere 1.
+    placements: usize,
     rows: Vec<LatencyRow>,
 }
 
@@ -55,10 +58,20 @@ pub struct Row {
     /// Over shared memory, `raw` is the ping-pong that moves its data as tiercel does
     /// (`ShmPingPong::like_tiercel`): in this row it was the faster.
     pub raw_like_tiercel: bool,
+    /// Placements the rounds went round (see [`measure`]).
+    pub placements: usize,
 }
 
 /// Measures the latency table of `medium`, spinning or blocking, with the caller on this thread and
 /// the servers on `server_cpu`.
+///
+/// Over shared memory each round goes to a placement of its own: a region of its own for the raw
+/// ping-pongs and a binding of its own (its own region) for tiercel, at most 16. On the Intel VMs
+/// with `cldemote`, a round trip over some cache lines runs up to four times faster than over
+/// others, in patterns we have not explained: in scratch runs the fast lines differed from region to
+/// region, and sometimes every binding of one process was fast. Measured in one region each, the
+/// floor and tiercel each drew once, and either could come out at a quarter of the other; over
+/// several regions each draws several times, though a process's luck still shows.
 pub fn measure(
     server_cpu: usize,
     medium: Medium,
@@ -73,17 +86,25 @@ pub fn measure(
         Medium::Shm => "raw-shm-echo",
         Medium::Tcp => "raw-tcp-echo",
     };
+    let placements = if medium == Medium::Shm { rounds.clamp(1, 16) as usize } else { 1 };
     let mut raw_args = vec![echo.to_string(), "--cpu".into(), cpu.clone()];
     if spin {
         raw_args.push("--spin".into());
     }
+    if placements > 1 {
+        raw_args.extend(["--regions".into(), placements.to_string()]);
+    }
     let (_raw_server, raw_addr) = spawn(&raw_args)?;
     let (_rpc_server, rpc_addr) = serve_pinned(server_cpu, spin)?;
     let policy = if spin { Spin::Fixed(Duration::from_secs(3600)) } else { Spin::Never };
-    let client: TestClient = crate::harness::import(
-        format!("{}{rpc_addr}", medium.scheme()),
-        ClientConfig { spin: policy, ..ClientConfig::default() },
-    )?;
+    let clients: Vec<TestClient> = (0..placements)
+        .map(|_| {
+            crate::harness::import(
+                format!("{}{rpc_addr}", medium.scheme()),
+                ClientConfig { spin: policy, ..ClientConfig::default() },
+            )
+        })
+        .collect::<crate::Result<_>>()?;
     let mut out = vec![0u8; MAX_BUFFER];
     let mut big = vec![0u8; BIG_BUFFER];
     let mut max = vec![0u8; MAX_BUFFER];
@@ -99,6 +120,7 @@ pub fn measure(
         raw: Summary::new(),
         rpc: Summary::new(),
         raw_like_tiercel: false,
+        placements,
     };
     let mut rows = vec![
         row("Null", 0, 0),
@@ -143,7 +165,14 @@ pub fn measure(
             .collect(),
         None => Vec::new(),
     };
-    let mut rpc_call = |row: usize, out: &mut [u8]| -> crate::Result<()> {
+    let place = |p: usize| -> crate::Result<()> {
+        match &shm_conn {
+            Some(c) => c.borrow_mut().place(p, spin),
+            None => Ok(()),
+        }
+    };
+    let mut rpc_call = |p: usize, row: usize, out: &mut [u8]| -> crate::Result<()> {
+        let client = &clients[p];
         match row {
             0 => client.null(),
             1 => client.add(2, 3).map(|_| ()),
@@ -155,20 +184,23 @@ pub fn measure(
     };
     let mut warmup_lost = 0u64;
     // Raw and tiercel warm up in turn, not call by call: their servers share a CPU, and a spinning
-    // server must have gone quiet before the other one runs.
-    for (i, ping) in pings.iter_mut().enumerate() {
-        for _ in 0..2_000 {
-            if !ping.round_trip()? {
-                warmup_lost += 1;
-            }
-        }
-        if let Some((ping, _)) = like_tiercel.get_mut(i) {
+    // server must have gone quiet before the other one runs. Each placement warms up.
+    for p in 0..placements {
+        place(p)?;
+        for (i, ping) in pings.iter_mut().enumerate() {
             for _ in 0..2_000 {
-                ping.round_trip()?;
+                if !ping.round_trip()? {
+                    warmup_lost += 1;
+                }
             }
-        }
-        for _ in 0..2_000 {
-            rpc_call(i, &mut out)?;
+            if let Some((ping, _)) = like_tiercel.get_mut(i) {
+                for _ in 0..2_000 {
+                    ping.round_trip()?;
+                }
+            }
+            for _ in 0..2_000 {
+                rpc_call(p, i, &mut out)?;
+            }
         }
     }
     if warmup_lost > 0 {
@@ -176,7 +208,15 @@ pub fn measure(
     }
     let per_round = calls.div_ceil(rounds);
     let mut lost = 0u64;
-    'rounds: for _ in 0..rounds {
+    'rounds: for round in 0..rounds {
+        let p = round as usize % placements;
+        if placements > 1 {
+            // The last placement's servers spin on past their last call (2 ms) on the CPU the next
+            // one's need: let them go quiet first (without this pause, a run's tiercel Null had a
+            // p99 of 17 µs against 0.35-0.39 with it).
+            std::thread::sleep(Duration::from_millis(5));
+            place(p)?;
+        }
         for (i, row) in rows.iter_mut().enumerate() {
             if Instant::now() > deadline {
                 outln!("(time limit reached: rows hold fewer calls)");
@@ -202,7 +242,7 @@ pub fn measure(
             }
             for _ in 0..per_round {
                 let t = ticks();
-                rpc_call(i, &mut out)?;
+                rpc_call(p, i, &mut out)?;
                 row.rpc.record(Duration::from_nanos(elapsed_ns(t, ticks())));
             }
         }
@@ -215,7 +255,7 @@ pub fn measure(
             (row.raw, row.raw_like_tiercel) = (raw, true);
         }
     }
-    let retransmissions = client.binding().stats().retransmissions;
+    let retransmissions: u64 = clients.iter().map(|c| c.binding().stats().retransmissions).sum();
     outln!("tiercel retransmissions during the run: {retransmissions}");
     Ok(rows)
 }
@@ -272,6 +312,13 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
                 names.join(", ")
             }
         };
+        let n = rows.first().map_or(1, |r| r.placements);
+        if n > 1 {
+            outln!(
+                "(each round on a placement of its own, {n} in all: a region of its own for the raw ping-pongs, a binding \
+                 of its own for tiercel; on some machines a round trip's time depends on the cache lines it moves)"
+            );
+        }
         outln!(
             "(raw: row by row the faster of that ping-pong and the same moving its data as tiercel does, the reply in the \
              request's place and the lines each side wrote pushed out to the shared cache, `cldemote`; the latter in {}, the \
@@ -288,6 +335,7 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
         transport: medium.name(),
         waiting: if spin { "spin" } else { "block" },
         baseline: raw,
+        placements: rows.first().map_or(1, |r| r.placements),
         rows: rows
             .iter()
             .map(|r| LatencyRow {

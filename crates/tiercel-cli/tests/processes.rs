@@ -160,6 +160,7 @@ fn bench_prints_every_row_against_its_baseline() {
     }
     assert!(text.contains("raw = futex ping-pong") && text.contains("raw = UDP ping-pong"), "{text}");
     assert!(text.contains("raw = TCP ping-pong"), "{text}");
+    assert_eq!(text.matches("(each round on a placement of its own, 2 in all").count(), 2, "both shm tables: {text}");
     assert!(text.contains("ratio"), "{text}");
     assert!(text.contains("Secure calls over UDP and TCP"), "{text}");
     // The same tables as JSON.
@@ -190,6 +191,9 @@ fn bench_prints_every_row_against_its_baseline() {
     assert_eq!(tables.len(), 6);
     for t in tables {
         assert!(["udp", "shm", "tcp"].contains(&t["transport"].as_str().unwrap()));
+        // Over shared memory each of the two rounds ran in a placement of its own.
+        let placements = if t["transport"] == "shm" { 2 } else { 1 };
+        assert_eq!(t["placements"].as_u64(), Some(placements), "{t}");
         let rows = t["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 5);
         for r in rows {
