@@ -215,7 +215,9 @@ fn results_page(runs: &[(PathBuf, Value)]) -> String {
          tiercel's figure over the raw mechanism's (or the peer's) measured in the same run. These machines\n\
          drift from run to run: compare ratios within a run, and medians before tails. The secure binds a\n\
          second of runs made before `b4dab26` are the server's handshake budget for one address (a quarter of\n\
-         1,000 a second, and its burst), not what a secure bind costs.\n",
+         1,000 a second, and its burst), not what a secure bind costs. In runs made before `98ac290`, the\n\
+         shared-memory floors of calls with arguments (Add, BigIn, BigInOut, MaxResult) are too low: their\n\
+         echo did not copy the request's bytes out (the compiler had left the copy out).\n",
     );
     for (path, run) in runs {
         let _ = writeln!(out, "\n## Run {}\n", run["run"]["commit"].as_str().unwrap_or("?"));
