@@ -46,6 +46,12 @@ struct LatencyRow {
     ratio_middle_mean: f64,
     /// tiercel's median came out under the raw ping-pong's (see `below_floor`).
     below_floor: bool,
+    /// Over several placements, each one's median, the floor's (of the ping-pong the row took) and
+    /// tiercel's, in the order the rounds went round them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    raw_by_placement_us: Vec<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rpc_by_placement_us: Vec<f64>,
 }
 
 /// One procedure's round trips, raw and through tiercel.
@@ -60,6 +66,9 @@ pub struct Row {
     pub raw_like_tiercel: bool,
     /// Placements the rounds went round (see [`measure`]).
     pub placements: usize,
+    /// With several placements, each one's median, the floor's and tiercel's (µs).
+    pub raw_by_placement: Vec<f64>,
+    pub rpc_by_placement: Vec<f64>,
 }
 
 /// Measures the latency table of `medium`, spinning or blocking, with the caller on this thread and
@@ -121,6 +130,8 @@ pub fn measure(
         rpc: Summary::new(),
         raw_like_tiercel: false,
         placements,
+        raw_by_placement: Vec::new(),
+        rpc_by_placement: Vec::new(),
     };
     let mut rows = vec![
         row("Null", 0, 0),
@@ -208,19 +219,30 @@ pub fn measure(
     }
     let per_round = calls.div_ceil(rounds);
     let mut lost = 0u64;
+    // With several placements, each row's calls in each placement as well: the plain ping-pong's,
+    // the other's, and tiercel's.
+    let mut placed: Vec<Vec<[Summary; 3]>> = (0..rows.len())
+        .map(|_| (0..if placements > 1 { placements } else { 0 }).map(|_| Default::default()).collect())
+        .collect();
+    // Spinning, each server spins on for 2 ms past its last call, on the CPU the other one needs:
+    // before the raw calls and before tiercel's, the other side's server is let go quiet. (Without
+    // this pause, each block of calls ran while the server measured before it still spun on that
+    // CPU; over shared memory, with a binding per placement, tiercel's Null had a p99 of 17 µs.)
+    let quiet = || {
+        if spin {
+            std::thread::sleep(QUIET);
+        }
+    };
     'rounds: for round in 0..rounds {
         let p = round as usize % placements;
-        if placements > 1 {
-            // The last placement's servers spin on past their last call (2 ms) on the CPU the next
-            // one's need: let them go quiet first (without this pause, a run's tiercel Null had a
-            // p99 of 17 µs against 0.35-0.39 with it).
-            std::thread::sleep(Duration::from_millis(5));
-            place(p)?;
-        }
         for (i, row) in rows.iter_mut().enumerate() {
             if Instant::now() > deadline {
                 outln!("(time limit reached: rows hold fewer calls)");
                 break 'rounds;
+            }
+            quiet();
+            if i == 0 {
+                place(p)?;
             }
             // Each call timed with the tick counter (a few ns a reading; the system clock's two
             // readings added some 45 ns to every shared-memory round trip, raw and tiercel alike,
@@ -228,7 +250,11 @@ pub fn measure(
             for _ in 0..per_round {
                 let t = ticks();
                 if pings[i].round_trip()? {
-                    row.raw.record(Duration::from_nanos(elapsed_ns(t, ticks())));
+                    let d = Duration::from_nanos(elapsed_ns(t, ticks()));
+                    row.raw.record(d);
+                    if let Some(s) = placed[i].get_mut(p) {
+                        s[0].record(d);
+                    }
                 } else {
                     lost += 1;
                 }
@@ -237,13 +263,22 @@ pub fn measure(
                 for _ in 0..per_round {
                     let t = ticks();
                     ping.round_trip()?;
-                    raw.record(Duration::from_nanos(elapsed_ns(t, ticks())));
+                    let d = Duration::from_nanos(elapsed_ns(t, ticks()));
+                    raw.record(d);
+                    if let Some(s) = placed[i].get_mut(p) {
+                        s[1].record(d);
+                    }
                 }
             }
+            quiet();
             for _ in 0..per_round {
                 let t = ticks();
                 rpc_call(p, i, &mut out)?;
-                row.rpc.record(Duration::from_nanos(elapsed_ns(t, ticks())));
+                let d = Duration::from_nanos(elapsed_ns(t, ticks()));
+                row.rpc.record(d);
+                if let Some(s) = placed[i].get_mut(p) {
+                    s[2].record(d);
+                }
             }
         }
     }
@@ -255,10 +290,19 @@ pub fn measure(
             (row.raw, row.raw_like_tiercel) = (raw, true);
         }
     }
+    for (row, placed) in rows.iter_mut().zip(placed) {
+        let floor = usize::from(row.raw_like_tiercel);
+        row.raw_by_placement = placed.iter().map(|s| s[floor].median_us()).collect();
+        row.rpc_by_placement = placed.iter().map(|s| s[2].median_us()).collect();
+    }
     let retransmissions: u64 = clients.iter().map(|c| c.binding().stats().retransmissions).sum();
     outln!("tiercel retransmissions during the run: {retransmissions}");
     Ok(rows)
 }
+
+/// How long a spinning server (the raw echo's or tiercel's, `serve_pinned`) takes to stop spinning
+/// after its last call, and a margin.
+const QUIET: Duration = Duration::from_millis(4);
 
 /// Whether tiercel's median came out under the raw ping-pong's beneath it. A call does at least what
 /// the ping-pong does, so such a row's floor was not a fair one in that run (or, for a ratio near 1,
@@ -318,6 +362,15 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
                 "(each round on a placement of its own, {n} in all: a region of its own for the raw ping-pongs, a binding \
                  of its own for tiercel; on some machines a round trip's time depends on the cache lines it moves)"
             );
+            if let Some(null) = rows.first() {
+                let each: Vec<String> = null
+                    .raw_by_placement
+                    .iter()
+                    .zip(&null.rpc_by_placement)
+                    .map(|(raw, rpc)| format!("{raw:.3}/{rpc:.3}"))
+                    .collect();
+                outln!("({} by placement, raw/rpc median µs: {})", null.name, each.join(", "));
+            }
         }
         outln!(
             "(raw: row by row the faster of that ping-pong and the same moving its data as tiercel does, the reply in the \
@@ -353,6 +406,8 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
                 rpc_middle_mean_us: r.rpc.middle_mean_us(),
                 ratio_middle_mean: r.rpc.middle_mean_us() / r.raw.middle_mean_us(),
                 below_floor: below_floor(r),
+                raw_by_placement_us: r.raw_by_placement.clone(),
+                rpc_by_placement_us: r.rpc_by_placement.clone(),
             })
             .collect(),
     }

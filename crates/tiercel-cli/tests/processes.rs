@@ -161,6 +161,7 @@ fn bench_prints_every_row_against_its_baseline() {
     assert!(text.contains("raw = futex ping-pong") && text.contains("raw = UDP ping-pong"), "{text}");
     assert!(text.contains("raw = TCP ping-pong"), "{text}");
     assert_eq!(text.matches("(each round on a placement of its own, 2 in all").count(), 2, "both shm tables: {text}");
+    assert_eq!(text.matches("(Null by placement, raw/rpc median µs: ").count(), 2, "both shm tables: {text}");
     assert!(text.contains("ratio"), "{text}");
     assert!(text.contains("Secure calls over UDP and TCP"), "{text}");
     // The same tables as JSON.
@@ -209,6 +210,11 @@ fn bench_prints_every_row_against_its_baseline() {
             let below = r["rpc_median_us"].as_f64().unwrap() < r["raw_median_us"].as_f64().unwrap();
             assert_eq!(r["below_floor"].as_bool(), Some(below), "{r}");
             assert_eq!(r["calls"].as_u64(), Some(200));
+            // Each placement's medians, where there were several.
+            for side in ["raw_by_placement_us", "rpc_by_placement_us"] {
+                let each = r[side].as_array().map_or(0, |a| a.iter().filter(|v| v.as_f64() > Some(0.0)).count());
+                assert_eq!(each as u64, if placements > 1 { placements } else { 0 }, "{side}: {r}");
+            }
         }
     }
     // The printed tables name their rows under the floor, when there are any.
