@@ -290,10 +290,12 @@ pub fn measure(
             (row.raw, row.raw_like_tiercel) = (raw, true);
         }
     }
+    // The placements the rounds reached (all, unless the time limit cut the rounds short).
     for (row, placed) in rows.iter_mut().zip(placed) {
         let floor = usize::from(row.raw_like_tiercel);
-        row.raw_by_placement = placed.iter().map(|s| s[floor].median_us()).collect();
-        row.rpc_by_placement = placed.iter().map(|s| s[2].median_us()).collect();
+        let reached = || placed.iter().filter(|s| !s[2].is_empty());
+        row.raw_by_placement = reached().map(|s| s[floor].median_us()).collect();
+        row.rpc_by_placement = reached().map(|s| s[2].median_us()).collect();
     }
     let retransmissions: u64 = clients.iter().map(|c| c.binding().stats().retransmissions).sum();
     outln!("tiercel retransmissions during the run: {retransmissions}");

@@ -8,8 +8,8 @@
 //! The echo can hand over several regions (`--regions`), each a placement of the same ping-pong on
 //! other pages: on a machine where a round trip's time depends on which cache lines it moves (on
 //! the Intel VMs with `cldemote`, some lines bounce four times faster than others, and which ones
-//! changes from process to process), a floor measured over several placements meets the same luck
-//! as tiercel's calls over as many bindings. The client moves from one to another with a request
+//! changes from region to region and from run to run), a floor measured over several placements
+//! draws its luck as often as tiercel's calls over as many bindings. The client moves from one to another with a request
 //! that names the next ([`Connection::place`]).
 
 use std::io::Write;
@@ -229,7 +229,10 @@ impl Connection {
     /// Moves the ping-pongs to region `to` (of [`Connection::placements`]), telling the echo to
     /// watch it from now on.
     pub fn place(&mut self, to: usize, spin: bool) -> crate::Result<()> {
-        if to == self.active || to >= self.regions.len() {
+        if to >= self.regions.len() {
+            return Err(format!("no placement {to}: the echo handed over {}", self.regions.len()).into());
+        }
+        if to == self.active {
             return Ok(());
         }
         let r = &self.regions[self.active];
@@ -361,6 +364,7 @@ mod tests {
         let mut plain = ShmPingPong::new(&conn, 204, 100, false);
         let mut in_place = ShmPingPong::new(&conn, 204, 300, false).like_tiercel();
         let mut expected = [0u32; 3];
+        assert!(conn.borrow_mut().place(3, false).is_err(), "only three placements");
         for p in [0, 2, 1, 2, 0] {
             conn.borrow_mut().place(p, false).unwrap();
             for ping in [&mut plain, &mut in_place] {
