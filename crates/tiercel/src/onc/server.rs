@@ -467,19 +467,14 @@ fn accept(shared: &Arc<Shared>, listener: &TcpListener) {
             continue; // Dropped: closed at once.
         }
         let conn_shared = shared.clone();
-        let spawned = spawn("tiercel-onc-conn", move || {
-            let _ = serve_connection(&conn_shared, stream, peer);
-            conn_shared.connections.fetch_sub(1, Ordering::SeqCst);
+        let spawned = crate::server::spawn_kept(&shared.connection_threads, || {
+            spawn("tiercel-onc-conn", move || {
+                let _ = serve_connection(&conn_shared, stream, peer);
+                conn_shared.connections.fetch_sub(1, Ordering::SeqCst);
+            })
         });
-        match spawned {
-            Ok(thread) => {
-                let mut threads = shared.connection_threads.lock().unwrap_or_else(|p| p.into_inner());
-                threads.retain(|t| !t.is_finished());
-                threads.push(thread);
-            }
-            Err(_) => {
-                shared.connections.fetch_sub(1, Ordering::SeqCst);
-            }
+        if spawned.is_err() {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }

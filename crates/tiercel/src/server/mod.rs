@@ -613,3 +613,19 @@ crate::counters::counters! {
         given_back,
     }
 }
+
+/// Starts a thread with `spawn` and keeps its handle in `threads`, to be joined when the server
+/// stops (handles of threads that have ended are dropped first). The list's room is made before the
+/// thread starts: on a machine too busy to run this thread again soon, a push made after it started
+/// could come among that thread's first calls, which are to allocate nothing (the no-allocation
+/// test once failed on one allocation of 96 bytes, the size of a list's first room for four handles).
+pub(crate) fn spawn_kept(
+    threads: &std::sync::Mutex<Vec<JoinHandle<()>>>,
+    spawn: impl FnOnce() -> std::io::Result<JoinHandle<()>>,
+) -> std::io::Result<()> {
+    let mut kept = threads.lock().unwrap_or_else(|p| p.into_inner());
+    kept.retain(|t| !t.is_finished());
+    kept.reserve(1);
+    kept.push(spawn()?);
+    Ok(())
+}

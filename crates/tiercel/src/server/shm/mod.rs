@@ -264,15 +264,14 @@ fn bind(
     let (team, results) = new_team(shared, place, region, layout, charged);
     let watched = Arc::downgrade(&team);
     shared.shm_teams.lock().unwrap_or_else(|p| p.into_inner()).push(watched.clone());
-    let spawned = std::thread::Builder::new()
-        .name("tiercel-shm-binding".into())
-        .spawn(move || serve_first(&team, stream, results));
+    // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
+    let spawned = crate::server::spawn_kept(&shared.binding_threads, || {
+        std::thread::Builder::new()
+            .name("tiercel-shm-binding".into())
+            .spawn(move || serve_first(&team, stream, results))
+    });
     match spawned {
-        // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
-        Ok(thread) => {
-            let mut threads = shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
-            threads.retain(|t| !t.is_finished());
-            threads.push(thread);
+        Ok(()) => {
             // The first thread releases it when the binding ends.
             release.keep();
             Some(watched)

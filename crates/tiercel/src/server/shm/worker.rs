@@ -39,19 +39,16 @@ impl Team {
             return;
         };
         let team = self.clone();
-        let spawned = std::thread::Builder::new().name("tiercel-shm-helper".into()).spawn(move || {
-            team.shared.pin(binding_index(&team.shared) + at);
-            Worker::new(&team, at).help();
-            team.lanes[at].state.store(lane::FREE, Ordering::Release);
+        // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
+        let spawned = crate::server::spawn_kept(&self.shared.binding_threads, || {
+            std::thread::Builder::new().name("tiercel-shm-helper".into()).spawn(move || {
+                team.shared.pin(binding_index(&team.shared) + at);
+                Worker::new(&team, at).help();
+                team.lanes[at].state.store(lane::FREE, Ordering::Release);
+            })
         });
-        match spawned {
-            // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
-            Ok(thread) => {
-                let mut threads = self.shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
-                threads.retain(|t| !t.is_finished());
-                threads.push(thread);
-            }
-            Err(_) => self.lanes[at].state.store(lane::FREE, Ordering::Release),
+        if spawned.is_err() {
+            self.lanes[at].state.store(lane::FREE, Ordering::Release);
         }
     }
 }

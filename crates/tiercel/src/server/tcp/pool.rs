@@ -90,19 +90,14 @@ impl Pool {
         state.live += 1;
         drop(state);
         let (pool, job) = (self.clone(), (binding.clone(), first));
-        let spawned = std::thread::Builder::new().name("tiercel-tcp-binding".into()).spawn(move || pool.work(job));
-        match spawned {
-            // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
-            Ok(thread) => {
-                let mut threads = binding.shared.binding_threads.lock().unwrap_or_else(|p| p.into_inner());
-                threads.retain(|t| !t.is_finished());
-                threads.push(thread);
-            }
-            Err(_) => {
-                self.state().live -= 1;
-                binding.close();
-                StreamBinding::thread_ends(binding);
-            }
+        // Joined when the server stops, so that nothing of it outlives `RunningServer::stop`.
+        let spawned = crate::server::spawn_kept(&binding.shared.binding_threads, || {
+            std::thread::Builder::new().name("tiercel-tcp-binding".into()).spawn(move || pool.work(job))
+        });
+        if spawned.is_err() {
+            self.state().live -= 1;
+            binding.close();
+            StreamBinding::thread_ends(binding);
         }
     }
 
