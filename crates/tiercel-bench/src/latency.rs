@@ -76,11 +76,12 @@ pub struct Row {
 ///
 /// Over shared memory each round goes to a placement of its own: a region of its own for the raw
 /// ping-pongs and a binding of its own (its own region) for tiercel, at most 16. On the Intel VMs
-/// with `cldemote`, a round trip over some cache lines runs up to four times faster than over
-/// others, in patterns we have not explained: in scratch runs the fast lines differed from region to
-/// region, and sometimes every binding of one process was fast. Measured in one region each, the
-/// floor and tiercel each drew once, and either could come out at a quarter of the other; over
-/// several regions each draws several times, though a process's luck still shows.
+/// with `cldemote`, a round trip runs up to four times faster at some times than at others, in
+/// patterns we have not explained: in scratch runs the fast lines differed from region to region,
+/// sometimes every binding of one process was fast, and on another VM one slot of one binding went
+/// from 0.04 to 0.37 µs a Null from one 7-ms window to the next (so it is time as much as place).
+/// Measured in one region each, the floor and tiercel each drew once, and either could come out at
+/// a quarter of the other; over several regions, in interleaved rounds, each draws several times.
 pub fn measure(
     server_cpu: usize,
     medium: Medium,

@@ -6,11 +6,12 @@
 //! publish: the plain futex ping-pong).
 //!
 //! The echo can hand over several regions (`--regions`), each a placement of the same ping-pong on
-//! other pages: on a machine where a round trip's time depends on which cache lines it moves (on
-//! the Intel VMs with `cldemote`, some lines bounce four times faster than others, and which ones
-//! changes from region to region and from run to run), a floor measured over several placements
-//! draws its luck as often as tiercel's calls over as many bindings. The client moves from one to another with a request
-//! that names the next ([`Connection::place`]).
+//! other pages: on a machine where a round trip's time depends on which cache lines it moves and
+//! when (on the Intel VMs with `cldemote`, a line bounces up to four times faster at some times than
+//! at others, and which lines are fast changed from region to region and from run to run), a floor
+//! measured over several placements in interleaved rounds draws its luck as often as tiercel's
+//! calls over as many bindings. The client moves from one to another with a request that names the
+//! next ([`Connection::place`]).
 
 use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
