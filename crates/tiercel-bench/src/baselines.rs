@@ -111,7 +111,7 @@ pub fn run(server_cpu: usize, time: Duration, mut progress: impl FnMut()) -> cra
         let (_server, addr) = spawn(&args)?;
         let (name, mechanism, bytes) = match (echo, spin) {
             ("raw-echo", true) => ("raw UDP ping-pong", "loopback, both sides busy-poll", HEADER),
-            ("raw-echo", false) => ("raw UDP ping-pong", "loopback, both sides block in poll()", HEADER),
+            ("raw-echo", false) => ("raw UDP ping-pong", "loopback, both sides block in recv()", HEADER),
             ("raw-shm-echo", true) => ("raw shm ping-pong", "shared memory, both sides spin", 0),
             ("raw-shm-echo", false) => ("futex ping-pong", "shared memory, both sides sleep on futexes", 0),
             ("raw-tcp-echo", true) => ("raw TCP ping-pong", "loopback, TCP_NODELAY, both sides busy-poll", HEADER),

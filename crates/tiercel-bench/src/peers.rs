@@ -110,10 +110,12 @@ pub fn serve(args: ServeArgs) -> crate::Result<()> {
 
 /// Measures tiercel (UDP and TCP) and every peer. `calls`: timed calls per latency row; `time`: how
 /// long each throughput window runs. Every server runs from the start to the end: the latency rows
-/// are measured one system after another, then the throughput rows in `rounds` rounds, each of
-/// which measures every system at 1, 2, 4 and 8 callers in turn, so that drift of the machine hits
-/// them alike; a row's figures are its median window's (system calls and allocations are counted
-/// in the last round's, where perf can count them).
+/// are measured in `rounds` rounds, each of which times a share of every system's calls in turn
+/// (after 2,000 warm-up Nulls in the first round, 200 in the others), then the throughput rows in
+/// `rounds` rounds, each of which measures every system at 1, 2, 4 and 8 callers in turn, so that
+/// drift of the machine hits them alike; a latency row's figures are of all its calls, a throughput
+/// row's its median window's (system calls and allocations are counted in the last round's, where
+/// perf can count them).
 #[cfg(feature = "peers")]
 pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, rounds: u32) -> crate::Result<Vec<Row>> {
     // The allocator uprobes, added for the run and removed when it ends.
@@ -165,9 +167,21 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         systems.push((peer.name().to_string(), server.0.id(), System::Peer(peer, client)));
         peer_servers.push(server);
     }
+    // The latency rows in rounds too, every system in turn in each, so that a floor and the system
+    // above it meet the same moments of the machine (blocking round trips drift by a tenth).
+    let rounds = rounds.max(1);
+    let mut latency: Vec<(Summary, Summary)> = systems.iter().map(|_| (Summary::new(), Summary::new())).collect();
+    for round in 0..rounds {
+        let share = calls / rounds + u32::from(round < calls % rounds);
+        let warm = if round == 0 { 2_000 } else { 200 };
+        for ((_, _, system), (null, max)) in systems.iter().zip(&mut latency) {
+            let (n, m) = system.latency(&rt, share, warm)?;
+            null.add(&n);
+            max.add(&m);
+        }
+    }
     let mut rows = Vec::new();
-    for (name, _, system) in &systems {
-        let (null, max) = system.latency(&rt, calls)?;
+    for ((name, _, _), (null, max)) in systems.iter().zip(latency) {
         rows.push(Row {
             system: name.clone(),
             null_median_us: null.median_us(),
@@ -177,7 +191,6 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
             load: Vec::new(),
         });
     }
-    let rounds = rounds.max(1);
     let mut windows: Vec<Vec<Vec<Load>>> = (0..systems.len()).map(|_| vec![Vec::new(); CALLERS.len()]).collect();
     for round in 0..rounds {
         let counted = round + 1 == rounds;
@@ -223,14 +236,14 @@ enum RawWait {
 
 #[cfg(feature = "peers")]
 impl System {
-    /// One caller's Null and MaxResult latency: `calls` of each, alternating, after 2,000 Nulls.
-    fn latency(&self, rt: &tokio::runtime::Runtime, calls: u32) -> crate::Result<(Summary, Summary)> {
+    /// One caller's Null and MaxResult latency: `calls` of each, alternating, after `warm` Nulls.
+    fn latency(&self, rt: &tokio::runtime::Runtime, calls: u32, warm: u32) -> crate::Result<(Summary, Summary)> {
         match self {
-            System::Tiercel(client) => tiercel_latency(client, calls),
-            System::TiercelAsync(client) => tiercel_async_latency(rt, client, calls),
-            System::RawUdp(addr, wait) => raw_udp_latency(*addr, calls, *wait != RawWait::Block),
-            System::RawTcp(addr) => raw_tcp_latency(*addr, calls),
-            System::Peer(peer, client) => peer_latency(*peer, rt, client, calls),
+            System::Tiercel(client) => tiercel_latency(client, calls, warm),
+            System::TiercelAsync(client) => tiercel_async_latency(rt, client, calls, warm),
+            System::RawUdp(addr, wait) => raw_udp_latency(*addr, calls, warm, *wait != RawWait::Block),
+            System::RawTcp(addr) => raw_tcp_latency(*addr, calls, warm),
+            System::Peer(peer, client) => peer_latency(*peer, rt, client, calls, warm),
         }
     }
 
@@ -335,10 +348,10 @@ struct PerCall {
 }
 
 /// tiercel's one caller: Null and MaxResult, `calls` of each.
-fn tiercel_latency(client: &TestClient, calls: u32) -> crate::Result<(Summary, Summary)> {
+fn tiercel_latency(client: &TestClient, calls: u32, warm: u32) -> crate::Result<(Summary, Summary)> {
     let (mut null, mut max) = (Summary::new(), Summary::new());
     let mut out = vec![0u8; MAX_RESULT as usize];
-    for _ in 0..2_000 {
+    for _ in 0..warm {
         client.null()?;
     }
     for _ in 0..calls {
@@ -358,11 +371,12 @@ fn tiercel_async_latency(
     rt: &tokio::runtime::Runtime,
     client: &TestAsyncClient,
     calls: u32,
+    warm: u32,
 ) -> crate::Result<(Summary, Summary)> {
     rt.block_on(async {
         let (mut null, mut max) = (Summary::new(), Summary::new());
         let mut out = vec![0u8; MAX_RESULT as usize];
-        for _ in 0..2_000 {
+        for _ in 0..warm {
             client.null().await?;
         }
         for _ in 0..calls {
@@ -412,11 +426,11 @@ fn tiercel_async_load(
 /// its process on the server CPU; with `--spin` it spins 2 ms past each request) at `addr` answering
 /// datagrams of tiercel's sizes (its 56-byte header; MaxResult's 4-byte argument and 1440 bytes
 /// back), the caller spinning or blocking (`spin`) as the echo does.
-fn raw_udp_latency(addr: std::net::SocketAddr, calls: u32, spin: bool) -> crate::Result<(Summary, Summary)> {
+fn raw_udp_latency(addr: std::net::SocketAddr, calls: u32, warm: u32, spin: bool) -> crate::Result<(Summary, Summary)> {
     let mut null = PingPong::new(addr, HEADER, HEADER, spin)?;
     let mut max = PingPong::new(addr, HEADER + 4, HEADER + MAX_RESULT as usize, spin)?;
     let (mut null_times, mut max_times) = (Summary::new(), Summary::new());
-    for _ in 0..2_000 {
+    for _ in 0..warm {
         null.round_trip()?;
     }
     let time_one = |ping: &mut PingPong, into: &mut Summary| -> crate::Result<()> {
@@ -464,18 +478,20 @@ const TCP_FRAME: usize = crate::harness::Medium::Tcp.overhead();
 
 /// The blocking floor beneath tiercel over TCP: the raw TCP echo at `addr` (a thread per
 /// connection, blocking in its reads, on the server CPU) answering messages of tiercel's sizes, the
-/// caller blocking in its reads too.
-fn raw_tcp_latency(addr: std::net::SocketAddr, calls: u32) -> crate::Result<(Summary, Summary)> {
-    let mut null = TcpPingPong::new(addr, TCP_FRAME, TCP_FRAME, false)?;
-    let mut max = TcpPingPong::new(addr, TCP_FRAME + 4, TCP_FRAME + MAX_RESULT as usize, false)?;
+/// caller blocking in its reads too. Null and MaxResult alternate on one connection, as tiercel's
+/// alternate on its binding's one connection: two connections would have two threads of the echo
+/// take turns, each asleep through the other's round trip.
+fn raw_tcp_latency(addr: std::net::SocketAddr, calls: u32, warm: u32) -> crate::Result<(Summary, Summary)> {
+    let mut ping = TcpPingPong::new(addr, TCP_FRAME, TCP_FRAME, false)?;
+    let sizes = [(TCP_FRAME, TCP_FRAME), (TCP_FRAME + 4, TCP_FRAME + MAX_RESULT as usize)];
     let (mut null_times, mut max_times) = (Summary::new(), Summary::new());
-    for _ in 0..2_000 {
-        null.round_trip()?;
+    for _ in 0..warm {
+        ping.round_trip()?;
     }
     for _ in 0..calls {
-        for (ping, times) in [(&mut null, &mut null_times), (&mut max, &mut max_times)] {
+        for ((request, reply), times) in sizes.into_iter().zip([&mut null_times, &mut max_times]) {
             let t = Instant::now();
-            if !ping.round_trip()? {
+            if !ping.round_trip_of(request, reply)? {
                 return Err("the raw TCP echo went away".into());
             }
             times.record(t.elapsed());
@@ -506,12 +522,13 @@ fn peer_latency(
     rt: &tokio::runtime::Runtime,
     client: &Client,
     calls: u32,
+    warm: u32,
 ) -> crate::Result<(Summary, Summary)> {
     let failed = |e: tiercel_peers::Error| crate::Error::from(format!("{}: {e}", peer.name()));
     rt.block_on(async {
         let mut caller = client.caller().await?;
         let (mut null, mut max) = (Summary::new(), Summary::new());
-        for _ in 0..2_000 {
+        for _ in 0..warm {
             caller.null().await?;
         }
         for _ in 0..calls {
@@ -569,7 +586,7 @@ fn peer_load(
 pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
     outln!(
         "\nPeers: tiercel (default settings, over UDP and over TCP) against the raw UDP echo (one spinning thread; \
-         one caller spins,\nseveral block in poll, or with \"yield\" spin and yield the CPU between looks as \
+         one caller spins,\nseveral block in their receives, or with \"yield\" spin and yield the CPU between looks as \
          tiercel's do), tarpc, tonic (plain and over TLS) and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
          sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls. Each server in"
     );
@@ -578,8 +595,9 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
          CPU; one caller's"
     );
     outln!(
-        "latency ({calls} calls each of Null and of MaxResult, 1440 bytes), then Null calls/s of 1, 2, 4 and 8 \
-         callers on one"
+        "latency ({calls} calls each of Null and of MaxResult, 1440 bytes, alternating, in {} rounds with every system in \
+         turn), then Null calls/s of 1, 2, 4 and 8 callers on one",
+        rounds.max(1)
     );
     outln!(
         "binding, client or channel (tiercel's callers are threads, or with \"async\" tasks of the peers' runtime; the echoes' \
@@ -646,7 +664,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
     outln!(
         "tiercel's ratios to each peer (Null latency: peer / tiercel, so above 1× is tiercel faster; calls/s: \
          tiercel / peer);\nspinning tiercel against the spinning floors, blocking tiercel against the blocking one of its \
-         transport, both against the peers"
+         transport, both against the peers;\n\"!\": tiercel's latency under the raw floor beneath it (a broken floor, or a \
+         machine that changed speed between them)"
     );
     outln!(
         "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
@@ -670,17 +689,27 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         };
         for p in others.iter().filter(floor) {
             let rate = |r: &Row, i: usize| r.load.get(i).map_or(0.0, |l| l.calls_per_second);
-            let times = crate::asynch::times;
+            // A one-caller latency under the raw floor beneath it is marked: the floor is broken
+            // there, or the machine changed speed between them.
+            let under = p.system.starts_with("raw");
+            let times = |a: f64, b: f64| {
+                let ratio = crate::asynch::times(a, b);
+                if under && a > b && b > 0.0 {
+                    ratio + "!"
+                } else {
+                    ratio
+                }
+            };
             outln!(
                 "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
                 t.system,
                 p.system,
                 times(p.null_median_us, t.null_median_us),
                 times(p.max_result_median_us, t.max_result_median_us),
-                times(rate(t, 0), rate(p, 0)),
-                times(rate(t, 1), rate(p, 1)),
-                times(rate(t, 2), rate(p, 2)),
-                times(rate(t, 3), rate(p, 3))
+                crate::asynch::times(rate(t, 0), rate(p, 0)),
+                crate::asynch::times(rate(t, 1), rate(p, 1)),
+                crate::asynch::times(rate(t, 2), rate(p, 2)),
+                crate::asynch::times(rate(t, 3), rate(p, 3))
             );
         }
     }

@@ -1,5 +1,7 @@
 //! The raw UDP ping-pong the benchmark measures tiercel against: the same system calls (`sendmsg`,
-//! non-blocking `recv`/`recvfrom`, `poll`) with no protocol at all. A request's first four bytes say
+//! non-blocking `recv`/`recvfrom`) with no protocol at all; not spinning, each side blocks in its
+//! receive itself (one system call where tiercel looks, then waits in `poll` or `epoll_wait`, then
+//! receives), the cheapest blocking wait there is. A request's first four bytes say
 //! how long the reply must be; a request of several datagrams (a multi-packet transfer) says in its
 //! next eight how many datagrams it has and which transfer they belong to, and the echo replies
 //! once all have come.
@@ -77,6 +79,10 @@ fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
     if args.gro && !udp::enable_gro(socket) {
         return Err("this kernel refuses UDP_GRO".into());
     }
+    if !args.spin && !args.gro {
+        // Not spinning, the echo blocks in its receives, waking at least this often to see the time.
+        socket.set_read_timeout(Some(Duration::from_millis(100))).map_err(crate::Error::from)?;
+    }
     loop {
         let room = rx.len();
         if placing && message.len() < placed + room {
@@ -88,6 +94,10 @@ fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
         let (buf, at) = if placing { (&mut message[placed..placed + room], placed) } else { (&mut rx[..], 0) };
         let got = if args.gro {
             udp::recv_from_segments_nowait(socket, buf).map_err(crate::Error::from)?
+        } else if !args.spin {
+            udp::recv_from_wait(socket, buf)
+                .map_err(crate::Error::from)?
+                .map(|(received, from)| (udp::Segmented { received, segment: None }, from))
         } else {
             udp::recv_from_nowait(socket, buf)
                 .map_err(crate::Error::from)?
@@ -154,6 +164,11 @@ fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
         // block, so as not to take the CPU from the server measured next.
         if args.spin && (idle_checks < 4096 || last.elapsed() < SPIN_WHILE_IDLE) {
             core::hint::spin_loop();
+        } else if !args.spin && !args.gro {
+            // The receive itself blocked for its read timeout: the clock is read on every one.
+            if Instant::now() > end {
+                return Ok(());
+            }
         } else {
             let _ = udp::wait_readable(socket, Some(Duration::from_millis(100)));
         }
@@ -202,6 +217,10 @@ impl Stamps {
 impl PingPong {
     pub fn new(server: SocketAddr, request_len: usize, reply_len: usize, spin: bool) -> crate::Result<PingPong> {
         let socket = udp::connect(server).map_err(crate::Error::from)?;
+        if !spin {
+            // A blocking round trip waits in its receive, for a second at most.
+            socket.set_read_timeout(Some(Duration::from_secs(1))).map_err(crate::Error::from)?;
+        }
         let mut request = vec![0u8; request_len.max(4)];
         request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
         Ok(PingPong {
@@ -349,7 +368,13 @@ impl PingPong {
         let mut deadline: Option<Instant> = None;
         let mut looks = 0u32;
         loop {
-            if let Received::Datagram(n) = udp::recv_nowait(&self.socket, &mut self.rx).map_err(crate::Error::from)? {
+            let received = if self.spin {
+                udp::recv_nowait(&self.socket, &mut self.rx)
+            } else {
+                udp::recv_wait(&self.socket, &mut self.rx)
+            };
+            let received = received.map_err(crate::Error::from)?;
+            if let Received::Datagram(n) = received {
                 if let Some(s) = &mut self.stamps {
                     let t2 = ticks();
                     s.send += t1 - t0;
@@ -374,7 +399,8 @@ impl PingPong {
                 {
                     return Ok(false);
                 }
-            } else if !udp::wait_readable(&self.socket, Some(Duration::from_secs(1))).map_err(crate::Error::from)? {
+            } else if received == Received::Nothing {
+                // The receive waited its second for nothing.
                 return Ok(false);
             }
         }

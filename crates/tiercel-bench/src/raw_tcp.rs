@@ -118,6 +118,8 @@ pub struct TcpPingPong {
     stream: TcpStream,
     request: Vec<u8>,
     reply: Vec<u8>,
+    /// The request's and the reply's payload bytes of [`TcpPingPong::round_trip`].
+    sizes: (usize, usize),
     spin: bool,
     /// Never summed step by step (the breakdowns are of UDP and shared memory).
     pub stamps: Option<crate::raw::Stamps>,
@@ -129,16 +131,64 @@ impl TcpPingPong {
         let stream = TcpStream::connect(server).map_err(|e| format!("connecting to {server}: {e}"))?;
         stream.set_nodelay(true).and_then(|()| stream.set_nonblocking(spin)).map_err(crate::Error::from)?;
         let (request_len, reply_len) = (request_len.min(MAX), reply_len.min(MAX));
-        let mut request = vec![0u8; 8 + request_len];
-        request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
-        request[4..8].copy_from_slice(&(request_len as u32).to_le_bytes());
-        Ok(TcpPingPong { stream, request, reply: vec![0; reply_len], spin, stamps: None })
+        let (request, reply) = (vec![0u8; 8 + request_len], vec![0; reply_len]);
+        Ok(TcpPingPong { stream, request, reply, sizes: (request_len, reply_len), spin, stamps: None })
     }
 
-    /// One round trip; false if the echo went away.
+    /// One round trip of the sizes it was made with; false if the echo went away.
     pub fn round_trip(&mut self) -> crate::Result<bool> {
-        write_all(&mut self.stream, &self.request).map_err(crate::Error::from)?;
-        read_full(&mut self.stream, &mut self.reply, self.spin, Some(Duration::from_secs(10)))
+        self.round_trip_of(self.sizes.0, self.sizes.1)
+    }
+
+    /// One round trip of `request_len` payload bytes out and `reply_len` back on the same
+    /// connection, whatever sizes it was made with (so one connection, and one thread of the echo,
+    /// can alternate sizes as one binding's calls do); false if the echo went away. The buffers grow
+    /// to the largest sizes asked, once.
+    pub fn round_trip_of(&mut self, request_len: usize, reply_len: usize) -> crate::Result<bool> {
+        let (request_len, reply_len) = (request_len.min(MAX), reply_len.min(MAX));
+        if self.request.len() < 8 + request_len {
+            self.request.resize(8 + request_len, 0);
+        }
+        if self.reply.len() < reply_len {
+            self.reply.resize(reply_len, 0);
+        }
+        self.request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
+        self.request[4..8].copy_from_slice(&(request_len as u32).to_le_bytes());
+        write_all(&mut self.stream, &self.request[..8 + request_len]).map_err(crate::Error::from)?;
+        read_full(&mut self.stream, &mut self.reply[..reply_len], self.spin, Some(Duration::from_secs(10)))
             .map_err(crate::Error::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A blocking echo on loopback in a thread of its own, serving connections as `echo` does.
+    fn echo_thread() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let stream = stream.unwrap();
+                std::thread::spawn(move || serve_connection(stream, false));
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn one_connection_alternates_sizes_and_each_reply_is_as_long_as_asked() {
+        let mut ping = TcpPingPong::new(echo_thread(), 16, 16, false).unwrap();
+        for (request, reply) in [(16, 16), (20, 1456), (16, 16), (0, 70_000), (16, 16)] {
+            assert!(ping.round_trip_of(request, reply).unwrap());
+            // Nothing more is on the way: the next round trip's reply is its own, all of it.
+            assert!(ping.round_trip_of(4, 3).unwrap());
+            assert_eq!(&ping.reply[..3], &[0x5a; 3]);
+        }
+        // The sizes it was made with are still those of a plain round trip.
+        assert!(ping.round_trip().unwrap());
+        assert!(ping.round_trip_of(4, 3).unwrap());
+        assert!(ping.round_trip().unwrap());
     }
 }
