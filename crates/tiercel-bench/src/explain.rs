@@ -88,7 +88,7 @@ pub fn run(args: Args) -> crate::Result<()> {
                 continue;
             };
             let wake = raw_block[i].round_trip.mean_us() - raw_spin[i].round_trip.mean_us();
-            let what = if medium == Medium::Udp { "UDP: block in poll" } else { "shm: sleep on futexes" };
+            let what = if medium == Medium::Udp { "UDP: block in the kernel" } else { "shm: sleep on futexes" };
             estimates.push(Estimate {
                 change: format!("{what} instead of spinning (raw blocking − raw spinning round trip)"),
                 procedure: p.name(),

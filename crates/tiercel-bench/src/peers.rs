@@ -37,6 +37,9 @@ use crate::syscalls::{Counter, Probes};
 
 /// Callers of the throughput rows.
 pub const CALLERS: [u32; 4] = [1, 2, 4, 8];
+/// Rounds of the latency rows: each system's calls are timed in this many shares, every system in
+/// turn in each round.
+const LATENCY_ROUNDS: u32 = 40;
 /// MaxResult's result, as in Firefly Table I.
 const MAX_RESULT: u32 = 1440;
 
@@ -110,8 +113,8 @@ pub fn serve(args: ServeArgs) -> crate::Result<()> {
 
 /// Measures tiercel (UDP and TCP) and every peer. `calls`: timed calls per latency row; `time`: how
 /// long each throughput window runs. Every server runs from the start to the end: the latency rows
-/// are measured in `rounds` rounds, each of which times a share of every system's calls in turn
-/// (after 2,000 warm-up Nulls in the first round, 200 in the others), then the throughput rows in
+/// are measured in [`LATENCY_ROUNDS`] rounds, each of which times a share of every system's calls
+/// in turn (after 2,000 warm-up Nulls in the first round, 100 in the others), then the throughput rows in
 /// `rounds` rounds, each of which measures every system at 1, 2, 4 and 8 callers in turn, so that
 /// drift of the machine hits them alike; a latency row's figures are of all its calls, a throughput
 /// row's its median window's (system calls and allocations are counted in the last round's, where
@@ -167,13 +170,16 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         systems.push((peer.name().to_string(), server.0.id(), System::Peer(peer, client)));
         peer_servers.push(server);
     }
-    // The latency rows in rounds too, every system in turn in each, so that a floor and the system
-    // above it meet the same moments of the machine (blocking round trips drift by a tenth).
+    // The latency rows in short rounds, every system in turn in each, so that a floor and the
+    // system above it meet the same moments of the machine: a blocking round trip's median drifts
+    // from 65 to 85 µs from one 0.2-s stretch to the next on our VM, and in 5 rounds tiercel's
+    // blocking TCP Null came out under its floor in three runs of three, in 40 over it in both.
     let rounds = rounds.max(1);
+    let latency_rounds = LATENCY_ROUNDS.min(calls.max(1));
     let mut latency: Vec<(Summary, Summary)> = systems.iter().map(|_| (Summary::new(), Summary::new())).collect();
-    for round in 0..rounds {
-        let share = calls / rounds + u32::from(round < calls % rounds);
-        let warm = if round == 0 { 2_000 } else { 200 };
+    for round in 0..latency_rounds {
+        let share = calls / latency_rounds + u32::from(round < calls % latency_rounds);
+        let warm = if round == 0 { 2_000 } else { 100 };
         for ((_, _, system), (null, max)) in systems.iter().zip(&mut latency) {
             let (n, m) = system.latency(&rt, share, warm)?;
             null.add(&n);
@@ -597,7 +603,7 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
     outln!(
         "latency ({calls} calls each of Null and of MaxResult, 1440 bytes, alternating, in {} rounds with every system in \
          turn), then Null calls/s of 1, 2, 4 and 8 callers on one",
-        rounds.max(1)
+        LATENCY_ROUNDS.min(calls.max(1))
     );
     outln!(
         "binding, client or channel (tiercel's callers are threads, or with \"async\" tasks of the peers' runtime; the echoes' \
