@@ -39,7 +39,7 @@ use crate::syscalls::{Counter, Probes};
 pub const CALLERS: [u32; 4] = [1, 2, 4, 8];
 /// Rounds of the latency rows: each system's calls are timed in this many shares, every system in
 /// turn in each round.
-const LATENCY_ROUNDS: u32 = 40;
+pub const LATENCY_ROUNDS: u32 = 40;
 /// MaxResult's result, as in Firefly Table I.
 const MAX_RESULT: u32 = 1440;
 
