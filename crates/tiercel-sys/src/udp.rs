@@ -101,11 +101,22 @@ pub(crate) fn classify(len: usize, full: usize) -> Received {
 /// earlier send (`ECONNREFUSED`, no server listening) is reported as `Ok(Nothing)` after being
 /// consumed, since the caller's timers decide when a server is dead.
 pub fn recv_nowait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
-    match recv(socket, &mut *buf, RecvFlags::DONTWAIT | RecvFlags::TRUNC) {
-        Ok((_, full)) => Ok(classify(buf.len(), full)),
-        Err(rustix::io::Errno::AGAIN) => Ok(Received::Nothing),
-        Err(rustix::io::Errno::CONNREFUSED) => Ok(Received::Refused),
-        Err(e) => Err(e.into()),
+    recv_with(socket, buf, RecvFlags::DONTWAIT | RecvFlags::TRUNC)
+}
+
+/// One `recv` with `flags` on a connected socket: nothing waiting (or a read timeout passed) is
+/// `Nothing`, an ICMP error for an earlier send `Refused`; a blocking receive that a signal
+/// interrupted is taken again.
+#[inline]
+fn recv_with(socket: &UdpSocket, buf: &mut [u8], flags: RecvFlags) -> io::Result<Received> {
+    loop {
+        return match recv(socket, &mut *buf, flags) {
+            Ok((_, full)) => Ok(classify(buf.len(), full)),
+            Err(rustix::io::Errno::AGAIN) => Ok(Received::Nothing),
+            Err(rustix::io::Errno::CONNREFUSED) => Ok(Received::Refused),
+            Err(rustix::io::Errno::INTR) if !flags.contains(RecvFlags::DONTWAIT) => continue,
+            Err(e) => Err(e.into()),
+        };
     }
 }
 
@@ -124,14 +135,24 @@ pub fn recv_scattered_nowait(socket: &UdpSocket, parts: &mut [io::IoSliceMut<'_>
 
 /// Receives one datagram and its sender without blocking.
 pub fn recv_from_nowait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<(Received, SocketAddr)>> {
-    match recvfrom(socket, &mut *buf, RecvFlags::DONTWAIT | RecvFlags::TRUNC) {
-        Ok((_, full, Some(addr))) => {
-            let addr = SocketAddr::try_from(addr).map_err(|_| io::Error::other("non-IP sender address"))?;
-            Ok(Some((classify(buf.len(), full), addr)))
-        }
-        Ok((_, _, None)) => Ok(None),
-        Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::CONNREFUSED => Ok(None),
-        Err(e) => Err(e.into()),
+    recv_from_with(socket, buf, RecvFlags::DONTWAIT | RecvFlags::TRUNC)
+}
+
+/// One `recvfrom` with `flags`: `None` when nothing was waiting (or a read timeout passed) or for an
+/// ICMP error; a blocking receive that a signal interrupted is taken again.
+#[inline]
+fn recv_from_with(socket: &UdpSocket, buf: &mut [u8], flags: RecvFlags) -> io::Result<Option<(Received, SocketAddr)>> {
+    loop {
+        return match recvfrom(socket, &mut *buf, flags) {
+            Ok((_, full, Some(addr))) => {
+                let addr = SocketAddr::try_from(addr).map_err(|_| io::Error::other("non-IP sender address"))?;
+                Ok(Some((classify(buf.len(), full), addr)))
+            }
+            Ok((_, _, None)) => Ok(None),
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::CONNREFUSED => Ok(None),
+            Err(rustix::io::Errno::INTR) if !flags.contains(RecvFlags::DONTWAIT) => continue,
+            Err(e) => Err(e.into()),
+        };
     }
 }
 
@@ -140,32 +161,13 @@ pub fn recv_from_nowait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option
 /// ping-pong's cheapest wait, one system call where a look and a `poll` take three. An ICMP error
 /// for an earlier send is `Refused`; an interrupted receive is taken again.
 pub fn recv_wait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
-    loop {
-        return match recv(socket, &mut *buf, RecvFlags::TRUNC) {
-            Ok((_, full)) => Ok(classify(buf.len(), full)),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(rustix::io::Errno::AGAIN) => Ok(Received::Nothing),
-            Err(rustix::io::Errno::CONNREFUSED) => Ok(Received::Refused),
-            Err(e) => Err(e.into()),
-        };
-    }
+    recv_with(socket, buf, RecvFlags::TRUNC)
 }
 
 /// As [`recv_from_nowait`], blocking in the receive until a datagram comes or the socket's read
 /// timeout passes (then `None`), as [`recv_wait`] does.
 pub fn recv_from_wait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<(Received, SocketAddr)>> {
-    loop {
-        return match recvfrom(socket, &mut *buf, RecvFlags::TRUNC) {
-            Ok((_, full, Some(addr))) => {
-                let addr = SocketAddr::try_from(addr).map_err(|_| io::Error::other("non-IP sender address"))?;
-                Ok(Some((classify(buf.len(), full), addr)))
-            }
-            Ok((_, _, None)) => Ok(None),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::CONNREFUSED => Ok(None),
-            Err(e) => Err(e.into()),
-        };
-    }
+    recv_from_with(socket, buf, RecvFlags::TRUNC)
 }
 
 /// Blocks until the socket is readable or `timeout` passes (forever if `None`). Returns whether it
