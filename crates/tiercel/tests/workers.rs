@@ -293,18 +293,20 @@ fn every_thread_that_runs_a_call_is_pinned_as_the_config_says_on_every_transport
     }
 }
 
-/// The inode of this process's UDP socket bound to `port` (from /proc/net/udp and udp6).
+/// The inode of this process's UDP socket bound to `port` (from /proc/net/udp and udp6). Those
+/// tables are read a page at a time and may skip a socket while other tests open and close theirs,
+/// so they are read again until it shows.
 fn udp_socket_inode(port: u16) -> u64 {
-    let table = ["/proc/net/udp", "/proc/net/udp6"].map(|p| std::fs::read_to_string(p).unwrap_or_default()).concat();
-    table
-        .lines()
-        .filter_map(|l| {
+    let find = || {
+        let table =
+            ["/proc/net/udp", "/proc/net/udp6"].map(|p| std::fs::read_to_string(p).unwrap_or_default()).concat();
+        table.lines().find_map(|l| {
             let fields: Vec<&str> = l.split_whitespace().collect();
             let local_port = fields.get(1)?.rsplit(':').next()?;
             (u16::from_str_radix(local_port, 16).ok()? == port).then(|| fields.get(9)?.parse().ok())?
         })
-        .next()
-        .unwrap_or_else(|| panic!("no UDP socket on port {port}"))
+    };
+    (0..50).find_map(|_| find()).unwrap_or_else(|| panic!("no UDP socket on port {port}"))
 }
 
 /// The inodes of the files in this process's epoll sets (the `tfd` lines of each set's fdinfo).
