@@ -2,13 +2,14 @@
 //! of each client arriving at `--listen` go on to `--to` from a socket of the client's own, and
 //! the answers come back the same way; every datagram is looked at as it passes, a bit of every
 //! `--flip-every`th one (each way) is flipped, and every `--replay-every`th one from a client is
-//! sent twice. After `--seconds` it prints what it saw on one line and ends:
+//! sent twice. After `--seconds` (or, with `--until-stdin-closes`, once its standard input closes,
+//! if sooner) it prints what it saw on one line and ends:
 //! `relayed up=U down=D marker=M flipped=F replayed=R` (`marker`: datagrams that held the marker's
 //! bytes in the clear).
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,9 +31,13 @@ pub struct Args {
     /// Send every Nth datagram from a client twice (0: none).
     #[arg(long, default_value_t = 0)]
     replay_every: u64,
-    /// How long to relay.
+    /// How long to relay at most.
     #[arg(long)]
     seconds: u64,
+    /// End sooner, once standard input closes (so that a test ends the relay when its calls are
+    /// done, however long a loaded machine made them take, rather than guessing a time).
+    #[arg(long)]
+    until_stdin_closes: bool,
 }
 
 /// What the relay saw.
@@ -67,11 +72,20 @@ pub fn run(args: Args) -> crate::Result<()> {
     front.set_read_timeout(Some(tick))?;
     let seen = Arc::new(Seen::default());
     let until = Instant::now() + Duration::from_secs(args.seconds);
+    let closed = Arc::new(AtomicBool::new(false));
+    if args.until_stdin_closes {
+        let closed = closed.clone();
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            closed.store(true, Ordering::Relaxed);
+        });
+    }
+    let going = move || Instant::now() < until && !closed.load(Ordering::Relaxed);
     let marker = args.marker.into_bytes();
     let mut backs: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
     let mut threads = Vec::new();
     let mut buf = vec![0u8; 70_000];
-    while Instant::now() < until {
+    while going() {
         let Ok((n, from)) = front.recv_from(&mut buf) else { continue };
         let back = match backs.get(&from) {
             Some(back) => back.clone(),
@@ -85,9 +99,10 @@ pub fn run(args: Args) -> crate::Result<()> {
                 back.set_read_timeout(Some(tick))?;
                 backs.insert(from, back.clone());
                 let (b, f, s, m, flip) = (back.clone(), front.clone(), seen.clone(), marker.clone(), args.flip_every);
+                let going = going.clone();
                 threads.push(std::thread::spawn(move || {
                     let mut buf = vec![0u8; 70_000];
-                    while Instant::now() < until {
+                    while going() {
                         let Ok(n) = b.recv(&mut buf) else { continue };
                         let count = s.down.fetch_add(1, Ordering::Relaxed) + 1;
                         s.pass(&mut buf[..n], count, flip, &m);
