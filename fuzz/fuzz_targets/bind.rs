@@ -12,7 +12,7 @@ use tiercel_proto::bind::{
     BindClient, BindDecision, BindEvent, BindServer, Challenges, InterfaceSpec, Keyed, ProcedureShape, Rendezvous,
     ServerAuth,
 };
-use tiercel_proto::wire::{Packet, HEADER_LEN};
+use tiercel_proto::wire::{checksum, flags, Packet, CHECKSUM_LEN, HEADER_LEN};
 
 /// A keyed hash good enough to tell secrets and transcripts apart (the fuzzer should not have to
 /// break BLAKE3 to reach the code after a proof).
@@ -44,6 +44,16 @@ impl Challenges for Toy {
     }
 }
 
+/// An answer as the transport sends it: with a checksum trailer when the request had one (the bind
+/// machine marks the answer so, and leaves the trailer to the sender, as for every packet).
+fn as_sent(request: &Packet<&[u8]>, mut answer: Vec<u8>) -> Vec<u8> {
+    if request.flags() & flags::CHECKSUM != 0 {
+        let sum = checksum([&answer[..]]).to_le_bytes();
+        answer.extend_from_slice(&sum);
+    }
+    answer
+}
+
 const BANK: InterfaceSpec<'static> = InterfaceSpec {
     name: "Bank",
     id: 10,
@@ -67,7 +77,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(p) = Packet::new_checked(packet) {
         match server.on_request(&p, b"peer", budget) {
             BindDecision::Answer { packet: answer, .. } => {
-                assert!(answer.len() <= budget.max(HEADER_LEN + 24), "{} for a budget of {budget}", answer.len());
+                let answer = as_sent(&p, answer);
+                let most = budget.max(HEADER_LEN + 24 + CHECKSUM_LEN);
+                assert!(answer.len() <= most, "{} for a budget of {budget}", answer.len());
                 Packet::new_checked(&answer[..]).expect("answers are valid packets");
             }
             BindDecision::Admit(a) => {
@@ -77,9 +89,9 @@ fuzz_target!(|data: &[u8]| {
                     let proof = req.proof.expect("with a secret, admitted requests carry a proof");
                     assert!(secret.verify(&req.proof_transcript(&proof.challenge), &proof.mac));
                 }
-                let grant = a.grant(&server, 1, 2, 3, 0);
+                let grant = as_sent(&p, a.grant(&server, 1, 2, 3, 0));
                 Packet::new_checked(&grant[..]).expect("grants are valid packets");
-                let place = a.rendezvous(&server, Rendezvous { name: [1; 16], pid: 2, uid: 3 });
+                let place = as_sent(&p, a.rendezvous(&server, Rendezvous { name: [1; 16], pid: 2, uid: 3 }));
                 Packet::new_checked(&place[..]).expect("rendezvous answers are valid packets");
             }
             BindDecision::Malformed => {}
