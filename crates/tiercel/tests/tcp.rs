@@ -7,6 +7,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use tiercel::{CallError, Client, ClientConfig, Execution, In, InOut, Out, Server, ServerConfig, Transport};
+use tiercel_proto::bind::BindClient;
 use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
 
 mod tcp_common;
@@ -138,7 +139,17 @@ fn bad_frames_and_slow_handshakes_are_dropped_and_counted() {
     s.write_all(&100u32.to_le_bytes()).unwrap();
     s.write_all(&[0xab; 100]).unwrap();
     assert!(closed(&mut s));
-    assert_eq!(server.stats().malformed, 2);
+    // A well-formed bind request flagged for a checksum trailer, with a good one: streams carry no
+    // trailers, so it is refused unanswered rather than answered with a trailer missing.
+    let info = <TestClient as tiercel::Import>::INFO;
+    let mut request = BindClient::new(&tiercel_seeds::bind_spec(info), 0, 7, true).packet();
+    request.extend_from_slice(&tiercel_proto::wire::checksum([&request[..]]).to_le_bytes());
+    tiercel_proto::wire::Packet::new_checked(&request[..]).expect("a valid checksummed request");
+    let mut s = raw(&server);
+    s.write_all(&tiercel_proto::stream::prefix(request.len())).unwrap();
+    s.write_all(&request).unwrap();
+    assert!(closed(&mut s));
+    assert_eq!(server.stats().malformed, 3);
     // A connection that never completes the bind exchange is closed after the handshake time.
     let started = Instant::now();
     let mut silent = raw(&server);
