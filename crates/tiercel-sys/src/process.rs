@@ -29,9 +29,10 @@ pub fn append_nofollow(path: &std::path::Path) -> std::io::Result<std::fs::File>
 /// through `SO_REUSEPORT`).
 ///
 /// Asked of the kernel with one sock_diag dump per address family, filtered by port and state in
-/// the kernel: the sockets of one port are listed from one bucket of the kernel's table at once, so
-/// that sockets opened and closed meanwhile on other ports cannot hide one (reading
-/// `/proc/net/udp`, a page at a time, can skip a socket when the table changes between pages).
+/// the kernel: the kernel walks its table once for the dump, and the few sockets of a port fit its
+/// first message, so that sockets opened and closed meanwhile on other ports cannot hide one (UDP's
+/// sockets of a port share one bucket, walked under its lock); `/proc/net/udp` is walked again for
+/// each page read, and a socket can be skipped when the table changes between pages.
 /// Where the kernel has no sock_diag for the protocol, the `/proc/net` tables are read instead.
 pub fn socket_owner(tcp: bool, addr: std::net::SocketAddr) -> Option<u32> {
     use std::net::IpAddr;
