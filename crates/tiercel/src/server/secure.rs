@@ -7,7 +7,7 @@ use std::time::Instant;
 use std::sync::atomic::Ordering;
 
 use tiercel_proto::bind::{Admission, BindDecision, BindServer};
-use tiercel_proto::wire::{Kind, Packet};
+use tiercel_proto::wire::{flags, Kind, Packet};
 
 use super::{Door, Shared};
 use crate::secure::{Responder, Session};
@@ -201,7 +201,10 @@ impl Shared {
             return Hello::Unreadable;
         };
         let Ok(p) = Packet::new_checked(&opened[..n]) else { return dropped() };
-        if p.kind() != Kind::Bind {
+        // A sealed packet carries no checksum trailer, and a secure client never asks for one: a
+        // request flagged for one is dropped, rather than answered with a packet flagged for a
+        // trailer that no sender adds to a sealed one (its sender could not read it).
+        if p.kind() != Kind::Bind || p.flags() & flags::CHECKSUM != 0 {
             return dropped();
         }
         let machine = self.bind_machine(door);
@@ -230,6 +233,42 @@ mod tests {
     use super::HandshakeBudget;
     use std::net::IpAddr;
     use std::time::Instant;
+
+    #[test]
+    fn a_sealed_bind_request_flagged_for_a_checksum_trailer_is_dropped_unanswered() {
+        use crate::secure::{Cipher, Hello};
+        use tiercel_proto::bind::BindClient;
+        use tiercel_proto::wire::Packet;
+        let key = crate::Identity::generate().unwrap();
+        let config = crate::ServerConfig { key: Some(key.clone()), shared_memory: false, ..Default::default() };
+        let server = crate::Server::bind("127.0.0.1:0").unwrap().with_config(config).start().unwrap();
+        let me = crate::Identity::generate().unwrap();
+        let psk = crate::auth::psk(None);
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_read_timeout(Some(std::time::Duration::from_millis(500))).unwrap();
+        // A request for the server's key, sealed in a handshake; the answer opened, if one comes.
+        let ask = |checksum: bool| {
+            let mut request = BindClient::asking_key(7, checksum).packet();
+            if checksum {
+                // With the trailer UDP's sender adds to a plain packet so flagged.
+                let sum = tiercel_proto::wire::checksum([&request[..]]);
+                request.extend_from_slice(&sum.to_le_bytes());
+            }
+            let mut hello = Hello::new(&me, &key.public(), &psk, Cipher::default(), &request).unwrap();
+            socket.send_to(&hello.datagram, server.addr()).unwrap();
+            let mut buf = [0u8; 2048];
+            let n = socket.recv(&mut buf).ok()?;
+            let mut out = [0u8; 2048];
+            let (n, _) = hello.welcome(&buf[..n], &mut out).expect("the answer opens");
+            Some(out[..n].to_vec())
+        };
+        let dropped = server.stats().handshakes_dropped;
+        assert_eq!(ask(true), None, "a flagged request is answered");
+        assert_eq!(server.stats().handshakes_dropped, dropped + 1);
+        // The same request unflagged is answered, with a packet its sender reads.
+        let answer = ask(false).expect("an unflagged request is answered");
+        assert!(Packet::new_checked(&answer[..]).is_ok(), "the answer is a valid packet: {answer:?}");
+    }
 
     #[test]
     fn one_address_takes_at_most_a_quarter_of_the_budget_and_the_others_share_the_rest() {
