@@ -118,6 +118,10 @@ pub struct Account {
 pub struct Handoff {
     pub to_server_us: f64,
     pub to_client_us: f64,
+    /// What the raw baselines give each way (the spinning one's one way; without a spin budget,
+    /// the blocking one's in the share of calls whose receiving side slept).
+    pub raw_to_server_us: f64,
+    pub raw_to_client_us: f64,
     pub wait_us: f64,
     pub calls: u64,
 }

@@ -629,6 +629,21 @@ fn explain_accounts_for_every_step_and_writes_json_and_a_plot() {
             assert!(h["calls"].as_u64().unwrap() > 0, "{h}");
             assert!(to_server > 0.0 && to_client > 0.0, "{h}");
             assert!(to_server + to_client <= h["wait_us"].as_f64().unwrap() + 1e-6, "{h}");
+            assert!(h["raw_to_server_us"].as_f64().unwrap() > 0.0 && h["raw_to_client_us"].as_f64().unwrap() > 0.0);
+            // The wire lines are those two ways, so that the lines partition each call's time: with
+            // every call's marks recorded, the steps add up to the whole.
+            let wire: Vec<f64> = a["lines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|l| l["side"] == "wire")
+                .map(|l| l["mean_us"].as_f64().unwrap())
+                .collect();
+            assert_eq!(wire, [to_server, to_client], "{steps:?}");
+            if h["calls"] == a["calls"] {
+                let gap = a["gap_percent"].as_f64().unwrap();
+                assert!(gap.abs() < 1.0, "the steps miss the whole by {gap}%: {steps:?}");
+            }
         } else {
             assert!(h.is_null(), "{h}");
         }

@@ -1,6 +1,8 @@
 //! A call's time set out as steps that add up to the whole: each step measured on the running
-//! system, the wire and the kernel from the raw ping-pong of the same run, and the difference
-//! from the measured call printed with where it lies.
+//! system; the wire and the kernel from the raw ping-pong of the same run over UDP, and through
+//! shared memory the two ways between client and server as measured across the two CPUs (the raw
+//! ping-pong's one way beside them); and the difference from the measured call printed with where
+//! it lies.
 
 use super::*;
 
@@ -10,6 +12,11 @@ use super::*;
 /// the rest the spinning baseline's (`spinning`, the raw ping-pong of the same sizes with both sides
 /// spinning). With `sealed`, the calls were made on a secure UDP binding: their sealing and opening
 /// are steps of their own, and the raw baseline is the plain datagrams' (32 bytes shorter each).
+/// Through shared memory, where the server runs in the caller's process and both sides' marks were
+/// recorded, each way is the mean time from one side's mark to the other's (the client's publish to
+/// the server's mark that the call arrived; the server's mark that the result is ready to the
+/// client's that it arrived), so the lines partition each call's time: the server's publish lies
+/// inside the way back, and the raw ping-pong's one way is printed beside each way.
 #[allow(clippy::too_many_arguments)]
 pub fn account(
     medium: Medium,
@@ -25,6 +32,12 @@ pub fn account(
         (Medium::Udp, false) => (CLIENT_UDP, SERVER),
         _ => (CLIENT_SHM, SERVER),
     };
+    // Through shared memory the two ways as measured across the CPUs, when both sides' marks were
+    // recorded (the server in this process).
+    let across = match medium {
+        Medium::Shm => steps::handoffs(&m.steps),
+        _ => None,
+    };
     let mut lines = Vec::new();
     let chain = |side: &'static str, points: &[Point], lines: &mut Vec<Line>| -> f64 {
         let mut sum = 0.0;
@@ -33,10 +46,16 @@ pub fn account(
                 Some(us) => (w[1].describe().to_string(), us),
                 None => (format!("{} (not recorded)", w[1].describe()), 0.0),
             };
-            // Spinning, a side's publishing fence overlaps the cache-line transfer it starts; without a
-            // spin budget publishing also wakes a sleeping peer, a system call that the raw baseline's
-            // one-way time leaves out (its sides wake each other outside the timed wait): then it is added.
-            let overlapped = medium == Medium::Shm && spin && matches!(w[1], Point::Sent | Point::ResultSent);
+            // Measured across the CPUs, the way back starts at the server's mark that the result is
+            // ready: its publish (and any wake-up) lies inside it, the client's before the way out.
+            // From the raw baseline instead: spinning, a side's publishing fence overlaps the
+            // cache-line transfer it starts; without a spin budget publishing also wakes a sleeping
+            // peer, a system call that the raw baseline's one-way time leaves out (its sides wake
+            // each other outside the timed wait): then it is added.
+            let overlapped = match across {
+                Some(_) => w[1] == Point::ResultSent,
+                None => medium == Medium::Shm && spin && matches!(w[1], Point::Sent | Point::ResultSent),
+            };
             if !overlapped {
                 sum += mean_us;
             }
@@ -55,8 +74,12 @@ pub fn account(
     let (client_slept, server_slept) =
         if spin { (0.0, 0.0) } else { ((m.sleeps.0 as f64 / calls).min(1.0), (m.sleeps.1 as f64 / calls).min(1.0)) };
     let (woken, spun) = (one_way(raw), one_way(spinning));
-    let to_server = if spin { spun } else { server_slept * woken + (1.0 - server_slept) * spun };
-    let to_client = if spin { spun } else { client_slept * woken + (1.0 - client_slept) * spun };
+    let raw_to_server = if spin { spun } else { server_slept * woken + (1.0 - server_slept) * spun };
+    let raw_to_client = if spin { spun } else { client_slept * woken + (1.0 - client_slept) * spun };
+    let (to_server, to_client) = match &across {
+        Some(h) => (h.to_server.mean_ns() / 1e3, h.to_client.mean_ns() / 1e3),
+        None => (raw_to_server, raw_to_client),
+    };
     // Through shared memory, each baseline is the faster of two ping-pongs (see `RawRun`): say which.
     let as_tiercel = |r: &Raw| if r.like_tiercel { ", reply in place" } else { "" };
     let (wake, transfer) = match medium {
@@ -70,10 +93,18 @@ pub fn account(
     };
     let way = |to: &str, slept: f64| {
         let path = if medium == Medium::Udp { "kernel and loopback" } else { "shared memory" };
-        if spin {
-            format!("{path} to the {to}, {transfer}")
-        } else {
-            format!("{path} to the {to}: {wake} in {:.0}% of calls, else {transfer}", 100.0 * slept)
+        // Measured across the CPUs: the raw ping-pongs' one way beside it.
+        let (raw_wake, raw_spin) =
+            (format!("raw futex ping-pong{}", as_tiercel(raw)), format!("raw shm ping-pong{}", as_tiercel(spinning)));
+        match (&across, spin) {
+            (Some(_), true) => format!("{path} to the {to}, measured ({raw_spin}: {spun:.3})"),
+            (Some(_), false) => format!(
+                "{path} to the {to}, measured, the {to} asleep in {:.0}% of calls ({raw_wake}: {woken:.3}; \
+                 {raw_spin}: {spun:.3})",
+                100.0 * slept
+            ),
+            (None, true) => format!("{path} to the {to}, {transfer}"),
+            (None, false) => format!("{path} to the {to}: {wake} in {:.0}% of calls, else {transfer}", 100.0 * slept),
         }
     };
     lines.push(Line { side: "wire", step: way("server", server_slept), mean_us: to_server, overlapped: false });
@@ -89,10 +120,12 @@ pub fn account(
     let measured =
         client.windows(2).map(|w| step_us(&m.steps, w[0], w[1])).sum::<Option<f64>>().unwrap_or(m.on_mean_us);
     let gap = measured - sum;
-    let handoff = match (medium, steps::handoffs(&m.steps)) {
+    let handoff = match (medium, across) {
         (Medium::Shm, Some(h)) => Some(Handoff {
             to_server_us: h.to_server.mean_ns() / 1e3,
             to_client_us: h.to_client.mean_ns() / 1e3,
+            raw_to_server_us: raw_to_server,
+            raw_to_client_us: raw_to_client,
             wait_us: h.wait.mean_ns() / 1e3,
             calls: h.wait.count,
         }),
@@ -184,7 +217,15 @@ pub fn print_account(a: &Account, placement: &str) {
             (a.raw_wait_us - a.raw_turnaround_us).max(0.0) / 2.0
         );
     }
-    if a.waiting == "block" {
+    if a.waiting == "block" && a.handoff.is_some() {
+        outln!(
+            "  without a spin budget the client slept in {:.0}% of the calls and the server in {:.0}%: the wire lines \
+             are the ways\n  measured, wake-ups included, beside the one way of the blocking and the spinning raw \
+             ping-pongs.",
+            a.client_slept_percent,
+            a.server_slept_percent
+        );
+    } else if a.waiting == "block" {
         outln!(
             "  without a spin budget the client slept in {:.0}% of the calls and the server in {:.0}%: the wire lines \
              charge\n  those the blocking baseline, the others the spinning one.",
@@ -194,6 +235,10 @@ pub fn print_account(a: &Account, placement: &str) {
     }
     if a.gap_percent.abs() > 10.0 {
         let why = match (a.transport, a.waiting) {
+            ("shm", _) if a.handoff.is_some() => {
+                "  Through shared memory the two ways were measured across the CPUs, so that the lines cover each call's \
+                 time: the\n  difference comes from calls some of whose marks were not recorded."
+            }
             ("shm", "spin") => {
                 "  Through shared memory a side's publishing store and fence overlap the cache-line transfer they \
                  start, and the raw\n  ping-pong has no fence: the split between steps and transfer is approximate."
