@@ -72,10 +72,19 @@ fuzz_target!(|data: &[u8]| {
     // carries its requests; plain ones are refused).
     let key_required = packet.len() % 2 == 1;
     let key = key_required.then_some(&[9; 32]);
-    let server = BindServer { exports: &[BANK], auth, incarnation: 7, max_datagram, key_required, key };
+    // A datagram server's transport adds checksum trailers; a stream's (no datagram size) does not.
+    let trailers = max_datagram != 0;
+    let server = BindServer { exports: &[BANK], auth, incarnation: 7, max_datagram, key_required, key, trailers };
     let budget = usize::from(selector >> 2) * 16;
     if let Ok(p) = Packet::new_checked(packet) {
-        match server.on_request(&p, b"peer", budget) {
+        let decision = server.on_request(&p, b"peer", budget);
+        if !trailers && p.flags() & flags::CHECKSUM != 0 {
+            assert!(
+                matches!(decision, BindDecision::Malformed),
+                "a request flagged for a trailer the transport never adds"
+            );
+        }
+        match decision {
             BindDecision::Answer { packet: answer, .. } => {
                 let answer = as_sent(&p, answer);
                 let most = budget.max(HEADER_LEN + 24 + CHECKSUM_LEN);

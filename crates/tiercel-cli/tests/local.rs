@@ -335,6 +335,7 @@ fn lying_server(rendezvous: Rendezvous) -> (SocketAddr, Arc<AtomicBool>) {
             key_required: false,
             key: None,
             max_datagram: 1400,
+            trailers: true,
         };
         let mut buf = [0u8; 2048];
         while !stopped.load(Ordering::Relaxed) {

@@ -102,6 +102,7 @@ fn grant_only(fake: &UdpSocket, info: &tiercel::InterfaceInfo, granted: u16) {
         key_required: false,
         key: None,
         max_datagram: 1472,
+        trailers: true,
     };
     let mut buf = [0u8; 2048];
     let (n, from) = fake.recv_from(&mut buf).unwrap();

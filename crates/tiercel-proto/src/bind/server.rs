@@ -45,6 +45,11 @@ pub struct BindServer<'a> {
     /// The server's static public key, if it has one: told to a client that asks for it
     /// ([`KeyAnswer`]), which then binds securely with it.
     pub key: Option<&'a [u8; 32]>,
+    /// Whether the transport adds the checksum trailer that the answer to a request flagged
+    /// `CHECKSUM` is flagged for (UDP's plain packets). Where it does not (a stream, a sealed
+    /// packet), such a request is malformed, rather than answered with a packet its sender cannot
+    /// parse.
+    pub trailers: bool,
 }
 
 /// Why a request got an answer instead of a binding.
@@ -122,6 +127,9 @@ impl BindServer<'_> {
     /// sends more than it was sent before the peer has proven anything).
     pub fn on_request(&self, p: &Packet<&[u8]>, peer: &[u8], budget: usize) -> BindDecision {
         let flags = p.flags() & flags::CHECKSUM;
+        if flags != 0 && !self.trailers {
+            return BindDecision::Malformed;
+        }
         let answer = |status, payload: &[u8], refused| BindDecision::Answer {
             packet: self.packet(Kind::Reject, status, flags, 0, 0, payload),
             refused,

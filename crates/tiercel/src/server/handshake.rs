@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::{Admission, BindDecision};
 use tiercel_proto::endpoint::{HandshakeLimits, Handshakes};
-use tiercel_proto::wire::{flags, Packet};
+use tiercel_proto::wire::Packet;
 
 use super::Shared;
 
@@ -193,12 +193,6 @@ fn step(shared: &Shared, door: super::Door, exchange: &mut impl Exchange, answer
         return Step::Hello(request);
     }
     let Ok(p) = Packet::new_checked(&request[..]) else { return malformed() };
-    // A stream carries no checksum trailers, and its clients never ask for one: a request flagged
-    // for one is malformed, rather than answered with a packet flagged for a trailer that the
-    // stream would not add (UDP's sender adds it).
-    if p.flags() & flags::CHECKSUM != 0 {
-        return malformed();
-    }
     let machine = shared.bind_machine(door);
     match machine.on_request(&p, peer, crate::rendezvous::MAX_MESSAGE) {
         BindDecision::Malformed => malformed(),

@@ -467,6 +467,8 @@ impl Shared {
             max_datagram,
             key_required,
             key: self.config.key.as_ref().map(crate::Identity::public_bytes),
+            // Only UDP's plain packets carry a checksum trailer.
+            trailers: door == Door::Udp,
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 use std::sync::atomic::Ordering;
 
 use tiercel_proto::bind::{Admission, BindDecision, BindServer};
-use tiercel_proto::wire::{flags, Kind, Packet};
+use tiercel_proto::wire::{Kind, Packet};
 
 use super::{Door, Shared};
 use crate::secure::{Responder, Session};
@@ -201,10 +201,7 @@ impl Shared {
             return Hello::Unreadable;
         };
         let Ok(p) = Packet::new_checked(&opened[..n]) else { return dropped() };
-        // A sealed packet carries no checksum trailer, and a secure client never asks for one: a
-        // request flagged for one is dropped, rather than answered with a packet flagged for a
-        // trailer that no sender adds to a sealed one (its sender could not read it).
-        if p.kind() != Kind::Bind || p.flags() & flags::CHECKSUM != 0 {
+        if p.kind() != Kind::Bind {
             return dropped();
         }
         let machine = self.bind_machine(door);

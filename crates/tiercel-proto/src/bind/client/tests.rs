@@ -39,7 +39,7 @@ const BANK: InterfaceSpec<'static> = InterfaceSpec {
 };
 
 fn server<'a>(exports: &'a [InterfaceSpec<'a>], auth: Option<ServerAuth<'a>>) -> BindServer<'a> {
-    BindServer { exports, auth, incarnation: 7, key_required: false, key: None, max_datagram: 1472 }
+    BindServer { exports, auth, incarnation: 7, key_required: false, key: None, max_datagram: 1472, trailers: true }
 }
 
 /// The server's decision on the client's current request from peer "a".
