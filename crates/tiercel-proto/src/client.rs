@@ -471,6 +471,12 @@ impl ClientCall {
         self.reassembly.as_mut()?.landing_run(max, |_| true)
     }
 
+    /// The deadline of the call being made, if it has one: the call fails at it
+    /// ([`ClientCall::poll_timeout`] is never later).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
     /// The length of the result message being reassembled, once its first fragment has come.
     pub fn result_len(&self) -> Option<usize> {
         self.reassembly.as_ref().map(Reassembly::message_len)

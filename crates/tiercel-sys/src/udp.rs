@@ -164,6 +164,15 @@ pub fn recv_wait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
     recv_with(socket, buf, RecvFlags::TRUNC)
 }
 
+/// Sets the longest a blocking receive on `socket` waits ([`recv_wait`]: `SO_RCVTIMEO`) to `wait`,
+/// and returns the wait as the kernel took it: it counts in ticks of its clock and rounds up to a
+/// whole one (4 ms at 250 Hz). A receive then waits at most that long (less when a tick
+/// was near). `None` if the kernel refused the option.
+pub fn set_receive_wait(socket: &UdpSocket, wait: Duration) -> Option<Duration> {
+    socket.set_read_timeout(Some(wait)).ok()?;
+    socket.read_timeout().ok().flatten()
+}
+
 /// As [`recv_from_nowait`], blocking in the receive until a datagram comes or the socket's read
 /// timeout passes (then `None`), as [`recv_wait`] does.
 pub fn recv_from_wait(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<(Received, SocketAddr)>> {
@@ -575,6 +584,20 @@ pub fn path_mtu(socket: &UdpSocket) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blocking_receive_with_a_wait_set_ends_empty_handed_when_nothing_comes() {
+        let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let client = connect(server.local_addr().unwrap()).unwrap();
+        let wait = set_receive_wait(&client, Duration::from_millis(1)).unwrap();
+        // The kernel may round it up to a tick of its clock, never down.
+        assert!(wait >= Duration::from_millis(1), "{wait:?}");
+        let mut buf = [0u8; 16];
+        assert_eq!(recv_wait(&client, &mut buf).unwrap(), Received::Nothing);
+        send_gather_to(&server, &client.local_addr().unwrap(), &[IoSlice::new(b"here")]).unwrap();
+        assert_eq!(recv_wait(&client, &mut buf).unwrap(), Received::Datagram(4));
+        assert_eq!(&buf[..4], b"here");
+    }
 
     #[test]
     fn gather_send_arrives_as_one_datagram() {

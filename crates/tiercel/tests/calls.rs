@@ -449,6 +449,61 @@ fn spin_policies_all_complete() {
     }
 }
 
+/// A relay on loopback between one client and `server`, which drops the next datagram from the
+/// client whenever the flag it returns is set (and clears it).
+fn dropping_relay(server: std::net::SocketAddr) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicBool>) {
+    let relay = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = relay.local_addr().unwrap();
+    let drop_next = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = drop_next.clone();
+    std::thread::spawn(move || {
+        let mut client = None;
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = relay.recv_from(&mut buf) {
+            if from == server {
+                if let Some(c) = client {
+                    let _ = relay.send_to(&buf[..n], c);
+                }
+            } else {
+                client = Some(from);
+                if !flag.swap(false, Ordering::SeqCst) {
+                    let _ = relay.send_to(&buf[..n], server);
+                }
+            }
+        }
+    });
+    (addr, drop_next)
+}
+
+#[test]
+fn a_caller_blocked_in_its_receive_still_retransmits_and_keeps_its_deadline() {
+    // Never spinning, a caller blocks in its receive (with the socket's read timeout) rather than
+    // in `poll`: its timers must still be looked at while it waits.
+    let (server, _) = kitchen();
+    let (relay, drop_next) = dropping_relay(server.addr());
+    let k: KitchenClient = Client::connect(udp(relay))
+        .unwrap()
+        .with_config(ClientConfig { spin: Spin::Never, ..ClientConfig::default() })
+        .import()
+        .unwrap();
+    assert_eq!(k.echo_str("a").unwrap(), "a");
+    for i in 0..3 {
+        let before = k.binding().stats().retransmissions;
+        drop_next.store(true, Ordering::SeqCst);
+        assert_eq!(k.echo_str(&format!("lost {i}")).unwrap(), format!("lost {i}"));
+        assert!(k.binding().stats().retransmissions > before, "call {i} was sent again");
+    }
+    // A deadline sooner than the receive's longest wait (the caller then waits in `poll`), and one
+    // later (in the receive): each call fails at its deadline, not before, and never ran long.
+    for ms in [2, 30] {
+        let start = Instant::now();
+        let err = k.with_deadline(Duration::from_millis(ms)).sleep_ms(2000).unwrap_err();
+        assert!(matches!(err, CallError::DeadlineExceeded { .. }), "{err:?}");
+        assert!(start.elapsed() >= Duration::from_millis(ms), "failed before its deadline");
+    }
+    assert_eq!(k.echo_str("after").unwrap(), "after");
+}
+
 #[test]
 fn restarted_server_never_runs_old_calls() {
     let server = Server::bind("udp://127.0.0.1:0").unwrap().export(TestServer::new(SeedTest)).start().unwrap();

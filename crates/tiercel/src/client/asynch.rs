@@ -87,15 +87,15 @@ impl AsyncEndpoint {
         in_runtime()?;
         match (&inner.shm, &inner.tcp) {
             (None, None) => {
-                let ep = UdpEndpoint::new(inner)?;
+                let mut ep = UdpEndpoint::new(inner)?;
                 #[cfg(feature = "xdp")]
                 if let Some(port) = ep.xdp_port() {
                     let fd = inner.asynch.station_ready(&port.station)?;
                     let ready = Ready::Station { fd, station: port.station.clone(), port: port.port };
                     return Ok(AsyncEndpoint::Udp { ready, ep });
                 }
+                ep.set_nonblocking()?;
                 let socket = ep.socket().try_clone()?;
-                socket.set_nonblocking(true)?;
                 let ready = Ready::Socket(tokio::net::UdpSocket::from_std(socket)?);
                 Ok(AsyncEndpoint::Udp { ready, ep })
             }

@@ -13,7 +13,7 @@ use std::io::{ErrorKind, IoSlice, IoSliceMut};
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tiercel_proto::bind::wire::features;
 use tiercel_proto::client::{ClientCall, Failure, Handled, Outcome, Transmit};
@@ -97,7 +97,16 @@ pub(crate) struct UdpEndpoint {
     /// and come through it, one at a time (no segmented sends, none received in place), and the
     /// socket only holds the port.
     xdp: Option<crate::xdp::Port>,
+    /// The longest a receive that blocks waits on the socket ([`RECEIVE_WAIT`] as the kernel took
+    /// it), when a call blocked for its result waits in its receive
+    /// ([`UdpEndpoint::waits_in_receive`]); `None` when it waits in `poll` (the socket of an async
+    /// endpoint, which does not block, or a kernel that refused the read timeout).
+    receive_wait: Option<Duration>,
 }
+
+/// The read timeout a thread's endpoint asks for its socket: a call blocked in its receive looks at
+/// its timers at least this often (the kernel rounds it up to a tick of its clock).
+const RECEIVE_WAIT: Duration = Duration::from_millis(1);
 
 impl UdpEndpoint {
     /// A thread's endpoint: through the binding's AF_XDP station when it has one.
@@ -149,6 +158,7 @@ impl UdpEndpoint {
         let coalescing = run_length >= 2 && udp::set_gro(&socket, true);
         let gro = coalescing && !udp::set_gro(&socket, false);
         let rx_len = inner.max_datagram + CHECKSUM_LEN.max(if seal.is_some() { SEAL_OVERHEAD } else { 0 });
+        let receive_wait = udp::set_receive_wait(&socket, RECEIVE_WAIT);
         Ok(UdpEndpoint {
             uid: inner.uid,
             binding: Arc::downgrade(inner),
@@ -176,6 +186,7 @@ impl UdpEndpoint {
             leaving: false,
             seal,
             xdp: None,
+            receive_wait,
         })
     }
 
@@ -391,14 +402,48 @@ impl UdpEndpoint {
                 continue;
             }
             spinner.stop();
-            let timeout = self.call.poll_timeout().map(|t| t.saturating_duration_since(now));
             crate::steps::slept(crate::steps::Side::Client);
+            if self.waits_in_receive(now) {
+                // Blocks in the receive (a wait of at most `receive_wait`): the look and the wait
+                // in one system call, where `poll` and a receive after it take two.
+                let got = InPlace::Whole(udp::recv_wait(&self.socket, &mut self.rx)?, None);
+                seen = Instant::now();
+                match self.handle(got, inner, segs, tail.as_deref_mut(), len, seen)? {
+                    Step::Done => return Ok(seen),
+                    Step::Progress => {
+                        seen = Instant::now();
+                        if deadline.progress(seen) {
+                            spinner.resume();
+                        }
+                    }
+                    Step::Idle(now) => seen = now,
+                }
+                continue;
+            }
+            let timeout = self.call.poll_timeout().map(|t| t.saturating_duration_since(now));
             match &self.xdp {
                 None => udp::wait_readable(&self.socket, timeout)?,
                 Some(x) => x.station.wait(x.port, timeout)?,
             };
             seen = Instant::now();
         }
+    }
+
+    /// Whether the call's wait for its next datagram, at `now`, blocks in the receive itself
+    /// rather than in `poll`: when its socket blocks with a read timeout (`receive_wait`), its
+    /// datagrams come through the kernel one by one (no AF_XDP, no coalesced runs, no result being
+    /// received in place), and the call has no deadline within `receive_wait`. The receive wakes
+    /// at the latest after `receive_wait`, and the call's timers are looked at then: a
+    /// retransmission or probe may go out up to that late (a tick of the kernel's clock, 4 ms at
+    /// 250 Hz), a deadline never.
+    #[inline]
+    fn waits_in_receive(&self, now: Instant) -> bool {
+        self.receive_wait.is_some_and(|wait| {
+            self.xdp.is_none()
+                && !self.gro
+                && self.call.result_len().is_none()
+                && self.call.deadline().is_none_or(|d| d.saturating_duration_since(now) > wait)
+        })
     }
 
     /// One look at the socket and at the call's timers, without blocking: handles a datagram if one
@@ -413,7 +458,22 @@ impl UdpEndpoint {
         len: usize,
         seen: Instant,
     ) -> Result<Step, CallError> {
-        let (received, segment) = match self.receive_in_place(inner, tail.as_deref_mut())? {
+        let got = self.receive_in_place(inner, tail.as_deref_mut())?;
+        self.handle(got, inner, segs, tail, len, seen)
+    }
+
+    /// [`UdpEndpoint::step`] once its look at the socket found `got`.
+    #[inline]
+    fn handle(
+        &mut self,
+        got: InPlace,
+        inner: &BindingInner,
+        segs: &Segments<'_>,
+        tail: Option<&mut [u8]>,
+        len: usize,
+        seen: Instant,
+    ) -> Result<Step, CallError> {
+        let (received, segment) = match got {
             InPlace::Handled(done) => {
                 mark(Point::Arrived);
                 self.flush_with(inner, segs, tail.as_deref(), len)?;
@@ -503,6 +563,14 @@ impl UdpEndpoint {
     /// The endpoint's socket.
     pub(super) fn socket(&self) -> &UdpSocket {
         &self.socket
+    }
+
+    /// The endpoint's socket no longer blocks (an async endpoint's, whose runtime reads it): its
+    /// calls wait for readiness, never in a receive.
+    pub(super) fn set_nonblocking(&mut self) -> std::io::Result<()> {
+        self.socket.set_nonblocking(true)?;
+        self.receive_wait = None;
+        Ok(())
     }
 
     /// Records a completed call's round trip in the spin budget.
