@@ -8,7 +8,7 @@ pub use tiercel_proto::Timing;
 ///
 /// A caller blocked for its result over UDP waits in the receive itself, one system call where
 /// `poll` and a receive after it take two (on our VM a blocking Null call went from 1.10× the raw
-/// blocking ping-pong to 1.05×, the medians of four runs each). The
+/// blocking ping-pong to 1.05×, the medians of seven runs each). The
 /// socket's read timeout wakes it at the latest after a tick of the kernel's clock (4 ms at 250 Hz)
 /// to look at the call's timers, so a retransmission or a probe may go out up to that much later
 /// than its timer says; a call whose deadline comes sooner waits in `poll` for it, and a call keeps
