@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use tiercel::{ClientConfig, In, InOut, Out, Spin};
-use tiercel_sys::clock::{elapsed_ns, ticks};
+use tiercel_sys::clock::{elapsed_ns, stamp};
 
 use crate::harness::{serve_pinned, spawn, Baseline, Medium};
 use crate::progress::outln;
@@ -24,6 +24,9 @@ pub struct LatencyTable {
     /// Over shared memory, the placements the rounds went round: each a region of its own for the
     /// floors and a binding of its own (its own region) for tiercel. Elsewhere 1.
     placements: usize,
+    /// Calls timed together, each block's time a call one sample of the medians and p99s ([`BLOCK`]
+    /// spinning over shared memory; elsewhere 1, each call timed alone).
+    block_calls: u32,
     rows: Vec<LatencyRow>,
 }
 
@@ -66,6 +69,8 @@ pub struct Row {
     pub raw_like_tiercel: bool,
     /// Placements the rounds went round (see [`measure`]).
     pub placements: usize,
+    /// Calls timed together: each sample of `raw` and `rpc` is a block's time a call ([`BLOCK`]).
+    pub block: u32,
     /// With several placements, each one's median, the floor's and tiercel's (µs).
     pub raw_by_placement: Vec<f64>,
     pub rpc_by_placement: Vec<f64>,
@@ -131,6 +136,7 @@ pub fn measure(
         rpc: Summary::new(),
         raw_like_tiercel: false,
         placements,
+        block: if medium == Medium::Shm && spin { BLOCK } else { 1 },
         raw_by_placement: Vec::new(),
         rpc_by_placement: Vec::new(),
     };
@@ -219,6 +225,7 @@ pub fn measure(
         outln!("({warmup_lost} raw round trips lost a packet during the warm-up)");
     }
     let per_round = calls.div_ceil(rounds);
+    let block = rows.first().map_or(1, |r| r.block);
     let mut lost = 0u64;
     // With several placements, each row's calls in each placement as well: the plain ping-pong's,
     // the other's, and tiercel's.
@@ -245,42 +252,46 @@ pub fn measure(
             if i == 0 {
                 place(p)?;
             }
-            // Each call timed with the tick counter (a few ns a reading; the system clock's two
-            // readings added some 45 ns to every shared-memory round trip, raw and tiercel alike,
-            // which made their ratio look closer to 1 than it is).
-            for _ in 0..per_round {
-                let t = ticks();
-                if pings[i].round_trip()? {
-                    let d = Duration::from_nanos(elapsed_ns(t, ticks()));
+            // Timed with fenced reads of the tick counter (`clock::stamp`): a few ns a reading; the
+            // system clock's two readings added some 45 ns to every shared-memory round trip, raw
+            // and tiercel alike, which made their ratio look closer to 1 than it is. Spinning over
+            // shared memory, in blocks of `block` calls (see `BLOCK`).
+            lost += time_calls(
+                per_round,
+                block,
+                || pings[i].round_trip(),
+                |d| {
                     row.raw.record(d);
                     if let Some(s) = placed[i].get_mut(p) {
                         s[0].record(d);
                     }
-                } else {
-                    lost += 1;
-                }
-            }
+                },
+            )?;
             if let Some((ping, raw)) = like_tiercel.get_mut(i) {
-                for _ in 0..per_round {
-                    let t = ticks();
-                    ping.round_trip()?;
-                    let d = Duration::from_nanos(elapsed_ns(t, ticks()));
-                    raw.record(d);
-                    if let Some(s) = placed[i].get_mut(p) {
-                        s[1].record(d);
-                    }
-                }
+                lost += time_calls(
+                    per_round,
+                    block,
+                    || ping.round_trip(),
+                    |d| {
+                        raw.record(d);
+                        if let Some(s) = placed[i].get_mut(p) {
+                            s[1].record(d);
+                        }
+                    },
+                )?;
             }
             quiet();
-            for _ in 0..per_round {
-                let t = ticks();
-                rpc_call(p, i, &mut out)?;
-                let d = Duration::from_nanos(elapsed_ns(t, ticks()));
-                row.rpc.record(d);
-                if let Some(s) = placed[i].get_mut(p) {
-                    s[2].record(d);
-                }
-            }
+            time_calls(
+                per_round,
+                block,
+                || rpc_call(p, i, &mut out).map(|()| true),
+                |d| {
+                    row.rpc.record(d);
+                    if let Some(s) = placed[i].get_mut(p) {
+                        s[2].record(d);
+                    }
+                },
+            )?;
         }
     }
     if lost > 0 {
@@ -301,6 +312,52 @@ pub fn measure(
     let retransmissions: u64 = clients.iter().map(|c| c.binding().stats().retransmissions).sum();
     outln!("tiercel retransmissions during the run: {retransmissions}");
     Ok(rows)
+}
+
+/// Spinning over shared memory, calls are timed in blocks of this many, each block's time a call
+/// recorded as one sample: a round trip there is a few hundred nanoseconds, and a stamp on each
+/// call, fenced or not, is no fair clock for it. Unfenced (`clock::ticks`), the CPU read the counter
+/// before the spin-wait's last load had brought the result, and on the development VM a raw
+/// ping-pong's per-call median came out at 31 ns where the same loop took 220 ns a round trip by the
+/// clock; fenced, each call's stamps held its next call back until the last had settled, and the
+/// same ping-pong took 357 ns a call. Blocks of 50 put the stamps' cost at two readings in 50 calls.
+pub const BLOCK: u32 = 50;
+
+/// Times `calls` round trips of `call` (false: a round trip lost a packet and was left out), one by
+/// one or, with `block` above 1, in blocks of `block`, and gives `record` each call's time, or each
+/// block's time a call. Returns the round trips left out (with blocks, every call of a block that
+/// lost one).
+fn time_calls(
+    calls: u32,
+    block: u32,
+    mut call: impl FnMut() -> crate::Result<bool>,
+    mut record: impl FnMut(Duration),
+) -> crate::Result<u64> {
+    let mut lost = 0u64;
+    if block <= 1 {
+        for _ in 0..calls {
+            let t = stamp();
+            if call()? {
+                record(Duration::from_nanos(elapsed_ns(t, stamp())));
+            } else {
+                lost += 1;
+            }
+        }
+        return Ok(lost);
+    }
+    for _ in 0..calls.div_ceil(block) {
+        let t = stamp();
+        let mut whole = true;
+        for _ in 0..block {
+            whole &= call()?;
+        }
+        if whole {
+            record(Duration::from_nanos(elapsed_ns(t, stamp()) / u64::from(block)));
+        } else {
+            lost += u64::from(block);
+        }
+    }
+    Ok(lost)
 }
 
 /// How long a spinning server (the raw echo's or tiercel's, `serve_pinned`) takes to stop spinning
@@ -343,13 +400,21 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
         );
     }
     let n = rows.first().map(|r| r.rpc.len()).unwrap_or(0);
+    let block = rows.first().map_or(1, |r| r.block);
     let raw = match (medium, spin) {
         (Medium::Udp, _) => "UDP ping-pong of the same datagram sizes",
         (Medium::Tcp, _) => "TCP ping-pong (TCP_NODELAY) of the same message sizes",
         (Medium::Shm, true) => "shared-memory spin ping-pong copying the same data sizes",
         (Medium::Shm, false) => "futex ping-pong copying the same data sizes",
     };
-    outln!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
+    if block > 1 {
+        outln!(
+            "(median and p99 of {n} blocks of {block} calls per cell, each block's time a call: a stamp on every call is no \
+             fair clock for calls this short; raw = {raw}, same CPUs, same waiting)"
+        );
+    } else {
+        outln!("(median and p99 of {n} calls per cell; raw = {raw}, same CPUs, same waiting)");
+    }
     if medium == Medium::Shm {
         let of = |theirs: bool| {
             let names: Vec<&str> = rows.iter().filter(|r| r.raw_like_tiercel == theirs).map(|r| r.name).collect();
@@ -392,13 +457,14 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
         waiting: if spin { "spin" } else { "block" },
         baseline: raw,
         placements: rows.first().map_or(1, |r| r.placements),
+        block_calls: block,
         rows: rows
             .iter()
             .map(|r| LatencyRow {
                 procedure: r.name,
                 call_bytes: r.call_bytes,
                 result_bytes: r.result_bytes,
-                calls: r.rpc.len(),
+                calls: r.rpc.len() * u64::from(r.block),
                 raw_median_us: r.raw.median_us(),
                 raw_p99_us: r.raw.p99_us(),
                 rpc_median_us: r.rpc.median_us(),

@@ -195,6 +195,9 @@ fn bench_prints_every_row_against_its_baseline() {
         // Over shared memory each of the two rounds ran in a placement of its own.
         let placements = if t["transport"] == "shm" { 2 } else { 1 };
         assert_eq!(t["placements"].as_u64(), Some(placements), "{t}");
+        // Spinning over shared memory, calls are timed in blocks of 50 (each round's 100 in two).
+        let block = if t["transport"] == "shm" && t["waiting"] == "spin" { 50 } else { 1 };
+        assert_eq!(t["block_calls"].as_u64(), Some(block), "{t}");
         let rows = t["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 5);
         for r in rows {
