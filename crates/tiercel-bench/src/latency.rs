@@ -81,12 +81,10 @@ pub struct Row {
 ///
 /// Over shared memory each round goes to a placement of its own: a region of its own for the raw
 /// ping-pongs and a binding of its own (its own region) for tiercel, at most 16. On the Intel VMs
-/// with `cldemote`, a round trip runs up to four times faster at some times than at others, in
-/// patterns we have not explained: in scratch runs the fast lines differed from region to region,
-/// sometimes every binding of one process was fast, and on another VM one slot of one binding went
-/// from 0.04 to 0.37 µs a Null from one 7-ms window to the next (so it is time as much as place).
-/// Measured in one region each, the floor and tiercel each drew once, and either could come out at
-/// a quarter of the other; over several regions, in interleaved rounds, each draws several times.
+/// with `cldemote`, the plain ping-pong's round trip moves between about 30 and 150 ns from one
+/// window of time to the next (by the clock: the larger swings earlier runs saw, 0.04 to 0.37 µs a
+/// Null, were mostly the counter read early, see [`BLOCK`]); over several regions, in interleaved
+/// rounds, the floor and tiercel each meet several of those windows.
 pub fn measure(
     server_cpu: usize,
     medium: Medium,
@@ -318,9 +316,9 @@ pub fn measure(
 /// recorded as one sample: a round trip there is a few hundred nanoseconds, and a stamp on each
 /// call, fenced or not, is no fair clock for it. Unfenced (`clock::ticks`), the CPU read the counter
 /// before the spin-wait's last load had brought the result, and on the development VM a raw
-/// ping-pong's per-call median came out at 31 ns where the same loop took 220 ns a round trip by the
-/// clock; fenced, each call's stamps held its next call back until the last had settled, and the
-/// same ping-pong took 357 ns a call. Blocks of 50 put the stamps' cost at two readings in 50 calls.
+/// ping-pong's per-call medians came out at 28-34 ns where the same loops took 190-260 ns a round trip
+/// by the clock; fenced, each call's stamps held its next call back until the last had settled, and
+/// the same ping-pong took 240-406 ns a call. Blocks of 50 put the stamps' cost at two readings in 50 calls.
 pub const BLOCK: u32 = 50;
 
 /// Times `calls` round trips of `call` (false: a round trip lost a packet and was left out), one by

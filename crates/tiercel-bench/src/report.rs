@@ -217,7 +217,11 @@ fn results_page(runs: &[(PathBuf, Value)]) -> String {
          second of runs made before `b4dab26` are the server's handshake budget for one address (a quarter of\n\
          1,000 a second, and its burst), not what a secure bind costs. In runs made before `98ac290`, the\n\
          shared-memory floors of calls with arguments (Add, BigIn, BigInOut, MaxResult) are too low: their\n\
-         echo did not copy the request's bytes out (the compiler had left the copy out).\n",
+         echo did not copy the request's bytes out (the compiler had left the copy out). In runs made before\n\
+         `6966df1`, every call was timed alone with an unfenced read of the tick counter, and where both sides\n\
+         spin over shared memory the CPU could take the read before the result had arrived: those rows' figures,\n\
+         tiercel's and the floors', are short, by different amounts (since then such calls are timed in blocks\n\
+         of 50).\n",
     );
     for (path, run) in runs {
         let _ = writeln!(out, "\n## Run {}\n", run["run"]["commit"].as_str().unwrap_or("?"));

@@ -30,8 +30,9 @@ pub fn ticks() -> u64 {
 /// spins until a cache line brings the awaited value, the CPU, predicting the loop's exit, can read
 /// the counter while the line is still on its way, and the time of the line's transfer falls
 /// outside the span. On this project's development VM, a shared-memory ping-pong whose per-call
-/// median was 31 ns by [`ticks`] took 220 ns a round trip by the clock. The fences cost a few
-/// nanoseconds each and keep the timed code from overlapping the code around it.
+/// medians were 28-34 ns by [`ticks`] took 190-260 ns a round trip by the clock. The fences wait for
+/// the instructions before them to finish and keep the timed code from overlapping the code around
+/// it, so a stamp on every turn of a short loop slows the loop.
 #[inline(always)]
 pub fn stamp() -> u64 {
     #[cfg(target_arch = "x86_64")]
