@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tiercel::steps::{self, mark, Point, Step};
 use tiercel::{ClientConfig, In, Out, Server, ServerConfig, Spin};
-use tiercel_sys::clock::{ticks, ticks_to_ns};
+use tiercel_sys::clock::{stamp, ticks, ticks_to_ns};
 
 use crate::harness::{spawn, Baseline, Medium, HEADER};
 use crate::progress::outln;
@@ -259,6 +259,8 @@ const SETTLE: Duration = Duration::from_millis(20);
 pub struct RawRun {
     /// By procedure, its ping-pongs and their totals.
     pings: Vec<Vec<(Baseline, Raw)>>,
+    /// Round trips timed together ([`crate::latency::BLOCK`] spinning over shared memory, else 1).
+    block: u32,
     _shm: Option<std::rc::Rc<std::cell::RefCell<crate::raw_shm::Connection>>>,
     _echo: crate::harness::Spawned,
 }
@@ -296,7 +298,8 @@ impl RawRun {
                 ],
             });
         }
-        Ok(RawRun { pings, _shm: shm, _echo: echo })
+        let block = if medium == Medium::Shm && spin { crate::latency::BLOCK } else { 1 };
+        Ok(RawRun { pings, block, _shm: shm, _echo: echo })
     }
 
     /// Times `calls` round trips of procedure `i`'s sizes on each of its ping-pongs in turn (each
@@ -311,12 +314,9 @@ impl RawRun {
             // The echo's sums run from its start: keep what it had reported before the timed calls.
             let before = ping.stamps_mut().take().unwrap_or_default();
             *ping.stamps_mut() = Some(Stamps::default());
-            for _ in 0..calls {
-                let t0 = ticks();
-                if ping.round_trip()? {
-                    total.round_trip.record(us_since(t0));
-                }
-            }
+            // Spinning over shared memory, in blocks (see `latency::BLOCK`).
+            let round_trip = &mut total.round_trip;
+            crate::latency::time_calls(calls, self.block, || ping.round_trip(), |d| round_trip.record(d))?;
             let s = ping.stamps_mut().take().unwrap_or_default();
             let t = &mut total.stamps;
             t.send += s.send;
@@ -408,6 +408,9 @@ pub struct Measurer<'a> {
     /// BigIn's buffer, holding the pattern the server checks.
     big: Vec<u8>,
     off: Summary,
+    /// Calls timed together with timestamps off ([`crate::latency::BLOCK`] spinning over shared
+    /// memory, else 1).
+    block: u32,
     off_ticks: u64,
     off_calls: u64,
     on_ticks: u64,
@@ -415,8 +418,9 @@ pub struct Measurer<'a> {
 }
 
 impl<'a> Measurer<'a> {
-    /// Starts measuring `p` through `client`; forgets the steps recorded so far.
-    pub fn new(client: &'a TestClient, p: Procedure) -> Measurer<'a> {
+    /// Starts measuring `p` through `client`, its calls with timestamps off timed in blocks of
+    /// `block`; forgets the steps recorded so far.
+    pub fn new(client: &'a TestClient, p: Procedure, block: u32) -> Measurer<'a> {
         steps::enable(false);
         steps::reset();
         Measurer {
@@ -429,6 +433,7 @@ impl<'a> Measurer<'a> {
                 big
             },
             off: Summary::new(),
+            block,
             off_ticks: 0,
             off_calls: 0,
             on_ticks: 0,
@@ -437,12 +442,7 @@ impl<'a> Measurer<'a> {
     }
 
     fn call(&mut self) -> crate::Result<()> {
-        match self.p {
-            Procedure::Null => self.client.null(),
-            Procedure::BigIn => self.client.big_in(In(&self.big)),
-            Procedure::MaxResult => self.client.max_result(Out(&mut self.out)),
-        }
-        .map_err(crate::Error::from)
+        call(self.client, self.p, &self.big, &mut self.out)
     }
 
     /// Times `calls` calls with timestamps off (after an untimed warm-up), then, if `record`,
@@ -451,13 +451,11 @@ impl<'a> Measurer<'a> {
         for _ in 0..WARMUP {
             self.call()?;
         }
-        for _ in 0..calls {
-            let t0 = ticks();
-            self.call()?;
-            let t = ticks().wrapping_sub(t0);
-            self.off_ticks += t;
-            self.off.record(Duration::from_nanos(ticks_to_ns(t as f64) as u64));
-        }
+        // Each call alone, or spinning over shared memory in blocks (see `latency::BLOCK`).
+        let (client, p, big, out, off) = (self.client, self.p, &self.big, &mut self.out, &mut self.off);
+        let t0 = stamp();
+        crate::latency::time_calls(calls, self.block, || call(client, p, big, out).map(|()| true), |d| off.record(d))?;
+        self.off_ticks += stamp().wrapping_sub(t0);
         self.off_calls += u64::from(calls);
         if record {
             steps::enable(true);
@@ -493,9 +491,20 @@ impl<'a> Measurer<'a> {
     }
 }
 
-/// Times `calls` calls of `p` with timestamps off, then (if `record`) `calls` more with them on.
+/// A call of `p` through `client`.
+fn call(client: &TestClient, p: Procedure, big: &[u8], out: &mut [u8]) -> crate::Result<()> {
+    match p {
+        Procedure::Null => client.null(),
+        Procedure::BigIn => client.big_in(In(big)),
+        Procedure::MaxResult => client.max_result(Out(out)),
+    }
+    .map_err(crate::Error::from)
+}
+
+/// Times `calls` calls of `p` with timestamps off, each alone, then (if `record`) `calls` more with
+/// them on.
 pub fn measure(client: &TestClient, p: Procedure, calls: u32, record: bool) -> crate::Result<Measured> {
-    let mut m = Measurer::new(client, p);
+    let mut m = Measurer::new(client, p, 1);
     m.chunk(calls, record)?;
     Ok(m.finish())
 }
@@ -562,7 +571,8 @@ pub fn accounts(
             let (server, client) = tiercel_pair(medium, spin, variant, server_cpu)?;
             let mut measured = Vec::new();
             for (i, p) in Procedure::ALL.into_iter().enumerate() {
-                let mut m = Measurer::new(&client, p);
+                let block = if medium == Medium::Shm && spin { crate::latency::BLOCK } else { 1 };
+                let mut m = Measurer::new(&client, p, block);
                 for _ in 0..ROUNDS {
                     raw_run.chunk(i, chunk)?;
                     m.chunk(chunk, true)?;

@@ -325,7 +325,7 @@ pub const BLOCK: u32 = 50;
 /// one or, with `block` above 1, in blocks of `block`, and gives `record` each call's time, or each
 /// block's time a call. Returns the round trips left out (with blocks, every call of a block that
 /// lost one).
-fn time_calls(
+pub(crate) fn time_calls(
     calls: u32,
     block: u32,
     mut call: impl FnMut() -> crate::Result<bool>,
