@@ -250,9 +250,9 @@ pub fn measure(
             if i == 0 {
                 place(p)?;
             }
-            // Timed with fenced reads of the tick counter (`clock::stamp`): a few ns a reading; the
-            // system clock's two readings added some 45 ns to every shared-memory round trip, raw
-            // and tiercel alike, which made their ratio look closer to 1 than it is. Spinning over
+            // Timed with fenced reads of the tick counter (`clock::stamp`), not the system clock,
+            // whose two readings added some 45 ns to every shared-memory round trip, raw and
+            // tiercel alike, which made their ratio look closer to 1 than it is. Spinning over
             // shared memory, in blocks of `block` calls (see `BLOCK`).
             lost += time_calls(
                 per_round,
