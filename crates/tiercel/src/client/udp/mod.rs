@@ -381,8 +381,14 @@ impl UdpEndpoint {
         } else {
             seen = Instant::now();
         }
+        // What a receive that blocked brought: handled at the next turn as a look's find.
+        let mut received = None;
         loop {
-            let now = match self.step(inner, segs, tail.as_deref_mut(), len, seen)? {
+            let step = match received.take() {
+                Some(got) => self.handle(got, inner, segs, tail.as_deref_mut(), len, seen)?,
+                None => self.step(inner, segs, tail.as_deref_mut(), len, seen)?,
+            };
+            let now = match step {
                 Step::Done => return Ok(seen),
                 Step::Progress => {
                     seen = Instant::now();
@@ -406,18 +412,8 @@ impl UdpEndpoint {
             if self.waits_in_receive(now) {
                 // Blocks in the receive (a wait of at most `receive_wait`): the look and the wait
                 // in one system call, where `poll` and a receive after it take two.
-                let got = InPlace::Whole(udp::recv_wait(&self.socket, &mut self.rx)?, None);
+                received = Some(InPlace::Whole(udp::recv_wait(&self.socket, &mut self.rx)?, None));
                 seen = Instant::now();
-                match self.handle(got, inner, segs, tail.as_deref_mut(), len, seen)? {
-                    Step::Done => return Ok(seen),
-                    Step::Progress => {
-                        seen = Instant::now();
-                        if deadline.progress(seen) {
-                            spinner.resume();
-                        }
-                    }
-                    Step::Idle(now) => seen = now,
-                }
                 continue;
             }
             let timeout = self.call.poll_timeout().map(|t| t.saturating_duration_since(now));
