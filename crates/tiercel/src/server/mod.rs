@@ -267,6 +267,7 @@ impl Server {
             spin_leases,
             crew: crate::waiting::crew::Crew::new(workers, sockets),
             stats: Arc::new(ServerCounters::default()),
+            call_shards: Arc::default(),
             registrations: std::sync::Mutex::new(Vec::new()),
             binding_threads: std::sync::Mutex::new(Vec::new()),
             shm_bindings: AtomicUsize::new(0),
@@ -388,6 +389,8 @@ pub(crate) struct Shared {
     /// Which workers read each socket.
     crew: crate::waiting::crew::Crew,
     stats: Arc<ServerCounters>,
+    /// Calls counted by shared-memory threads, each on a counter of its own: part of `calls`.
+    call_shards: Arc<crate::counters::Shards>,
     /// What every call is shown to before it runs ([`Server::intercept`]).
     interceptor: Option<Arc<intercept::Interceptor>>,
     /// The threads serving shared-memory and TCP bindings (finished ones are pruned as new ones
@@ -518,13 +521,20 @@ impl Shared {
 
 /// Reads a server's counters from anywhere, for as long as it is kept ([`RunningServer::stats_handle`]).
 #[derive(Debug, Clone)]
-pub struct StatsHandle(Arc<ServerCounters>);
+pub struct StatsHandle(Arc<ServerCounters>, Arc<crate::counters::Shards>);
 
 impl StatsHandle {
     /// The counters as they stand now.
     pub fn get(&self) -> ServerStats {
-        self.0.snapshot()
+        stats(&self.0, &self.1)
     }
+}
+
+/// The counters as they stand now, with the calls counted apart (`Shared::call_shards`).
+fn stats(counters: &ServerCounters, shards: &crate::counters::Shards) -> ServerStats {
+    let mut stats = counters.snapshot();
+    stats.calls = stats.calls.wrapping_add(shards.sum());
+    stats
 }
 
 crate::counters::counters! {

@@ -114,13 +114,13 @@ impl RunningServer {
 
     /// The counters as they stand now.
     pub fn stats(&self) -> ServerStats {
-        self.shared.stats.snapshot()
+        super::stats(&self.shared.stats, &self.shared.call_shards)
     }
 
     /// A handle that reads the counters from elsewhere (for example an exported implementation that
     /// reports them, or a line printed after the server has stopped).
     pub fn stats_handle(&self) -> StatsHandle {
-        StatsHandle(self.shared.stats.clone())
+        StatsHandle(self.shared.stats.clone(), self.shared.call_shards.clone())
     }
 
     /// Bindings currently held (over UDP, through shared memory and over TCP: one table).

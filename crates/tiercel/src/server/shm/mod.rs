@@ -7,7 +7,8 @@
 //! while its threads are busy, up to 8 ms apart otherwise) and another call waits, the rendezvous
 //! thread starts a helper (or wakes a parked one), up to `ServerConfig::workers`, so that a slow
 //! procedure holds up only its own caller. A thread claims a slot's call (the lock of the slot's
-//! [`Books`]) before it reads it.
+//! [`Books`]) before it reads it, and keeps the claim for the slot's next call until it serves another
+//! slot or sleeps.
 //!
 //! Before a client has a binding it costs no thread: the rendezvous thread runs every bind exchange
 //! itself, on non-blocking sockets, through the same doorway as TCP's (`super::handshake`): at

@@ -46,7 +46,8 @@ impl Lane {
 }
 
 /// The bookkeeping of one slot. Its lock is the claim on the slot's call: the thread that serves
-/// the call holds it from before it reads the call until the result is published.
+/// the call holds it from before it reads the call until the result is published, and then keeps it
+/// for the slot's next call until it serves another slot or sleeps (`Worker::kept`).
 pub(super) struct Books {
     /// Bytes of the slot's data the server has mapped (read arguments from, written results to) and
     /// not given back or forgotten since: whole pages.

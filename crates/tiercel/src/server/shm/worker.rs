@@ -93,6 +93,14 @@ pub(super) struct Worker<'a> {
     pub(super) slots: Vec<&'a [AtomicU32; slot::WORDS]>,
     /// The clients' high-water mark of slots in use ([`header::SLOTS_USED`]).
     pub(super) slots_used: &'a AtomicU32,
+    /// The claim on the slot whose call this thread served last, kept for that slot's next call,
+    /// which it then serves without taking the claim again (a caller calling in a loop has its calls
+    /// served without a locked instruction between seeing each and publishing its result). Given up
+    /// before the thread serves another slot and before it sleeps, so that it holds no slot it is not
+    /// ready to serve: a thread held up by a slow call holds that call's slot only.
+    pub(super) kept: Option<(usize, std::sync::MutexGuard<'a, Books>)>,
+    /// This thread's count of the calls it runs (part of the server's `calls`).
+    pub(super) calls: crate::counters::Shard,
     /// Results of the binding's async calls (the first thread's).
     #[cfg(feature = "async")]
     pub(super) results: Option<std::sync::mpsc::Receiver<(u32, Status, Vec<u8>)>>,
@@ -121,6 +129,8 @@ impl<'a> Worker<'a> {
             lease: crate::waiting::leases::SpinLease::new(&team.shared.spin_leases),
             slots: (0..team.layout.slots).map(|i| slot_words(&team.region, team.layout.slot(i))).collect(),
             slots_used: word(&team.region, header::SLOTS_USED),
+            kept: None,
+            calls: team.shared.call_shards.take(),
             #[cfg(feature = "async")]
             results: None,
         }
@@ -159,15 +169,27 @@ impl<'a> Worker<'a> {
             if !proto::server_has_call(state) {
                 continue;
             }
-            let Some(mut b) = team.claim(i) else { continue };
-            // Looked at again under the claim: another thread may have served it meanwhile.
-            if Team::runs_async(&b) || !proto::server_has_call(state) {
-                continue;
-            }
+            let mut b = match self.kept.take() {
+                // This slot's claim, kept since its last call: no other thread can have served this one.
+                Some((k, b)) if k == i => b,
+                kept => {
+                    drop(kept);
+                    let Some(b) = team.claim(i) else { continue };
+                    // Looked at again under the claim: another thread may have served it meanwhile.
+                    if Team::runs_async(&b) || !proto::server_has_call(state) {
+                        continue;
+                    }
+                    b
+                }
+            };
             mark(Point::ServerArrived);
             self.mark(lane::RUNNING);
             self.serve(i as u32, &mut b);
-            drop(b);
+            // Kept for the slot's next call, unless this one runs on the async runtime (its result
+            // is published under the claim by the thread that receives it).
+            if !Team::runs_async(&b) {
+                self.kept = Some((i, b));
+            }
             self.mark(lane::AWAKE);
             let count = &self.team.lanes[self.lane].served;
             count.store(count.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
@@ -239,6 +261,7 @@ impl<'a> Worker<'a> {
                 core::hint::spin_loop();
                 continue;
             }
+            self.kept = None;
             #[cfg(feature = "async")]
             if team.running.load(Ordering::Relaxed) > 0 {
                 self.cancel_async();
@@ -284,6 +307,7 @@ impl<'a> Worker<'a> {
                 core::hint::spin_loop();
                 continue;
             }
+            self.kept = None;
             if last_call.elapsed() >= HELPER_IDLE {
                 break;
             }
@@ -442,7 +466,7 @@ impl<'a> Worker<'a> {
                         Err(status) => return self.publish(i, b, status, 0),
                     }
                 }
-                team.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+                self.calls.add_one();
                 let limit = team.layout.data;
                 // A relative deadline is the network's: this transport carries the instant.
                 let deadline = deadline.map(tiercel_sys::clock::instant_of_monotonic);
@@ -549,7 +573,6 @@ impl<'a> Worker<'a> {
         }
         let out_len = out.len();
         let w = self.slots[i as usize];
-        proto::write_result(|at| &w[at / 4], out_len, status);
         // The binding holds more than three quarters of its budget. (Not half: a maximum-size
         // call's slot pages and private copy take half the default budget by themselves, and giving
         // them back after every such call made a stream of them 13 times slower.)
@@ -576,6 +599,8 @@ impl<'a> Worker<'a> {
         }
         let (state, waiting) = (&w[slot::STATE / 4], &w[slot::CLIENT_WAITING / 4]);
         mark(Point::ResultReady);
+        // The result's words go in just before its state, with no work between their stores.
+        proto::write_result(|at| &w[at / 4], out_len, status);
         let wake = proto::server_publish(state, waiting);
         // Out to the cache the cores share, where the client's core reads them next.
         team.region.demote(team.layout.slot(i), slot::WORDS * 4);
