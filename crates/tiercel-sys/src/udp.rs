@@ -57,20 +57,55 @@ pub fn connect(server: SocketAddr) -> io::Result<UdpSocket> {
     Ok(socket)
 }
 
-/// Sends one datagram gathered from `parts` on a connected socket: one `sendmsg`, no staging copy.
+/// Bytes up to which a datagram gathered from several parts is copied into one buffer and sent
+/// with `send` or `sendto`: the kernel then takes one buffer, where `sendmsg` first copies in and
+/// checks the message header and the list of parts.
+pub const GATHER_SMALL: usize = 256;
+
+/// The datagram of `parts` in one piece, when it is small: the one part that is not empty, or all of
+/// them copied into `staging`. `None`: larger than [`GATHER_SMALL`] in several parts.
+#[inline]
+fn in_one_piece<'a>(parts: &'a [IoSlice<'a>], staging: &'a mut [u8; GATHER_SMALL]) -> Option<&'a [u8]> {
+    let mut filled = parts.iter().filter(|p| !p.is_empty());
+    let first = filled.next().map_or(&[][..], |p| &**p);
+    let Some(second) = filled.next() else { return Some(first) };
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len > GATHER_SMALL {
+        return None;
+    }
+    staging[..first.len()].copy_from_slice(first);
+    let mut at = first.len();
+    for part in std::iter::once(second).chain(filled) {
+        staging[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    Some(&staging[..len])
+}
+
+/// Sends one datagram gathered from `parts` on a connected socket: one `sendmsg`, no staging copy,
+/// or, when it is small or in one part, one `send` ([`GATHER_SMALL`]).
 pub fn send_gather(socket: &UdpSocket, parts: &[IoSlice<'_>]) -> io::Result<usize> {
     #[cfg(feature = "fault-injection")]
     if let Some(r) = crate::faults::intercept(socket, None, parts) {
         return r;
     }
+    let mut staging = [0u8; GATHER_SMALL];
+    if let Some(datagram) = in_one_piece(parts, &mut staging) {
+        return Ok(rustix::net::send(socket, datagram, SendFlags::empty())?);
+    }
     Ok(sendmsg(socket, parts, &mut SendAncillaryBuffer::default(), SendFlags::empty())?)
 }
 
-/// Sends one datagram gathered from `parts` to `addr`.
+/// Sends one datagram gathered from `parts` to `addr` (one `sendto` when it is small or in one part,
+/// as [`send_gather`]).
 pub fn send_gather_to(socket: &UdpSocket, addr: &SocketAddr, parts: &[IoSlice<'_>]) -> io::Result<usize> {
     #[cfg(feature = "fault-injection")]
     if let Some(r) = crate::faults::intercept(socket, Some(addr), parts) {
         return r;
+    }
+    let mut staging = [0u8; GATHER_SMALL];
+    if let Some(datagram) = in_one_piece(parts, &mut staging) {
+        return Ok(rustix::net::sendto(socket, datagram, SendFlags::empty(), addr)?);
     }
     Ok(sendmsg_addr(socket, addr, parts, &mut SendAncillaryBuffer::default(), SendFlags::empty())?)
 }
@@ -584,6 +619,29 @@ pub fn path_mtu(socket: &UdpSocket) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_datagram_in_parts_arrives_whole_by_every_way_of_sending_it() {
+        let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let client = connect(server.local_addr().unwrap()).unwrap();
+        server.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let big = vec![7u8; GATHER_SMALL];
+        // Small in several parts (copied into one: `send`), in one part with empty ones around it,
+        // and larger than GATHER_SMALL in parts (`sendmsg`).
+        let ways: [&[&[u8]]; 4] = [&[b"head", b"", b"body", b"sum"], &[b"", b"alone", b""], &[b"h", &big], &[]];
+        let mut buf = vec![0u8; 2 * GATHER_SMALL];
+        for parts in ways {
+            let io: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+            let whole = parts.concat();
+            assert_eq!(send_gather(&client, &io).unwrap(), whole.len());
+            let (got, from) = recv_from_wait(&server, &mut buf).unwrap().unwrap();
+            assert_eq!((got, &buf[..whole.len()]), (Received::Datagram(whole.len()), &whole[..]));
+            assert_eq!(send_gather_to(&server, &from, &io).unwrap(), whole.len());
+            assert_eq!(recv_wait(&client, &mut buf).unwrap(), Received::Datagram(whole.len()));
+            assert_eq!(&buf[..whole.len()], &whole[..]);
+        }
+    }
 
     #[test]
     fn a_blocking_receive_with_a_wait_set_ends_empty_handed_when_nothing_comes() {

@@ -28,9 +28,9 @@
 //!   generated stub: marshal args into the slot's       recvmsg into the worker's buffer
 //!     scratch buffer, large slices by reference        check the header once, find binding and
 //!   UdpEndpoint::run: write seq and procedure into the   slot by index, suppress duplicates
-//!     prebuilt header, one sendmsg (header + args)     generated stub: borrow args from the packet,
+//!     prebuilt header, one send (header + args)        generated stub: borrow args from the packet,
 //!   wait on the thread's own socket: spin, then poll     run the procedure, marshal results behind
-//!   unmarshal from the received packet                   the slot's prebuilt header, one sendmsg
+//!   unmarshal from the received packet                   the slot's prebuilt header, one send
 //! ```
 //!
 //! When calls queue at the server, one `recvmmsg` takes up to 16 of them, and the results of the

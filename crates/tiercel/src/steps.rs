@@ -91,7 +91,7 @@ impl Point {
             Point::EndpointReady => "thread's endpoint taken from its cache",
             Point::Marshaled => "arguments marshaled",
             Point::HeaderReady => "header template filled in",
-            Point::Sent => "call sent (sendmsg returned / slot published)",
+            Point::Sent => "call sent (send returned / slot published)",
             Point::Arrived => "result arrived (recv returned / slot seen done)",
             Point::Validated => "result header checked, call state machine updated",
             Point::Finished => "outcome turned into the result location",
@@ -105,7 +105,7 @@ impl Point {
             Point::ProcedureDone => "procedure returned",
             Point::ResultsEncoded => "server stub: results marshaled",
             Point::ResultReady => "server: result header / slot words written",
-            Point::ResultSent => "server: result sent (sendmsg returned / slot published)",
+            Point::ResultSent => "server: result sent (send returned / slot published)",
             Point::Sealed => "packet sealed (secure binding: gathered, encrypted, tagged)",
             Point::Opened => "packet opened (secure binding: window and tag checked, decrypted)",
         }
