@@ -62,24 +62,29 @@ pub fn connect(server: SocketAddr) -> io::Result<UdpSocket> {
 /// checks the message header and the list of parts.
 pub const GATHER_SMALL: usize = 256;
 
-/// The datagram of `parts` in one piece, when it is small: the one part that is not empty, or all of
-/// them copied into `staging`. `None`: larger than [`GATHER_SMALL`] in several parts.
+/// Sends the datagram of `parts` in one piece with `send`, when it is small: the one part that is
+/// not empty as it is, or all of them copied into a buffer on the stack first. `None`: larger than
+/// [`GATHER_SMALL`] in several parts, nothing sent.
 #[inline]
-fn in_one_piece<'a>(parts: &'a [IoSlice<'a>], staging: &'a mut [u8; GATHER_SMALL]) -> Option<&'a [u8]> {
+fn send_in_one_piece(
+    parts: &[IoSlice<'_>],
+    send: impl FnOnce(&[u8]) -> io::Result<usize>,
+) -> Option<io::Result<usize>> {
     let mut filled = parts.iter().filter(|p| !p.is_empty());
     let first = filled.next().map_or(&[][..], |p| &**p);
-    let Some(second) = filled.next() else { return Some(first) };
+    let Some(second) = filled.next() else { return Some(send(first)) };
     let len: usize = parts.iter().map(|p| p.len()).sum();
     if len > GATHER_SMALL {
         return None;
     }
+    let mut staging = [0u8; GATHER_SMALL];
     staging[..first.len()].copy_from_slice(first);
     let mut at = first.len();
     for part in std::iter::once(second).chain(filled) {
         staging[at..at + part.len()].copy_from_slice(part);
         at += part.len();
     }
-    Some(&staging[..len])
+    Some(send(&staging[..len]))
 }
 
 /// Sends one datagram gathered from `parts` on a connected socket: one `sendmsg`, no staging copy,
@@ -89,9 +94,8 @@ pub fn send_gather(socket: &UdpSocket, parts: &[IoSlice<'_>]) -> io::Result<usiz
     if let Some(r) = crate::faults::intercept(socket, None, parts) {
         return r;
     }
-    let mut staging = [0u8; GATHER_SMALL];
-    if let Some(datagram) = in_one_piece(parts, &mut staging) {
-        return Ok(rustix::net::send(socket, datagram, SendFlags::empty())?);
+    if let Some(sent) = send_in_one_piece(parts, |d| Ok(rustix::net::send(socket, d, SendFlags::empty())?)) {
+        return sent;
     }
     Ok(sendmsg(socket, parts, &mut SendAncillaryBuffer::default(), SendFlags::empty())?)
 }
@@ -103,9 +107,8 @@ pub fn send_gather_to(socket: &UdpSocket, addr: &SocketAddr, parts: &[IoSlice<'_
     if let Some(r) = crate::faults::intercept(socket, Some(addr), parts) {
         return r;
     }
-    let mut staging = [0u8; GATHER_SMALL];
-    if let Some(datagram) = in_one_piece(parts, &mut staging) {
-        return Ok(rustix::net::sendto(socket, datagram, SendFlags::empty(), addr)?);
+    if let Some(sent) = send_in_one_piece(parts, |d| Ok(rustix::net::sendto(socket, d, SendFlags::empty(), addr)?)) {
+        return sent;
     }
     Ok(sendmsg_addr(socket, addr, parts, &mut SendAncillaryBuffer::default(), SendFlags::empty())?)
 }
