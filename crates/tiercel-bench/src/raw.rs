@@ -1,5 +1,6 @@
 //! The raw UDP ping-pong the benchmark measures tiercel against: the same system calls (`send`, or
-//! `sendmsg` for a datagram of more than `tiercel_sys::udp::GATHER_SMALL` bytes in parts; non-blocking `recv`/`recvfrom`) with no protocol at all; not spinning, each side blocks in its
+//! `sendmsg` for a datagram of more than `tiercel_sys::udp::GATHER_SMALL` bytes in parts;
+//! non-blocking `recv`/`recvfrom`) with no protocol at all; not spinning, each side blocks in its
 //! receive itself (one system call where tiercel looks, then waits in `poll` or `epoll_wait`, then
 //! receives), the cheapest blocking wait there is. A request's first four bytes say
 //! how long the reply must be; a request of several datagrams (a multi-packet transfer) says in its

@@ -2,9 +2,9 @@
 //! slot, socket, buffers and prebuilt header.
 //!
 //! The fast path of a call is all here: [`UdpEndpoint::run`] writes the changing header fields into the
-//! template, sends header, scratch and borrowed argument slices with one system call (`sendmsg`, or for a
-//! datagram of at most `tiercel_sys::udp::GATHER_SMALL` bytes, copied into one buffer, `send`), then waits on the
-//! endpoint's own socket (spinning, then blocking), so the result arrives at this thread with no
+//! template, sends header, scratch and borrowed argument slices with one system call (`sendmsg`, or
+//! for a datagram of at most `tiercel_sys::udp::GATHER_SMALL` bytes, copied into one buffer, `send`),
+//! then waits on the endpoint's own socket (spinning, then blocking), so the result arrives at this thread with no
 //! dispatcher and no handoff. Nothing on this path allocates once the endpoint exists.
 //!
 //! This file holds the endpoint and a call's steps; `sending` sends a call's fragments, and
