@@ -203,25 +203,37 @@ impl Records {
 /// `Ok(false)` if nothing was there, an error (`UnexpectedEof` when the peer closed) if the
 /// connection is over.
 pub(crate) fn receive(stream: &TcpStream, frames: &mut Deframer) -> std::io::Result<bool> {
-    receive_up_to(stream, frames, usize::MAX)
+    receive_up_to(stream, frames, usize::MAX).map(|got| got != Got::Nothing)
 }
 
-/// [`receive`] of at most `most` bytes.
-pub(crate) fn receive_up_to(stream: &TcpStream, frames: &mut Deframer, most: usize) -> std::io::Result<bool> {
+/// What a read of a non-blocking connection got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Got {
+    /// Nothing was there (or there was no room to read into).
+    Nothing,
+    /// Less than there was room for: the connection held no more at the time of the read, so a
+    /// read straight after it would most likely find nothing.
+    Drained,
+    /// As much as there was room for: more may be there.
+    Filled,
+}
+
+/// [`receive`] of at most `most` bytes, telling whether the read drained the connection.
+pub(crate) fn receive_up_to(stream: &TcpStream, frames: &mut Deframer, most: usize) -> std::io::Result<Got> {
     let spare = frames.spare();
     let room = most.min(spare.len());
     let spare = &mut spare[..room];
     if spare.is_empty() {
         // A whole frame is buffered and not yet taken: nothing to read for now.
-        return Ok(false);
+        return Ok(Got::Nothing);
     }
     match (&*stream).read(spare) {
         Ok(0) => Err(ErrorKind::UnexpectedEof.into()),
         Ok(n) => {
             frames.filled(n);
-            Ok(true)
+            Ok(if n < room { Got::Drained } else { Got::Filled })
         }
-        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(false),
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(Got::Nothing),
         Err(e) => Err(e),
     }
 }

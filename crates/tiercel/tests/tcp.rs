@@ -52,6 +52,48 @@ fn threads_share_one_connection_with_calls_in_flight_at_once() {
 }
 
 #[test]
+fn blocked_callers_on_one_connection_each_get_their_own_results_while_some_give_up() {
+    // Never spinning, every waiting caller blocks: one in `poll` on the connection, the others
+    // parked until it hands them their result or the reading. Callers that give up at their
+    // deadlines (the reader, or the one woken to read next) must pass the reading on.
+    let server = serve();
+    let client: TestClient = Client::connect(format!("tcp://{}", server.addr()))
+        .unwrap()
+        .with_config(ClientConfig { spin: tiercel::Spin::Never, ..ClientConfig::default() })
+        .import()
+        .unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                let mut gave_up = 0;
+                for i in 0..400 {
+                    assert_eq!(client.add(t * 100_000, i).unwrap(), t * 100_000 + i);
+                    if i % 50 == t {
+                        let err = client.with_deadline(Duration::from_millis(2)).work(20_000).unwrap_err();
+                        assert!(matches!(err, CallError::DeadlineExceeded { may_have_run: true }), "{err}");
+                        gave_up += 1;
+                    }
+                }
+                gave_up
+            })
+        })
+        .collect();
+    let gave_up: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(gave_up, 8 * 8);
+    assert_eq!(server.bindings(), 1);
+    assert_eq!(server.stats().malformed, 0);
+    // Every call given up still ran, and its late result was dropped, not taken for another's.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while client.binding().stats().stale < gave_up {
+        assert!(Instant::now() < give_up, "{} of {gave_up} late results came", client.binding().stats().stale);
+        assert_eq!(client.add(2, 3).unwrap(), 5);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(client.binding().stats().stale, gave_up);
+}
+
+#[test]
 fn messages_of_many_megabytes_go_whole_both_ways() {
     let server = serve();
     let client = tcp(&server);

@@ -45,7 +45,7 @@ impl TcpEndpoint {
             if now >= spin_until {
                 break;
             }
-            if let Waited::Arrived = self.look(inner, link, deadline, now, None, tail.as_deref_mut())? {
+            if let Waited::Arrived = self.look(inner, link, deadline, now, None, tail.as_deref_mut(), true)? {
                 self.spin.observe(start.elapsed());
                 self.finish(procedure)?;
                 return Ok(tail.is_some_and(|tail| self.settle_lent(inner, tail)));
@@ -61,7 +61,7 @@ impl TcpEndpoint {
                 let _ =
                     ready.try_io(tokio::io::Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
                 let wake = Some(Wake::Task(cx.waker().clone()));
-                match self.look(inner, link, deadline, Instant::now(), wake, tail.as_deref_mut()) {
+                match self.look(inner, link, deadline, Instant::now(), wake, tail.as_deref_mut(), true) {
                     Err(e) => return std::task::Poll::Ready(Err(e)),
                     Ok(Waited::Arrived) => return std::task::Poll::Ready(Ok(())),
                     Ok(Waited::Not(false)) => return std::task::Poll::Pending,

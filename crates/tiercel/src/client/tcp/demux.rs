@@ -8,6 +8,8 @@ use super::*;
 pub(super) struct Mail {
     /// The call awaited, if any.
     pub(super) awaiting: Option<u32>,
+    /// When it was sent, in the connection's order of calls ([`Demux::sent`]).
+    pub(super) order: u64,
     /// How to wake its caller when it is not the one reading.
     pub(super) wake: Option<Wake>,
     /// What arrived for it: kind and status; the payload is in `result`, from `result_at` on.
@@ -22,21 +24,78 @@ pub(super) struct Mail {
 pub(super) struct Demux {
     /// A caller is reading the connection.
     pub(super) reading: bool,
+    /// The slot of the caller woken to read it next, if one was: until it comes (or gives up), no
+    /// other caller takes the reading.
+    pub(super) heir: Option<u32>,
     pub(super) frames: Deframer,
     /// A secure binding's sealed records, opened on their way into `frames`.
     pub(super) records: Option<framed::Records>,
     pub(super) mail: Vec<Mail>,
     /// Calls sent (or being sent) and not answered.
     pub(super) expecting: usize,
+    /// Calls sent on the connection so far: the order of the last.
+    pub(super) sent: u64,
     /// When the server was last heard from (or, with no call waiting, the last call began).
     pub(super) heard: Instant,
     /// Why the connection is over.
     pub(super) broken: Option<String>,
     /// When the connection was last read.
     pub(super) pumped: Instant,
+    /// Callers to wake once the lock is let go ([`Locked`]): woken under it, a caller that ran at
+    /// once would find the lock held and sleep again on it.
+    pub(super) wakes: [Option<Wake>; DEFERRED],
+}
+
+/// Wakes a demux holds for when its lock is let go; any more are done at once.
+const DEFERRED: usize = 8;
+
+/// The demux, locked; letting go of it wakes the callers it was told to ([`Demux::defer`]).
+pub(super) struct Locked<'l>(Option<MutexGuard<'l, Demux>>);
+
+impl<'l> Locked<'l> {
+    pub(super) fn new(guard: MutexGuard<'l, Demux>) -> Self {
+        Locked(Some(guard))
+    }
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Demux;
+    fn deref(&self) -> &Demux {
+        match &self.0 {
+            Some(guard) => guard,
+            None => unreachable!("the demux is held until its lock is dropped"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Demux {
+        match &mut self.0 {
+            Some(guard) => guard,
+            None => unreachable!("the demux is held until its lock is dropped"),
+        }
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let wakes = self.0.as_mut().map(|demux| std::mem::take(&mut demux.wakes));
+        drop(self.0.take());
+        for w in wakes.into_iter().flatten().flatten() {
+            w.wake();
+        }
+    }
 }
 
 impl Demux {
+    /// Wakes `w` once the lock is let go.
+    fn defer(&mut self, w: Wake) {
+        match self.wakes.iter_mut().find(|d| d.is_none()) {
+            Some(room) => *room = Some(w),
+            None => w.wake(),
+        }
+    }
+
     /// Ends the connection for every call: each waiting caller is woken to find out.
     pub(super) fn break_off(&mut self, why: String) {
         if self.broken.is_none() {
@@ -49,13 +108,24 @@ impl Demux {
         }
     }
 
-    /// Hands over the reading to another waiting caller, if one waits.
+    /// Hands over the reading to another waiting caller, if one waits: the one whose call went out
+    /// first, whose result the server (which answers a connection's calls in turn, unless some
+    /// run long) most likely sends next. So the caller the kernel wakes when that result comes is
+    /// more often the one it is for than one that must then wake it. The caller woken is the
+    /// reading's heir: no other blocking caller takes the reading before it comes.
     pub(super) fn hand_over(&mut self) {
         self.reading = false;
-        if let Some(w) = self.mail.iter_mut().find(|m| m.awaiting.is_some() && m.arrived.is_none() && m.wake.is_some())
-        {
-            if let Some(w) = w.wake.take() {
-                w.wake();
+        let next = self
+            .mail
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, m)| m.awaiting.is_some() && m.arrived.is_none() && m.wake.is_some())
+            .min_by_key(|(_, m)| m.order);
+        self.heir = None;
+        if let Some((slot, m)) = next {
+            self.heir = Some(slot as u32);
+            if let Some(w) = m.wake.take() {
+                self.defer(w);
             }
         }
     }
@@ -98,7 +168,7 @@ impl Demux {
                     };
                     m.arrived = Some((kind, status));
                     if let Some(w) = m.wake.take() {
-                        w.wake();
+                        self.defer(w);
                     }
                 }
                 (Kind::Result | Kind::Reject, _) => {

@@ -39,8 +39,8 @@ impl Wake {
 }
 
 impl Link {
-    pub(super) fn demux(&self) -> MutexGuard<'_, Demux> {
-        self.demux.lock().unwrap_or_else(|p| p.into_inner())
+    pub(super) fn demux(&self) -> Locked<'_> {
+        Locked::new(self.demux.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Writes one frame, given whole in `parts` (its prefix first), sealed on a secure binding.
@@ -57,24 +57,29 @@ impl Link {
     }
 
     /// Reads what the connection has and delivers it; the caller holds the reading. The bytes of
-    /// `lend`'s result that go into its buffer are read straight there ([`Link::land`]). Err: the
-    /// connection is over (the demux broken off).
+    /// `lend`'s result that go into its buffer are read straight there ([`Link::land`]). Returns
+    /// what the read got: [`Got::Filled`] when another read may find more. Err: the connection is
+    /// over (the demux broken off).
     pub(super) fn pump(
         &self,
         demux: &mut Demux,
         binding: &BindingInner,
         lend: Option<&mut Lend<'_>>,
-    ) -> Result<bool, ()> {
+    ) -> Result<Got, ()> {
         // A caller lending its buffer reads no more than the connection's starting buffer the
         // usual way before its result's header is seen, so that little of its result is copied.
         let (most, landed) = match lend {
             Some(lend) => (BUFFER, self.land(demux, binding.id, lend)),
             None => (usize::MAX, None),
         };
-        let read = || match (&self.seal, &mut demux.records) {
-            (Some(session), Some(records)) => records.receive(&self.stream, session, &mut demux.frames),
-            _ => framed::receive_up_to(&self.stream, &mut demux.frames, most),
-        };
+        let read =
+            || match (&self.seal, &mut demux.records) {
+                // (Records are read on until nothing comes.)
+                (Some(session), Some(records)) => records
+                    .receive(&self.stream, session, &mut demux.frames)
+                    .map(|moved| if moved { Got::Filled } else { Got::Nothing }),
+                _ => framed::receive_up_to(&self.stream, &mut demux.frames, most),
+            };
         let got = match landed.unwrap_or_else(read) {
             Ok(got) => got,
             Err(e) => {
@@ -90,7 +95,7 @@ impl Link {
                 return Err(());
             }
         };
-        if got {
+        if got != Got::Nothing {
             demux.heard = Instant::now();
             if let Err(why) = demux.deliver(binding.id, &binding.stats.stale) {
                 binding.stats.malformed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -109,7 +114,7 @@ impl Link {
     /// copied over first. The receive buffer counts the bytes without holding them, so that the
     /// frame is delivered whole as any (its copy of those bytes is stale, and never read). `None`:
     /// read the usual way.
-    pub(super) fn land(&self, demux: &mut Demux, binding: u32, lend: &mut Lend<'_>) -> Option<std::io::Result<bool>> {
+    pub(super) fn land(&self, demux: &mut Demux, binding: u32, lend: &mut Lend<'_>) -> Option<std::io::Result<Got>> {
         let Ok(Next::Partial(len)) = demux.frames.next() else { return None };
         let p = Packet::new_unchecked(demux.frames.header()?);
         let payload = len - HEADER_LEN;
@@ -141,10 +146,10 @@ impl Link {
                 demux.frames.filled_elsewhere(n);
                 lend.lent.filled += n;
                 lend.lent.read += n;
-                Some(Ok(true))
+                Some(Ok(if n < room { Got::Drained } else { Got::Filled }))
             }
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {
-                Some(Ok(false))
+                Some(Ok(Got::Nothing))
             }
             Err(e) => Some(Err(e)),
         }

@@ -6,12 +6,14 @@
 //! slot. The results come back in the order the server finishes them and are matched to their
 //! callers by slot and call number: the waiting caller that finds no one reading the connection
 //! reads it (spinning, then blocking in `poll`) and hands every other caller's result to its slot,
-//! waking it; when its own result is in, it gives the reading over to another waiting caller. With
-//! one caller there is no handoff at all: it reads its own result. A result larger than the
-//! connection's 64 KiB buffer that is all the buffer holds is not copied: the buffer it was read
-//! into goes to its caller, and the connection is read on into the one the caller had before. A
-//! caller that lends its buffer to the call ([`TcpEndpoint::run`]) reads its result's bytes
-//! that go back into that buffer straight there ([`Link::land`]).
+//! waking it once the connection's lock is let go; when its own result is in, it gives the reading
+//! over to the waiting caller whose call went out first, which the server most likely answers
+//! next. A read that takes less than there was room for ends the reading until the connection is
+//! readable again. With one caller there is no handoff at all: it reads its own result. A result
+//! larger than the connection's 64 KiB buffer that is all the buffer holds is not copied: the
+//! buffer it was read into goes to its caller, and the connection is read on into the one the
+//! caller had before. A caller that lends its buffer to the call ([`TcpEndpoint::run`]) reads its
+//! result's bytes that go back into that buffer straight there ([`Link::land`]).
 //!
 //! The server sends a heartbeat frame every second while a call of the connection runs, so when
 //! nothing arrives for `Timing::dead_after` (at least 2 s) while calls wait, those calls fail with
@@ -38,7 +40,7 @@ use tiercel_proto::wire::{flags, Header, Kind, Packet, Status, HEADER_LEN};
 use super::BindingInner;
 use crate::config::ClientConfig;
 use crate::error::Violation;
-use crate::framed;
+use crate::framed::{self, Got};
 use crate::interface::InterfaceInfo;
 use crate::steps::{mark, Point};
 use crate::waiting::spin::{SpinBudget, SPINNERS};
@@ -256,11 +258,16 @@ impl TcpEndpoint {
     ) -> Result<(), CallError> {
         let spin_until = start + self.spin.budget();
         let mut spinner = SPINNERS.start();
+        // A caller that blocks at once (spinning off) waits for the connection to be readable
+        // before its first read: a read made as soon as the call is sent finds nothing.
+        let mut read = spin_until > start;
         loop {
             let now = Instant::now();
             // Spinning, nobody need wake this thread; about to block, it says how.
             let wake = (now >= spin_until).then(|| Wake::Thread(std::thread::current()));
-            let reading = match self.look(inner, link, deadline, now, wake, tail.as_deref_mut())? {
+            let looked = self.look(inner, link, deadline, now, wake, tail.as_deref_mut(), read);
+            read = true;
+            let reading = match looked? {
                 Waited::Arrived => break,
                 Waited::Not(reading) => reading,
             };
@@ -317,8 +324,11 @@ impl TcpEndpoint {
                 return Err(link.lost(why, false));
             }
             demux.expecting += 1;
+            demux.sent += 1;
+            let order = demux.sent;
             let mail = &mut demux.mail[self.slot as usize];
             mail.awaiting = Some(self.seq);
+            mail.order = order;
             mail.arrived = None;
             mail.wake = None;
         }
@@ -351,8 +361,10 @@ impl TcpEndpoint {
         }
     }
 
-    /// One look for the result, reading the connection if no one else is: `Arrived`, or whether
-    /// this caller now reads (then it waits on the socket) or waits to be woken with `wake`.
+    /// One look for the result, reading the connection if no one else is (and `read`): `Arrived`,
+    /// or whether this caller now reads (then it waits on the socket) or waits to be woken with
+    /// `wake`.
+    #[allow(clippy::too_many_arguments)]
     fn look(
         &mut self,
         inner: &BindingInner,
@@ -361,21 +373,27 @@ impl TcpEndpoint {
         now: Instant,
         wake: Option<Wake>,
         tail: Option<&mut [u8]>,
+        read: bool,
     ) -> Result<Waited, CallError> {
         let mut demux = link.demux();
-        if !demux.reading && demux.broken.is_none() {
+        // The reading waits for the caller woken to take it, but not a caller still spinning,
+        // which would only spin longer.
+        let next = wake.is_none() || demux.heir.is_none_or(|h| h == self.slot);
+        if !demux.reading && demux.broken.is_none() && next {
             demux.reading = true;
+            demux.heir = None;
             self.reading = true;
         }
         // The reader reads; so does anyone when the reader has not for a while (an async task
         // whose runtime is busy elsewhere must not hold up the binding's threads). The lock makes
         // any number of readers safe: the role only spares the socket needless reads.
-        if self.reading || now.saturating_duration_since(demux.pumped) >= STALE_READER {
+        if read && (self.reading || now.saturating_duration_since(demux.pumped) >= STALE_READER) {
             demux.pumped = now;
             // (A sealed result opens only whole: none is read straight into a lent buffer.)
             let tail = tail.filter(|_| link.seal.is_none());
             let mut lend = tail.map(|tail| Lend { slot: self.slot, seq: self.seq, tail, lent: self.lent });
-            while let Ok(true) = link.pump(&mut demux, inner, lend.as_mut()) {}
+            // A read that drained the connection ends the reading: one more would find nothing.
+            while let Ok(Got::Filled) = link.pump(&mut demux, inner, lend.as_mut()) {}
             if let Some(lend) = lend {
                 self.lent = lend.lent;
             }
@@ -418,7 +436,8 @@ impl TcpEndpoint {
         }
         mail.wake = None;
         mail.arrived = None;
-        if self.reading {
+        if self.reading || demux.heir == Some(self.slot) {
+            // (An heir that gives up before it reads passes the reading on as a reader does.)
             self.reading = false;
             demux.hand_over();
         }

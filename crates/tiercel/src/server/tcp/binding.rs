@@ -64,6 +64,10 @@ pub(super) struct Reader {
     /// lease to).
     pub(super) spin_until: Instant,
     pub(super) lease: crate::waiting::leases::SpinLease,
+    /// The last read took less than there was room for: the connection was empty then. Done
+    /// spinning, the reader then waits for it to be readable before it reads again (a read would
+    /// most likely find nothing, a system call spent).
+    pub(super) drained: bool,
 }
 
 /// A call read from the connection, its arguments copied into the reading thread's buffer.

@@ -388,6 +388,7 @@ fn make(
             retention: Retention::default(),
             last_frame: now,
             spin_until: now,
+            drained: false,
             lease: crate::waiting::leases::SpinLease::new(&shared.spin_leases),
         })),
         threads: AtomicUsize::new(0),

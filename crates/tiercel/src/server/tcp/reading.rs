@@ -155,8 +155,12 @@ impl StreamBinding {
                 }
             }
             let received = match (&self.conn.seal, &mut r.records) {
+                _ if std::mem::take(&mut r.drained) && now >= r.spin_until => Ok(false),
                 (Some(session), Some(sealed)) => sealed.receive(&self.conn.stream, session, &mut r.frames),
-                _ => framed::receive(&self.conn.stream, &mut r.frames),
+                _ => framed::receive_up_to(&self.conn.stream, &mut r.frames, usize::MAX).map(|got| {
+                    r.drained = got == framed::Got::Drained;
+                    got != framed::Got::Nothing
+                }),
             };
             now = Instant::now();
             match received {
