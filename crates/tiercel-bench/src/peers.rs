@@ -670,8 +670,9 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
     outln!(
         "tiercel's ratios to each peer (Null latency: peer / tiercel, so above 1× is tiercel faster; calls/s: \
          tiercel / peer);\nspinning tiercel against the spinning floors, blocking tiercel against the blocking one of its \
-         transport, both against the peers;\n\"!\": tiercel's latency under the raw floor beneath it (a broken floor, or a \
-         machine that changed speed between them)"
+         transport, both against the peers;\n\"!\": tiercel faster than the raw floor beneath it, in latency or in calls/s \
+         (a broken floor, or a machine that changed speed between them; \"raw udp echo\" with several callers is \
+         one by design: they block in `poll`)"
     );
     outln!(
         "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
@@ -695,8 +696,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         };
         for p in others.iter().filter(floor) {
             let rate = |r: &Row, i: usize| r.load.get(i).map_or(0.0, |l| l.calls_per_second);
-            // A one-caller latency under the raw floor beneath it is marked: the floor is broken
-            // there, or the machine changed speed between them.
+            // tiercel faster than the raw floor beneath it is marked: the floor is broken there,
+            // or the machine changed speed between them.
             let under = p.system.starts_with("raw");
             let times = |a: f64, b: f64| {
                 let ratio = crate::asynch::times(a, b);
@@ -712,10 +713,10 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
                 p.system,
                 times(p.null_median_us, t.null_median_us),
                 times(p.max_result_median_us, t.max_result_median_us),
-                crate::asynch::times(rate(t, 0), rate(p, 0)),
-                crate::asynch::times(rate(t, 1), rate(p, 1)),
-                crate::asynch::times(rate(t, 2), rate(p, 2)),
-                crate::asynch::times(rate(t, 3), rate(p, 3))
+                times(rate(t, 0), rate(p, 0)),
+                times(rate(t, 1), rate(p, 1)),
+                times(rate(t, 2), rate(p, 2)),
+                times(rate(t, 3), rate(p, 3))
             );
         }
     }
