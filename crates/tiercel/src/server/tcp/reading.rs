@@ -205,6 +205,8 @@ impl StreamBinding {
                     r.charge.settle(0);
                     r.retention = Retention::default();
                 }
+                // Back from the parking, the connection is read at once (it was readable).
+                r.drained = false;
                 self.parked.store(true, Ordering::Release);
                 return None;
             }
