@@ -54,8 +54,9 @@ fn threads_share_one_connection_with_calls_in_flight_at_once() {
 #[test]
 fn blocked_callers_on_one_connection_each_get_their_own_results_while_some_give_up() {
     // Never spinning, every waiting caller blocks: one in `poll` on the connection, the others
-    // parked until it hands them their result or the reading. Callers that give up at their
-    // deadlines (the reader, or the one woken to read next) must pass the reading on.
+    // parked until it hands them their result or the reading. Calls given up at their deadlines
+    // (the reader's, or the one woken to read next) pass the reading on; what this asserts is that
+    // meanwhile every caller gets its own results, and every late result is dropped.
     let server = serve();
     let client: TestClient = Client::connect(format!("tcp://{}", server.addr()))
         .unwrap()

@@ -79,7 +79,10 @@ impl std::ops::DerefMut for Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        let wakes = self.0.as_mut().map(|demux| std::mem::take(&mut demux.wakes));
+        // `defer` fills the room from the front: with the first empty, there is nothing to wake
+        // (so it is after most looks), and the room is not copied out.
+        let wakes =
+            self.0.as_mut().filter(|demux| demux.wakes[0].is_some()).map(|demux| std::mem::take(&mut demux.wakes));
         drop(self.0.take());
         for w in wakes.into_iter().flatten().flatten() {
             w.wake();
