@@ -152,7 +152,8 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         let client: TestClient = crate::harness::import(format!("{scheme}{blocking_addr}"), config)?;
         systems.push((name.to_string(), blocking_server.0.id(), System::Tiercel(client)));
     }
-    let (raw_blocking, raw_blocking_addr) = spawn(&["raw-echo".into(), "--cpu".into(), cpu_arg.clone()])?;
+    let (raw_blocking, raw_blocking_addr) =
+        spawn(&["raw-echo".into(), "--cpu".into(), cpu_arg.clone(), "--drain".into()])?;
     let raw_blocking_addr = crate::harness::udp_addr(&raw_blocking_addr)?;
     systems.push(("raw udp block".to_string(), raw_blocking.0.id(), System::RawUdp(raw_blocking_addr, RawWait::Block)));
     let (raw_tcp, raw_tcp_addr) = spawn(&["raw-tcp-echo".into(), "--cpu".into(), cpu_arg.clone()])?;
@@ -231,12 +232,14 @@ enum System {
 /// How the callers of a raw UDP echo wait for its answer.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum RawWait {
-    /// One caller spins, as tiercel's does; several block in `poll` between round trips.
+    /// One caller spins, as tiercel's does; several block in their receives.
     Spin,
     /// Every caller spins, yielding the CPU between looks, as tiercel's callers do beside one
     /// another.
     Yield,
-    /// Every caller blocks in `poll`, against an echo that blocks too.
+    /// Every caller blocks in its receive (several after a yield of the CPU and a look that does
+    /// not block, as tiercel's blocking callers do), against an echo that blocks too and answers the requests that queued
+    /// meanwhile in batches (`raw-echo --drain`), as tiercel's server does.
     Block,
 }
 
@@ -473,7 +476,11 @@ fn raw_udp_load(
     };
     let caller = move || {
         let ping = PingPong::new(addr, HEADER, HEADER, spin)?;
-        let mut ping = if wait == RawWait::Yield && callers > 1 { ping.yielding() } else { ping };
+        let mut ping = match wait {
+            RawWait::Yield if callers > 1 => ping.yielding(),
+            RawWait::Block if callers > 1 => ping.looking_first(),
+            _ => ping,
+        };
         Ok(move || ping.round_trip())
     };
     crate::asynch::round_trips(callers, client_cpu, caller, measure)
