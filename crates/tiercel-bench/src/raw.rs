@@ -191,20 +191,19 @@ fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
 const HEADER_ROOM: usize = 2048;
 
 /// How many looks in a row that find nothing end a drain ([`drain_requests`]).
-const DRAIN_LOOKS: u32 = 3;
+const DRAIN_LOOKS: u32 = 10;
 
 /// The blocking echo (with `--drain`), after it answered a request: takes the one-datagram
 /// requests that queued meanwhile (from several callers) with a `recvmmsg` that does not block, up
 /// to 16 at a time, and answers each batch with one `sendmmsg`, as a server that batches does, and
-/// goes back to its blocking receive only after [`DRAIN_LOOKS`] looks in a row found nothing (a
-/// microsecond or two). Each time the echo falls asleep, the next request must wake it, which on
-/// our VM takes tens of µs and some of its sender's CPU: with four callers, an echo that blocked
-/// after one look that found nothing slept about once every nine requests, tiercel's blocking
-/// server (whose loop passes more time between its last look and its wait) about once every fifty,
-/// and tiercel made more calls a second than that floor (a scratch client of four blocking
-/// threads on CPU 0, 1.5 s each, in turn: 120,337-147,355 against 137,464-146,350 calls a
-/// second); with three looks, 198,368-211,201 against tiercel's 152,071-170,637. With one caller,
-/// the looks are made while the reply is on its way, and find nothing.
+/// goes back to its blocking receive only after [`DRAIN_LOOKS`] looks in a row found nothing (some
+/// 5 µs). Each time the echo falls asleep, the next request must wake it, which on our VM takes
+/// tens of µs and some of its sender's CPU; the more it looks, the less often it sleeps while
+/// requests stream in. Against blocking callers on one CPU that yield and look before they block (a
+/// scratch client, 1 s each, echoes looking 3, 6 and 10 times in turn), calls a second at two
+/// callers: 43,086, 69,926, 94,686 (3 looks); 49,853, 88,885, 113,330 (6); 70,837, 138,738, 133,770
+/// (10); at four, 158,939-213,717, 186,006-211,283 and 186,294-208,136; at eight, alike. With one
+/// caller the looks are made while the reply is on its way, and find nothing.
 fn drain_requests(socket: &UdpSocket, batch: &mut tiercel_sys::mmsg::RecvBatch, reply: &[u8]) {
     let mut answers: [(SocketAddr, usize); tiercel_sys::mmsg::MAX_BATCH] =
         [(SocketAddr::from(([0, 0, 0, 0], 0)), 0); tiercel_sys::mmsg::MAX_BATCH];

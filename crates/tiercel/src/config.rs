@@ -22,7 +22,9 @@ pub use tiercel_proto::Timing;
 /// that callers sharing a CPU take turns sending their calls instead of spinning out their time slices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Spin {
-    /// Block at once.
+    /// Block at once. Over UDP, a caller first yields the CPU once (`sched_yield`) while other
+    /// callers of the process wait for their results, so that a result that comes while they run
+    /// is taken without a wake-up.
     Never,
     /// Spin this long, then block. Over UDP, also this long from each packet of a multi-packet
     /// exchange that arrives.
@@ -201,7 +203,9 @@ pub struct ServerConfig {
     /// How long an idle worker spins for the next packet before blocking. A shared-memory binding's
     /// thread spins at most this long after each call (see `adaptive_spin`), then sleeps on a
     /// futex; a TCP connection's reader spins this long after each frame. Only while it holds one
-    /// of `spinners` leases: otherwise it blocks at once. Default: 1 ms.
+    /// of `spinners` leases: otherwise it blocks at once. A UDP worker done with the datagrams it
+    /// found, spinning or not, looks at its socket three times before it blocks (a microsecond or
+    /// two), so that calls streaming in from several callers find it awake. Default: 1 ms.
     pub spin: Duration,
     /// Most threads of the server spinning at once, UDP workers, shared-memory binding threads
     /// and TCP connection readers together, so that waiting threads never take every core from
