@@ -601,7 +601,9 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         "\nPeers: tiercel (default settings, over UDP and over TCP) against the raw UDP echo (one spinning thread; \
          one caller spins,\nseveral block in their receives, or with \"yield\" spin and yield the CPU between looks as \
          tiercel's do), tarpc, tonic (plain and over TLS) and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
-         sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls. Each server in"
+         sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls (several callers of\nthe \
+         raw UDP echo yield the CPU once and look before they block, as tiercel's do, and that echo takes what queued in \
+         batches and\nlooks ten times before it blocks). Each server in"
     );
     outln!(
         "its own process on the server CPU (the peers on tokio's default runtime), each client here on the caller's \
@@ -679,7 +681,7 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
          tiercel / peer);\nspinning tiercel against the spinning floors, blocking tiercel against the blocking one of its \
          transport, both against the peers;\n\"!\": tiercel faster than the raw floor beneath it, in latency or in calls/s \
          (a broken floor, or a machine that changed speed between them; \"raw udp echo\" with several callers is \
-         one by design: they block in `poll`)"
+         one by design: they block in their receives)"
     );
     outln!(
         "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",

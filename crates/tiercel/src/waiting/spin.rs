@@ -21,16 +21,17 @@ pub(crate) static SPINNERS: Spinners = Spinners { n: AtomicUsize::new(0), waitin
 #[derive(Debug)]
 pub(crate) struct Spinners {
     n: AtomicUsize,
-    /// UDP callers waiting for their results, spinning or blocked ([`Spinners::waiting`]).
+    /// UDP callers that block at once waiting for their results ([`Spinners::waiting`]).
     waiting: AtomicUsize,
 }
 
 impl Spinners {
-    /// Counts a UDP caller waiting for its result, spinning or blocked, until dropped.
+    /// Counts a UDP caller that blocks at once, waiting for its result, until dropped. (Callers
+    /// that spin are counted as spinners, on their path, and not here.)
     #[inline]
     pub(crate) fn waiting(&self) -> Waiting<'_> {
         self.waiting.fetch_add(1, Ordering::Relaxed);
-        Waiting(&self.waiting)
+        Waiting { spinners: self }
     }
 
     /// Counts a caller that starts spinning, until it stops or is dropped.
@@ -41,13 +42,16 @@ impl Spinners {
     }
 }
 
-/// One UDP caller's place among those waiting for their results.
+/// One UDP caller's place among those that block at once.
 #[derive(Debug)]
-pub(crate) struct Waiting<'a>(&'a AtomicUsize);
+pub(crate) struct Waiting<'a> {
+    spinners: &'a Spinners,
+}
 
 impl Waiting<'_> {
-    /// Before the first look of a caller that does not spin: yields the CPU while another caller
-    /// of the process waits for its result too, spinning or blocked. The result of a call just sent
+    /// Before the first look of a caller that does not spin (and is counted among the spinners
+    /// until it blocks): yields the CPU while another caller of the process waits for its result
+    /// too, blocking at once or spinning (one that blocked after its spin is not seen). The result of a call just sent
     /// is not back yet, and the others may be ready to run: one woken by its result, one about to
     /// send. A caller that blocked at once, its result came while the others ran, and it was woken
     /// for it: a wake-up (tens of µs on our VM) where a look after the others' turn finds the
@@ -59,7 +63,7 @@ impl Waiting<'_> {
     /// yielded.
     #[inline]
     pub(crate) fn yield_among_others(&self) -> bool {
-        let others = self.0.load(Ordering::Relaxed) > 1;
+        let others = self.spinners.waiting.load(Ordering::Relaxed) > 1 || self.spinners.n.load(Ordering::Relaxed) > 1;
         if others {
             std::thread::yield_now();
         }
@@ -69,7 +73,7 @@ impl Waiting<'_> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.spinners.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -383,15 +387,22 @@ mod tests {
     #[test]
     fn a_caller_that_blocks_yields_first_only_while_another_waits() {
         let spinners = Spinners { n: AtomicUsize::new(0), waiting: AtomicUsize::new(0) };
-        let a = spinners.waiting();
+        // A blocking caller is counted among the spinners until it blocks, as in the UDP wait.
+        let (_sa, a) = (spinners.start(), spinners.waiting());
         assert!(!a.yield_among_others(), "alone");
-        let b = spinners.waiting();
-        // Another caller waits, blocked (it does not count among the spinners): both yield.
-        assert_eq!(spinners.n.load(Ordering::Relaxed), 0);
+        let (sb, b) = (spinners.start(), spinners.waiting());
+        assert!(a.yield_among_others());
+        // The other blocked (no longer a spinner) but still waits: both still yield.
+        let mut sb = sb;
+        sb.stop();
         assert!(a.yield_among_others());
         assert!(b.yield_among_others());
         drop(b);
         assert!(!a.yield_among_others(), "the other's wait ended");
+        // A caller that spins is seen through the spinners' count.
+        let spinning = spinners.start();
+        assert!(a.yield_among_others());
+        drop(spinning);
         drop(a);
         assert_eq!(spinners.waiting.load(Ordering::Relaxed), 0);
     }

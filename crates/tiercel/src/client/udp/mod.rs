@@ -364,11 +364,16 @@ impl UdpEndpoint {
     ) -> Result<Instant, CallError> {
         let mut deadline = SpinDeadline::new(start, &self.spin);
         let mut spinner = SPINNERS.start();
-        let waiting = SPINNERS.waiting();
         let mut seen;
         // A caller that blocks at once yields to the others waiting, blocked or not; one that spins,
         // to those spinning (a blocked caller has nothing to run until its result comes).
-        let yielded = if deadline.spinning(start) { spinner.before_first_look() } else { waiting.yield_among_others() };
+        let waiting;
+        let yielded = if deadline.spinning(start) {
+            spinner.before_first_look()
+        } else {
+            waiting = SPINNERS.waiting();
+            waiting.yield_among_others()
+        };
         if !yielded && len <= self.frag_payload {
             // A lone one-packet call: nothing to look for before its result. The wait reads the clock
             // and nothing else. With a `pause` in each turn, as the other spins have, a lone
