@@ -238,8 +238,9 @@ enum RawWait {
     /// another.
     Yield,
     /// Every caller blocks in its receive (several after a yield of the CPU and a look that does
-    /// not block, as tiercel's blocking callers do), against an echo that blocks too and answers the requests that queued
-    /// meanwhile in batches (`raw-echo --drain`), as tiercel's server does.
+    /// not block, as tiercel's blocking callers do), against an echo that blocks too, answers the
+    /// requests that queued meanwhile in batches and looks ten times before it blocks again
+    /// (`raw-echo --drain`), as tiercel's server takes what queued and looks before it waits.
     Block,
 }
 
