@@ -196,8 +196,7 @@ const DRAIN_LOOKS: u32 = 10;
 /// The blocking echo (with `--drain`), after it answered a request: takes the one-datagram
 /// requests that queued meanwhile (from several callers) with a `recvmmsg` that does not block, up
 /// to 16 at a time, and answers each batch with one `sendmmsg`, as a server that batches does, and
-/// goes back to its blocking receive only after [`DRAIN_LOOKS`] looks in a row found nothing (some
-/// 5 µs). Each time the echo falls asleep, the next request must wake it, which on our VM takes
+/// goes back to its blocking receive only after [`DRAIN_LOOKS`] looks in a row found nothing. Each time the echo falls asleep, the next request must wake it, which on our VM takes
 /// tens of µs and some of its sender's CPU; the more it looks, the less often it sleeps while
 /// requests stream in. Against blocking callers on one CPU that yield and look before they block (a
 /// scratch client, 1 s each, echoes looking 3, 6 and 10 times in turn), calls a second at two
@@ -205,8 +204,7 @@ const DRAIN_LOOKS: u32 = 10;
 /// (10); at four, 158,939-213,717, 186,006-211,283 and 186,294-208,136; at eight, alike. With one
 /// caller the looks are made while the reply is on its way, and find nothing.
 fn drain_requests(socket: &UdpSocket, batch: &mut tiercel_sys::mmsg::RecvBatch, reply: &[u8]) {
-    let mut answers: [(SocketAddr, usize); tiercel_sys::mmsg::MAX_BATCH] =
-        [(SocketAddr::from(([0, 0, 0, 0], 0)), 0); tiercel_sys::mmsg::MAX_BATCH];
+    let mut answers = [(SocketAddr::from(([0, 0, 0, 0], 0)), &reply[..0]); tiercel_sys::mmsg::MAX_BATCH];
     let mut empty = 0;
     loop {
         let n = match batch.recv_nowait(socket, tiercel_sys::mmsg::MAX_BATCH) {
@@ -228,14 +226,10 @@ fn drain_requests(socket: &UdpSocket, batch: &mut tiercel_sys::mmsg::RecvBatch, 
                 continue;
             }
             let first = u32::from_le_bytes([d.bytes[0], d.bytes[1], d.bytes[2], d.bytes[3]]);
-            answers[k] = (from, ((first & !PLACE_NEXT) as usize).min(reply.len()));
+            answers[k] = (from, &reply[..((first & !PLACE_NEXT) as usize).min(reply.len())]);
             k += 1;
         }
-        let mut datagrams = [(SocketAddr::from(([0, 0, 0, 0], 0)), &reply[..0]); tiercel_sys::mmsg::MAX_BATCH];
-        for (d, &(to, want)) in datagrams.iter_mut().zip(&answers[..k]) {
-            *d = (to, &reply[..want]);
-        }
-        let _ = tiercel_sys::mmsg::send_batch(socket, &datagrams[..k]);
+        let _ = tiercel_sys::mmsg::send_batch(socket, &answers[..k]);
     }
 }
 

@@ -120,13 +120,13 @@ const XDP_LOOKS: u32 = 16;
 
 /// Looks at the socket that may find nothing, after datagrams were handled, before a listener that
 /// does not spin (`ServerConfig::spin` zero, or its spin lease refused) or has spun its time waits:
-/// its first look and two more, a microsecond or two of system calls. A listener asleep must be
+/// its first look and two more, each a system call. A listener asleep must be
 /// woken by the next datagram, which on our VM takes tens of µs and some of the sender's CPU. With
 /// spinning off, blocking callers on one CPU (a scratch client, 1 s each, builds in turn) made,
 /// calls a second, at two callers 55,678, 58,566 and 59,054 against a server that waited after one
 /// look and 72,479, 81,910 and 79,290 after three; at four 171,674, 137,502, 161,643 and 193,136,
 /// 163,657, 175,300. A lone caller's call costs the server these looks' CPU, after its result went
-/// out.
+/// out: 6.2 system calls a call at one blocking caller where it made 4.1 (docs/ledger.md).
 pub(crate) const IDLE_LOOKS: u32 = 3;
 
 /// How many more looks at its socket a listener makes before it waits: [`IDLE_LOOKS`] after
