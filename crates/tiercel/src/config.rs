@@ -69,6 +69,17 @@ pub struct ClientConfig {
     /// also requires the server to prove it back, so it binds only to a holder of the secret. It is
     /// proven once, at bind time: calls cost nothing more (`docs/ledger.md`). Default: none.
     pub secret: Option<crate::Secret>,
+    /// Over UDP, the calling threads of a binding beyond its first share one socket, so that their
+    /// calls go out together and their results come back together: a call made while others of
+    /// the socket wait for theirs joins the batch the first of them to look for its result sends
+    /// (one segmented send, UDP GSO), the server sends the batch's results back the same way, and
+    /// whichever thread looks at the socket takes them all (UDP GRO) and hands each to its thread.
+    /// With eight threads on one binding a Null call cost the kernel about a datagram each way
+    /// less per call (`docs/ledger.md` has the cost per call). The binding's first thread keeps a
+    /// socket of its own, and a lone caller's path is unchanged. Bindings that do not spin
+    /// ([`Spin::Never`]), secure bindings, bindings with checksums and those through AF_XDP send
+    /// each thread's calls from its own socket. `false`: every thread its own socket. Default: on.
+    pub batch_threads: bool,
     /// When the address lets the binder choose, bind through shared memory if the server is on this
     /// host and offers it (else UDP). `false` always chooses UDP. Default: on.
     pub shared_memory: bool,
@@ -159,6 +170,7 @@ impl Default for ClientConfig {
             deadline: None,
             checksum: false,
             secret: None,
+            batch_threads: true,
             shared_memory: true,
             tcp_fallback: true,
             metrics: false,

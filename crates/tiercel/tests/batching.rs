@@ -240,3 +240,49 @@ fn a_call_behind_a_slow_one_in_a_batch_is_left_to_another_worker() {
     }
     panic!("nothing was left to the other worker in ten rounds: {}", server.stats());
 }
+
+/// Eight threads calling on one binding, each `calls` additions whose sums say whose they are, with
+/// `config`; the binding's counters once all are back.
+fn eight_threads(config: ClientConfig, calls: u64) -> (tiercel::RunningServer, tiercel::ClientStats) {
+    let server =
+        Server::bind("udp://127.0.0.1:0").unwrap().export(DeskServer::new(DeskImpl(Arc::default()))).start().unwrap();
+    let desk: DeskClient =
+        Client::connect(format!("udp://{}", server.addr()).as_str()).unwrap().with_config(config).import().unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let desk = &desk;
+            s.spawn(move || {
+                for i in 0..calls {
+                    assert_eq!(desk.add(t << 32, i).unwrap(), (t << 32) + i, "thread {t} got another's result");
+                }
+            });
+        }
+    });
+    (server, desk.binding().stats())
+}
+
+#[test]
+fn threads_sharing_a_binding_send_their_calls_together_and_each_gets_its_own_result() {
+    // Batches form where the threads' calls meet; in so many calls they do (on any number of CPUs:
+    // a call waits a few turns for those of the other threads waiting for their results).
+    let (server, stats) = eight_threads(ClientConfig::default(), 3_000);
+    assert!(stats.sent_together > 0, "no calls went out together: {stats:?}");
+    assert!(stats.handed_over > 0, "no thread took another's result: {stats:?}");
+    assert_eq!(stats.malformed, 0);
+    let served = server.stats();
+    assert!(served.sent_together > 0, "no results went back together: {served}");
+    assert_eq!(served.malformed, 0);
+}
+
+#[test]
+fn threads_that_do_not_spin_or_are_told_not_to_batch_keep_sockets_of_their_own() {
+    use tiercel::config::Spin;
+    for config in [
+        ClientConfig { batch_threads: false, ..ClientConfig::default() },
+        ClientConfig { spin: Spin::Never, ..ClientConfig::default() },
+        ClientConfig { checksum: true, ..ClientConfig::default() },
+    ] {
+        let (_server, stats) = eight_threads(config.clone(), 300);
+        assert_eq!((stats.sent_together, stats.handed_over), (0, 0), "{config:?}");
+    }
+}

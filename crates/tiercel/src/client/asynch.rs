@@ -87,7 +87,7 @@ impl AsyncEndpoint {
         in_runtime()?;
         match (&inner.shm, &inner.tcp) {
             (None, None) => {
-                let mut ep = UdpEndpoint::new(inner)?;
+                let mut ep = UdpEndpoint::new(inner, false)?;
                 #[cfg(feature = "xdp")]
                 if let Some(port) = ep.xdp_port() {
                     let fd = inner.asynch.station_ready(&port.station)?;

@@ -115,7 +115,7 @@ fn keep<E: Cached + 'static>(cache: &'static LocalKey<RefCell<Vec<Box<E>>>>, ep:
 pub(super) fn take_udp(inner: &std::sync::Arc<BindingInner>) -> Result<Box<UdpEndpoint>, CallError> {
     match take_cached(UDP_CACHE, inner.uid) {
         Some(ep) => Ok(ep),
-        None => match UdpEndpoint::new(inner) {
+        None => match UdpEndpoint::new(inner, true) {
             #[cfg(feature = "async")]
             Err(CallError::NoFreeSlot(n)) => inner.asynch.lend_udp().ok_or(CallError::NoFreeSlot(n)),
             made => made.map(Box::new),

@@ -335,6 +335,11 @@ crate::counters::counters! {
         /// kernel's copy of their bytes the only one): on loopback one a receive, on paths of small
         /// datagrams the fragments of a coalesced run.
         landed,
+        /// Calls that went out together with others of their binding's threads, in one segmented
+        /// send of the socket they share ([`crate::config::ClientConfig::batch_threads`]).
+        sent_together,
+        /// Datagrams one of those threads received for another and put in its mailbox.
+        handed_over,
         /// Results received into the buffer the caller lent (a call, synchronous or async, of a
         /// procedure whose one buffer is an `InOut` and its last argument, with a result of several
         /// datagrams over UDP, larger than the connection's 64 KiB receive buffer over TCP, or any `Ok`
@@ -362,6 +367,13 @@ pub(crate) struct BindingInner {
     max_datagram: usize,
     /// The client slots not held by an endpoint, and the turns of threads beyond them.
     free_slots: slots::Slots,
+    /// How many client slots the binding has.
+    slot_count: u32,
+    /// Over UDP, the socket the binding's calling threads beyond its first share (opened by the
+    /// second; `None` inside when this kernel cannot batch): see `udp::shared`.
+    udp_port: std::sync::OnceLock<Option<Arc<udp::SharedPort>>>,
+    /// The calling threads' UDP endpoints of the binding alive now.
+    udp_threads: std::sync::atomic::AtomicUsize,
     /// The shared region, when the binding is through shared memory.
     shm: Option<shm::Link>,
     /// The connection, when the binding is over TCP.

@@ -11,11 +11,14 @@
 //! goes out first. A procedure known to be quick that turns slow delays the results held before it
 //! once, and is then known as slow.
 
+use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tiercel_proto::wire::checksum;
 use tiercel_sys::mmsg::{self, MAX_BATCH};
+use tiercel_sys::udp;
 
 /// Largest datagram held (a MaxResult's 1,496 bytes and its trailer fit); larger ones go at once.
 pub(super) const MAX_HELD: usize = 2048;
@@ -93,19 +96,71 @@ impl Outbox {
         !self.is_empty() && (!quick || self.since.is_some_and(|t| now.saturating_duration_since(t) >= MAX_HOLD))
     }
 
-    /// Sends what is held with one `sendmmsg` (a refused datagram is a lost packet to the protocol:
-    /// the client's timers ask again). Returns how many went out together with another.
-    pub(super) fn send(&mut self, socket: &UdpSocket) -> usize {
+    /// Sends what is held with as few system calls as it can: each run of results held one after
+    /// another for one address, all of one length but perhaps the last (the results of one client's
+    /// calls that went out together), with one segmented send (UDP GSO: the kernel carries the run
+    /// as one packet as far as it can, and a client that takes runs whole receives it with one
+    /// system call), and the rest with one `sendmmsg`. A refused datagram is a lost packet to the
+    /// protocol: the client's timers ask again. With `segmenting` false, or once the kernel refuses
+    /// a segmented send (then `segmenting` is cleared), every result goes out by `sendmmsg`.
+    /// Returns how many went out together with another.
+    pub(super) fn send(&mut self, socket: &UdpSocket, segmenting: &AtomicBool) -> usize {
         let mut out = [(SocketAddr::from(([0, 0, 0, 0], 0)), &[][..]); MAX_BATCH];
-        for (o, &(to, start, len)) in out.iter_mut().zip(&self.held) {
-            *o = (to, &self.bytes[start..start + len]);
+        let mut singles = 0;
+        let mut together = 0;
+        let mut i = 0;
+        while i < self.held.len() {
+            let run = if segmenting.load(Ordering::Relaxed) { self.run_at(i) } else { 1 };
+            let (to, start, len) = self.held[i];
+            if run >= 2 {
+                let (_, last, last_len) = self.held[i + run - 1];
+                let bytes = &self.bytes[start..last + last_len];
+                match udp::send_segments(socket, Some(&to), &[IoSlice::new(bytes)], len) {
+                    Ok(_) => together += run,
+                    Err(e) if udp::is_segmentation_refused(&e) => {
+                        segmenting.store(false, Ordering::Relaxed);
+                        continue;
+                    }
+                    // Lost to the protocol, as a refused datagram of a batch is.
+                    Err(_) => {}
+                }
+                i += run;
+                continue;
+            }
+            out[singles] = (to, &self.bytes[start..start + len]);
+            singles += 1;
+            i += 1;
         }
-        let (sent, _) = mmsg::send_batch(socket, &out[..self.held.len()]);
-        let together = if self.held.len() > 1 { sent } else { 0 };
+        if singles > 0 {
+            let (sent, _) = mmsg::send_batch(socket, &out[..singles]);
+            if singles > 1 {
+                together += sent;
+            }
+        }
         self.held.clear();
         self.bytes.clear();
         self.since = None;
         together
+    }
+
+    /// How many results held from `i` on form one run for a segmented send: held one after another
+    /// for the same address, each as long as the first but the last, which may be shorter (at most
+    /// [`udp::MAX_SEGMENTS`], and at most [`udp::MAX_SEGMENTED`] bytes).
+    fn run_at(&self, i: usize) -> usize {
+        let (to, _, len) = self.held[i];
+        let mut n = 1;
+        let mut bytes = len;
+        for &(t, _, l) in &self.held[i + 1..] {
+            if t != to || l > len || n == udp::MAX_SEGMENTS || bytes + l > udp::MAX_SEGMENTED {
+                break;
+            }
+            n += 1;
+            bytes += l;
+            if l < len {
+                break;
+            }
+        }
+        n
     }
 }
 
@@ -160,6 +215,44 @@ mod tests {
         assert_eq!(len, 12);
         let sum = checksum([&b"head"[..], &b"body"[..]]).to_le_bytes();
         assert_eq!(&outbox.bytes[start..start + len], [&b"headbody"[..], &sum].concat());
+    }
+
+    #[test]
+    fn results_held_for_one_address_go_out_as_one_run_and_the_rest_by_sendmmsg() {
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (a, b) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+        assert!(udp::set_gro(&a, true), "this kernel takes runs whole");
+        let (to_a, to_b) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+        let mut outbox = Outbox::new();
+        outbox.open(true);
+        // A run for `a` of three of 40 bytes and a shorter last; then one for `b`, one more for `a`.
+        for (to, len, byte) in
+            [(to_a, 40, 1), (to_a, 40, 2), (to_a, 40, 3), (to_a, 30, 4), (to_b, 40, 5), (to_a, 40, 6)]
+        {
+            assert!(outbox.hold(to, &[&vec![byte; len]], false));
+        }
+        let segmenting = AtomicBool::new(true);
+        assert_eq!(outbox.send(&server, &segmenting), 4 + 2, "the run, and the two sent by one sendmmsg");
+        assert!(outbox.is_empty());
+        let mut buf = vec![0u8; udp::GRO_BUFFER];
+        let mut next = |s: &UdpSocket| loop {
+            let got = udp::recv_segments_nowait(s, &mut buf).unwrap();
+            if let udp::Received::Datagram(n) = got.received {
+                return (buf[..n].to_vec(), got.segment);
+            }
+        };
+        let expected = [vec![1u8; 40], vec![2; 40], vec![3; 40], vec![4; 30]].concat();
+        assert_eq!(next(&a), (expected, Some(40)), "one run, taken whole");
+        assert_eq!(next(&a), (vec![6; 40], None));
+        assert_eq!(next(&b), (vec![5; 40], None));
+        // Without segmentation every result goes by sendmmsg.
+        outbox.open(true);
+        for byte in [7, 8] {
+            assert!(outbox.hold(to_a, &[&[byte; 40]], false));
+        }
+        assert_eq!(outbox.send(&server, &AtomicBool::new(false)), 2);
+        assert_eq!(next(&a), (vec![7; 40], None));
+        assert_eq!(next(&a), (vec![8; 40], None));
     }
 
     #[test]

@@ -35,6 +35,9 @@ use crate::{Binding, CallError};
 
 mod receiving;
 mod sending;
+mod shared;
+
+pub(crate) use shared::SharedPort;
 
 use receiving::InPlace;
 
@@ -103,6 +106,16 @@ pub(crate) struct UdpEndpoint {
     /// ([`UdpEndpoint::waits_in_receive`]); `None` when it waits in `poll` (the socket of an async
     /// endpoint, which does not block, or a kernel that refused the read timeout).
     receive_wait: Option<Duration>,
+    /// The socket the binding's threads beyond its first share, when this endpoint's is that one
+    /// (`shared`): its datagrams come through its slot's mailbox, its calls go out in batches.
+    port: Option<Arc<SharedPort>>,
+    /// The call just sent waits in the port's batch of this number, for the others' calls to join
+    /// it (`SharedPort::gathered`).
+    queued: Option<u64>,
+    /// The packets being sent are a call's first (`sending::flush` from `send_call`).
+    starting: bool,
+    /// Counted among the binding's threads' UDP endpoints (`BindingInner::udp_threads`).
+    counted: bool,
 }
 
 /// The read timeout a thread's endpoint asks for its socket: a call blocked in its receive looks at
@@ -110,9 +123,11 @@ pub(crate) struct UdpEndpoint {
 const RECEIVE_WAIT: Duration = Duration::from_millis(1);
 
 impl UdpEndpoint {
-    /// A thread's endpoint: through the binding's AF_XDP station when it has one.
-    pub(super) fn new(inner: &Arc<BindingInner>) -> Result<UdpEndpoint, CallError> {
-        let mut ep = UdpEndpoint::through_kernel(inner)?;
+    /// A thread's endpoint: through the binding's AF_XDP station when it has one. With `thread`
+    /// (a calling thread's, not the async calls' pool), an endpoint made while another thread's
+    /// lives shares the binding's port (`shared`) where it can.
+    pub(super) fn new(inner: &Arc<BindingInner>, thread: bool) -> Result<UdpEndpoint, CallError> {
+        let mut ep = UdpEndpoint::through_kernel(inner, thread)?;
         if let Some(station) = &inner.xdp {
             let (std::net::SocketAddr::V4(server), Ok(std::net::SocketAddr::V4(local))) =
                 (inner.server, ep.socket.local_addr())
@@ -134,12 +149,31 @@ impl UdpEndpoint {
     }
 
     /// An endpoint whose datagrams go through the kernel's UDP.
-    fn through_kernel(inner: &Arc<BindingInner>) -> Result<UdpEndpoint, CallError> {
+    fn through_kernel(inner: &Arc<BindingInner>, thread: bool) -> Result<UdpEndpoint, CallError> {
         let free = inner.take_slot()?;
         let (slot, seq) = (free.slot, free.seq);
-        let socket = match udp::connect(inner.server) {
+        // A thread's endpoint made while another's lives shares the port, on a binding whose calls
+        // spin (a caller that blocks at once has no turn in which the others' calls could join its
+        // own), with nothing that takes datagrams one by one (AF_XDP, sealing, checksum trailers).
+        let sharing = thread
+            && inner.udp_threads.fetch_add(1, Ordering::Relaxed) > 0
+            && inner.config.batch_threads
+            && !inner.config.checksum
+            && inner.config.spin != crate::config::Spin::Never
+            && inner.xdp.is_none()
+            && inner.seal.is_none();
+        let port =
+            if sharing { inner.udp_port.get_or_init(|| SharedPort::open(inner).map(Arc::new)).clone() } else { None };
+        let socket = match &port {
+            Some(port) => port.socket.try_clone(),
+            None => udp::connect(inner.server),
+        };
+        let socket = match socket {
             Ok(s) => s,
             Err(e) => {
+                if thread {
+                    inner.udp_threads.fetch_sub(1, Ordering::Relaxed);
+                }
                 inner.free_slots.give(free);
                 return Err(e.into());
             }
@@ -156,10 +190,15 @@ impl UdpEndpoint {
         };
         // Small datagrams (a path MTU's): the server's result fragments may arrive as runs. Asked
         // for, then off until a large message passes.
-        let coalescing = run_length >= 2 && udp::set_gro(&socket, true);
-        let gro = coalescing && !udp::set_gro(&socket, false);
+        let (coalescing, gro) = if port.is_some() {
+            // The port's socket takes runs whole, always.
+            (true, true)
+        } else {
+            let coalescing = run_length >= 2 && udp::set_gro(&socket, true);
+            (coalescing, coalescing && !udp::set_gro(&socket, false))
+        };
         let rx_len = inner.max_datagram + CHECKSUM_LEN.max(if seal.is_some() { SEAL_OVERHEAD } else { 0 });
-        let receive_wait = udp::set_receive_wait(&socket, RECEIVE_WAIT);
+        let receive_wait = if port.is_some() { None } else { udp::set_receive_wait(&socket, RECEIVE_WAIT) };
         Ok(UdpEndpoint {
             uid: inner.uid,
             binding: Arc::downgrade(inner),
@@ -188,6 +227,10 @@ impl UdpEndpoint {
             seal,
             xdp: None,
             receive_wait,
+            port,
+            queued: None,
+            starting: false,
+            counted: thread,
         })
     }
 
@@ -312,7 +355,7 @@ impl UdpEndpoint {
 
     /// Turns the socket's GRO on or off, when it can take runs whole.
     fn set_gro(&mut self, on: bool) {
-        if self.coalescing && self.gro != on && udp::set_gro(&self.socket, on) {
+        if self.port.is_none() && self.coalescing && self.gro != on && udp::set_gro(&self.socket, on) {
             self.gro = on;
         }
     }
@@ -363,6 +406,8 @@ impl UdpEndpoint {
         start: Instant,
     ) -> Result<Instant, CallError> {
         let mut deadline = SpinDeadline::new(start, &self.spin);
+        let port = self.port.clone();
+        let _calling = port.as_deref().map(SharedPort::calling);
         let mut spinner = SPINNERS.start();
         let mut seen;
         // A caller that blocks at once yields to the others waiting, blocked or not; one that spins,
@@ -374,7 +419,7 @@ impl UdpEndpoint {
             waiting = SPINNERS.waiting();
             waiting.yield_among_others()
         };
-        if !yielded && len <= self.frag_payload {
+        if !yielded && len <= self.frag_payload && port.is_none() {
             // A lone one-packet call: nothing to look for before its result. The wait reads the clock
             // and nothing else. With a `pause` in each turn, as the other spins have, a lone
             // caller's mean Null call took 0.04 to 0.15 µs longer than with no wait in three of
@@ -393,13 +438,26 @@ impl UdpEndpoint {
         }
         // What a receive that blocked brought: handled at the next turn as a look's find.
         let mut received = None;
+        // Turns this call has waited in the port's batch for the others' calls.
+        let mut gathering = 0;
         loop {
+            if let (Some(batch), Some(port)) = (self.queued, &port) {
+                if port.gathered(batch, gathering) {
+                    self.queued = None;
+                }
+                gathering += 1;
+            }
             let step = match received.take() {
                 Some(got) => self.handle(got, inner, segs, tail.as_deref_mut(), len, seen)?,
                 None => self.step(inner, segs, tail.as_deref_mut(), len, seen)?,
             };
             let now = match step {
-                Step::Done => return Ok(seen),
+                Step::Done => {
+                    if let (Some(batch), Some(port)) = (self.queued.take(), &port) {
+                        port.send_now(batch);
+                    }
+                    return Ok(seen);
+                }
                 Step::Progress => {
                     seen = Instant::now();
                     if deadline.progress(seen) {
@@ -418,6 +476,9 @@ impl UdpEndpoint {
                 continue;
             }
             spinner.stop();
+            if let (Some(batch), Some(port)) = (self.queued.take(), &port) {
+                port.send_now(batch);
+            }
             crate::steps::slept(crate::steps::Side::Client);
             if self.waits_in_receive(now) {
                 // Blocks in the receive (a wait of at most `receive_wait`): the look and the wait
@@ -427,9 +488,14 @@ impl UdpEndpoint {
                 continue;
             }
             let timeout = self.call.poll_timeout().map(|t| t.saturating_duration_since(now));
-            match &self.xdp {
-                None => udp::wait_readable(&self.socket, timeout)?,
-                Some(x) => x.station.wait(x.port, timeout)?,
+            match (&self.xdp, &port) {
+                (None, None) => {
+                    udp::wait_readable(&self.socket, timeout)?;
+                }
+                (None, Some(port)) => port.wait(self.slot, timeout)?,
+                (Some(x), _) => {
+                    x.station.wait(x.port, timeout)?;
+                }
             };
             seen = Instant::now();
         }
@@ -646,6 +712,9 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
 impl Drop for UdpEndpoint {
     fn drop(&mut self) {
         if let Some(inner) = self.binding.upgrade() {
+            if self.counted {
+                inner.udp_threads.fetch_sub(1, Ordering::Relaxed);
+            }
             inner.give_slot(self.slot, self.seq, false);
         }
     }

@@ -20,6 +20,9 @@ impl UdpEndpoint {
         if let Some(x) = &self.xdp {
             return Ok(InPlace::Whole(receive_xdp(x, inner, &mut self.rx), None));
         }
+        if let Some(port) = &self.port {
+            return Ok(InPlace::Whole(port.receive(self.slot, &mut self.rx)?, None));
+        }
         let trailer = if self.flag_base != 0 { CHECKSUM_LEN } else { 0 };
         let full = HEADER_LEN + self.frag_payload + trailer;
         let max = (self.rx.len() / full).clamp(1, MAX_LANDED);

@@ -52,6 +52,7 @@ impl UdpEndpoint {
             self.set_gro(true);
         }
         mark(Point::HeaderReady);
+        self.starting = true;
         self.flush(inner, segs, len)?;
         mark(Point::Sent);
         Ok((len, start))
@@ -81,6 +82,7 @@ impl UdpEndpoint {
         // Through AF_XDP, the fragments of a message go to the kernel together.
         let station = self.xdp.as_ref().filter(|_| len > self.frag_payload).map(|x| x.station.clone());
         let _batch = station.as_deref().map(crate::xdp::Station::batch);
+        let first = std::mem::take(&mut self.starting);
         while let Some(t) = self.call.poll_transmit() {
             if let Transmit::CallFragment { index, please_ack } = t {
                 if run_length >= 2 {
@@ -105,7 +107,18 @@ impl UdpEndpoint {
                     let mut io = [IoSlice::new(&[]); MAX_SEGMENTS + 2];
                     io[0] = IoSlice::new(&self.template);
                     let n = segs.io_slices(&self.scratch, &mut io[1..]);
-                    self.send_datagram(&io[..n + 1])
+                    // A call's first send, while other threads of the shared port are in calls:
+                    // it waits in the batch for theirs, and goes out at its first look.
+                    let batch = match &self.port {
+                        Some(port) if first && port.anyone_calling() => port.queue(&io[..n + 1]),
+                        _ => None,
+                    };
+                    if batch.is_some() {
+                        self.queued = batch;
+                        Ok(0)
+                    } else {
+                        self.send_datagram(&io[..n + 1])
+                    }
                 }
                 Transmit::CallFragment { index, please_ack } => {
                     let hdr = self.fragment_header(index, please_ack, len);

@@ -5,8 +5,9 @@
 //! found by index, the procedure run with arguments borrowed from that buffer,
 //! results marshaled into the slot's result buffer behind a prebuilt header, one `sendmsg`. The
 //! slot's lock is not held while the procedure runs. When calls queue, one `recvmmsg` takes up to 16
-//! of them, and the results of the quick ones go out together with one `sendmmsg` (`outbox`); the
-//! calls behind one that may be slow are left to the other listeners (`handoff`). While a large
+//! of them, and the results of the quick ones go out together with one `sendmmsg` (`outbox`), those
+//! of one client's calls that came together (several threads of one binding sharing a socket) with
+//! one segmented send, which the client takes whole; the calls behind one that may be slow are left to the other listeners (`handoff`). While a large
 //! call's fragments arrive, the next receive puts them straight into its reassembly (`landing`).
 //! A server may have several sockets on its port (`Lane`, `ServerConfig::sockets`): each worker
 //! reads one at a time, and the crew says which.
@@ -160,11 +161,12 @@ pub(super) struct Lane {
     /// opened), so that receives must be cut, and receive buffers have room for a run.
     coalescing: bool,
     /// Whether it does now: GRO costs the kernel more for every datagram the socket receives
-    /// ([`udp::set_gro`]), so it is on only while calls of several fragments come: turned on by the
-    /// first, off by the sweep once none has come for [`KEEP_IDLE`]. Held while the option is set,
+    /// ([`udp::set_gro`]), so it is on only while runs come (calls of several fragments, or
+    /// calls of several threads sent together): turned on by the first, off by the sweep once
+    /// none has come for [`KEEP_IDLE`]. Held while the option is set,
     /// so that it is what the socket has: a large call and the sweep may meet.
     gro: Mutex<bool>,
-    /// When the last call of several fragments came through this socket (`clock::ticks`).
+    /// When the last run came through this socket (`clock::ticks`).
     large_at: AtomicU64,
     /// Datagrams a worker took in a batch from this socket and left to its other listeners.
     handoff: Handoff,
@@ -193,9 +195,9 @@ impl Lane {
         }
     }
 
-    /// A call of several fragments came through this socket: its next runs of fragments are taken
-    /// whole from now on.
-    fn large_call(&self) {
+    /// A run came through this socket (a call of several fragments, or calls a client sent
+    /// together): the next runs are taken whole from now on.
+    fn runs_come(&self) {
         self.large_at.store(clock::ticks(), Ordering::Relaxed);
         if self.coalescing {
             let mut on = self.gro.lock().unwrap_or_else(|p| p.into_inner());
@@ -205,7 +207,7 @@ impl Lane {
         }
     }
 
-    /// Turns GRO off once no call of several fragments has come for [`KEEP_IDLE`]. A run the socket
+    /// Turns GRO off once no run has come for [`KEEP_IDLE`]. A run the socket
     /// took whole just before is then read as one datagram, malformed, and its fragments are sent
     /// again by the client's timers.
     fn quiet(&self) {
@@ -555,7 +557,14 @@ impl UdpWorker {
         if n > 1 {
             stats.batched.fetch_add(1, Ordering::Relaxed);
         }
-        self.outbox.borrow_mut().open(n > 1);
+        // A lone datagram may be a run taken whole (UDP GRO): its calls are a batch too.
+        let several = n > 1 || self.batch.get(0).is_some_and(|d| d.segment.is_some());
+        if several && self.runs_in(n) {
+            // A client sends its calls in runs (several threads' calls together): the socket
+            // takes them whole from now on, until runs stop coming ([`Lane::quiet`]).
+            self.lane().runs_come();
+        }
+        self.outbox.borrow_mut().open(several);
         self.end.set(n);
         let mut i = 0;
         while i < self.end.get() {
@@ -565,7 +574,7 @@ impl UdpWorker {
             match (d.received, d.from) {
                 (Received::Datagram(len), Some(from)) => {
                     bytes += len;
-                    if n > 1 {
+                    if several {
                         // Each of a batch is handled from when its handling starts: whether its
                         // procedure is quick, and how long a result is held, are its own.
                         self.received_at.set(Instant::now());
@@ -590,6 +599,13 @@ impl UdpWorker {
         bytes
     }
 
+    /// Whether the `n` datagrams one receive brought show a client sending runs: a run taken whole,
+    /// or the first two from one address.
+    fn runs_in(&self, n: usize) -> bool {
+        let from = |i| self.batch.get(i).and_then(|d| d.from);
+        self.batch.get(0).is_some_and(|d| d.segment.is_some()) || (n > 1 && from(0).is_some() && from(0) == from(1))
+    }
+
     /// Leaves the datagrams of the batch after the one being handled to the other listeners.
     fn hand_off_rest(&self) {
         let (next, end) = (self.at.get() + 1, self.end.get());
@@ -612,7 +628,7 @@ impl UdpWorker {
     fn send_held(&self) {
         let mut outbox = self.outbox.borrow_mut();
         if !outbox.is_empty() {
-            let together = outbox.send(&self.lane().socket);
+            let together = outbox.send(&self.lane().socket, &self.shared.segmenting);
             self.shared.stats.sent_together.fetch_add(together as u64, Ordering::Relaxed);
         }
     }
@@ -706,7 +722,7 @@ impl UdpWorker {
         if multi_packet {
             if transmit::run_length(binding.max_datagram + CHECKSUM_LEN) >= 2 {
                 // Its client sends fragments in runs (its datagrams are small enough).
-                self.lane().large_call();
+                self.lane().runs_come();
             }
             let lent = std::mem::take(&mut self.spares.borrow_mut().message);
             cell.proto.lend(lent);
@@ -846,7 +862,7 @@ mod tests {
         assert!(!udp::gro_is_on(&lane.socket).unwrap(), "off until a large call comes");
         lane.quiet();
         assert!(!udp::gro_is_on(&lane.socket).unwrap());
-        lane.large_call();
+        lane.runs_come();
         assert!(udp::gro_is_on(&lane.socket).unwrap());
         lane.quiet();
         assert!(udp::gro_is_on(&lane.socket).unwrap(), "a large call came just now");
@@ -855,7 +871,7 @@ mod tests {
         lane.large_at.store(long_ago, Ordering::Relaxed);
         lane.quiet();
         assert!(!udp::gro_is_on(&lane.socket).unwrap());
-        lane.large_call();
+        lane.runs_come();
         assert!(udp::gro_is_on(&lane.socket).unwrap(), "on again at the next");
     }
 }
