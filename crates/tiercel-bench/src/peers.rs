@@ -144,6 +144,12 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
     let (raw_server, raw_addr) = crate::harness::spinning_echo(server_cpu)?;
     systems.push(("raw udp echo".to_string(), raw_server.0.id(), System::RawUdp(raw_addr, RawWait::Spin)));
     systems.push(("raw udp yield".to_string(), raw_server.0.id(), System::RawUdp(raw_addr, RawWait::Yield)));
+    // Beneath the threads of a tiercel binding beyond its first, which share a socket and send
+    // their calls together: callers sharing one socket, and an echo that answers runs as runs.
+    let (raw_runs, raw_runs_addr) =
+        spawn(&["raw-echo", "--cpu", &cpu_arg, "--spin", "--gro", "--runs"].map(String::from))?;
+    let raw_runs_addr = crate::harness::udp_addr(&raw_runs_addr)?;
+    systems.push(("raw udp batch".to_string(), raw_runs.0.id(), System::RawUdp(raw_runs_addr, RawWait::Batch)));
     // Nobody spins: tiercel's client and server, and the raw echoes of the floor beneath them.
     let (blocking_server, blocking_addr) = spawn(&[serve.as_slice(), &["--spin-us".into(), "0".into()]].concat())?;
     let blocking_addr = blocking_addr.strip_prefix("udp://").unwrap_or(&blocking_addr).to_string();
@@ -237,6 +243,10 @@ enum RawWait {
     /// Every caller spins, yielding the CPU between looks, as tiercel's callers do beside one
     /// another.
     Yield,
+    /// Several callers share one socket and send their requests together, yielding the CPU
+    /// between looks, as the threads of a tiercel binding beyond its first do ([`crate::raw::Batched`]),
+    /// against an echo that answers each run of requests as one run (`raw-echo --gro --runs`).
+    Batch,
     /// Every caller blocks in its receive (several after a yield of the CPU and a look that does
     /// not block, as tiercel's blocking callers do), against an echo that blocks too, answers the
     /// requests that queued meanwhile in batches and looks ten times before it blocks again
@@ -472,9 +482,17 @@ fn raw_udp_load(
 ) -> crate::Result<Load> {
     let spin = match wait {
         RawWait::Spin => callers == 1,
-        RawWait::Yield => true,
+        RawWait::Yield | RawWait::Batch => true,
         RawWait::Block => false,
     };
+    if wait == RawWait::Batch && callers > 1 {
+        let shared = crate::raw::Batched::new(addr, callers)?;
+        let caller = move || {
+            let mut c = shared.caller(HEADER)?;
+            Ok(move || c.round_trip())
+        };
+        return crate::asynch::round_trips(callers, client_cpu, caller, measure);
+    }
     let caller = move || {
         let ping = PingPong::new(addr, HEADER, HEADER, spin)?;
         let mut ping = match wait {
@@ -601,7 +619,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
     outln!(
         "\nPeers: tiercel (default settings, over UDP and over TCP) against the raw UDP echo (one spinning thread; \
          one caller spins,\nseveral block in their receives, or with \"yield\" spin and yield the CPU between looks as \
-         tiercel's do), tarpc, tonic (plain and over TLS) and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
+         tiercel's do, or with \"batch\" share one socket and send their requests together,\nas a tiercel binding's \
+         threads beyond its first do, to an echo that answers each run as one), tarpc, tonic (plain and over TLS) and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
          sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls (several callers of\nthe \
          raw UDP echo yield the CPU once and look before they block, as tiercel's do, and that echo takes what queued in \
          batches and\nlooks ten times before it blocks). Each server in"
@@ -682,7 +701,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
          tiercel / peer);\nspinning tiercel against the spinning floors, blocking tiercel against the blocking one of its \
          transport, both against the peers;\n\"!\": tiercel faster than the raw floor beneath it, in latency or in calls/s \
          (a broken floor, or a machine that changed speed between them; \"raw udp echo\" with several callers is \
-         one by design: they block in their receives)"
+         one by design: they block in their receives;\nbeneath several threads of \"tiercel udp\", which share a socket \
+         beyond the first, the floor is \"raw udp batch\", beneath the others the floors whose callers have a socket each)"
     );
     outln!(
         "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
@@ -707,11 +727,20 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         for p in others.iter().filter(floor) {
             let rate = |r: &Row, i: usize| r.load.get(i).map_or(0.0, |l| l.calls_per_second);
             // tiercel faster than the raw floor beneath it is marked: the floor is broken there,
-            // or the machine changed speed between them.
-            let under = p.system.starts_with("raw");
-            let times = |a: f64, b: f64| {
+            // or the machine changed speed between them. Beneath the threads of a spinning
+            // binding beyond its first (`tiercel udp` at several callers), which share a socket,
+            // the floor is the echo whose callers share one; beneath a thread or task with a
+            // socket of its own, those whose callers have one each.
+            let batching = t.system == "tiercel udp";
+            let under = |several: bool| {
+                p.system.starts_with("raw") && (p.system != "raw udp batch" || batching) && {
+                    let own_sockets = matches!(p.system.as_str(), "raw udp echo" | "raw udp yield");
+                    !(own_sockets && batching && several)
+                }
+            };
+            let times = |a: f64, b: f64, several: bool| {
                 let ratio = crate::asynch::times(a, b);
-                if under && a > b && b > 0.0 {
+                if under(several) && a > b && b > 0.0 {
                     ratio + "!"
                 } else {
                     ratio
@@ -721,12 +750,12 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
                 "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
                 t.system,
                 p.system,
-                times(p.null_median_us, t.null_median_us),
-                times(p.max_result_median_us, t.max_result_median_us),
-                times(rate(t, 0), rate(p, 0)),
-                times(rate(t, 1), rate(p, 1)),
-                times(rate(t, 2), rate(p, 2)),
-                times(rate(t, 3), rate(p, 3))
+                times(p.null_median_us, t.null_median_us, false),
+                times(p.max_result_median_us, t.max_result_median_us, false),
+                times(rate(t, 0), rate(p, 0), false),
+                times(rate(t, 1), rate(p, 1), true),
+                times(rate(t, 2), rate(p, 2), true),
+                times(rate(t, 3), rate(p, 3), true)
             );
         }
     }

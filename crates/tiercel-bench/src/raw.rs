@@ -56,6 +56,12 @@ pub struct EchoArgs {
     /// callers' Nulls), not multi-packet transfers.
     #[arg(long)]
     drain: bool,
+    /// With `--gro`, answer each run of one-datagram requests taken whole with one segmented send
+    /// of their answers (UDP GSO), and a lone request with one datagram, each answer starting with
+    /// its request's first 16 bytes (the caller's number, [`Batched`]): the echo beneath several
+    /// callers sharing one socket.
+    #[arg(long)]
+    runs: bool,
 }
 
 pub fn echo(args: EchoArgs) -> crate::Result<()> {
@@ -84,6 +90,8 @@ fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
     let mut last = Instant::now();
     // Requests that queued while the blocking echo answered one: taken in batches.
     let mut drained = tiercel_sys::mmsg::RecvBatch::new(HEADER_ROOM);
+    // The answers of a run of requests (`--runs`).
+    let mut runs = Vec::new();
     if args.gro && !udp::enable_gro(socket) {
         return Err("this kernel refuses UDP_GRO".into());
     }
@@ -117,6 +125,9 @@ fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
                 let bytes = if placing { &message[at..at + len] } else { &rx[..len] };
                 if placing {
                     placed += len;
+                }
+                if args.runs && answer_run(socket, from, &bytes[..len], segment, &mut runs) {
+                    continue;
                 }
                 // Each datagram of a coalesced run is one of the transfer's (or a request).
                 for piece in udp::segments(len, segment) {
@@ -184,6 +195,41 @@ fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
             let _ = udp::wait_readable(socket, Some(Duration::from_millis(100)));
         }
     }
+}
+
+/// Answers a run of one-datagram requests taken whole (`len` bytes cut every `segment`) with one
+/// segmented send to `from`, each answer the size its request asks for, starting with the
+/// request's first 16 bytes; false (nothing sent) when the run is not such requests, all asking for
+/// answers of one size.
+fn answer_run(socket: &UdpSocket, from: SocketAddr, run: &[u8], segment: Option<usize>, out: &mut Vec<u8>) -> bool {
+    let mut want = None;
+    out.clear();
+    for piece in udp::segments(run.len(), segment) {
+        let rx = &run[piece];
+        if rx.len() < 16 {
+            return false;
+        }
+        let first = u32::from_le_bytes([rx[0], rx[1], rx[2], rx[3]]);
+        let count = u32::from_le_bytes([rx[4], rx[5], rx[6], rx[7]]);
+        let size = first as usize;
+        if count > 1
+            || first & PLACE_NEXT != 0
+            || !(16..=HEADER_ROOM).contains(&size)
+            || *want.get_or_insert(size) != size
+        {
+            return false;
+        }
+        let at = out.len();
+        out.resize(at + size, 0x5a);
+        out[at..at + 16].copy_from_slice(&rx[..16]);
+    }
+    let Some(size) = want else { return false };
+    let sent = if out.len() > size {
+        udp::send_segments(socket, Some(&from), &[IoSlice::new(out)], size)
+    } else {
+        udp::send_gather_to(socket, &from, &[IoSlice::new(out)])
+    };
+    sent.is_ok()
 }
 
 /// The room of each datagram of a drained batch: requests of one datagram are a header's size or
@@ -486,6 +532,160 @@ impl PingPong {
     }
 }
 
+/// Callers of the raw UDP echo that share one socket, as the threads of a tiercel binding beyond
+/// its first do: the floor beneath tiercel's batched calls. A caller's request waits in the
+/// callers' batch while others are waiting for their answers, and goes out, with the batch, at
+/// the first look at which every caller waiting has queued one or after [`GATHER_TURNS`] looks
+/// (one segmented send, UDP GSO); the echo (`raw-echo --gro --runs`) answers a run with one
+/// segmented send, each answer starting with its request's caller number; whichever caller looks
+/// takes the run whole (UDP GRO) and counts each answer to its caller. Callers yield the CPU
+/// between looks, as tiercel's do beside one another. Without the mailboxes' copies and locks of
+/// tiercel's: a count per caller.
+pub struct Batched {
+    socket: UdpSocket,
+    batch: std::sync::Mutex<(Vec<u8>, usize)>,
+    /// Batches sent so far.
+    sent: std::sync::atomic::AtomicU64,
+    /// Requests sent in batches of several.
+    together: std::sync::atomic::AtomicU64,
+    queued: std::sync::atomic::AtomicUsize,
+    calling: std::sync::atomic::AtomicUsize,
+    answers: Vec<std::sync::atomic::AtomicU32>,
+    callers: std::sync::atomic::AtomicU32,
+}
+
+/// As tiercel's `GATHER_TURNS`: the most looks a request waits in the batch.
+const GATHER_TURNS: u32 = 16;
+
+impl Batched {
+    /// Callers of the echo at `server` (at most `callers` of them), their requests `request_len`
+    /// bytes and the answers `reply_len` (each at least 16).
+    pub fn new(server: SocketAddr, callers: u32) -> crate::Result<std::sync::Arc<Batched>> {
+        let socket = udp::connect(server).map_err(crate::Error::from)?;
+        if !udp::enable_gro(&socket) {
+            return Err("this kernel refuses UDP_GRO".into());
+        }
+        Ok(std::sync::Arc::new(Batched {
+            socket,
+            batch: std::sync::Mutex::new((Vec::new(), 0)),
+            sent: Default::default(),
+            together: Default::default(),
+            queued: Default::default(),
+            calling: Default::default(),
+            answers: (0..callers).map(|_| Default::default()).collect(),
+            callers: Default::default(),
+        }))
+    }
+
+    /// The next caller's round trips: requests of `len` bytes (at least 16) asking for answers as
+    /// long.
+    pub fn caller(self: &std::sync::Arc<Batched>, len: usize) -> crate::Result<BatchedCaller> {
+        use std::sync::atomic::Ordering;
+        let me = self.callers.fetch_add(1, Ordering::Relaxed);
+        if me as usize >= self.answers.len() || len < 16 {
+            return Err("more callers than the batch was made for, or requests too short".into());
+        }
+        let mut request = vec![0u8; len];
+        request[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        request[12..16].copy_from_slice(&me.to_le_bytes());
+        Ok(BatchedCaller { shared: self.clone(), me, request, rx: vec![0; udp::GRO_BUFFER] })
+    }
+
+    /// Sends the batch (one segmented send of several, a send of one), if it is still number `n`.
+    fn send(&self, n: u64) {
+        use std::sync::atomic::Ordering;
+        let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
+        if self.sent.load(Ordering::Relaxed) != n || b.1 == 0 {
+            return;
+        }
+        let segment = b.0.len() / b.1;
+        let _ = if b.1 > 1 {
+            self.together.fetch_add(b.1 as u64, Ordering::Relaxed);
+            udp::send_segments(&self.socket, None, &[IoSlice::new(&b.0)], segment)
+        } else {
+            udp::send_gather(&self.socket, &[IoSlice::new(&b.0)])
+        };
+        b.0.clear();
+        b.1 = 0;
+        self.queued.store(0, Ordering::Relaxed);
+        self.sent.store(n + 1, Ordering::Release);
+    }
+}
+
+/// One caller of a [`Batched`] echo.
+pub struct BatchedCaller {
+    shared: std::sync::Arc<Batched>,
+    me: u32,
+    request: Vec<u8>,
+    rx: Vec<u8>,
+}
+
+impl BatchedCaller {
+    /// One round trip; false if no answer came within a second.
+    pub fn round_trip(&mut self) -> crate::Result<bool> {
+        use std::sync::atomic::Ordering;
+        let b = &*self.shared;
+        let queued = if b.calling.load(Ordering::Relaxed) > 0 {
+            let mut batch = b.batch.lock().unwrap_or_else(|e| e.into_inner());
+            batch.0.extend_from_slice(&self.request);
+            batch.1 += 1;
+            b.queued.store(batch.1, Ordering::Relaxed);
+            Some(b.sent.load(Ordering::Relaxed))
+        } else {
+            udp::send_gather(&b.socket, &[IoSlice::new(&self.request)]).map_err(crate::Error::from)?;
+            None
+        };
+        b.calling.fetch_add(1, Ordering::Relaxed);
+        let result = wait_batched(b, self.me, queued, &mut self.rx);
+        b.calling.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+}
+
+/// Waits for caller `me`'s answer, sending its queued request (batch `queued`) when the batch is
+/// gathered; false if none came within a second.
+fn wait_batched(b: &Batched, me: u32, mut queued: Option<u64>, rx: &mut [u8]) -> crate::Result<bool> {
+    use std::sync::atomic::Ordering;
+    let mine = &b.answers[me as usize];
+    let give_up = Instant::now() + Duration::from_secs(1);
+    let (mut turns, mut looks) = (0, 0u32);
+    loop {
+        std::thread::yield_now();
+        if let Some(n) = queued {
+            let everyone = b.queued.load(Ordering::Relaxed) >= b.calling.load(Ordering::Relaxed);
+            if b.sent.load(Ordering::Acquire) != n || everyone || turns >= GATHER_TURNS {
+                b.send(n);
+                queued = None;
+            }
+            turns += 1;
+        }
+        if mine.load(Ordering::Acquire) > 0 {
+            mine.fetch_sub(1, Ordering::AcqRel);
+            return Ok(true);
+        }
+        let got = udp::recv_segments_nowait(&b.socket, rx).map_err(crate::Error::from)?;
+        if let Received::Datagram(n) = got.received {
+            for piece in udp::segments(n, got.segment) {
+                let d = &rx[piece];
+                if d.len() >= 16 {
+                    let to = u32::from_le_bytes([d[12], d[13], d[14], d[15]]);
+                    if let Some(count) = b.answers.get(to as usize) {
+                        count.fetch_add(1, Ordering::Release);
+                    }
+                }
+            }
+            continue;
+        }
+        looks = looks.wrapping_add(1);
+        if looks.is_multiple_of(64) && Instant::now() > give_up {
+            if let Some(n) = queued {
+                b.send(n);
+            }
+            return Ok(false);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,7 +699,7 @@ mod tests {
     fn echo_thread_with(gro: bool, drain: bool) -> SocketAddr {
         let socket = udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
         let addr = socket.local_addr().unwrap();
-        let args = EchoArgs { addr, cpu: None, spin: false, max_seconds: 60, stamp: false, gro, drain };
+        let args = EchoArgs { addr, cpu: None, spin: false, max_seconds: 60, stamp: false, gro, drain, runs: false };
         std::thread::spawn(move || serve_echo(&socket, &args));
         addr
     }
@@ -529,6 +729,42 @@ mod tests {
                 }
             }
             assert!(ping.transfer_segmented(90_000, 1472).unwrap());
+        }
+    }
+
+    /// Callers sharing one socket send their requests together, and the echo that answers runs as
+    /// runs gets each answer back to its caller: every round trip of every caller ends with its
+    /// answer, and some went out in runs.
+    #[test]
+    fn callers_sharing_a_socket_get_their_own_answers_from_an_echo_of_runs() {
+        let socket = udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let addr = socket.local_addr().unwrap();
+        let args = EchoArgs {
+            addr,
+            cpu: None,
+            spin: true,
+            max_seconds: 60,
+            stamp: false,
+            gro: true,
+            drain: false,
+            runs: true,
+        };
+        std::thread::spawn(move || serve_echo(&socket, &args));
+        let shared = Batched::new(addr, 4).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                let mut c = shared.caller(56).unwrap();
+                s.spawn(move || {
+                    for _ in 0..2_000 {
+                        assert!(c.round_trip().unwrap(), "an answer lost or handed to another caller");
+                    }
+                });
+            }
+        });
+        assert!(shared.caller(56).is_err(), "a fifth caller of a batch made for four");
+        assert!(shared.together.load(std::sync::atomic::Ordering::Relaxed) > 0, "no requests went out together");
+        for a in &shared.answers {
+            assert_eq!(a.load(std::sync::atomic::Ordering::Relaxed), 0, "an answer nobody took");
         }
     }
 
