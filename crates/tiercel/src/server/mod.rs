@@ -599,12 +599,14 @@ crate::counters::counters! {
         /// procedure running it; a plain procedure running runs to its end).
         cancelled,
         /// Receives that brought a run of several datagrams at once (UDP generic receive offload: the
-        /// fragments a client sent with one segmented send, on paths of small datagrams).
+        /// fragments a client sent with one segmented send, on paths of small datagrams, or the calls
+        /// of a client's threads sent together).
         coalesced,
         /// Receives that brought several datagrams at once (`recvmmsg`): calls had queued while the
         /// worker was busy.
         batched,
-        /// Results sent together with others by one `sendmmsg`, at the end of a batch.
+        /// Results sent together with others at the end of a batch: by one `sendmmsg`, or, those
+        /// for one address, by one segmented send.
         sent_together,
         /// Datagrams of a batch left to other workers, because the worker that received them was about
         /// to run a procedure that may be slow.
