@@ -59,6 +59,9 @@ pub(crate) struct SharedPort {
     sent: AtomicU64,
     /// Threads of this port in a call now.
     calling: AtomicUsize,
+    /// Of those, the ones asleep waiting for their results: none of them queues a call before its
+    /// result wakes it, so a call in the batch does not wait for them.
+    sleeping: AtomicUsize,
     /// The kernel takes segmented sends (cleared when it refuses one: calls then go one by one).
     segmenting: AtomicBool,
     /// The binding's id and token: what a datagram must carry to be handed to a slot.
@@ -121,6 +124,7 @@ impl SharedPort {
             queued: AtomicUsize::new(0),
             sent: AtomicU64::new(0),
             calling: AtomicUsize::new(0),
+            sleeping: AtomicUsize::new(0),
             segmenting: AtomicBool::new(true),
             binding: (id, token),
             stats,
@@ -166,13 +170,15 @@ impl SharedPort {
 
     /// Whether the call queued in batch `number` is on its way, `turns` turns after it was
     /// queued: sent with it by another thread, or sent now because every thread of the port in a
-    /// call has queued one (none will join before a result comes), or because it waited
-    /// [`GATHER_TURNS`].
+    /// call has queued one or sleeps waiting for its result (none will join before a result
+    /// comes: a thread whose call is long, once it has blocked, holds up nobody's), or because it
+    /// waited [`GATHER_TURNS`].
     pub(super) fn gathered(&self, number: u64, turns: u32) -> bool {
         if self.sent.load(Ordering::Acquire) != number {
             return true;
         }
-        if turns < GATHER_TURNS && self.queued.load(Ordering::Relaxed) < self.calling.load(Ordering::Relaxed) {
+        let waiting = self.queued.load(Ordering::Relaxed) + self.sleeping.load(Ordering::Relaxed);
+        if turns < GATHER_TURNS && waiting < self.calling.load(Ordering::Relaxed) {
             return false;
         }
         self.send_now(number);
@@ -281,10 +287,14 @@ impl SharedPort {
         // Asleep, then a look at the mailbox: a thread that holds a datagram for it after this
         // look sees it asleep and nudges it (both sides store, then load the other's word).
         own.asleep.store(true, Ordering::SeqCst);
-        if own.held.load(Ordering::SeqCst) == 0 {
-            udp::wait_either_readable(self.socket.as_fd(), nudge.as_fd(), timeout)?;
-        }
+        self.sleeping.fetch_add(1, Ordering::Relaxed);
+        let waited = match own.held.load(Ordering::SeqCst) {
+            0 => udp::wait_either_readable(self.socket.as_fd(), nudge.as_fd(), timeout).map(drop),
+            _ => Ok(()),
+        };
+        self.sleeping.fetch_sub(1, Ordering::Relaxed);
         own.asleep.store(false, Ordering::Relaxed);
+        waited?;
         while nudge.take() {}
         Ok(())
     }
@@ -419,7 +429,8 @@ mod tests {
         for seq in 0..MAX_HELD as u32 {
             assert_eq!(next_for(&port, 2), Some(seq));
         }
-        // Slot 3 sleeps in its wait; slot 0 reads its datagram and nudges it.
+        // Slot 3 sleeps in its wait, the socket empty; another thread hands it a datagram it read
+        // (from a run) and nudges it awake.
         std::thread::scope(|s| {
             let sleeper = s.spawn(|| {
                 let t = std::time::Instant::now();
@@ -429,11 +440,7 @@ mod tests {
             while !port.boxes[3].asleep.load(Ordering::SeqCst) {
                 std::thread::yield_now();
             }
-            server.send(&result(ID, 3, 99)).unwrap();
-            let mut rx = vec![0u8; udp::GRO_BUFFER];
-            while port.boxes[3].held.load(Ordering::SeqCst) == 0 {
-                let _ = port.receive(0, &mut rx).unwrap();
-            }
+            assert!(port.boxes[3].hold(&result(ID, 3, 99)));
             let (waited, held) = sleeper.join().unwrap();
             assert!(waited < Duration::from_secs(10), "woken, not timed out");
             assert_eq!(held, 1);
@@ -467,6 +474,12 @@ mod tests {
         assert_ne!(third, fourth);
         assert!(port.gathered(third, 0), "sent when the longer one was queued");
         assert!(port.gathered(fourth, GATHER_TURNS));
+        // A caller asleep waiting for its result will not queue before it wakes: a call queued
+        // beside it goes at once.
+        port.sleeping.fetch_add(1, Ordering::Relaxed);
+        let fifth = port.queue(&[IoSlice::new(&a)]).unwrap();
+        assert!(port.gathered(fifth, 0), "the other caller sleeps");
+        port.sleeping.fetch_sub(1, Ordering::Relaxed);
         for len in [a.len(), longer.len()] {
             let mut got = udp::recv_segments_nowait(&server, &mut buf).unwrap();
             while got.received == Received::Nothing {
