@@ -38,6 +38,10 @@ pub(super) struct Outbox {
     since: Option<Instant>,
     /// Whether results may be held: a batch of several datagrams is being handled.
     open: bool,
+    /// The shortest result length whose segmented send the kernel refused (`usize::MAX`: none):
+    /// results this long or longer go by `sendmmsg`. (A route's MTU bounds the segments, and a
+    /// result that needs IP fragmentation cannot be a segment.)
+    refused_at: usize,
 }
 
 impl Outbox {
@@ -48,6 +52,7 @@ impl Outbox {
             held: Vec::with_capacity(MAX_BATCH),
             since: None,
             open: false,
+            refused_at: usize::MAX,
         }
     }
 
@@ -101,24 +106,26 @@ impl Outbox {
     /// calls that went out together), with one segmented send (UDP GSO: the kernel carries the run
     /// as one packet as far as it can, and a client that takes runs whole receives it with one
     /// system call), and the rest with one `sendmmsg`. A refused datagram is a lost packet to the
-    /// protocol: the client's timers ask again. With `segmenting` false, or once the kernel refuses
-    /// a segmented send (then `segmenting` is cleared), every result goes out by `sendmmsg`.
-    /// Returns how many went out together with another.
+    /// protocol: the client's timers ask again. With `segmenting` false (the server's sockets
+    /// cannot segment) every result goes out by `sendmmsg`; so does a run the kernel refuses to
+    /// segment (its results too long for the route, say), and from then on every run of results as
+    /// long or longer. Returns how many went out together with another.
     pub(super) fn send(&mut self, socket: &UdpSocket, segmenting: &AtomicBool) -> usize {
         let mut out = [(SocketAddr::from(([0, 0, 0, 0], 0)), &[][..]); MAX_BATCH];
         let mut singles = 0;
         let mut together = 0;
         let mut i = 0;
         while i < self.held.len() {
-            let run = if segmenting.load(Ordering::Relaxed) { self.run_at(i) } else { 1 };
             let (to, start, len) = self.held[i];
+            let run = if segmenting.load(Ordering::Relaxed) && len < self.refused_at { self.run_at(i) } else { 1 };
             if run >= 2 {
                 let (_, last, last_len) = self.held[i + run - 1];
                 let bytes = &self.bytes[start..last + last_len];
                 match udp::send_segments(socket, Some(&to), &[IoSlice::new(bytes)], len) {
                     Ok(_) => together += run,
                     Err(e) if udp::is_segmentation_refused(&e) => {
-                        segmenting.store(false, Ordering::Relaxed);
+                        // Sent one by one below, with the rest.
+                        self.refused_at = len;
                         continue;
                     }
                     // Lost to the protocol, as a refused datagram of a batch is.
@@ -245,6 +252,17 @@ mod tests {
         assert_eq!(next(&a), (expected, Some(40)), "one run, taken whole");
         assert_eq!(next(&a), (vec![6; 40], None));
         assert_eq!(next(&b), (vec![5; 40], None));
+        // Results as long as those of a run the kernel refused to segment (set here by hand:
+        // loopback's MTU refuses no run) go by sendmmsg, and the server's flag stays set.
+        outbox.refused_at = 40;
+        outbox.open(true);
+        for byte in [9, 10] {
+            assert!(outbox.hold(to_a, &[&[byte; 40]], false));
+        }
+        assert_eq!(outbox.send(&server, &segmenting), 2);
+        assert!(segmenting.load(Ordering::Relaxed));
+        assert_eq!(next(&a), (vec![9; 40], None));
+        assert_eq!(next(&a), (vec![10; 40], None));
         // Without segmentation every result goes by sendmmsg.
         outbox.open(true);
         for byte in [7, 8] {

@@ -62,8 +62,10 @@ pub(crate) struct SharedPort {
     /// Of those, the ones asleep waiting for their results: none of them queues a call before its
     /// result wakes it, so a call in the batch does not wait for them.
     sleeping: AtomicUsize,
-    /// The kernel takes segmented sends (cleared when it refuses one: calls then go one by one).
-    segmenting: AtomicBool,
+    /// The shortest call whose segmented send the kernel refused (`usize::MAX`: none): calls this
+    /// long or longer go one by one. (A route's MTU bounds the segments: a call that needs IP
+    /// fragmentation cannot be one.)
+    refused_at: AtomicUsize,
     /// The binding's id and token: what a datagram must carry to be handed to a slot.
     binding: (u32, u128),
     stats: Arc<ClientCounters>,
@@ -125,7 +127,7 @@ impl SharedPort {
             sent: AtomicU64::new(0),
             calling: AtomicUsize::new(0),
             sleeping: AtomicUsize::new(0),
-            segmenting: AtomicBool::new(true),
+            refused_at: AtomicUsize::new(usize::MAX),
             binding: (id, token),
             stats,
         })
@@ -147,10 +149,10 @@ impl SharedPort {
     /// `None` when it cannot join it (too large): the caller sends it now. A batch of datagrams of
     /// another length, or full, goes out first.
     pub(super) fn queue(&self, io: &[IoSlice<'_>]) -> Option<u64> {
-        if !self.segmenting.load(Ordering::Relaxed) {
+        let len: usize = io.iter().map(|s| s.len()).sum();
+        if len >= self.refused_at.load(Ordering::Relaxed) {
             return None;
         }
-        let len: usize = io.iter().map(|s| s.len()).sum();
         let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
         if b.count > 0 && (len != b.segment || b.count == udp::MAX_SEGMENTS || b.bytes.len() + len > udp::MAX_SEGMENTED)
         {
@@ -194,8 +196,8 @@ impl SharedPort {
     }
 
     /// Sends the batch: one segmented send for several, one datagram for one. A failure is lost
-    /// packets to the protocol, whose timers send them again; a kernel that refuses segmentation
-    /// gets them one by one.
+    /// packets to the protocol, whose timers send them again; a segmented send the kernel refuses
+    /// goes one by one, and so do calls as long or longer from then on.
     fn send_batch(&self, b: &mut Batch) {
         let bytes = &b.bytes[..];
         let sent = if b.count > 1 {
@@ -208,7 +210,7 @@ impl SharedPort {
                 self.stats.sent_together.fetch_add(b.count as u64, Ordering::Relaxed);
             }
             Err(e) if udp::is_segmentation_refused(&e) => {
-                self.segmenting.store(false, Ordering::Relaxed);
+                self.refused_at.fetch_min(b.segment, Ordering::Relaxed);
                 for d in bytes.chunks(b.segment) {
                     let _ = self.socket.send(d);
                 }
@@ -474,6 +476,11 @@ mod tests {
         assert_ne!(third, fourth);
         assert!(port.gathered(third, 0), "sent when the longer one was queued");
         assert!(port.gathered(fourth, GATHER_TURNS));
+        // Calls as long as one whose segmented send the kernel refused (set here by hand: loopback
+        // refuses none) are sent one by one, not queued.
+        port.refused_at.store(longer.len(), Ordering::Relaxed);
+        assert_eq!(port.queue(&[IoSlice::new(&longer)]), None);
+        port.refused_at.store(usize::MAX, Ordering::Relaxed);
         // A caller asleep waiting for its result will not queue before it wakes: a call queued
         // beside it goes at once.
         port.sleeping.fetch_add(1, Ordering::Relaxed);
