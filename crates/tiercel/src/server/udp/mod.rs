@@ -7,8 +7,9 @@
 //! slot's lock is not held while the procedure runs. When calls queue, one `recvmmsg` takes up to 16
 //! of them, and the results of the quick ones go out together with one `sendmmsg` (`outbox`), those
 //! of one client's calls that came together (several threads of one binding sharing a socket) with
-//! one segmented send, which the client takes whole; the calls behind one that may be slow are left to the other listeners (`handoff`). While a large
-//! call's fragments arrive, the next receive puts them straight into its reassembly (`landing`).
+//! one segmented send, which the client takes whole; the calls behind one that may be slow are left
+//! to the other listeners (`handoff`). While a large call's fragments arrive, the next receive puts
+//! them straight into its reassembly (`landing`).
 //! A server may have several sockets on its port (`Lane`, `ServerConfig::sockets`): each worker
 //! reads one at a time, and the crew says which.
 //!
@@ -163,8 +164,8 @@ pub(super) struct Lane {
     /// Whether it does now: GRO costs the kernel more for every datagram the socket receives
     /// ([`udp::set_gro`]), so it is on only while runs come (calls of several fragments, or
     /// calls of several threads sent together): turned on by the first, off by the sweep once
-    /// none has come for [`KEEP_IDLE`]. Held while the option is set,
-    /// so that it is what the socket has: a large call and the sweep may meet.
+    /// none has come for [`KEEP_IDLE`]. Held while the option is set, so that it is what the
+    /// socket has: a run and the sweep may meet.
     gro: Mutex<bool>,
     /// When the last run came through this socket (`clock::ticks`).
     large_at: AtomicU64,
@@ -207,9 +208,9 @@ impl Lane {
         }
     }
 
-    /// Turns GRO off once no run has come for [`KEEP_IDLE`]. A run the socket
-    /// took whole just before is then read as one datagram, malformed, and its fragments are sent
-    /// again by the client's timers.
+    /// Turns GRO off once no run has come for [`KEEP_IDLE`]. A run the socket took whole just
+    /// before is then read as one datagram, malformed, and its datagrams are sent again by the
+    /// client's timers.
     fn quiet(&self) {
         let mut on = self.gro.lock().unwrap_or_else(|p| p.into_inner());
         if *on && clock::elapsed(self.large_at.load(Ordering::Relaxed), clock::ticks()) >= KEEP_IDLE {
