@@ -242,8 +242,9 @@ const DRAIN_LOOKS: u32 = 10;
 /// The blocking echo (with `--drain`), after it answered a request: takes the one-datagram
 /// requests that queued meanwhile (from several callers) with a `recvmmsg` that does not block, up
 /// to 16 at a time, and answers each batch with one `sendmmsg`, as a server that batches does, and
-/// goes back to its blocking receive only after [`DRAIN_LOOKS`] looks in a row found nothing. Each time the echo falls asleep, the next request must wake it, which on our VM takes
-/// tens of µs and some of its sender's CPU; the more it looks, the less often it sleeps while
+/// goes back to its blocking receive only after [`DRAIN_LOOKS`] looks in a row found nothing. Each
+/// time the echo falls asleep, the next request must wake it, which on our VM takes tens of µs and
+/// some of its sender's CPU; the more it looks, the less often it sleeps while
 /// requests stream in. Against blocking callers on one CPU that yield and look before they block (a
 /// scratch client, 1 s each, echoes looking 3, 6 and 10 times in turn), calls a second at two
 /// callers: 43,086, 69,926, 94,686 (3 looks); 49,853, 88,885, 113,330 (6); 70,837, 138,738, 133,770
@@ -558,8 +559,7 @@ pub struct Batched {
 const GATHER_TURNS: u32 = 16;
 
 impl Batched {
-    /// Callers of the echo at `server` (at most `callers` of them), their requests `request_len`
-    /// bytes and the answers `reply_len` (each at least 16).
+    /// At most `callers` callers of the echo at `server`, sharing one socket ([`Batched::caller`]).
     pub fn new(server: SocketAddr, callers: u32) -> crate::Result<std::sync::Arc<Batched>> {
         let socket = udp::connect(server).map_err(crate::Error::from)?;
         if !udp::enable_gro(&socket) {

@@ -76,9 +76,10 @@ pub struct ClientConfig {
     /// whichever thread looks at the socket takes them all (UDP GRO) and hands each to its thread.
     /// On our VM, eight threads on one binding made about 1.5 times the Null calls a second of
     /// eight threads with a socket each, and two threads a few percent fewer (`docs/ledger.md`).
-    /// The binding's first thread keeps a socket of its own, and a lone caller's path is unchanged. Bindings that do not spin
-    /// ([`Spin::Never`]), secure bindings, bindings with checksums and those through AF_XDP send
-    /// each thread's calls from its own socket. `false`: every thread its own socket. Default: on.
+    /// The binding's first thread keeps a socket of its own, and a lone caller's path is
+    /// unchanged. Bindings that do not spin ([`Spin::Never`]), secure bindings, bindings with
+    /// checksums and those through AF_XDP send each thread's calls from its own socket. `false`:
+    /// every thread its own socket. Default: on.
     pub batch_threads: bool,
     /// When the address lets the binder choose, bind through shared memory if the server is on this
     /// host and offers it (else UDP). `false` always chooses UDP. Default: on.

@@ -401,13 +401,32 @@ impl UdpEndpoint {
         &mut self,
         inner: &BindingInner,
         segs: &Segments<'_>,
+        tail: Option<&mut [u8]>,
+        len: usize,
+        start: Instant,
+    ) -> Result<Instant, CallError> {
+        // Counted among the shared socket's threads in a call while it waits (no clone of the
+        // port's `Arc` a call: its count is a line all the socket's threads write).
+        if let Some(port) = &self.port {
+            port.start_calling();
+        }
+        let waited = self.wait_for_result(inner, segs, tail, len, start);
+        if let Some(port) = &self.port {
+            port.stop_calling();
+        }
+        waited
+    }
+
+    /// [`UdpEndpoint::wait`], the endpoint counted among its shared socket's threads in a call.
+    fn wait_for_result(
+        &mut self,
+        inner: &BindingInner,
+        segs: &Segments<'_>,
         mut tail: Option<&mut [u8]>,
         len: usize,
         start: Instant,
     ) -> Result<Instant, CallError> {
         let mut deadline = SpinDeadline::new(start, &self.spin);
-        let port = self.port.clone();
-        let _calling = port.as_deref().map(SharedPort::calling);
         let mut spinner = SPINNERS.start();
         let mut seen;
         // A caller that blocks at once yields to the others waiting, blocked or not; one that spins,
@@ -419,7 +438,7 @@ impl UdpEndpoint {
             waiting = SPINNERS.waiting();
             waiting.yield_among_others()
         };
-        if !yielded && len <= self.frag_payload && port.is_none() {
+        if !yielded && len <= self.frag_payload && self.port.is_none() {
             // A lone one-packet call: nothing to look for before its result. The wait reads the clock
             // and nothing else. With a `pause` in each turn, as the other spins have, a lone
             // caller's mean Null call took 0.04 to 0.15 µs longer than with no wait in three of
@@ -441,7 +460,7 @@ impl UdpEndpoint {
         // Turns this call has waited in the port's batch for the others' calls.
         let mut gathering = 0;
         loop {
-            if let (Some(batch), Some(port)) = (self.queued, &port) {
+            if let (Some(batch), Some(port)) = (self.queued, &self.port) {
                 if port.gathered(batch, gathering) {
                     self.queued = None;
                 }
@@ -453,7 +472,7 @@ impl UdpEndpoint {
             };
             let now = match step {
                 Step::Done => {
-                    if let (Some(batch), Some(port)) = (self.queued.take(), &port) {
+                    if let (Some(batch), Some(port)) = (self.queued.take(), &self.port) {
                         port.send_now(batch);
                     }
                     return Ok(seen);
@@ -476,7 +495,7 @@ impl UdpEndpoint {
                 continue;
             }
             spinner.stop();
-            if let (Some(batch), Some(port)) = (self.queued.take(), &port) {
+            if let (Some(batch), Some(port)) = (self.queued.take(), &self.port) {
                 port.send_now(batch);
             }
             crate::steps::slept(crate::steps::Side::Client);
@@ -488,7 +507,7 @@ impl UdpEndpoint {
                 continue;
             }
             let timeout = self.call.poll_timeout().map(|t| t.saturating_duration_since(now));
-            match (&self.xdp, &port) {
+            match (&self.xdp, &self.port) {
                 (None, None) => {
                     udp::wait_readable(&self.socket, timeout)?;
                 }

@@ -133,10 +133,14 @@ impl SharedPort {
         })
     }
 
-    /// Counts a thread in a call until the guard drops.
-    pub(super) fn calling(&self) -> Calling<'_> {
+    /// Counts a thread in a call, until [`SharedPort::stop_calling`].
+    pub(super) fn start_calling(&self) {
         self.calling.fetch_add(1, Ordering::Relaxed);
-        Calling { port: self }
+    }
+
+    /// A thread's call is over.
+    pub(super) fn stop_calling(&self) {
+        self.calling.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Whether a thread of the port is in a call (asked before this one's call counts): a call
@@ -346,17 +350,6 @@ fn put(d: &[u8], rx: &mut [u8]) -> Received {
     }
 }
 
-/// A thread of the port in a call.
-pub(super) struct Calling<'a> {
-    port: &'a SharedPort,
-}
-
-impl Drop for Calling<'_> {
-    fn drop(&mut self) {
-        self.port.calling.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,8 +448,8 @@ mod tests {
         let (port, server) = port();
         udp::set_gro(&server, true);
         let a = result(ID, 0, 1);
-        let _c1 = port.calling();
-        let _c2 = port.calling();
+        port.start_calling();
+        port.start_calling();
         let first = port.queue(&[IoSlice::new(&a)]).unwrap();
         assert!(!port.gathered(first, 0), "the other caller has not queued yet");
         let second = port.queue(&[IoSlice::new(&result(ID, 1, 2))]).unwrap();

@@ -559,8 +559,12 @@ impl UdpWorker {
             stats.batched.fetch_add(1, Ordering::Relaxed);
         }
         // A lone datagram may be a run taken whole (UDP GRO): its calls are a batch too.
-        let several = n > 1 || self.batch.get(0).is_some_and(|d| d.segment.is_some());
-        if several && self.runs_in(n) {
+        let whole = self.batch.get(0).is_some_and(|d| d.segment.is_some());
+        let several = n > 1 || whole;
+        if whole {
+            // Runs still come, and the socket takes them whole already.
+            self.lane().large_at.store(clock::ticks(), Ordering::Relaxed);
+        } else if n > 1 && self.first_two_from_one_address() {
             // A client sends its calls in runs (several threads' calls together): the socket
             // takes them whole from now on, until runs stop coming ([`Lane::quiet`]).
             self.lane().runs_come();
@@ -600,11 +604,11 @@ impl UdpWorker {
         bytes
     }
 
-    /// Whether the `n` datagrams one receive brought show a client sending runs: a run taken whole,
-    /// or the first two from one address.
-    fn runs_in(&self, n: usize) -> bool {
+    /// Whether the first two datagrams of the batch came from one address (a client sending runs,
+    /// to a socket that does not take them whole).
+    fn first_two_from_one_address(&self) -> bool {
         let from = |i| self.batch.get(i).and_then(|d| d.from);
-        self.batch.get(0).is_some_and(|d| d.segment.is_some()) || (n > 1 && from(0).is_some() && from(0) == from(1))
+        from(0).is_some() && from(0) == from(1)
     }
 
     /// Leaves the datagrams of the batch after the one being handled to the other listeners.
