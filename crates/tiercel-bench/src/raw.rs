@@ -536,7 +536,7 @@ impl PingPong {
 /// Callers of the raw UDP echo that share one socket, as the threads of a tiercel binding beyond
 /// its first do: the floor beneath tiercel's batched calls. A caller's request waits in the
 /// callers' batch while others are waiting for their answers, and goes out, with the batch, at
-/// the first look at which every caller waiting has queued one or after [`GATHER_TURNS`] looks
+/// the first look at which every caller waiting has queued one or after 16 looks
 /// (one segmented send, UDP GSO); the echo (`raw-echo --gro --runs`) answers a run with one
 /// segmented send, each answer starting with its request's caller number; whichever caller looks
 /// takes the run whole (UDP GRO) and counts each answer to its caller. Callers yield the CPU
