@@ -29,7 +29,7 @@ use tiercel_sys::cpu;
 
 use crate::harness::spawn;
 use crate::progress::outln;
-use crate::raw::PingPong;
+use crate::raw::{AsyncPingPong, PingPong};
 use crate::raw_tcp::TcpPingPong;
 use crate::seeds::{TestAsyncClient, TestClient};
 use crate::summary::Summary;
@@ -150,6 +150,9 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         spawn(&["raw-echo", "--cpu", &cpu_arg, "--spin", "--gro", "--runs"].map(String::from))?;
     let raw_runs_addr = crate::harness::udp_addr(&raw_runs_addr)?;
     systems.push(("raw udp batch".to_string(), raw_runs.0.id(), System::RawUdp(raw_runs_addr, RawWait::Batch)));
+    // Beneath tiercel's async calls: callers that are tasks of the same runtime, with a socket each,
+    // waiting as tiercel's async calls wait.
+    systems.push(("raw udp async".to_string(), raw_server.0.id(), System::RawUdpAsync(raw_addr)));
     // Nobody spins: tiercel's client and server, and the raw echoes of the floor beneath them.
     let (blocking_server, blocking_addr) = spawn(&[serve.as_slice(), &["--spin-us".into(), "0".into()]].concat())?;
     let blocking_addr = blocking_addr.strip_prefix("udp://").unwrap_or(&blocking_addr).to_string();
@@ -230,6 +233,8 @@ enum System {
     TiercelAsync(TestAsyncClient),
     /// A raw UDP echo's address, and how its callers wait.
     RawUdp(std::net::SocketAddr, RawWait),
+    /// A raw UDP echo's address, its callers tasks of the peers' runtime ([`crate::raw::AsyncPingPong`]).
+    RawUdpAsync(std::net::SocketAddr),
     /// A raw TCP echo's address (`raw-tcp-echo`, blocking in its reads), its callers blocking too.
     RawTcp(std::net::SocketAddr),
     Peer(Peer, Client),
@@ -262,6 +267,7 @@ impl System {
             System::Tiercel(client) => tiercel_latency(client, calls, warm),
             System::TiercelAsync(client) => tiercel_async_latency(rt, client, calls, warm),
             System::RawUdp(addr, wait) => raw_udp_latency(*addr, calls, warm, *wait != RawWait::Block),
+            System::RawUdpAsync(addr) => raw_udp_async_latency(rt, *addr, calls, warm),
             System::RawTcp(addr) => raw_tcp_latency(*addr, calls, warm),
             System::Peer(peer, client) => peer_latency(*peer, rt, client, calls, warm),
         }
@@ -279,6 +285,7 @@ impl System {
             System::Tiercel(client) => crate::asynch::callers(client, callers, client_cpu, measure),
             System::TiercelAsync(client) => tiercel_async_load(rt, client, callers, measure),
             System::RawUdp(addr, wait) => raw_udp_load(*addr, callers, *wait, client_cpu, measure),
+            System::RawUdpAsync(addr) => raw_udp_async_load(rt, *addr, callers, measure),
             System::RawTcp(addr) => raw_tcp_load(*addr, callers, client_cpu, measure),
             System::Peer(peer, client) => peer_load(*peer, rt, client, callers, measure),
         }
@@ -505,6 +512,70 @@ fn raw_udp_load(
     crate::asynch::round_trips(callers, client_cpu, caller, measure)
 }
 
+/// The floor beneath tiercel's one async caller: a task of `rt` that spins for the raw UDP echo's
+/// reply at `addr`, as tiercel's lone async call does.
+#[cfg(feature = "peers")]
+fn raw_udp_async_latency(
+    rt: &tokio::runtime::Runtime,
+    addr: std::net::SocketAddr,
+    calls: u32,
+    warm: u32,
+) -> crate::Result<(Summary, Summary)> {
+    rt.block_on(async {
+        let mut null = AsyncPingPong::new(addr, HEADER, HEADER, true)?;
+        let mut max = AsyncPingPong::new(addr, HEADER + 4, HEADER + MAX_RESULT as usize, true)?;
+        let (mut null_times, mut max_times) = (Summary::new(), Summary::new());
+        for _ in 0..warm {
+            null.round_trip().await?;
+        }
+        for _ in 0..calls {
+            for (ping, into) in [(&mut null, &mut null_times), (&mut max, &mut max_times)] {
+                let t = Instant::now();
+                // A lost datagram is left out, not timed as a second.
+                if ping.round_trip().await? {
+                    into.record(t.elapsed());
+                }
+            }
+        }
+        Ok((null_times, max_times))
+    })
+}
+
+/// Runs `measure` while `callers` tasks of `rt`, each with a socket of its own, make round trips to
+/// the raw UDP echo at `addr`: one alone spins for its reply, several wait for the reactor, as
+/// tiercel's async calls do.
+#[cfg(feature = "peers")]
+fn raw_udp_async_load(
+    rt: &tokio::runtime::Runtime,
+    addr: std::net::SocketAddr,
+    callers: u32,
+    measure: impl FnOnce(&AtomicU64) -> Load,
+) -> crate::Result<Load> {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (done, stop) = (done.clone(), stop.clone());
+            rt.spawn(async move {
+                let mut ping = AsyncPingPong::new(addr, HEADER, HEADER, callers == 1)?;
+                while !stop.load(Ordering::Relaxed) {
+                    if ping.round_trip().await? {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Ok::<_, crate::Error>(())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let measured = measure(&done);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        rt.block_on(t).map_err(|e| format!("raw udp async: a caller task failed: {e}"))??;
+    }
+    Ok(measured)
+}
+
 /// tiercel's frame over TCP: the raw TCP echo's messages are as long as its Null's.
 const TCP_FRAME: usize = crate::harness::Medium::Tcp.overhead();
 
@@ -620,7 +691,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         "\nPeers: tiercel (default settings, over UDP and over TCP) against the raw UDP echo (one spinning thread; \
          one caller spins,\nseveral block in their receives, or with \"yield\" spin and yield the CPU between looks as \
          tiercel's do, or with \"batch\" share one socket and send their requests together,\nas a tiercel binding's \
-         threads beyond its first do, to an echo that answers each run as one), tarpc, tonic (plain and over TLS) and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
+         threads beyond its first do, to an echo that answers each run as one; with \"async\", callers that are tasks of the \
+         peers' runtime,\nwith a socket each, one alone spinning, several waiting for the reactor as tiercel's async calls do), tarpc, tonic (plain and over TLS) and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
          sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls (several callers of\nthe \
          raw UDP echo yield the CPU once and look before they block, as tiercel's do, and that echo takes what queued in \
          batches and\nlooks ten times before it blocks). Each server in"
@@ -702,7 +774,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
          transport, both against the peers;\n\"!\": tiercel faster than the raw floor beneath it, in latency or in calls/s \
          (a broken floor, or a machine that changed speed between them; \"raw udp echo\" with several callers is \
          one by design: they block in their receives;\nbeneath several threads of \"tiercel udp\", which share a socket \
-         beyond the first, the floor is \"raw udp batch\", beneath the others the floors whose callers have a socket each)"
+         beyond the first, the floor is \"raw udp batch\", beneath several async calls \"raw udp async\", whose callers \
+         are tasks of the same runtime,\nbeneath the others the floors whose callers are threads with a socket each)"
     );
     outln!(
         "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
@@ -729,14 +802,16 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
             // tiercel faster than the raw floor beneath it is marked: the floor is broken there,
             // or the machine changed speed between them. Beneath the threads of a spinning
             // binding beyond its first (`tiercel udp` at several callers), which share a socket,
-            // the floor is the echo whose callers share one; beneath a thread or task with a
-            // socket of its own, those whose callers have one each.
+            // the floor is the echo whose callers share one; beneath several async calls, the
+            // echo whose callers are tasks; beneath a lone caller and the threads of the other
+            // rows, those whose callers are threads with a socket each.
             let batching = t.system == "tiercel udp";
-            let under = |several: bool| {
-                p.system.starts_with("raw") && (p.system != "raw udp batch" || batching) && {
-                    let own_sockets = matches!(p.system.as_str(), "raw udp echo" | "raw udp yield");
-                    !(own_sockets && batching && several)
-                }
+            let asynch = t.system.ends_with(" async");
+            let under = |several: bool| match p.system.as_str() {
+                "raw udp batch" => batching,
+                "raw udp async" => asynch,
+                "raw udp echo" | "raw udp yield" => !(several && (batching || asynch)),
+                system => system.starts_with("raw"),
             };
             let times = |a: f64, b: f64, several: bool| {
                 let ratio = crate::asynch::times(a, b);

@@ -533,6 +533,80 @@ impl PingPong {
     }
 }
 
+/// A raw UDP ping-pong whose caller is a task of a tokio runtime: the floor beneath tiercel's async
+/// calls over UDP, which wait as this does. Its connected socket has a second descriptor registered
+/// with the runtime's reactor, for its readiness. A round trip forgets that the socket was readable
+/// (no system call), sends its request, and takes the reply with a receive that does not block: a
+/// lone caller (`spin`) looks again at once until it comes, as tiercel's lone async call spins; one
+/// of several waits for the reactor to say the socket is readable before each look, leaving the
+/// thread to the other tasks, as tiercel's calls do when others of their binding are in flight. A
+/// send and a receive a round trip, as tiercel's.
+pub struct AsyncPingPong {
+    socket: UdpSocket,
+    ready: tokio::net::UdpSocket,
+    request: Vec<u8>,
+    rx: Vec<u8>,
+    spin: bool,
+    /// The length of the last reply.
+    last: usize,
+}
+
+impl AsyncPingPong {
+    /// A caller of the echo at `server` whose requests ask for replies of `reply_len` bytes. Made in
+    /// a task (or within the runtime): its socket is registered with the runtime's reactor.
+    pub fn new(server: SocketAddr, request_len: usize, reply_len: usize, spin: bool) -> crate::Result<AsyncPingPong> {
+        let socket = udp::connect(server).map_err(crate::Error::from)?;
+        socket.set_nonblocking(true).map_err(crate::Error::from)?;
+        let ready = tokio::net::UdpSocket::from_std(socket.try_clone()?).map_err(crate::Error::from)?;
+        let mut request = vec![0u8; request_len.max(4)];
+        request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
+        Ok(AsyncPingPong { socket, ready, request, rx: vec![0; tiercel::config::MAX_UDP_PAYLOAD], spin, last: 0 })
+    }
+
+    /// Forgets that the socket was readable (no system call): the next datagram marks it again.
+    fn forget_readiness(&self) {
+        let _ =
+            self.ready.try_io(tokio::io::Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+    }
+
+    /// Waits until the socket is readable, up to `deadline`: false if it passed.
+    async fn readable(&self, deadline: tokio::time::Instant) -> crate::Result<bool> {
+        match tokio::time::timeout_at(deadline, self.ready.readable()).await {
+            Ok(readable) => readable.map(|()| true).map_err(crate::Error::from),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// One round trip; false if the reply did not come within a second (a lost packet).
+    pub async fn round_trip(&mut self) -> crate::Result<bool> {
+        self.forget_readiness();
+        udp::send_gather(&self.socket, &[IoSlice::new(&self.request)]).map_err(crate::Error::from)?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        if !self.spin && !self.readable(deadline).await? {
+            return Ok(false);
+        }
+        let mut looks = 0u32;
+        loop {
+            // Forgotten before the look, the readiness is set again by a datagram after it: the
+            // wait below cannot miss the reply.
+            self.forget_readiness();
+            if let Received::Datagram(n) = udp::recv_nowait(&self.socket, &mut self.rx).map_err(crate::Error::from)? {
+                self.last = n;
+                return Ok(true);
+            }
+            if self.spin {
+                core::hint::spin_loop();
+                looks = looks.wrapping_add(1);
+                if looks.is_multiple_of(64) && tokio::time::Instant::now() > deadline {
+                    return Ok(false);
+                }
+            } else if !self.readable(deadline).await? {
+                return Ok(false);
+            }
+        }
+    }
+}
+
 /// Callers of the raw UDP echo that share one socket, as the threads of a tiercel binding beyond
 /// its first do: the floor beneath tiercel's batched calls. A caller's request waits in the
 /// callers' batch while others are waiting for their answers, and goes out, with the batch, at
@@ -765,6 +839,43 @@ mod tests {
         assert!(shared.together.load(std::sync::atomic::Ordering::Relaxed) > 0, "no requests went out together");
         for a in &shared.answers {
             assert_eq!(a.load(std::sync::atomic::Ordering::Relaxed), 0, "an answer nobody took");
+        }
+    }
+
+    /// Tasks of one runtime, each with a socket of its own, get their own answers whether they spin
+    /// (a lone caller) or wait for the reactor (several), and a lost reply ends a round trip with
+    /// false rather than a wait without end.
+    #[test]
+    fn async_callers_get_their_answers_spinning_or_waiting_for_the_reactor() {
+        let addr = echo_thread(false);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let mut lone = AsyncPingPong::new(addr, 56, 100, true).unwrap();
+            for _ in 0..200 {
+                assert!(lone.round_trip().await.unwrap());
+                assert_eq!(lone.last, 100);
+                assert_eq!(udp::recv_nowait(&lone.socket, &mut lone.rx).unwrap(), Received::Nothing);
+            }
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in 0..4 {
+                tasks.spawn(async move {
+                    let mut c = AsyncPingPong::new(addr, 56, 60 + i, false).unwrap();
+                    for _ in 0..500 {
+                        assert!(c.round_trip().await.unwrap());
+                        assert_eq!(c.last, 60 + i, "an answer of another caller's length");
+                    }
+                });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.unwrap();
+            }
+        });
+        // Nobody answers at this address: the round trip gives up after its second.
+        let silent = udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let addr = silent.local_addr().unwrap();
+        for spin in [false, true] {
+            let ended = rt.block_on(async { AsyncPingPong::new(addr, 56, 56, spin).unwrap().round_trip().await });
+            assert!(!ended.unwrap(), "spin {spin}: a round trip without a reply");
         }
     }
 

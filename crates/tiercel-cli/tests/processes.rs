@@ -268,6 +268,7 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_tonic_over_tls_and_a_tokio_
             "raw udp echo",
             "raw udp yield",
             "raw udp batch",
+            "raw udp async",
             "tiercel udp block",
             "tiercel tcp block",
             "raw udp block",
@@ -304,7 +305,10 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_tonic_over_tls_and_a_tokio_
                 let own_socket = match row["system"].as_str().unwrap() {
                     "tiercel udp" | "raw udp batch" => alone,
                     system => {
-                        matches!(system, "tiercel udp block" | "raw udp echo" | "raw udp yield" | "raw udp block")
+                        matches!(
+                            system,
+                            "tiercel udp block" | "raw udp echo" | "raw udp yield" | "raw udp async" | "raw udp block"
+                        )
                     }
                 };
                 if own_socket {
