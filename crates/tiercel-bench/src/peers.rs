@@ -30,7 +30,7 @@ use tiercel_sys::cpu;
 use crate::harness::spawn;
 use crate::progress::outln;
 use crate::raw::{AsyncPingPong, PingPong};
-use crate::raw_tcp::TcpPingPong;
+use crate::raw_tcp::{SharedTcp, TcpPingPong};
 use crate::seeds::{TestAsyncClient, TestClient};
 use crate::summary::Summary;
 use crate::syscalls::{Counter, Probes};
@@ -168,6 +168,16 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
     let (raw_tcp, raw_tcp_addr) = spawn(&["raw-tcp-echo".into(), "--cpu".into(), cpu_arg.clone()])?;
     let raw_tcp_addr = crate::harness::udp_addr(&raw_tcp_addr)?;
     systems.push(("raw tcp block".to_string(), raw_tcp.0.id(), System::RawTcp(raw_tcp_addr)));
+    // Beneath several threads of a blocking tiercel TCP binding, which share its connection:
+    // callers sharing one connection to an echo that answers what came together with one write.
+    let (raw_tcp_shared, raw_tcp_shared_addr) =
+        spawn(&["raw-tcp-echo".into(), "--cpu".into(), cpu_arg.clone(), "--shared".into()])?;
+    let raw_tcp_shared_addr = crate::harness::udp_addr(&raw_tcp_shared_addr)?;
+    systems.push((
+        "raw tcp shared block".to_string(),
+        raw_tcp_shared.0.id(),
+        System::RawTcpShared(raw_tcp_shared_addr),
+    ));
     // The peers' clients run on tokio's default runtime, its workers pinned with this thread.
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut peer_servers = Vec::new();
@@ -221,7 +231,7 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         row.load = windows.into_iter().map(median_window).collect();
     }
     drop(systems);
-    drop((tiercel_server, raw_server, peer_servers, blocking_server, raw_blocking, raw_tcp));
+    drop((tiercel_server, raw_server, peer_servers, blocking_server, raw_blocking, raw_tcp, raw_tcp_shared));
     Ok(rows)
 }
 
@@ -237,6 +247,9 @@ enum System {
     RawUdpAsync(std::net::SocketAddr),
     /// A raw TCP echo's address (`raw-tcp-echo`, blocking in its reads), its callers blocking too.
     RawTcp(std::net::SocketAddr),
+    /// A raw TCP echo's address (`raw-tcp-echo --shared`), its callers sharing one connection
+    /// ([`crate::raw_tcp::SharedTcp`]), blocking.
+    RawTcpShared(std::net::SocketAddr),
     Peer(Peer, Client),
 }
 
@@ -269,6 +282,7 @@ impl System {
             System::RawUdp(addr, wait) => raw_udp_latency(*addr, calls, warm, *wait != RawWait::Block),
             System::RawUdpAsync(addr) => raw_udp_async_latency(rt, *addr, calls, warm),
             System::RawTcp(addr) => raw_tcp_latency(*addr, calls, warm),
+            System::RawTcpShared(addr) => raw_tcp_shared_latency(*addr, calls, warm),
             System::Peer(peer, client) => peer_latency(*peer, rt, client, calls, warm),
         }
     }
@@ -287,6 +301,7 @@ impl System {
             System::RawUdp(addr, wait) => raw_udp_load(*addr, callers, *wait, client_cpu, measure),
             System::RawUdpAsync(addr) => raw_udp_async_load(rt, *addr, callers, measure),
             System::RawTcp(addr) => raw_tcp_load(*addr, callers, client_cpu, measure),
+            System::RawTcpShared(addr) => raw_tcp_shared_load(*addr, callers, client_cpu, measure),
             System::Peer(peer, client) => peer_load(*peer, rt, client, callers, measure),
         }
     }
@@ -512,6 +527,41 @@ fn raw_udp_load(
     crate::asynch::round_trips(callers, client_cpu, caller, measure)
 }
 
+/// [`raw_tcp_latency`] through a connection made to be shared ([`SharedTcp`]), by one caller.
+fn raw_tcp_shared_latency(addr: std::net::SocketAddr, calls: u32, warm: u32) -> crate::Result<(Summary, Summary)> {
+    let mut caller = SharedTcp::new(addr, 1)?.caller()?;
+    let sizes = [(TCP_FRAME, TCP_FRAME), (TCP_FRAME + 4, TCP_FRAME + MAX_RESULT as usize)];
+    let (mut null_times, mut max_times) = (Summary::new(), Summary::new());
+    for _ in 0..warm {
+        caller.round_trip_of(sizes[0].0, sizes[0].1)?;
+    }
+    for _ in 0..calls {
+        for (&(out, back), into) in sizes.iter().zip([&mut null_times, &mut max_times]) {
+            let t = Instant::now();
+            if caller.round_trip_of(out, back)? {
+                into.record(t.elapsed());
+            }
+        }
+    }
+    Ok((null_times, max_times))
+}
+
+/// Runs `measure` while `callers` threads on `client_cpu`, sharing one connection to the raw TCP
+/// echo at `addr` (`--shared`), make round trips of tiercel's Null sizes, blocking.
+fn raw_tcp_shared_load(
+    addr: std::net::SocketAddr,
+    callers: u32,
+    client_cpu: usize,
+    measure: impl FnOnce(&AtomicU64) -> Load,
+) -> crate::Result<Load> {
+    let shared = SharedTcp::new(addr, callers)?;
+    let caller = move || {
+        let mut c = shared.caller()?;
+        Ok(move || c.round_trip_of(TCP_FRAME, TCP_FRAME))
+    };
+    crate::asynch::round_trips(callers, client_cpu, caller, measure)
+}
+
 /// The floor beneath tiercel's one async caller: a task of `rt` that spins for the raw UDP echo's
 /// reply at `addr`, as tiercel's lone async call does.
 #[cfg(feature = "peers")]
@@ -695,7 +745,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
          peers' runtime,\nwith a socket each, one alone spinning, several waiting for the reactor as tiercel's async calls do), tarpc, tonic (plain and over TLS) and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
          sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls (several callers of\nthe \
          raw UDP echo yield the CPU once and look before they block, as tiercel's do, and that echo takes what queued in \
-         batches and\nlooks ten times before it blocks). Each server in"
+         batches and\nlooks ten times before it blocks; \"raw tcp shared block\": callers sharing one connection, as the threads of a tiercel \
+         TCP binding do, to an echo\nthat answers what came together with one write). Each server in"
     );
     outln!(
         "its own process on the server CPU (the peers on tokio's default runtime), each client here on the caller's \
@@ -717,7 +768,7 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         time.as_secs_f64()
     );
     outln!(
-        "{:>17} | {:>7} {:>7} | {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} | cpu µs/call at 1 and 8 callers (client+server) \
+        "{:>20} | {:>7} {:>7} | {:>7} {:>7} | {:>9} {:>9} {:>9} {:>9} | cpu µs/call at 1 and 8 callers (client+server) \
          | syscalls/call at 1 and 8 | allocations/call at 1 and 8",
         "system",
         "Null",
@@ -743,7 +794,7 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
         let allocations =
             |i: usize| r.load.get(i).map_or("n/a".into(), |l| pair(l.client_allocations, l.server_allocations));
         outln!(
-            "{:>17} | {:>7.2} {:>7.2} | {:>7.2} {:>7.2} | {:>9.0} {:>9.0} {:>9.0} {:>9.0} | {:.1} ({:.1}+{:.1}), {:.1} ({:.1}+{:.1}) \
+            "{:>20} | {:>7.2} {:>7.2} | {:>7.2} {:>7.2} | {:>9.0} {:>9.0} {:>9.0} {:>9.0} | {:.1} ({:.1}+{:.1}), {:.1} ({:.1}+{:.1}) \
              | {}, {} | {}, {}",
             r.system,
             r.null_median_us,
@@ -775,10 +826,11 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
          (a broken floor, or a machine that changed speed between them; \"raw udp echo\" with several callers is \
          one by design: they block in their receives;\nbeneath several threads of \"tiercel udp\", which share a socket \
          beyond the first, the floor is \"raw udp batch\", beneath several async calls \"raw udp async\", whose callers \
-         are tasks of the same runtime,\nbeneath the others the floors whose callers are threads with a socket each)"
+         are tasks of the same runtime,\nbeneath several threads of \"tiercel tcp block\", which share its connection, \
+         \"raw tcp shared block\", beneath the others the floors whose callers are threads with a socket or connection each)"
     );
     outln!(
-        "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
+        "{:>17} {:>20} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
         "tiercel",
         "against",
         "Null",
@@ -811,6 +863,9 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
                 "raw udp batch" => batching,
                 "raw udp async" => asynch,
                 "raw udp echo" | "raw udp yield" => !(several && (batching || asynch)),
+                // Several threads of a TCP binding share its connection: beneath them, callers
+                // that share one.
+                "raw tcp block" => !several,
                 system => system.starts_with("raw"),
             };
             let times = |a: f64, b: f64, several: bool| {
@@ -822,7 +877,7 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
                 }
             };
             outln!(
-                "{:>17} {:>13} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
+                "{:>17} {:>20} | {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8}",
                 t.system,
                 p.system,
                 times(p.null_median_us, t.null_median_us, false),

@@ -273,6 +273,7 @@ fn bench_peers_measures_the_raw_udp_echo_tarpc_tonic_tonic_over_tls_and_a_tokio_
             "tiercel tcp block",
             "raw udp block",
             "raw tcp block",
+            "raw tcp shared block",
             "tarpc",
             "tonic",
             "tonic tls",
