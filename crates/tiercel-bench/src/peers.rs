@@ -441,25 +441,41 @@ fn tiercel_async_load(
     callers: u32,
     measure: impl FnOnce(&AtomicU64) -> Load,
 ) -> crate::Result<Load> {
+    tasks_load(rt, callers, "tiercel async", measure, |done, stop| {
+        let client = client.clone();
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                client.null().await?;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, tiercel::CallError>(())
+        }
+    })
+}
+
+/// Runs `measure` while `callers` tasks on `rt`, each the future `task` makes (given the counter of
+/// calls done and the flag that tells it to stop), make calls; `name` names them in an error.
+#[cfg(feature = "peers")]
+fn tasks_load<F, E>(
+    rt: &tokio::runtime::Runtime,
+    callers: u32,
+    name: &str,
+    measure: impl FnOnce(&AtomicU64) -> Load,
+    task: impl Fn(Arc<AtomicU64>, Arc<AtomicBool>) -> F,
+) -> crate::Result<Load>
+where
+    F: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: Send + 'static,
+    crate::Error: From<E>,
+{
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let tasks: Vec<_> = (0..callers)
-        .map(|_| {
-            let (client, done, stop) = (client.clone(), done.clone(), stop.clone());
-            rt.spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    client.null().await?;
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok::<_, tiercel::CallError>(())
-            })
-        })
-        .collect();
+    let tasks: Vec<_> = (0..callers).map(|_| rt.spawn(task(done.clone(), stop.clone()))).collect();
     std::thread::sleep(Duration::from_millis(50));
     let measured = measure(&done);
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
-        rt.block_on(t).map_err(|e| format!("tiercel async: a caller task failed: {e}"))??;
+        rt.block_on(t).map_err(|e| format!("{name}: a caller task failed: {e}"))??;
     }
     Ok(measured)
 }
@@ -530,20 +546,7 @@ fn raw_udp_load(
 /// [`raw_tcp_latency`] through a connection made to be shared ([`SharedTcp`]), by one caller.
 fn raw_tcp_shared_latency(addr: std::net::SocketAddr, calls: u32, warm: u32) -> crate::Result<(Summary, Summary)> {
     let mut caller = SharedTcp::new(addr, 1)?.caller()?;
-    let sizes = [(TCP_FRAME, TCP_FRAME), (TCP_FRAME + 4, TCP_FRAME + MAX_RESULT as usize)];
-    let (mut null_times, mut max_times) = (Summary::new(), Summary::new());
-    for _ in 0..warm {
-        caller.round_trip_of(sizes[0].0, sizes[0].1)?;
-    }
-    for _ in 0..calls {
-        for (&(out, back), into) in sizes.iter().zip([&mut null_times, &mut max_times]) {
-            let t = Instant::now();
-            if caller.round_trip_of(out, back)? {
-                into.record(t.elapsed());
-            }
-        }
-    }
-    Ok((null_times, max_times))
+    alternating_tcp_sizes(calls, warm, |request, reply| caller.round_trip_of(request, reply))
 }
 
 /// Runs `measure` while `callers` threads on `client_cpu`, sharing one connection to the raw TCP
@@ -601,29 +604,15 @@ fn raw_udp_async_load(
     callers: u32,
     measure: impl FnOnce(&AtomicU64) -> Load,
 ) -> crate::Result<Load> {
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks: Vec<_> = (0..callers)
-        .map(|_| {
-            let (done, stop) = (done.clone(), stop.clone());
-            rt.spawn(async move {
-                let mut ping = AsyncPingPong::new(addr, HEADER, HEADER, callers == 1)?;
-                while !stop.load(Ordering::Relaxed) {
-                    if ping.round_trip().await? {
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Ok::<_, crate::Error>(())
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(50));
-    let measured = measure(&done);
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        rt.block_on(t).map_err(|e| format!("raw udp async: a caller task failed: {e}"))??;
-    }
-    Ok(measured)
+    tasks_load(rt, callers, "raw udp async", measure, |done, stop| async move {
+        let mut ping = AsyncPingPong::new(addr, HEADER, HEADER, callers == 1)?;
+        while !stop.load(Ordering::Relaxed) {
+            if ping.round_trip().await? {
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok::<_, crate::Error>(())
+    })
 }
 
 /// tiercel's frame over TCP: the raw TCP echo's messages are as long as its Null's.
@@ -636,15 +625,26 @@ const TCP_FRAME: usize = crate::harness::Medium::Tcp.overhead();
 /// take turns, each asleep through the other's round trip.
 fn raw_tcp_latency(addr: std::net::SocketAddr, calls: u32, warm: u32) -> crate::Result<(Summary, Summary)> {
     let mut ping = TcpPingPong::new(addr, TCP_FRAME, TCP_FRAME, false)?;
+    alternating_tcp_sizes(calls, warm, |request, reply| ping.round_trip_of(request, reply))
+}
+
+/// Times `calls` round trips of tiercel's Null sizes over TCP and as many of its MaxResult's,
+/// alternating, after `warm` of Null's, each made by `round_trip(request bytes, reply bytes)`
+/// (false: the echo went away).
+fn alternating_tcp_sizes(
+    calls: u32,
+    warm: u32,
+    mut round_trip: impl FnMut(usize, usize) -> crate::Result<bool>,
+) -> crate::Result<(Summary, Summary)> {
     let sizes = [(TCP_FRAME, TCP_FRAME), (TCP_FRAME + 4, TCP_FRAME + MAX_RESULT as usize)];
     let (mut null_times, mut max_times) = (Summary::new(), Summary::new());
     for _ in 0..warm {
-        ping.round_trip()?;
+        round_trip(sizes[0].0, sizes[0].1)?;
     }
     for _ in 0..calls {
         for ((request, reply), times) in sizes.into_iter().zip([&mut null_times, &mut max_times]) {
             let t = Instant::now();
-            if !ping.round_trip_of(request, reply)? {
+            if !round_trip(request, reply)? {
                 return Err("the raw TCP echo went away".into());
             }
             times.record(t.elapsed());

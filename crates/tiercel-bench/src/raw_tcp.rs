@@ -21,9 +21,9 @@ pub struct EchoArgs {
     /// Busy-poll non-blocking reads instead of blocking in them.
     #[arg(long)]
     spin: bool,
-    /// Serve each connection as one shared by several callers (blocking; [`SharedTcp`]): take
-    /// every request that has come with one read, and answer them all with one write, each answer
-    /// starting with its request's first four payload bytes (its caller) and its own length.
+    /// Serve each connection as one shared by several callers (blocking, as `SharedTcp`'s do):
+    /// take every request that has come with one read, and answer them all with one write, each
+    /// answer starting with its request's first four payload bytes (its caller) and its length.
     #[arg(long, conflicts_with = "spin")]
     shared: bool,
 }
