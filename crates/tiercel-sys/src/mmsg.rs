@@ -169,6 +169,43 @@ impl RecvBatch {
         Ok(1)
     }
 
+    /// [`RecvBatch::recv_one_nowait`] with `recvfrom`, for a socket that does not take runs whole
+    /// (`UDP_GRO` off, so that no datagram comes with a segment size to read): no control area, and
+    /// no message header for the kernel to copy in. On our VM, a 56-byte datagram sent to itself and
+    /// received took 0.03 to 0.07 µs less this way than with the `recvmsg`, and a spinning server
+    /// answered a lone client's Null calls 0.09 µs sooner (the median of ten alternating runs of
+    /// 1.5 s).
+    pub fn recv_one_from_nowait(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+        self.count = 0;
+        let mut name_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: the buffer is the batch's first (`size` bytes, the start of `buffers`) and the
+        // address storage its first, with its true length in `name_len`; all are owned by `self`
+        // (borrowed mutably for the call) or live on this stack until the call returns, and the
+        // kernel writes only within them.
+        let r = unsafe {
+            libc::recvfrom(
+                socket.as_raw_fd(),
+                self.buffers.as_mut_ptr().cast(),
+                self.size,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                (&mut self.names[0] as *mut libc::sockaddr_storage).cast(),
+                &mut name_len,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::ECONNREFUSED | libc::EINTR) => Ok(0),
+                _ => Err(e),
+            };
+        }
+        // With `MSG_TRUNC` the length is the datagram's, even when the buffer held less of it.
+        let len = r as usize;
+        self.meta[0] = Meta { len, truncated: len > self.size, control_len: 0, name_len };
+        self.count = 1;
+        Ok(1)
+    }
+
     /// Bytes each buffer holds: the largest datagram (or coalesced run) taken whole.
     pub fn size(&self) -> usize {
         self.size
@@ -335,22 +372,30 @@ mod tests {
 
     #[test]
     fn one_receive_takes_every_waiting_datagram_with_its_sender() {
-        receives_each_datagram_with_its_sender(MAX_BATCH);
+        receives_each_datagram_with_its_sender(MAX_BATCH, |b, s| b.recv_nowait(s, MAX_BATCH));
     }
 
     #[test]
     fn a_receive_of_one_reads_each_datagram_with_its_sender() {
-        receives_each_datagram_with_its_sender(1);
+        receives_each_datagram_with_its_sender(1, |b, s| b.recv_nowait(s, 1));
     }
 
-    /// Five senders' datagrams and one too large, received `max` at a time; results sent back in one
-    /// batch.
-    fn receives_each_datagram_with_its_sender(max: usize) {
+    #[test]
+    fn a_recvfrom_of_one_reads_each_datagram_with_its_sender() {
+        receives_each_datagram_with_its_sender(1, RecvBatch::recv_one_from_nowait);
+    }
+
+    /// Five senders' datagrams and one too large, received by `receive` (at most `max` at a time);
+    /// results sent back in one batch.
+    fn receives_each_datagram_with_its_sender(
+        max: usize,
+        receive: impl Fn(&mut RecvBatch, &UdpSocket) -> io::Result<usize>,
+    ) {
         let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
         let addr = server.local_addr().unwrap();
         let clients: Vec<_> = (0..5).map(|_| connect(addr).unwrap()).collect();
         let mut batch = RecvBatch::new(64);
-        assert_eq!(batch.recv_nowait(&server, max).unwrap(), 0);
+        assert_eq!(receive(&mut batch, &server).unwrap(), 0);
         assert!(batch.is_empty());
         for (i, c) in clients.iter().enumerate() {
             send_gather(c, &[IoSlice::new(&vec![i as u8; 10 + i])]).unwrap();
@@ -360,7 +405,7 @@ mod tests {
         assert!(wait_readable(&server, Some(Duration::from_secs(5))).unwrap());
         let mut seen = Vec::new();
         while seen.len() < 6 {
-            let n = batch.recv_nowait(&server, max).unwrap();
+            let n = receive(&mut batch, &server).unwrap();
             assert!(n <= max);
             for i in 0..n {
                 let d = batch.get(i).unwrap();

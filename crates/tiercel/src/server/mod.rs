@@ -256,6 +256,7 @@ impl Server {
             endpoint,
             segmenting: AtomicBool::new(true),
             lanes,
+            udp_running: (0..workers + udp::MAX_XDP_WORKERS).map(|_| udp::Running::default()).collect(),
             sessions: secure::Sessions::default(),
             handshakes: secure::HandshakeBudget::new(config.handshakes_per_second),
             config,
@@ -291,7 +292,7 @@ impl Server {
         if let Some(port) = xdp_port {
             // Up to four AF_XDP workers: one reads, the others take over from a long call.
             let port = Arc::new(port);
-            let n = workers.min(4);
+            let n = workers.min(udp::MAX_XDP_WORKERS);
             let crew = Arc::new(udp::XdpCrew::new(n));
             for k in 0..n {
                 let worker = udp::UdpWorker::new(shared.clone(), workers + k);
@@ -352,6 +353,9 @@ pub(crate) struct Shared {
     /// The UDP sockets (`ServerConfig::sockets`), all on the server's port, and what the workers
     /// reading each share; the first is the one the server was bound with.
     lanes: Vec<udp::Lane>,
+    /// What each UDP worker (socket readers first, then AF_XDP readers) is running: a call read
+    /// from socket `i` as `i + 1`, nothing as 0 ([`udp::Running`]).
+    udp_running: Box<[udp::Running]>,
     /// Whether result fragments may go out in runs of one segmented send (UDP GSO): until the
     /// kernel refuses one.
     segmenting: AtomicBool,

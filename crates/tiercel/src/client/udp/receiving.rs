@@ -38,7 +38,12 @@ impl UdpEndpoint {
             self.gro = udp::set_gro(&self.socket, true);
         }
         let Some((first, span)) = landing else {
-            if self.coalescing {
+            // Only a socket that takes runs whole now needs to be told where a run's datagrams
+            // end (a `recvmsg` with room for that); with GRO off, each datagram comes alone, and a
+            // plain `recv` takes it: 0.05 µs less a look that finds nothing and 0.08 µs less one
+            // that brings a datagram, on our VM (each look of a spinning caller, and the one that
+            // ends every call).
+            if self.gro {
                 let s = udp::recv_segments_nowait(&self.socket, &mut self.rx)?;
                 return Ok(InPlace::Whole(s.received, s.segment));
             }

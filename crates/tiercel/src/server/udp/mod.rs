@@ -20,7 +20,7 @@
 use std::cell::{Cell, RefCell};
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -167,16 +167,41 @@ pub(super) struct Lane {
     /// none has come for [`KEEP_IDLE`]. Held while the option is set, so that it is what the
     /// socket has: a run and the sweep may meet.
     gro: Mutex<bool>,
+    /// `gro` as the listeners read it on every look, without the lock: set before the option is
+    /// turned on and cleared once it is off, so that a listener that reads it clear receives with
+    /// a plain `recvfrom` (cheaper than the `recvmsg` a run's segment size takes) from a socket
+    /// that takes no runs. One that read it just before a run turned the option on may read that
+    /// run as one datagram: malformed, dropped and counted, and sent again by the client's timers,
+    /// as a run that meets the sweep is.
+    takes_runs: AtomicBool,
     /// When the last run came through this socket (`clock::ticks`).
     large_at: AtomicU64,
     /// Datagrams a worker took in a batch from this socket and left to its other listeners.
     handoff: Handoff,
-    /// Procedures that this socket's listeners are running: the crew's deputy asks whether every
-    /// one of them is running a call.
-    running: AtomicUsize,
-    /// Procedures that this socket's listeners have started: whether any started between two of
-    /// the deputy's looks.
+    /// Procedures that this socket's listeners have started, or about as many: whether any started
+    /// between two of the deputy's looks. Its listeners add to it with a load and a store, not a
+    /// locked add (no read-modify-write of a shared line on the path of every call): two that start
+    /// calls at once may count one, and the count still moves.
     started: AtomicU64,
+}
+
+/// Most AF_XDP workers of a server: one reads the port, the others take over from a long call.
+pub(super) const MAX_XDP_WORKERS: usize = 4;
+
+/// What one UDP worker is running, on a cache line of its own: `i + 1` while it runs a call it read
+/// from socket `i` (`Shared::lanes`), else 0. Only the worker writes it, with a plain store on the path
+/// of its calls (where a count of each socket's running calls took two locked adds a call on a
+/// line every worker writes); the crew, asking how many of a socket's listeners are running calls
+/// ([`Shared::running_on`]), counts the workers that are.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Running(AtomicUsize);
+
+impl Shared {
+    /// How many workers are running calls read from socket `lane`.
+    pub(super) fn running_on(&self, lane: usize) -> usize {
+        self.udp_running.iter().filter(|r| r.0.load(Ordering::Acquire) == lane + 1).count()
+    }
 }
 
 impl Lane {
@@ -188,10 +213,10 @@ impl Lane {
         Lane {
             coalescing,
             gro: Mutex::new(gro),
+            takes_runs: AtomicBool::new(gro),
             large_at: AtomicU64::new(0),
             socket,
             handoff: Handoff::new(datagram),
-            running: AtomicUsize::new(0),
             started: AtomicU64::new(0),
         }
     }
@@ -203,7 +228,9 @@ impl Lane {
         if self.coalescing {
             let mut on = self.gro.lock().unwrap_or_else(|p| p.into_inner());
             if !*on {
+                self.takes_runs.store(true, Ordering::Relaxed);
                 *on = udp::set_gro(&self.socket, true);
+                self.takes_runs.store(*on, Ordering::Relaxed);
             }
         }
     }
@@ -215,6 +242,7 @@ impl Lane {
         let mut on = self.gro.lock().unwrap_or_else(|p| p.into_inner());
         if *on && clock::elapsed(self.large_at.load(Ordering::Relaxed), clock::ticks()) >= KEEP_IDLE {
             *on = !udp::set_gro(&self.socket, false);
+            self.takes_runs.store(*on, Ordering::Relaxed);
         }
     }
 
@@ -253,6 +281,8 @@ pub(super) struct UdpWorker {
     /// datagram reads no clock of its own; for each datagram of a batch of several, when its
     /// handling starts.
     received_at: Cell<Instant>,
+    /// This worker's count of the calls it ran (the server's `calls`, summed with the others').
+    calls: crate::counters::Shard,
 }
 
 /// The arguments of a call: in the packet it came in, or a message put together from several.
@@ -280,6 +310,7 @@ impl UdpWorker {
             shared.config.max_datagram
         };
         let lease = SpinLease::new(&shared.spin_leases);
+        let calls = shared.call_shards.take();
         let shared_key = shared.config.key.is_some();
         UdpWorker {
             lane: index % shared.lanes.len(),
@@ -297,6 +328,7 @@ impl UdpWorker {
             // Made now rather than at the first sealed datagram: a call never allocates it.
             opened: RefCell::new(if shared_key { Vec::with_capacity(size) } else { Vec::new() }),
             received_at: Cell::new(Instant::now()),
+            calls,
         }
     }
 
@@ -323,7 +355,7 @@ impl UdpWorker {
                 self.landing.free();
             }
             let lane = |i: usize| &shared.lanes[i];
-            let running = |i| lane(i).running.load(Ordering::Acquire);
+            let running = |i| shared.running_on(i);
             let started = |i| lane(i).started.load(Ordering::Relaxed);
             let queued = |i| lane(i).queued();
             listening = match shared.crew.stand_by(&shared.stop, running, started, queued) {
@@ -408,8 +440,15 @@ impl UdpWorker {
                     Err(_) => self.landing.forget(),
                 }
             }
-            let max = if queueing { MAX_BATCH } else { 1 };
-            match self.batch.recv_nowait(&self.shared.lanes[self.lane].socket, max) {
+            let lane = &self.shared.lanes[self.lane];
+            let received = if queueing {
+                self.batch.recv_nowait(&lane.socket, MAX_BATCH)
+            } else if lane.takes_runs.load(Ordering::Relaxed) {
+                self.batch.recv_one_nowait(&lane.socket)
+            } else {
+                self.batch.recv_one_from_nowait(&lane.socket)
+            };
+            match received {
                 Ok(0) => {}
                 Ok(n) => {
                     found = n as u32;
@@ -429,7 +468,7 @@ impl UdpWorker {
             }
             // Nothing to read: stand by rather than wait beside another listener that is free
             // (a listener with calls waiting in the socket keeps taking them).
-            if self.shared.crew.should_stand_by(self.lane, || self.lane().running.load(Ordering::Acquire)) {
+            if self.shared.crew.should_stand_by(self.lane, || self.shared.running_on(self.lane)) {
                 break;
             }
             self.lease.give_back();

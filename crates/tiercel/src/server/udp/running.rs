@@ -57,11 +57,12 @@ impl UdpWorker {
         }
         out.resize(HEADER_LEN, 0);
         let endpoint = &self.shared.endpoint;
-        self.shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+        self.calls.add_one();
         endpoint.run_started(binding);
-        let lane = self.lane();
-        lane.started.fetch_add(1, Ordering::Relaxed);
-        lane.running.fetch_add(1, Ordering::AcqRel);
+        let started = &self.lane().started;
+        started.store(started.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        let running = &self.shared.udp_running[self.index].0;
+        running.store(self.lane + 1, Ordering::Release);
         let arrival = Arrival::of(binding, "udp", p.flags() & flags::CONTEXT != 0, Some(arrived), None);
         let limit = self.shared.config.timing.max_message;
         let procedure = p.procedure();
@@ -118,7 +119,7 @@ impl UdpWorker {
             }
         };
         endpoint.run_finished(binding);
-        lane.running.fetch_sub(1, Ordering::AcqRel);
+        running.store(0, Ordering::Release);
         if batching {
             self.quick.borrow_mut().observe(export, p.procedure(), arrived.elapsed());
         }
