@@ -161,18 +161,18 @@ pub(super) struct Lane {
     /// Whether the socket can take runs of datagrams whole (UDP GRO: the kernel agreed when it
     /// opened), so that receives must be cut, and receive buffers have room for a run.
     coalescing: bool,
+    /// Held while the socket's GRO option is set, so that `takes_runs` is what the socket has: a
+    /// run and the sweep may meet.
+    gro_setting: Mutex<()>,
     /// Whether it does now: GRO costs the kernel more for every datagram the socket receives
     /// ([`udp::set_gro`]), so it is on only while runs come (calls of several fragments, or
     /// calls of several threads sent together): turned on by the first, off by the sweep once
-    /// none has come for [`KEEP_IDLE`]. Held while the option is set, so that it is what the
-    /// socket has: a run and the sweep may meet.
-    gro: Mutex<bool>,
-    /// `gro` as the listeners read it on every look, without the lock: set before the option is
-    /// turned on and cleared once it is off, so that a listener that reads it clear receives with
-    /// a plain `recvfrom` (cheaper than the `recvmsg` a run's segment size takes) from a socket
-    /// that takes no runs. One that read it just before a run turned the option on may read that
-    /// run as one datagram: malformed, dropped and counted, and sent again by the client's timers,
-    /// as a run that meets the sweep is.
+    /// none has come for [`KEEP_IDLE`]. The listeners read it on every look, without the lock: it
+    /// is set before the option is turned on and cleared once it is off, so that a listener that
+    /// reads it clear receives with a plain `recvfrom` (cheaper than the `recvmsg` a run's segment
+    /// size takes) from a socket that takes no runs. One that read it just before a run turned the
+    /// option on may read that run as one datagram: malformed, dropped and counted, and sent again
+    /// by the client's timers, as a run that meets the sweep is.
     takes_runs: AtomicBool,
     /// When the last run came through this socket (`clock::ticks`).
     large_at: AtomicU64,
@@ -212,7 +212,7 @@ impl Lane {
         let gro = coalescing && !udp::set_gro(&socket, false);
         Lane {
             coalescing,
-            gro: Mutex::new(gro),
+            gro_setting: Mutex::new(()),
             takes_runs: AtomicBool::new(gro),
             large_at: AtomicU64::new(0),
             socket,
@@ -226,11 +226,11 @@ impl Lane {
     fn runs_come(&self) {
         self.large_at.store(clock::ticks(), Ordering::Relaxed);
         if self.coalescing {
-            let mut on = self.gro.lock().unwrap_or_else(|p| p.into_inner());
-            if !*on {
+            let _setting = self.gro_setting.lock().unwrap_or_else(|p| p.into_inner());
+            if !self.takes_runs.load(Ordering::Relaxed) {
                 self.takes_runs.store(true, Ordering::Relaxed);
-                *on = udp::set_gro(&self.socket, true);
-                self.takes_runs.store(*on, Ordering::Relaxed);
+                let on = udp::set_gro(&self.socket, true);
+                self.takes_runs.store(on, Ordering::Relaxed);
             }
         }
     }
@@ -239,10 +239,12 @@ impl Lane {
     /// before is then read as one datagram, malformed, and its datagrams are sent again by the
     /// client's timers.
     fn quiet(&self) {
-        let mut on = self.gro.lock().unwrap_or_else(|p| p.into_inner());
-        if *on && clock::elapsed(self.large_at.load(Ordering::Relaxed), clock::ticks()) >= KEEP_IDLE {
-            *on = !udp::set_gro(&self.socket, false);
-            self.takes_runs.store(*on, Ordering::Relaxed);
+        let _setting = self.gro_setting.lock().unwrap_or_else(|p| p.into_inner());
+        if self.takes_runs.load(Ordering::Relaxed)
+            && clock::elapsed(self.large_at.load(Ordering::Relaxed), clock::ticks()) >= KEEP_IDLE
+        {
+            let off = udp::set_gro(&self.socket, false);
+            self.takes_runs.store(!off, Ordering::Relaxed);
         }
     }
 
