@@ -31,7 +31,7 @@ pub use region::SlotStep;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -180,6 +180,44 @@ pub struct ServerEndpoint<A, E> {
     challenger: Challenger,
     /// Shutting down: no new binding, no new call; calls under way finish.
     draining: AtomicBool,
+    /// Bumped when an idle datagram binding could not expire because a thread held it: workers
+    /// let go of the binding they hold ([`Held`]) at their next packet, so that the next sweep
+    /// finds it unheld.
+    letting_go: AtomicU64,
+}
+
+/// What one worker of a datagram transport keeps of the binding it routed its last packet to
+/// ([`ServerEndpoint::route_held`]), so that the next packet of that binding (a caller's calls
+/// come one after another on one binding) is routed without the binding table's lock or a count
+/// on the binding's `Arc`: lines that every worker would otherwise write for every packet. A
+/// worker lets go of it before it waits for packets ([`Held::let_go`]): a binding held by a
+/// worker is in use, and does not expire.
+#[derive(Debug)]
+pub struct Held<A, E> {
+    binding: Option<Arc<Binding<A, E>>>,
+    /// The endpoint's `letting_go` when `binding` was taken from the table.
+    epoch: u64,
+}
+
+impl<A, E> Default for Held<A, E> {
+    fn default() -> Self {
+        Held { binding: None, epoch: 0 }
+    }
+}
+
+impl<A, E> Held<A, E> {
+    /// Keeps the binding a packet was routed to ([`Route::Binding`] of
+    /// [`ServerEndpoint::route_held`]) for the next packet, once the packet is handled.
+    #[inline]
+    pub fn keep(&mut self, binding: Arc<Binding<A, E>>) {
+        self.binding = Some(binding);
+    }
+
+    /// Lets go of the binding held: for a worker about to wait, whose hold would keep an idle
+    /// binding from expiring.
+    pub fn let_go(&mut self) {
+        self.binding = None;
+    }
 }
 
 /// Most bindings waiting for a worker that are remembered (more are refused without a place).
@@ -210,6 +248,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             waiting: Mutex::new(VecDeque::new()),
             waiting_len: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
+            letting_go: AtomicU64::new(0),
         }
     }
 
@@ -262,6 +301,32 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// secure binding's token, but not its keys, reaches nothing. A bind request comes sealed only
     /// in a handshake, never on a binding.
     pub fn route_opened(&self, p: &Packet<&[u8]>, opened: Option<u32>, now: Instant) -> Route<A, E> {
+        self.route_with(None, p, opened, now)
+    }
+
+    /// [`ServerEndpoint::route_opened`] by a worker that holds the binding of its last packet in
+    /// `held`: a packet of that binding is routed to it without a look at the table (the same
+    /// decision: a binding held is in the table, as a binding in use never leaves it). The
+    /// binding routed to is taken out of `held`; the worker puts it back with [`Held::keep`] once
+    /// the packet is handled.
+    #[inline]
+    pub fn route_held(
+        &self,
+        held: &mut Held<A, E>,
+        p: &Packet<&[u8]>,
+        opened: Option<u32>,
+        now: Instant,
+    ) -> Route<A, E> {
+        self.route_with(Some(held), p, opened, now)
+    }
+
+    fn route_with(
+        &self,
+        held: Option<&mut Held<A, E>>,
+        p: &Packet<&[u8]>,
+        opened: Option<u32>,
+        now: Instant,
+    ) -> Route<A, E> {
         if opened.is_some_and(|id| id != p.binding()) {
             return Route::Malformed;
         }
@@ -271,7 +336,17 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             Kind::Call | Kind::Ack | Kind::Probe | Kind::Cancel => {}
             Kind::Result | Kind::ProbeReply | Kind::Reject | Kind::BindReply => return Route::Malformed,
         }
-        let Some(binding) = self.lookup(p.binding(), p.token()) else {
+        let binding = match held {
+            Some(held) => {
+                let epoch = self.letting_go.load(Ordering::Acquire);
+                let kept =
+                    held.binding.take().filter(|b| held.epoch == epoch && b.id == p.binding() && b.token == p.token());
+                held.epoch = epoch;
+                kept.or_else(|| self.lookup(p.binding(), p.token()))
+            }
+            None => self.lookup(p.binding(), p.token()),
+        };
+        let Some(binding) = binding else {
             return Route::Reject(self.reject(p, Status::UnknownBinding));
         };
         if binding.caller.is_some_and(|c| c.is_sealed()) != opened.is_some() {
@@ -545,14 +620,16 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     }
 
     /// Forgets bindings unheard from for `binding_idle` with no call running; returns how many. A
-    /// datagram binding no thread is using leaves the table; a connection's binding
+    /// datagram binding no thread is using leaves the table (one that a worker holds, [`Held`], is
+    /// let go of at that worker's next packet, or before it waits, and leaves at a later sweep); a
+    /// connection's binding
     /// ([`Carrier::Stream`]) is marked expired, for its transport to close and release. A region's
     /// binding lasts while its client holds the rendezvous connection.
     pub fn expire(&self, now: Instant) -> usize {
         let cutoff = self.nanos(now).saturating_sub(self.config.binding_idle.as_nanos() as u64);
         let mut table = self.bindings.write().unwrap_or_else(|p| p.into_inner());
         let mut freed = Vec::new();
-        let mut expired = 0;
+        let (mut expired, mut held) = (0, false);
         for entry in table.iter_mut() {
             let Some(b) = entry.as_ref() else { continue };
             if b.last_active.load(Ordering::Relaxed) >= cutoff {
@@ -563,11 +640,17 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
                     freed.push(b.id);
                     *entry = None;
                 }
+                // Held: by a call running, or by a worker that routed its last packet to it
+                // ([`Held`]), which lets go at its next packet; the next sweep tries again.
+                Carrier::Datagram => held = true,
                 Carrier::Stream if b.running() == 0 && b.expire() => expired += 1,
                 _ => {}
             }
         }
         drop(table);
+        if held {
+            self.letting_go.fetch_add(1, Ordering::AcqRel);
+        }
         self.held.fetch_sub(freed.len(), Ordering::AcqRel);
         if !freed.is_empty() {
             self.recent.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, id| !freed.contains(id));

@@ -393,7 +393,8 @@ pub(crate) struct Shared {
     /// Which workers read each socket.
     crew: crate::waiting::crew::Crew,
     stats: Arc<ServerCounters>,
-    /// Calls counted by shared-memory threads, each on a counter of its own: part of `calls`.
+    /// Calls counted by the threads that run them (shared-memory threads, UDP workers, TCP
+    /// connections' threads), each on a counter of its own: part of `calls`.
     call_shards: Arc<crate::counters::Shards>,
     /// What every call is shown to before it runs ([`Server::intercept`]).
     interceptor: Option<Arc<intercept::Interceptor>>,

@@ -199,6 +199,69 @@ fn idle_bindings_expire_unless_in_use() {
     assert!(e.grant(1, 77, (), TOKEN, terms(HEADER_LEN + 100), later).unwrap().1, "its request is forgotten too");
 }
 
+#[test]
+fn a_held_binding_routes_as_the_table_does_and_is_let_go_of_when_it_would_expire() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let other = e.grant(2, 78, (), TOKEN + 1, terms(HEADER_LEN + 100), now).unwrap().0;
+    let mut held = Held::default();
+    let route = |held: &mut Held<u8, ()>, bytes: &[u8], at: Instant| {
+        e.route_held(held, &Packet::new_checked(bytes).unwrap(), None, at)
+    };
+    // The first packet takes the binding from the table; the worker keeps it.
+    let Route::Binding(r) = route(&mut held, &packet(Kind::Call, b.id, TOKEN, 9, 0, 1), now) else { panic!() };
+    assert!(Arc::ptr_eq(&r, &b));
+    held.keep(r);
+    assert_eq!(Arc::strong_count(&b), 3, "the table, the test and the hold");
+    // While held, every decision is the table's: a wrong token, another incarnation, a sealed
+    // packet for a plain binding, kinds a client never sends.
+    let Route::Reject(h) = route(&mut held, &packet(Kind::Call, b.id, TOKEN + 1, 9, 0, 2), now) else { panic!() };
+    assert_eq!(h.status, Status::UnknownBinding, "the token is checked against the held binding too");
+    assert!(held.binding.is_none(), "a packet not of the held binding lets it go");
+    let Route::Binding(r) = route(&mut held, &packet(Kind::Call, b.id, TOKEN, 9, 0, 2), now) else { panic!() };
+    held.keep(r);
+    let Route::Reject(h) = route(&mut held, &packet(Kind::Call, b.id, TOKEN, 8, 0, 3), now) else { panic!() };
+    assert_eq!(h.status, Status::WrongIncarnation);
+    let Route::Binding(r) = route(&mut held, &packet(Kind::Probe, b.id, TOKEN, 9, 0, 3), now) else { panic!() };
+    held.keep(r);
+    let p = packet(Kind::Call, b.id, TOKEN, 9, 0, 4);
+    assert!(matches!(
+        e.route_held(&mut held, &Packet::new_checked(&p[..]).unwrap(), Some(b.id), now),
+        Route::Malformed
+    ));
+    assert!(matches!(route(&mut held, &packet(Kind::Result, b.id, TOKEN, 9, 0, 4), now), Route::Malformed));
+    assert!(matches!(route(&mut held, &packet(Kind::Bind, 0, 0, 0, 0, 0), now), Route::Bind));
+    // Another binding's packet: routed to that one, which is held from then on.
+    let Route::Binding(r) = route(&mut held, &packet(Kind::Call, other.id, TOKEN + 1, 9, 0, 1), now) else { panic!() };
+    assert!(Arc::ptr_eq(&r, &other));
+    held.keep(r);
+    assert_eq!(Arc::strong_count(&b), 2, "the first binding was let go");
+    // Routed through the hold, a packet touches its binding as one routed through the table.
+    let later = now + Duration::from_secs(11);
+    drop((b, other));
+    let Route::Binding(r) = route(&mut held, &packet(Kind::Call, 2, TOKEN + 1, 9, 0, 2), later) else { panic!() };
+    held.keep(r);
+    assert_eq!(e.expire(later), 1, "the binding idle and unheld expires");
+    // The one held: not while held; the endpoint asks its workers to let go, and the next packet
+    // of the holder does (to the same binding: taken from the table again).
+    let idle = later + Duration::from_secs(11);
+    assert_eq!(e.expire(idle), 0, "held by a worker");
+    let Route::Binding(r) = route(&mut held, &packet(Kind::Call, 2, TOKEN + 1, 9, 0, 3), idle) else { panic!() };
+    assert_eq!(Arc::strong_count(&r), 2, "taken from the table afresh, the held one let go");
+    drop(r);
+    assert_eq!(e.expire(idle + Duration::from_secs(11)), 1);
+    // A worker about to wait lets go itself.
+    let b = e.grant(3, 79, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap().0;
+    let id = b.id;
+    drop(b);
+    let at = idle + Duration::from_secs(12);
+    let Route::Binding(r) = route(&mut held, &packet(Kind::Call, id, TOKEN, 9, 0, 1), at) else { panic!() };
+    held.keep(r);
+    held.let_go();
+    assert_eq!(e.expire(at + Duration::from_secs(11)), 1);
+    assert!(e.is_empty());
+}
+
 mod messages;
 
 #[test]

@@ -86,6 +86,9 @@ pub(super) struct Own {
     pub(super) charge: Charge,
     /// When large results last passed (their buffer is kept a while).
     pub(super) retention: Retention,
+    /// This thread's count of the calls it ran (the server's `calls`, summed with the others'):
+    /// no locked add on a line every connection's threads write.
+    pub(super) calls: crate::counters::Shard,
 }
 
 impl Own {
@@ -204,6 +207,7 @@ impl StreamBinding {
             out: Vec::new(),
             charge: Charge::new(self.binding.budget()),
             retention: Retention::default(),
+            calls: self.shared.call_shards.take(),
         };
         if !own.charge.reserve(OUT) {
             if first {
@@ -238,15 +242,23 @@ impl StreamBinding {
 
     /// Runs a plain procedure with the arguments in `own.args`, its results into `own.out`.
     pub(super) fn run(&self, own: &mut Own, call: &Taken) -> Status {
-        self.run_with(&own.args, &mut own.out, call)
+        self.run_with(&own.args, &mut own.out, &own.calls, call)
     }
 
-    pub(super) fn run_with(&self, args: &[u8], out: &mut Vec<u8>, call: &Taken) -> Status {
+    /// Runs a plain procedure with `args`, its results into `out`, counted on `calls` (the
+    /// thread's own).
+    pub(super) fn run_with(
+        &self,
+        args: &[u8],
+        out: &mut Vec<u8>,
+        calls: &crate::counters::Shard,
+        call: &Taken,
+    ) -> Status {
         let shared = &*self.shared;
         out.clear();
         out.resize(FRAME_HEAD, 0);
         shared.endpoint.run_started(&self.binding);
-        shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+        calls.add_one();
         let limit = shared.config.timing.max_message;
         let status =
             dispatch::run_procedure(shared, &self.export, call.procedure, args, call.arrival, out, FRAME_HEAD, limit);
@@ -265,7 +277,7 @@ impl StreamBinding {
         out.clear();
         out.resize(FRAME_HEAD, 0);
         shared.endpoint.run_started(&self.binding);
-        shared.stats.calls.fetch_add(1, Ordering::Relaxed);
+        own.calls.add_one();
         let ran =
             dispatch::run_in_place(shared, &self.export, procedure, frame, FRAME_HEAD, call.arrival, out, FRAME_HEAD);
         shared.endpoint.run_finished(&self.binding);

@@ -296,7 +296,7 @@ impl StreamBinding {
             Some(Some(sent)) => sent,
             _ => {
                 let args = r.frames.frame().get(HEADER_LEN..).unwrap_or_default();
-                let status = self.run_with(args, &mut own.out, &call);
+                let status = self.run_with(args, &mut own.out, &own.calls, &call);
                 self.send_result(&mut own.out, slot, seq, procedure, status)
             }
         };

@@ -285,6 +285,8 @@ pub(super) struct UdpWorker {
     received_at: Cell<Instant>,
     /// This worker's count of the calls it ran (the server's `calls`, summed with the others').
     calls: crate::counters::Shard,
+    /// The binding of the last packet routed, kept for the next ([`tiercel_proto::endpoint::Held`]).
+    held: Cell<tiercel_proto::endpoint::Held<SocketAddr, Arc<dyn crate::Export>>>,
 }
 
 /// The arguments of a call: in the packet it came in, or a message put together from several.
@@ -331,6 +333,7 @@ impl UdpWorker {
             opened: RefCell::new(if shared_key { Vec::with_capacity(size) } else { Vec::new() }),
             received_at: Cell::new(Instant::now()),
             calls,
+            held: Cell::default(),
         }
     }
 
@@ -474,6 +477,7 @@ impl UdpWorker {
                 break;
             }
             self.lease.give_back();
+            self.let_go();
             steps::slept(steps::Side::Server);
             let ready = match self.waiter.as_ref().map(|w| w.wait(Some(SPARES_IDLE))) {
                 Some(Ok(ready)) => Ok(ready),
@@ -493,7 +497,16 @@ impl UdpWorker {
             }
         }
         self.lease.give_back();
+        self.let_go();
         self.waiter = None;
+    }
+
+    /// Lets go of the binding held for the next packet ([`UdpWorker::held`]), before a wait: a
+    /// binding held by a worker does not expire.
+    fn let_go(&self) {
+        let mut held = self.held.take();
+        held.let_go();
+        self.held.set(held);
     }
 
     /// After datagrams were handled: until when the listener spins for the next (`spin_until`
@@ -535,6 +548,7 @@ impl UdpWorker {
         let mut looks = 0u32;
         while !self.shared.stop.load(Ordering::Relaxed) {
             if crew.reader.load(Ordering::Acquire) != me {
+                self.let_go();
                 crew.stand_by(me, &mut waited, &mut seen);
                 spin_until = Instant::now();
                 self.received_at.set(spin_until);
@@ -564,6 +578,7 @@ impl UdpWorker {
                 core::hint::spin_loop();
                 continue;
             }
+            self.let_go();
             steps::slept(steps::Side::Server);
             if let Ok(false) = port.station.wait(port.port, Some(SPARES_IDLE)) {
                 // A while without a packet: give the spare buffers back.
@@ -579,6 +594,8 @@ impl UdpWorker {
         for lane in &self.shared.lanes {
             lane.quiet();
         }
+        // This worker's own hold would keep its binding from expiring until a later sweep.
+        self.let_go();
         let now = Instant::now();
         let n = self.shared.endpoint.expire(now);
         self.shared.stats.expired.fetch_add(n as u64, Ordering::Relaxed);
@@ -710,20 +727,41 @@ impl UdpWorker {
         };
         let endpoint = &self.shared.endpoint;
         let now = self.received_at.get();
-        let binding = match endpoint.route_opened(&p, seal.map(Session::index), now) {
+        let mut held = self.held.take();
+        let route = endpoint.route_held(&mut held, &p, seal.map(Session::index), now);
+        let binding = match route {
             Route::Binding(b) => b,
-            Route::Bind => return self.on_bind(&p, from),
-            Route::Reject(h) => return self.send_reject(h, &[], from, seal),
-            Route::Malformed if seal.is_some() || self.shared.config.key.is_some() => {
-                stats.unopened.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            Route::Malformed => {
-                stats.malformed.fetch_add(1, Ordering::Relaxed);
+            other => {
+                self.held.set(held);
+                match other {
+                    Route::Bind => self.on_bind(&p, from),
+                    Route::Reject(h) => self.send_reject(h, &[], from, seal),
+                    _ if seal.is_some() || self.shared.config.key.is_some() => {
+                        stats.unopened.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
                 return;
             }
         };
-        let mut cell = match endpoint.enter(&binding, &p, from, now) {
+        self.handle_routed(&binding, &p, from, now, seal);
+        held.keep(binding);
+        self.held.set(held);
+    }
+
+    /// [`UdpWorker::handle_opened`] of a packet routed to `binding`.
+    fn handle_routed(
+        &self,
+        binding: &Arc<EndpointBinding>,
+        p: &Packet<&[u8]>,
+        from: SocketAddr,
+        now: Instant,
+        seal: Option<&Session>,
+    ) {
+        let (stats, endpoint) = (&self.shared.stats, &self.shared.endpoint);
+        let mut cell = match endpoint.enter(binding, p, from, now) {
             Ok(cell) => cell,
             Err(Refusal::Reject(h)) => {
                 if h.status == Status::Busy {
@@ -737,9 +775,9 @@ impl UdpWorker {
             }
         };
         if p.kind() == Kind::Call {
-            return self.on_call(&binding, cell, &p, now, seal);
+            return self.on_call(binding, cell, p, now, seal);
         }
-        let (step, spare) = endpoint.control_step(&binding, &mut cell, &p, now);
+        let (step, spare) = endpoint.control_step(binding, &mut cell, p, now);
         if let Some(big) = spare {
             // A large result buffer goes to this worker's spares for the next large call.
             self.keep_spare(big);
@@ -751,7 +789,7 @@ impl UdpWorker {
                 runner.cancel((binding.id, p.slot(), p.seq()));
             }
         }
-        self.step(&binding, cell, &p, step, now);
+        self.step(binding, cell, p, step, now);
     }
 
     fn on_call(
