@@ -236,7 +236,8 @@ fn answer_run(socket: &UdpSocket, from: SocketAddr, run: &[u8], segment: Option<
 /// a little more (a larger one is dropped, as a lost datagram: its client sends it again).
 const HEADER_ROOM: usize = 2048;
 
-/// How many looks in a row that find nothing end a drain ([`drain_requests`]).
+/// How many looks in a row that find nothing end a drain ([`drain_requests`]); a tiercel UDP
+/// listener makes as many before it waits (`IDLE_LOOKS` in tiercel's server).
 const DRAIN_LOOKS: u32 = 10;
 
 /// The blocking echo (with `--drain`), after it answered a request: takes the one-datagram
