@@ -642,7 +642,14 @@ fn explain_accounts_for_every_step_and_writes_json_and_a_plot() {
             assert!(h["calls"].as_u64().unwrap() > 0, "{h}");
             assert!(to_server > 0.0 && to_client > 0.0, "{h}");
             assert!(to_server + to_client <= h["wait_us"].as_f64().unwrap() + 1e-6, "{h}");
-            assert!(h["raw_to_server_us"].as_f64().unwrap() > 0.0 && h["raw_to_client_us"].as_f64().unwrap() > 0.0);
+            // The raw ping-pongs' one ways beside them: given, and never negative. Each is half of
+            // the raw wait less the echo's turnaround, two means of the same machine's moments; on
+            // a loaded machine the turnaround can come out as long as the wait (a CI run failed on
+            // `> 0`), and the way is then 0, not less.
+            for raw in ["raw_to_server_us", "raw_to_client_us"] {
+                let way = h[raw].as_f64().unwrap();
+                assert!(way.is_finite() && way >= 0.0, "{raw} {h}");
+            }
             // The wire lines are those two ways, so that the lines partition each call's time: with
             // every call's marks recorded, the steps add up to the whole.
             let wire: Vec<f64> = a["lines"]
