@@ -285,6 +285,11 @@ fn drain_requests(socket: &UdpSocket, batch: &mut tiercel_sys::mmsg::RecvBatch, 
 /// receive's room); a longer transfer goes on from the start of the buffer.
 const MAX_PLACED: usize = 24 << 20;
 
+/// The most turns a blocking caller beside others takes before it blocks
+/// ([`PingPong::looking_first`]): as many as tiercel's blocking UDP callers take
+/// (`tiercel::waiting::spin::WAIT_TURNS`).
+const LOOK_TURNS: u32 = 4;
+
 /// The client side of the raw ping-pong.
 pub struct PingPong {
     /// The datagram of multi-packet transfers, and the id of the last one.
@@ -353,11 +358,11 @@ impl PingPong {
     }
 
     /// A blocking ping-pong for one of several callers sharing a CPU, waiting as tiercel's blocking
-    /// callers do beside one another: after its send it yields the CPU once (`sched_yield`, so that
-    /// the others send their requests or take their replies), then looks for its reply with a
-    /// receive that does not block, and only then blocks in the receive. A reply that came while
-    /// the others ran is taken without a wake-up, which on our VM costs tens of µs; a caller that
-    /// blocks at once sleeps and is woken even then.
+    /// callers do beside one another: after its send it takes up to [`LOOK_TURNS`] turns, each a
+    /// yield of the CPU (`sched_yield`, so that the others send their requests or take their
+    /// replies) and a look for its reply with a receive that does not block, and only then blocks
+    /// in the receive. A reply that came while the others ran is taken without a wake-up, which on
+    /// our VM costs tens of µs; a caller that blocks at once sleeps and is woken even then.
     pub fn looking_first(mut self) -> PingPong {
         self.look_first = !self.spin;
         self
@@ -489,10 +494,11 @@ impl PingPong {
         let mut deadline: Option<Instant> = None;
         let mut looks = 0u32;
         loop {
-            if self.look_first && looks == 0 {
+            let turn = self.look_first && looks < LOOK_TURNS;
+            if turn {
                 std::thread::yield_now();
             }
-            let received = if self.spin || (self.look_first && looks == 0) {
+            let received = if self.spin || turn {
                 udp::recv_nowait(&self.socket, &mut self.rx)
             } else {
                 udp::recv_wait(&self.socket, &mut self.rx)
@@ -523,9 +529,9 @@ impl PingPong {
                 {
                     return Ok(false);
                 }
-            } else if self.look_first && looks == 0 {
-                // The look found nothing: the next receive blocks.
-                looks = 1;
+            } else if turn {
+                // The look found nothing: another turn, or the receive that blocks.
+                looks += 1;
             } else if received == Received::Nothing {
                 // The receive waited its second for nothing.
                 return Ok(false);

@@ -22,9 +22,10 @@ pub use tiercel_proto::Timing;
 /// that callers sharing a CPU take turns sending their calls instead of spinning out their time slices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Spin {
-    /// Block at once. Over UDP, a caller first yields the CPU once (`sched_yield`) while other
-    /// callers of the process wait for their results, so that a result that comes while they run
-    /// is taken without a wake-up.
+    /// Block at once. Over UDP, while other callers of the process wait for their results, a
+    /// caller first takes up to four turns among them, each a yield of the CPU (`sched_yield`)
+    /// and a look, so that a result that comes while they run is taken without a wake-up; a
+    /// caller alone blocks at once.
     Never,
     /// Spin this long, then block. Over UDP, also this long from each packet of a multi-packet
     /// exchange that arrives.

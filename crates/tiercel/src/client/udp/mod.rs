@@ -431,12 +431,12 @@ impl UdpEndpoint {
         let mut seen;
         // A caller that blocks at once yields to the others waiting, blocked or not; one that spins,
         // to those spinning (a blocked caller has nothing to run until its result comes).
-        let waiting;
+        // A caller that blocks at once: its place among the others, and the turns it took among them.
+        let (mut waiting, mut turns) = (None, 0);
         let yielded = if deadline.spinning(start) {
             spinner.before_first_look()
         } else {
-            waiting = SPINNERS.waiting();
-            waiting.yield_among_others()
+            waiting.insert(SPINNERS.waiting()).take_turn(&mut turns)
         };
         if !yielded && len <= self.frag_payload && self.port.is_none() {
             // A lone one-packet call: nothing to look for before its result. The wait reads the clock
@@ -492,6 +492,11 @@ impl UdpEndpoint {
                     // Other threads ran meanwhile: what the next look finds may have come since.
                     seen = Instant::now();
                 }
+                continue;
+            }
+            if waiting.as_ref().is_some_and(|w| w.take_turn(&mut turns)) {
+                // Others ran meanwhile: look again before blocking (`spin::WAIT_TURNS`).
+                seen = Instant::now();
                 continue;
             }
             spinner.stop();
