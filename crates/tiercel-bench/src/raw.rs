@@ -288,7 +288,7 @@ const MAX_PLACED: usize = 24 << 20;
 /// The most turns a blocking caller beside others takes before it blocks
 /// ([`PingPong::looking_first`]): as many as tiercel's blocking UDP callers take
 /// (`tiercel::waiting::spin::WAIT_TURNS`).
-const LOOK_TURNS: u32 = 4;
+pub const LOOK_TURNS: u32 = 4;
 
 /// The client side of the raw ping-pong.
 pub struct PingPong {
