@@ -53,9 +53,9 @@ impl Spinners {
 /// second at two callers 34,645/32,740, 45,765/39,216, 46,968/46,210, 55,835/53,335,
 /// 93,598/112,361 and 240,604/208,948; at four 129,802/122,931, 265,841/266,613,
 /// 315,733/317,514, 324,293/331,381, 315,548/308,581 and 328,312/316,499; at eight 324,981 to
-/// 349,595 with any; alone 13,552 to 14,747 with any. Four: the gain at four callers is whole, and
-/// two callers do not yet take turns until their results come, which with eight they do (the
-/// CPU then never rests: a spin by turns).
+/// 349,595 with any; alone 13,552 to 14,747 with any. Four: they take all of the gain at four
+/// callers, while two callers still block at times; with eight turns two callers never did (the
+/// CPU then never rests: a spin by turns, which a caller that blocks at once is not to make).
 pub(crate) const WAIT_TURNS: u32 = 4;
 
 /// One UDP caller's place among those that block at once.
