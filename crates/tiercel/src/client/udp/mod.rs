@@ -153,8 +153,10 @@ impl UdpEndpoint {
         let free = inner.take_slot()?;
         let (slot, seq) = (free.slot, free.seq);
         // A thread's endpoint made while another's lives shares the port, on a binding whose calls
-        // spin (a caller that blocks at once has no turn in which the others' calls could join its
-        // own), with nothing that takes datagrams one by one (AF_XDP, sealing, checksum trailers).
+        // spin (callers that block at once were left out when they took no turn in which the
+        // others' calls could join their own; with the few they take now, `spin::WAIT_TURNS`,
+        // sharing is not yet measured), with nothing that takes datagrams one by one (AF_XDP,
+        // sealing, checksum trailers).
         let sharing = thread
             && inner.udp_threads.fetch_add(1, Ordering::Relaxed) > 0
             && inner.config.batch_threads
