@@ -65,7 +65,8 @@ pub(crate) struct Waiting<'a> {
 }
 
 impl Waiting<'_> {
-    /// Before the first look of a caller that does not spin (and is counted among the spinners
+    /// Before a look of a caller that does not spin, the first and each of its turns after it
+    /// ([`Waiting::take_turn`]) (and is counted among the spinners
     /// until it blocks): yields the CPU while another caller of the process waits for its result
     /// too, blocking at once or spinning (one that blocked after its spin is not seen). The result of a call just sent
     /// is not back yet, and the others may be ready to run: one woken by its result, one about to
