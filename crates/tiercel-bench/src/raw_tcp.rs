@@ -171,8 +171,8 @@ pub const SHARED_HEAD: usize = 8;
 /// has come, handing each other answer to its caller and waking it, and then wakes a caller still
 /// waiting to read next; or sleeps on a futex of its own until its answer or its turn to read
 /// comes. As tiercel's demultiplexer does, without its mailboxes' copies: an answer's bytes are
-/// only counted. (A caller that yielded the CPU once after its write, as tiercel's blocking UDP
-/// callers do beside others, made 0.86x the calls a second at eight callers in a scratch run.)
+/// only counted. Beside other callers, a caller takes turns before it sleeps or blocks in its
+/// read, as tiercel's blocking callers do ([`SharedTcp::take_turn`]); a caller alone blocks at once.
 pub struct SharedTcp {
     writer: std::sync::Mutex<TcpStream>,
     /// The connection's reading side and what it read that no answer has used yet.
@@ -181,6 +181,8 @@ pub struct SharedTcp {
     /// A futex word per caller, bumped when its answer came or its turn to read did.
     words: Vec<std::sync::atomic::AtomicU32>,
     callers: std::sync::atomic::AtomicU32,
+    /// Callers between their request and their answer ([`SharedTcp::take_turn`]).
+    in_flight: std::sync::atomic::AtomicU32,
 }
 
 /// Who reads the connection, and whose answers came or who waits, a bit per caller.
@@ -215,6 +217,7 @@ impl SharedTcp {
             turns: std::sync::Mutex::new(Turns::default()),
             words: (0..callers).map(|_| std::sync::atomic::AtomicU32::new(0)).collect(),
             callers: std::sync::atomic::AtomicU32::new(0),
+            in_flight: std::sync::atomic::AtomicU32::new(0),
         }))
     }
 
@@ -238,12 +241,37 @@ impl SharedTcp {
         tiercel_sys::shm::futex_wake(word, 1);
     }
 
+    /// A turn before the next look of a caller that would block, as tiercel's blocking callers take
+    /// them (`tiercel::waiting::spin::WAIT_TURNS`): while another caller is between its request
+    /// and its answer too, and this one has taken fewer than [`crate::raw::LOOK_TURNS`], it yields
+    /// the CPU (`sched_yield`, so that the others send their requests or take their answers) and
+    /// counts the turn. False when it should block. A caller alone never yields.
+    fn take_turn(&self, turns: &mut u32) -> bool {
+        let turn = *turns < crate::raw::LOOK_TURNS && self.in_flight.load(std::sync::atomic::Ordering::Relaxed) > 1;
+        if turn {
+            std::thread::yield_now();
+            *turns += 1;
+        }
+        turn
+    }
+
     /// Reads the connection until caller `me`'s answer has come, handing the others' to them.
-    fn read_until(&self, me: u32) -> crate::Result<()> {
+    /// Beside other callers, a read first takes its turns ([`SharedTcp::take_turn`]), each a yield
+    /// and a receive that does not block (one system call), and then blocks in the read.
+    fn read_until(&self, me: u32, turns: &mut u32) -> crate::Result<()> {
         let mut reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
         let (stream, input, held) = &mut *reader;
         loop {
-            let n = match stream.read(&mut input[*held..]) {
+            let read = if self.take_turn(turns) {
+                match tiercel_sys::udp::read_stream_nowait(&*stream, &mut input[*held..]) {
+                    Ok(Some(n)) => Ok(n),
+                    Ok(None) => continue,
+                    Err(e) => Err(e),
+                }
+            } else {
+                stream.read(&mut input[*held..])
+            };
+            let n = match read {
                 Ok(0) => return Err("the shared raw TCP echo closed the connection".into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -300,7 +328,18 @@ impl SharedTcpCaller {
         let bit = 1u64 << self.me;
         write_all(&mut s.writer.lock().unwrap_or_else(|e| e.into_inner()), &self.request)
             .map_err(crate::Error::from)?;
-        let mut naps = 0;
+        s.in_flight.fetch_add(1, Ordering::Relaxed);
+        let answered = self.wait_for_answer(bit);
+        s.in_flight.fetch_sub(1, Ordering::Relaxed);
+        answered
+    }
+
+    /// Waits for this caller's answer, reading the connection when nobody is; beside other callers,
+    /// it takes its turns before it sleeps on its futex or blocks in its read.
+    fn wait_for_answer(&self, bit: u64) -> crate::Result<bool> {
+        use std::sync::atomic::Ordering;
+        let s = &*self.shared;
+        let (mut naps, mut turns) = (0, 0);
         loop {
             let seen = s.words[self.me as usize].load(Ordering::Acquire);
             let mut t = s.turns();
@@ -313,7 +352,7 @@ impl SharedTcpCaller {
                 t.reading = true;
                 t.waiting &= !bit;
                 drop(t);
-                let read = s.read_until(self.me);
+                let read = s.read_until(self.me, &mut turns);
                 let heir = {
                     let mut t = s.turns();
                     t.reading = false;
@@ -324,6 +363,16 @@ impl SharedTcpCaller {
                     s.wake(heir);
                 }
                 return read.map(|()| true);
+            }
+            drop(t);
+            if s.take_turn(&mut turns) {
+                // Others ran meanwhile: look again before sleeping.
+                continue;
+            }
+            let mut t = s.turns();
+            if t.answered & bit != 0 || !t.reading {
+                // Answered, or the reading given up, since the look.
+                continue;
             }
             t.waiting |= bit;
             drop(t);

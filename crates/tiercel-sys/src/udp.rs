@@ -223,6 +223,20 @@ pub fn wait_readable(socket: &UdpSocket, timeout: Option<Duration>) -> io::Resul
     wait_readable_fd(socket, timeout)
 }
 
+/// Reads what a stream socket (TCP) holds into `buf` without blocking, whatever the socket's own
+/// mode (`MSG_DONTWAIT`: one system call, where switching a blocking socket to non-blocking and
+/// back takes two more): `Ok(None)` when nothing has come, `Ok(Some(0))` when the peer closed.
+pub fn read_stream_nowait(stream: impl std::os::fd::AsFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    loop {
+        return match recv(&stream, &mut *buf, RecvFlags::DONTWAIT) {
+            Ok((n, _)) => Ok(Some(n)),
+            Err(rustix::io::Errno::AGAIN) => Ok(None),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => Err(e.into()),
+        };
+    }
+}
+
 /// Waits until any descriptor (a listening socket, say) is readable, or `timeout` passes.
 pub fn wait_readable_fd(socket: impl std::os::fd::AsFd, timeout: Option<Duration>) -> io::Result<bool> {
     wait_one_of([socket.as_fd()], timeout)

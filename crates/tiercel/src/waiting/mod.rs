@@ -18,9 +18,10 @@
 //!   UDP caller yields before its first look at all (the result cannot be back yet): 3.0–3.4 system
 //!   calls per Null call with eight callers on one CPU, against 4.1–4.3.
 //! - **A caller that blocks at once takes a few turns among the others first**
-//!   ([`spin::WAIT_TURNS`]). While other callers of the process wait, a UDP caller that does not
-//!   spin yields and looks up to four times before it blocks: the others' turns are the time the
-//!   server takes to answer, and a result found at a look costs no wake-up. Alone it blocks at once.
+//!   ([`spin::WAIT_TURNS`]). While other callers of the process wait, a UDP or TCP caller that
+//!   does not spin yields and looks up to four times before it blocks: the others' turns are the
+//!   time the server takes to answer, and a result found at a look costs no wake-up. Alone it
+//!   blocks at once.
 //! - **A server thread spins after a call only with a lease** ([`leases`]). UDP workers,
 //!   shared-memory binding threads and TCP connection readers all spin for their next call
 //!   (`ServerConfig::spin`, 1 ms; a shared-memory binding's thread adapts it to the gaps between

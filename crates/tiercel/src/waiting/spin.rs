@@ -21,12 +21,12 @@ pub(crate) static SPINNERS: Spinners = Spinners { n: AtomicUsize::new(0), waitin
 #[derive(Debug)]
 pub(crate) struct Spinners {
     n: AtomicUsize,
-    /// UDP callers that block at once waiting for their results ([`Spinners::waiting`]).
+    /// UDP and TCP callers that block at once waiting for their results ([`Spinners::waiting`]).
     waiting: AtomicUsize,
 }
 
 impl Spinners {
-    /// Counts a UDP caller that blocks at once, waiting for its result, until dropped. (Callers
+    /// Counts a UDP or TCP caller that blocks at once, waiting for its result, until dropped. (Callers
     /// that spin are counted as spinners, on their path, and not here.)
     #[inline]
     pub(crate) fn waiting(&self) -> Waiting<'_> {
@@ -42,13 +42,13 @@ impl Spinners {
     }
 }
 
-/// The most turns a UDP caller that blocks at once takes among the others before it blocks: each
+/// The most turns a UDP or TCP caller that blocks at once takes among the others before it blocks: each
 /// a yield of the CPU while another caller waits too ([`Waiting::yield_among_others`]), then a look
 /// at its socket. With one turn, a caller that found nothing slept, and its result, come a moment
 /// later, woke it (tens of µs on our VM, of both CPUs' time); the others' turns are the time the
 /// server takes to answer. A caller alone takes none (nothing else would run: the yield would be a
 /// spin), and a turn costs a caller whose result is slow a yield and a receive that does not block
-/// (about a µs on our VM). Blocking callers on CPU 0, the server with spinning off on CPU 1 (a
+/// (about a µs on our VM). Blocking UDP callers on CPU 0, the server with spinning off on CPU 1 (a
 /// scratch client, builds with 1, 2, 3, 4, 6 and 8 turns in turn, 1 s each, two rounds), calls a
 /// second at two callers 34,645/32,740, 45,765/39,216, 46,968/46,210, 55,835/53,335,
 /// 93,598/112,361 and 240,604/208,948; at four 129,802/122,931, 265,841/266,613,
@@ -58,7 +58,7 @@ impl Spinners {
 /// CPU then never rests: a spin by turns, which a caller that blocks at once is not to make).
 pub(crate) const WAIT_TURNS: u32 = 4;
 
-/// One UDP caller's place among those that block at once.
+/// One UDP or TCP caller's place among those that block at once.
 #[derive(Debug)]
 pub(crate) struct Waiting<'a> {
     spinners: &'a Spinners,

@@ -258,9 +258,12 @@ impl TcpEndpoint {
     ) -> Result<(), CallError> {
         let spin_until = start + self.spin.budget();
         let mut spinner = SPINNERS.start();
-        // A caller that blocks at once (spinning off) waits for the connection to be readable
-        // before its first read: a read made as soon as the call is sent finds nothing.
-        let mut read = spin_until > start;
+        // A caller that blocks at once (spinning off): its place among the others that wait, and
+        // the turns it took among them (`spin::WAIT_TURNS`), each a yield of the CPU and a look.
+        let (mut waiting, mut turns) = (None, 0);
+        // Alone, it waits for the connection to be readable before its first read: a read made as
+        // soon as the call is sent finds nothing. Beside others, it reads after its first turn.
+        let mut read = spin_until > start || waiting.insert(SPINNERS.waiting()).take_turn(&mut turns);
         loop {
             let now = Instant::now();
             // Spinning, nobody need wake this thread; about to block, it says how.
@@ -273,6 +276,10 @@ impl TcpEndpoint {
             };
             if now < spin_until {
                 spinner.pause();
+                continue;
+            }
+            if waiting.as_ref().is_some_and(|w| w.take_turn(&mut turns)) {
+                // Others ran meanwhile: look again before blocking.
                 continue;
             }
             spinner.stop();
