@@ -744,9 +744,10 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
          threads beyond its first do, to an echo that answers each run as one; with \"async\", callers that are tasks of the \
          peers' runtime,\nwith a socket each, one alone spinning, several waiting for the reactor as tiercel's async calls do), tarpc, tonic (plain and over TLS) and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
          sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls (several callers of\nthe \
-         raw UDP echo yield the CPU once and look before they block, as tiercel's do, and that echo takes what queued in \
-         batches and\nlooks ten times before it blocks; \"raw tcp shared block\": callers sharing one connection, as the threads of a tiercel \
-         TCP binding do, to an echo\nthat answers what came together with one write). Each server in"
+         raw UDP echo take up to four turns, a yield of the CPU and a look each, before they block, as tiercel's do, and that \
+         echo takes what queued in batches and\nlooks ten times before it blocks; \"raw tcp shared block\": callers sharing \
+         one connection, as the threads of a tiercel TCP binding do, taking as many turns,\nto an echo that answers what \
+         came together with one write). Each server in"
     );
     outln!(
         "its own process on the server CPU (the peers on tokio's default runtime), each client here on the caller's \
