@@ -172,7 +172,7 @@ pub const SHARED_HEAD: usize = 8;
 /// waiting to read next; or sleeps on a futex of its own until its answer or its turn to read
 /// comes. As tiercel's demultiplexer does, without its mailboxes' copies: an answer's bytes are
 /// only counted. Beside other callers, a caller takes turns before it sleeps or blocks in its
-/// read, as tiercel's blocking callers do ([`SharedTcp::take_turn`]); a caller alone blocks at once.
+/// read, as tiercel's blocking callers do (`SharedTcp::take_turn`); a caller alone blocks at once.
 pub struct SharedTcp {
     writer: std::sync::Mutex<TcpStream>,
     /// The connection's reading side and what it read that no answer has used yet.
