@@ -459,6 +459,20 @@ impl UdpEndpoint {
         }
         // What a receive that blocked brought: handled at the next turn as a look's find.
         let mut received = None;
+        if !yielded
+            && waiting.is_some()
+            && len <= self.frag_payload
+            && self.port.is_none()
+            && self.waits_in_receive(seen)
+        {
+            // A lone one-packet call that blocks at once: a look made as soon as the call went out
+            // finds nothing (its result is a round trip away), so the wait starts in the receive,
+            // one system call where a look and the receive took two.
+            spinner.stop();
+            crate::steps::slept(crate::steps::Side::Client);
+            received = Some(InPlace::Whole(udp::recv_wait(&self.socket, &mut self.rx)?, None));
+            seen = Instant::now();
+        }
         // Turns this call has waited in the port's batch for the others' calls.
         let mut gathering = 0;
         loop {
