@@ -17,6 +17,23 @@ pub fn prepare(stream: &TcpStream, idle: Duration) -> io::Result<()> {
     socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive)
 }
 
+/// Reads what the stream holds into `buf` without blocking, as `Read::read` of a non-blocking
+/// stream does (`WouldBlock` when nothing has come, `Ok(0)` when the peer closed), but with the
+/// system call itself: the C library's `recv` and `read` are thread cancellation points, each
+/// turning asynchronous cancellation on and off around the call, which no Rust thread needs.
+pub fn read(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    match crate::udp::read_stream_nowait(stream, buf)? {
+        Some(n) => Ok(n),
+        None => Err(io::ErrorKind::WouldBlock.into()),
+    }
+}
+
+/// Writes what it can of `parts` with one `writev`, as `Write::write_vectored` does, made as the
+/// system call itself (see [`read`]).
+pub fn write_vectored(stream: &TcpStream, parts: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    Ok(rustix::io::writev(stream, parts)?)
+}
+
 /// Connects to `addr` within `timeout`.
 pub fn connect(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
     TcpStream::connect_timeout(&addr, timeout)

@@ -2,7 +2,7 @@
 //! out with one `writev` (more only when the socket's buffer is full), and what arrives is read
 //! into a [`Deframer`].
 
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ pub(crate) fn send(stream: &TcpStream, parts: &mut [IoSlice<'_>], timeout: Durat
     let mut parts = parts;
     let mut until = None;
     while !parts.is_empty() {
-        match (&*stream).write_vectored(parts) {
+        match tiercel_sys::tcp::write_vectored(stream, parts) {
             Ok(0) => return Err(ErrorKind::WriteZero.into()),
             Ok(n) => IoSlice::advance_slices(&mut parts, n),
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -189,7 +189,7 @@ impl Records {
                 None => self.buf.len(),
             };
             let upto = want.max(self.end + 1).min(self.buf.len());
-            match (&*stream).read(&mut self.buf[self.end..upto]) {
+            match tiercel_sys::tcp::read(stream, &mut self.buf[self.end..upto]) {
                 Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
                 Ok(n) => self.end += n,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return Ok(moved),
@@ -227,7 +227,7 @@ pub(crate) fn receive_up_to(stream: &TcpStream, frames: &mut Deframer, most: usi
         // A whole frame is buffered and not yet taken: nothing to read for now.
         return Ok(Got::Nothing);
     }
-    match (&*stream).read(spare) {
+    match tiercel_sys::tcp::read(stream, spare) {
         Ok(0) => Err(ErrorKind::UnexpectedEof.into()),
         Ok(n) => {
             frames.filled(n);

@@ -140,7 +140,7 @@ impl Link {
             // end of the connection.)
             return None;
         }
-        match (&self.stream).read(&mut lend.tail[at..at + room]) {
+        match tiercel_sys::tcp::read(&self.stream, &mut lend.tail[at..at + room]) {
             Ok(0) => Some(Err(std::io::ErrorKind::UnexpectedEof.into())),
             Ok(n) => {
                 demux.frames.filled_elsewhere(n);

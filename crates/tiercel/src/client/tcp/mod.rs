@@ -25,7 +25,7 @@
 //! `binding` makes the connection and binds over it, `demux` delivers what the reading caller reads to the other callers, and `asynch` runs
 //! calls from async tasks.
 
-use std::io::{IoSlice, Read};
+use std::io::IoSlice;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 #[cfg(feature = "async")]
