@@ -236,7 +236,7 @@ pub fn run(args: Args) -> crate::Result<()> {
                 (Medium::Udp, true) => {
                     "UDP over loopback; both sides busy-poll (non-blocking recv in a loop, never block)"
                 }
-                (Medium::Udp, false) => "UDP over loopback; both sides block at once (no spinning): tiercel's caller in recv() (with a read timeout), its server in epoll_wait(), the raw ping-pong in recv()",
+                (Medium::Udp, false) => "UDP over loopback; both sides block at once (no spinning): tiercel's caller in recv() (with a read timeout), its server in recv() after calls (for up to a tick of the kernel's clock, then in epoll_wait()), the raw ping-pong in recv()",
                 (Medium::Shm, true) => "shared memory; both sides spin on the slot's words (never block)",
                 (Medium::Shm, false) => "shared memory; both sides sleep on futexes at once (no spinning)",
                 (Medium::Tcp, true) => "TCP over loopback; both sides busy-poll (non-blocking read in a loop)",
