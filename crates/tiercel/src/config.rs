@@ -218,9 +218,10 @@ pub struct ServerConfig {
     /// thread spins at most this long after each call (see `adaptive_spin`), then sleeps on a
     /// futex; a TCP connection's reader spins this long after each frame. Only while it holds one
     /// of `spinners` leases: otherwise it blocks at once. A UDP worker done with the datagrams it
-    /// found, spinning or not, looks at its socket three times before it blocks, so that calls
-    /// streaming in from several callers find it awake (two system calls a call more for a lone
-    /// caller, after its result went out). Default: 1 ms.
+    /// found, spinning or not, looks at its socket ten times before it blocks, so that calls
+    /// streaming in from several callers find it awake (nine system calls a call more for a lone
+    /// caller, after its result went out); it blocks first in a receive of the socket, for up to
+    /// a tick of the kernel's clock, then in `epoll`. Default: 1 ms.
     pub spin: Duration,
     /// Most threads of the server spinning at once, UDP workers, shared-memory binding threads
     /// and TCP connection readers together, so that waiting threads never take every core from

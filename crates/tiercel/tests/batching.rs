@@ -61,8 +61,13 @@ impl Desk for DeskImpl {
 /// A server of `workers` workers, and a client that does not retransmit within the tests' waits
 /// (so that each call is one datagram in the server's socket).
 fn setup(workers: usize) -> (tiercel::RunningServer, DeskClient, Arc<Flags>) {
+    setup_spinning(workers, ServerConfig::default().spin)
+}
+
+/// [`setup`] with workers that spin `spin` past their last packet.
+fn setup_spinning(workers: usize, spin: Duration) -> (tiercel::RunningServer, DeskClient, Arc<Flags>) {
     let flags = Arc::new(Flags::default());
-    let config = ServerConfig { workers, ..ServerConfig::default() };
+    let config = ServerConfig { workers, spin, ..ServerConfig::default() };
     let server = Server::bind("udp://127.0.0.1:0")
         .unwrap()
         .with_config(config)
@@ -214,7 +219,19 @@ fn a_call_behind_a_slow_one_in_a_batch_is_left_to_another_worker() {
     // (Were the quick call kept in its batch, the second worker, let go once that procedure runs,
     // would find nothing to answer until the quick call's retransmission.) Until the two are
     // received together, at most ten rounds.
-    let (server, desk, flags) = setup(2);
+    left_to_another_worker(setup(2));
+}
+
+#[test]
+fn a_call_behind_a_slow_one_is_left_to_a_worker_blocked_in_its_receive() {
+    // As above, with workers that never spin: a worker let go blocks at once, in a receive of the
+    // socket (its first wait after calls), which a datagram handed over does not end (it is not in
+    // the socket) but the receive's read timeout does, or parked as a worker standing by, which
+    // the deputy wakes. Either way the datagram handed over is taken.
+    left_to_another_worker(setup_spinning(2, Duration::ZERO));
+}
+
+fn left_to_another_worker((server, desk, flags): (tiercel::RunningServer, DeskClient, Arc<Flags>)) {
     batch_quick_calls(&server, &desk, &flags, 2);
     for _ in 0..10 {
         flags.quick_result_seen.store(false, Ordering::Release);
