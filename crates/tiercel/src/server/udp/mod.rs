@@ -140,11 +140,10 @@ const RECEIVE_WAIT: Duration = Duration::from_millis(1);
 
 /// A spinning listener that finds nothing reads the clock (for the end of its spin, and as when
 /// what it receives next came) on one turn of its loop in this many. Each turn read it twice: 94
-/// ns on our VM (a read takes 47 ns), beside a look at the socket of about 0.4 µs, and 12% of a
-/// spinning server's time in a profile. (Three runs of each build, alternating, could not tell
-/// the Null call's latency apart: the turn is shorter, but the datagram is seen half a turn
-/// sooner only on average, 0.05 µs.) Eight turns are about 4 µs, all a spin overruns its budget
-/// by, and all a datagram's arrival time may be early by.
+/// ns on our VM (a read takes 47 ns), and 12% of a spinning server's time in a profile. (Three
+/// runs of each build, alternating, could not tell the Null call's latency apart: 1.153, 1.187
+/// and 1.172 times the raw ping-pong before, 1.180, 1.162 and 1.157 after.) A spin overruns its
+/// budget by at most eight turns, and a datagram's arrival time may be early by as much.
 const SPIN_CLOCK: u32 = 8;
 
 /// How many more looks at its socket a listener makes before it waits: [`IDLE_LOOKS`] after
