@@ -28,10 +28,43 @@ pub fn read(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
-/// Writes what it can of `parts` with one `writev`, as `Write::write_vectored` does, made as the
-/// system call itself (see [`read`]).
+/// Writes what it can of `parts` with one `sendmsg`, without blocking whatever the socket's own
+/// mode (`MSG_DONTWAIT`: `WouldBlock` when its buffer is full), as `Write::write_vectored` of a
+/// non-blocking stream does, made as the system call itself (see [`read`]). A peer that closed
+/// is an error (`MSG_NOSIGNAL`), never a `SIGPIPE`.
 pub fn write_vectored(stream: &TcpStream, parts: &[io::IoSlice<'_>]) -> io::Result<usize> {
-    Ok(rustix::io::writev(stream, parts)?)
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendFlags};
+    let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
+    Ok(sendmsg(stream, parts, &mut SendAncillaryBuffer::default(), flags)?)
+}
+
+/// Makes the receives of [`read_wait`] on `stream` block, each for at most `wait`, and returns
+/// the wait as the kernel took it (it counts in ticks of its clock and rounds up to a whole one:
+/// 4 ms at 250 Hz). The stream is then in blocking mode: every other read and write of this
+/// module still returns at once ([`read`], [`write_vectored`]), and so does a `poll` on it; only
+/// `std`'s own `Read` and `Write` would block. `None` if the kernel refused (the stream may then
+/// be left in either mode, which the functions of this module do not mind).
+pub fn set_receive_wait(stream: &TcpStream, wait: Duration) -> Option<Duration> {
+    stream.set_read_timeout(Some(wait)).ok()?;
+    let took = stream.read_timeout().ok().flatten()?;
+    stream.set_nonblocking(false).ok()?;
+    Some(took)
+}
+
+/// Reads what comes on `stream` into `buf`, blocking in the receive itself until bytes come or the
+/// stream's receive wait passes ([`set_receive_wait`]): then `Ok(None)`, as it is at once on a
+/// stream that does not block. `Ok(Some(0))` when the peer closed. A waiting reader's cheapest
+/// wait: one system call, where `poll` and a read after it take two. An interrupted receive is
+/// taken again.
+pub fn read_wait(stream: &TcpStream, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    loop {
+        return match rustix::net::recv(stream, &mut *buf, rustix::net::RecvFlags::empty()) {
+            Ok((n, _)) => Ok(Some(n)),
+            Err(rustix::io::Errno::AGAIN) => Ok(None),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => Err(e.into()),
+        };
+    }
 }
 
 /// Connects to `addr` within `timeout`.
@@ -120,5 +153,49 @@ mod tests {
         parked.park(server.as_fd(), 8).unwrap();
         parked.ready(&mut tokens).unwrap();
         assert_eq!(tokens, [8], "parked again with its byte unread: at once");
+    }
+
+    #[test]
+    fn a_stream_that_waits_in_its_receive_still_reads_and_writes_without_blocking() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        prepare(&server, Duration::from_secs(2)).unwrap();
+        let wait = set_receive_wait(&server, Duration::from_millis(1)).expect("the kernel takes a read timeout");
+        assert!(wait >= Duration::from_millis(1), "rounded up, never down: {wait:?}");
+        let mut buf = [0u8; 8];
+        assert_eq!(read(&server, &mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock, "a look does not wait");
+        assert_eq!(read_wait(&server, &mut buf).unwrap(), None, "the receive waits, then gives up");
+        client.write_all(b"abc").unwrap();
+        assert_eq!(read_wait(&server, &mut buf).unwrap(), Some(3));
+        assert_eq!(&buf[..3], b"abc");
+        // Writes never wait for room: with the peer reading nothing, they stop at a full buffer.
+        let chunk = vec![7u8; 64 * 1024];
+        let mut sent = 0;
+        loop {
+            match write_vectored(&server, &[io::IoSlice::new(&chunk)]) {
+                Ok(n) => sent += n,
+                Err(e) => {
+                    assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+                    break;
+                }
+            }
+            assert!(sent < 1 << 30, "the socket's buffer has no end");
+        }
+        assert!(sent > 0);
+        // The peer gone with bytes unread (it resets the connection): a write fails, with no
+        // signal, and so does a read.
+        drop(client);
+        let mut failed = false;
+        for _ in 0..100 {
+            if write_vectored(&server, &[io::IoSlice::new(b"x")]).is_err() {
+                failed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(failed, "writing to a closed peer fails");
+        let read = read_wait(&server, &mut buf);
+        assert!(matches!(read, Ok(Some(0)) | Err(_)), "the connection is over: {read:?}");
     }
 }

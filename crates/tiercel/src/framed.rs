@@ -1,6 +1,6 @@
-//! Frames on a non-blocking TCP stream, for both sides of the TCP transport: a whole frame goes
-//! out with one `writev` (more only when the socket's buffer is full), and what arrives is read
-//! into a [`Deframer`].
+//! Frames on a TCP stream, for both sides of the TCP transport: a whole frame goes out with one
+//! `sendmsg` that never blocks (more only when the socket's buffer is full), and what arrives is
+//! read into a [`Deframer`], without blocking or, where a reader waits, blocking in the read.
 
 use std::io::{ErrorKind, IoSlice};
 use std::net::TcpStream;
@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use tiercel_proto::stream::Deframer;
 
-/// Writes all of `parts` to the non-blocking `stream`, waiting for room at most `timeout` in all
-/// (a peer that does not read gets `TimedOut`: the connection is then broken, since part of a frame
-/// may have gone).
+/// Writes all of `parts` to `stream`, whose writes never block (`MSG_DONTWAIT`), waiting in `poll`
+/// for room at most `timeout` in all (a peer that does not read gets `TimedOut`: the connection is
+/// then broken, since part of a frame may have gone).
 pub(crate) fn send(stream: &TcpStream, parts: &mut [IoSlice<'_>], timeout: Duration) -> std::io::Result<()> {
     let mut parts = parts;
     let mut until = None;
@@ -121,7 +121,7 @@ impl Records {
         self.end > 0
     }
 
-    /// Moves into `frames` what it has room for of the records arrived on the non-blocking
+    /// Moves into `frames` what it has room for of the records arrived on
     /// `stream` (reading it as [`receive`] does), opening each with `session` once it is whole:
     /// `Ok(true)` if anything went into the frames, `Ok(false)` if nothing could. A record that
     /// does not open (changed, forged, replayed: `session` counts it) fails with `InvalidData`, and
@@ -199,14 +199,14 @@ impl Records {
     }
 }
 
-/// Reads what the non-blocking `stream` has into `frames`: `Ok(true)` if something came,
+/// Reads what `stream` has into `frames`, without blocking: `Ok(true)` if something came,
 /// `Ok(false)` if nothing was there, an error (`UnexpectedEof` when the peer closed) if the
 /// connection is over.
 pub(crate) fn receive(stream: &TcpStream, frames: &mut Deframer) -> std::io::Result<bool> {
     receive_up_to(stream, frames, usize::MAX).map(|got| got != Got::Nothing)
 }
 
-/// What a read of a non-blocking connection got.
+/// What a read of a connection got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Got {
     /// Nothing was there (or there was no room to read into).
@@ -216,6 +216,25 @@ pub(crate) enum Got {
     Drained,
     /// As much as there was room for: more may be there.
     Filled,
+}
+
+/// [`receive_up_to`] that blocks in the receive until bytes come or the stream's receive wait
+/// passes (`tiercel_sys::tcp::set_receive_wait`; at once on a stream that does not block): then
+/// [`Got::Nothing`]. A waiting reader's one system call, where `poll` and a read take two.
+pub(crate) fn receive_wait(stream: &TcpStream, frames: &mut Deframer) -> std::io::Result<Got> {
+    let spare = frames.spare();
+    let room = spare.len();
+    if room == 0 {
+        return Ok(Got::Nothing);
+    }
+    match tiercel_sys::tcp::read_wait(stream, spare)? {
+        None => Ok(Got::Nothing),
+        Some(0) => Err(ErrorKind::UnexpectedEof.into()),
+        Some(n) => {
+            frames.filled(n);
+            Ok(if n < room { Got::Drained } else { Got::Filled })
+        }
+    }
 }
 
 /// [`receive`] of at most `most` bytes, telling whether the read drained the connection.

@@ -1,7 +1,8 @@
 //! A TCP binding's threads: one while its calls are quick, more while slow ones run (so that they
 //! hold up only their own callers), and back to one when the extra ones have had nothing to do for
 //! a while; after bursts of a thousand async tasks; and the pool all connections share, which
-//! they take turns on when more send than it has threads, also when some dribble their frames. Alone in their test binary, and one after
+//! they take turns on when more send than it has threads, also when some dribble their frames or
+//! a thread waits in its read for a quiet client. Alone in their test binary, and one after
 //! the other: they count this process's threads.
 
 use std::time::{Duration, Instant};
@@ -255,4 +256,25 @@ fn connections_that_dribble_their_frames_keep_no_one_waiting() {
     assert!(most <= 2, "{most} threads served TCP connections, of a pool of 2");
     drop(server);
     drop(dribblers);
+}
+
+#[test]
+fn a_thread_waiting_in_its_read_for_a_quiet_client_gives_way_to_another_connection() {
+    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
+    // One thread for every connection. A's thread, after its call, waits for A's next call in its
+    // read (and then in `poll`, beside the pool's pressure): B's calls, coming at once and a while
+    // later, find it there, and it gives its thread up to B; A, calling again, gets it back.
+    let server = serve_with_pool(1);
+    let (a, b) = (tcp_common::tcp(&server), tcp_common::tcp(&server));
+    for round in 0..20 {
+        assert_eq!(a.add(round, 1).unwrap(), round + 1);
+        if round % 2 == 1 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(b.add(round, 2).unwrap(), round + 2);
+    }
+    assert_eq!(server.stats().calls, 40, "{}", server.stats());
+    assert!(binding_threads() <= 1, "a pool of one thread");
+    drop((a, b));
+    drop(server);
 }

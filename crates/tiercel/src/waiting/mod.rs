@@ -42,8 +42,25 @@
 //!   while datagrams waited. The shared-memory rendezvous thread and the TCP listener give a
 //!   binding another thread by the same looks and the same measure of slow calls.
 //!
+//! - **A thread about to block waits in its receive where it can.** A UDP caller on its thread's
+//!   own socket, a UDP listener's first wait after calls, and the first thread of a plain TCP
+//!   connection block in the receive itself, which the socket's read timeout ([`RECEIVE_WAIT`])
+//!   ends: one system call where `poll` and a receive after it took two. What else the thread
+//!   waits for (a datagram another worker hands over, the pool's call for a thread, the server
+//!   stopping, a deadline) waits for that receive to end, a tick at most; after a receive that
+//!   ends with nothing, the thread waits in `poll` or `epoll`, which those end at once. A TCP
+//!   caller waits in `poll`: its connection, shared by the binding's threads and its async tasks
+//!   (whose reactor needs it non-blocking), is read under its lock; reading it outside the lock in
+//!   a blocking read, with the stream in blocking mode until an async call came, made a lone
+//!   blocking Null no faster in ten runs alternating with `poll`.
+//!
 //! What each rule costs and gains is measured by `tiercel bench` (the spin columns of the latency
 //! tables, the workers table, and the blocking rows of the peers table, where nobody spins).
+
+/// The read timeout of a socket whose thread waits in its receive: the thread looks at what else
+/// it waits for at least this often. The kernel counts it in ticks of its clock and rounds it up
+/// to a whole one (4 ms at 250 Hz).
+pub(crate) const RECEIVE_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
 pub(crate) mod crew;
 pub(crate) mod leases;

@@ -1,7 +1,7 @@
 //! The client side of the TCP transport: binding over a connection, and the calls of every thread
 //! and task of the binding sharing it.
 //!
-//! A call is one frame (length, header, arguments) written with one `writev`, under a lock so that
+//! A call is one frame (length, header, arguments) written with one `sendmsg`, under a lock so that
 //! frames never interleave; calls of several threads are in flight at once, each on its own client
 //! slot. The results come back in the order the server finishes them and are matched to their
 //! callers by slot and call number: the waiting caller that finds no one reading the connection
@@ -299,7 +299,7 @@ impl TcpEndpoint {
         Ok(())
     }
 
-    /// Numbers the call and sends its frame with one `writev`.
+    /// Numbers the call and sends its frame with one `sendmsg`.
     pub(super) fn send(
         &mut self,
         inner: &BindingInner,

@@ -101,9 +101,9 @@ pub(crate) struct UdpEndpoint {
     /// and come through it, one at a time (no segmented sends, none received in place), and the
     /// socket only holds the port.
     xdp: Option<crate::xdp::Port>,
-    /// The longest a receive that blocks waits on the socket ([`RECEIVE_WAIT`] as the kernel took
-    /// it), when a call blocked for its result waits in its receive
-    /// ([`UdpEndpoint::waits_in_receive`]); `None` when it waits in `poll` (the socket of an async
+    /// The longest a receive that blocks waits on the socket
+    /// ([`RECEIVE_WAIT`](crate::waiting::RECEIVE_WAIT) as the kernel took it), when a call blocked
+    /// for its result waits in its receive ([`UdpEndpoint::waits_in_receive`]); `None` when it waits in `poll` (the socket of an async
     /// endpoint, which does not block, or a kernel that refused the read timeout).
     receive_wait: Option<Duration>,
     /// The socket the binding's threads beyond its first share, when this endpoint's is that one
@@ -117,10 +117,6 @@ pub(crate) struct UdpEndpoint {
     /// Counted among the binding's threads' UDP endpoints (`BindingInner::udp_threads`).
     counted: bool,
 }
-
-/// The read timeout a thread's endpoint asks for its socket: a call blocked in its receive looks at
-/// its timers at least this often (the kernel rounds it up to a tick of its clock).
-const RECEIVE_WAIT: Duration = Duration::from_millis(1);
 
 impl UdpEndpoint {
     /// A thread's endpoint: through the binding's AF_XDP station when it has one. With `thread`
@@ -200,7 +196,8 @@ impl UdpEndpoint {
             (coalescing, coalescing && !udp::set_gro(&socket, false))
         };
         let rx_len = inner.max_datagram + CHECKSUM_LEN.max(if seal.is_some() { SEAL_OVERHEAD } else { 0 });
-        let receive_wait = if port.is_some() { None } else { udp::set_receive_wait(&socket, RECEIVE_WAIT) };
+        let receive_wait =
+            if port.is_some() { None } else { udp::set_receive_wait(&socket, crate::waiting::RECEIVE_WAIT) };
         Ok(UdpEndpoint {
             uid: inner.uid,
             binding: Arc::downgrade(inner),

@@ -110,6 +110,11 @@ pub(crate) struct Conn {
     send_timeout: Duration,
     /// A secure binding's keys: every frame both ways is sealed with them.
     seal: Option<Arc<crate::secure::Session>>,
+    /// The stream blocks in its receives, each for at most
+    /// [`RECEIVE_WAIT`](crate::waiting::RECEIVE_WAIT) as the kernel took it
+    /// (`tiercel_sys::tcp::set_receive_wait`): its first thread, done spinning, waits for the
+    /// next call in its read (`StreamBinding::read_call`). Its writes never block.
+    receive_wait: bool,
 }
 
 impl Conn {
@@ -140,8 +145,7 @@ impl Conn {
             }
             return;
         }
-        use std::io::Write;
-        match (&self.stream).write(header) {
+        match tiercel_sys::tcp::write_vectored(&self.stream, &[IoSlice::new(header)]) {
             Ok(n) if n == header.len() => {}
             // Part of it went: the rest must follow, or the stream is broken.
             Ok(n) => {
@@ -367,7 +371,11 @@ fn make(
         shared.stats.handshakes.fetch_add(1, Ordering::Relaxed);
     }
     let send_timeout = shared.config.timing.dead_after;
-    let conn = Arc::new(Conn { stream, writing: Mutex::new(()), send_timeout, seal });
+    // Plain connections wait in their receives; a secure one's are read a record at a time, into
+    // a buffer of their own, and its threads wait in `poll`.
+    let receive_wait =
+        seal.is_none() && tiercel_sys::tcp::set_receive_wait(&stream, crate::waiting::RECEIVE_WAIT).is_some();
+    let conn = Arc::new(Conn { stream, writing: Mutex::new(()), send_timeout, seal, receive_wait });
     let mut beat = [0u8; FRAME_HEAD];
     beat[..PREFIX_LEN].copy_from_slice(&stream::prefix(HEADER_LEN));
     let header = Header { binding: id, incarnation: shared.incarnation, ..Header::new(Kind::ProbeReply) };

@@ -87,6 +87,9 @@ impl StreamBinding {
         }
         let stats = &self.shared.stats;
         let mut now = Instant::now();
+        // This thread's last wait ended in its read with nothing come: it waits in `poll` until a
+        // frame comes.
+        let mut waited_in_receive = false;
         loop {
             if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
                 return None;
@@ -103,6 +106,7 @@ impl StreamBinding {
             };
             let arrived = self.shared.endpoint.read_frame(frames, &self.binding, now, grow);
             if !matches!(arrived, Arrived::More) {
+                waited_in_receive = false;
                 r.last_frame = now;
                 r.spin_until = if r.lease.take() { now + spin } else { now };
             }
@@ -216,6 +220,25 @@ impl StreamBinding {
             }
             if own.retention.holds_large() && own.retention.idle(now) {
                 own.shrink();
+            }
+            if first && !pressed && self.conn.receive_wait && !waited_in_receive {
+                // The connection's first thread waits for its client's next call in the read
+                // itself: one system call where `poll` and a read took two. While it waits there,
+                // a connection waiting for a thread of the pool, or the server stopping, waits for
+                // the read to end, at most `RECEIVE_WAIT`; after a wait that ends with nothing,
+                // the thread waits in `poll`, which either ends, until a frame comes.
+                match framed::receive_wait(&self.conn.stream, &mut r.frames) {
+                    Ok(got) => {
+                        waited_in_receive = got == framed::Got::Nothing;
+                        r.drained = got == framed::Got::Drained;
+                    }
+                    Err(_) => {
+                        self.close();
+                        return None;
+                    }
+                }
+                now = Instant::now();
+                continue;
             }
             // While nobody waits for a thread, the wait also ends when someone starts to.
             let waited = if pressed {

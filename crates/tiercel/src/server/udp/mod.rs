@@ -134,10 +134,6 @@ const XDP_LOOKS: u32 = 16;
 /// result went out: about 26 µs of the server's CPU a call with three looks and with ten (the wake-up's).
 pub(crate) const IDLE_LOOKS: u32 = 10;
 
-/// The longest a listener's blocking receive waits ([`Lane::receive_wait`]); the kernel rounds it up
-/// to a tick of its clock.
-const RECEIVE_WAIT: Duration = Duration::from_millis(1);
-
 /// A spinning listener that finds nothing reads the clock (for the end of its spin, and as when
 /// what it receives next came) on one turn of its loop in this many. Each turn read it twice: 94
 /// ns on our VM (a read takes 47 ns), and 12% of a spinning server's time in a profile. (Three
@@ -198,8 +194,9 @@ pub(super) struct Lane {
     /// locked add (no read-modify-write of a shared line on the path of every call): two that start
     /// calls at once may count one, and the count still moves.
     started: AtomicU64,
-    /// Whether the socket's receives may block, for at most [`RECEIVE_WAIT`] (the kernel took the
-    /// read timeout): a listener's first wait after calls is then a blocking receive, the look and
+    /// Whether the socket's receives may block, for at most
+    /// [`RECEIVE_WAIT`](crate::waiting::RECEIVE_WAIT) (the kernel took the read timeout): a
+    /// listener's first wait after calls is then a blocking receive, the look and
     /// the wait in one system call, where a wait in its waiter (`epoll`) and a receive after it
     /// take two. The cost: a datagram handed over by another worker ([`Handoff`]) and the server
     /// stopping wait for that receive to end, at most `RECEIVE_WAIT` (a tick of the kernel's
@@ -237,7 +234,7 @@ impl Lane {
         // Asked for, then off until a large call comes.
         let coalescing = udp::set_gro(&socket, true);
         let gro = coalescing && !udp::set_gro(&socket, false);
-        let receive_wait = udp::set_receive_wait(&socket, RECEIVE_WAIT).is_some();
+        let receive_wait = udp::set_receive_wait(&socket, crate::waiting::RECEIVE_WAIT).is_some();
         Lane {
             coalescing,
             gro_setting: Mutex::new(()),
