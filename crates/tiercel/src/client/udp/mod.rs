@@ -103,8 +103,9 @@ pub(crate) struct UdpEndpoint {
     xdp: Option<crate::xdp::Port>,
     /// The longest a receive that blocks waits on the socket
     /// ([`RECEIVE_WAIT`](crate::waiting::RECEIVE_WAIT) as the kernel took it), when a call blocked
-    /// for its result waits in its receive ([`UdpEndpoint::waits_in_receive`]); `None` when it waits in `poll` (the socket of an async
-    /// endpoint, which does not block, or a kernel that refused the read timeout).
+    /// for its result waits in its receive ([`UdpEndpoint::waits_in_receive`]); `None` when it
+    /// waits in `poll` (the socket of an async endpoint, which does not block, or a kernel that
+    /// refused the read timeout).
     receive_wait: Option<Duration>,
     /// The socket the binding's threads beyond its first share, when this endpoint's is that one
     /// (`shared`): its datagrams come through its slot's mailbox, its calls go out in batches.
