@@ -660,3 +660,37 @@ fn stall_16_mib_call(bound: (TcpStream, tiercel_proto::bind::Granted), i: usize,
     s.write_all(&frame).unwrap();
     s
 }
+
+#[tiercel::interface]
+pub trait Napper {
+    fn nap(&self, millis: u32) -> u32;
+}
+
+struct Nap;
+
+impl Napper for Nap {
+    fn nap(&self, millis: u32) -> u32 {
+        std::thread::sleep(Duration::from_millis(millis.into()));
+        millis
+    }
+}
+
+#[test]
+fn a_call_longer_than_the_silence_that_fails_calls_is_kept_alive_by_the_servers_heartbeats() {
+    // The client gives up on a connection silent for two seconds (its least silence, with
+    // `dead_after` at one); the procedure sleeps for three. Only the listener's heartbeat frames,
+    // one a second while the call runs, are heard meanwhile; without them the call would fail
+    // `Unreachable`. A second call after it finds the binding as it was.
+    let server = Server::bind("127.0.0.1:0").unwrap().export(NapperServer::new(Nap)).start().unwrap();
+    let timing = tiercel::Timing { dead_after: Duration::from_secs(1), ..tiercel::Timing::default() };
+    let client: NapperClient = Client::connect(format!("tcp://{}", server.addr()))
+        .unwrap()
+        .with_config(ClientConfig { timing, ..ClientConfig::default() })
+        .import()
+        .unwrap();
+    assert_eq!(client.binding().transport(), Transport::Tcp);
+    let started = Instant::now();
+    assert_eq!(client.nap(3000).unwrap(), 3000);
+    assert!(started.elapsed() >= Duration::from_secs(3), "the procedure slept its three seconds");
+    assert_eq!(client.nap(1).unwrap(), 1);
+}
