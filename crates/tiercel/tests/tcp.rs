@@ -1,6 +1,6 @@
 //! End-to-end calls over the TCP transport on loopback, server and client in one process: the same
 //! stubs, many calls in flight on one connection, large messages, deadlines, and a server that
-//! meets bad frames and silent peers.
+//! meets bad frames and silent peers, and keeps a long call alive with its heartbeats.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
