@@ -222,37 +222,37 @@ pub(crate) enum Got {
 /// passes (`tiercel_sys::tcp::set_receive_wait`; at once on a stream that does not block): then
 /// [`Got::Nothing`]. A waiting reader's one system call, where `poll` and a read take two.
 pub(crate) fn receive_wait(stream: &TcpStream, frames: &mut Deframer) -> std::io::Result<Got> {
+    receive_with(frames, usize::MAX, |spare| tiercel_sys::tcp::read_wait(stream, spare))
+}
+
+/// [`receive`] of at most `most` bytes, telling whether the read drained the connection.
+pub(crate) fn receive_up_to(stream: &TcpStream, frames: &mut Deframer, most: usize) -> std::io::Result<Got> {
+    receive_with(frames, most, |spare| match tiercel_sys::tcp::read(stream, spare) {
+        Ok(n) => Ok(Some(n)),
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(None),
+        Err(e) => Err(e),
+    })
+}
+
+/// Reads with `read` into at most `most` bytes of the frames' spare room (`None` from it: nothing
+/// came), and says what the read found.
+fn receive_with(
+    frames: &mut Deframer,
+    most: usize,
+    read: impl FnOnce(&mut [u8]) -> std::io::Result<Option<usize>>,
+) -> std::io::Result<Got> {
     let spare = frames.spare();
-    let room = spare.len();
+    let room = most.min(spare.len());
     if room == 0 {
+        // A whole frame is buffered and not yet taken: nothing to read for now.
         return Ok(Got::Nothing);
     }
-    match tiercel_sys::tcp::read_wait(stream, spare)? {
+    match read(&mut spare[..room])? {
         None => Ok(Got::Nothing),
         Some(0) => Err(ErrorKind::UnexpectedEof.into()),
         Some(n) => {
             frames.filled(n);
             Ok(if n < room { Got::Drained } else { Got::Filled })
         }
-    }
-}
-
-/// [`receive`] of at most `most` bytes, telling whether the read drained the connection.
-pub(crate) fn receive_up_to(stream: &TcpStream, frames: &mut Deframer, most: usize) -> std::io::Result<Got> {
-    let spare = frames.spare();
-    let room = most.min(spare.len());
-    let spare = &mut spare[..room];
-    if spare.is_empty() {
-        // A whole frame is buffered and not yet taken: nothing to read for now.
-        return Ok(Got::Nothing);
-    }
-    match tiercel_sys::tcp::read(stream, spare) {
-        Ok(0) => Err(ErrorKind::UnexpectedEof.into()),
-        Ok(n) => {
-            frames.filled(n);
-            Ok(if n < room { Got::Drained } else { Got::Filled })
-        }
-        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(Got::Nothing),
-        Err(e) => Err(e),
     }
 }
