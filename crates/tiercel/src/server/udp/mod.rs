@@ -518,7 +518,13 @@ impl UdpWorker {
             steps::slept(steps::Side::Server);
             let lane = &self.shared.lanes[self.lane];
             if lane.receive_wait && !waited_in_receive && !lane.takes_runs.load(Ordering::Relaxed) {
-                // The first wait after calls is in the receive (see `Lane::receive_wait`).
+                // The first wait after calls is in the receive (see `Lane::receive_wait`), with the
+                // socket out of the waiter's set: else every datagram visits the set on its way to
+                // this receive (a system call the first time after a wait in the waiter; none while
+                // calls keep coming).
+                if let Some(w) = &self.waiter {
+                    w.disarm();
+                }
                 waited_in_receive = true;
                 match self.batch.recv_one_from_wait(&lane.socket) {
                     Ok(0) => {}
@@ -571,9 +577,10 @@ impl UdpWorker {
 
     /// After datagrams were handled: until when the listener spins for the next (`spin_until`
     /// unchanged without a spin lease). A listener that will spin takes its socket out of its
-    /// waiter's epoll set, where every datagram that arrives would visit it, until it waits again:
-    /// a server that spins pays one system call a wake-up for it (the first time after a wait;
-    /// while calls stream in, none), and one that never spins, none.
+    /// waiter's epoll set, where every datagram that arrives would visit it, until it waits again
+    /// there: a server that spins pays one system call a wake-up for it (the first time after a
+    /// wait; while calls stream in, none). One that never spins takes it out before it waits in
+    /// its receive (`Lane::receive_wait`), at the same price.
     #[inline]
     fn spin_on(&mut self, spin_until: Instant) -> Instant {
         if !self.lease.take() {
