@@ -126,6 +126,16 @@ impl Deframer {
         }
     }
 
+    /// Whether another whole frame is buffered behind the whole frame [`Deframer::next`] found: the
+    /// peer sent several before they were read. (A frame behind it that is malformed is not one.)
+    pub fn whole_behind(&self) -> bool {
+        let Ok(Next::Frame(len)) = self.next() else { return false };
+        let behind = &self.buf[self.start + PREFIX_LEN + len..self.end];
+        let Some(prefix) = behind.get(..PREFIX_LEN) else { return false };
+        let next = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+        (HEADER_LEN..=self.limit).contains(&next) && behind.len() >= PREFIX_LEN + next
+    }
+
     /// Drops the whole frame [`Deframer::next`] found.
     pub fn consume(&mut self) {
         if let Ok(Next::Frame(len)) = self.next() {
@@ -313,6 +323,34 @@ mod tests {
         let mut p = h.to_bytes().to_vec();
         p.extend_from_slice(payload);
         p
+    }
+
+    #[test]
+    fn a_whole_frame_behind_the_next_is_seen_only_when_all_of_it_is_buffered() {
+        let frame = |payload: &[u8]| {
+            let p = packet(payload);
+            [&prefix(p.len())[..], &p].concat()
+        };
+        let (a, b) = (frame(b"first"), frame(b"second"));
+        let mut d = Deframer::new(1024, 1024);
+        let put = |d: &mut Deframer, bytes: &[u8]| {
+            d.spare()[..bytes.len()].copy_from_slice(bytes);
+            d.filled(bytes.len());
+        };
+        put(&mut d, &a[..a.len() - 1]);
+        assert!(!d.whole_behind(), "the first frame is not whole");
+        put(&mut d, &a[a.len() - 1..]);
+        assert!(!d.whole_behind(), "nothing behind it");
+        put(&mut d, &b[..PREFIX_LEN + 3]);
+        assert!(!d.whole_behind(), "only part of the second is here");
+        put(&mut d, &b[PREFIX_LEN + 3..]);
+        assert!(d.whole_behind());
+        d.consume();
+        assert!(!d.whole_behind(), "the second is the last");
+        d.consume();
+        put(&mut d, &a);
+        put(&mut d, &prefix(HEADER_LEN - 1));
+        assert!(!d.whole_behind(), "a malformed prefix behind is not a frame");
     }
 
     fn feed(d: &mut Deframer, mut bytes: &[u8], chunk: usize) -> Vec<Vec<u8>> {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tiercel::{CallError, Client, ClientConfig, Execution, In, InOut, Out, Server, ServerConfig, Transport};
 use tiercel_proto::bind::BindClient;
+use tiercel_proto::wire::{Header, Kind, HEADER_LEN};
 use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
 
 mod tcp_common;
@@ -704,4 +705,97 @@ fn a_call_longer_than_the_silence_that_fails_calls_is_kept_alive_by_the_servers_
     assert_eq!(client.nap(3000).unwrap(), 3000);
     assert!(started.elapsed() >= Duration::from_secs(3), "the procedure slept its three seconds");
     assert_eq!(client.nap(1).unwrap(), 1);
+}
+
+/// A call frame of procedure `procedure` of Test on the raw binding `granted`, slot `slot`.
+fn call_frame(granted: &tiercel_proto::bind::Granted, slot: u32, seq: u32, procedure: u16, args: &[u8]) -> Vec<u8> {
+    let h = Header {
+        binding: granted.binding,
+        slot,
+        seq,
+        procedure,
+        incarnation: granted.incarnation,
+        payload_len: args.len() as u32,
+        message_len: args.len() as u32,
+        ..Header::new(Kind::Call)
+    };
+    let mut frame = tiercel_proto::stream::prefix(HEADER_LEN + args.len()).to_vec();
+    frame.extend_from_slice(&h.to_bytes());
+    frame.extend_from_slice(args);
+    frame
+}
+
+/// Reads the next result frame from `s`: its slot, status and results.
+fn read_result(s: &mut TcpStream) -> (u32, tiercel_proto::wire::Status, Vec<u8>) {
+    loop {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut frame = vec![0u8; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut frame).unwrap();
+        let p = tiercel_proto::wire::Packet::new_checked(&frame[..]).unwrap();
+        if p.kind() == Kind::Result {
+            return (p.slot(), p.status(), p.payload().to_vec());
+        }
+    }
+}
+
+#[test]
+fn calls_read_together_run_in_turn_and_their_results_go_out_together_but_never_wait_for_a_slow_one() {
+    const ADD: u16 = 1;
+    const WORK: u16 = 16;
+    let server = serve();
+    let (mut s, granted) = bind_raw(&server);
+    let add = |a: i32, b: i32| [a.to_le_bytes(), b.to_le_bytes()].concat();
+    for round in 1..=20u32 {
+        // Three additions, a call of a procedure not yet seen to be quick (20 ms of work), and one
+        // more addition, with one write: the server reads them together.
+        let mut frames = Vec::new();
+        for slot in 0..3 {
+            frames.extend(call_frame(&granted, slot, round, ADD, &add(slot as i32, 100)));
+        }
+        let work = if round == 1 { 20_000u32 } else { 0 };
+        frames.extend(call_frame(&granted, 3, round, WORK, &work.to_le_bytes()));
+        frames.extend(call_frame(&granted, 4, round, ADD, &add(4, 100)));
+        s.write_all(&frames).unwrap();
+        // Every result comes, each its own call's; those of the calls before the slow one are
+        // not held for it: they come before its result. (The last addition's may come before
+        // it too: read by another thread of the connection while the slow one runs.)
+        let order: Vec<u32> = (0..5)
+            .map(|_| {
+                let (slot, status, results) = read_result(&mut s);
+                assert_eq!(status, tiercel_proto::wire::Status::Ok, "round {round}, slot {slot}");
+                if slot != 3 {
+                    assert_eq!(results, (slot as i32 + 100).to_le_bytes(), "round {round}, slot {slot}");
+                }
+                slot
+            })
+            .collect();
+        assert_eq!(order[..3], [0, 1, 2], "round {round}: {order:?}");
+        assert!(order[3..] == [3, 4] || order[3..] == [4, 3], "round {round}: {order:?}");
+        // The first addition of the first round ran as a lone call does, and showed the procedure
+        // quick: the next two ran where they landed, their results sent together.
+        if server.stats().sent_together >= 2 {
+            break;
+        }
+        assert!(round < 20, "no results went out together: {:?}", server.stats());
+    }
+    // Eight additions read together: all run by the thread that read them, their results sent
+    // together.
+    let before = server.stats().sent_together;
+    let mut frames = Vec::new();
+    for slot in 0..8 {
+        frames.extend(call_frame(&granted, slot, 100, ADD, &add(slot as i32, 7)));
+    }
+    s.write_all(&frames).unwrap();
+    let mut slots: Vec<u32> = (0..8)
+        .map(|_| {
+            let (slot, status, results) = read_result(&mut s);
+            assert_eq!(status, tiercel_proto::wire::Status::Ok);
+            assert_eq!(results, (slot as i32 + 7).to_le_bytes());
+            slot
+        })
+        .collect();
+    slots.sort();
+    assert_eq!(slots, (0..8).collect::<Vec<_>>());
+    assert!(server.stats().sent_together > before, "{:?}", server.stats());
 }

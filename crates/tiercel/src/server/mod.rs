@@ -611,7 +611,8 @@ crate::counters::counters! {
         /// worker was busy.
         batched,
         /// Results sent together with others at the end of a batch: by one `sendmmsg`, or, those
-        /// for one address, by one segmented send.
+        /// for one address, by one segmented send; over TCP, with one `write`, the results of
+        /// calls read together and run in turn by the thread that read them.
         sent_together,
         /// Datagrams of a batch left to other workers, because the worker that received them was about
         /// to run a procedure that may be slow.

@@ -12,6 +12,7 @@ use tiercel_proto::wire::{Header, Kind, Status, HEADER_LEN};
 
 use super::super::charge::Charge;
 use super::super::dispatch::{self, Arrival};
+use super::super::outbox::QuickProcedures;
 use super::super::Shared;
 use super::*;
 use crate::retention::Retention;
@@ -76,6 +77,9 @@ pub(super) struct Taken {
     pub(super) seq: u32,
     pub(super) procedure: u16,
     pub(super) arrival: Arrival,
+    /// Whole frames were behind it when it was read: how long it runs is learned
+    /// ([`Own::quick`]).
+    pub(super) timed: bool,
 }
 
 /// A thread's own buffers and their charge.
@@ -89,6 +93,9 @@ pub(super) struct Own {
     /// This thread's count of the calls it ran (the server's `calls`, summed with the others'):
     /// no locked add on a line every connection's threads write.
     pub(super) calls: crate::counters::Shard,
+    /// The procedures this thread has seen run quickly when calls queued: those it runs where they
+    /// landed, their results held for the others' ([`StreamBinding::run_held`]).
+    pub(super) quick: QuickProcedures,
 }
 
 impl Own {
@@ -208,6 +215,7 @@ impl StreamBinding {
             charge: Charge::new(self.binding.budget()),
             retention: Retention::default(),
             calls: self.shared.call_shards.take(),
+            quick: QuickProcedures::new(),
         };
         if !own.charge.reserve(OUT) {
             if first {
@@ -217,8 +225,11 @@ impl StreamBinding {
         }
         own.out.reserve(OUT);
         while let Some(call) = self.take(&mut own, first) {
-            self.busy();
+            let started = self.busy();
             let status = self.run(&mut own, &call);
+            if call.timed {
+                own.quick.observe(self.export_key(), call.procedure, started.elapsed());
+            }
             // Idle again before the result goes: the caller's next call, which may arrive as soon
             // as it has gone, must not look like a call waiting while every thread is busy.
             self.idle.fetch_add(1, Ordering::AcqRel);
@@ -233,11 +244,51 @@ impl StreamBinding {
 
     /// This thread takes a call: one fewer idle. The instant is stored first, so that the listener,
     /// seeing no thread idle, reads when the last one went busy (or later), never an older one.
-    pub(super) fn busy(&self) {
-        let since = self.created.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+    /// Returns that instant.
+    pub(super) fn busy(&self) -> Instant {
+        let now = Instant::now();
+        let since = now.saturating_duration_since(self.created).as_nanos().min(u64::MAX as u128) as u64;
         self.all_busy_since.store(since, Ordering::Release);
         self.taken.fetch_add(1, Ordering::Relaxed);
         self.idle.fetch_sub(1, Ordering::AcqRel);
+        now
+    }
+
+    /// The export's key in [`Own::quick`].
+    pub(super) fn export_key(&self) -> usize {
+        Arc::as_ptr(&self.export) as *const () as usize
+    }
+
+    /// Runs `call`, whose frame is whole at the front of `frames`, where it landed, and appends its
+    /// result frame to `own.out`, held to go out with the others of its run
+    /// ([`StreamBinding::send_held`]). When it finished.
+    pub(super) fn run_held(&self, frames: &Deframer, own: &mut Own, call: &Taken) -> Instant {
+        let started = self.busy();
+        let args = frames.frame().get(HEADER_LEN..).unwrap_or_default();
+        let base = own.out.len();
+        let status = self.run_appended(args, &mut own.out, &own.calls, call);
+        self.idle.fetch_add(1, Ordering::AcqRel);
+        let len = own.out.len() - base - FRAME_HEAD;
+        let head: &mut [u8; FRAME_HEAD] = match (&mut own.out[base..base + FRAME_HEAD]).try_into() {
+            Ok(h) => h,
+            Err(_) => unreachable!("a held result starts with a frame head"),
+        };
+        fill_head(head, self.id, self.shared.incarnation, call.slot, call.seq, call.procedure, status, len);
+        let done = Instant::now();
+        own.quick.observe(self.export_key(), call.procedure, done.saturating_duration_since(started));
+        done
+    }
+
+    /// Sends the `held` result frames in `own.out` with one write. False: the connection is over.
+    pub(super) fn send_held(&self, own: &mut Own, held: &mut usize) -> bool {
+        let sent = self.conn.send(&mut [IoSlice::new(&own.out)]).is_ok();
+        if *held > 1 {
+            self.shared.stats.sent_together.fetch_add(*held as u64, Ordering::Relaxed);
+        }
+        *held = 0;
+        own.out.clear();
+        own.settle();
+        sent
     }
 
     /// Runs a plain procedure with the arguments in `own.args`, its results into `own.out`.
@@ -254,14 +305,22 @@ impl StreamBinding {
         calls: &crate::counters::Shard,
         call: &Taken,
     ) -> Status {
-        let shared = &*self.shared;
         out.clear();
-        out.resize(FRAME_HEAD, 0);
+        self.run_appended(args, out, calls, call)
+    }
+
+    /// As [`StreamBinding::run_with`], the result frame (its head left for the caller to fill in)
+    /// appended to what `out` holds.
+    #[inline]
+    fn run_appended(&self, args: &[u8], out: &mut Vec<u8>, calls: &crate::counters::Shard, call: &Taken) -> Status {
+        let shared = &*self.shared;
+        let start = out.len() + FRAME_HEAD;
+        out.resize(start, 0);
         shared.endpoint.run_started(&self.binding);
         calls.add_one();
         let limit = shared.config.timing.max_message;
         let status =
-            dispatch::run_procedure(shared, &self.export, call.procedure, args, call.arrival, out, FRAME_HEAD, limit);
+            dispatch::run_procedure(shared, &self.export, call.procedure, args, call.arrival, out, start, limit);
         shared.endpoint.run_finished(&self.binding);
         status
     }

@@ -16,7 +16,11 @@
 //! in an `epoll` set the listener polls beside its own sockets. When its client sends, the
 //! listener gives it a thread of the pool all connections share ([`pool`]), which reads a call,
 //! copies its arguments out, runs it, and sends
-//! the result as one frame with one `write`; once the client has sent nothing for [`PARK_AFTER`],
+//! the result as one frame with one `write`. Calls read together (a client's threads sent them
+//! while the last ran) are run in turn by the thread that read them, where they landed, and their
+//! results go out together with one `write`, as long as their procedures are ones this thread has
+//! seen run quickly (a call of any other goes as a lone call does, after the results held;
+//! `ServerStats::sent_together`). Once the client has sent nothing for [`PARK_AFTER`],
 //! with no call running and no other thread (or, when other connections wait for a thread of the
 //! pool, as soon as its spin after the last frame is over), that thread gives its buffers back and
 //! serves the next connection, and the connection is parked again. So an idle connection costs a descriptor and under a kilobyte (about 800 bytes measured, client

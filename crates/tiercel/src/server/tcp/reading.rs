@@ -8,10 +8,11 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use tiercel_proto::endpoint::Arrived;
-use tiercel_proto::stream::{self, Deframer};
+use tiercel_proto::stream::{self, Deframer, Next};
 use tiercel_proto::wire::{Header, Kind, Status, HEADER_LEN};
 
 use super::super::dispatch::Arrival;
+use super::super::outbox::MAX_HOLD;
 use super::binding::*;
 use super::*;
 use crate::framed;
@@ -90,8 +91,14 @@ impl StreamBinding {
         // This thread's last wait ended in its read with nothing come: it waits in `poll` until a
         // frame comes.
         let mut waited_in_receive = false;
+        // Results held in `own.out` for the others of a run of calls read together
+        // ([`StreamBinding::runs_here`]), and when the first of them began.
+        let (mut held, mut held_since) = (0usize, now);
         loop {
             if self.closed.load(Ordering::Acquire) || self.shared.stop.load(Ordering::Relaxed) {
+                if held > 0 {
+                    self.send_held(own, &mut held);
+                }
                 return None;
             }
             // What the bytes ask for, decided by the endpoint: the frame's buffer grown (charged
@@ -114,7 +121,35 @@ impl StreamBinding {
                 Arrived::More => {}
                 Arrived::Call { slot, seq, procedure, context } => {
                     let arrival = Arrival::of(&self.binding, "tcp", context, Some(now), None);
-                    match self.on_call(r, own, Taken { slot, seq, procedure, arrival }) {
+                    let behind = r.frames.whole_behind();
+                    let call = Taken { slot, seq, procedure, arrival, timed: behind };
+                    if (behind || held > 0) && self.runs_here(&r.frames, own, procedure) {
+                        if held == 0 {
+                            // (The buffer may still hold the last result this thread sent.)
+                            own.out.clear();
+                            held_since = Instant::now();
+                        }
+                        let done = self.run_held(&r.frames, own, &call);
+                        held += 1;
+                        r.frames.consume();
+                        // The run is over (no whole frame behind), or the results held have
+                        // waited long enough, or the procedure turned slow: they go.
+                        let over = !matches!(r.frames.next(), Ok(Next::Frame(_)));
+                        let due = over
+                            || own.out.len() >= OUT
+                            || done.saturating_duration_since(held_since) >= MAX_HOLD
+                            || !own.quick.is_quick(self.export_key(), procedure);
+                        if due && !self.send_held(own, &mut held) {
+                            self.close();
+                            return None;
+                        }
+                        continue;
+                    }
+                    if held > 0 && !self.send_held(own, &mut held) {
+                        self.close();
+                        return None;
+                    }
+                    match self.on_call(r, own, call) {
                         Handled::Next => {
                             r.frames.consume();
                             continue;
@@ -157,6 +192,10 @@ impl StreamBinding {
                     self.close();
                     return None;
                 }
+            }
+            if held > 0 && !self.send_held(own, &mut held) {
+                self.close();
+                return None;
             }
             let received = match (&self.conn.seal, &mut r.records) {
                 _ if std::mem::take(&mut r.drained) && now >= r.spin_until => Ok(false),
@@ -252,6 +291,21 @@ impl StreamBinding {
                 return None;
             }
         }
+    }
+
+    /// Whether the call of `procedure`, whole at the front of `frames` with calls behind it (or
+    /// after others run here), runs here where it landed, its result held for theirs, one write
+    /// for them all (Lampson's t = 1 + s/b, as a UDP worker's batch): it is small, not async, and
+    /// this thread has seen its procedure run within `QUICK_RUN` when calls queued. Else it goes as
+    /// a lone call does: its arguments are copied out, and the connection may be read by another
+    /// thread while it runs (a procedure not known to be quick may be slow: the calls behind it do
+    /// not wait for it when the connection has other threads, nor results already run for it).
+    pub(super) fn runs_here(&self, frames: &Deframer, own: &Own, procedure: u16) -> bool {
+        #[cfg(feature = "async")]
+        if self.export.is_async(procedure) {
+            return false;
+        }
+        frames.frame().len() <= HEADER_LEN + SMALL_CALL && own.quick.is_quick(self.export_key(), procedure)
     }
 
     /// Sends a frame without payload (a refusal, a probe's answer).
