@@ -383,6 +383,13 @@ impl TcpEndpoint {
         read: bool,
     ) -> Result<Waited, CallError> {
         let mut demux = link.demux();
+        // A result another caller's read brought is taken without a read: beside other callers
+        // that take turns, a caller that read whenever it looked, its result there or not, took
+        // the reading from the one that had given it up with its own result, and so each of eight
+        // callers read once a call, each read bringing one result or two.
+        if demux.mail[self.slot as usize].arrived.is_some() {
+            return Ok(self.take_result(&mut demux));
+        }
         // The reading waits for the caller woken to take it, but not a caller still spinning,
         // which would only spin longer.
         let next = wake.is_none() || demux.heir.is_none_or(|h| h == self.slot);
@@ -407,12 +414,7 @@ impl TcpEndpoint {
         }
         let i = self.slot as usize;
         if demux.mail[i].arrived.is_some() {
-            let mail = &mut demux.mail[i];
-            std::mem::swap(&mut mail.result, &mut self.result);
-            self.result_at = mail.result_at;
-            self.arrived = mail.arrived.take();
-            self.give_up(&mut demux);
-            return Ok(Waited::Arrived);
+            return Ok(self.take_result(&mut demux));
         }
         if link.silent(&demux, now) {
             self.give_up(&mut demux);
@@ -432,6 +434,16 @@ impl TcpEndpoint {
             demux.mail[i].wake = wake;
         }
         Ok(Waited::Not(self.reading))
+    }
+
+    /// Takes the result delivered to this caller's mailbox: the call waits no more.
+    fn take_result(&mut self, demux: &mut Demux) -> Waited {
+        let mail = &mut demux.mail[self.slot as usize];
+        std::mem::swap(&mut mail.result, &mut self.result);
+        self.result_at = mail.result_at;
+        self.arrived = mail.arrived.take();
+        self.give_up(demux);
+        Waited::Arrived
     }
 
     /// The call waits no more (its result came, or it failed): its mailbox is cleared, and the
