@@ -747,8 +747,8 @@ fn calls_read_together_run_in_turn_and_their_results_go_out_together_but_never_w
     let (mut s, granted) = bind_raw(&server);
     let add = |a: i32, b: i32| [a.to_le_bytes(), b.to_le_bytes()].concat();
     for round in 1..=20u32 {
-        // Three additions, a call of a procedure not yet seen to be quick (20 ms of work), and one
-        // more addition, with one write: the server reads them together.
+        // Three additions, a call of a procedure not yet seen to be quick (20 ms of work in the
+        // first round), and one more addition, with one write: the server reads them together.
         let mut frames = Vec::new();
         for slot in 0..3 {
             frames.extend(call_frame(&granted, slot, round, ADD, &add(slot as i32, 100)));
