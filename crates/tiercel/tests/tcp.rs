@@ -402,7 +402,6 @@ fn frames_announced_and_never_sent_are_charged_only_what_arrived() {
 
 #[test]
 fn a_client_that_never_reads_its_results_is_cut_off() {
-    use tiercel_proto::wire::{Header, Kind};
     let timing = tiercel::Timing { dead_after: Duration::from_millis(500), ..tiercel::Timing::default() };
     let config = ServerConfig { timing, ..ServerConfig::default() };
     let server =
@@ -421,19 +420,7 @@ fn a_client_that_never_reads_its_results_is_cut_off() {
     let give_up = Instant::now() + Duration::from_secs(20);
     while server.bindings() == 1 {
         assert!(Instant::now() < give_up, "still bound after {sent} calls never read");
-        let h = Header {
-            binding: granted.binding,
-            slot: sent % 4,
-            seq: sent / 4 + 1,
-            procedure: 3,
-            incarnation: granted.incarnation,
-            payload_len: 4,
-            message_len: 4,
-            ..Header::new(Kind::Call)
-        };
-        let mut frame = tiercel_proto::stream::prefix(60).to_vec();
-        frame.extend_from_slice(&h.to_bytes());
-        frame.extend_from_slice(&args);
+        let frame = call_frame(&granted, sent % 4, sent / 4 + 1, 3, &args);
         if s.write_all(&frame).is_err() {
             std::thread::sleep(Duration::from_millis(50));
             continue;
@@ -653,7 +640,6 @@ fn a_bind_answer_that_breaks_the_protocol_is_named_not_reported_as_io() {
 /// Binds over a raw connection and sends the header of a call (procedure 14) announcing 16 MiB of
 /// arguments, then only `sent` bytes of them (each `i`): a frame that stalls there.
 fn stall_16_mib_call(bound: (TcpStream, tiercel_proto::bind::Granted), i: usize, sent: usize) -> TcpStream {
-    use tiercel_proto::wire::{Header, Kind};
     let (mut s, granted) = bound;
     let len = 16 << 20;
     let h = Header {
