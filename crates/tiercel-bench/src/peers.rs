@@ -746,7 +746,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
          sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls (several callers of\nthe \
          raw UDP echo take up to four turns, a yield of the CPU and a look each, before they block, as tiercel's do, and that \
          echo takes what queued in batches and\nlooks ten times before it blocks; \"raw tcp shared block\": callers sharing \
-         one connection, as the threads of a tiercel TCP binding do, taking as many turns,\nto an echo that answers what \
+         one connection, as the threads of a tiercel TCP binding do, taking as many turns (the first before \
+         they look),\nto an echo that answers what \
          came together with one write). Each server in"
     );
     outln!(

@@ -172,7 +172,11 @@ pub const SHARED_HEAD: usize = 8;
 /// waiting to read next; or sleeps on a futex of its own until its answer or its turn to read
 /// comes. As tiercel's demultiplexer does, without its mailboxes' copies: an answer's bytes are
 /// only counted. Beside other callers, a caller takes turns before it sleeps or blocks in its
-/// read, as tiercel's blocking callers do (`SharedTcp::take_turn`); a caller alone blocks at once.
+/// read, as tiercel's blocking callers do (`SharedTcp::take_turn`): the first before its first
+/// look (the answer to a request just written is not back yet), after which it reads at once if
+/// nobody is reading; a caller alone blocks at once. (Taking the reading first and yielding with
+/// it, as it did before, it made the others that looked meanwhile yield again: 1.5 yields a call
+/// at four callers against tiercel's 1.0, and no more calls a second than tiercel's callers.)
 pub struct SharedTcp {
     writer: std::sync::Mutex<TcpStream>,
     /// The connection's reading side and what it read that no answer has used yet.
@@ -256,13 +260,17 @@ impl SharedTcp {
     }
 
     /// Reads the connection until caller `me`'s answer has come, handing the others' to them.
-    /// Beside other callers, a read first takes its turns ([`SharedTcp::take_turn`]), each a yield
-    /// and a receive that does not block (one system call), and then blocks in the read.
+    /// Beside other callers, a read after the first takes its turns ([`SharedTcp::take_turn`]),
+    /// each a yield and a receive that does not block (one system call), and then blocks in the
+    /// read; the first is a receive that does not block when the caller took a turn before it
+    /// looked, else a turn too.
     fn read_until(&self, me: u32, turns: &mut u32) -> crate::Result<()> {
         let mut reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
         let (stream, input, held) = &mut *reader;
+        // A caller that took its turn before it looked reads at once.
+        let mut looked = *turns == 0;
         loop {
-            let read = if self.take_turn(turns) {
+            let read = if !std::mem::replace(&mut looked, true) || self.take_turn(turns) {
                 match tiercel_sys::udp::read_stream_nowait(&*stream, &mut input[*held..]) {
                     Ok(Some(n)) => Ok(n),
                     Ok(None) => continue,
@@ -340,6 +348,9 @@ impl SharedTcpCaller {
         use std::sync::atomic::Ordering;
         let s = &*self.shared;
         let (mut naps, mut turns) = (0, 0);
+        // The answer to a request just written is not back yet: beside other callers, a turn
+        // first, as tiercel's blocking callers take one before their first look.
+        s.take_turn(&mut turns);
         loop {
             let seen = s.words[self.me as usize].load(Ordering::Acquire);
             let mut t = s.turns();
