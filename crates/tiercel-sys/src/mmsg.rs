@@ -315,7 +315,7 @@ pub fn recv_scattered_from_nowait(socket: &UdpSocket, parts: &mut [io::IoSliceMu
 ///
 /// `h` must point only at memory the kernel may write, with its true lengths, live until the call
 /// returns.
-unsafe fn recvmsg(socket: &UdpSocket, h: &mut libc::msghdr) -> libc::c_long {
+pub(crate) unsafe fn recvmsg(socket: &UdpSocket, h: &mut libc::msghdr) -> libc::c_long {
     // SAFETY: as the caller promises; `syscall` passes the arguments to the kernel as they are.
     unsafe {
         libc::syscall(
@@ -327,8 +327,28 @@ unsafe fn recvmsg(socket: &UdpSocket, h: &mut libc::msghdr) -> libc::c_long {
     }
 }
 
+/// A `sendmsg` of `h` with no flags, made as the system call itself, for the reason [`recvmsg`]
+/// is: glibc's `sendmsg` is a thread cancellation point, and turns asynchronous cancellation on
+/// and off around the call. `-1` with `errno` set on failure, as glibc's.
+///
+/// # Safety
+///
+/// `h` must point only at memory the kernel may read, with its true lengths, live until the call
+/// returns.
+pub(crate) unsafe fn sendmsg(socket: &UdpSocket, h: &libc::msghdr) -> libc::c_long {
+    // SAFETY: as the caller promises; `syscall` passes the arguments to the kernel as they are.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sendmsg,
+            libc::c_long::from(socket.as_raw_fd()),
+            h as *const libc::msghdr,
+            libc::c_long::from(0),
+        )
+    }
+}
+
 /// The IP address and port in `storage`, of which the kernel wrote `len` bytes.
-fn socket_addr(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+pub(crate) fn socket_addr(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
     let len = len as usize;
     match i32::from(storage.ss_family) {
         libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {

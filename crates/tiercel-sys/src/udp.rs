@@ -456,13 +456,26 @@ pub fn send_segments(
     control[CMSG_HEADER - 8..CMSG_HEADER - 4].copy_from_slice(&SOL_UDP.to_ne_bytes());
     control[CMSG_HEADER - 4..CMSG_HEADER].copy_from_slice(&UDP_SEGMENT.to_ne_bytes());
     control[CMSG_HEADER..CMSG_HEADER + 2].copy_from_slice(&segment16.to_ne_bytes());
-    let sock = socket2::SockRef::from(socket);
     let addr = to.map(|a| socket2::SockAddr::from(*a));
-    let mut msg = socket2::MsgHdr::new().with_buffers(parts).with_control(&control);
+    // SAFETY: `msghdr` is plain old data (integers and pointers), for which all zeroes is valid.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
     if let Some(addr) = &addr {
-        msg = msg.with_addr(addr);
+        h.msg_name = addr.as_ptr().cast_mut().cast();
+        h.msg_namelen = addr.len();
     }
-    sock.sendmsg(&msg, 0)
+    // `IoSlice` is guaranteed to be ABI compatible with `iovec` on Unix; the kernel only reads it.
+    h.msg_iov = parts.as_ptr().cast_mut().cast::<libc::iovec>();
+    h.msg_iovlen = parts.len() as _;
+    h.msg_control = control.as_mut_ptr().cast();
+    h.msg_controllen = control.len() as _;
+    // SAFETY: the header points at `parts` (each a live buffer of its length), the control message
+    // and the address, all live until the call returns, with their true lengths; the kernel only
+    // reads them.
+    let r = unsafe { crate::mmsg::sendmsg(socket, &h) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as usize)
 }
 
 /// Whether a [`send_segments`] error says that segmentation offload cannot be used here (rather than
@@ -548,13 +561,6 @@ pub(crate) fn gro_segment(control: &[u8]) -> Option<usize> {
     None
 }
 
-/// A `&mut [u8]` seen as the `MaybeUninit` bytes `socket2`'s `recvmsg` takes.
-fn as_uninit(buf: &mut [u8]) -> &mut [std::mem::MaybeUninit<u8>] {
-    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; the kernel writes only initialized bytes
-    // through this view, and nothing writes uninitialized ones, so `buf` stays initialized.
-    unsafe { &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) }
-}
-
 /// What [`recv_segments_nowait`] and [`recv_from_segments_nowait`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Segmented {
@@ -571,27 +577,38 @@ fn recv_segments(
     buf: &mut [u8],
     want_addr: bool,
 ) -> io::Result<Option<(Segmented, Option<SocketAddr>)>> {
-    let sock = socket2::SockRef::from(socket);
     let len = buf.len();
-    let mut bufs = [socket2::MaybeUninitSlice::new(as_uninit(buf))];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: len };
     let mut control = [0u8; cmsg_space(4) * 2];
-    // SAFETY: the initializer writes nothing, so the address is all zeroes (family `AF_UNSPEC`,
-    // length of the whole storage), a valid `sockaddr_storage`.
-    let ((), mut addr) = unsafe { socket2::SockAddr::try_init(|_, _| Ok(())) }?;
-    let (full, control_len) = {
-        let mut msg = socket2::MsgHdrMut::new().with_buffers(&mut bufs).with_control(as_uninit(&mut control));
-        if want_addr {
-            msg = msg.with_addr(&mut addr);
-        }
-        match sock.recvmsg(&mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) {
-            Ok(n) => (n, msg.control_len()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) => return Err(e),
-        }
+    // SAFETY: `sockaddr_storage` and `msghdr` are plain old data (integers, arrays and pointers),
+    // for which all zeroes is valid.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    if want_addr {
+        h.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    }
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = control.as_mut_ptr().cast();
+    h.msg_controllen = control.len() as _;
+    // SAFETY: the header points at `buf` (through `iov`), the control area and the address storage,
+    // all live and borrowed mutably until the call returns, with their true lengths; the kernel
+    // writes only within them. (The system call itself, not glibc's: `mmsg::recvmsg`.)
+    let r = unsafe { crate::mmsg::recvmsg(socket, &mut h) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
+    }
+    let full = r as usize;
+    let from = if want_addr {
+        let from = crate::mmsg::socket_addr(&name, h.msg_namelen);
+        Some(from.ok_or_else(|| io::Error::other("non-IP sender address"))?)
+    } else {
+        None
     };
-    let from =
-        if want_addr { Some(addr.as_socket().ok_or_else(|| io::Error::other("non-IP sender address"))?) } else { None };
-    let segment = gro_segment(&control[..control_len.min(control.len())]).filter(|&s| s < full);
+    let segment = gro_segment(&control[..(h.msg_controllen as usize).min(control.len())]).filter(|&s| s < full);
     Ok(Some((Segmented { received: classify(len, full), segment }, from)))
 }
 
