@@ -7,13 +7,13 @@
 
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 
 use rustix::net::addr::SocketAddrArg;
 use rustix::net::{sendmmsg, MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
 
-use crate::udp::{classify, cmsg_space, gro_segment, Received};
+use crate::udp::{classify, cmsg_space, gro_segment, raw_recvmsg, socket_addr, Received};
 
 /// Most datagrams one [`RecvBatch::recv_nowait`] takes or one [`send_batch`] sends.
 pub const MAX_BATCH: usize = 16;
@@ -152,7 +152,7 @@ impl RecvBatch {
         // first control area and address storage, all owned by `self` (borrowed mutably for the
         // call), and at `iov`, all live until the call returns, with their true lengths; the kernel
         // writes only within them.
-        let r = unsafe { recvmsg(socket, &mut h) };
+        let r = unsafe { raw_recvmsg(socket, &mut h) };
         if r < 0 {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
@@ -284,7 +284,7 @@ pub fn recv_scattered_from_nowait(socket: &UdpSocket, parts: &mut [io::IoSliceMu
     // SAFETY: the header points at `parts` (each a live, exclusively borrowed buffer of its length),
     // the control area and the address storage, all live until the call returns, with their true
     // lengths; the kernel writes only within them.
-    let r = unsafe { recvmsg(socket, &mut h) };
+    let r = unsafe { raw_recvmsg(socket, &mut h) };
     if r < 0 {
         let e = io::Error::last_os_error();
         return match e.raw_os_error() {
@@ -301,71 +301,6 @@ pub fn recv_scattered_from_nowait(socket: &UdpSocket, parts: &mut [io::IoSliceMu
     }
     let segment = gro_segment(&control[..h.msg_controllen.min(CONTROL)]).filter(|&s| s < len);
     Ok(Scattered { received: classify(room, len), segment, from })
-}
-
-/// A `recvmsg` of whatever waits (`MSG_DONTWAIT`, `MSG_TRUNC`), made as the system call itself,
-/// as this module's other receives are. glibc's `recvmsg`, `recvfrom` and `recvmmsg` are thread
-/// cancellation points: each turns asynchronous cancellation on before the call and off after
-/// it, which no Rust thread needs (none is ever cancelled). Those two turns were 5.5% of a
-/// spinning UDP server's time on our VM, where the raw echo (rustix's system calls, which skip
-/// them) spent none: a spinning server looks at its socket about ten times a call. `-1` with
-/// `errno` set on failure, as glibc's.
-///
-/// # Safety
-///
-/// `h` must point only at memory the kernel may write, with its true lengths, live until the call
-/// returns.
-pub(crate) unsafe fn recvmsg(socket: &UdpSocket, h: &mut libc::msghdr) -> libc::c_long {
-    // SAFETY: as the caller promises; `syscall` passes the arguments to the kernel as they are.
-    unsafe {
-        libc::syscall(
-            libc::SYS_recvmsg,
-            libc::c_long::from(socket.as_raw_fd()),
-            h as *mut libc::msghdr,
-            libc::c_long::from(libc::MSG_DONTWAIT | libc::MSG_TRUNC),
-        )
-    }
-}
-
-/// A `sendmsg` of `h` with no flags, made as the system call itself, for the reason [`recvmsg`]
-/// is: glibc's `sendmsg` is a thread cancellation point, and turns asynchronous cancellation on
-/// and off around the call. `-1` with `errno` set on failure, as glibc's.
-///
-/// # Safety
-///
-/// `h` must point only at memory the kernel may read, with its true lengths, live until the call
-/// returns.
-pub(crate) unsafe fn sendmsg(socket: &UdpSocket, h: &libc::msghdr) -> libc::c_long {
-    // SAFETY: as the caller promises; `syscall` passes the arguments to the kernel as they are.
-    unsafe {
-        libc::syscall(
-            libc::SYS_sendmsg,
-            libc::c_long::from(socket.as_raw_fd()),
-            h as *const libc::msghdr,
-            libc::c_long::from(0),
-        )
-    }
-}
-
-/// The IP address and port in `storage`, of which the kernel wrote `len` bytes.
-pub(crate) fn socket_addr(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
-    let len = len as usize;
-    match i32::from(storage.ss_family) {
-        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family says the storage holds a `sockaddr_in`, which it is large and
-            // aligned enough for, and the kernel wrote all of it.
-            let a = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            Some(SocketAddrV4::new(ip, u16::from_be(a.sin_port)).into())
-        }
-        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: as above, for a `sockaddr_in6`.
-            let a = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
-            Some(SocketAddrV6::new(ip, u16::from_be(a.sin6_port), a.sin6_flowinfo, a.sin6_scope_id).into())
-        }
-        _ => None,
-    }
 }
 
 /// Sends each of `datagrams` (at most [`MAX_BATCH`]; the rest are not sent) to its address, with as
