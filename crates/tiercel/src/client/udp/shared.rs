@@ -207,7 +207,9 @@ impl SharedPort {
         let sent = if b.count > 1 {
             udp::send_segments(&self.socket, None, &[IoSlice::new(bytes)], b.segment)
         } else {
-            self.socket.send(bytes)
+            // (The system call itself, as every send of a call: `std`'s goes through the C
+            // library's cancellation-point wrapper.)
+            udp::send_gather(&self.socket, &[IoSlice::new(bytes)])
         };
         match sent {
             Ok(_) if b.count > 1 => {
@@ -216,7 +218,7 @@ impl SharedPort {
             Err(e) if udp::is_segmentation_refused(&e) => {
                 self.refused_at.fetch_min(b.segment, Ordering::Relaxed);
                 for d in bytes.chunks(b.segment) {
-                    let _ = self.socket.send(d);
+                    let _ = udp::send_gather(&self.socket, &[IoSlice::new(d)]);
                 }
             }
             _ => {}
