@@ -563,11 +563,11 @@ pub(crate) fn gro_segment(control: &[u8]) -> Option<usize> {
 }
 
 /// A `recvmsg` of whatever waits (`MSG_DONTWAIT`, `MSG_TRUNC`), made as the system call itself,
-/// as this crate's other receives are (rustix's, and `mmsg`'s). glibc's `recvmsg`, `recvfrom` and `recvmmsg` are thread
-/// cancellation points: each turns asynchronous cancellation on before the call and off after
-/// it, which no Rust thread needs (none is ever cancelled). Those two turns were 5.5% of a
-/// spinning UDP server's time on our VM, where the raw echo (rustix's system calls, which skip
-/// them) spent none: a spinning server looks at its socket about ten times a call. `-1` with
+/// as this crate's other receives are (rustix's, and `mmsg`'s). glibc's `recvmsg`, `recvfrom` and
+/// `recvmmsg` are thread cancellation points: each turns asynchronous cancellation on before the
+/// call and off after it, which no Rust thread needs (none is ever cancelled). Those two turns were
+/// 5.5% of a spinning UDP server's time on our VM, where the raw echo (rustix's system calls, which
+/// skip them) spent none: a spinning server looks at its socket about ten times a call. `-1` with
 /// `errno` set on failure, as glibc's.
 ///
 /// # Safety
