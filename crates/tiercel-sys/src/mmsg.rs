@@ -13,7 +13,7 @@ use std::os::fd::AsRawFd;
 use rustix::net::addr::SocketAddrArg;
 use rustix::net::{sendmmsg, MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
 
-use crate::udp::{classify, cmsg_space, gro_segment, raw_recvmsg, socket_addr, Received};
+use crate::udp::{classify, cmsg_space, gro_segment, raw_recvmsg, recv_parts, socket_addr, Received};
 
 /// Most datagrams one [`RecvBatch::recv_nowait`] takes or one [`send_batch`] sends.
 pub const MAX_BATCH: usize = 16;
@@ -268,39 +268,21 @@ pub struct Scattered {
 /// one place and payloads straight to where they belong.
 pub fn recv_scattered_from_nowait(socket: &UdpSocket, parts: &mut [io::IoSliceMut<'_>]) -> io::Result<Scattered> {
     let room: usize = parts.iter().map(|p| p.len()).sum();
-    // SAFETY: `sockaddr_storage` and `msghdr` are plain old data (integers, arrays and pointers),
-    // for which all zeroes is valid.
-    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-    let mut control = [0u8; CONTROL];
-    h.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
-    h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // `IoSliceMut` is guaranteed to be ABI compatible with `iovec` on Unix.
-    h.msg_iov = parts.as_mut_ptr().cast::<libc::iovec>();
-    h.msg_iovlen = parts.len() as _;
-    h.msg_control = control.as_mut_ptr().cast();
-    h.msg_controllen = CONTROL as _;
-    // SAFETY: the header points at `parts` (each a live, exclusively borrowed buffer of its length),
-    // the control area and the address storage, all live until the call returns, with their true
-    // lengths; the kernel writes only within them.
-    let r = unsafe { raw_recvmsg(socket, &mut h) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::EAGAIN | libc::ECONNREFUSED | libc::EINTR) => {
-                Ok(Scattered { received: Received::Nothing, segment: None, from: None })
-            }
-            _ => Err(e),
-        };
+    let got = match recv_parts(socket, parts, true) {
+        Ok(got) => got,
+        Err(e) => {
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::ECONNREFUSED | libc::EINTR) => {
+                    Ok(Scattered { received: Received::Nothing, segment: None, from: None })
+                }
+                _ => Err(e),
+            };
+        }
+    };
+    if got.truncated {
+        return Ok(Scattered { received: Received::Truncated(got.len), segment: None, from: got.from });
     }
-    let len = r as usize;
-    let from = socket_addr(&name, h.msg_namelen);
-    if h.msg_flags & libc::MSG_TRUNC != 0 || len > room {
-        return Ok(Scattered { received: Received::Truncated(len), segment: None, from });
-    }
-    let segment = gro_segment(&control[..h.msg_controllen.min(CONTROL)]).filter(|&s| s < len);
-    Ok(Scattered { received: classify(room, len), segment, from })
+    Ok(Scattered { received: classify(room, got.len), segment: got.segment, from: got.from })
 }
 
 /// Sends each of `datagrams` (at most [`MAX_BATCH`]; the rest are not sent) to its address, with as

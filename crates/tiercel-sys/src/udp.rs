@@ -644,7 +644,32 @@ fn recv_segments(
     want_addr: bool,
 ) -> io::Result<Option<(Segmented, Option<SocketAddr>)>> {
     let len = buf.len();
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: len };
+    let got = match recv_parts(socket, &mut [io::IoSliceMut::new(buf)], want_addr) {
+        Ok(got) => got,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let from = if want_addr { Some(got.from.ok_or_else(|| io::Error::other("non-IP sender address"))?) } else { None };
+    Ok(Some((Segmented { received: classify(len, got.len), segment: got.segment }, from)))
+}
+
+/// What one [`recv_parts`] brought.
+pub(crate) struct Parts {
+    /// The datagram's (or coalesced run's) whole length, whether or not the parts held it.
+    pub(crate) len: usize,
+    /// The parts could not hold all of it.
+    pub(crate) truncated: bool,
+    /// Each datagram of a coalesced run (UDP GRO) is this long but the last; `None`: one datagram.
+    pub(crate) segment: Option<usize>,
+    /// The sender, when asked for and the kernel gave an IP address.
+    pub(crate) from: Option<SocketAddr>,
+}
+
+/// One `recvmsg` that does not block ([`raw_recvmsg`]) of the datagram waiting on `socket`,
+/// scattered over `parts` in order, with room for a GRO segment size and, with `want_addr`, the
+/// sender's address. An error is the system call's (`WouldBlock` when nothing was waiting).
+pub(crate) fn recv_parts(socket: &UdpSocket, parts: &mut [io::IoSliceMut<'_>], want_addr: bool) -> io::Result<Parts> {
+    let room: usize = parts.iter().map(|p| p.len()).sum();
     let mut control = [0u8; cmsg_space(4) * 2];
     // SAFETY: `sockaddr_storage` and `msghdr` are plain old data (integers, arrays and pointers),
     // for which all zeroes is valid.
@@ -655,27 +680,23 @@ fn recv_segments(
         h.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
         h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     }
-    h.msg_iov = &mut iov;
-    h.msg_iovlen = 1;
+    // `IoSliceMut` is guaranteed to be ABI compatible with `iovec` on Unix.
+    h.msg_iov = parts.as_mut_ptr().cast::<libc::iovec>();
+    h.msg_iovlen = parts.len() as _;
     h.msg_control = control.as_mut_ptr().cast();
     h.msg_controllen = control.len() as _;
-    // SAFETY: the header points at `buf` (through `iov`), the control area and the address storage,
-    // all live and borrowed mutably until the call returns, with their true lengths; the kernel
-    // writes only within them. (The system call itself, not glibc's: [`raw_recvmsg`].)
+    // SAFETY: the header points at `parts` (each a live, exclusively borrowed buffer of its length),
+    // the control area and the address storage, all live until the call returns, with their true
+    // lengths; the kernel writes only within them.
     let r = unsafe { raw_recvmsg(socket, &mut h) };
     if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
+        return Err(io::Error::last_os_error());
     }
-    let full = r as usize;
-    let from = if want_addr {
-        let from = socket_addr(&name, h.msg_namelen);
-        Some(from.ok_or_else(|| io::Error::other("non-IP sender address"))?)
-    } else {
-        None
-    };
-    let segment = gro_segment(&control[..(h.msg_controllen as usize).min(control.len())]).filter(|&s| s < full);
-    Ok(Some((Segmented { received: classify(len, full), segment }, from)))
+    let len = r as usize;
+    let truncated = h.msg_flags & libc::MSG_TRUNC != 0 || len > room;
+    let segment = gro_segment(&control[..(h.msg_controllen as usize).min(control.len())]).filter(|&s| s < len);
+    let from = if want_addr { socket_addr(&name, h.msg_namelen) } else { None };
+    Ok(Parts { len, truncated, segment, from })
 }
 
 /// As [`recv_nowait`], on a socket with [`enable_gro`]: also says where the datagrams of a
