@@ -216,8 +216,10 @@ pub struct ServerConfig {
     pub connection_threads: usize,
     /// How long an idle worker spins for the next packet before blocking. A shared-memory binding's
     /// thread spins at most this long after each call (see `adaptive_spin`), then sleeps on a
-    /// futex; a TCP connection's reader spins this long after each frame. Only while it holds one
-    /// of `spinners` leases: otherwise it blocks at once. A UDP worker done with the datagrams it
+    /// futex (zero: it sleeps after every call, and its clients publish each call with a full
+    /// fence, where a server that spins issues a system-wide barrier before each sleep); a TCP
+    /// connection's reader spins this long after each frame. Only while it holds one of
+    /// `spinners` leases: otherwise it blocks at once. A UDP worker done with the datagrams it
     /// found, spinning or not, looks at its socket ten times before it blocks, so that calls
     /// streaming in from several callers find it awake (nine system calls a call more for a lone
     /// caller, after its result went out); it blocks first in a receive of the socket, for up to

@@ -253,13 +253,15 @@ fn results_read_in_other_slots_make_room_for_the_next_call() {
 
 #[test]
 fn calls_published_without_a_fence_wake_a_server_that_sleeps_between_them() {
-    // A server that does not spin sleeps on the doorbell after each call: every call below finds it
-    // asleep (or going to sleep) and must wake it. Its region says that its threads issue a
-    // system-wide barrier before they sleep, so this client (whose process receives them) publishes
-    // its calls with a compiler fence only. What can fail here is that setup (the header's word, the
-    // registration) and the calls' results: a wake-up lost would only make a call wait out the
-    // server's sleep (100 ms), not fail it. That none is lost is loom's to check (`loom_shm.rs`).
-    let s = server_with(ServerConfig { spin: Duration::ZERO, adaptive_spin: false, ..ServerConfig::default() });
+    // A server that spins 20 µs after each call, then sleeps on the doorbell: the calls below, 500
+    // µs apart, find it asleep; those 30 µs apart, on its way there. Its region says that its
+    // threads issue a system-wide barrier before they sleep, so this client (whose process
+    // receives them) publishes its calls with a compiler fence only. What can fail here is that
+    // setup (the header's word, the registration) and the calls' results: a wake-up lost would only
+    // make a call wait out the server's sleep (100 ms), not fail it. That none is lost is loom's to
+    // check (`loom_shm.rs`).
+    let spin = Duration::from_micros(20);
+    let s = server_with(ServerConfig { spin, adaptive_spin: false, ..ServerConfig::default() });
     let peek = hostile::Hostile::bind(s.rendezvous().expect("the server takes shared-memory clients"));
     assert!(tiercel_sys::shm::barriers_available(), "this kernel has membarrier's GLOBAL_EXPEDITED");
     assert_eq!(
@@ -268,13 +270,62 @@ fn calls_published_without_a_fence_wake_a_server_that_sleeps_between_them() {
         "the server says that it issues the barrier"
     );
     assert!(tiercel_sys::shm::receive_barriers(), "this process receives the server's barriers");
+    calls_wake_a_sleeping_server(&s);
+}
+
+#[test]
+fn a_server_that_never_spins_issues_no_barrier_and_its_clients_fence_themselves() {
+    // It sleeps after every call: a system-wide barrier before each sleep would cost every call a
+    // system call, where a fence costs the client a few cycles. Its region says so, and its clients'
+    // calls, published with a full fence, wake it each time.
+    let s = server_with(ServerConfig { spin: Duration::ZERO, adaptive_spin: false, ..ServerConfig::default() });
+    let peek = hostile::Hostile::bind(s.rendezvous().expect("the server takes shared-memory clients"));
+    assert_eq!(
+        peek.word(tiercel_proto::shm::header::SERVER_BARRIER).load(Ordering::Relaxed),
+        0,
+        "the server says that it issues no barrier"
+    );
+    calls_wake_a_sleeping_server(&s);
+}
+
+/// Calls over shared memory to `s` (whose binding's thread sleeps between them), each with the
+/// right result.
+fn calls_wake_a_sleeping_server(s: &tiercel::RunningServer) {
     let client: TestClient = Client::connect(format!("shm:{}", s.addr())).unwrap().import().unwrap();
     assert_eq!(client.binding().transport(), Transport::SharedMemory);
     for i in 0..200 {
         // Long enough for the server's thread to be asleep, or on its way, when the call comes.
-        std::thread::sleep(Duration::from_micros(if i % 2 == 0 { 500 } else { 20 }));
+        std::thread::sleep(Duration::from_micros(if i % 2 == 0 { 500 } else { 30 }));
         assert_eq!(client.add(i, 1).unwrap(), i + 1);
     }
+}
+
+#[test]
+fn a_client_gone_with_a_call_published_is_forgotten() {
+    // The server asks whether a binding's client is still there only when it wakes and finds no
+    // call: a client that published a call and went is served, then seen gone at the next wake.
+    let s = server();
+    let h = hostile::Hostile::bind(s.rendezvous().unwrap());
+    assert_eq!(s.bindings(), 1);
+    let base = h.layout.slot(0);
+    use tiercel_proto::shm::{header, slot};
+    h.word(base + slot::PROCEDURE).store(0, Ordering::Relaxed);
+    h.word(base + slot::LEN).store(0, Ordering::Relaxed);
+    h.word(header::SLOTS_USED).store(1, Ordering::SeqCst);
+    tiercel_proto::shm::client_publish(
+        h.word(base + slot::STATE),
+        h.word(header::SERVER_SLEEPING),
+        h.word(header::DOORBELL),
+    );
+    tiercel_sys::shm::futex_wake(h.word(header::DOORBELL), 1);
+    drop(h);
+    let start = Instant::now();
+    while s.bindings() > 0 {
+        assert!(start.elapsed() < Duration::from_secs(2), "the binding of a client gone not freed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.stats().expired, 1);
+    assert_eq!(s.stats().calls, 1, "its call was served");
 }
 
 #[test]

@@ -244,9 +244,10 @@ fn bind(
                 for (at, v) in layout.header_words() {
                     region.u32_at(at)?.store(v, Ordering::Relaxed);
                 }
-                // The binding's threads issue a system-wide barrier before they sleep: its clients
-                // may publish their calls without a fence (`proto::client_publish_light`).
-                let barrier = u32::from(tiercel_sys::shm::barriers_available());
+                // Whether the binding's threads issue a system-wide barrier before they sleep: its
+                // clients may then publish their calls without a fence
+                // (`proto::client_publish_light`).
+                let barrier = u32::from(issues_barriers(&shared.config));
                 region.u32_at(header::SERVER_BARRIER)?.store(barrier, Ordering::Relaxed);
                 Some((region, layout))
             },
@@ -298,6 +299,17 @@ impl Drop for Release<'_> {
             self.0.endpoint.release(&place);
         }
     }
+}
+
+/// Whether the threads of a binding of a server with `config` issue a system-wide barrier
+/// (`membarrier`) before they sleep, so that its clients publish their calls with a compiler fence
+/// only ([`header::SERVER_BARRIER`]): when the kernel has the barrier and the server spins. A
+/// server that never spins (`spin` zero) sleeps after every call, and the barrier, a system call,
+/// would come before each of them; its clients fence themselves instead (a full fence a call,
+/// which waits for nothing while the server sleeps). Decided when the region is made and never
+/// changed: a client that read the word publishes as it says.
+pub(super) fn issues_barriers(config: &crate::ServerConfig) -> bool {
+    !config.spin.is_zero() && tiercel_sys::shm::barriers_available()
 }
 
 /// Calls of shared-memory bindings running now: threads marked running a call in their lane (a

@@ -275,7 +275,10 @@ impl<'a> Worker<'a> {
                 self.shrink();
                 team.forget_taken();
             }
-            if shared.stop.load(Ordering::Relaxed) || tiercel_sys::shm::peer_closed(stream) {
+            // Whether the client is still there is asked (a system call) only of a wake that found
+            // no call: one that found a call serves it first, a system call sooner. A client gone
+            // is seen within a sleep's period (`LIVENESS`), as before.
+            if shared.stop.load(Ordering::Relaxed) || (!self.any_published() && tiercel_sys::shm::peer_closed(stream)) {
                 // The client died or dropped the binding: its region goes with this thread.
                 shared.stats.expired.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -332,8 +335,8 @@ impl<'a> Worker<'a> {
             // The region tells clients that this barrier comes (`header::SERVER_BARRIER`), so they
             // publish without a fence: it puts theirs here. (Should it ever fail, clients are told
             // to fence again; a call published meanwhile without one waits out this sleep's period
-            // at most.)
-            if tiercel_sys::shm::barriers_available() && !tiercel_sys::shm::barrier() {
+            // at most.) A server that never spins does not issue it (`issues_barriers`).
+            if super::issues_barriers(&self.team.shared.config) && !tiercel_sys::shm::barrier() {
                 self.word(header::SERVER_BARRIER).store(0, Ordering::SeqCst);
             }
             self.team.any_call()
