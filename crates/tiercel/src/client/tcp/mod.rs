@@ -257,7 +257,8 @@ impl TcpEndpoint {
         mut tail: Option<&mut [u8]>,
     ) -> Result<(), CallError> {
         let spin_until = start + self.spin.budget();
-        let mut spinner = SPINNERS.start();
+        // Counted among the spinners only if it spins.
+        let mut spinner = if spin_until > start { SPINNERS.start() } else { SPINNERS.not_spinning() };
         // A caller that blocks at once (spinning off): its place among the others that wait, and
         // the turns it took among them (`spin::WAIT_TURNS`), each a yield of the CPU and a look.
         let (mut waiting, mut turns) = (None, 0);
