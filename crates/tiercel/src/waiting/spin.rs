@@ -40,15 +40,6 @@ impl Spinners {
         self.n.fetch_add(1, Ordering::Relaxed);
         Spinner { spinners: self, counted: true }
     }
-
-    /// A caller that does not spin (yet): counted once it does ([`Spinner::resume`]). A caller
-    /// that blocks at once then writes the count's line no time a call, where counting itself
-    /// and stopping before it blocked wrote it twice (two locked instructions, the first on a
-    /// line that its sleep may have left cold).
-    #[inline]
-    pub(crate) fn not_spinning(&self) -> Spinner<'_> {
-        Spinner { spinners: self, counted: false }
-    }
 }
 
 /// The most turns a UDP or TCP caller that blocks at once takes among the others before it blocks: each

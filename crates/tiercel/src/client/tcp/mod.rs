@@ -257,8 +257,9 @@ impl TcpEndpoint {
         mut tail: Option<&mut [u8]>,
     ) -> Result<(), CallError> {
         let spin_until = start + self.spin.budget();
-        // Counted among the spinners only if it spins.
-        let mut spinner = if spin_until > start { SPINNERS.start() } else { SPINNERS.not_spinning() };
+        // Counted among the spinners until it blocks, a caller that blocks at once too (see the
+        // UDP caller's wait).
+        let mut spinner = SPINNERS.start();
         // A caller that blocks at once (spinning off): its place among the others that wait, and
         // the turns it took among them (`spin::WAIT_TURNS`), each a yield of the CPU and a look.
         let (mut waiting, mut turns) = (None, 0);
