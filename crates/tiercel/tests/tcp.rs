@@ -454,6 +454,94 @@ fn a_slow_call_holds_up_only_its_own_caller_on_a_shared_connection() {
     assert_eq!(server.bindings(), 1);
 }
 
+/// A client of `server` over TCP whose callers never spin: each waits for its result blocked.
+fn blocking(server: &tiercel::RunningServer) -> TestClient {
+    Client::connect(format!("tcp://{}", server.addr()))
+        .unwrap()
+        .with_config(ClientConfig { spin: tiercel::Spin::Never, ..ClientConfig::default() })
+        .import()
+        .unwrap()
+}
+
+#[test]
+fn callers_that_block_at_once_wait_in_their_receives_and_get_every_result_whole() {
+    // A lone reader that blocks waits in its receive, which takes at most 512 bytes; the rest of a
+    // larger result is read after it as any read's. Every result must still come whole, to its own
+    // caller, alone and with threads whose results come back together.
+    let server = serve();
+    let client = blocking(&server);
+    for round in 0..100 {
+        seeds::check_all(&client, round).unwrap();
+    }
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                for i in 0..300 {
+                    assert_eq!(client.add(t * 100_000, i).unwrap(), t * 100_000 + i);
+                    if i % 50 == 0 {
+                        seeds::check_all(&client, i as u32).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(server.stats().malformed, 0);
+    assert_eq!(client.binding().stats().stale, 0);
+    assert_eq!(server.bindings(), 1);
+}
+
+#[test]
+fn a_blocking_caller_waiting_in_its_receive_for_a_slow_call_holds_up_no_other_caller() {
+    // The slow call's caller reads the connection, waiting in its receive without the lock that
+    // the other callers send and look for their results under: their calls go out and their
+    // results reach them (the receive returns with them) while the slow one still runs.
+    let server = serve();
+    let client = blocking(&server);
+    let slow = {
+        let client = client.clone();
+        std::thread::spawn(move || client.work(1_000_000))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let mut done = 0;
+    while !slow.is_finished() && done < 200 {
+        assert_eq!(client.add(done, 1).unwrap(), done + 1);
+        done += 1;
+    }
+    assert!(!slow.is_finished(), "the quick calls waited for the slow one ({done} done)");
+    slow.join().unwrap().unwrap();
+    assert_eq!(client.binding().stats().stale, 0);
+}
+
+#[cfg(feature = "async")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_callers_go_on_once_async_calls_share_their_connection() {
+    // The first async call registers the connection with the reactor, which takes only a socket
+    // that does not block: from then on the blocking callers wait in `poll`, not in their
+    // receives, and both kinds get their results.
+    let server = serve();
+    let client = blocking(&server);
+    let sync = client.clone();
+    tokio::task::spawn_blocking(move || seeds::check_all(&sync, 1)).await.unwrap().unwrap();
+    let asynch = client.to_async();
+    assert_eq!(asynch.add(2, 3).await.unwrap(), 5);
+    let sync = client.clone();
+    let blocked = tokio::task::spawn_blocking(move || {
+        for i in 0..300 {
+            assert_eq!(sync.add(i, 1).unwrap(), i + 1);
+        }
+        seeds::check_all(&sync, 2)
+    });
+    for i in 0..300 {
+        assert_eq!(asynch.add(i, 2).await.unwrap(), i + 2);
+    }
+    blocked.await.unwrap().unwrap();
+    assert_eq!(client.binding().stats().stale, 0);
+}
+
 /// Procedures whose one buffer is an `InOut` and their last argument: a large call runs on it
 /// where its frame was read, and the result goes back from there and is read straight into the
 /// caller's buffer.

@@ -10,7 +10,11 @@ impl Link {
     /// it is never read through.)
     fn ready(&self) -> Result<&tokio::net::TcpStream, CallError> {
         let ready = self.ready.get_or_init(|| {
+            // The reactor takes only a stream that does not block: the duplicate's mode is the
+            // socket's, so its readers wait in `poll` from now on, not in their receives.
+            self.reads_block.store(false, std::sync::atomic::Ordering::Relaxed);
             let stream = self.stream.try_clone().ok()?;
+            stream.set_nonblocking(true).ok()?;
             tokio::net::TcpStream::from_std(stream).ok()
         });
         ready.as_ref().ok_or(CallError::Internal(crate::error::Invariant::NotRegistered))

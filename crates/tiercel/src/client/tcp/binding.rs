@@ -34,6 +34,12 @@ pub(crate) fn bind(
     let proven = keys.as_ref().map(|k| k.peer());
     let seal = keys.map(|k| Arc::new(k.session(granted.binding)));
     let records = seal.as_ref().map(|_| framed::Records::new());
+    // A plain connection's reader waits in its receive: its receives block, each for at most a tick
+    // of the kernel's clock (every other read and write of it still returns at once).
+    let receive_wait = match seal {
+        None => tiercel_sys::tcp::set_receive_wait(&stream, crate::waiting::RECEIVE_WAIT),
+        Some(_) => None,
+    };
     let link = Link {
         stream,
         seal,
@@ -41,6 +47,7 @@ pub(crate) fn bind(
         writing: Mutex::new(()),
         demux: Mutex::new(Demux {
             reading: false,
+            away: false,
             heir: None,
             frames: Deframer::new(BUFFER, stream::max_frame(config.timing.max_message)),
             records,
@@ -54,6 +61,8 @@ pub(crate) fn bind(
         }),
         silence: dead_after.max(MIN_SILENCE),
         send_timeout: dead_after,
+        reads_block: std::sync::atomic::AtomicBool::new(receive_wait.is_some()),
+        receive_wait: receive_wait.unwrap_or_default(),
         #[cfg(feature = "async")]
         ready: std::sync::OnceLock::new(),
     };

@@ -24,6 +24,9 @@ pub(super) struct Mail {
 pub(super) struct Demux {
     /// A caller is reading the connection.
     pub(super) reading: bool,
+    /// The reader waits in its receive, the demux let go ([`Link::pump_waiting`]): nobody else
+    /// reads until it is back, so that the connection's bytes come into the frames in order.
+    pub(super) away: bool,
     /// The slot of the caller woken to read it next, if one was: until it comes (or gives up), no
     /// other caller takes the reading.
     pub(super) heir: Option<u32>,

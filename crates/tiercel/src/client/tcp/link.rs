@@ -16,6 +16,10 @@ pub(crate) struct Link {
     pub(super) silence: Duration,
     /// How long a write may wait for the server to make room.
     pub(super) send_timeout: Duration,
+    /// Whether a waiting reader blocks in its receive ([`Link::reads_block`]).
+    pub(super) reads_block: std::sync::atomic::AtomicBool,
+    /// How long such a receive blocks at most, as the kernel took it.
+    pub(super) receive_wait: Duration,
     /// Readiness of the connection on the runtime of async calls (made by the first).
     #[cfg(feature = "async")]
     pub(super) ready: std::sync::OnceLock<Option<tokio::net::TcpStream>>,
@@ -80,7 +84,62 @@ impl Link {
                     .map(|moved| if moved { Got::Filled } else { Got::Nothing }),
                 _ => framed::receive_up_to(&self.stream, &mut demux.frames, most),
             };
-        let got = match landed.unwrap_or_else(read) {
+        let got = landed.unwrap_or_else(read);
+        self.settle(demux, binding, got)
+    }
+
+    /// A reader's wait on a plain connection whose receives may block ([`Link::reads_block`]): one
+    /// receive that blocks until bytes come (at most the stream's receive wait), where `poll` and
+    /// a read after it take two system calls. The demux is not held meanwhile, so that the other
+    /// callers send and look at their mailboxes; it is marked [`Demux::away`] instead, and nobody
+    /// else reads until the receive returns. At most [`WAIT_READ`] bytes come in the receive, into
+    /// this thread's stack, and are then copied into the frames (a larger result's rest is read
+    /// there as any read's). Returns what the receive got, [`Got::Nothing`] when the wait passed or
+    /// the stream did not block; Err when the connection is over (the demux broken off).
+    pub(super) fn pump_waiting(&self, binding: &BindingInner) -> Result<Got, ()> {
+        let room = {
+            let mut demux = self.demux();
+            if demux.away || demux.broken.is_some() {
+                return Ok(Got::Nothing);
+            }
+            let room = demux.frames.spare().len().min(WAIT_READ);
+            if room == 0 {
+                return Ok(Got::Nothing);
+            }
+            demux.away = true;
+            room
+        };
+        let mut buf = [0u8; WAIT_READ];
+        let read = tiercel_sys::tcp::read_wait(&self.stream, &mut buf[..room]);
+        let mut demux = self.demux();
+        demux.away = false;
+        let got = match read {
+            Ok(None) => Ok(Got::Nothing),
+            Ok(Some(0)) => Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(Some(n)) => {
+                // Nobody touched the frames meanwhile: their spare room is still at least `room`.
+                let spare = demux.frames.spare();
+                let n = n.min(spare.len());
+                spare[..n].copy_from_slice(&buf[..n]);
+                demux.frames.filled(n);
+                Ok(if n < room { Got::Drained } else { Got::Filled })
+            }
+            Err(e) => Err(e),
+        };
+        self.settle(&mut demux, binding, got)
+    }
+
+    /// Whether a reader may wait in its receive ([`Link::pump_waiting`]): the connection is plain,
+    /// the kernel took its receive wait, and no async call has registered it with the reactor
+    /// (which takes only a stream that does not block).
+    pub(super) fn reads_block(&self) -> bool {
+        self.reads_block.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What a read of the connection brought, delivered: the demux broken off (Err) when the read
+    /// failed or the server broke the protocol.
+    fn settle(&self, demux: &mut Demux, binding: &BindingInner, got: std::io::Result<Got>) -> Result<Got, ()> {
+        let got = match got {
             Ok(got) => got,
             Err(e) => {
                 let why = match e.kind() {

@@ -67,6 +67,9 @@ const SCRATCH: usize = 4096;
 const TICK: Duration = Duration::from_millis(100);
 /// Prefix and header of every frame.
 const FRAME_HEAD: usize = PREFIX_LEN + HEADER_LEN;
+/// Most bytes a reader waiting in its receive takes in it ([`Link::pump_waiting`]): a few small
+/// results' frames.
+const WAIT_READ: usize = 512;
 /// A waiting caller reads the connection itself when nobody has for this long.
 const STALE_READER: Duration = Duration::from_millis(50);
 /// After this long without a call, a call first looks whether the server closed the connection.
@@ -266,6 +269,9 @@ impl TcpEndpoint {
         // Alone, it waits for the connection to be readable before its first read: a read made as
         // soon as the call is sent finds nothing. Beside others, it reads after its first turn.
         let mut read = spin_until > start || waiting.insert(SPINNERS.waiting()).take_turn(&mut turns);
+        // Whether the reader's next wait is in its receive (`Link::pump_waiting`): not after one
+        // that found nothing, until a wait in `poll` has passed.
+        let mut in_receive = true;
         loop {
             let now = Instant::now();
             // Spinning, nobody need wake this thread; about to block, it says how.
@@ -287,6 +293,18 @@ impl TcpEndpoint {
             spinner.stop();
             let tick = deadline.map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
             crate::steps::slept(crate::steps::Side::Client);
+            if reading
+                && in_receive
+                && tail.is_none()
+                && link.reads_block()
+                && deadline.is_none_or(|d| d.saturating_duration_since(now) > link.receive_wait)
+            {
+                // Waits in the receive (no result lent a buffer, no deadline within the wait): the
+                // look and the wait in one system call. A deadline is never passed by it.
+                in_receive = !matches!(link.pump_waiting(inner), Ok(Got::Nothing));
+                continue;
+            }
+            in_receive = true;
             if reading {
                 let readable = tiercel_sys::udp::wait_readable_fd(&link.stream, Some(tick));
                 if let Err(e) = readable {
@@ -403,7 +421,7 @@ impl TcpEndpoint {
         // The reader reads; so does anyone when the reader has not for a while (an async task
         // whose runtime is busy elsewhere must not hold up the binding's threads). The lock makes
         // any number of readers safe: the role only spares the socket needless reads.
-        if read && (self.reading || now.saturating_duration_since(demux.pumped) >= STALE_READER) {
+        if read && !demux.away && (self.reading || now.saturating_duration_since(demux.pumped) >= STALE_READER) {
             demux.pumped = now;
             // (A sealed result opens only whole: none is read straight into a lent buffer.)
             let tail = tail.filter(|_| link.seal.is_none());
