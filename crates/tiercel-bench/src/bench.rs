@@ -240,7 +240,7 @@ pub fn run(args: Args) -> crate::Result<()> {
                 (Medium::Shm, true) => "shared memory; both sides spin on the slot's words (never block)",
                 (Medium::Shm, false) => "shared memory; both sides sleep on futexes at once (no spinning)",
                 (Medium::Tcp, true) => "TCP over loopback; both sides busy-poll (non-blocking read in a loop)",
-                (Medium::Tcp, false) => "TCP over loopback; both sides block at once (no spinning): tiercel's caller in poll(), its server in read() after calls (for up to a tick of the kernel's clock, then in poll()), the raw ping-pong in read()",
+                (Medium::Tcp, false) => "TCP over loopback; both sides block at once (no spinning): tiercel's caller in recv() (with a read timeout, then in poll()), its server in read() after calls (for up to a tick of the kernel's clock, then in poll()), the raw ping-pong in read()",
             };
             crate::progress::doing(&format!("latency {}", medium.name()));
             outln!("\n{policy}; {calls} timed calls per row in {rounds} interleaved rounds, after 2,000 warm-up calls");
