@@ -435,23 +435,28 @@ fn a_client_that_never_reads_its_results_is_cut_off() {
 
 #[test]
 fn a_slow_call_holds_up_only_its_own_caller_on_a_shared_connection() {
+    // The connection's thread is running the slow call: another of its threads reads and runs
+    // the quick ones, while the slow one goes on.
     let server = serve();
-    let client = tcp(&server);
+    quick_calls_pass_a_slow_one(&tcp(&server));
+    assert_eq!(server.bindings(), 1);
+}
+
+/// Makes a call of 1 s on `client` from another thread, then quick calls while it runs: they must
+/// not wait for it.
+fn quick_calls_pass_a_slow_one(client: &TestClient) {
     let slow = {
         let client = client.clone();
         std::thread::spawn(move || client.work(1_000_000))
     };
     std::thread::sleep(Duration::from_millis(100));
-    // The connection's thread is running the slow call: another of its threads reads and runs
-    // these, while the slow one goes on.
     let mut done = 0;
     while !slow.is_finished() && done < 200 {
         assert_eq!(client.add(done, 1).unwrap(), done + 1);
         done += 1;
     }
-    assert!(!slow.is_finished(), "the fast calls waited for the slow one ({done} done)");
+    assert!(!slow.is_finished(), "the quick calls waited for the slow one ({done} done)");
     slow.join().unwrap().unwrap();
-    assert_eq!(server.bindings(), 1);
 }
 
 /// A client of `server` over TCP whose callers never spin: each waits for its result blocked.
@@ -501,18 +506,7 @@ fn a_blocking_caller_waiting_in_its_receive_for_a_slow_call_holds_up_no_other_ca
     // results reach them (the receive returns with them) while the slow one still runs.
     let server = serve();
     let client = blocking(&server);
-    let slow = {
-        let client = client.clone();
-        std::thread::spawn(move || client.work(1_000_000))
-    };
-    std::thread::sleep(Duration::from_millis(100));
-    let mut done = 0;
-    while !slow.is_finished() && done < 200 {
-        assert_eq!(client.add(done, 1).unwrap(), done + 1);
-        done += 1;
-    }
-    assert!(!slow.is_finished(), "the quick calls waited for the slow one ({done} done)");
-    slow.join().unwrap().unwrap();
+    quick_calls_pass_a_slow_one(&client);
     assert_eq!(client.binding().stats().stale, 0);
 }
 
