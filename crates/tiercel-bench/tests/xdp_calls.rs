@@ -264,7 +264,7 @@ fn async_tasks_call_through_af_xdp_and_read_their_results_from_every_queue() {
     let (transport, refused, received) = in_namespace(&pair.b, move || {
         // One thread for every task: a task that held it while it waited would stall the rest.
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async move {
+        let client = runtime.block_on(async move {
             let client: TestAsyncClient =
                 Client::connect(format!("xdp://{addr}")).unwrap().import_async().await.unwrap();
             let tasks: Vec<_> = (0..TASKS)
@@ -301,13 +301,33 @@ fn async_tasks_call_through_af_xdp_and_read_their_results_from_every_queue() {
             fill(&mut big);
             client.bulk_in_out(InOut(&mut big)).await.unwrap();
             assert!(big.iter().enumerate().all(|(i, &b)| b == pattern(i)), "64 KiB came back changed");
+            client
+        });
+        drop(runtime);
+        // The binding outlives its first runtime: the calls of the next wait at the station
+        // through that one's reactor (four at once, so that they wait).
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let tasks: Vec<_> = (0..4)
+                .map(|t| {
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        for i in 0..10 {
+                            assert_eq!(client.add(t, i).await.unwrap(), t + i, "the second runtime's calls");
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
             let station = tiercel_sys::xdp::Station::on(&vb).unwrap();
             let binding = client.binding();
             (binding.transport(), binding.xdp_refused(), station.stats().received)
         })
     });
     assert_eq!((transport, refused), (Transport::Xdp, None));
-    let calls = (TASKS * ROUNDS * 3 + 5) as u64;
+    let calls = (TASKS * ROUNDS * 3 + 5 + 40) as u64;
     assert!(received >= calls, "{received} datagrams through the station for {calls} calls");
     // Only the bind's datagrams reached the client's kernel.
     let after = kernel_udp(&pair.b);

@@ -116,6 +116,38 @@ fn an_async_call_outside_a_runtime_fails_typed_and_never_ran() {
     }
 }
 
+#[test]
+fn calls_of_a_runtime_made_after_the_first_was_shut_down_complete() {
+    // A binding outlives the runtime its first async calls ran on: what they registered with that
+    // runtime's reactor does not hold up the calls of the next.
+    let served = serve(ServerConfig::default());
+    for (scheme, transport) in TRANSPORTS {
+        let mut client = None;
+        for round in 0..3u64 {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            runtime.block_on(async {
+                if client.is_none() {
+                    client = Some(import(&served, scheme).await);
+                }
+                let client = client.as_ref().unwrap();
+                // Several at once: they wait for their results on the reactor, not spinning.
+                let calls: Vec<_> = (0..8u64)
+                    .map(|t| async move {
+                        for i in 0..50 {
+                            let (a, b) = (i, round * 100 + t);
+                            assert_eq!(client.add(a, b).await.unwrap(), a + b, "{transport:?} round {round}");
+                        }
+                    })
+                    .collect();
+                futures_join_all(calls).await;
+            });
+            drop(runtime);
+            std::thread::sleep(std::time::Duration::from_millis(30));
+        }
+        assert_eq!(client.unwrap().binding().transport(), transport);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_of_argument_over_both_transports() {
     let served = serve(ServerConfig::default());

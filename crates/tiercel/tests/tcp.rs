@@ -513,9 +513,9 @@ fn a_blocking_caller_waiting_in_its_receive_for_a_slow_call_holds_up_no_other_ca
 #[cfg(feature = "async")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_callers_go_on_once_async_calls_share_their_connection() {
-    // The first async call registers the connection with the reactor, which takes only a socket
-    // that does not block: from then on the blocking callers wait in `poll`, not in their
-    // receives, and both kinds get their results.
+    // An async call that waits registers the connection with the reactor, which takes only a
+    // socket that does not block: while async calls wait on it the blocking callers wait in
+    // `poll`, not in their receives, and both kinds get their results.
     let server = serve();
     let client = blocking(&server);
     let sync = client.clone();
@@ -533,6 +533,43 @@ async fn blocking_callers_go_on_once_async_calls_share_their_connection() {
         assert_eq!(asynch.add(i, 2).await.unwrap(), i + 2);
     }
     blocked.await.unwrap().unwrap();
+    assert_eq!(client.binding().stats().stale, 0);
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn async_calls_of_a_runtime_made_after_the_first_was_shut_down_wait_on_its_own_reactor() {
+    // The connection is registered with the reactor of the runtime whose async calls wait on it,
+    // and let go once none has for a while (10 ms): the async calls of a later runtime register it
+    // with theirs, and the blocking callers between them wait in their receives again.
+    let server = serve();
+    let client = blocking(&server);
+    let asynch = client.to_async();
+    for round in 0..3 {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async {
+            // Four at once, each never spinning: every call waits on the reactor.
+            let tasks: Vec<_> = (0..4)
+                .map(|t| {
+                    let asynch = asynch.clone();
+                    tokio::spawn(async move {
+                        for i in 0..100 {
+                            assert_eq!(asynch.add(i, round * 10 + t).await.unwrap(), i + round * 10 + t);
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        drop(rt);
+        std::thread::sleep(Duration::from_millis(30));
+        for i in 0..50 {
+            assert_eq!(client.add(i, round).unwrap(), i + round);
+        }
+    }
+    seeds::check_all(&client, 3).unwrap();
     assert_eq!(client.binding().stats().stale, 0);
 }
 

@@ -2,17 +2,18 @@
 //!
 //! A call takes an endpoint (client slot, socket or shared-memory slot, buffers) from the binding's
 //! pool, sends from the task that awaits it, and waits without holding a thread: over UDP on the
-//! endpoint's own socket, registered with tokio's reactor, so the result is read by the task it is
-//! for, from the socket into the endpoint's buffer, with no handoff; through AF_XDP on the station,
-//! one waiting reader at a time polling its sockets through the reactor and leaving the others'
-//! datagrams in their mailboxes, which wakes their tasks; through shared memory on the
-//! slot, whose result one thread of the client's process watches for every async call of the
-//! binding (the client doorbell), waking the task, which copies the result out itself. A call that is
-//! the only one of its binding in flight first spins for about the expected round trip, as a
-//! synchronous call does (waking a parked runtime thread costs more than a round trip on a small
-//! machine); with several in flight, each yields at once (over UDP, a call not alone waits for its
-//! socket to be readable before its first look, so it makes no receive that cannot yet succeed:
-//! one system call fewer per call, a send and a receive left).
+//! endpoint's own socket, registered with tokio's reactor while calls wait on it
+//! ([`REACTOR_IDLE`]), so the result is read by the task it is for, from the socket into the
+//! endpoint's buffer, with no handoff; through AF_XDP on the station, one waiting reader at a time
+//! polling its sockets through the reactor and leaving the others' datagrams in their mailboxes,
+//! which wakes their tasks; through shared memory on the slot, whose result one thread of the
+//! client's process watches for every async call of the binding (the client doorbell), waking the
+//! task, which copies the result out itself. A call that is the only one of its binding in flight
+//! first spins for about the expected round trip, as a synchronous call does (waking a parked
+//! runtime thread costs more than a round trip on a small machine); with several in flight, each
+//! yields at once (over UDP, a call not alone waits for its socket to be readable before its first
+//! look, so it makes no receive that cannot yet succeed: one system call fewer per call, a send and
+//! a receive left).
 //!
 //! When every slot of the binding is in use, a call waits for one to come back: calls queue, in
 //! the order they asked, rather than fail. Dropping a call's future before it completes cancels it:
@@ -32,6 +33,7 @@ use super::shm::{Link, ShmEndpoint};
 use super::tcp::TcpEndpoint;
 use super::udp::{Step, UdpEndpoint};
 use super::BindingInner;
+use crate::waiting::REACTOR_IDLE;
 use crate::wire::Segments;
 use crate::{Binding, CallError};
 
@@ -51,10 +53,10 @@ pub(crate) struct AsyncState {
     results: AtomicU64,
     /// The thread that watches the shared-memory slots of async calls (started by the first).
     waiter: Waiter,
-    /// The readiness of the binding's AF_XDP station, registered with the reactor of the first
-    /// async call through it.
+    /// The readiness of the binding's AF_XDP station, registered with the reactor of the runtime
+    /// whose async call last waited at it.
     #[cfg(feature = "xdp")]
-    station_ready: std::sync::OnceLock<Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>>,
+    station_ready: Mutex<Option<(tokio::runtime::Id, Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>)>>,
 }
 
 #[derive(Default)]
@@ -90,14 +92,11 @@ impl AsyncEndpoint {
                 let mut ep = UdpEndpoint::new(inner, false)?;
                 #[cfg(feature = "xdp")]
                 if let Some(port) = ep.xdp_port() {
-                    let fd = inner.asynch.station_ready(&port.station)?;
-                    let ready = Ready::Station { fd, station: port.station.clone(), port: port.port };
+                    let ready = Ready::Station { station: port.station.clone(), port: port.port };
                     return Ok(AsyncEndpoint::Udp { ready, ep });
                 }
                 ep.set_nonblocking()?;
-                let socket = ep.socket().try_clone()?;
-                let ready = Ready::Socket(tokio::net::UdpSocket::from_std(socket)?);
-                Ok(AsyncEndpoint::Udp { ready, ep })
+                Ok(AsyncEndpoint::Udp { ready: Ready::Socket(None), ep })
             }
             (Some(link), _) => ShmEndpoint::new(inner, link).map(AsyncEndpoint::Shm),
             (None, Some(link)) => TcpEndpoint::new(inner, link).map(AsyncEndpoint::Tcp),
@@ -208,7 +207,7 @@ fn in_runtime() -> Result<(), CallError> {
 
 async fn run_udp(
     binding: &Binding,
-    ready: &Ready,
+    ready: &mut Ready,
     ep: &mut UdpEndpoint,
     procedure: u16,
     segs: &Segments<'_>,
@@ -226,8 +225,9 @@ async fn run_udp(
         Some(tail) => ep.send_lent(binding, procedure, segs, tail)?,
         None => ep.send_call(binding, procedure, segs)?,
     };
+    ready.leave_if_idle();
     if !alone {
-        ready.wait(ep).await?;
+        ready.wait(inner, ep).await?;
     }
     // The clock's last reading before each look: when what the look finds was received, to the
     // call's timers (see `UdpEndpoint::step`).
@@ -254,7 +254,7 @@ async fn run_udp(
             core::hint::spin_loop();
             continue;
         }
-        ready.wait(ep).await?;
+        ready.wait(inner, ep).await?;
         seen = Instant::now();
     }
     ep.observe(seen.saturating_duration_since(start));
@@ -264,21 +264,45 @@ async fn run_udp(
 
 /// How an async UDP call learns that a datagram may be there for it.
 pub(crate) enum Ready {
-    /// Its socket, registered with the reactor (a duplicate of the endpoint's descriptor,
-    /// non-blocking: same socket, so readiness of one is readiness of the other).
-    Socket(tokio::net::UdpSocket),
-    /// Its port's mailbox at an AF_XDP station, and the station's sockets through `fd` (the
-    /// binding's, registered with the reactor) while the call's task has the turn to poll them.
+    /// Its socket, registered with the reactor of the runtime whose call last waited on it, while
+    /// calls wait on it ([`REACTOR_IDLE`]; `None` when not).
+    Socket(Option<Registered>),
+    /// Its port's mailbox at an AF_XDP station, and the station's sockets (through the binding's
+    /// registration of their readiness with the reactor) while the call's task has the turn to
+    /// poll them.
     #[cfg(feature = "xdp")]
-    Station { fd: Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>, station: Arc<crate::xdp::Station>, port: u16 },
+    Station { station: Arc<crate::xdp::Station>, port: u16 },
+}
+
+/// An async UDP endpoint's socket registered with a runtime's reactor (a duplicate of the
+/// endpoint's descriptor, non-blocking: same socket, so readiness of one is readiness of the other).
+pub(crate) struct Registered {
+    socket: tokio::net::UdpSocket,
+    /// The runtime whose reactor it is registered with.
+    runtime: tokio::runtime::Id,
+    /// When a call last stopped waiting on it (`tiercel_sys::clock::ticks`).
+    last: u64,
 }
 
 impl Ready {
-    /// Forgets that a datagram came (see [`clear_readiness`]).
+    /// Lets the socket's registration go when no call has waited on it for [`REACTOR_IDLE`].
+    #[inline]
+    fn leave_if_idle(&mut self) {
+        if let Ready::Socket(registered @ Some(_)) = self {
+            let idle = |r: &Registered| tiercel_sys::clock::ticks().saturating_sub(r.last);
+            if registered.as_ref().is_some_and(|r| idle(r) >= tiercel_sys::clock::ticks_in(REACTOR_IDLE)) {
+                *registered = None;
+            }
+        }
+    }
+
+    /// Forgets that a datagram came (see [`clear_readiness`]); a socket not registered has nothing
+    /// to forget (its registration, when a wait makes it, starts from what the socket holds).
     #[inline]
     fn clear(&self) {
         match self {
-            Ready::Socket(socket) => clear_readiness(socket),
+            Ready::Socket(Some(registered)) => clear_readiness(&registered.socket),
+            Ready::Socket(None) => {}
             // A station's readiness is cleared by the task that polls, when it wakes.
             #[cfg(feature = "xdp")]
             Ready::Station { .. } => {}
@@ -287,11 +311,24 @@ impl Ready {
 
     /// Waits without holding the thread until a datagram may be there or the endpoint's timer is
     /// due.
-    async fn wait(&self, ep: &UdpEndpoint) -> Result<(), CallError> {
+    async fn wait(
+        &mut self,
+        // (The binding's station, through AF_XDP.)
+        #[cfg_attr(not(feature = "xdp"), allow(unused_variables))] inner: &BindingInner,
+        ep: &UdpEndpoint,
+    ) -> Result<(), CallError> {
         match self {
-            Ready::Socket(socket) => wait_readable(socket, ep).await,
+            Ready::Socket(registered) => {
+                let r = register(registered, ep)?;
+                let waited = wait_readable(&r.socket, ep).await;
+                r.last = tiercel_sys::clock::ticks();
+                waited
+            }
             #[cfg(feature = "xdp")]
-            Ready::Station { fd, station, port } => wait_station(fd, station, *port, ep).await,
+            Ready::Station { station, port } => {
+                let fd = inner.asynch.station_ready(station)?;
+                wait_station(&fd, station, *port, ep).await
+            }
         }
     }
 }
@@ -308,7 +345,6 @@ async fn wait_station(
 ) -> Result<(), CallError> {
     use tiercel_sys::xdp::Turn;
     crate::steps::slept(crate::steps::Side::Client);
-    in_runtime()?;
     /// Ends the task's wait at the station, however it ends (its future may be dropped).
     struct Waiting<'s> {
         station: &'s crate::xdp::Station,
@@ -349,6 +385,25 @@ async fn wait_station(
     Ok(())
 }
 
+/// The endpoint's socket registered with the reactor of the runtime this task runs on, made now
+/// if it is not (or is registered with another runtime's, which may be gone).
+fn register<'r>(registered: &'r mut Option<Registered>, ep: &UdpEndpoint) -> Result<&'r mut Registered, CallError> {
+    let runtime = tokio::runtime::Handle::try_current()
+        .map_err(|_| CallError::Internal(crate::error::Invariant::NoRuntime))?
+        .id();
+    if registered.as_ref().is_some_and(|r| r.runtime != runtime) {
+        // Off the other runtime's reactor first.
+        *registered = None;
+    }
+    match registered {
+        Some(r) => Ok(r),
+        None => {
+            let socket = tokio::net::UdpSocket::from_std(ep.socket().try_clone()?)?;
+            Ok(registered.insert(Registered { socket, runtime, last: tiercel_sys::clock::ticks() }))
+        }
+    }
+}
+
 /// Forgets that the socket was readable (no system call): the next datagram to arrive marks it so
 /// again.
 fn clear_readiness(ready: &tokio::net::UdpSocket) {
@@ -358,7 +413,6 @@ fn clear_readiness(ready: &tokio::net::UdpSocket) {
 /// Waits without holding the thread until the socket is readable or the endpoint's timer is due.
 async fn wait_readable(ready: &tokio::net::UdpSocket, ep: &UdpEndpoint) -> Result<(), CallError> {
     crate::steps::slept(crate::steps::Side::Client);
-    in_runtime()?;
     match ep.next_timeout() {
         // When it ends at the timer, the next step handles what is due.
         Some(t) => {
@@ -458,18 +512,26 @@ impl AsyncState {
         }
     }
 
-    /// The readiness of `station`, the binding's, registered with the reactor of this runtime if
-    /// no call registered it before.
+    /// The readiness of `station`, the binding's, registered with the reactor of the runtime this
+    /// task runs on: made now if no call of this runtime registered it before (a call of another,
+    /// which may be gone, registered it with that one's; its calls still waiting there go on).
     #[cfg(feature = "xdp")]
     fn station_ready(
         &self,
         station: &crate::xdp::Station,
     ) -> Result<Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>, CallError> {
-        if let Some(fd) = self.station_ready.get() {
-            return Ok(fd.clone());
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| CallError::Internal(crate::error::Invariant::NoRuntime))?
+            .id();
+        let mut ready = self.station_ready.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((of, fd)) = &*ready {
+            if *of == runtime {
+                return Ok(fd.clone());
+            }
         }
-        let fd = tiercel_sys::xdp::register(station.readiness()?)?;
-        Ok(self.station_ready.get_or_init(|| Arc::new(fd)).clone())
+        let fd = Arc::new(tiercel_sys::xdp::register(station.readiness()?)?);
+        *ready = Some((runtime, fd.clone()));
+        Ok(fd)
     }
 
     /// Counts a call in flight until the returned guard drops; true when it is the only one.

@@ -64,7 +64,7 @@ pub(crate) fn bind(
         reads_block: std::sync::atomic::AtomicBool::new(receive_wait.is_some()),
         receive_wait: receive_wait.unwrap_or_default(),
         #[cfg(feature = "async")]
-        ready: std::sync::OnceLock::new(),
+        reactor: Default::default(),
     };
     Ok(Granted {
         link,

@@ -20,9 +20,9 @@ pub(crate) struct Link {
     pub(super) reads_block: std::sync::atomic::AtomicBool,
     /// How long such a receive blocks at most, as the kernel took it.
     pub(super) receive_wait: Duration,
-    /// Readiness of the connection on the runtime of async calls (made by the first).
+    /// The connection's registration with the reactor of async calls, while they wait on it.
     #[cfg(feature = "async")]
-    pub(super) ready: std::sync::OnceLock<Option<tokio::net::TcpStream>>,
+    pub(super) reactor: Reactor,
 }
 
 /// Who waits for a slot's result.

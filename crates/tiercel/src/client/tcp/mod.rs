@@ -49,6 +49,8 @@ use crate::{BindError, CallError};
 
 #[cfg(feature = "async")]
 mod asynch;
+#[cfg(feature = "async")]
+use asynch::Reactor;
 mod binding;
 mod demux;
 mod link;
@@ -212,6 +214,8 @@ impl TcpEndpoint {
         mut tail: Option<&mut [u8]>,
     ) -> Result<bool, CallError> {
         let start = Instant::now();
+        #[cfg(feature = "async")]
+        link.leave_reactor_if_idle();
         self.send_lent(inner, link, procedure, segs, tail.as_deref())?;
         self.wait(inner, link, deadline.map(|d| start + d), start, tail.as_deref_mut())?;
         self.finish(procedure)?;
