@@ -541,16 +541,19 @@ impl PingPong {
 }
 
 /// A raw UDP ping-pong whose caller is a task of a tokio runtime: the floor beneath tiercel's async
-/// calls over UDP, which wait as this does. Its connected socket has a second descriptor registered
-/// with the runtime's reactor, for its readiness. A round trip forgets that the socket was readable
-/// (no system call), sends its request, and takes the reply with a receive that does not block: a
-/// lone caller (`spin`) looks again at once until it comes, as tiercel's lone async call spins; one
-/// of several waits for the reactor to say the socket is readable before each look, leaving the
-/// thread to the other tasks, as tiercel's calls do when others of their binding are in flight. A
-/// send and a receive a round trip, as tiercel's.
+/// calls over UDP, which wait as this does. A round trip sends its request and takes the reply with
+/// a receive that does not block: a lone caller (`spin`) looks again at once until it comes, as
+/// tiercel's lone async call spins, its socket not registered with the reactor (as tiercel's is not
+/// while its calls spin: a registered socket has every datagram wake the reactor's thread if it
+/// sleeps); one of several has a second descriptor of its connected socket registered with the
+/// runtime's reactor, forgets that the socket was readable (no system call) before it sends, and
+/// waits for the reactor to say the socket is readable before each look, leaving the thread to the
+/// other tasks, as tiercel's calls do when others of their binding are in flight. A send and a
+/// receive a round trip, as tiercel's.
 pub struct AsyncPingPong {
     socket: UdpSocket,
-    ready: tokio::net::UdpSocket,
+    /// The socket's registration with the reactor, for a caller that waits there (not `spin`).
+    ready: Option<tokio::net::UdpSocket>,
     request: Vec<u8>,
     rx: Vec<u8>,
     spin: bool,
@@ -560,11 +563,15 @@ pub struct AsyncPingPong {
 
 impl AsyncPingPong {
     /// A caller of the echo at `server` whose requests ask for replies of `reply_len` bytes. Made in
-    /// a task (or within the runtime): its socket is registered with the runtime's reactor.
+    /// a task (or within the runtime): unless it spins, its socket is registered with the runtime's
+    /// reactor.
     pub fn new(server: SocketAddr, request_len: usize, reply_len: usize, spin: bool) -> crate::Result<AsyncPingPong> {
         let socket = udp::connect(server).map_err(crate::Error::from)?;
         socket.set_nonblocking(true).map_err(crate::Error::from)?;
-        let ready = tokio::net::UdpSocket::from_std(socket.try_clone()?).map_err(crate::Error::from)?;
+        let ready = match spin {
+            true => None,
+            false => Some(tokio::net::UdpSocket::from_std(socket.try_clone()?).map_err(crate::Error::from)?),
+        };
         let mut request = vec![0u8; request_len.max(4)];
         request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
         Ok(AsyncPingPong { socket, ready, request, rx: vec![0; tiercel::config::MAX_UDP_PAYLOAD], spin, last: 0 })
@@ -572,13 +579,15 @@ impl AsyncPingPong {
 
     /// Forgets that the socket was readable (no system call): the next datagram marks it again.
     fn forget_readiness(&self) {
-        let _ =
-            self.ready.try_io(tokio::io::Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+        if let Some(ready) = &self.ready {
+            let _ = ready.try_io(tokio::io::Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+        }
     }
 
     /// Waits until the socket is readable, up to `deadline`: false if it passed.
     async fn readable(&self, deadline: tokio::time::Instant) -> crate::Result<bool> {
-        match tokio::time::timeout_at(deadline, self.ready.readable()).await {
+        let Some(ready) = &self.ready else { return Err("a spinning caller waits on no reactor".into()) };
+        match tokio::time::timeout_at(deadline, ready.readable()).await {
             Ok(readable) => readable.map(|()| true).map_err(crate::Error::from),
             Err(_) => Ok(false),
         }
