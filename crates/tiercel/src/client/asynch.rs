@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 use super::shm::{Link, ShmEndpoint};
 use super::tcp::TcpEndpoint;
 use super::udp::{Step, UdpEndpoint};
-use super::BindingInner;
+use super::{current_runtime, BindingInner};
 use crate::waiting::REACTOR_IDLE;
 use crate::wire::Segments;
 use crate::{Binding, CallError};
@@ -86,7 +86,7 @@ pub(crate) enum AsyncEndpoint {
 
 impl AsyncEndpoint {
     fn new(inner: &Arc<BindingInner>) -> Result<AsyncEndpoint, CallError> {
-        in_runtime()?;
+        current_runtime()?;
         match (&inner.shm, &inner.tcp) {
             (None, None) => {
                 let mut ep = UdpEndpoint::new(inner, false)?;
@@ -194,14 +194,6 @@ impl AsyncEndpoint {
                 None => unreachable!("a shared-memory endpoint belongs to a shared-memory binding"),
             },
         }
-    }
-}
-
-/// Async calls wait on tokio's reactor and timers: outside a runtime they fail (rather than panic).
-fn in_runtime() -> Result<(), CallError> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(_) => Ok(()),
-        Err(_) => Err(CallError::Internal(crate::error::Invariant::NoRuntime)),
     }
 }
 
@@ -388,9 +380,7 @@ async fn wait_station(
 /// The endpoint's socket registered with the reactor of the runtime this task runs on, made now
 /// if it is not (or is registered with another runtime's, which may be gone).
 fn register<'r>(registered: &'r mut Option<Registered>, ep: &UdpEndpoint) -> Result<&'r mut Registered, CallError> {
-    let runtime = tokio::runtime::Handle::try_current()
-        .map_err(|_| CallError::Internal(crate::error::Invariant::NoRuntime))?
-        .id();
+    let runtime = current_runtime()?;
     if registered.as_ref().is_some_and(|r| r.runtime != runtime) {
         // Off the other runtime's reactor first.
         *registered = None;
@@ -520,9 +510,7 @@ impl AsyncState {
         &self,
         station: &crate::xdp::Station,
     ) -> Result<Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>, CallError> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| CallError::Internal(crate::error::Invariant::NoRuntime))?
-            .id();
+        let runtime = current_runtime()?;
         let mut ready = self.station_ready.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((of, fd)) = &*ready {
             if *of == runtime {
@@ -762,7 +750,7 @@ impl ShmEndpoint {
         deadline: Option<Instant>,
         ours: bool,
     ) -> Result<(), CallError> {
-        in_runtime()?;
+        current_runtime()?;
         let mut liveness = self.liveness(link);
         loop {
             let now = Instant::now();

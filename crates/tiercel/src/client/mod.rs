@@ -44,6 +44,16 @@ pub struct Client {
     refused: Arc<AtomicU64>,
 }
 
+/// The tokio runtime the calling task runs on: async calls wait on its reactor and timers, and
+/// register their sockets with it. Outside a runtime they fail (rather than panic).
+#[cfg(feature = "async")]
+fn current_runtime() -> Result<tokio::runtime::Id, CallError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => Ok(handle.id()),
+        Err(_) => Err(CallError::Internal(crate::error::Invariant::NoRuntime)),
+    }
+}
+
 impl Client {
     /// A client of the server at `addr`: a `SocketAddr` or `"host:port"` (shared memory if the server
     /// is on this host, else UDP, else TCP when UDP gets no answer), `"udp://host:port"`,

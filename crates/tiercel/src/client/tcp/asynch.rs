@@ -50,9 +50,7 @@ impl Link {
     /// does not block: while it is registered, its readers wait in `poll`, not in their receives.
     fn on_reactor(&self) -> Result<OnReactor<'_>, CallError> {
         // (Outside a runtime, `from_std` would panic.)
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| CallError::Internal(crate::error::Invariant::NoRuntime))?
-            .id();
+        let runtime = crate::client::current_runtime()?;
         let reactor = &self.reactor;
         let mut registration = reactor.registration.lock().unwrap_or_else(|p| p.into_inner());
         let stream = match &registration.stream {
