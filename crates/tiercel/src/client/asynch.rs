@@ -2,8 +2,8 @@
 //!
 //! A call takes an endpoint (client slot, socket or shared-memory slot, buffers) from the binding's
 //! pool, sends from the task that awaits it, and waits without holding a thread: over UDP on the
-//! endpoint's own socket, registered with tokio's reactor while calls wait on it
-//! ([`REACTOR_IDLE`]), so the result is read by the task it is for, from the socket into the
+//! endpoint's own socket, registered with tokio's reactor from a call's wait until a lone call
+//! (which spins) lets it go ([`crate::waiting`]), so the result is read by the task it is for, from the socket into the
 //! endpoint's buffer, with no handoff; through AF_XDP on the station, one waiting reader at a time
 //! polling its sockets through the reactor and leaving the others' datagrams in their mailboxes,
 //! which wakes their tasks; through shared memory on the slot, whose result one thread of the
@@ -33,7 +33,6 @@ use super::shm::{Link, ShmEndpoint};
 use super::tcp::TcpEndpoint;
 use super::udp::{Step, UdpEndpoint};
 use super::{current_runtime, BindingInner};
-use crate::waiting::REACTOR_IDLE;
 use crate::wire::Segments;
 use crate::{Binding, CallError};
 
@@ -217,7 +216,12 @@ async fn run_udp(
         Some(tail) => ep.send_lent(binding, procedure, segs, tail)?,
         None => ep.send_call(binding, procedure, segs)?,
     };
-    ready.leave_if_idle();
+    if alone && ep.spins() {
+        // A lone call that spins reads its datagrams itself, and a registration (left by a call
+        // that waited) would have each wake the reactor: let go now, while the call is on its way.
+        // (One whose budget is spent waits at once, and keeps it.)
+        ready.leave();
+    }
     if !alone {
         ready.wait(inner, ep).await?;
     }
@@ -256,8 +260,8 @@ async fn run_udp(
 
 /// How an async UDP call learns that a datagram may be there for it.
 pub(crate) enum Ready {
-    /// Its socket, registered with the reactor of the runtime whose call last waited on it, while
-    /// calls wait on it ([`REACTOR_IDLE`]; `None` when not).
+    /// Its socket, registered with the reactor of the runtime whose call last waited on it, from
+    /// a call's wait until a lone call lets it go (`None` when not registered).
     Socket(Option<Registered>),
     /// Its port's mailbox at an AF_XDP station, and the station's sockets (through the binding's
     /// registration of their readiness with the reactor) while the call's task has the turn to
@@ -272,19 +276,14 @@ pub(crate) struct Registered {
     socket: tokio::net::UdpSocket,
     /// The runtime whose reactor it is registered with.
     runtime: tokio::runtime::Id,
-    /// When a call last stopped waiting on it (`tiercel_sys::clock::ticks`).
-    last: u64,
 }
 
 impl Ready {
-    /// Lets the socket's registration go when no call has waited on it for [`REACTOR_IDLE`].
+    /// Lets the socket's registration go, if it has one (a lone call's, which spins).
     #[inline]
-    fn leave_if_idle(&mut self) {
+    fn leave(&mut self) {
         if let Ready::Socket(registered @ Some(_)) = self {
-            let idle = |r: &Registered| tiercel_sys::clock::ticks().saturating_sub(r.last);
-            if registered.as_ref().is_some_and(|r| idle(r) >= tiercel_sys::clock::ticks_in(REACTOR_IDLE)) {
-                *registered = None;
-            }
+            *registered = None;
         }
     }
 
@@ -312,9 +311,7 @@ impl Ready {
         match self {
             Ready::Socket(registered) => {
                 let r = register(registered, ep)?;
-                let waited = wait_readable(&r.socket, ep).await;
-                r.last = tiercel_sys::clock::ticks();
-                waited
+                wait_readable(&r.socket, ep).await
             }
             #[cfg(feature = "xdp")]
             Ready::Station { station, port } => {
@@ -389,7 +386,7 @@ fn register<'r>(registered: &'r mut Option<Registered>, ep: &UdpEndpoint) -> Res
         Some(r) => Ok(r),
         None => {
             let socket = tokio::net::UdpSocket::from_std(ep.socket().try_clone()?)?;
-            Ok(registered.insert(Registered { socket, runtime, last: tiercel_sys::clock::ticks() }))
+            Ok(registered.insert(Registered { socket, runtime }))
         }
     }
 }

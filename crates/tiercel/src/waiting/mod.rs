@@ -55,9 +55,11 @@
 //!   their reactor, which needs it non-blocking.
 //!
 //! - **An async call waits on its runtime's reactor**, and registers its socket there only when it
-//!   waits, not when it spins; the registration goes once no call has waited on it for
-//!   [`REACTOR_IDLE`], since every datagram that arrives on a registered socket wakes the
-//!   reactor's thread if it sleeps in `epoll_wait`, beside a caller spinning for that datagram.
+//!   waits, not when it spins, since every datagram that arrives on a registered socket wakes the
+//!   reactor's thread if it sleeps in `epoll_wait`, beside a caller spinning for that datagram. A
+//!   lone call that spins lets the registration go at once (over TCP, when no async call waits on
+//!   the connection); a synchronous TCP call, once no async call has waited on the connection for
+//!   [`REACTOR_IDLE`].
 //!
 //! What each rule costs and gains is measured by `tiercel bench` (the spin columns of the latency
 //! tables, the workers table, and the blocking rows of the peers table, where nobody spins).
@@ -67,16 +69,17 @@
 /// to a whole one (4 ms at 250 Hz).
 pub(crate) const RECEIVE_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
-/// How long a socket (or a TCP connection) stays registered with a runtime's reactor after the
-/// last async call that waited on it. While it is, every datagram or segment that arrives wakes the
-/// reactor's thread if that sleeps in `epoll_wait`. On a VM with two CPUs (medians of 20,000 Null
+/// How long a TCP connection stays registered with a runtime's reactor after the last async call
+/// that waited on it, when synchronous calls come next (a lone async call that spins lets it go at
+/// once, and so does one over UDP with its endpoint's socket). While it is registered, every
+/// datagram or segment that arrives wakes the reactor's thread if that sleeps in `epoll_wait`. On a VM with two CPUs (medians of 20,000 Null
 /// calls, three runs each way), a lone async TCP call spinning in `block_on` took 9.7 to 10.9 µs
 /// with its connection registered and 5.6 µs without, a spinning synchronous caller of the same
 /// connection 9.6 to 10.7 µs against 5.5 to 6.1 µs (about 1.4 context switches a call, against
 /// almost none), and a lone async UDP call's p99 in `block_on` was 9.2 to 11.0 µs against 4.4 to
-/// 5.7 µs. Calls that wait on the reactor one after another keep the registration; the first call
-/// to find it unused for this long lets it go, and the next that waits registers the socket with
-/// the reactor of its own runtime.
+/// 5.7 µs. Calls that wait on the reactor one after another keep the registration; the first
+/// synchronous call to find it unused for this long lets it go, and the next that waits registers
+/// the connection with the reactor of its own runtime.
 #[cfg_attr(not(feature = "async"), allow(dead_code))]
 pub(crate) const REACTOR_IDLE: std::time::Duration = std::time::Duration::from_millis(10);
 

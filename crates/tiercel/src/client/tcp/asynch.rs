@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::waiting::REACTOR_IDLE;
 
 /// The connection's registration with the reactor of async calls: made by the first async call
-/// that waits on it, let go once none has for [`REACTOR_IDLE`] (see [`Link::leave_reactor_if_idle`]),
-/// and made again with the reactor of another runtime when a call of that one waits.
+/// that waits on it, let go by a lone async call that spins when none waits on it, and by a
+/// synchronous call once none has for [`REACTOR_IDLE`] (see [`Link::leave_reactor`]), and made
+/// again with the reactor of another runtime when a call of that one waits.
 #[derive(Default)]
 pub(crate) struct Reactor {
     registration: Mutex<Registration>,
@@ -78,16 +79,24 @@ impl Link {
     }
 
     /// Lets the connection's registration with the reactor go when no async call has waited on it
-    /// for [`REACTOR_IDLE`], and its readers wait in their receives again. A call that finds it not
-    /// registered (every call, unless async calls wait on it) reads one flag; one that finds calls
-    /// waiting on it, two.
+    /// for [`REACTOR_IDLE`] (a synchronous call's test: async calls may wait on it between its
+    /// calls), and its readers wait in their receives again.
     pub(super) fn leave_reactor_if_idle(&self) {
+        self.leave_reactor(REACTOR_IDLE);
+    }
+
+    /// Lets the connection's registration with the reactor go when no async call has waited on it
+    /// for `idle` (none waits on it now), and its readers wait in their receives again. A call that
+    /// finds it not registered (every call, unless async calls wait on it) reads one flag; one that
+    /// finds calls waiting on it, two.
+    #[inline]
+    pub(super) fn leave_reactor(&self, idle: Duration) {
         let reactor = &self.reactor;
         if !reactor.registered.load(Ordering::Acquire) || reactor.waiting.load(Ordering::Acquire) > 0 {
             return;
         }
-        let idle = tiercel_sys::clock::ticks().saturating_sub(reactor.last.load(Ordering::Relaxed));
-        if idle < tiercel_sys::clock::ticks_in(REACTOR_IDLE) {
+        let since = tiercel_sys::clock::ticks().saturating_sub(reactor.last.load(Ordering::Relaxed));
+        if since < tiercel_sys::clock::ticks_in(idle) {
             return;
         }
         let mut registration = reactor.registration.lock().unwrap_or_else(|p| p.into_inner());
@@ -128,13 +137,15 @@ impl TcpEndpoint {
         alone: bool,
     ) -> Result<bool, CallError> {
         let start = Instant::now();
-        if alone {
-            // (A call among others waits on the reactor at once: they keep it registered.)
-            link.leave_reactor_if_idle();
+        let spin_until = if alone { start + self.spin.budget() } else { start };
+        if spin_until > start {
+            // A lone call that spins reads its segments itself: a registration nobody waits on now
+            // would have each wake the reactor. (A call among others, or one whose spin budget is
+            // spent, waits on the reactor at once, and keeps it.)
+            link.leave_reactor(Duration::ZERO);
         }
         let deadline = deadline.map(|d| start + d);
         self.send_lent(inner, link, procedure, segs, tail.as_deref())?;
-        let spin_until = if alone { start + self.spin.budget() } else { start };
         loop {
             let now = Instant::now();
             if now >= spin_until {

@@ -701,6 +701,11 @@ impl UdpEndpoint {
         self.spin.observe(rtt);
     }
 
+    /// Whether a lone call spins for its result now (its spin budget is not spent at once).
+    pub(super) fn spins(&self) -> bool {
+        !self.spin.budget().is_zero()
+    }
+
     /// Until when to spin for a call that started at `start` (pushed on by its packets).
     pub(super) fn spin_deadline(&self, start: Instant) -> SpinDeadline {
         SpinDeadline::new(start, &self.spin)
