@@ -15,9 +15,14 @@ pub trait Desk {
     /// A quick call.
     fn add(&self, a: u64, b: u64) -> u64;
     /// Waits (at most 10 s) until the test says a quick call's result has reached its caller;
-    /// returns whether it did.
-    fn after_quick_result(&self) -> bool;
+    /// returns whether it did. With `behind_marked`, a call that should have arrived behind
+    /// `add(MARKED, _)`: if that call has not run, this one overtook it on its way (its thread
+    /// sent first), so it returns at once and says so in `Flags::overtook`.
+    fn after_quick_result(&self, behind_marked: bool) -> bool;
 }
+
+/// The first argument of the quick call that `after_quick_result(true)` should run behind.
+const MARKED: u64 = 1000;
 
 #[derive(Default)]
 struct Flags {
@@ -25,6 +30,8 @@ struct Flags {
     open: [AtomicBool; 2],
     quick_result_seen: AtomicBool,
     waiting_runs: AtomicBool,
+    marked_ran: AtomicBool,
+    overtook: AtomicBool,
 }
 
 fn wait_for(flag: &AtomicBool) -> bool {
@@ -46,14 +53,22 @@ impl Desk for DeskImpl {
         wait_for(&self.0.open[which as usize])
     }
     fn add(&self, a: u64, b: u64) -> u64 {
+        if a == MARKED {
+            self.0.marked_ran.store(true, Ordering::Release);
+        }
         a + b
     }
-    fn after_quick_result(&self) -> bool {
-        self.0.waiting_runs.store(true, Ordering::Release);
+    fn after_quick_result(&self, behind_marked: bool) -> bool {
         // Never quick, even when the quick call's result was seen before it ran (in a round whose
-        // calls were not received together): a worker that had seen it finish within `QUICK_RUN`
-        // would hold the quick result across it, and it would wait for that result in vain.
+        // calls were not received together) or it overtook the quick call: a worker that had seen
+        // it finish within `QUICK_RUN` would hold the quick result across it, and it would wait
+        // for that result in vain.
         std::thread::sleep(Duration::from_micros(200));
+        if behind_marked && !self.0.marked_ran.load(Ordering::Acquire) {
+            self.0.overtook.store(true, Ordering::Release);
+            return true;
+        }
+        self.0.waiting_runs.store(true, Ordering::Release);
         wait_for(&self.0.quick_result_seen)
     }
 }
@@ -188,27 +203,31 @@ fn a_held_result_goes_out_before_a_procedure_not_known_to_be_quick_runs() {
     // A quick call, then (behind it in the socket) a call whose procedure waits until the quick
     // call's result has reached its caller. Were that result held until the end of the batch, the
     // second procedure would wait for it in vain. Until the two are received together (a preempted
-    // run makes the worker read one datagram at a time), at most ten rounds.
+    // run makes the worker read one datagram at a time) and in that order (a thread preempted
+    // for longer than the 2 ms between the sends sends after the one behind it; the second call
+    // then finds the first has not run, and returns), at most ten rounds.
     for _ in 0..10 {
         flags.quick_result_seen.store(false, Ordering::Release);
+        flags.marked_ran.store(false, Ordering::Release);
+        flags.overtook.store(false, Ordering::Release);
         let f = flags.clone();
         let rest: Vec<Call<bool>> = vec![
             Box::new(move |d| {
-                let sum = d.add(2, 3).unwrap();
+                let sum = d.add(MARKED, 3).unwrap();
                 f.quick_result_seen.store(true, Ordering::Release);
-                sum == 5
+                sum == MARKED + 3
             }),
-            Box::new(|d| d.after_quick_result().unwrap()),
+            Box::new(|d| d.after_quick_result(true).unwrap()),
         ];
         let batched = server.stats().batched;
         let results = queue_behind_gates(&desk, &flags, 1, rest, || {});
         assert!(results[0]);
         assert!(results[1], "the quick call's result waited for the procedure after it");
-        if server.stats().batched > batched {
+        if server.stats().batched > batched && !flags.overtook.load(Ordering::Acquire) {
             return;
         }
     }
-    panic!("the calls were not received together in ten rounds: {}", server.stats());
+    panic!("the calls were not received together and in order in ten rounds: {}", server.stats());
 }
 
 #[test]
@@ -238,7 +257,7 @@ fn left_to_another_worker((server, desk, flags): (tiercel::RunningServer, DeskCl
         flags.waiting_runs.store(false, Ordering::Release);
         let f = flags.clone();
         let rest: Vec<Call<bool>> = vec![
-            Box::new(|d| d.after_quick_result().unwrap()),
+            Box::new(|d| d.after_quick_result(false).unwrap()),
             Box::new(move |d| {
                 let sum = d.add(4, 5).unwrap();
                 f.quick_result_seen.store(true, Ordering::Release);
