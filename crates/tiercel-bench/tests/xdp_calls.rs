@@ -337,6 +337,47 @@ fn async_tasks_call_through_af_xdp_and_read_their_results_from_every_queue() {
 }
 
 #[test]
+fn lone_async_calls_through_af_xdp_after_one_that_waited_leave_the_runtimes_thread_asleep() {
+    tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
+    // A lone call spins for its result and reads the station's sockets itself. Once a call has
+    // waited at the station (its procedure outlasted the spin), the station's readiness was
+    // registered with the runtime's reactor; were it still, every frame of the lone calls after it
+    // would wake the runtime's thread asleep in `epoll_wait` (a context switch each). The calls
+    // spin for up to 50 ms, which only the slow call outlasts.
+    let pair = Pair::new();
+    let port = tiercel_seeds::free_port();
+    let addr: SocketAddr = format!("{}:{port}", pair.server_ip()).parse().unwrap();
+    let (status, stop, server) = serve_plain(&pair.a, addr);
+    assert_eq!(status, None);
+    const CALLS: i32 = 2_000;
+    let (transport, woken) = in_namespace(&pair.b, move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("lone-xdp")
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let spin = tiercel::Spin::Fixed(std::time::Duration::from_millis(50));
+            let config = tiercel::ClientConfig { spin, ..tiercel::ClientConfig::default() };
+            let client: TestAsyncClient =
+                Client::connect(format!("xdp://{addr}")).unwrap().with_config(config).import_async().await.unwrap();
+            // 100 ms of work: the call waits at the station, through the reactor.
+            client.work(100_000).await.unwrap();
+            let before = tiercel_seeds::context_switches_of("lone-xdp");
+            for i in 0..CALLS {
+                assert_eq!(client.add(i, 2).await.unwrap(), i + 2);
+            }
+            (client.binding().transport(), tiercel_seeds::context_switches_of("lone-xdp") - before)
+        })
+    });
+    assert_eq!(transport, Transport::Xdp);
+    assert!(woken < CALLS as u64 / 20, "the runtime's thread woke {woken} times in {CALLS} lone calls");
+    stop.send(()).unwrap();
+    server.join().unwrap();
+}
+
+#[test]
 fn threads_and_async_tasks_share_a_station_and_take_turns_to_poll_it() {
     tiercel_seeds::needs!(ROOT, IP, CLANG, LIBBPF);
     let pair = Pair::new();

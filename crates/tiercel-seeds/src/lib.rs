@@ -352,6 +352,25 @@ pub fn threads_and_rss() -> (u64, u64) {
     (field("Threads:"), field("VmRSS:") * 1024)
 }
 
+/// Context switches (voluntary and not) of this process's threads named `name` so far
+/// (`/proc/self/task`): how often a runtime's thread was woken, for tests that show it sleeps.
+pub fn context_switches_of(name: &str) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        total += status
+            .lines()
+            .filter(|l| l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches"))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -148,24 +148,6 @@ fn calls_of_a_runtime_made_after_the_first_was_shut_down_complete() {
     }
 }
 
-/// Context switches so far of this process's threads named `name`.
-fn switches_of(name: &str) -> u64 {
-    let mut total = 0;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() != name {
-            continue;
-        }
-        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        total += status
-            .lines()
-            .filter(|l| l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches"))
-            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    total
-}
-
 #[test]
 fn lone_calls_after_one_that_waited_on_the_reactor_leave_the_runtimes_thread_asleep() {
     // A lone call spins for its result and reads it itself. Once a call has waited on the reactor
@@ -192,11 +174,11 @@ fn lone_calls_after_one_that_waited_on_the_reactor_leave_the_runtimes_thread_asl
                 Client::connect(address).unwrap().with_config(config.clone()).import_async().await.unwrap();
             let tag = 7_000 + round as u64;
             assert_eq!(client.slow(100, tag).await.unwrap(), tag, "{transport:?}: a call that waits on the reactor");
-            let before = switches_of("lone-reactor");
+            let before = tiercel_seeds::context_switches_of("lone-reactor");
             for i in 0..CALLS {
                 assert_eq!(client.add(i, 2).await.unwrap(), i + 2);
             }
-            switches_of("lone-reactor") - before
+            tiercel_seeds::context_switches_of("lone-reactor") - before
         });
         assert!(woken < CALLS / 20, "{transport:?}: the runtime's thread woke {woken} times in {CALLS} lone calls");
     }

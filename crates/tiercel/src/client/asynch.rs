@@ -3,17 +3,17 @@
 //! A call takes an endpoint (client slot, socket or shared-memory slot, buffers) from the binding's
 //! pool, sends from the task that awaits it, and waits without holding a thread: over UDP on the
 //! endpoint's own socket, registered with tokio's reactor from a call's wait until a lone call
-//! (which spins) lets it go ([`crate::waiting`]), so the result is read by the task it is for, from the socket into the
-//! endpoint's buffer, with no handoff; through AF_XDP on the station, one waiting reader at a time
-//! polling its sockets through the reactor and leaving the others' datagrams in their mailboxes,
-//! which wakes their tasks; through shared memory on the slot, whose result one thread of the
-//! client's process watches for every async call of the binding (the client doorbell), waking the
-//! task, which copies the result out itself. A call that is the only one of its binding in flight
-//! first spins for about the expected round trip, as a synchronous call does (waking a parked
-//! runtime thread costs more than a round trip on a small machine); with several in flight, each
-//! yields at once (over UDP, a call not alone waits for its socket to be readable before its first
-//! look, so it makes no receive that cannot yet succeed: one system call fewer per call, a send and
-//! a receive left).
+//! (which spins) lets it go ([`crate::waiting`]), so the result is read by the task it is for, from
+//! the socket into the endpoint's buffer, with no handoff; through AF_XDP on the station, one
+//! waiting reader at a time polling its sockets through the reactor and leaving the others'
+//! datagrams in their mailboxes, which wakes their tasks; through shared memory on the slot, whose
+//! result one thread of the client's process watches for every async call of the binding (the
+//! client doorbell), waking the task, which copies the result out itself. A call that is the only
+//! one of its binding in flight first spins for about the expected round trip, as a synchronous
+//! call does (waking a parked runtime thread costs more than a round trip on a small machine); with
+//! several in flight, each yields at once (over UDP, a call not alone waits for its socket to be
+//! readable before its first look, so it makes no receive that cannot yet succeed: one system call
+//! fewer per call, a send and a receive left).
 //!
 //! When every slot of the binding is in use, a call waits for one to come back: calls queue, in
 //! the order they asked, rather than fail. Dropping a call's future before it completes cancels it:
@@ -53,9 +53,21 @@ pub(crate) struct AsyncState {
     /// The thread that watches the shared-memory slots of async calls (started by the first).
     waiter: Waiter,
     /// The readiness of the binding's AF_XDP station, registered with the reactor of the runtime
-    /// whose async call last waited at it.
+    /// whose async call last waited at it, until a lone call (which spins) lets it go.
     #[cfg(feature = "xdp")]
-    station_ready: Mutex<Option<(tokio::runtime::Id, Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>)>>,
+    station_ready: Mutex<StationReady>,
+}
+
+/// The readiness of a binding's AF_XDP station ([`crate::xdp::Station::readiness`]) and its
+/// registration with a runtime's reactor.
+#[cfg(feature = "xdp")]
+#[derive(Default)]
+struct StationReady {
+    /// The registration, and the runtime whose reactor has it.
+    registered: Option<(tokio::runtime::Id, Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>)>,
+    /// The descriptor of a registration let go, kept for the next one (made anew, it takes a
+    /// system call for each socket of the station).
+    spare: Option<std::os::fd::OwnedFd>,
 }
 
 #[derive(Default)]
@@ -220,7 +232,7 @@ async fn run_udp(
         // A lone call that spins reads its datagrams itself, and a registration (left by a call
         // that waited) would have each wake the reactor: let go now, while the call is on its way.
         // (One whose budget is spent waits at once, and keeps it.)
-        ready.leave();
+        ready.leave(inner);
     }
     if !alone {
         ready.wait(inner, ep).await?;
@@ -279,11 +291,18 @@ pub(crate) struct Registered {
 }
 
 impl Ready {
-    /// Lets the socket's registration go, if it has one (a lone call's, which spins).
+    /// Lets the socket's registration go, if it has one, or the station's (a lone call's, which
+    /// spins: no other async call of the binding waits on it).
     #[inline]
-    fn leave(&mut self) {
-        if let Ready::Socket(registered @ Some(_)) = self {
-            *registered = None;
+    fn leave(
+        &mut self,
+        // (The binding's station's registration, through AF_XDP.)
+        #[cfg_attr(not(feature = "xdp"), allow(unused_variables))] inner: &BindingInner,
+    ) {
+        match self {
+            Ready::Socket(registered) => *registered = None,
+            #[cfg(feature = "xdp")]
+            Ready::Station { .. } => inner.asynch.leave_station(),
         }
     }
 
@@ -509,14 +528,31 @@ impl AsyncState {
     ) -> Result<Arc<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>, CallError> {
         let runtime = current_runtime()?;
         let mut ready = self.station_ready.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((of, fd)) = &*ready {
+        if let Some((of, fd)) = &ready.registered {
             if *of == runtime {
                 return Ok(fd.clone());
             }
         }
-        let fd = Arc::new(tiercel_sys::xdp::register(station.readiness()?)?);
-        *ready = Some((runtime, fd.clone()));
+        let readiness = match ready.spare.take() {
+            Some(fd) => fd,
+            None => station.readiness()?,
+        };
+        let fd = Arc::new(tiercel_sys::xdp::register(readiness)?);
+        ready.registered = Some((runtime, fd.clone()));
         Ok(fd)
+    }
+
+    /// Lets the station's registration go, if it has one (see [`Ready::leave`]), keeping its
+    /// descriptor for the next if no task waiting on it holds it (else it leaves the reactor when
+    /// the last such task lets it go).
+    #[cfg(feature = "xdp")]
+    fn leave_station(&self) {
+        let mut ready = self.station_ready.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, fd)) = ready.registered.take() {
+            if let Ok(fd) = Arc::try_unwrap(fd) {
+                ready.spare = Some(fd.into_inner());
+            }
+        }
     }
 
     /// Counts a call in flight until the returned guard drops; true when it is the only one.
