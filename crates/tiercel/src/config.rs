@@ -63,8 +63,9 @@ pub struct ClientConfig {
     /// Over UDP, end every packet of the binding, both ways, with a CRC32C checksum, and drop packets
     /// that fail it. UDP's own checksum already catches corruption on the wire (loopback skips it);
     /// this one also catches corruption below or beside the network stack, for about 50 ns per 1,500
-    /// bytes: a Null call took 0.17 µs more in the cost ledger (`docs/ledger.md`). Bindings over TCP
-    /// and through shared memory carry no such checksum, and cost nothing more. Default: off.
+    /// bytes: a Null call took 0.17 µs more in the cost ledger's first run and 54 ns more in its
+    /// tenth, on an Intel VM (`docs/ledger.md`). Bindings over TCP and through shared memory carry
+    /// no such checksum, and cost nothing more. Default: off.
     pub checksum: bool,
     /// The shared secret to prove when a server asks for one at bind time. With a secret the client
     /// also requires the server to prove it back, so it binds only to a holder of the secret. It is
@@ -95,7 +96,8 @@ pub struct ClientConfig {
     /// costs two clock reads and a histogram record per call, and takes calls through shared memory
     /// off their short path (`Binding::call_plain`): with the server's metrics on too, a Null call
     /// into a Prometheus recorder took 0.26 µs more through shared memory, 0.38 µs over UDP and
-    /// 0.26 µs over TCP in the cost ledger's fifth run (`docs/ledger.md`). Default: off.
+    /// 0.26 µs over TCP in the cost ledger's fifth run, and 0.38, 0.21 and 0.30 µs more in its
+    /// tenth, on an Intel VM (`docs/ledger.md`). Default: off.
     pub metrics: bool,
     /// Bind again by itself when a call finds the server gone (`ServerRestarted`, `UnknownBinding`,
     /// `Unreachable`, `ServerGone`): that call fails as it would anyway, saying whether it may have
@@ -108,16 +110,16 @@ pub struct ClientConfig {
     /// ([`Binding::shared_memory_refused`](crate::Binding::shared_memory_refused) says why not
     /// yet). Costs each call a lock and a few reference counts, and through shared memory the short
     /// path (`Binding::call_plain`): 73 ns a Null call through shared memory in the cost ledger's
-    /// fifth run, `docs/ledger.md`; lost in the noise over UDP and TCP. Default:
-    /// off (a binding whose server
-    /// went away fails every call until the application imports again), because the binding then
-    /// goes to whoever answers at the address or name. Made to an address of this host, the binding
-    /// notes whose process serves the port (the kernel's socket tables, read at the bind) and binds
-    /// again only to a process of the same user: another user's process that took the dead
-    /// server's port gets no call, and the call fails with [`BindError::AnotherOwner`]
-    /// (never ran). A name's exporters are those its registry trusts (see [`crate::names`]). To a
-    /// server of another host, only a shared secret, which the server must prove it holds, keeps
-    /// the calls from a process that took the dead server's port.
+    /// fifth run, lost in the noise over UDP and TCP there; 166 ns through shared memory, 117 over
+    /// UDP and 83 over TCP in its tenth, on an Intel VM (`docs/ledger.md`). Default: off (a binding
+    /// whose server went away fails every call until the application imports again), because the
+    /// binding then goes to whoever answers at the address or name. Made to an address of this
+    /// host, the binding notes whose process serves the port (the kernel's socket tables, read at
+    /// the bind) and binds again only to a process of the same user: another user's process that
+    /// took the dead server's port gets no call, and the call fails with
+    /// [`BindError::AnotherOwner`] (never ran). A name's exporters are those its registry trusts
+    /// (see [`crate::names`]). To a server of another host, only a shared secret, which the server
+    /// must prove it holds, keeps the calls from a process that took the dead server's port.
     ///
     /// [`BindError::AnotherOwner`]: crate::BindError::AnotherOwner
     pub rebind: bool,
@@ -125,7 +127,8 @@ pub struct ClientConfig {
     /// a refusal fails the call with [`crate::CallError::Intercepted`], never sent. Costs a call one
     /// branch when absent; present, it is the interceptor's own time and, through shared memory, the
     /// short path (`Binding::call_plain`): the cost ledger's `intercept` line, both sides'
-    /// interceptors, +62 ns a shared-memory Null in its fifth run (`docs/ledger.md`). Default: none.
+    /// interceptors, +62 ns a shared-memory Null in its fifth run and +111 ns in its tenth, on an
+    /// Intel VM (`docs/ledger.md`). Default: none.
     pub interceptor: Option<crate::ClientInterceptor>,
     /// The public key of the server: with one, the client binds only to a server that proves it
     /// holds the matching private key. Over UDP and TCP the bind is then a Noise handshake and
@@ -133,9 +136,10 @@ pub struct ClientConfig {
     /// every packet over UDP, the byte stream in records over TCP; a server that cannot prove the
     /// key is never bound (`BindError::KeyNotProven`). Through shared memory it binds only when the
     /// server's own sealed answer named the rendezvous. See `docs/security.md`. Costs a Null call
-    /// 536 ns more over UDP (1.06 times) and 1,034 ns more over TCP (1.10 times; the cost ledger's
-    /// seventh run, `docs/ledger.md`), nothing measurable through shared memory, and each bind a
-    /// handshake (four X25519 operations a side). Default: none (plain).
+    /// 536 ns more over UDP (1.06 times) and 1,034 ns more over TCP (1.10 times) in the cost
+    /// ledger's seventh run, 584 ns (1.15 times) and 793 ns (1.12 times) in its tenth, on an Intel
+    /// VM whose calls are quicker (`docs/ledger.md`), nothing measurable through shared memory, and
+    /// each bind a handshake (four X25519 operations a side). Default: none (plain).
     pub server_key: Option<crate::PublicKey>,
     /// This client's own static key pair, which a secure binding's server learns (and a procedure
     /// sees through [`crate::caller`]). Without one, the process makes one key pair the first time

@@ -277,7 +277,9 @@ pub fn close() {
 /// Turns recording on or off for every thread of the process. Returns false (and does nothing) when
 /// tiercel was built without the `explain` feature. Recording, a Null call took 88 ns more through
 /// shared memory (the cost ledger's fifth run, on an AMD VM) and 0.12 µs more over UDP; on the
-/// Intel VM of 2026-12-01, 0.3–0.5 µs more through shared memory (`docs/ledger.md`).
+/// Intel VM of 2026-12-01, 0.3–0.5 µs more through shared memory; in the ledger's tenth run, on an
+/// Intel VM, 0.28 µs through shared memory, 0.15 µs over UDP and 0.10 µs over TCP
+/// (`docs/ledger.md`).
 pub fn enable(on: bool) -> bool {
     #[cfg(feature = "explain")]
     {
