@@ -116,7 +116,7 @@ pub fn serve(args: ServeArgs) -> crate::Result<()> {
 /// are measured in [`LATENCY_ROUNDS`] rounds, each of which times a share of every system's calls
 /// in turn (after 2,000 warm-up Nulls in the first round, 100 in the others), then the throughput rows in
 /// `rounds` rounds, each of which measures every system at 1, 2, 4 and 8 callers in turn, so that
-/// drift of the machine hits them alike; a latency row's figures are of all its calls, a throughput
+/// drift of the machine hits them alike, each round in another order ([`window_order`]); a latency row's figures are of all its calls, a throughput
 /// row's its median window's (system calls and allocations are counted in the last round's, where
 /// perf can count them).
 #[cfg(feature = "peers")]
@@ -221,9 +221,10 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
     for round in 0..rounds {
         let counted = round + 1 == rounds;
         for (k, callers) in CALLERS.into_iter().enumerate() {
-            for ((_, server, system), windows) in systems.iter().zip(&mut windows) {
+            for i in window_order(systems.len(), round) {
+                let (_, server, system) = &systems[i];
                 let measure = |done: &AtomicU64| window(*server, done, time, callers, &probes, counted);
-                windows[k].push(system.load(&rt, callers, client_cpu, measure)?);
+                windows[i][k].push(system.load(&rt, callers, client_cpu, measure)?);
             }
         }
     }
@@ -233,6 +234,55 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
     drop(systems);
     drop((tiercel_server, raw_server, peer_servers, blocking_server, raw_blocking, raw_tcp, raw_tcp_shared));
     Ok(rows)
+}
+
+/// The order in which round `round` measures the throughput windows of `n` systems: every one
+/// once, each round after a different one where it can. On our VM a window's figure depends on
+/// the window before it: in windows taken in turn, the raw shared TCP floor made 28,664–34,539 calls a second at two callers after a window
+/// of its own kind and 37,603–44,301 after one of tiercel's (README). Round `r` steps through the
+/// systems `r + 1` at a time from the start (a permutation whenever `r + 1` shares no factor with
+/// `n`; else it steps by one, as round 0 does), so that a system's window follows the one `r + 1`
+/// before it in the list.
+#[cfg(feature = "peers")]
+fn window_order(n: usize, round: u32) -> impl Iterator<Item = usize> {
+    let step = round as usize % n.max(1) + 1;
+    let step = if gcd(step, n) == 1 { step } else { 1 };
+    (0..n).map(move |i| i * step % n.max(1))
+}
+
+#[cfg(feature = "peers")]
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+#[cfg(all(test, feature = "peers"))]
+mod order_tests {
+    use super::window_order;
+
+    #[test]
+    fn each_round_measures_every_system_once_and_most_after_another_than_the_round_before() {
+        for n in [1, 2, 16, 17] {
+            for round in 0..5 {
+                let mut order: Vec<_> = window_order(n, round).collect();
+                order.sort_unstable();
+                assert_eq!(order, (0..n).collect::<Vec<_>>(), "{n} systems, round {round}");
+            }
+        }
+        // Seventeen systems (the peers table's): round r measures each after the one r + 1 before it.
+        for round in 0..5u32 {
+            let order: Vec<_> = window_order(17, round).collect();
+            for pair in order.windows(2) {
+                assert_eq!((pair[1] + 17 - pair[0]) % 17, round as usize + 1);
+            }
+        }
+        // Sixteen: steps that share a factor with it fall back to one.
+        assert_eq!(window_order(16, 1).take(3).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(window_order(16, 2).take(3).collect::<Vec<_>>(), vec![0, 3, 6]);
+    }
 }
 
 /// A system measured, with what its callers call.
@@ -765,7 +815,7 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
     );
     outln!(
         "and the server process: the median of {} windows of {:.1} s, each system measured in turn at each number of \
-         callers in each round",
+         callers in each round, each round in another order",
         rounds.max(1),
         time.as_secs_f64()
     );
