@@ -116,9 +116,9 @@ pub fn serve(args: ServeArgs) -> crate::Result<()> {
 /// are measured in [`LATENCY_ROUNDS`] rounds, each of which times a share of every system's calls
 /// in turn (after 2,000 warm-up Nulls in the first round, 100 in the others), then the throughput rows in
 /// `rounds` rounds, each of which measures every system at 1, 2, 4 and 8 callers in turn, so that
-/// drift of the machine hits them alike, each round in another order (`window_order`); a latency row's figures are of all its calls, a throughput
-/// row's its median window's (system calls and allocations are counted in the last round's, where
-/// perf can count them).
+/// drift of the machine hits them alike, each round in another order (`window_order`); a latency
+/// row's figures are of all its calls, a throughput row's its median window's (system calls and
+/// allocations are counted in the last round's, where perf can count them).
 #[cfg(feature = "peers")]
 pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, rounds: u32) -> crate::Result<Vec<Row>> {
     // The allocator uprobes, added for the run and removed when it ends.
