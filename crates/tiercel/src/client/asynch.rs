@@ -56,6 +56,10 @@ pub(crate) struct AsyncState {
     /// whose async call last waited at it, until a lone call (which spins) lets it go.
     #[cfg(feature = "xdp")]
     station_ready: Mutex<StationReady>,
+    /// Whether `station_ready` holds a registration: a lone call that finds none (every lone call
+    /// after the first) lets nothing go without taking the lock.
+    #[cfg(feature = "xdp")]
+    station_registered: std::sync::atomic::AtomicBool,
 }
 
 /// The readiness of a binding's AF_XDP station ([`crate::xdp::Station::readiness`]) and its
@@ -539,6 +543,7 @@ impl AsyncState {
         };
         let fd = Arc::new(tiercel_sys::xdp::register(readiness)?);
         ready.registered = Some((runtime, fd.clone()));
+        self.station_registered.store(true, Ordering::Relaxed);
         Ok(fd)
     }
 
@@ -547,7 +552,13 @@ impl AsyncState {
     /// the last such task lets it go).
     #[cfg(feature = "xdp")]
     fn leave_station(&self) {
+        // (Set under the lock with the registration; a stale `false` only leaves a registration
+        // made meanwhile by a call of another task, which waits on it, to the next lone call.)
+        if !self.station_registered.load(Ordering::Relaxed) {
+            return;
+        }
         let mut ready = self.station_ready.lock().unwrap_or_else(|p| p.into_inner());
+        self.station_registered.store(false, Ordering::Relaxed);
         if let Some((_, fd)) = ready.registered.take() {
             if let Ok(fd) = Arc::try_unwrap(fd) {
                 ready.spare = Some(fd.into_inner());
