@@ -361,9 +361,11 @@ fn a_listener_has_its_socket_in_an_epoll_set_only_while_it_waits_there() {
         if !spinning {
             // A listener that does not spin waits first in its receive after calls (for up to a
             // tick of the kernel's clock, then in its set again): with the socket out of the set.
-            // Looked at for 2 ms after each call, the socket is seen out at least once in 50 calls.
+            // Looked at for 2 ms after each call, the socket is seen out at least once in 10 s of
+            // calls (on a loaded machine the look itself may miss that millisecond many times).
             let mut seen_out = false;
-            for _ in 0..50 {
+            let give_up = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < give_up {
                 assert_eq!(desk.quick().unwrap(), 0);
                 let until = Instant::now() + Duration::from_millis(2);
                 while !seen_out && Instant::now() < until {
@@ -373,7 +375,7 @@ fn a_listener_has_its_socket_in_an_epoll_set_only_while_it_waits_there() {
                     break;
                 }
             }
-            assert!(seen_out, "a listener waiting in its receive left its socket in its epoll set");
+            assert!(seen_out, "a listener waiting in its receive left its socket in its epoll set for 10 s of calls");
         }
         drop(server);
     }
