@@ -29,6 +29,16 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     Ok(sched_setaffinity(None, &set)?)
 }
 
+/// Lets the calling thread run on every CPU online again (after [`pin_current_thread`]); threads it
+/// starts from then on inherit that. The kernel still keeps it within the process's cpuset.
+pub fn unpin_current_thread() -> io::Result<()> {
+    let mut set = CpuSet::new();
+    for cpu in 0..available().min(CpuSet::MAX_CPU) {
+        set.set(cpu);
+    }
+    Ok(sched_setaffinity(None, &set)?)
+}
+
 /// User and system CPU time consumed so far by this whole process.
 pub fn process_times() -> (Duration, Duration) {
     let mut usage = core::mem::MaybeUninit::<libc::rusage>::zeroed();
