@@ -434,12 +434,19 @@ impl UdpWorker {
         // Whether this listener's last wait was in the receive and found nothing: the next is in
         // its waiter, until something comes.
         let mut waited_in_receive = false;
+        // When this listener last found a datagram: it stands by only a while after that (see
+        // `Crew::should_stand_by`).
+        let mut found_at = Instant::now();
         while !self.shared.stop.load(Ordering::Relaxed) {
             if idle.is_multiple_of(SPIN_CLOCK) {
                 now = Instant::now();
             }
             let idle_before = std::mem::take(&mut idle);
             self.received_at.set(now);
+            if found > 0 {
+                // The last look found datagrams (and this one read the clock after their calls).
+                found_at = now;
+            }
             let queueing = found > 0
                 && found_bytes <= found as usize * MAX_HELD
                 && now.saturating_duration_since(last_look) < QUICK_RUN * found;
@@ -459,6 +466,7 @@ impl UdpWorker {
                 }
                 self.lane().handoff.recycle(handed.bytes);
                 looks.found();
+                found_at = Instant::now();
                 spin_until = self.spin_on(spin_until);
                 continue;
             }
@@ -508,9 +516,14 @@ impl UdpWorker {
             if looks.again() {
                 continue;
             }
-            // Nothing to read: stand by rather than wait beside another listener that is free
-            // (a listener with calls waiting in the socket keeps taking them).
-            if self.shared.crew.should_stand_by(self.lane, || self.shared.running_on(self.lane)) {
+            // Nothing to read for a while (`Crew::should_stand_by`): stand by rather than wait
+            // beside another listener that is free (a listener with calls waiting in the socket
+            // keeps taking them).
+            if self.shared.crew.should_stand_by(
+                self.lane,
+                || Instant::now().saturating_duration_since(found_at),
+                || self.shared.running_on(self.lane),
+            ) {
                 break;
             }
             self.lease.give_back();
