@@ -221,7 +221,9 @@ fn results_page(runs: &[(PathBuf, Value)]) -> String {
          `6966df1`, every call was timed alone with an unfenced read of the tick counter, and where both sides\n\
          spin over shared memory the CPU could take the read before the result had arrived: those rows' figures,\n\
          tiercel's and the floors', are short, by different amounts (since then such calls are timed in blocks\n\
-         of 50).\n",
+         of 50). In runs made before `c157840`, the server of the blocking-procedures table ran pinned to the\n\
+         callers' CPU (its threads inherited the bench thread's pin), which held the UDP and TCP rows of 4 and 8\n\
+         callers to a third to a half of the rate they reach with it on every CPU.\n",
     );
     for (path, run) in runs {
         let _ = writeln!(out, "\n## Run {}\n", run["run"]["commit"].as_str().unwrap_or("?"));
