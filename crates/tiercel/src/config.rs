@@ -206,10 +206,10 @@ pub struct ServerConfig {
     /// about a millisecond, or running calls while more datagrams wait there, another takes over
     /// reading it, so that a long procedure holds up only its own caller and calls whose procedures
     /// block run side by side; a reading worker that has found nothing to read for 8 ms while
-    /// another of its socket is free stands by again. With three or more, one for each socket is always kept free
-    /// to receive: a new call arriving while all the others run procedures is refused at once as
-    /// busy, and its client backs off and retries. Also the most
-    /// threads one TCP connection gets while its calls are slow (at least two), and the most threads
+    /// another of its socket is free stands by again. With three or more, one for each socket is
+    /// always kept free to receive: a new call arriving while all the others run procedures is
+    /// refused at once as busy, and its client backs off and retries. Also the most threads one
+    /// TCP connection gets while its calls are slow (at least two), and the most threads
     /// serving one shared-memory binding while its calls are slow (no more than its slots). Default: 16.
     pub workers: usize,
     /// Most threads serving TCP connections at once, all connections together. A bound connection

@@ -26,9 +26,10 @@ impl Team {
             return;
         }
         if self.lanes.iter().skip(1).any(|l| l.state.load(Ordering::Relaxed) == lane::ASLEEP) {
-            // A parked helper: wake it.
+            // A parked helper: wake it (or one asleep on the doorbell, a while after its last call).
             self.parked.fetch_add(1, Ordering::SeqCst);
             futex_wake(&self.parked, 1);
+            self.ring();
             return;
         }
         let free = self.lanes.iter().position(|l| {
@@ -287,8 +288,10 @@ impl<'a> Worker<'a> {
     }
 
     /// A helper's life: serves calls no other thread has taken, spinning after each while it holds
-    /// a lease, parked otherwise until the rendezvous thread finds the binding held up again; ends
-    /// after [`HELPER_IDLE`] without a call, or with the binding.
+    /// a lease; otherwise asleep on the doorbell while it served a call in the last
+    /// [`MAX_LOOK`](crate::waiting::crew::MAX_LOOK), parked after that until the rendezvous thread
+    /// finds the binding held up again; ends after [`HELPER_IDLE`] without a call, or with the
+    /// binding.
     pub(super) fn help(&mut self) {
         let team = self.team;
         let shared = &*team.shared;
@@ -315,6 +318,15 @@ impl<'a> Worker<'a> {
                 break;
             }
             self.lease.give_back();
+            if last_call.elapsed() < crate::waiting::crew::MAX_LOOK {
+                // Calls of slow procedures keep it running: the next of its caller comes after the
+                // result, and a helper parked at once waited for the rendezvous thread's looks (two,
+                // a millisecond apart) to serve it. On the doorbell, the call wakes it (while it
+                // sleeps there, each call rings: a system call of the client's).
+                let (doorbell, sleeping) = (self.word(header::DOORBELL), self.word(header::SERVER_SLEEPING));
+                self.sleep(doorbell, sleeping, crate::waiting::crew::MAX_LOOK);
+                continue;
+            }
             let bell = team.parked.load(Ordering::SeqCst);
             self.mark(lane::ASLEEP);
             if !team.any_call() {
