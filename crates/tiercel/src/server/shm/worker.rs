@@ -288,7 +288,7 @@ impl<'a> Worker<'a> {
     }
 
     /// A helper's life: serves calls no other thread has taken, spinning after each while it holds
-    /// a lease; otherwise asleep on the doorbell while it served a call in the last
+    /// a lease; otherwise asleep on the doorbell while it served a slow call in the last
     /// [`MAX_LOOK`](crate::waiting::crew::MAX_LOOK), parked after that until the rendezvous thread
     /// finds the binding held up again; ends after [`HELPER_IDLE`] without a call, or with the
     /// binding.
@@ -297,11 +297,15 @@ impl<'a> Worker<'a> {
         let shared = &*team.shared;
         let spin = clock::ticks_in(shared.config.spin);
         let mut last_call = Instant::now();
+        // Whether the calls it served last took a while (`crate::waiting::crew::SLOW_CALL`).
+        let mut slow = false;
         let mut spin_until = clock::ticks();
         let mut idle = 0u32;
         while !team.closed.load(Ordering::Acquire) && !shared.stop.load(Ordering::Relaxed) {
+            let began = clock::ticks();
             if self.serve_all() {
                 let now = clock::ticks();
+                slow = clock::elapsed(began, now) >= crate::waiting::crew::SLOW_CALL;
                 team.last_result.store(now, Ordering::Relaxed);
                 spin_until = if self.lease.take() { now + spin } else { now };
                 last_call = Instant::now();
@@ -318,11 +322,13 @@ impl<'a> Worker<'a> {
                 break;
             }
             self.lease.give_back();
-            if last_call.elapsed() < crate::waiting::crew::MAX_LOOK {
+            if slow && last_call.elapsed() < crate::waiting::crew::MAX_LOOK {
                 // Calls of slow procedures keep it running: the next of its caller comes after the
                 // result, and a helper parked at once waited for the rendezvous thread's looks (two,
                 // a millisecond apart) to serve it. On the doorbell, the call wakes it (while it
-                // sleeps there, each call rings: a system call of the client's).
+                // sleeps there, each call rings: a system call of the client's). Not after quick
+                // calls, which one thread serves as they come: a helper that took some of them
+                // would stay on the doorbell and have every call ring it.
                 let (doorbell, sleeping) = (self.word(header::DOORBELL), self.word(header::SERVER_SLEEPING));
                 self.sleep(doorbell, sleeping, crate::waiting::crew::MAX_LOOK);
                 continue;
