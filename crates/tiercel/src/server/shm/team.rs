@@ -26,7 +26,7 @@ pub(super) mod lane {
     /// Serving a call (running its procedure).
     pub(crate) const RUNNING: u32 = 2;
     /// Asleep: the first thread on the doorbell; a helper on the doorbell within a while of its last
-    /// call, else parked until the rendezvous thread wakes it.
+    /// call if that was slow, else parked until the rendezvous thread wakes it.
     pub(crate) const ASLEEP: u32 = 3;
 }
 
@@ -83,8 +83,8 @@ pub(in crate::server) struct Team {
     /// One per thread the binding may have; the first is the first thread's.
     pub(super) lanes: Vec<Lane>,
     /// Futex where parked helpers wait for the rendezvous thread (not the doorbell, once they have
-    /// had no call for a while: a helper asleep there makes every call of the binding's client ring
-    /// it).
+    /// had no slow call for a while: a helper asleep there makes every call of the binding's client
+    /// ring it).
     pub(super) parked: AtomicU32,
     /// When a call of the binding last ended, in ticks of the tick counter.
     pub(super) last_result: AtomicU64,
