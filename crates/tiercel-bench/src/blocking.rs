@@ -46,7 +46,7 @@ pub struct Row {
 pub fn table(media: &[Medium], client_cpu: usize, time: Duration) -> crate::Result<Vec<Row>> {
     // Started from a thread that may run on every CPU, so that the server's threads may too: the
     // bench's own thread is pinned to the callers' CPU, and threads inherit their starter's
-    // affinity (with every thread on one CPU, 8 callers' calls ran 2.3 to 2.6 at once, not 6 to 8).
+    // affinity (with every thread on one CPU, 8 callers' calls ran 2.2 to 2.6 at once, not 6 to 8).
     let server = std::thread::scope(|s| {
         s.spawn(|| -> crate::Result<tiercel::RunningServer> {
             tiercel_sys::cpu::unpin_current_thread()?;
