@@ -236,11 +236,11 @@ pub fn run(args: Args) -> crate::Result<()> {
                 (Medium::Udp, true) => {
                     "UDP over loopback; both sides busy-poll (non-blocking recv in a loop, never block)"
                 }
-                (Medium::Udp, false) => "UDP over loopback; both sides block at once (no spinning): tiercel's caller in recv() (with a read timeout), its server in recv() after calls (for up to a tick of the kernel's clock, then in epoll_wait()), the raw ping-pong in recv()",
+                (Medium::Udp, false) => "UDP over loopback; both sides block at once (no spinning): tiercel's caller in recv() (with a read timeout), its server in recv() after calls (for up to a tick of the kernel's clock, then in epoll_wait()), the raw ping-pong's two sides in recv() with the same read timeout (then in poll())",
                 (Medium::Shm, true) => "shared memory; both sides spin on the slot's words (never block)",
                 (Medium::Shm, false) => "shared memory; both sides sleep on futexes at once (no spinning)",
                 (Medium::Tcp, true) => "TCP over loopback; both sides busy-poll (non-blocking read in a loop)",
-                (Medium::Tcp, false) => "TCP over loopback; both sides block at once (no spinning): tiercel's caller in recv() (with a read timeout, then in poll()), its server in read() after calls (for up to a tick of the kernel's clock, then in poll()), the raw ping-pong in read()",
+                (Medium::Tcp, false) => "TCP over loopback; both sides block at once (no spinning): tiercel's caller in recv() (with a read timeout, then in poll()), its server in read() after calls (for up to a tick of the kernel's clock, then in poll()), the raw ping-pong's two sides in read() with the same read timeout (then in poll())",
             };
             crate::progress::doing(&format!("latency {}", medium.name()));
             outln!("\n{policy}; {calls} timed calls per row in {rounds} interleaved rounds, after 2,000 warm-up calls");

@@ -793,8 +793,8 @@ pub fn print(rows: &[Row], calls: u32, time: Duration, rounds: u32) {
          tiercel's do, or with \"batch\" share one socket and send their requests together,\nas a tiercel binding's \
          threads beyond its first do, to an echo that answers each run as one; with \"async\", callers that are tasks of the \
          peers' runtime,\nwith a socket each, one alone spinning, several waiting for the reactor as tiercel's async calls do), tarpc, tonic (plain and over TLS) and a raw tokio TCP echo; \"block\" rows:\ntiercel with spinning off on both \
-         sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls (several callers of\nthe \
-         raw UDP echo take up to four turns, a yield of the CPU and a look each, before they block, as tiercel's do, and that \
+         sides, and raw UDP and TCP echoes where both sides block, as the peers do between calls (in receives that \
+         wait 1 ms at most at a time,\nas tiercel's do; several callers of the raw UDP echo take up to four turns, a yield of the CPU and a look each, before they block, as tiercel's do, and that \
          echo takes what queued in batches and\nlooks ten times before it blocks; \"raw tcp shared block\": callers sharing \
          one connection, as the threads of a tiercel TCP binding do, taking as many turns (the first before \
          they look),\nto an echo that answers what \

@@ -1,8 +1,8 @@
 //! The raw UDP ping-pong the benchmark measures tiercel against: the same system calls (`send`, or
 //! `sendmsg` for a datagram of more than `tiercel_sys::udp::GATHER_SMALL` bytes in parts;
 //! non-blocking `recv`/`recvfrom`) with no protocol at all; not spinning, each side blocks in its
-//! receive itself (one system call where tiercel looks, then waits in `poll` or `epoll_wait`, then
-//! receives), the cheapest blocking wait there is. A request's first four bytes say
+//! receive itself, [`RECEIVE_WAIT`] at a time, as tiercel's blocking callers and listeners do (the
+//! cheapest blocking wait there is). A request's first four bytes say
 //! how long the reply must be; a request of several datagrams (a multi-packet transfer) says in its
 //! next eight how many datagrams it has and which transfer they belong to, and the echo replies
 //! once all have come.
@@ -27,6 +27,17 @@ const PLACE_NEXT: u32 = 1 << 31;
 
 /// How long a spinning echo server goes on spinning without a request before it blocks.
 pub const SPIN_WHILE_IDLE: Duration = Duration::from_millis(2);
+
+/// The read timeout of a blocking floor's socket, as tiercel's (`RECEIVE_WAIT` in
+/// `tiercel::waiting`): the floors' threads wait in their receives for at most this long at a time
+/// (the kernel rounds it up to a tick of its clock), as tiercel's blocking callers and listeners
+/// do, and look again. The timer a thread sleeps with changes how soon it wakes. On our VM, in
+/// alternating 200-ms windows of a scratch client (three runs, medians of each run's calls), a
+/// blocking raw Null ping-pong whose caller's receive waited a second at most and its echo's 100
+/// ms took 58.2 to 59.3 µs, and tiercel's blocking Null 55.8 to 56.7 (0.95× to 0.96×); with the
+/// echo's receive waiting this long, 54.8 to 55.5 (tiercel 54.7 to 55.5); with both sides' waiting
+/// this long, 51.5 to 52.0 (tiercel 53.1 to 53.5, 1.03×).
+pub const RECEIVE_WAIT: Duration = Duration::from_millis(1);
 
 /// Options of the `raw-echo` helper role.
 #[derive(clap::Args)]
@@ -96,8 +107,9 @@ fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
         return Err("this kernel refuses UDP_GRO".into());
     }
     if !args.spin && !args.gro {
-        // Not spinning, the echo blocks in its receives, waking at least this often to see the time.
-        socket.set_read_timeout(Some(Duration::from_millis(100))).map_err(crate::Error::from)?;
+        // Not spinning, the echo blocks in its receives, each at most `RECEIVE_WAIT`, as a tiercel
+        // listener's first wait after calls is.
+        socket.set_read_timeout(Some(RECEIVE_WAIT)).map_err(crate::Error::from)?;
     }
     loop {
         let room = rx.len();
@@ -187,10 +199,12 @@ fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
         if args.spin && (idle_checks < 4096 || last.elapsed() < SPIN_WHILE_IDLE) {
             core::hint::spin_loop();
         } else if !args.spin && !args.gro {
-            // The receive itself blocked for its read timeout: the clock is read on every one.
+            // The receive waited its `RECEIVE_WAIT` for nothing: as a tiercel listener then waits
+            // in `epoll`, the echo waits in `poll`, longer, and receives again when a datagram came.
             if Instant::now() > end {
                 return Ok(());
             }
+            let _ = udp::wait_readable(socket, Some(Duration::from_millis(100)));
         } else {
             let _ = udp::wait_readable(socket, Some(Duration::from_millis(100)));
         }
@@ -332,8 +346,9 @@ impl PingPong {
     pub fn new(server: SocketAddr, request_len: usize, reply_len: usize, spin: bool) -> crate::Result<PingPong> {
         let socket = udp::connect(server).map_err(crate::Error::from)?;
         if !spin {
-            // A blocking round trip waits in its receive, for a second at most.
-            socket.set_read_timeout(Some(Duration::from_secs(1))).map_err(crate::Error::from)?;
+            // A blocking round trip waits in its receive, `RECEIVE_WAIT` at a time, for a second
+            // at most.
+            socket.set_read_timeout(Some(RECEIVE_WAIT)).map_err(crate::Error::from)?;
         }
         let mut request = vec![0u8; request_len.max(4)];
         request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
@@ -532,8 +547,10 @@ impl PingPong {
             } else if turn {
                 // The look found nothing: another turn, or the receive that blocks.
                 looks += 1;
-            } else if received == Received::Nothing {
-                // The receive waited its second for nothing.
+            } else if received == Received::Nothing
+                && Instant::now() > *deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(1))
+            {
+                // The receive waited its `RECEIVE_WAIT` for nothing, again and again for a second.
                 return Ok(false);
             }
         }
@@ -792,6 +809,36 @@ mod tests {
         let args = EchoArgs { addr, cpu: None, spin: false, max_seconds: 60, stamp: false, gro, drain, runs: false };
         std::thread::spawn(move || serve_echo(&socket, &args));
         addr
+    }
+
+    /// A blocking floor waits in receives of [`RECEIVE_WAIT`] each, and that is no bound on a
+    /// round trip: a reply that comes many such waits late is taken, and a blocking echo that sat
+    /// idle for as long (in `poll`, after its receive waited for nothing) answers the next request.
+    #[test]
+    fn a_blocking_round_trip_waits_past_its_receives_timeout() {
+        let late = Duration::from_millis(40);
+        // A server that answers each request `late`.
+        let slow = udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let slow_addr = slow.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while let Ok((n, from)) = slow.recv_from(&mut buf) {
+                std::thread::sleep(late);
+                let _ = slow.send_to(&buf[..n], from);
+            }
+        });
+        let mut ping = PingPong::new(slow_addr, 56, 56, false).unwrap();
+        for _ in 0..3 {
+            let t = Instant::now();
+            assert!(ping.round_trip().unwrap(), "a reply {late:?} late was not waited for");
+            assert!(t.elapsed() >= late);
+        }
+        for drain in [false, true] {
+            let mut ping = PingPong::new(echo_thread_with(false, drain), 56, 56, false).unwrap();
+            assert!(ping.round_trip().unwrap());
+            std::thread::sleep(late);
+            assert!(ping.round_trip().unwrap(), "the echo (drain {drain}) did not answer after sitting idle");
+        }
     }
 
     #[test]

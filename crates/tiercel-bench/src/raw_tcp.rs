@@ -5,6 +5,7 @@
 //! blocks after 2 ms without a request (as the raw UDP one does), leaving the CPU to the server
 //! measured next; it serves each connection on a thread of its own.
 
+use crate::raw::RECEIVE_WAIT;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -30,6 +31,8 @@ pub struct EchoArgs {
 
 /// Reads exactly `buf.len()` bytes; false if the peer closed first or (with `patience`) nothing
 /// came for that long. Spinning, it blocks after [`crate::raw::SPIN_WHILE_IDLE`] without a byte.
+/// Blocking, on a stream whose reads wait [`RECEIVE_WAIT`] at most ([`wait_in_receive`]), it waits
+/// in `poll` after a read that waited for nothing, as tiercel's connection threads do.
 fn read_full(stream: &mut TcpStream, buf: &mut [u8], spin: bool, patience: Option<Duration>) -> std::io::Result<bool> {
     let mut at = 0;
     let mut polls = 0u32;
@@ -55,11 +58,30 @@ fn read_full(stream: &mut TcpStream, buf: &mut [u8], spin: bool, patience: Optio
                 }
                 core::hint::spin_loop();
             }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if patience.is_some_and(|p| since.get_or_insert_with(Instant::now).elapsed() > p) {
+                    return Ok(false);
+                }
+                let _ = tiercel_sys::udp::wait_readable_fd(&*stream, Some(POLL_WAIT));
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
     Ok(true)
+}
+
+/// How long a caller of a shared connection waits for its answer before it gives up.
+const SILENCE: Duration = Duration::from_secs(10);
+
+/// How long a blocking floor waits in `poll` after a read that waited its [`RECEIVE_WAIT`] for
+/// nothing, as a blocked tiercel caller waits in its turns (`TICK` of tiercel's TCP client).
+const POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// Makes the blocking reads of `stream` wait [`RECEIVE_WAIT`] at most, as those of tiercel's
+/// connections do (see [`RECEIVE_WAIT`] for why a floor must wait with the same timer).
+fn wait_in_receive(stream: &TcpStream) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(RECEIVE_WAIT))
 }
 
 fn write_all(stream: &mut TcpStream, mut buf: &[u8]) -> std::io::Result<()> {
@@ -96,6 +118,9 @@ pub fn echo(args: EchoArgs) -> crate::Result<()> {
 fn serve_connection(mut stream: TcpStream, spin: bool) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     stream.set_nonblocking(spin)?;
+    if !spin {
+        wait_in_receive(&stream)?;
+    }
     // Grown to the largest request and reply seen, before the timed round trips.
     let (mut reply, mut request) = (Vec::new(), Vec::new());
     let mut header = [0u8; 8];
@@ -124,12 +149,17 @@ fn serve_connection(mut stream: TcpStream, spin: bool) -> std::io::Result<()> {
 /// first four payload bytes and its own length.
 fn serve_shared(mut stream: TcpStream) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
+    wait_in_receive(&stream)?;
     let (mut input, mut held) = (vec![0u8; 64 << 10], 0);
     let mut out = Vec::new();
     loop {
         let n = match stream.read(&mut input[held..]) {
             Ok(0) => return Ok(()),
             Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let _ = tiercel_sys::udp::wait_readable_fd(&stream, Some(POLL_WAIT));
+                continue;
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
@@ -169,8 +199,9 @@ pub const SHARED_HEAD: usize = 8;
 /// tiercel TCP binding share its connection: the floor beneath several of them. A caller writes
 /// its request (under a lock), then either reads the connection, if nobody is, until its own answer
 /// has come, handing each other answer to its caller and waking it, and then wakes a caller still
-/// waiting to read next; or sleeps on a futex of its own until its answer or its turn to read
-/// comes. As tiercel's demultiplexer does, without its mailboxes' copies: an answer's bytes are
+/// waiting to read next; or parks (`std::thread::park`, as tiercel's callers do: a wake-up costs a
+/// system call only when its caller sleeps) until its answer or its turn to read comes. As
+/// tiercel's demultiplexer does, without its mailboxes' copies: an answer's bytes are
 /// only counted. Beside other callers, a caller takes turns before it sleeps or blocks in its
 /// read, as tiercel's blocking callers do (`SharedTcp::take_turn`): the first before its first
 /// look (the answer to a request just written is not back yet), after which it reads at once if
@@ -182,8 +213,9 @@ pub struct SharedTcp {
     /// The connection's reading side and what it read that no answer has used yet.
     reader: std::sync::Mutex<(TcpStream, Vec<u8>, usize)>,
     turns: std::sync::Mutex<Turns>,
-    /// A futex word per caller, bumped when its answer came or its turn to read did.
-    words: Vec<std::sync::atomic::AtomicU32>,
+    /// Each caller's thread, once it has waited: unparked when its answer came or its turn to read
+    /// did.
+    threads: Vec<std::sync::OnceLock<std::thread::Thread>>,
     callers: std::sync::atomic::AtomicU32,
     /// Callers between their request and their answer ([`SharedTcp::take_turn`]).
     in_flight: std::sync::atomic::AtomicU32,
@@ -212,14 +244,13 @@ impl SharedTcp {
         }
         let stream = TcpStream::connect(server).map_err(|e| format!("connecting to {server}: {e}"))?;
         stream.set_nodelay(true).map_err(crate::Error::from)?;
-        // A reader that hears nothing for this long fails its round trip rather than wait forever.
-        stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(crate::Error::from)?;
+        wait_in_receive(&stream).map_err(crate::Error::from)?;
         let reading = stream.try_clone().map_err(crate::Error::from)?;
         Ok(std::sync::Arc::new(SharedTcp {
             writer: std::sync::Mutex::new(stream),
             reader: std::sync::Mutex::new((reading, vec![0; 64 << 10], 0)),
             turns: std::sync::Mutex::new(Turns::default()),
-            words: (0..callers).map(|_| std::sync::atomic::AtomicU32::new(0)).collect(),
+            threads: (0..callers).map(|_| std::sync::OnceLock::new()).collect(),
             callers: std::sync::atomic::AtomicU32::new(0),
             in_flight: std::sync::atomic::AtomicU32::new(0),
         }))
@@ -228,8 +259,8 @@ impl SharedTcp {
     /// The next of its callers.
     pub fn caller(self: &std::sync::Arc<SharedTcp>) -> crate::Result<SharedTcpCaller> {
         let me = self.callers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if me as usize >= self.words.len() {
-            return Err(format!("a shared raw TCP connection made for {} callers", self.words.len()).into());
+        if me as usize >= self.threads.len() {
+            return Err(format!("a shared raw TCP connection made for {} callers", self.threads.len()).into());
         }
         Ok(SharedTcpCaller { shared: self.clone(), me, request: Vec::new() })
     }
@@ -238,11 +269,11 @@ impl SharedTcp {
         self.turns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Bumps caller `to`'s word and wakes it.
+    /// Wakes caller `to`, or has its next park return at once.
     fn wake(&self, to: u32) {
-        let word = &self.words[to as usize];
-        word.fetch_add(1, std::sync::atomic::Ordering::Release);
-        tiercel_sys::shm::futex_wake(word, 1);
+        if let Some(thread) = self.threads[to as usize].get() {
+            thread.unpark();
+        }
     }
 
     /// A turn before the next look of a caller that would block, as tiercel's blocking callers take
@@ -269,6 +300,8 @@ impl SharedTcp {
         let (stream, input, held) = &mut *reader;
         // A caller that took its turn before it looked reads at once.
         let mut looked = *turns == 0;
+        // Since when its reads have waited for nothing.
+        let mut silent: Option<Instant> = None;
         loop {
             let read = if !std::mem::replace(&mut looked, true) || self.take_turn(turns) {
                 match tiercel_sys::udp::read_stream_nowait(&*stream, &mut input[*held..]) {
@@ -282,10 +315,19 @@ impl SharedTcp {
             let n = match read {
                 Ok(0) => return Err("the shared raw TCP echo closed the connection".into()),
                 Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    // The read waited its `RECEIVE_WAIT` for nothing: `poll`, as tiercel's reader.
+                    if silent.get_or_insert_with(Instant::now).elapsed() > SILENCE {
+                        return Err("no answer on the shared raw TCP connection for 10 s".into());
+                    }
+                    let _ = tiercel_sys::udp::wait_readable_fd(&*stream, Some(POLL_WAIT));
+                    continue;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(format!("the shared raw TCP echo: {e}").into()),
             };
             *held += n;
+            silent = None;
             let (mut at, mut mine, mut woken) = (0, false, 0u64);
             while *held - at >= SHARED_HEAD {
                 let word = |i: usize| u32::from_le_bytes([input[i], input[i + 1], input[i + 2], input[i + 3]]);
@@ -299,7 +341,7 @@ impl SharedTcp {
                 at += len;
                 if to == me {
                     mine = true;
-                } else if (to as usize) < self.words.len() {
+                } else if (to as usize) < self.threads.len() {
                     woken |= 1 << to;
                 }
             }
@@ -343,16 +385,16 @@ impl SharedTcpCaller {
     }
 
     /// Waits for this caller's answer, reading the connection when nobody is; beside other callers,
-    /// it takes its turns before it sleeps on its futex or blocks in its read.
+    /// it takes its turns before it parks or blocks in its read.
     fn wait_for_answer(&self, bit: u64) -> crate::Result<bool> {
-        use std::sync::atomic::Ordering;
         let s = &*self.shared;
-        let (mut naps, mut turns) = (0, 0);
+        s.threads[self.me as usize].get_or_init(std::thread::current);
+        // Since when it has slept without its answer.
+        let (mut asleep, mut turns) = (None::<Instant>, 0);
         // The answer to a request just written is not back yet: beside other callers, a turn
         // first, as tiercel's blocking callers take one before their first look.
         s.take_turn(&mut turns);
         loop {
-            let seen = s.words[self.me as usize].load(Ordering::Acquire);
             let mut t = s.turns();
             if t.answered & bit != 0 {
                 t.answered &= !bit;
@@ -387,14 +429,11 @@ impl SharedTcpCaller {
             }
             t.waiting |= bit;
             drop(t);
-            tiercel_sys::shm::futex_wait(&s.words[self.me as usize], seen, Some(Duration::from_secs(1)));
-            if s.words[self.me as usize].load(Ordering::Acquire) == seen {
-                // A second without a word from the caller that reads.
-                naps += 1;
-                if naps == 10 {
-                    return Err("no answer on the shared raw TCP connection for 10 s".into());
-                }
+            if asleep.get_or_insert_with(Instant::now).elapsed() >= SILENCE {
+                return Err("no answer on the shared raw TCP connection for 10 s".into());
             }
+            // As long as a tiercel caller that does not read parks at a time (`TICK`).
+            std::thread::park_timeout(POLL_WAIT);
         }
     }
 }
@@ -416,6 +455,9 @@ impl TcpPingPong {
     pub fn new(server: SocketAddr, request_len: usize, reply_len: usize, spin: bool) -> crate::Result<TcpPingPong> {
         let stream = TcpStream::connect(server).map_err(|e| format!("connecting to {server}: {e}"))?;
         stream.set_nodelay(true).and_then(|()| stream.set_nonblocking(spin)).map_err(crate::Error::from)?;
+        if !spin {
+            wait_in_receive(&stream).map_err(crate::Error::from)?;
+        }
         let (request_len, reply_len) = (request_len.min(MAX), reply_len.min(MAX));
         let (request, reply) = (vec![0u8; 8 + request_len], vec![0; reply_len]);
         Ok(TcpPingPong { stream, request, reply, sizes: (request_len, reply_len), spin, stamps: None })
@@ -494,6 +536,76 @@ mod tests {
         // Nothing is left unread: every answer went to its caller, and only one each.
         assert_eq!(shared.reader.lock().unwrap().2, 0);
         assert!(SharedTcp::new(addr, 65).is_err());
+    }
+
+    /// The blocking floors wait in reads of [`RECEIVE_WAIT`] each, and that is no bound on a round
+    /// trip: an answer that comes many such waits late is taken, by a caller alone and by callers
+    /// sharing a connection, and echoes that sat idle for as long answer the next request.
+    #[test]
+    fn blocking_round_trips_wait_past_their_reads_timeout() {
+        let late = Duration::from_millis(40);
+        // A server that answers each request of 8 + 16 bytes with 16 bytes, `late`.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let slow = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let mut stream = stream.unwrap();
+                std::thread::spawn(move || {
+                    let mut request = [0u8; 24];
+                    while stream.read_exact(&mut request).is_ok() {
+                        std::thread::sleep(late);
+                        let _ = stream.write_all(&[0x5a; 16]);
+                    }
+                });
+            }
+        });
+        let mut ping = TcpPingPong::new(slow, 16, 16, false).unwrap();
+        for _ in 0..3 {
+            let t = Instant::now();
+            assert!(ping.round_trip().unwrap(), "an answer {late:?} late was not waited for");
+            assert!(t.elapsed() >= late);
+        }
+        let mut ping = TcpPingPong::new(echo_thread(), 16, 16, false).unwrap();
+        assert!(ping.round_trip().unwrap());
+        std::thread::sleep(late);
+        assert!(ping.round_trip().unwrap(), "the echo did not answer after sitting idle");
+        // Two callers of a shared connection, one of them reading and the other asleep, through a
+        // relay that holds each piece of the answers `late`, to a shared echo that sat idle.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let echo = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let stream = stream.unwrap();
+                std::thread::spawn(move || serve_shared(stream));
+            }
+        });
+        let relay = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = relay.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut client, _) = relay.accept().unwrap();
+            let mut server = TcpStream::connect(echo).unwrap();
+            let (mut to_server, mut from_server) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || std::io::copy(&mut to_server, &mut server));
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = from_server.read(&mut buf) {
+                std::thread::sleep(late);
+                if client.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        });
+        let shared = SharedTcp::new(addr, 2).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                let mut c = shared.caller().unwrap();
+                s.spawn(move || {
+                    for _ in 0..3 {
+                        std::thread::sleep(late);
+                        assert!(c.round_trip_of(4, SHARED_HEAD).unwrap());
+                    }
+                });
+            }
+        });
     }
 
     #[test]
