@@ -494,12 +494,22 @@ mod tests {
 
     /// A blocking echo on loopback in a thread of its own, serving connections as `echo` does.
     fn echo_thread() -> SocketAddr {
+        serving(|stream| serve_connection(stream, false))
+    }
+
+    /// The echo of connections shared by several callers (`echo --shared`), as [`echo_thread`].
+    fn shared_echo_thread() -> SocketAddr {
+        serving(serve_shared)
+    }
+
+    /// A listener on loopback whose every connection `serve` serves in a thread of its own.
+    fn serving(serve: fn(TcpStream) -> std::io::Result<()>) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let stream = stream.unwrap();
-                std::thread::spawn(move || serve_connection(stream, false));
+                std::thread::spawn(move || serve(stream));
             }
         });
         addr
@@ -509,14 +519,7 @@ mod tests {
     /// or wait for whoever reads it, with sizes that differ from caller to caller and call to call.
     #[test]
     fn callers_sharing_a_connection_each_get_their_own_answers() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let stream = stream.unwrap();
-                std::thread::spawn(move || serve_shared(stream));
-            }
-        });
+        let addr = shared_echo_thread();
         let shared = SharedTcp::new(addr, 4).unwrap();
         std::thread::scope(|s| {
             for _ in 0..4 {
@@ -571,14 +574,7 @@ mod tests {
         assert!(ping.round_trip().unwrap(), "the echo did not answer after sitting idle");
         // Two callers of a shared connection, one of them reading and the other asleep, through a
         // relay that holds each piece of the answers `late`, to a shared echo that sat idle.
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let echo = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let stream = stream.unwrap();
-                std::thread::spawn(move || serve_shared(stream));
-            }
-        });
+        let echo = shared_echo_thread();
         let relay = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = relay.local_addr().unwrap();
         std::thread::spawn(move || {
