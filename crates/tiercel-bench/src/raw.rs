@@ -39,6 +39,11 @@ pub const SPIN_WHILE_IDLE: Duration = Duration::from_millis(2);
 /// this long, 51.5 to 52.0 (tiercel 53.1 to 53.5, 1.03×).
 pub const RECEIVE_WAIT: Duration = Duration::from_millis(1);
 
+/// How long a blocking floor then waits in `poll`, after a receive that waited its [`RECEIVE_WAIT`]
+/// for nothing, before it receives again: as a blocked tiercel caller parks or polls at a time
+/// (`TICK` of tiercel's TCP client).
+pub const POLL_WAIT: Duration = Duration::from_millis(100);
+
 /// Options of the `raw-echo` helper role.
 #[derive(clap::Args)]
 pub struct EchoArgs {
@@ -204,7 +209,7 @@ fn serve_echo(socket: &UdpSocket, args: &EchoArgs) -> crate::Result<()> {
             if Instant::now() > end {
                 return Ok(());
             }
-            let _ = udp::wait_readable(socket, Some(Duration::from_millis(100)));
+            let _ = udp::wait_readable(socket, Some(POLL_WAIT));
         } else {
             let _ = udp::wait_readable(socket, Some(Duration::from_millis(100)));
         }

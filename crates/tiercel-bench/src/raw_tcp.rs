@@ -5,7 +5,7 @@
 //! blocks after 2 ms without a request (as the raw UDP one does), leaving the CPU to the server
 //! measured next; it serves each connection on a thread of its own.
 
-use crate::raw::RECEIVE_WAIT;
+use crate::raw::{POLL_WAIT, RECEIVE_WAIT};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -71,12 +71,8 @@ fn read_full(stream: &mut TcpStream, buf: &mut [u8], spin: bool, patience: Optio
     Ok(true)
 }
 
-/// How long a caller of a shared connection waits for its answer before it gives up.
+/// How long a blocking raw TCP caller waits for its answer before it gives up.
 const SILENCE: Duration = Duration::from_secs(10);
-
-/// How long a blocking floor waits in `poll` after a read that waited its [`RECEIVE_WAIT`] for
-/// nothing, as a blocked tiercel caller waits in its turns (`TICK` of tiercel's TCP client).
-const POLL_WAIT: Duration = Duration::from_millis(100);
 
 /// Makes the blocking reads of `stream` wait [`RECEIVE_WAIT`] at most, as those of tiercel's
 /// connections do (see [`RECEIVE_WAIT`] for why a floor must wait with the same timer).
@@ -483,8 +479,7 @@ impl TcpPingPong {
         self.request[..4].copy_from_slice(&(reply_len as u32).to_le_bytes());
         self.request[4..8].copy_from_slice(&(request_len as u32).to_le_bytes());
         write_all(&mut self.stream, &self.request[..8 + request_len]).map_err(crate::Error::from)?;
-        read_full(&mut self.stream, &mut self.reply[..reply_len], self.spin, Some(Duration::from_secs(10)))
-            .map_err(crate::Error::from)
+        read_full(&mut self.stream, &mut self.reply[..reply_len], self.spin, Some(SILENCE)).map_err(crate::Error::from)
     }
 }
 
