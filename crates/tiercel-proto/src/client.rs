@@ -115,8 +115,12 @@ pub struct ClientCall {
     retransmissions: u64,
     started: Instant,
     retransmitted: bool,
-    srtt: Option<core::time::Duration>,
-    rttvar: core::time::Duration,
+    /// The smoothed round trip and its variation, in nanoseconds (`srtt_ns` 0: none measured
+    /// yet), and the retransmission timeout they give ([`ClientCall::base_rto`]), worked out once
+    /// a sample rather than again at each call's start.
+    srtt_ns: u64,
+    rttvar_ns: u64,
+    base_rto: core::time::Duration,
     busy_since: Option<Instant>,
     /// When this slot last proved its address (at most once a retransmission interval).
     proved_at: Option<Instant>,
@@ -167,8 +171,9 @@ impl ClientCall {
             retransmissions: 0,
             started: now,
             retransmitted: false,
-            srtt: None,
-            rttvar: core::time::Duration::ZERO,
+            srtt_ns: 0,
+            rttvar_ns: 0,
+            base_rto: timing.retransmit_initial,
             busy_since: None,
             proved_at: None,
             heard: false,
@@ -181,25 +186,23 @@ impl ClientCall {
     /// The retransmission timeout a fresh attempt starts from: measured (srtt + 4 rttvar, Jacobson)
     /// once round trips are known, `retransmit_initial` before.
     pub fn base_rto(&self) -> core::time::Duration {
-        match self.srtt {
-            Some(srtt) => (srtt + 4 * self.rttvar).clamp(self.timing.retransmit_min, self.timing.retransmit_max),
-            None => self.timing.retransmit_initial,
-        }
+        self.base_rto
     }
 
     /// Feeds a round-trip sample (only from calls that were never retransmitted: Karn's rule).
     fn sample_rtt(&mut self, rtt: core::time::Duration) {
-        match self.srtt {
-            None => {
-                self.srtt = Some(rtt);
-                self.rttvar = rtt / 2;
-            }
-            Some(srtt) => {
-                let err = srtt.abs_diff(rtt);
-                self.rttvar = (self.rttvar * 3 + err) / 4;
-                self.srtt = Some((srtt * 7 + rtt) / 8);
-            }
+        // (At least a nanosecond: 0 means no sample yet. A round trip of 584 years saturates.)
+        let rtt = rtt.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(rtt.subsec_nanos())).max(1);
+        if self.srtt_ns == 0 {
+            self.srtt_ns = rtt;
+            self.rttvar_ns = rtt / 2;
+        } else {
+            let err = self.srtt_ns.abs_diff(rtt);
+            self.rttvar_ns = self.rttvar_ns.saturating_mul(3).saturating_add(err) / 4;
+            self.srtt_ns = self.srtt_ns.saturating_mul(7).saturating_add(rtt) / 8;
         }
+        let rto = core::time::Duration::from_nanos(self.srtt_ns.saturating_add(self.rttvar_ns.saturating_mul(4)));
+        self.base_rto = rto.clamp(self.timing.retransmit_min, self.timing.retransmit_max);
     }
 
     /// Begins call `seq` whose message is `message_len` bytes. The first window of fragments is queued.

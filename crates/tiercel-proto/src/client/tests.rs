@@ -1,5 +1,6 @@
 use super::*;
 use crate::wire::Header;
+use core::time::Duration;
 
 fn packet(h: Header, payload: &[u8]) -> Vec<u8> {
     let mut b = h.to_bytes().to_vec();
@@ -65,4 +66,45 @@ fn a_first_fragment_the_server_takes_opens_the_window() {
     let mut d = ClientCall::new(Timing::default(), 100, crate::fragment::MAX_WINDOW, now);
     d.start(1, 60, now, None);
     assert_eq!(sent(&mut d), [Transmit::CallFragment { index: 0, please_ack: false }]);
+}
+
+#[test]
+fn the_retransmission_timeout_follows_measured_round_trips_within_its_bounds() {
+    let ms = Duration::from_millis;
+    let us = Duration::from_micros;
+    let timing = Timing { retransmit_min: ms(2), retransmit_max: ms(100), ..Timing::default() };
+    let t0 = Instant::now();
+    let mut c = ClientCall::new(timing, 100, crate::fragment::MAX_WINDOW, t0);
+    let result = |seq| Header { seq, ..Header::new(Kind::Result) };
+    // Nothing measured: the first call's timer is `retransmit_initial` away.
+    c.start(1, 60, t0, None);
+    assert_eq!(c.poll_timeout(), Some(t0 + timing.retransmit_initial));
+    // A round trip of 10 ms: srtt 10, rttvar 5, so 10 + 4 × 5 = 30 ms.
+    assert_eq!(handle(&mut c, result(1), &[], t0 + ms(10)), Handled::Complete);
+    let t1 = t0 + ms(50);
+    c.start(2, 60, t1, None);
+    assert_eq!(c.base_rto(), ms(30));
+    assert_eq!(c.poll_timeout(), Some(t1 + ms(30)));
+    // Then 20 ms: rttvar (3 × 5 + |10 − 20|) / 4 = 6.25, srtt (7 × 10 + 20) / 8 = 11.25, so 36.25 ms.
+    assert_eq!(handle(&mut c, result(2), &[], t1 + ms(20)), Handled::Complete);
+    assert_eq!(c.base_rto(), us(36_250));
+    // Round trips of 10 µs bring it down to `retransmit_min`, and never below.
+    let mut t = t1 + ms(100);
+    for seq in 3..200 {
+        c.start(seq, 60, t, None);
+        assert_eq!(handle(&mut c, result(seq), &[], t + us(10)), Handled::Complete);
+        t += ms(1);
+    }
+    assert_eq!(c.base_rto(), ms(2));
+    // A retransmitted call gives no sample (Karn): its 1 s round trip leaves the timeout as it was.
+    c.start(200, 60, t, None);
+    let resend = c.poll_timeout().unwrap();
+    c.handle_timeout(resend);
+    assert_eq!(handle(&mut c, result(200), &[], t + Duration::from_secs(1)), Handled::Complete);
+    assert_eq!(c.base_rto(), ms(2));
+    // One of 1 s does, up to `retransmit_max`.
+    let t = t + ms(1100);
+    c.start(201, 60, t, None);
+    assert_eq!(handle(&mut c, result(201), &[], t + Duration::from_secs(1)), Handled::Complete);
+    assert_eq!(c.base_rto(), ms(100));
 }
