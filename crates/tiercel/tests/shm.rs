@@ -329,6 +329,60 @@ fn a_client_gone_with_a_call_published_is_forgotten() {
 }
 
 #[test]
+fn a_helper_that_ran_a_slow_call_sleeps_on_the_doorbell_for_a_while_then_parks() {
+    // Two calls of 20 ms of CPU at once: the binding's thread runs one, and the rendezvous thread,
+    // seeing the other wait, starts a helper for it. With spinning off, the binding's thread sleeps
+    // on the region's doorbell as soon as its call is done. The helper, whose call was slow, sleeps
+    // there too, so that its caller's next call wakes it at once (`crate::waiting::crew::MAX_LOOK`,
+    // 8 ms, after its call), then parks on the team's own futex, which no call rings: the doorbell
+    // has two sleepers for those 8 ms, then one again.
+    use tiercel_proto::shm::{client_done, client_publish, header, slot};
+    const WORK: u32 = 16; // Test::work(micros)
+    let s = server_with(ServerConfig { spin: Duration::ZERO, adaptive_spin: false, ..ServerConfig::default() });
+    let h = hostile::Hostile::bind(s.rendezvous().unwrap());
+    let sleepers = || h.word(header::SERVER_SLEEPING).load(Ordering::SeqCst);
+    // A round whose watch starts after the 8 ms are over (a busy machine) sees one sleeper only:
+    // it tries again.
+    let mut most = 0;
+    for _ in 0..10 {
+        h.word(header::SLOTS_USED).store(2, Ordering::SeqCst);
+        for i in 0..2 {
+            let base = h.layout.slot(i);
+            h.word(base + slot::PROCEDURE).store(WORK, Ordering::Relaxed);
+            h.word(base + slot::LEN).store(4, Ordering::Relaxed);
+            h.word(h.layout.data(i)).store(20_000, Ordering::Relaxed);
+            if client_publish(h.word(base + slot::STATE), h.word(header::SERVER_SLEEPING), h.word(header::DOORBELL)) {
+                tiercel_sys::shm::futex_wake(h.word(header::DOORBELL), 1);
+            }
+        }
+        let start = Instant::now();
+        while !(0..2).all(|i| client_done(h.word(h.layout.slot(i) + slot::STATE))) {
+            assert!(start.elapsed() < Duration::from_secs(5), "the server stopped answering");
+            std::thread::yield_now();
+        }
+        for i in 0..2 {
+            let status = h.word(h.layout.slot(i) + slot::STATUS).load(Ordering::Relaxed);
+            let status = tiercel_proto::wire::Status::from_u8(status as u8);
+            assert_eq!(status, Some(tiercel_proto::wire::Status::Ok), "call {i} ran");
+        }
+        let watch = Instant::now();
+        while most < 2 && watch.elapsed() < Duration::from_millis(50) {
+            most = most.max(sleepers());
+            std::hint::spin_loop();
+        }
+        if most == 2 {
+            break;
+        }
+    }
+    assert_eq!(most, 2, "a helper that ran a slow call sleeps on the doorbell beside the binding's thread");
+    let start = Instant::now();
+    while sleepers() != 1 {
+        assert!(start.elapsed() < Duration::from_secs(2), "the helper stayed on the doorbell: {}", sleepers());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
 fn one_to_eight_threads_share_a_binding() {
     let s = server();
     let t: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
