@@ -276,6 +276,13 @@ impl ClientCall {
         self.retransmissions
     }
 
+    /// Whether a packet waits to be sent ([`ClientCall::poll_transmit`]): an endpoint that finds
+    /// none has nothing to flush (most calls of one packet each way, once their result came).
+    #[inline]
+    pub fn has_transmit(&self) -> bool {
+        self.next_transmit < self.transmits.len()
+    }
+
     /// The next packet to send, if any.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         let t = self.transmits.get(self.next_transmit).copied();

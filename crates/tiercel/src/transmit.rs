@@ -17,16 +17,19 @@ pub(crate) fn send(
     parts: &[IoSlice<'_>],
     with_checksum: bool,
 ) -> io::Result<usize> {
-    let sum;
+    if !with_checksum {
+        // The parts as they are (no copy of them behind a trailer).
+        return match to {
+            Some(addr) => udp::send_gather_to(socket, addr, parts),
+            None => udp::send_gather(socket, parts),
+        };
+    }
+    let sum = checksum(parts.iter().map(|p| &**p)).to_le_bytes();
     let mut io = [IoSlice::new(&[]); MAX_PARTS];
     let n = parts.len().min(MAX_PARTS - 1);
     io[..n].copy_from_slice(&parts[..n]);
-    let mut k = n;
-    if with_checksum {
-        sum = checksum(parts.iter().map(|p| &**p)).to_le_bytes();
-        io[k] = IoSlice::new(&sum);
-        k += 1;
-    }
+    io[n] = IoSlice::new(&sum);
+    let k = n + 1;
     match to {
         Some(addr) => udp::send_gather_to(socket, addr, &io[..k]),
         None => udp::send_gather(socket, &io[..k]),

@@ -63,6 +63,10 @@ impl UdpEndpoint {
         // Every packet the machine queued as a retransmission: each fragment of a window sent again,
         // each probe, each request for missing result fragments.
         let retransmissions = self.call.retransmissions();
+        if !self.call.has_transmit() && retransmissions == self.counted_retransmissions {
+            // Nothing to send (a call's single-datagram result came): nothing to count either.
+            return Ok(());
+        }
         if retransmissions != self.counted_retransmissions {
             let new = retransmissions - self.counted_retransmissions;
             inner.stats.retransmissions.fetch_add(new, Ordering::Relaxed);
