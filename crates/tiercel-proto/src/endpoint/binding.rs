@@ -411,9 +411,15 @@ impl<A> SlotCell<A> {
         self.proto.poll_transmit()
     }
 
+    /// Whether the saved result goes as one datagram ([`Fragment::Whole`]).
+    #[inline]
+    pub fn is_whole(&self) -> bool {
+        self.header.frag_count == 1
+    }
+
     /// Result fragment `index` of the saved result, and how to send it.
     pub fn fragment<E>(&self, binding: &Binding<A, E>, index: u16) -> Fragment<'_> {
-        if self.header.frag_count == 1 {
+        if self.is_whole() {
             return Fragment::Whole(&self.result);
         }
         let body = &self.result[self.body..self.body + self.header.message_len as usize];

@@ -134,7 +134,8 @@ pub(super) fn flush(
     if seal.is_some() || via.is_some() {
         outbox = None;
     }
-    let segmenting = seal.is_none() && via.is_none() && shared.segmenting.load(Ordering::Relaxed);
+    // (A result of one datagram has no run to cut: nor is the run's length worked out, a division.)
+    let segmenting = !cell.is_whole() && seal.is_none() && via.is_none() && shared.segmenting.load(Ordering::Relaxed);
     let run_length = if segmenting { transmit::run_length(segment) } else { 0 };
     let mut run = transmit::RunQueue::new();
     // Through AF_XDP, the fragments of a result of several go to the kernel together (a result of
