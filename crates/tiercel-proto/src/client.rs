@@ -114,6 +114,8 @@ pub struct ClientCall {
     outcome: Option<Outcome>,
     retransmissions: u64,
     started: Instant,
+    /// How long the call took from its start to its result, once it has one.
+    took: Option<core::time::Duration>,
     retransmitted: bool,
     /// The smoothed round trip and its variation, in nanoseconds (`srtt_ns` 0: none measured
     /// yet), and the retransmission timeout they give ([`ClientCall::base_rto`]), worked out once
@@ -170,6 +172,7 @@ impl ClientCall {
             outcome: None,
             retransmissions: 0,
             started: now,
+            took: None,
             retransmitted: false,
             srtt_ns: 0,
             rttvar_ns: 0,
@@ -215,6 +218,7 @@ impl ClientCall {
         self.deadline = deadline;
         self.last_heard = now;
         self.started = now;
+        self.took = None;
         self.retransmitted = false;
         self.busy_since = None;
         self.rto = self.base_rto();
@@ -274,6 +278,12 @@ impl ClientCall {
     /// Packets retransmitted (call fragments, probes, result requests) over this machine's life.
     pub fn retransmissions(&self) -> u64 {
         self.retransmissions
+    }
+
+    /// How long the call took from its start to its result, once its result came: what an
+    /// endpoint would work out again from the same two readings of the clock.
+    pub fn took(&self) -> Option<core::time::Duration> {
+        self.took
     }
 
     /// Whether a packet waits to be sent ([`ClientCall::poll_transmit`]): an endpoint that finds
@@ -456,8 +466,10 @@ impl ClientCall {
     fn complete(&mut self, status: Status, reassembled: bool, now: Instant) {
         // A call of one packet each way measures a round trip (and the procedure's time); a larger
         // one is sampled from the acknowledgements of its fragments instead.
+        let took = now.saturating_duration_since(self.started);
+        self.took = Some(took);
         if !self.retransmitted && !reassembled && self.blast.count() == 1 {
-            self.sample_rtt(now.saturating_duration_since(self.started));
+            self.sample_rtt(took);
         }
         self.finish(Outcome::Result { status, reassembled });
     }

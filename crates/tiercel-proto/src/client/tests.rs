@@ -69,7 +69,7 @@ fn a_first_fragment_the_server_takes_opens_the_window() {
 }
 
 #[test]
-fn the_retransmission_timeout_follows_measured_round_trips_within_its_bounds() {
+fn the_retransmission_timeout_follows_measured_round_trips_within_its_bounds_and_each_call_says_what_it_took() {
     let ms = Duration::from_millis;
     let us = Duration::from_micros;
     let timing = Timing { retransmit_min: ms(2), retransmit_max: ms(100), ..Timing::default() };
@@ -80,9 +80,12 @@ fn the_retransmission_timeout_follows_measured_round_trips_within_its_bounds() {
     c.start(1, 60, t0, None);
     assert_eq!(c.poll_timeout(), Some(t0 + timing.retransmit_initial));
     // A round trip of 10 ms: srtt 10, rttvar 5, so 10 + 4 × 5 = 30 ms.
+    assert_eq!(c.took(), None);
     assert_eq!(handle(&mut c, result(1), &[], t0 + ms(10)), Handled::Complete);
+    assert_eq!(c.took(), Some(ms(10)));
     let t1 = t0 + ms(50);
     c.start(2, 60, t1, None);
+    assert_eq!(c.took(), None, "a new call has not taken any time yet");
     assert_eq!(c.base_rto(), ms(30));
     assert_eq!(c.poll_timeout(), Some(t1 + ms(30)));
     // Then 20 ms: rttvar (3 × 5 + |10 − 20|) / 4 = 6.25, srtt (7 × 10 + 20) / 8 = 11.25, so 36.25 ms.
@@ -101,6 +104,7 @@ fn the_retransmission_timeout_follows_measured_round_trips_within_its_bounds() {
     let resend = c.poll_timeout().unwrap();
     c.handle_timeout(resend);
     assert_eq!(handle(&mut c, result(200), &[], t + Duration::from_secs(1)), Handled::Complete);
+    assert_eq!(c.took(), Some(Duration::from_secs(1)), "it took that long all the same");
     assert_eq!(c.base_rto(), ms(2));
     // One of 1 s does, up to `retransmit_max`.
     let t = t + ms(1100);

@@ -294,7 +294,7 @@ impl UdpEndpoint {
     pub(super) fn run(&mut self, binding: &Binding, procedure: u16, segs: &Segments<'_>) -> Result<(), CallError> {
         let (len, start) = self.send_call(binding, procedure, segs)?;
         let end = self.wait(&binding.inner, segs, None, len, start)?;
-        self.spin.observe(end.saturating_duration_since(start));
+        self.spin.observe(self.call.took().unwrap_or_else(|| end.saturating_duration_since(start)));
         self.finish(&binding.inner, procedure)
     }
 
@@ -315,7 +315,7 @@ impl UdpEndpoint {
     ) -> Result<bool, CallError> {
         let (len, start) = self.send_lent(binding, procedure, segs, tail)?;
         let end = self.wait(&binding.inner, segs, Some(&mut *tail), len, start)?;
-        self.spin.observe(end.saturating_duration_since(start));
+        self.spin.observe(self.call.took().unwrap_or_else(|| end.saturating_duration_since(start)));
         self.finish(&binding.inner, procedure)?;
         Ok(self.settle_lent(&binding.inner, tail))
     }
