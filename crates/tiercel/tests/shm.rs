@@ -333,9 +333,9 @@ fn a_helper_that_ran_a_slow_call_sleeps_on_the_doorbell_for_a_while_then_parks()
     // Two calls of 20 ms of CPU at once: the binding's thread runs one, and the rendezvous thread,
     // seeing the other wait, starts a helper for it. With spinning off, the binding's thread sleeps
     // on the region's doorbell as soon as its call is done. The helper, whose call was slow, sleeps
-    // there too, so that its caller's next call wakes it at once (`crate::waiting::crew::MAX_LOOK`,
-    // 8 ms, after its call), then parks on the team's own futex, which no call rings: the doorbell
-    // has two sleepers for those 8 ms, then one again.
+    // there too, so that a call that comes soon wakes it at once, but only for the server's
+    // `MAX_LOOK` (8 ms) after its call; then it parks on the team's own futex, which no call
+    // rings: the doorbell has two sleepers for those 8 ms, then one again.
     use tiercel_proto::shm::{client_done, client_publish, header, slot};
     const WORK: u32 = 16; // Test::work(micros)
     let s = server_with(ServerConfig { spin: Duration::ZERO, adaptive_spin: false, ..ServerConfig::default() });
