@@ -314,7 +314,7 @@ impl SharedTcp {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     // The read waited its `RECEIVE_WAIT` for nothing: `poll`, as tiercel's reader.
                     if silent.get_or_insert_with(Instant::now).elapsed() > SILENCE {
-                        return Err("no answer on the shared raw TCP connection for 10 s".into());
+                        return Err(format!("no answer on the shared raw TCP connection for {SILENCE:?}").into());
                     }
                     let _ = tiercel_sys::udp::wait_readable_fd(&*stream, Some(POLL_WAIT));
                     continue;
@@ -426,7 +426,7 @@ impl SharedTcpCaller {
             t.waiting |= bit;
             drop(t);
             if asleep.get_or_insert_with(Instant::now).elapsed() >= SILENCE {
-                return Err("no answer on the shared raw TCP connection for 10 s".into());
+                return Err(format!("no answer on the shared raw TCP connection for {SILENCE:?}").into());
             }
             // As long as a tiercel caller that does not read parks at a time (`TICK`).
             std::thread::park_timeout(POLL_WAIT);
