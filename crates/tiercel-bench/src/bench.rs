@@ -234,7 +234,7 @@ pub fn run(args: Args) -> crate::Result<()> {
         for &spin in &modes {
             let policy = match (medium, spin) {
                 (Medium::Udp, true) => {
-                    "UDP over loopback; both sides busy-poll (non-blocking recv in a loop, never block)"
+                    "UDP over loopback; both sides busy-poll (non-blocking recv in a loop, never block; each caller first reads the clock, no system call, until 3/4 of its shortest recent round trip)"
                 }
                 (Medium::Udp, false) => "UDP over loopback; both sides block at once (no spinning): tiercel's caller in recv() (with a read timeout), its server in recv() after calls (for up to a tick of the kernel's clock, then in epoll_wait()), the raw ping-pong's two sides in recv() with the same read timeout (then in poll())",
                 (Medium::Shm, true) => "shared memory; both sides spin on the slot's words (never block)",

@@ -324,6 +324,10 @@ pub struct PingPong {
     /// Blocking, yields the CPU once and looks for the reply without blocking before it blocks in
     /// the receive ([`PingPong::looking_first`]).
     look_first: bool,
+    /// The shortest round trip seen lately, in ns: a lone spinning caller (neither yielding nor
+    /// blocking) first looks for its reply three quarters of it after its send, as tiercel's lone
+    /// caller does (`SpinBudget::first_look`). 0 until the first round trip.
+    floor_ns: u64,
     /// With `Some`, each round trip is split into its steps (for `tiercel explain`).
     pub stamps: Option<Stamps>,
 }
@@ -366,6 +370,7 @@ impl PingPong {
             spin,
             yielding: false,
             look_first: false,
+            floor_ns: 0,
             stamps: None,
         })
     }
@@ -505,12 +510,42 @@ impl PingPong {
         }
     }
 
+    /// Counts a lone caller's round trip of `ns` in the shortest seen lately (as tiercel's spin
+    /// budget does).
+    fn observe(&mut self, ns: u64) {
+        self.floor_ns =
+            if self.floor_ns == 0 || ns < self.floor_ns { ns } else { self.floor_ns + (ns - self.floor_ns) / 256 };
+    }
+
     /// One round trip; false if the reply did not come within a second (a lost packet).
+    ///
+    /// A lone spinning caller waits as tiercel's lone caller after a one-packet call does: it reads
+    /// the clock, without a system call, until three quarters of the shortest round trip seen
+    /// lately have passed since its send, then looks for its reply without blocking, reading the
+    /// clock after each look that finds nothing. The round trip it then takes (from before the
+    /// send to the last clock reading before the look that found the reply, as tiercel's call
+    /// machine counts its own) lowers that floor at once, or raises it by 1/256 of the
+    /// difference. Without this wait the floor made a receive every few hundred nanoseconds
+    /// while the reply was on its way, and tiercel's lone Null came out under it in some runs.
     pub fn round_trip(&mut self) -> crate::Result<bool> {
+        let lone = self.spin && !self.yielding;
+        let start = if lone { Some(Instant::now()) } else { None };
         let t0 = if self.stamps.is_some() { ticks() } else { 0 };
         udp::send_gather(&self.socket, &[IoSlice::new(&self.request)]).map_err(crate::Error::from)?;
         let t1 = if self.stamps.is_some() { ticks() } else { 0 };
-        // The clock only every 64 looks, from the first 64 on: as tiercel's spinning client reads it.
+        let mut seen = start;
+        if let Some(start) = start {
+            let first = start + Duration::from_nanos(self.floor_ns / 4 * 3);
+            loop {
+                let now = Instant::now();
+                seen = Some(now);
+                if now >= first {
+                    break;
+                }
+            }
+        }
+        // A caller that yields reads the clock only every 64 looks, from the first 64 on (each
+        // look is a receive and a yield, two system calls, against a clock read's tens of ns).
         let mut deadline: Option<Instant> = None;
         let mut looks = 0u32;
         loop {
@@ -525,6 +560,9 @@ impl PingPong {
             };
             let received = received.map_err(crate::Error::from)?;
             if let Received::Datagram(n) = received {
+                if let (Some(start), Some(seen)) = (start, seen) {
+                    self.observe(seen.saturating_duration_since(start).as_nanos() as u64);
+                }
                 if let Some(s) = &mut self.stamps {
                     let t2 = ticks();
                     s.send += t1 - t0;
@@ -537,12 +575,15 @@ impl PingPong {
                 }
                 return Ok(true);
             }
-            if self.spin {
-                if self.yielding {
-                    std::thread::yield_now();
-                } else {
-                    core::hint::spin_loop();
+            if lone {
+                core::hint::spin_loop();
+                let now = Instant::now();
+                seen = Some(now);
+                if now > *deadline.get_or_insert(now + Duration::from_secs(1)) {
+                    return Ok(false);
                 }
+            } else if self.spin {
+                std::thread::yield_now();
                 looks = looks.wrapping_add(1);
                 if looks.is_multiple_of(64)
                     && Instant::now() > *deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(1))
@@ -843,6 +884,44 @@ mod tests {
             assert!(ping.round_trip().unwrap());
             std::thread::sleep(late);
             assert!(ping.round_trip().unwrap(), "the echo (drain {drain}) did not answer after sitting idle");
+        }
+    }
+
+    /// A lone spinning caller learns the shortest round trip it has seen, and its first look, three
+    /// quarters of that after its send, loses no reply: a round trip that found a shorter one
+    /// lowers the floor at once, a longer one raises it by 1/256 of the difference.
+    #[test]
+    fn a_lone_spinning_caller_looks_first_after_three_quarters_of_its_shortest_round_trip() {
+        let late = Duration::from_millis(5);
+        let slow = udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let slow_addr = slow.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while let Ok((n, from)) = slow.recv_from(&mut buf) {
+                std::thread::sleep(late);
+                let _ = slow.send_to(&buf[..n], from);
+            }
+        });
+        let mut ping = PingPong::new(slow_addr, 56, 56, true).unwrap();
+        assert_eq!(ping.floor_ns, 0);
+        let mut longest = Duration::ZERO;
+        for _ in 0..4 {
+            let t = Instant::now();
+            assert!(ping.round_trip().unwrap(), "a reply {late:?} late was lost");
+            longest = longest.max(t.elapsed());
+            // Each round trip took `late` at least, and the floor is one of them.
+            assert!(ping.floor_ns >= late.as_nanos() as u64, "floor {} ns", ping.floor_ns);
+            assert!(ping.floor_ns <= longest.as_nanos() as u64, "floor {} ns over {longest:?}", ping.floor_ns);
+        }
+        // A caller that yields beside others looks at once and learns nothing.
+        let mut yielding = PingPong::new(slow_addr, 56, 56, true).unwrap().yielding();
+        assert!(yielding.round_trip().unwrap());
+        assert_eq!(yielding.floor_ns, 0);
+
+        ping.floor_ns = 0;
+        for (seen, floor) in [(10_000, 10_000), (8_000, 8_000), (10_560, 8_010), (1_000, 1_000)] {
+            ping.observe(seen);
+            assert_eq!(ping.floor_ns, floor, "after a round trip of {seen} ns");
         }
     }
 
