@@ -283,10 +283,20 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// not forgotten as idle.
     #[inline]
     pub fn touch(&self, binding: &Binding<A, E>, now: Instant) {
+        self.touch_until(binding, now);
+    }
+
+    /// [`ServerEndpoint::touch`], returning how long after `now` (in nanoseconds) a touch would
+    /// next write the binding's last activity: until then, touching it again changes nothing.
+    #[inline]
+    pub(super) fn touch_until(&self, binding: &Binding<A, E>, now: Instant) -> u64 {
         let t = self.nanos(now);
-        if t >= binding.last_active.load(Ordering::Relaxed) + TOUCH_EVERY {
+        let next = binding.last_active.load(Ordering::Relaxed) + TOUCH_EVERY;
+        if t >= next {
             binding.last_active.store(t, Ordering::Relaxed);
+            return TOUCH_EVERY;
         }
+        next - t
     }
 
     /// Decides on a whole frame `p` (checked with [`crate::stream::check_frame`]) that arrived on

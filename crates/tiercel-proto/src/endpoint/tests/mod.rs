@@ -199,6 +199,38 @@ fn idle_bindings_expire_unless_in_use() {
     assert!(e.grant(1, 77, (), TOKEN, terms(HEADER_LEN + 100), later).unwrap().1, "its request is forgotten too");
 }
 
+/// A worker's packets through its hold skip the binding's activity while a write would change
+/// nothing, and write it when the table's route would: the binding's last activity is the same
+/// after each packet whether it was routed through a hold or not, on two workers at once too.
+#[test]
+fn packets_through_a_hold_write_a_bindings_last_activity_when_the_tables_route_would() {
+    let now = Instant::now();
+    let ms = |n: u64| now + Duration::from_millis(n);
+    let (held_e, held_b) = endpoint(now);
+    let (table_e, table_b) = endpoint(now);
+    let (mut a, mut b) = (Held::default(), Held::default());
+    // Worker `a` alone, then `b` beside it, then `a` after `b` wrote: each packet's time, and the
+    // worker that routes it.
+    let packets =
+        [(0, 0), (30, 0), (99, 0), (100, 0), (150, 0), (199, 0), (210, 1), (260, 0), (305, 0), (312, 0), (330, 1)];
+    for (seq, &(at, worker)) in packets.iter().enumerate() {
+        let p = packet(Kind::Call, held_b.id, TOKEN, 9, 0, seq as u32 + 1);
+        let p = Packet::new_checked(&p[..]).unwrap();
+        let held = if worker == 0 { &mut a } else { &mut b };
+        let Route::Binding(r) = held_e.route_held(held, &p, None, ms(at)) else { panic!() };
+        held.keep(r);
+        let Route::Binding(_) = table_e.route(&p, ms(at)) else { panic!() };
+        assert_eq!(
+            held_b.last_active.load(Ordering::Relaxed),
+            table_b.last_active.load(Ordering::Relaxed),
+            "after the packet at {at} ms (worker {worker})"
+        );
+    }
+    // Written at 100, 210 (by `b`) and 312 ms (by `a`, which at 260 learned of `b`'s write): each
+    // 100 ms or more after the last write.
+    assert_eq!(held_b.last_active.load(Ordering::Relaxed), 312_000_000);
+}
+
 #[test]
 fn a_held_binding_routes_as_the_table_does_and_is_let_go_of_when_it_would_expire() {
     let now = Instant::now();
