@@ -857,15 +857,10 @@ mod tests {
         addr
     }
 
-    /// A blocking floor waits in receives of [`RECEIVE_WAIT`] each, and that is no bound on a
-    /// round trip: a reply that comes many such waits late is taken, and a blocking echo that sat
-    /// idle for as long (in `poll`, after its receive waited for nothing) answers the next request.
-    #[test]
-    fn a_blocking_round_trip_waits_past_its_receives_timeout() {
-        let late = Duration::from_millis(40);
-        // A server that answers each request `late`.
+    /// A server on loopback that answers each request `late`, and its address.
+    fn slow_echo(late: Duration) -> SocketAddr {
         let slow = udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
-        let slow_addr = slow.local_addr().unwrap();
+        let addr = slow.local_addr().unwrap();
         std::thread::spawn(move || {
             let mut buf = [0u8; 2048];
             while let Ok((n, from)) = slow.recv_from(&mut buf) {
@@ -873,6 +868,16 @@ mod tests {
                 let _ = slow.send_to(&buf[..n], from);
             }
         });
+        addr
+    }
+
+    /// A blocking floor waits in receives of [`RECEIVE_WAIT`] each, and that is no bound on a
+    /// round trip: a reply that comes many such waits late is taken, and a blocking echo that sat
+    /// idle for as long (in `poll`, after its receive waited for nothing) answers the next request.
+    #[test]
+    fn a_blocking_round_trip_waits_past_its_receives_timeout() {
+        let late = Duration::from_millis(40);
+        let slow_addr = slow_echo(late);
         let mut ping = PingPong::new(slow_addr, 56, 56, false).unwrap();
         for _ in 0..3 {
             let t = Instant::now();
@@ -893,15 +898,7 @@ mod tests {
     #[test]
     fn a_lone_spinning_caller_looks_first_after_three_quarters_of_its_shortest_round_trip() {
         let late = Duration::from_millis(5);
-        let slow = udp::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
-        let slow_addr = slow.local_addr().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 2048];
-            while let Ok((n, from)) = slow.recv_from(&mut buf) {
-                std::thread::sleep(late);
-                let _ = slow.send_to(&buf[..n], from);
-            }
-        });
+        let slow_addr = slow_echo(late);
         let mut ping = PingPong::new(slow_addr, 56, 56, true).unwrap();
         assert_eq!(ping.floor_ns, 0);
         let mut longest = Duration::ZERO;
