@@ -234,6 +234,14 @@ impl RecvBatch {
         self.count == 0
     }
 
+    /// The length of each datagram of a coalesced run (UDP GRO) but the last, if datagram `i` of
+    /// the last receive is one ([`Datagram::segment`]), without the rest of [`RecvBatch::get`]'s
+    /// work (the sender's address above all).
+    pub fn segment(&self, i: usize) -> Option<usize> {
+        let meta = self.meta.get(i).filter(|m| i < self.count && !m.truncated && m.len <= self.size)?;
+        gro_segment(&self.controls[i][..meta.control_len]).filter(|&s| s < meta.len)
+    }
+
     /// Datagram `i` of the last receive.
     pub fn get(&self, i: usize) -> Option<Datagram<'_>> {
         if i >= self.count {
@@ -383,9 +391,11 @@ mod tests {
             assert!(n <= max);
             for i in 0..n {
                 let d = batch.get(i).unwrap();
+                assert_eq!(batch.segment(i), None, "a lone datagram is no run");
                 seen.push((d.received, d.from.unwrap(), d.bytes.to_vec()));
             }
             assert!(batch.get(n).is_none());
+            assert_eq!(batch.segment(n), None);
         }
         for (i, c) in clients.iter().enumerate() {
             assert_eq!(seen[i], (Received::Datagram(10 + i), c.local_addr().unwrap(), vec![i as u8; 10 + i]));
@@ -441,6 +451,8 @@ mod tests {
             assert_eq!(batch.recv_nowait(&server, max).unwrap(), 1);
             let d = batch.get(0).unwrap();
             assert_eq!((d.received, d.segment), (Received::Datagram(2500), Some(1000)));
+            assert_eq!(batch.segment(0), Some(1000));
+            assert_eq!(batch.segment(1), None, "past the receive's one datagram");
             assert_eq!(d.bytes, &data[..]);
             assert_eq!(d.from, Some(sender.local_addr().unwrap()));
         }

@@ -697,7 +697,7 @@ impl UdpWorker {
             stats.batched.fetch_add(1, Ordering::Relaxed);
         }
         // A lone datagram may be a run taken whole (UDP GRO): its calls are a batch too.
-        let whole = self.batch.get(0).is_some_and(|d| d.segment.is_some());
+        let whole = self.batch.segment(0).is_some();
         let several = n > 1 || whole;
         if whole {
             // Runs still come, and the socket takes them whole already.

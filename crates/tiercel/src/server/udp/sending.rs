@@ -131,7 +131,8 @@ pub(super) fn flush(
     // through AF_XDP.
     let seal = shared.session_of(binding);
     let via = shared.via(&peer);
-    if seal.is_some() || via.is_some() {
+    if seal.is_some() || via.is_some() || outbox.as_deref().is_some_and(|o| !o.is_open()) {
+        // (Nor is a result offered to an outbox that holds none: no batch is being handled.)
         outbox = None;
     }
     // (A result of one datagram has no run to cut: nor is the run's length worked out, a division.)
