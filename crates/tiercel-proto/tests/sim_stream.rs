@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tiercel_proto::endpoint::{Arrived, Binding, Carrier, EndpointConfig, ServerEndpoint};
+use tiercel_proto::endpoint::{Activity, Arrived, Binding, Carrier, EndpointConfig, ServerEndpoint};
 use tiercel_proto::stream::{self, Deframer, Next, PREFIX_LEN};
 use tiercel_proto::wire::{Header, Kind, Packet, Status, HEADER_LEN};
 use tiercel_proto::Timing;
@@ -72,6 +72,8 @@ struct ServerSide {
     frames: Deframer,
     /// Bytes of `frames`' buffer charged to the binding's budget.
     charged: usize,
+    /// When the connection's frames next write its binding's activity.
+    activity: Activity,
     /// Calls of this connection running, by id: (slot, seq, argument bytes).
     running: HashMap<u64, (u32, u32, usize)>,
 }
@@ -168,8 +170,13 @@ impl Scenario {
         let mut charged = 0;
         assert!(ServerSide::settle(&binding, &mut charged, capacity), "the first buffer fits");
         self.bound = Some(binding.id);
-        self.server =
-            Some(ServerSide { binding, frames: Deframer::new(capacity, limit), charged, running: HashMap::new() });
+        self.server = Some(ServerSide {
+            binding,
+            frames: Deframer::new(capacity, limit),
+            charged,
+            activity: Activity::default(),
+            running: HashMap::new(),
+        });
     }
 
     /// The connection is gone: the server forgets the binding and gives its memory back; the
@@ -253,9 +260,10 @@ impl Scenario {
         let mut later = Vec::new();
         while let Some(s) = self.server.as_mut() {
             let binding = s.binding.clone();
-            let ServerSide { frames, charged, .. } = s;
+            let ServerSide { frames, charged, activity, .. } = s;
             let grow = |to| ServerSide::settle(&binding, charged, to);
-            let arrived = self.endpoint.read_frame(frames, &binding, self.base + Duration::from_nanos(self.now), grow);
+            let now = self.base + Duration::from_nanos(self.now);
+            let arrived = self.endpoint.read_frame(frames, &binding, activity, now, grow);
             assert!(s.charged <= self.config.binding_memory, "a buffer past its binding's budget");
             match arrived {
                 Arrived::Call { slot, seq, .. } => {

@@ -22,7 +22,7 @@
 use std::hash::Hash;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Binding, Carrier, ServerEndpoint, Terms, TOUCH_EVERY};
 use crate::stream::{check_frame, Deframer, Next, PREFIX_LEN};
@@ -142,9 +142,20 @@ pub enum Arrived {
     Close,
 }
 
+/// When the frames of one connection next write its binding's last activity
+/// ([`ServerEndpoint::read_frame`]): until then, a frame skips the write, which would change
+/// nothing (nanoseconds since the endpoint's start, a clock subtraction and a multiply, worked out
+/// for every frame). A write by anything else only moves the next write later, so a frame never
+/// skips a write its own would have made; one per connection, kept by whoever reads it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Activity {
+    due: Option<Instant>,
+}
+
 impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// Decides what the bytes buffered in `frames`, read from `binding`'s connection at `now`, ask
-    /// for next: a whole frame is checked and decided by [`ServerEndpoint::on_frame`]; a frame
+    /// for next: a whole frame counts as the binding's activity (through `activity`, the
+    /// connection's) and is checked and decided as by [`ServerEndpoint::on_frame`]; a frame
     /// that has filled the buffer makes it grow toward its length (twice what it holds at most,
     /// so that a prefix claiming a large frame is given only as much as has arrived), each step
     /// charged first through `grow` (false: no room); a frame larger than the binding's memory
@@ -154,6 +165,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         &self,
         frames: &mut Deframer,
         binding: &Binding<A, E>,
+        activity: &mut Activity,
         now: Instant,
         mut grow: impl FnMut(usize) -> bool,
     ) -> Arrived {
@@ -165,7 +177,10 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
                 let Ok(p) = check_frame(frames.frame()) else { return Arrived::Close };
                 let (slot, seq, procedure) = (p.slot(), p.seq(), p.procedure());
                 let context = p.flags() & flags::CONTEXT != 0;
-                let arrived = match self.on_frame(binding, &p, now) {
+                if activity.due.is_none_or(|due| now >= due) {
+                    activity.due = now.checked_add(Duration::from_nanos(self.touch_until(binding, now)));
+                }
+                let arrived = match self.decide_frame(binding, &p, now) {
                     Framed::Call => return Arrived::Call { slot, seq, procedure, context },
                     Framed::Answer(h) => Arrived::Answer(h),
                     Framed::Cancel => Arrived::Cancel { slot, seq },
@@ -306,6 +321,11 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// ([`ServerEndpoint::admit_call`]).
     pub fn on_frame(&self, binding: &Binding<A, E>, p: &Packet<&[u8]>, now: Instant) -> Framed {
         self.touch(binding, now);
+        self.decide_frame(binding, p, now)
+    }
+
+    /// [`ServerEndpoint::on_frame`] without counting the frame as activity.
+    fn decide_frame(&self, binding: &Binding<A, E>, p: &Packet<&[u8]>, now: Instant) -> Framed {
         let answer = |kind, status| self.stream_answer(binding, kind, status, (p.slot(), p.seq(), p.procedure()));
         if p.binding() != binding.id || p.token() != 0 {
             return Framed::Answer(answer(Kind::Reject, Status::UnknownBinding));
@@ -344,8 +364,6 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::endpoint::EndpointConfig;
     use crate::timing::Timing;
@@ -372,6 +390,63 @@ mod tests {
 
     fn decide(e: &ServerEndpoint<u8, ()>, b: &Binding<u8, ()>, bytes: &[u8], now: Instant) -> Framed {
         e.on_frame(b, &Packet::new_checked(bytes).unwrap(), now)
+    }
+
+    /// Frames read through a connection's [`Activity`] skip the write of the binding's last
+    /// activity while it would change nothing, and write it when [`ServerEndpoint::on_frame`]
+    /// would: the binding's last activity is the same after each frame either way, a write by
+    /// something else between them (which moves the next write later) included.
+    #[test]
+    fn frames_read_through_their_connections_activity_write_it_when_each_frame_would() {
+        let now = Instant::now();
+        let (read_e, decided_e) = (endpoint(now), endpoint(now));
+        let read_b = read_e.connect(Carrier::Stream, (), now).unwrap();
+        let decided_b = decided_e.connect(Carrier::Stream, (), now).unwrap();
+        let mut frames = Deframer::new(1 << 10, 1 << 10);
+        let mut activity = Activity::default();
+        // Each frame's time; `false`: a touch by something else instead.
+        let events = [
+            (0, true),
+            (30, true),
+            (99, true),
+            (100, true),
+            (150, true),
+            (199, true),
+            (210, true),
+            (260, true),
+            (305, true),
+            (311, true),
+            (312, true),
+            (500, true),
+            (620, false),
+            (650, true),
+            (700, true),
+            (720, true),
+        ];
+        for (at, by_frame) in events {
+            let at = now + Duration::from_millis(at);
+            if !by_frame {
+                read_e.touch(&read_b, at);
+                decided_e.touch(&decided_b, at);
+                continue;
+            }
+            let bytes = frame(Kind::Probe, read_b.id, 0, 9, 0);
+            let mut framed = crate::stream::prefix(bytes.len()).to_vec();
+            framed.extend_from_slice(&bytes);
+            frames.spare()[..framed.len()].copy_from_slice(&framed);
+            frames.filled(framed.len());
+            let arrived = read_e.read_frame(&mut frames, &read_b, &mut activity, at, |_| false);
+            assert!(matches!(arrived, Arrived::Answer(h) if h.kind == Kind::ProbeReply));
+            assert_eq!(answered(decide(&decided_e, &decided_b, &bytes, at)), (Kind::ProbeReply, Status::Ok));
+            assert_eq!(
+                read_b.last_active.load(Ordering::Relaxed),
+                decided_b.last_active.load(Ordering::Relaxed),
+                "after the frame at {at:?}"
+            );
+        }
+        // Written at 100, 210, 311, 500, 620 (the other touch) and 720 ms: each 100 ms or more
+        // after the last write.
+        assert_eq!(read_b.last_active.load(Ordering::Relaxed), 720_000_000);
     }
 
     fn answered(f: Framed) -> (Kind, Status) {

@@ -24,7 +24,7 @@ mod region;
 
 pub use binding::{Binding, CallAt, Carrier, Fragment, SlotCell};
 pub use budget::Budget;
-pub use connection::{Arrived, Caller, Framed, Source};
+pub use connection::{Activity, Arrived, Caller, Framed, Source};
 pub use dispatch::{Quiet, Reply, Step};
 pub use handshakes::{HandshakeLimits, Handshakes, Pending};
 pub use region::SlotStep;

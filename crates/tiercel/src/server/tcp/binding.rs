@@ -69,6 +69,8 @@ pub(super) struct Reader {
     /// spinning, the reader then waits for it to be readable before it reads again (a read would
     /// most likely find nothing, a system call spent).
     pub(super) drained: bool,
+    /// When the connection's frames next write its binding's last activity.
+    pub(super) activity: tiercel_proto::endpoint::Activity,
 }
 
 /// A call read from the connection, its arguments copied into the reading thread's buffer.

@@ -401,6 +401,7 @@ fn make(
             last_frame: now,
             spin_until: now,
             drained: false,
+            activity: tiercel_proto::endpoint::Activity::default(),
             lease: crate::waiting::leases::SpinLease::new(&shared.spin_leases),
         })),
         threads: AtomicUsize::new(0),

@@ -103,7 +103,7 @@ impl StreamBinding {
             }
             // What the bytes ask for, decided by the endpoint: the frame's buffer grown (charged
             // first) as a large frame arrives, or refused `Busy` from its header without room.
-            let Reader { frames, charge, retention, .. } = r;
+            let Reader { frames, charge, retention, activity, .. } = r;
             let grow = |to| {
                 let room = charge.settle(to + records);
                 if room {
@@ -111,7 +111,7 @@ impl StreamBinding {
                 }
                 room
             };
-            let arrived = self.shared.endpoint.read_frame(frames, &self.binding, now, grow);
+            let arrived = self.shared.endpoint.read_frame(frames, &self.binding, activity, now, grow);
             if !matches!(arrived, Arrived::More) {
                 waited_in_receive = false;
                 r.last_frame = now;
