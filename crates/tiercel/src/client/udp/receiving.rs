@@ -25,14 +25,20 @@ impl UdpEndpoint {
         }
         let trailer = if self.flag_base != 0 { CHECKSUM_LEN } else { 0 };
         let full = HEADER_LEN + self.frag_payload + trailer;
-        let max = (self.rx.len() / full).clamp(1, MAX_LANDED);
+        let result_len = self.call.result_len();
         // A result at least as long as the lent buffer begins with its bytes (anything shorter is
         // no result of the call, and is read the usual way).
-        let lent = match (lent, self.call.result_len()) {
+        let lent = match (lent, result_len) {
             (Some(lent), Some(n)) if n >= lent.len() => lent,
             _ => &mut [][..],
         };
-        let landing = if self.seal.is_some() { None } else { self.call.landing(max as u16) };
+        // Fragments land in place only once a result's first has come (`ClientCall::landing`):
+        // before that (every look of a one-datagram call), nor is how many a run may hold worked
+        // out (a division).
+        let landing = match result_len {
+            Some(_) if self.seal.is_none() => self.call.landing((self.rx.len() / full).clamp(1, MAX_LANDED) as u16),
+            _ => None,
+        };
         if landing.is_some() && self.coalescing && !self.gro {
             // A result of several fragments is coming: its next runs are taken whole.
             self.gro = udp::set_gro(&self.socket, true);
