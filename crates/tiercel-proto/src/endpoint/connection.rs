@@ -142,11 +142,12 @@ pub enum Arrived {
     Close,
 }
 
-/// When the frames of one connection next write its binding's last activity
-/// ([`ServerEndpoint::read_frame`]): until then, a frame skips the write, which would change
+/// When the packets of one binding that one reader handles next write the binding's last activity
+/// (a connection's frames, [`ServerEndpoint::read_frame`]; the datagrams of the binding a UDP
+/// worker holds, [`Held`](super::Held)): until then, a packet skips the write, which would change
 /// nothing (nanoseconds since the endpoint's start, a clock subtraction and a multiply, worked out
-/// for every frame). A write by anything else only moves the next write later, so a frame never
-/// skips a write its own would have made; one per connection, kept by whoever reads it.
+/// for every packet). A write by anything else only moves the next write later, so a packet never
+/// skips a write its own would have made.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Activity {
     due: Option<Instant>,
@@ -177,9 +178,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
                 let Ok(p) = check_frame(frames.frame()) else { return Arrived::Close };
                 let (slot, seq, procedure) = (p.slot(), p.seq(), p.procedure());
                 let context = p.flags() & flags::CONTEXT != 0;
-                if activity.due.is_none_or(|due| now >= due) {
-                    activity.due = now.checked_add(Duration::from_nanos(self.touch_until(binding, now)));
-                }
+                self.touch_through(activity, binding, now);
                 let arrived = match self.decide_frame(binding, &p, now) {
                     Framed::Call => return Arrived::Call { slot, seq, procedure, context },
                     Framed::Answer(h) => Arrived::Answer(h),
@@ -301,10 +300,19 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         self.touch_until(binding, now);
     }
 
+    /// [`ServerEndpoint::touch`] through `activity`, the binding's as one reader keeps it: skipped
+    /// until the next write could change anything.
+    #[inline]
+    pub(super) fn touch_through(&self, activity: &mut Activity, binding: &Binding<A, E>, now: Instant) {
+        if activity.due.is_none_or(|due| now >= due) {
+            activity.due = now.checked_add(Duration::from_nanos(self.touch_until(binding, now)));
+        }
+    }
+
     /// [`ServerEndpoint::touch`], returning how long after `now` (in nanoseconds) a touch would
     /// next write the binding's last activity: until then, touching it again changes nothing.
     #[inline]
-    pub(super) fn touch_until(&self, binding: &Binding<A, E>, now: Instant) -> u64 {
+    fn touch_until(&self, binding: &Binding<A, E>, now: Instant) -> u64 {
         let t = self.nanos(now);
         let next = binding.last_active.load(Ordering::Relaxed) + TOUCH_EVERY;
         if t >= next {

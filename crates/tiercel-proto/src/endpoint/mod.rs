@@ -197,15 +197,15 @@ pub struct Held<A, E> {
     binding: Option<Arc<Binding<A, E>>>,
     /// The endpoint's `letting_go` when `binding` was taken from the table.
     epoch: u64,
-    /// Before when a packet of `binding` would not write its last activity (written at most every
-    /// `TOUCH_EVERY`), so that the next packets skip the look: a clock comparison, where working
-    /// out the nanoseconds since the endpoint's start took about 55 instructions a packet.
-    touch_due: Option<Instant>,
+    /// When a packet of `binding` next writes its last activity (written at most every
+    /// `TOUCH_EVERY`): before, a clock comparison, where working out the nanoseconds since the
+    /// endpoint's start took about 55 instructions a packet.
+    activity: Activity,
 }
 
 impl<A, E> Default for Held<A, E> {
     fn default() -> Self {
-        Held { binding: None, epoch: 0, touch_due: None }
+        Held { binding: None, epoch: 0, activity: Activity::default() }
     }
 }
 
@@ -340,15 +340,16 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             Kind::Call | Kind::Ack | Kind::Probe | Kind::Cancel => {}
             Kind::Result | Kind::ProbeReply | Kind::Reject | Kind::BindReply => return Route::Malformed,
         }
-        // Whether `held` kept this packet's binding, with its activity written lately.
-        let mut touched = false;
         let binding = match held.as_deref_mut() {
             Some(held) => {
                 let epoch = self.letting_go.load(Ordering::Acquire);
                 let kept =
                     held.binding.take().filter(|b| held.epoch == epoch && b.id == p.binding() && b.token == p.token());
                 held.epoch = epoch;
-                touched = kept.is_some() && held.touch_due.is_some_and(|due| now < due);
+                if kept.is_none() {
+                    // (Its activity's times were another binding's.)
+                    held.activity = Activity::default();
+                }
                 kept.or_else(|| self.lookup(p.binding(), p.token()))
             }
             None => self.lookup(p.binding(), p.token()),
@@ -363,8 +364,7 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             return Route::Reject(self.reject(p, Status::WrongIncarnation));
         }
         match held {
-            _ if touched => {}
-            Some(held) => held.touch_due = now.checked_add(Duration::from_nanos(self.touch_until(&binding, now))),
+            Some(held) => self.touch_through(&mut held.activity, &binding, now),
             None => self.touch(&binding, now),
         }
         Route::Binding(binding)
