@@ -360,7 +360,7 @@ pub(crate) fn time_calls(
 
 /// How long a spinning server (the raw echo's or tiercel's, `serve_pinned`) takes to stop spinning
 /// after its last call, and a margin.
-const QUIET: Duration = Duration::from_millis(4);
+pub(crate) const QUIET: Duration = Duration::from_millis(4);
 
 /// Whether tiercel's median came out under the raw ping-pong's beneath it. A call does at least what
 /// the ping-pong does, so such a row's floor was not a fair one in that run (or, for a ratio near 1,
