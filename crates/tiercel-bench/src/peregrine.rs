@@ -381,7 +381,15 @@ impl Penalties {
 fn floor_of(raw: &[[Summary; 2]]) -> f64 {
     let fastest: Vec<f64> = raw
         .iter()
-        .map(|ways| ways.iter().filter(|s| !s.is_empty()).map(Summary::median_us).fold(f64::INFINITY, f64::min))
+        .map(|ways| {
+            let fastest = ways.iter().filter(|s| !s.is_empty()).map(Summary::median_us).fold(f64::INFINITY, f64::min);
+            // No round trip of the pair came back (each lost): no figure, rather than an endless one.
+            if fastest.is_finite() {
+                fastest
+            } else {
+                f64::NAN
+            }
+        })
         .collect();
     quicker(&fastest)
 }
@@ -700,5 +708,7 @@ mod tests {
         assert!((floor - 303.0).abs() < 1.0, "{floor}");
         let direct_only = [[timed(&[9, 10, 11]), timed(&[12])]];
         assert!((floor_of(&direct_only) - 10.0).abs() < 0.1);
+        // A pair whose round trips were all lost gives no floor, not an endless one.
+        assert!(floor_of(&[[Summary::new(), Summary::new()]]).is_nan());
     }
 }
