@@ -60,7 +60,7 @@ pub struct Table5Row {
     pub call_bytes: usize,
     pub result_bytes: usize,
     pub calls: u64,
-    /// The row's floor (`Penalties::floor`): the raw round trip of the call's sizes, one each way,
+    /// The row's floor (`floor_of`), measured in turn with the row's calls: the raw round trip of the call's sizes, one each way,
     /// or where quicker the call's bytes and the result's in round trips of their own, less an
     /// empty one; over UDP, for messages of several datagrams, each message's penalty one way (the
     /// quicker of Table 3's two).
@@ -151,7 +151,7 @@ pub fn table1(server_cpu: usize, budget: Duration) -> crate::Result<Vec<Table1Ro
     Ok(out)
 }
 
-/// The floor of each Table 5 row, per medium ([`Penalties::floor`]), and the network penalty of each
+/// What each Table 5 row's floor is made of, per medium ([`Penalties::floor_parts`]), and the network penalty of each
 /// message size Tables 1 and 3 need: half the raw round trip of that size, or for a UDP message over
 /// one datagram, its multi-packet transfer less the reply's penalty.
 struct Penalties {
@@ -166,10 +166,23 @@ struct Penalties {
     known_message: Vec<(usize, f64)>,
     /// The bytes those messages carry.
     message: Vec<u8>,
-    /// The raw ping-pongs of the rows' floors, by their bytes each way ([`Penalties::floor_pairs`]).
+    /// The raw ping-pongs of the rows' floors, by their bytes each way ([`Penalties::floor_parts`]).
     pings: Vec<((usize, usize), Pings)>,
     /// Over TCP, the connection of every row's floor.
     tcp_ping: Option<TcpPingPong>,
+    /// Over UDP, the ping-pong of the rows' multi-packet transfers ([`Part::Transfer`]).
+    transfer_ping: Option<PingPong>,
+}
+
+/// What a Table 5 row's floor is made of, each part measured in every round of the row
+/// ([`Penalties::floor_parts`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Part {
+    /// Raw round trips of this many bytes out and back.
+    RoundTrip(usize, usize),
+    /// Over UDP, a message of this many bytes in several datagrams with a short answer, moved both
+    /// of Table 3's ways: from one small buffer into another, and from and into buffers of its size.
+    Transfer(usize),
 }
 
 /// The raw ping-pongs of one pair of sizes (call bytes, result bytes), kept for every row that
@@ -258,25 +271,89 @@ impl Penalties {
         Ok(Some(self.transfer(bytes)?.message_penalty_median_us))
     }
 
-    /// The sizes of the raw round trips that make the floor of a call of `call` bytes answered by
-    /// `result` bytes, where the raw echo makes one round trip of those sizes (TCP, shared memory,
-    /// and UDP messages of one datagram each way): that round trip, and, when both messages carry
-    /// more than an empty one, the call's bytes with an empty answer, an empty call answered by the
-    /// result's bytes, and an empty round trip ([`floor_of`]). (Half a round trip of a large message
-    /// each way, added up, is no floor: a 1 MiB TCP ping-pong each way takes more than twice one
-    /// 1 MiB message and a short answer. Nor is that ping-pong itself: in a scratch client it took
-    /// 640 to 730 µs, where a 1 MiB message with a short answer took 125 to 165 µs and a short
-    /// message with a 1 MiB answer 120 to 170 µs, and tiercel's 1 MiB InOut call 494 to 525 µs in
-    /// Table 5.) A UDP message of several datagrams has no round trip of its size: its floor is
-    /// each message's penalty, one way, the quicker of Table 3's two ([`Penalties::one_way`],
-    /// [`Penalties::one_way_message`]).
-    fn floor_pairs(&self, call: usize, result: usize) -> Vec<(usize, usize)> {
+    /// What makes the floor of a call of `call` bytes answered by `result` bytes ([`floor_of`]).
+    /// Where the raw echo makes one round trip of those sizes (TCP, shared memory, and UDP messages
+    /// of one datagram each way): that round trip, and, when both messages carry more than an empty
+    /// one, the call's bytes with an empty answer, an empty call answered by the result's bytes,
+    /// and an empty round trip. (Half a round trip of a large message each way, added up, is no
+    /// floor: a 1 MiB TCP ping-pong each way takes more than twice one 1 MiB message and a short
+    /// answer. Nor is that ping-pong itself: in a scratch client it took 640 to 730 µs, where a
+    /// 1 MiB message with a short answer took 125 to 165 µs and a short message with a 1 MiB answer
+    /// 120 to 170 µs, and tiercel's 1 MiB InOut call 494 to 525 µs in Table 5.) A UDP message of
+    /// several datagrams has no round trip of its size: then an empty round trip, and for each
+    /// message its transfer (several datagrams) or its round trip each way (one).
+    fn floor_parts(&self, call: usize, result: usize) -> Vec<Part> {
         let empty = if self.medium == Medium::Shm { 0 } else { HEADER };
-        let mut pairs = vec![(call, result)];
-        if call > empty && result > empty {
-            pairs.extend([(call, empty), (empty, result), (empty, empty)]);
+        if self.medium == Medium::Udp && call.max(result) > self.datagram {
+            let message =
+                |bytes| if bytes > self.datagram { Part::Transfer(bytes) } else { Part::RoundTrip(bytes, bytes) };
+            return vec![Part::RoundTrip(empty, empty), message(call), message(result)];
         }
-        pairs
+        let mut parts = vec![Part::RoundTrip(call, result)];
+        if call > empty && result > empty {
+            parts.extend([Part::RoundTrip(call, empty), Part::RoundTrip(empty, result), Part::RoundTrip(empty, empty)]);
+        }
+        parts
+    }
+
+    /// Times `part` for `budget` (at least `min` round trips or transfers, after `warm` untimed),
+    /// adding them to `into` ([`Penalties::time_pair`], [`Penalties::time_transfer`]).
+    fn time_part(
+        &mut self,
+        part: Part,
+        budget: Duration,
+        min: u32,
+        warm: u32,
+        into: &mut [Summary; 2],
+    ) -> crate::Result<()> {
+        match part {
+            Part::RoundTrip(call, result) => self.time_pair((call, result), budget, min, warm, into),
+            Part::Transfer(bytes) => self.time_transfer(bytes, budget, min, warm, into),
+        }
+    }
+
+    /// Times multi-packet transfers of `bytes` over raw UDP, each answered by a short reply, for
+    /// `budget` each way (at least `min`, after `warm` untimed), as Table 3 moves them: from one
+    /// small buffer into another, added to the first of `into`, and the message's own bytes from
+    /// and into buffers of its size, to the second. A transfer that lost a datagram is left out.
+    fn time_transfer(
+        &mut self,
+        bytes: usize,
+        budget: Duration,
+        min: u32,
+        warm: u32,
+        into: &mut [Summary; 2],
+    ) -> crate::Result<()> {
+        let addr = self.udp.ok_or("no raw UDP echo")?;
+        let ping = match &mut self.transfer_ping {
+            Some(ping) => ping,
+            None => self.transfer_ping.insert(PingPong::new(addr, HEADER, HEADER, true)?),
+        };
+        let datagram = self.datagram;
+        for _ in 0..warm {
+            ping.transfer(bytes, datagram)?;
+        }
+        into[0].add(&repeat(budget, min, || ping.transfer(bytes, datagram))?.0);
+        let payload = bytes.saturating_sub(HEADER);
+        if self.message.len() < payload {
+            self.message.resize(payload, 0);
+            crate::seeds::fill(&mut self.message);
+        }
+        let message = &self.message[..payload];
+        // The announcement is a round trip of its own, before the transfer is timed.
+        let mut placed = 0u32;
+        let start = Instant::now();
+        while (placed < min + warm || start.elapsed() < budget) && placed < 20_000 {
+            placed += 1;
+            if !ping.place_next()? {
+                continue;
+            }
+            let t = Instant::now();
+            if ping.transfer_message(message, HEADER, datagram, false)? && placed > warm {
+                into[1].record(t.elapsed());
+            }
+        }
+        Ok(())
     }
 
     /// Times raw round trips of `call` bytes answered by `result` bytes for `budget` (at least
@@ -374,16 +451,18 @@ impl Penalties {
     }
 }
 
-/// A row's floor from the round trips of its [`Penalties::floor_pairs`], each pair's the median of
-/// the faster way of measuring it: the direct round trip, or, where the pairs say so and it is
-/// quicker, the call's bytes with an empty answer and an empty call answered by the result's bytes
-/// less the empty round trip that the two add beyond the bytes.
-fn floor_of(raw: &[[Summary; 2]]) -> f64 {
+/// A row's floor from what its [`Penalties::floor_parts`] measured, each part's figure the median of
+/// its faster way of measuring it: where it has a round trip of its sizes, that round trip, or,
+/// where the parts say so and it is quicker, the call's bytes with an empty answer and an empty call
+/// answered by the result's bytes less the empty round trip that the two add beyond the bytes;
+/// where it has transfers, each message's penalty one way (its transfer less half an empty round
+/// trip, for the short answer; half its round trip each way for a message of one datagram).
+fn floor_of(parts: &[Part], raw: &[[Summary; 2]]) -> f64 {
     let fastest: Vec<f64> = raw
         .iter()
         .map(|ways| {
             let fastest = ways.iter().filter(|s| !s.is_empty()).map(Summary::median_us).fold(f64::INFINITY, f64::min);
-            // No round trip of the pair came back (each lost): no figure, rather than an endless one.
+            // Nothing of the part came back (each lost): no figure, rather than an endless one.
             if fastest.is_finite() {
                 fastest
             } else {
@@ -391,16 +470,34 @@ fn floor_of(raw: &[[Summary; 2]]) -> f64 {
             }
         })
         .collect();
+    if parts.iter().any(|p| matches!(p, Part::Transfer(_))) {
+        return one_way_sum(parts, &fastest);
+    }
     quicker(&fastest)
 }
 
-/// [`floor_of`]'s rule, over each pair's median.
+/// [`floor_of`]'s rule where the row has a round trip of its sizes, over each part's median.
 fn quicker(fastest: &[f64]) -> f64 {
     match *fastest {
         [direct, call_only, result_only, empty] => direct.min(call_only + result_only - empty),
         [direct, ..] => direct,
         [] => f64::NAN,
     }
+}
+
+/// [`floor_of`]'s rule where the row has transfers: the first part is the empty round trip, each
+/// other a message's.
+fn one_way_sum(parts: &[Part], fastest: &[f64]) -> f64 {
+    let Some((&empty, messages)) = fastest.split_first() else { return f64::NAN };
+    parts
+        .iter()
+        .skip(1)
+        .zip(messages)
+        .map(|(part, &m)| match part {
+            Part::Transfer(_) => (m - empty / 2.0).max(0.0),
+            Part::RoundTrip(..) => m / 2.0,
+        })
+        .sum()
 }
 
 /// Rounds of each Table 5 row: in each, the floor's round trips and then tiercel's calls.
@@ -472,14 +569,14 @@ pub fn table5(
         message: Vec::new(),
         pings: Vec::new(),
         tcp_ping: None,
+        transfer_ping: None,
     };
     let mut buf = vec![0u8; 16 << 20];
     crate::seeds::fill(&mut buf);
     let mut rows = Vec::new();
     for c in calls() {
         let (call_bytes, result_bytes) = (header + c.call, header + c.result);
-        let several = medium == Medium::Udp && call_bytes.max(result_bytes) > penalties.datagram;
-        let pairs = if several { Vec::new() } else { penalties.floor_pairs(call_bytes, result_bytes) };
+        let parts = penalties.floor_parts(call_bytes, result_bytes);
         let message_penalty = if header + c.call.max(c.result) > penalties.datagram {
             let (call, result) =
                 (penalties.one_way_message(header + c.call)?, penalties.one_way_message(header + c.result)?);
@@ -507,8 +604,10 @@ pub fn table5(
         // machine hits both alike: measured one after the other, a shared-memory Null came out
         // at 0.85x its floor in one quick run and 1.33x in the next.
         let raw_large = call_bytes.max(result_bytes) > 2 << 20;
+        // As Table 3 times them.
+        let transfer_min: u32 = if call_bytes.max(result_bytes) > 4 << 20 { 5 } else { 20 };
         let (raw_warm, raw_min): (u32, u32) = if raw_large { (2, 5) } else { (100, 50) };
-        let mut raw: Vec<[Summary; 2]> = pairs.iter().map(|_| [Summary::new(), Summary::new()]).collect();
+        let mut raw: Vec<[Summary; 2]> = parts.iter().map(|_| [Summary::new(), Summary::new()]).collect();
         let mut s = Summary::new();
         // Each server spins for 2 ms past its last call on the CPU the other needs: before the
         // floor's turn and before tiercel's, the other's server is let go quiet.
@@ -517,12 +616,13 @@ pub fn table5(
         // shared-memory 16 MiB InOut call took three times as long as in a run of them.
         let (raw_rewarm, rewarm) = if raw_large { (1, 1) } else { (10, 10) };
         for round in 0..TABLE5_ROUNDS {
-            if !pairs.is_empty() {
-                quiet();
-            }
-            for (&pair, into) in pairs.iter().zip(&mut raw) {
-                let warm = if round == 0 { raw_warm } else { raw_rewarm };
-                penalties.time_pair(pair, budget / TABLE5_ROUNDS, raw_min.div_ceil(TABLE5_ROUNDS), warm, into)?;
+            quiet();
+            for (&part, into) in parts.iter().zip(&mut raw) {
+                let (warm, min) = match part {
+                    Part::Transfer(_) => (if round == 0 { 2 } else { 1 }, transfer_min),
+                    Part::RoundTrip(..) => (if round == 0 { raw_warm } else { raw_rewarm }, raw_min),
+                };
+                penalties.time_part(part, budget / TABLE5_ROUNDS, min.div_ceil(TABLE5_ROUNDS), warm, into)?;
             }
             quiet();
             if round > 0 {
@@ -532,19 +632,7 @@ pub fn table5(
             }
             s.add(&repeat(budget / TABLE5_ROUNDS, min.div_ceil(TABLE5_ROUNDS), &mut call)?.0);
         }
-        // A UDP message of several datagrams: the quicker of Table 3's two ways of moving it, from
-        // one small buffer into another or from and into buffers of its size (with the first alone,
-        // tiercel's 1 MiB and 16 MiB calls came out at 0.82x to 0.98x of their floors).
-        let penalty = if several {
-            let mut floor = 0.0;
-            for bytes in [call_bytes, result_bytes] {
-                let plain = penalties.one_way(bytes)?;
-                floor += penalties.one_way_message(bytes)?.map_or(plain, |m| plain.min(m));
-            }
-            floor
-        } else {
-            floor_of(&raw)
-        };
+        let penalty = floor_of(&parts, &raw);
         let moved = (c.call + c.result) as f64;
         rows.push(Table5Row {
             transport: medium.name(),
@@ -704,11 +792,30 @@ mod tests {
             [timed(&[160]), Summary::new()],
             [timed(&[7]), Summary::new()],
         ];
-        let floor = floor_of(&raw);
+        let split = [Part::RoundTrip(1, 1), Part::RoundTrip(1, 0), Part::RoundTrip(0, 1), Part::RoundTrip(0, 0)];
+        let floor = floor_of(&split, &raw);
         assert!((floor - 303.0).abs() < 1.0, "{floor}");
         let direct_only = [[timed(&[9, 10, 11]), timed(&[12])]];
-        assert!((floor_of(&direct_only) - 10.0).abs() < 0.1);
+        assert!((floor_of(&[Part::RoundTrip(1, 1)], &direct_only) - 10.0).abs() < 0.1);
         // A pair whose round trips were all lost gives no floor, not an endless one.
-        assert!(floor_of(&[[Summary::new(), Summary::new()]]).is_nan());
+        assert!(floor_of(&[Part::RoundTrip(1, 1)], &[[Summary::new(), Summary::new()]]).is_nan());
+    }
+
+    #[test]
+    fn a_floor_of_transfers_adds_each_messages_penalty_one_way() {
+        let timed = |us: u64| {
+            let mut s = Summary::new();
+            s.record(Duration::from_micros(us));
+            s
+        };
+        // An empty round trip of 4 µs; 1 MiB out, its faster way 150 µs with the short answer;
+        // 1 MiB back the same, 160 µs: each less half the empty round trip.
+        let parts = [Part::RoundTrip(56, 56), Part::Transfer(1 << 20), Part::Transfer(1 << 20)];
+        let raw = [[timed(4), Summary::new()], [timed(170), timed(150)], [timed(160), timed(175)]];
+        assert!((floor_of(&parts, &raw) - 306.0).abs() < 0.5, "{}", floor_of(&parts, &raw));
+        // A 56-byte answer of one datagram counts half its round trip: 150 - 2 + 2.
+        let parts = [Part::RoundTrip(56, 56), Part::Transfer(1 << 20), Part::RoundTrip(56, 56)];
+        let raw = [[timed(4), Summary::new()], [timed(150), timed(160)], [timed(4), Summary::new()]];
+        assert!((floor_of(&parts, &raw) - 150.0).abs() < 0.5, "{}", floor_of(&parts, &raw));
     }
 }
