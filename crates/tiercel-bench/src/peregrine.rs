@@ -60,10 +60,10 @@ pub struct Table5Row {
     pub call_bytes: usize,
     pub result_bytes: usize,
     pub calls: u64,
-    /// The row's floor (`floor_of`), measured in turn with the row's calls: the raw round trip of the call's sizes, one each way,
-    /// or where quicker the call's bytes and the result's in round trips of their own, less an
-    /// empty one; over UDP, for messages of several datagrams, each message's penalty one way (the
-    /// quicker of Table 3's two).
+    /// The row's floor (`floor_of`), measured in turn with the row's calls: the raw round trip of
+    /// the call's sizes, one each way, or where quicker the call's bytes and the result's in round
+    /// trips of their own, less an empty one; over UDP, for messages of several datagrams, each
+    /// message's penalty one way (the quicker of Table 3's two).
     pub penalty_us: f64,
     pub median_us: f64,
     pub p99_us: f64,
@@ -151,9 +151,10 @@ pub fn table1(server_cpu: usize, budget: Duration) -> crate::Result<Vec<Table1Ro
     Ok(out)
 }
 
-/// What each Table 5 row's floor is made of, per medium ([`Penalties::floor_parts`]), and the network penalty of each
-/// message size Tables 1 and 3 need: half the raw round trip of that size, or for a UDP message over
-/// one datagram, its multi-packet transfer less the reply's penalty.
+/// What each Table 5 row's floor is made of, per medium ([`Penalties::floor_parts`]), measured in
+/// the row's rounds, and the network penalty of each message size Tables 1 and 3 need: half the raw
+/// round trip of that size, or for a UDP message over one datagram, its multi-packet transfer less
+/// the reply's penalty.
 struct Penalties {
     medium: Medium,
     datagram: usize,
