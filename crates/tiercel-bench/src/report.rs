@@ -227,7 +227,7 @@ fn results_page(runs: &[(PathBuf, Value)]) -> String {
          `944eafd`, Peregrine Table 5 measured each row's floor once before the row's calls, and over TCP and\n\
          shared memory its floors of calls with bytes both ways (InOut) were the one round trip of both\n\
          messages, over shared memory the plain ping-pong's alone: tiercel's larger InOut calls came out\n\
-         under them (0.58× to 0.95× in the runs of `b749409`); before `d748cae` its UDP floors of messages\n\
+         under them (0.57× to 0.95× in the runs of `b749409`); before `d748cae` its UDP floors of messages\n\
          of several datagrams were Table 3's first way of moving them alone (docs/cli.md, `bench`).\n",
     );
     for (path, run) in runs {
