@@ -203,8 +203,9 @@ pub fn table(server_cpu: usize, client_cpu: usize, calls: u32, time: Duration, r
         for ((_, _, system), (null, max)) in systems.iter().zip(&mut latency) {
             // The server measured before this one spins on past its last call (tiercel's for 1 ms,
             // the raw echoes' for 2) on the CPU this one needs: it is let go quiet first. Without
-            // the pause the raw UDP echo, measured after tiercel's async TCP calls, met tiercel's
-            // server still spinning, and tiercel's lone UDP Null came out under it in one run.
+            // the pause the raw UDP echo, measured after tiercel's async TCP calls, could meet
+            // tiercel's server still spinning, and tiercel's lone UDP Null came out under it in one
+            // run.
             std::thread::sleep(crate::latency::QUIET);
             let (n, m) = system.latency(&rt, share, warm)?;
             null.add(&n);
