@@ -278,9 +278,9 @@ impl Penalties {
     /// one, the call's bytes with an empty answer, an empty call answered by the result's bytes,
     /// and an empty round trip. (Half a round trip of a large message each way, added up, is no
     /// floor: a 1 MiB TCP ping-pong each way takes more than twice one 1 MiB message and a short
-    /// answer. Nor is that ping-pong itself: in a scratch client it took 640 to 730 µs, where a
-    /// 1 MiB message with a short answer took 125 to 165 µs and a short message with a 1 MiB answer
-    /// 120 to 170 µs, and tiercel's 1 MiB InOut call 494 to 525 µs in Table 5.) A UDP message of
+    /// answer. Nor is that ping-pong itself: in scratch clients it took 591 to 728 µs, where a
+    /// 1 MiB message with a short answer took 124 to 166 µs and a short message with a 1 MiB answer
+    /// 123 to 172 µs, and tiercel's 1 MiB InOut call 494 to 605 µs in Table 5's quick runs.) A UDP message of
     /// several datagrams has no round trip of its size: then an empty round trip, and for each
     /// message its transfer (several datagrams) or its round trip each way (one).
     fn floor_parts(&self, call: usize, result: usize) -> Vec<Part> {
@@ -416,36 +416,22 @@ impl Penalties {
         Ok(())
     }
 
+    /// Over UDP, the network penalty of a message of `bytes` one way (Tables 3 and 5): half its raw
+    /// round trip each way, or for a message of several datagrams its transfer less the short
+    /// reply's penalty.
     fn one_way(&mut self, bytes: usize) -> crate::Result<f64> {
         if let Some(&(_, p)) = self.known.iter().find(|(b, _)| *b == bytes) {
             return Ok(p);
         }
-        let p = match (self.medium, self.udp, &self.shm) {
-            (Medium::Tcp, ..) => {
-                let addr = self.tcp.ok_or("no raw TCP echo")?;
-                let mut ping = TcpPingPong::new(addr, bytes, bytes, true)?;
-                let (warm, min) = if bytes > 1 << 20 { (2, 5) } else { (100, 50) };
-                for _ in 0..warm {
-                    ping.round_trip()?;
-                }
-                repeat(self.budget, min, || ping.round_trip())?.0.median_us() / 2.0
+        let addr = self.udp.ok_or("no raw UDP echo for the penalties")?;
+        let p = if bytes > self.datagram {
+            self.transfer(bytes)?.penalty_median_us
+        } else {
+            let mut ping = PingPong::new(addr, bytes, bytes, true)?;
+            for _ in 0..100 {
+                ping.round_trip()?;
             }
-            (Medium::Udp, Some(_), _) if bytes > self.datagram => self.transfer(bytes)?.penalty_median_us,
-            (Medium::Udp, Some(addr), _) => {
-                let mut ping = PingPong::new(addr, bytes, bytes, true)?;
-                for _ in 0..100 {
-                    ping.round_trip()?;
-                }
-                repeat(self.budget, 50, || ping.round_trip())?.0.median_us() / 2.0
-            }
-            (_, _, Some(conn)) => {
-                let mut ping = ShmPingPong::new(conn, bytes, bytes, true);
-                for _ in 0..20 {
-                    ping.round_trip()?;
-                }
-                repeat(self.budget, 10, || ping.round_trip())?.0.median_us() / 2.0
-            }
-            _ => return Err("no raw echo for the penalties".into()),
+            repeat(self.budget, 50, || ping.round_trip())?.0.median_us() / 2.0
         };
         self.known.push((bytes, p));
         Ok(p)
