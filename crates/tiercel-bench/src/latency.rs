@@ -171,8 +171,8 @@ pub fn measure(
         })
         .collect::<crate::Result<_>>()?;
     // Over shared memory, a second floor: the same ping-pong moving its data as tiercel does, the
-    // reply in the request's place and both sides pushing the lines they wrote out to the shared
-    // cache. Each row's floor is the faster of the two in this run (as measured here, neither was
+    // reply in the request's place and both sides pushing the lines they wrote (and the echo the
+    // request's it read) out to the shared cache. Each row's floor is the faster of the two in this run (as measured here, neither was
     // faster for every size).
     let mut like_tiercel: Vec<(ShmPingPong, Summary)> = match &shm_conn {
         Some(c) => rows
@@ -440,7 +440,7 @@ pub fn print_table(rows: &[Row], medium: Medium, spin: bool) -> LatencyTable {
         }
         outln!(
             "(raw: row by row the faster of that ping-pong and the same moving its data as tiercel does, the reply in the \
-             request's place and the lines each side wrote pushed out to the shared cache, `cldemote`; the latter in {}, the \
+             request's place and the lines each side wrote (and the echo the request's) pushed out to the shared cache, `cldemote`; the latter in {}, the \
              former in {})",
             of(true),
             of(false)

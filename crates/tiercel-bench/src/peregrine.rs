@@ -196,10 +196,10 @@ enum Pings {
     /// buffers not yet grown by the kernel as those of a connection in use are.
     Tcp,
     /// The plain ping-pong and the one that moves its data as tiercel does (the reply in the
-    /// request's place, the lines each side wrote pushed out to the shared cache): the floor is
-    /// the faster, as in the latency table. With the plain one alone, tiercel's InOut calls of
-    /// 1,024 bytes to 16 MiB came out at 0.57x to 0.95x of their floors in the kept runs of
-    /// `b749409`.
+    /// request's place, the lines each side wrote and those the echo read pushed out to the shared
+    /// cache): the floor is the faster, as in the latency table. With the plain one alone,
+    /// tiercel's InOut calls of 1,024 bytes to 16 MiB came out at 0.57x to 0.95x of their floors
+    /// in the kept runs of `b749409`.
     Shm(ShmPingPong, ShmPingPong),
 }
 

@@ -31,8 +31,8 @@ const REQUEST_LEN: usize = 4;
 const REPLY_LEN: usize = 8;
 const RESPONSE: usize = 12;
 // 1 when the request asks for tiercel's way with the data: the reply written in the request's place
-// (as tiercel's results are), and the lines each side wrote pushed out to the shared cache once
-// published (`cldemote`), as tiercel's client and server do.
+// (as tiercel's results are), and the lines each side wrote (and the echo the request's it read)
+// pushed out to the shared cache once published (`cldemote`), as tiercel's client and server do.
 const LIKE_TIERCEL: usize = 16;
 // Nonzero in a request that moves the echo to another region: that region's index plus one. The
 // echo answers it on this region and watches the other from then on.
@@ -183,7 +183,9 @@ fn serve_echo(listener: &UnixListener, args: &EchoArgs) -> crate::Result<()> {
                 // took 110-150).
                 std::sync::atomic::fence(Ordering::SeqCst);
                 region.demote(REQUEST, 4);
-                region.demote(reply_at, r);
+                // The reply's lines, and the request's this side read (the reply is in their
+                // place), as tiercel's server pushes out its result's and its arguments'.
+                region.demote(reply_at, r.max(n));
             }
             if !args.spin {
                 futex_wake(response, 1);
@@ -311,8 +313,9 @@ impl ShmPingPong {
     }
 
     /// The same ping-pong the way tiercel moves its data: the reply written where the request was
-    /// (as tiercel's results are), and both sides pushing the lines they wrote out of their core's
-    /// caches once published (`cldemote`), as tiercel's client and server do. The floor tiercel's
+    /// (as tiercel's results are), and both sides pushing the lines they wrote (the echo those of
+    /// the request it read as well) out of their core's caches once published (`cldemote`), as
+    /// tiercel's client and server do. The floor tiercel's
     /// calls are measured against is the faster of the two, row by row (see `latency.rs`).
     pub fn like_tiercel(mut self) -> ShmPingPong {
         self.like_tiercel = true;
