@@ -626,12 +626,10 @@ impl<'a> Worker<'a> {
         // Out to the cache the cores share, where the client's core reads them next: the slot's
         // words, the result, and the arguments' lines this thread read (still held: not given back
         // above), which the client's next call writes over. A line the server's core read stays in
-        // its cache, and the client's write to it waited for that copy to be taken away: the raw
-        // ping-pong that moves data as tiercel does, 1,028 bytes a call and none back, took 0.81 µs
-        // a round trip with only the reply's lines pushed out and 0.69 µs with the request's too
-        // (medians of 5 rounds each, in one scratch run), and tiercel's BigIn (204 bytes) 0.54 and
-        // 0.57 µs before, 0.46 and 0.48 after (`bench --quick --latency-only --transports shm`,
-        // two runs of each build, alternating).
+        // its cache, and the client's write to it waited for that copy to be taken away: tiercel's
+        // BigIn (204 bytes) took 0.54 and 0.57 µs before, 0.46 and 0.48 after (`bench --quick
+        // --latency-only --transports shm`, two runs of each build, alternating; the CHANGELOG's
+        // forty-fourth entry has the raw ping-pongs that showed it).
         team.region.demote(team.layout.slot(i), slot::WORDS * 4);
         team.region.demote(data, out_len.max(len.min(b.held)));
         match wake {
