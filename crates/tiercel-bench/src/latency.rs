@@ -172,8 +172,8 @@ pub fn measure(
         .collect::<crate::Result<_>>()?;
     // Over shared memory, a second floor: the same ping-pong moving its data as tiercel does, the
     // reply in the request's place and both sides pushing the lines they wrote (and the echo the
-    // request's it read) out to the shared cache. Each row's floor is the faster of the two in this run (as measured here, neither was
-    // faster for every size).
+    // request's it read) out to the shared cache. Each row's floor is the faster of the two in this
+    // run (as measured here, neither was faster for every size).
     let mut like_tiercel: Vec<(ShmPingPong, Summary)> = match &shm_conn {
         Some(c) => rows
             .iter()

@@ -315,8 +315,8 @@ impl ShmPingPong {
     /// The same ping-pong the way tiercel moves its data: the reply written where the request was
     /// (as tiercel's results are), and both sides pushing the lines they wrote (the echo those of
     /// the request it read as well) out of their core's caches once published (`cldemote`), as
-    /// tiercel's client and server do. The floor tiercel's
-    /// calls are measured against is the faster of the two, row by row (see `latency.rs`).
+    /// tiercel's client and server do. The floor tiercel's calls are measured against is the
+    /// faster of the two, row by row (see `latency.rs`).
     pub fn like_tiercel(mut self) -> ShmPingPong {
         self.like_tiercel = true;
         self
