@@ -228,7 +228,11 @@ fn results_page(runs: &[(PathBuf, Value)]) -> String {
          shared memory its floors of calls with bytes both ways (InOut) were the one round trip of both\n\
          messages, over shared memory the plain ping-pong's alone: tiercel's larger InOut calls came out\n\
          under them (0.57× to 0.95× in the runs of `b749409`); before `d748cae` its UDP floors of messages\n\
-         of several datagrams were Table 3's first way of moving them alone (docs/cli.md, `bench`).\n",
+         of several datagrams were Table 3's first way of moving them alone (docs/cli.md, `bench`). In runs\n\
+         made before `0929173`, the shared-memory ping-pong that moves data as tiercel does left the lines of\n\
+         the request its echo read in that core's cache, and so did tiercel's server those of a call's\n\
+         arguments: both sides' calls with arguments and no result as large took longer for it (a 1,024-byte\n\
+         In floor 0.81 to 1.01 µs against the InOut floor's 0.65 to 0.81 in the runs of `cf05da3`).\n",
     );
     for (path, run) in runs {
         let _ = writeln!(out, "\n## Run {}\n", run["run"]["commit"].as_str().unwrap_or("?"));
