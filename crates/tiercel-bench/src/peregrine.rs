@@ -73,9 +73,9 @@ pub struct Table5Row {
     /// Packets the client sent again during the row (timeouts and negative acknowledgements).
     pub retransmissions: u64,
     /// Over UDP, for a row whose call or result takes several datagrams: the penalty of its
-    /// messages moved from and into buffers of their size (measured as Table 3's message column is,
-    /// for this row's sizes; a single-datagram message counts its ordinary penalty), and the call's
-    /// ratio to it.
+    /// messages moved from and into buffers of their size (measured in the row's rounds as Table 3's
+    /// message column is, for this row's sizes; a single-datagram message counts its ordinary
+    /// penalty), and the call's ratio to it (`message_floor`).
     pub message_penalty_us: Option<f64>,
     pub message_ratio: Option<f64>,
 }
@@ -163,8 +163,6 @@ struct Penalties {
     udp: Option<SocketAddr>,
     shm: Option<std::rc::Rc<std::cell::RefCell<crate::raw_shm::Connection>>>,
     tcp: Option<SocketAddr>,
-    /// Penalties of messages moved from and into buffers of their size, by bytes (headers included).
-    known_message: Vec<(usize, f64)>,
     /// The bytes those messages carry.
     message: Vec<u8>,
     /// The raw ping-pongs of the rows' floors, by their bytes each way ([`Penalties::floor_parts`]).
@@ -241,7 +239,6 @@ impl Penalties {
             }
         }
         let message_penalty = (m.median_us() - small).max(0.0);
-        self.known_message.push((bytes, message_penalty));
         Ok(Table3Row {
             bytes,
             datagram_bytes: self.datagram,
@@ -255,21 +252,6 @@ impl Penalties {
             message_mbit_per_second: bytes as f64 * 8.0 / message_penalty.max(1e-3),
             message_lost,
         })
-    }
-
-    /// Over UDP, the penalty of a message of `bytes` (header included) moved from and into buffers
-    /// of its size: measured for one of several datagrams, the ordinary penalty for one datagram.
-    fn one_way_message(&mut self, bytes: usize) -> crate::Result<Option<f64>> {
-        if self.medium != Medium::Udp {
-            return Ok(None);
-        }
-        if bytes <= self.datagram {
-            return self.one_way(bytes).map(Some);
-        }
-        if let Some(&(_, p)) = self.known_message.iter().find(|(b, _)| *b == bytes) {
-            return Ok(Some(p));
-        }
-        Ok(Some(self.transfer(bytes)?.message_penalty_median_us))
     }
 
     /// What makes the floor of a call of `call` bytes answered by `result` bytes ([`floor_of`]).
@@ -463,6 +445,30 @@ fn floor_of(parts: &[Part], raw: &[[Summary; 2]]) -> f64 {
     quicker(&fastest)
 }
 
+/// Over UDP, for a row with transfers ([`Part::Transfer`]): the penalty of its messages moved from
+/// and into buffers of their size, from the rounds that measured its floor: each transfer's second
+/// way ([`Penalties::time_transfer`]), each single-datagram message's round trip, as [`one_way_sum`]
+/// adds them. Taken once before the row's rounds instead, a 16 MiB message's came out at 29 ms in
+/// one kept run of `0929173` (2.5 ms in Table 3 at its end), and tiercel's call at 0.10× of it.
+fn message_floor(parts: &[Part], raw: &[[Summary; 2]]) -> Option<f64> {
+    if !parts.iter().any(|p| matches!(p, Part::Transfer(_))) {
+        return None;
+    }
+    let figures: Vec<f64> = parts
+        .iter()
+        .zip(raw)
+        .map(|(part, [first, second])| {
+            let way = if matches!(part, Part::Transfer(_)) { second } else { first };
+            if way.is_empty() {
+                f64::NAN
+            } else {
+                way.median_us()
+            }
+        })
+        .collect();
+    Some(one_way_sum(parts, &figures))
+}
+
 /// [`floor_of`]'s rule where the row has a round trip of its sizes, over each part's median.
 fn quicker(fastest: &[f64]) -> f64 {
     match *fastest {
@@ -473,9 +479,12 @@ fn quicker(fastest: &[f64]) -> f64 {
 }
 
 /// [`floor_of`]'s rule where the row has transfers: the first part is the empty round trip, each
-/// other a message's.
+/// other a message's. A part without a figure (all lost) leaves the sum without one.
 fn one_way_sum(parts: &[Part], fastest: &[f64]) -> f64 {
     let Some((&empty, messages)) = fastest.split_first() else { return f64::NAN };
+    if fastest.iter().any(|f| f.is_nan()) {
+        return f64::NAN;
+    }
     parts
         .iter()
         .skip(1)
@@ -552,7 +561,6 @@ pub fn table5(
         udp: if medium == Medium::Udp { Some(socket_addr(&addr)?) } else { None },
         shm: if medium == Medium::Shm { Some(crate::raw_shm::Connection::new(&addr)?) } else { None },
         tcp: if medium == Medium::Tcp { Some(socket_addr(&addr)?) } else { None },
-        known_message: Vec::new(),
         message: Vec::new(),
         pings: Vec::new(),
         tcp_ping: None,
@@ -564,13 +572,6 @@ pub fn table5(
     for c in calls() {
         let (call_bytes, result_bytes) = (header + c.call, header + c.result);
         let parts = penalties.floor_parts(call_bytes, result_bytes);
-        let message_penalty = if header + c.call.max(c.result) > penalties.datagram {
-            let (call, result) =
-                (penalties.one_way_message(header + c.call)?, penalties.one_way_message(header + c.result)?);
-            call.zip(result).map(|(call, result)| call + result)
-        } else {
-            None
-        };
         let mut call = || -> crate::Result<bool> {
             match c.kind {
                 Kind::Null => client.null(),
@@ -620,6 +621,7 @@ pub fn table5(
             s.add(&repeat(budget / TABLE5_ROUNDS, min.div_ceil(TABLE5_ROUNDS), &mut call)?.0);
         }
         let penalty = floor_of(&parts, &raw);
+        let message_penalty = message_floor(&parts, &raw);
         let moved = (c.call + c.result) as f64;
         rows.push(Table5Row {
             transport: medium.name(),
@@ -704,8 +706,8 @@ pub fn table5(
     );
     if medium == Medium::Udp {
         outln!(
-            "(msg penalty: of messages of several datagrams, measured as Table 3's message column is, for these sizes: \
-             from and into buffers of their size)"
+            "(msg penalty: of messages of several datagrams, measured in the row's rounds as Table 3's message column \
+             is, for these sizes: from and into buffers of their size)"
         );
     }
     outln!(
@@ -751,6 +753,13 @@ pub fn table5(
 mod tests {
     use super::*;
 
+    /// A summary of one round trip or transfer of `us` µs.
+    fn timed(us: u64) -> Summary {
+        let mut s = Summary::new();
+        s.record(Duration::from_micros(us));
+        s
+    }
+
     #[test]
     fn a_floor_is_the_direct_round_trip_unless_the_bytes_each_way_alone_are_quicker() {
         // TCP loopback's figures of one quick run, µs: 3,000 bytes each way in one round trip
@@ -790,11 +799,6 @@ mod tests {
 
     #[test]
     fn a_floor_of_transfers_adds_each_messages_penalty_one_way() {
-        let timed = |us: u64| {
-            let mut s = Summary::new();
-            s.record(Duration::from_micros(us));
-            s
-        };
         // An empty round trip of 4 µs; 1 MiB out, its faster way 150 µs with the short answer;
         // 1 MiB back the same, 160 µs: each less half the empty round trip.
         let parts = [Part::RoundTrip(56, 56), Part::Transfer(1 << 20), Part::Transfer(1 << 20)];
@@ -804,5 +808,25 @@ mod tests {
         let parts = [Part::RoundTrip(56, 56), Part::Transfer(1 << 20), Part::RoundTrip(56, 56)];
         let raw = [[timed(4), Summary::new()], [timed(150), timed(160)], [timed(4), Summary::new()]];
         assert!((floor_of(&parts, &raw) - 150.0).abs() < 0.5, "{}", floor_of(&parts, &raw));
+    }
+
+    #[test]
+    fn the_message_floor_takes_each_transfers_message_way_from_the_rounds() {
+        // The same figures as above: the message way of 1 MiB out (175 µs there, 160 here) and
+        // back, whichever way is quicker, each less half the empty round trip.
+        let parts = [Part::RoundTrip(56, 56), Part::Transfer(1 << 20), Part::Transfer(1 << 20)];
+        let raw = [[timed(4), Summary::new()], [timed(170), timed(150)], [timed(160), timed(175)]];
+        let message = message_floor(&parts, &raw).unwrap();
+        assert!((message - 321.0).abs() < 0.5, "{message}");
+        // A short answer of one datagram counts half its round trip: 160 - 2 + 2.
+        let parts = [Part::RoundTrip(56, 56), Part::Transfer(1 << 20), Part::RoundTrip(56, 56)];
+        let raw = [[timed(4), Summary::new()], [timed(150), timed(160)], [timed(4), Summary::new()]];
+        assert!((message_floor(&parts, &raw).unwrap() - 160.0).abs() < 0.5);
+        // A transfer whose every message was lost gives no figure, not a small one.
+        let raw = [[timed(4), Summary::new()], [timed(150), Summary::new()], [timed(4), Summary::new()]];
+        assert!(message_floor(&parts, &raw).unwrap().is_nan());
+        // A row of single datagrams has no message floor.
+        let parts = [Part::RoundTrip(3060, 3060)];
+        assert_eq!(message_floor(&parts, &[[timed(5), Summary::new()]]), None);
     }
 }
