@@ -340,9 +340,9 @@ impl Reassembly {
             // arriving in order is written once.
             self.buf.truncate(range.start);
             self.buf.resize(range.start, 0);
-            self.buf.extend_from_slice(payload);
+            crate::copy::extend(&mut self.buf, payload);
         } else {
-            self.buf[range.clone()].copy_from_slice(payload);
+            crate::copy::copy(&mut self.buf[range.clone()], payload);
         }
         self.written = self.written.max(range.end);
         Ok(self.mark(index))

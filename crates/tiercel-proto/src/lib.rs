@@ -15,6 +15,7 @@
 //! ```
 //!
 //! * [`wire`]: the fixed header, as a zero-copy view and as a value.
+//! * [`copy`]: copies of a call's bytes that stay clear of a slow case of `memcpy` on some CPUs.
 //! * [`fragment`]: fragment arithmetic, the windowed blast sender, reassembly with hard limits.
 //! * [`client`]: the state machine of one call on a client slot.
 //! * [`context`]: the call context a call may carry (its deadline, its trace).
@@ -37,6 +38,7 @@
 pub mod bind;
 pub mod client;
 pub mod context;
+pub mod copy;
 pub mod endpoint;
 pub mod fragment;
 pub mod onc;

@@ -139,13 +139,13 @@ impl Region {
         // race that the Rust memory model does not define, accepted here on purpose, as for memory
         // written by a device. What makes it harmless: (1) the bytes are `u8`, for which every bit
         // pattern is a valid value, so a torn copy yields other bytes, never an invalid value;
-        // (2) the copy is one call into the platform's `memcpy` through a pointer that came from
-        // `mmap`, which the compiler cannot reason about or assume unchanging, and nothing reads
-        // the source twice; (3) callers decode and validate the private copy only, never the shared
+        // (2) the copy is calls into the platform's `memcpy` (`copy_in_pieces`) through a pointer
+        // that came from `mmap`, which the compiler cannot reason about or assume unchanging, and
+        // nothing reads the source twice; (3) callers decode and validate the private copy only, never the shared
         // bytes (the protocol's control words, which order the copies, are atomics: `u32_at`).
         // An element-wise atomic copy would make the race defined at the cost of the vectorized
         // copy that 16 MiB transfers depend on.
-        unsafe { core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        unsafe { copy_in_pieces(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
         true
     }
 
@@ -188,7 +188,7 @@ impl Region {
         // reference points into, and does not overlap `data`, which is private memory. The peer may
         // read (or, misbehaving, write) these bytes meanwhile; as in `read`, that race is accepted:
         // the peer validates what it copies out, and nothing here reads the bytes back.
-        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
+        unsafe { copy_in_pieces(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
         true
     }
 
@@ -402,6 +402,27 @@ pub fn peer_closed(socket: &UnixStream) -> bool {
     }
 }
 
+/// `copy_nonoverlapping` of `len` bytes, in pieces of [`tiercel_proto::copy::PIECE`] bytes where
+/// [`tiercel_proto::copy::in_pieces`] says one `memcpy` of them could be many times slower (the
+/// destination a few bytes past the source in its page, on some AMD CPUs).
+///
+/// # Safety
+/// As for `copy_nonoverlapping`: `src` readable and `dst` writable for `len` bytes, the two ranges
+/// apart.
+#[inline]
+unsafe fn copy_in_pieces(src: *const u8, dst: *mut u8, len: usize) {
+    let piece =
+        if tiercel_proto::copy::in_pieces(dst as usize, src as usize, len) { tiercel_proto::copy::PIECE } else { len };
+    let mut done = 0;
+    while done < len {
+        let n = piece.min(len - done);
+        // SAFETY: `done + n <= len`, so both pieces lie inside the ranges the caller vouched for,
+        // which do not overlap.
+        unsafe { core::ptr::copy_nonoverlapping(src.add(done), dst.add(done), n) };
+        done += n;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,6 +491,36 @@ mod tests {
         assert!(b.read(8190, &mut out));
         assert_eq!(&out, b"hi");
         assert!(!b.read(8191, &mut out));
+    }
+
+    #[test]
+    fn copies_a_few_bytes_ahead_in_the_page_go_in_pieces_and_carry_every_byte() {
+        let r = Region::create("tiercel-test", 8 * PAGE).unwrap();
+        let bytes: Vec<u8> = (0..20_000u32).map(|i| (i ^ (i >> 8)) as u8).collect();
+        let mut back = vec![0u8; bytes.len() + PAGE];
+        for len in [100, 2048, 3004, 20_000] {
+            for ahead in [0, 12, 16, 40, 200] {
+                // Written `ahead` bytes past the source's offset in its page, and read back into a
+                // buffer `ahead` bytes past the region's: the first in pieces where 1 to 63.
+                let at = (bytes.as_ptr() as usize + ahead) % PAGE + PAGE;
+                assert_eq!(
+                    tiercel_proto::copy::in_pieces(r.ptr.as_ptr() as usize + at, bytes.as_ptr() as usize, len),
+                    len > 2048 && (1..64).contains(&ahead),
+                );
+                assert!(r.write(at, &bytes[..len]));
+                let into = (r.ptr.as_ptr() as usize + at + ahead).wrapping_sub(back.as_ptr() as usize) % PAGE;
+                assert!(r.read(at, &mut back[into..into + len]));
+                assert_eq!(&back[into..into + len], &bytes[..len], "len {len} ahead {ahead}");
+                back.fill(0);
+                let parts = [IoSlice::new(&bytes[..len / 3]), IoSlice::new(&bytes[len / 3..len])];
+                assert!(r.write_vectored(at, &parts));
+                assert!(r.read(at, &mut back[into..into + len]));
+                assert_eq!(&back[into..into + len], &bytes[..len], "vectored: len {len} ahead {ahead}");
+                // Zeroed between the cases: nothing of one case's bytes can pass for the next's.
+                assert!(r.write(PAGE, &[0; 6 * PAGE]));
+                back.fill(0);
+            }
+        }
     }
 
     #[test]

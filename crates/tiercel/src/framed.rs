@@ -142,7 +142,7 @@ impl Records {
                 if n == 0 {
                     return Ok(moved);
                 }
-                spare[..n].copy_from_slice(&self.buf[self.from..self.from + n]);
+                tiercel_proto::copy::copy(&mut spare[..n], &self.buf[self.from..self.from + n]);
                 frames.filled(n);
                 (self.from, moved) = (self.from + n, true);
                 if self.from < self.to {

@@ -245,7 +245,7 @@ impl<'r> Results<'r> {
         for region in regions {
             match region {
                 Region::Zeroed(len) => self.buf.resize(self.buf.len() + len, 0),
-                Region::Filled(bytes) => self.buf.extend_from_slice(bytes),
+                Region::Filled(bytes) => tiercel_proto::copy::extend(self.buf, bytes),
             }
         }
         let mut rest = &mut self.buf[start..];

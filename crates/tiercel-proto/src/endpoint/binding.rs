@@ -357,7 +357,7 @@ impl<A> SlotCell<A> {
         if len <= frag_payload && body != HEADER_LEN {
             let mut whole = self.take_result(binding);
             whole.resize(HEADER_LEN, 0);
-            whole.extend_from_slice(&result[body..]);
+            crate::copy::extend(&mut whole, &result[body..]);
             (result, body) = (whole, HEADER_LEN);
         }
         if len > frag_payload {

@@ -126,7 +126,7 @@ struct AddressBytes {
 impl std::hash::Hasher for AddressBytes {
     fn write(&mut self, bytes: &[u8]) {
         let n = bytes.len().min(self.buf.len() - self.len);
-        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        crate::copy::copy(&mut self.buf[self.len..self.len + n], &bytes[..n]);
         self.len += n;
     }
     fn finish(&self) -> u64 {

@@ -144,7 +144,7 @@ impl Cache {
         }
         let mut kept = self.spare.pop().unwrap_or_default();
         kept.clear();
-        kept.extend_from_slice(reply);
+        crate::copy::extend(&mut kept, reply);
         self.bytes += kept.len();
         entry.state = State::Done(kept);
     }
@@ -195,7 +195,7 @@ mod tests {
     fn key(xid: u32, args: &[u8], port: u16) -> CacheKey {
         let mut msg = Vec::new();
         write_call(&mut msg, xid, 1, 1, 2, &Credential::None);
-        msg.extend_from_slice(args);
+        crate::copy::extend(&mut msg, args);
         let call = crate::onc::parse_call(&msg).unwrap();
         CacheKey::of(&call, SocketAddr::from(([127, 0, 0, 1], port)), false)
     }

@@ -219,7 +219,7 @@ fn put(out: &mut Vec<u8>, words: &[u32]) {
 
 fn put_opaque(out: &mut Vec<u8>, bytes: &[u8]) {
     put(out, &[bytes.len() as u32]);
-    out.extend_from_slice(bytes);
+    crate::copy::extend(out, bytes);
     out.resize(out.len() + (4 - bytes.len() % 4) % 4, 0);
 }
 

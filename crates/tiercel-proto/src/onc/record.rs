@@ -68,7 +68,7 @@ impl RecordReader {
                 }
             }
             let take = self.left.min(input.len() - at);
-            self.record.extend_from_slice(&input[at..at + take]);
+            crate::copy::extend(&mut self.record, &input[at..at + take]);
             self.left -= take;
             at += take;
             if self.left == 0 {

@@ -338,7 +338,7 @@ impl Shared {
             match cache.check(key, self.born.elapsed()) {
                 Seen::New => {}
                 Seen::Replay(reply) => {
-                    out.extend_from_slice(reply);
+                    tiercel_proto::copy::extend(out, reply);
                     self.counters.replayed.fetch_add(1, Ordering::Relaxed);
                     return true;
                 }
@@ -533,7 +533,7 @@ fn serve_records(shared: &Shared, stream: &mut TcpStream, peer: SocketAddr) -> i
                 for (i, chunk) in out.chunks(onc::MAX_FRAGMENT).enumerate() {
                     let last = (i + 1) * onc::MAX_FRAGMENT >= out.len();
                     reply.extend_from_slice(&onc::record_mark(chunk.len(), last));
-                    reply.extend_from_slice(chunk);
+                    tiercel_proto::copy::extend(&mut reply, chunk);
                 }
                 write_within(stream, &reply, idle)?;
             }

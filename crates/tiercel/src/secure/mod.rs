@@ -522,7 +522,7 @@ impl Session {
         let copied = if scatter.is_some() { &parts[..parts.len() - 1] } else { parts };
         let mut at = 0;
         for p in copied {
-            rest[at..at + p.len()].copy_from_slice(p);
+            tiercel_proto::copy::copy(&mut rest[at..at + p.len()], p);
             at += p.len();
         }
         let (head, tail) = rest.split_at_mut(at);

@@ -277,7 +277,7 @@ pub(crate) fn start_async(
         shared.stats.busy.fetch_add(1, Ordering::Relaxed);
         return Some(Err(Status::Busy));
     }
-    let Some(future) = export.clone().dispatch_async(procedure, args.to_vec(), limit) else {
+    let Some(future) = export.clone().dispatch_async(procedure, tiercel_proto::copy::to_vec(args), limit) else {
         budget.release(charged);
         return Some(Err(Status::UnknownProcedure));
     };

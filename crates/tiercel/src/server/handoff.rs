@@ -74,7 +74,7 @@ impl Handoff {
         queue.extend(datagrams.map(|(from, bytes, segment)| {
             let mut copy = spare.pop().unwrap_or_default();
             copy.clear();
-            copy.extend_from_slice(bytes);
+            tiercel_proto::copy::extend(&mut copy, bytes);
             Handed { from, bytes: copy, segment }
         }));
         self.waiting.store(queue.len(), Ordering::Relaxed);

@@ -109,7 +109,7 @@ pub(super) fn gather(parts: &[IoSliceMut<'_>], range: std::ops::Range<usize>, ou
         at = end;
         let (from, to) = (range.start.max(start), range.end.min(end));
         if from < to {
-            out[written..written + to - from].copy_from_slice(&part[from - start..to - start]);
+            tiercel_proto::copy::copy(&mut out[written..written + to - from], &part[from - start..to - start]);
             written += to - from;
         }
         if at >= range.end {

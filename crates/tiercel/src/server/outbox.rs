@@ -79,7 +79,7 @@ impl Outbox {
         }
         let start = self.bytes.len();
         for part in parts {
-            self.bytes.extend_from_slice(part);
+            tiercel_proto::copy::extend(&mut self.bytes, part);
         }
         if with_checksum {
             let sum = checksum(parts.iter().copied()).to_le_bytes();

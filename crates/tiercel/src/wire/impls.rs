@@ -35,7 +35,7 @@ impl<'de> Wire<'de> for u8 {
         w.put_borrowed(items);
     }
     fn decode_vec(r: &mut Reader<'de>, n: usize) -> Result<Vec<u8>, DecodeError> {
-        Ok(r.take(n)?.to_vec())
+        Ok(tiercel_proto::copy::to_vec(r.take(n)?))
     }
     fn decode_array<const N: usize>(r: &mut Reader<'de>) -> Result<[u8; N], DecodeError> {
         r.array::<N>()

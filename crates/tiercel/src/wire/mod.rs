@@ -294,7 +294,7 @@ impl<'s, 'a> Writer<'s, 'a> {
     /// Appends bytes.
     #[inline]
     pub fn put(&mut self, bytes: &[u8]) {
-        self.scratch.extend_from_slice(bytes);
+        tiercel_proto::copy::extend(self.scratch, bytes);
     }
 
     /// Appends bytes that live at least as long as the message; large ones are sent by reference.
@@ -306,7 +306,7 @@ impl<'s, 'a> Writer<'s, 'a> {
                 segs.segs[segs.len] = Segment::Borrowed(bytes);
                 segs.len += 1;
             }
-            _ => self.scratch.extend_from_slice(bytes),
+            _ => tiercel_proto::copy::extend(self.scratch, bytes),
         }
     }
 
@@ -420,7 +420,7 @@ impl<'de> Reader<'de> {
     /// Reads an `Out`/`InOut` buffer's bytes into the caller's buffer, which must be the same length.
     pub fn read_into(&mut self, out: &mut [u8]) -> Result<(), DecodeError> {
         let bytes = self.take(out.len())?;
-        out.copy_from_slice(bytes);
+        tiercel_proto::copy::copy(out, bytes);
         Ok(())
     }
 

@@ -127,7 +127,7 @@ pub fn put_u32(out: &mut Vec<u8>, v: u32) {
 
 /// Appends `bytes` as fixed-length opaque data: the bytes and their zero padding.
 pub fn put_fixed(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(bytes);
+    tiercel_proto::copy::extend(out, bytes);
     out.resize(out.len() + (4 - bytes.len() % 4) % 4, 0);
 }
 

@@ -168,7 +168,7 @@ impl Demux {
                         Ok(frame) => (frame, FRAME_HEAD),
                         Err(mut result) => {
                             result.clear();
-                            result.extend_from_slice(&self.frames.frame()[HEADER_LEN..]);
+                            tiercel_proto::copy::extend(&mut result, &self.frames.frame()[HEADER_LEN..]);
                             (result, 0)
                         }
                     };

@@ -120,7 +120,7 @@ impl Link {
                 // Nobody touched the frames meanwhile: their spare room is still at least `room`.
                 let spare = demux.frames.spare();
                 let n = n.min(spare.len());
-                spare[..n].copy_from_slice(&buf[..n]);
+                tiercel_proto::copy::copy(&mut spare[..n], &buf[..n]);
                 demux.frames.filled(n);
                 Ok(if n < room { Got::Drained } else { Got::Filled })
             }
@@ -190,7 +190,7 @@ impl Link {
         // caller reading meanwhile) go to the buffer first.
         if lend.lent.filled < at {
             let front = &demux.frames.front()[FRAME_HEAD..];
-            lend.tail[lend.lent.filled..at].copy_from_slice(&front[lend.lent.filled..at]);
+            tiercel_proto::copy::copy(&mut lend.tail[lend.lent.filled..at], &front[lend.lent.filled..at]);
             lend.lent.filled = at;
         }
         let room = demux.frames.spare().len().min(lend.tail.len() - at);

@@ -247,7 +247,7 @@ impl TcpEndpoint {
             return false;
         }
         let len = tail.len();
-        tail[lent.filled..].copy_from_slice(&result[lent.filled..len]);
+        tiercel_proto::copy::copy(&mut tail[lent.filled..], &result[lent.filled..len]);
         inner.stats.in_place.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         inner.stats.lent_bytes.fetch_add(lent.read as u64, std::sync::atomic::Ordering::Relaxed);
         true

@@ -343,7 +343,7 @@ impl UdpEndpoint {
         for (i, chunk) in tail.chunks_mut(self.frag_payload).enumerate() {
             if self.in_tail.get(i / 64).is_none_or(|w| w & (1 << (i % 64)) == 0) {
                 let at = i * self.frag_payload;
-                chunk.copy_from_slice(&result[at..at + chunk.len()]);
+                tiercel_proto::copy::copy(chunk, &result[at..at + chunk.len()]);
             } else {
                 lent += 1;
             }

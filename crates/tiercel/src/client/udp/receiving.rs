@@ -122,7 +122,7 @@ impl UdpEndpoint {
         // The payloads received that did not land, back where they lie in the datagram.
         for (j, hole) in holes.iter_mut().enumerate().take(fragments).skip(landed) {
             let k = hole.len().min(len.saturating_sub(j * full + HEADER_LEN));
-            hole[..k].copy_from_slice(&parts[j * stride + 1][..k]);
+            tiercel_proto::copy::copy(&mut hole[..k], &parts[j * stride + 1][..k]);
         }
         inner.stats.landed.fetch_add(landed as u64, Ordering::Relaxed);
         let now = Instant::now();

@@ -166,7 +166,7 @@ impl SharedPort {
             return None;
         }
         for s in io {
-            b.bytes.extend_from_slice(s);
+            tiercel_proto::copy::extend(&mut b.bytes, s);
         }
         b.segment = len;
         b.count += 1;
@@ -318,7 +318,7 @@ impl Mailbox {
             }
             let mut buf = q.spare.pop().unwrap_or_default();
             buf.clear();
-            buf.extend_from_slice(d);
+            tiercel_proto::copy::extend(&mut buf, d);
             q.datagrams.push_back(buf);
             self.held.store(q.datagrams.len(), Ordering::SeqCst);
         }
@@ -345,7 +345,7 @@ impl Mailbox {
 fn put(d: &[u8], rx: &mut [u8]) -> Received {
     match rx.get_mut(..d.len()) {
         Some(to) => {
-            to.copy_from_slice(d);
+            tiercel_proto::copy::copy(to, d);
             Received::Datagram(d.len())
         }
         None => Received::Truncated(d.len()),

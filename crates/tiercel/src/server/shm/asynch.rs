@@ -83,7 +83,7 @@ impl Worker<'_> {
                 );
                 status = Status::ResultTooLarge;
             } else {
-                self.out.extend_from_slice(&results);
+                tiercel_proto::copy::extend(&mut self.out, &results);
             }
             if self.out.len() > b.held || self.buffers() > self.charge.charged {
                 status = self.charge_result(&mut b, status);

@@ -181,7 +181,7 @@ impl Exchange for Connecting {
             match self.frames.next() {
                 Err(_) => return Err(Broken::Malformed),
                 Ok(Next::Frame(_)) => {
-                    let request = self.frames.frame().to_vec();
+                    let request = tiercel_proto::copy::to_vec(self.frames.frame());
                     self.frames.consume();
                     return Ok(Some(request));
                 }

@@ -362,7 +362,7 @@ impl StreamBinding {
                 return ok(self.answer(Kind::Result, Status::Busy, slot, seq, procedure));
             }
             own.args.clear();
-            own.args.extend_from_slice(args);
+            tiercel_proto::copy::extend(&mut own.args, args);
             return Handled::Take(call);
         }
         // Too large to copy: run here, borrowed where it landed, the connection unread meanwhile.

@@ -98,7 +98,7 @@ impl UdpWorker {
                     }
                     Ok(body) => {
                         // A small result: sent from the slot's own buffer, behind its header.
-                        out.extend_from_slice(message.get(body..).unwrap_or_default());
+                        tiercel_proto::copy::extend(&mut out, message.get(body..).unwrap_or_default());
                         (Status::Ok, out, HEADER_LEN, Some(message))
                     }
                     Err(status) => (status, out, HEADER_LEN, Some(message)),
@@ -132,7 +132,7 @@ impl UdpWorker {
             let mut spares = self.spares.borrow_mut();
             let mut small = std::mem::take(&mut spares.result);
             small.clear();
-            small.extend_from_slice(&result);
+            tiercel_proto::copy::extend(&mut small, &result);
             spares.result = std::mem::replace(&mut result, small);
         }
         let Some(mut cell) = binding.slot(p.slot()) else { return spare };
@@ -177,7 +177,7 @@ impl UdpWorker {
             let Some(mut cell) = b.slot(p.slot()) else { return };
             let mut out = cell.take_result(&b);
             out.resize(HEADER_LEN, 0);
-            out.extend_from_slice(&results);
+            tiercel_proto::copy::extend(&mut out, &results);
             cell.complete(&b, &p, status, out, &shared.config.timing);
             super::sending::flush(&shared, lane, &b, &mut cell, None);
         };
@@ -213,7 +213,7 @@ impl UdpWorker {
             }
             let mut out = cell.take_result(binding);
             out.resize(HEADER_LEN, 0);
-            out.extend_from_slice(&message);
+            tiercel_proto::copy::extend(&mut out, &message);
             cell.complete(binding, p, status, out, &self.shared.config.timing);
             self.flush(binding, &mut cell);
         }

@@ -34,7 +34,7 @@ impl UdpWorker {
         };
         let mut buf = self.opened.borrow_mut();
         buf.clear();
-        buf.extend_from_slice(bytes);
+        tiercel_proto::copy::extend(&mut buf, bytes);
         match session.open_in_place(&mut buf) {
             Ok(len) => {
                 crate::steps::mark(crate::steps::Point::Opened);
