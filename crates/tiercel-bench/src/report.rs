@@ -232,7 +232,14 @@ fn results_page(runs: &[(PathBuf, Value)]) -> String {
          made before `0929173`, the shared-memory ping-pong that moves data as tiercel does left the lines of\n\
          the request its echo read in that core's cache, and so did tiercel's server those of a call's\n\
          arguments: both sides' calls with arguments and no result as large took longer for it (a 1,024-byte\n\
-         In floor 0.81 to 1.01 µs against the InOut floor's 0.65 to 0.81 in the runs of `cf05da3`).\n",
+         In floor 0.81 to 1.01 µs against the InOut floor's 0.65 to 0.81 in the runs of `cf05da3`). In runs\n\
+         made before `00ff33d`, Table 5's message column over UDP was measured once before the row's rounds\n\
+         (a 16 MiB In call at 0.10× of it in the third run of `0929173`). In runs made before `4a50068`,\n\
+         tiercel and the floors copied 2,113 bytes to 1 MiB with one `memcpy` wherever the destination lay:\n\
+         on CPUs where glibc's `rep movsb` runs many times slower with it 1 to 31 bytes past the source in\n\
+         the page (AMD's Zen 3; docs/protocol.md), rows of 3,000 and 48,000 bytes and their floors took many\n\
+         times longer in some placements (each run's machine line names its CPU; the runs on AMD EPYC VMs\n\
+         may show it).\n",
     );
     for (path, run) in runs {
         let _ = writeln!(out, "\n## Run {}\n", run["run"]["commit"].as_str().unwrap_or("?"));
