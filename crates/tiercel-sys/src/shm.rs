@@ -139,10 +139,11 @@ impl Region {
         // race that the Rust memory model does not define, accepted here on purpose, as for memory
         // written by a device. What makes it harmless: (1) the bytes are `u8`, for which every bit
         // pattern is a valid value, so a torn copy yields other bytes, never an invalid value;
-        // (2) the copy is calls into the platform's `memcpy` (`copy_in_pieces`) through a pointer
-        // that came from `mmap`, which the compiler cannot reason about or assume unchanging, and
-        // nothing reads the source twice; (3) callers decode and validate the private copy only, never the shared
-        // bytes (the protocol's control words, which order the copies, are atomics: `u32_at`).
+        // (2) the copy is made by calls into the platform's `memcpy` (`copy_in_pieces`) through a
+        // pointer that came from `mmap`, which the compiler cannot reason about or assume
+        // unchanging, and nothing reads the source twice; (3) callers decode and validate the
+        // private copy only, never the shared bytes (the protocol's control words, which order the
+        // copies, are atomics: `u32_at`).
         // An element-wise atomic copy would make the race defined at the cost of the vectorized
         // copy that 16 MiB transfers depend on.
         unsafe { copy_in_pieces(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
