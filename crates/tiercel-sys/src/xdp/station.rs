@@ -533,7 +533,7 @@ impl Station {
         }
         match buf.get_mut(..d.payload.len()) {
             Some(to) => {
-                to.copy_from_slice(d.payload);
+                tiercel_proto::copy::copy(to, d.payload);
                 Sorted::Ours((d.payload.len(), d.from))
             }
             None => {
@@ -549,7 +549,7 @@ impl Station {
         self.letters.fetch_sub(1, Ordering::Relaxed);
         match buf.get_mut(..bytes.len()) {
             Some(to) => {
-                to.copy_from_slice(&bytes);
+                tiercel_proto::copy::copy(to, &bytes);
                 Some((bytes.len(), from))
             }
             None => {

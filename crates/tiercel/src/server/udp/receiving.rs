@@ -217,7 +217,7 @@ impl UdpWorker {
         if !fits {
             // Opened, and not the fragment expected here: handled as any packet opened.
             let n = packet.len();
-            rebuilt[..n].copy_from_slice(packet);
+            tiercel_proto::copy::copy(&mut rebuilt[..n], packet);
             packet[..HEADER_LEN].copy_from_slice(&behind);
             drop(cell);
             let rebuilt = std::mem::take(&mut self.landing.rebuilt);
