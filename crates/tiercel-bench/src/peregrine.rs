@@ -427,18 +427,8 @@ impl Penalties {
 /// where it has transfers, each message's penalty one way (its transfer less half an empty round
 /// trip, for the short answer; half its round trip each way for a message of one datagram).
 fn floor_of(parts: &[Part], raw: &[[Summary; 2]]) -> f64 {
-    let fastest: Vec<f64> = raw
-        .iter()
-        .map(|ways| {
-            let fastest = ways.iter().filter(|s| !s.is_empty()).map(Summary::median_us).fold(f64::INFINITY, f64::min);
-            // Nothing of the part came back (each lost): no figure, rather than an endless one.
-            if fastest.is_finite() {
-                fastest
-            } else {
-                f64::NAN
-            }
-        })
-        .collect();
+    // `f64::min` passes over a way without a figure; a part with none keeps NaN.
+    let fastest: Vec<f64> = raw.iter().map(|ways| ways.iter().map(median_of).fold(f64::NAN, f64::min)).collect();
     if parts.iter().any(|p| matches!(p, Part::Transfer(_))) {
         return one_way_sum(parts, &fastest);
     }
@@ -457,16 +447,24 @@ fn message_floor(parts: &[Part], raw: &[[Summary; 2]]) -> Option<f64> {
     let figures: Vec<f64> = parts
         .iter()
         .zip(raw)
-        .map(|(part, [first, second])| {
-            let way = if matches!(part, Part::Transfer(_)) { second } else { first };
-            if way.is_empty() {
-                f64::NAN
-            } else {
-                way.median_us()
-            }
-        })
+        .map(|(part, [first, second])| median_of(if matches!(part, Part::Transfer(_)) { second } else { first }))
         .collect();
     Some(one_way_sum(parts, &figures))
+}
+
+/// A call's median against a message floor, where the floor has a figure.
+fn ratio_to(median_us: f64, floor_us: Option<f64>) -> Option<f64> {
+    floor_us.filter(|f| f.is_finite()).map(|f| median_us / f.max(1e-3))
+}
+
+/// The median of one way of measuring a part, or NaN where every try of it was lost: no figure,
+/// rather than an endless or a zero one.
+fn median_of(way: &Summary) -> f64 {
+    if way.is_empty() {
+        f64::NAN
+    } else {
+        way.median_us()
+    }
 }
 
 /// [`floor_of`]'s rule where the row has a round trip of its sizes, over each part's median.
@@ -637,7 +635,7 @@ pub fn table5(
             mbit_per_second: moved * 8.0 / s.median_us(),
             retransmissions: resent() - resent_before,
             message_penalty_us: message_penalty,
-            message_ratio: message_penalty.map(|p| s.median_us() / p.max(1e-3)),
+            message_ratio: ratio_to(s.median_us(), message_penalty),
         });
         progress();
     }
@@ -725,24 +723,25 @@ pub fn table5(
         "× msg"
     );
     for r in &rows {
-        let (mp, mr) = match (r.message_penalty_us, r.message_ratio) {
-            (Some(p), Some(x)) => (format!("{p:.2}"), format!("{x:.2}×")),
-            _ => ("-".to_string(), "-".to_string()),
+        // A floor whose every transfer was lost has no figure: "-", not "NaN" or a ratio to zero.
+        let figure = |x: Option<f64>, unit: &str| match x.filter(|x| x.is_finite()) {
+            Some(x) => format!("{x:.2}{unit}"),
+            None => "-".to_string(),
         };
         let below = if r.ratio < 1.0 { " below" } else { "" };
         outln!(
-            "{:<18} {:>21} | {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>6.2}× | {:>9.0} {:>7} | {:>11} {:>7}{below}",
+            "{:<18} {:>21} | {:>10} {:>10.2} {:>10.2} {:>9} {:>7} | {:>9.0} {:>7} | {:>11} {:>7}{below}",
             r.procedure,
             format!("{}/{}", r.call_bytes, r.result_bytes),
-            r.penalty_us,
+            figure(Some(r.penalty_us), ""),
             r.median_us,
             r.p99_us,
-            r.overhead_us,
-            r.ratio,
+            figure(Some(r.overhead_us), ""),
+            figure(Some(r.ratio), "×"),
             r.mbit_per_second,
             r.retransmissions,
-            mp,
-            mr
+            figure(r.message_penalty_us, ""),
+            figure(r.message_ratio, "×")
         );
     }
     json.table5.extend(rows);
@@ -824,7 +823,11 @@ mod tests {
         assert!((message_floor(&parts, &raw).unwrap() - 160.0).abs() < 0.5);
         // A transfer whose every message was lost gives no figure, not a small one.
         let raw = [[timed(4), Summary::new()], [timed(150), Summary::new()], [timed(4), Summary::new()]];
-        assert!(message_floor(&parts, &raw).unwrap().is_nan());
+        let lost = message_floor(&parts, &raw);
+        assert!(lost.unwrap().is_nan());
+        // and no ratio to it: `f64::max` would have made it a ratio to 0.001 µs.
+        assert_eq!(ratio_to(200.0, lost), None);
+        assert_eq!(ratio_to(200.0, Some(160.0)), Some(1.25));
         // A row of single datagrams has no message floor.
         let parts = [Part::RoundTrip(3060, 3060)];
         assert_eq!(message_floor(&parts, &[[timed(5), Summary::new()]]), None);
