@@ -15,6 +15,11 @@
 //! [`to_vec`] (and the shared-memory region's copies, in `tiercel-sys`, through [`in_pieces`]):
 //! where the placement is the slow one, they copy in pieces of [`PIECE`] bytes, each short enough
 //! for `memcpy`'s vector loop; elsewhere they are one `copy_from_slice`, as before.
+//!
+//! What the rule costs a copy that stays whole, as every copy of a Null or small call does: one
+//! comparison of its length more. In a scratch loop on an Intel Xeon VM (one CPU, 20 million copies
+//! a timing, medians of seven), [`copy`] of 56 bytes took 3.51 ns against `copy_from_slice`'s 3.36,
+//! of 2,048 bytes 18.73 ns against 18.47.
 
 /// The longest piece one `memcpy` copies when a copy goes in pieces: under the 2,112 bytes past
 /// which glibc's `memcpy` turns to `rep movsb` on FSRM CPUs.
