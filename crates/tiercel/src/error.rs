@@ -293,11 +293,18 @@ pub enum CallError {
     /// never went out.
     #[error("all {0} client slots of the binding are busy")]
     NoFreeSlot(u32),
-    /// The server refused the call as busy (every worker running a call) for the whole `dead_after`
-    /// time, while the client backed off and retried. Each refusal means the server did not take the
-    /// call; an earlier copy still queued could have been taken, hence "may have run".
-    #[error("server overloaded: the call was refused as busy until the client gave up")]
-    Overloaded,
+    /// The server refused the call as busy: no room in its memory budgets
+    /// (`ServerConfig::message_memory`, `binding_memory`), or it is shutting down, or over UDP
+    /// every worker was running a call. Over UDP the client backs off and sends the call again, and
+    /// fails so only once `dead_after` of refusals has passed; each refusal means the server did not
+    /// take the call, but an earlier copy still queued could have been taken (`may_have_run`).
+    /// Through shared memory and over TCP the call fails so at the first refusal: the server
+    /// answered without reading it, and it never ran.
+    #[error("server overloaded: the call was refused as busy")]
+    Overloaded {
+        /// Over UDP: an earlier copy of the call could have been taken.
+        may_have_run: bool,
+    },
     /// The server broke the protocol: it answered with something no tiercel server sends there.
     /// Whether the procedure ran cannot be told.
     #[error("protocol violation: {0}")]
@@ -383,7 +390,7 @@ impl CallError {
             | CallError::DeadlineExceeded { may_have_run: true }
             | CallError::ServerRestarted
             | CallError::UnknownBinding
-            | CallError::Overloaded
+            | CallError::Overloaded { may_have_run: true }
             | CallError::ServerGone { .. }
             | CallError::ConnectionLost { sent: true, .. }
             | CallError::Protocol(_)
@@ -397,6 +404,7 @@ impl CallError {
             | CallError::Intercepted(_)
             | CallError::TooLarge(_)
             | CallError::DeadlineExceeded { may_have_run: false }
+            | CallError::Overloaded { may_have_run: false }
             | CallError::NoFreeSlot(_)
             | CallError::ConnectionLost { sent: false, .. }
             | CallError::BindAgain(_) => Execution::NeverRan,

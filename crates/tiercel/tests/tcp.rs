@@ -169,7 +169,8 @@ fn a_call_larger_than_the_servers_budget_is_answered_busy_and_the_connection_goe
     let client = tcp(&server);
     let data: Vec<u8> = (0..4 << 20).map(seeds::pattern).collect();
     let err = client.bulk_in(In(&data)).unwrap_err();
-    assert!(matches!(err, CallError::Overloaded), "{err:?}");
+    assert!(matches!(err, CallError::Overloaded { may_have_run: false }), "{err:?}");
+    assert_eq!(err.execution(), Execution::NeverRan, "refused from its header, unread");
     assert_eq!(server.stats().busy, 1);
     assert_eq!(server.stats().calls, 0, "refused unread, never run");
     assert_eq!(client.add(20, 22).unwrap(), 42);

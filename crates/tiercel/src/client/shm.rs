@@ -452,7 +452,7 @@ impl ShmEndpoint {
     fn failure(&self, status: Status, procedure: u16) -> CallError {
         match status {
             // The server's memory budgets had no room: the call was refused unread.
-            Status::Busy => CallError::Overloaded,
+            Status::Busy => CallError::Overloaded { may_have_run: false },
             s => {
                 let message = String::from_utf8_lossy(self.result()).into_owned();
                 super::udp::status_error(s, procedure, message)

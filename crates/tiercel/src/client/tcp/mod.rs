@@ -524,7 +524,8 @@ impl TcpEndpoint {
             Some((_, Status::Busy)) => {
                 self.result.clear();
                 self.result_at = 0;
-                Err(CallError::Overloaded)
+                // Refused from its header, its bytes dropped unread.
+                Err(CallError::Overloaded { may_have_run: false })
             }
             Some((_, status)) => {
                 let message = String::from_utf8_lossy(self.result()).into_owned();

@@ -661,7 +661,8 @@ impl UdpEndpoint {
                     self.abandon();
                     CallError::DeadlineExceeded { may_have_run: true }
                 }
-                Failure::Rejected(Status::Busy) => CallError::Overloaded,
+                // An earlier copy of the call, still queued, may have been taken.
+                Failure::Rejected(Status::Busy) => CallError::Overloaded { may_have_run: true },
                 Failure::Rejected(status) => status_error(status, procedure, String::new()),
                 Failure::TooLarge => CallError::TooLarge("call exceeds the message limit".into()),
             }),
