@@ -156,6 +156,22 @@ mod tests {
     }
 
     #[test]
+    fn a_parked_connection_is_reported_when_its_peer_hangs_up() {
+        // Any stream socket: the shared-memory rendezvous watches its clients' connections so.
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let parked = Parked::new().unwrap();
+        let mut tokens = Vec::new();
+        parked.park(ours.as_fd(), 3).unwrap();
+        parked.ready(&mut tokens).unwrap();
+        assert!(tokens.is_empty(), "the peer is there");
+        drop(theirs);
+        let readable = crate::udp::wait_readable_fd(&parked, Some(Duration::from_secs(5))).unwrap();
+        assert!(readable, "the set polls readable at the hang-up");
+        parked.ready(&mut tokens).unwrap();
+        assert_eq!(tokens, [3]);
+    }
+
+    #[test]
     fn a_stream_that_waits_in_its_receive_still_reads_and_writes_without_blocking() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();

@@ -496,6 +496,34 @@ fn a_dropped_client_frees_its_binding() {
     assert_eq!(s.stats().expired, 1);
 }
 
+#[test]
+fn a_binding_whose_client_hangs_up_leaves_its_memory_to_the_next() {
+    // 8 MiB in all: shared memory's share is 4 MiB, one user's part of it 2 MiB, where two
+    // bindings (each 260 KiB of control pages) with a 600 KiB call each (its slot pages and the
+    // server's private copy) do not fit.
+    let s = server_with(ServerConfig { message_memory: 8 << 20, ..ServerConfig::default() });
+    let data: Vec<u8> = (0..600 << 10).map(seeds::pattern).collect();
+    let first: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    assert_eq!(first.binding().transport(), Transport::SharedMemory);
+    first.bulk_in(In(&data)).unwrap();
+    let next: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    assert_eq!(next.binding().transport(), Transport::SharedMemory);
+    let err = next.bulk_in(In(&data)).unwrap_err();
+    assert!(matches!(err, CallError::Overloaded { may_have_run: false }), "{err}");
+    assert_eq!(err.execution(), Execution::NeverRan, "refused unread");
+    // The first client goes: its binding ends with its connection, and its memory with it. (The
+    // rendezvous thread sees the connection hang up and wakes the binding's thread at once; how
+    // soon is measured, not asserted here.)
+    drop(first);
+    let start = Instant::now();
+    while s.stats().expired == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the binding of a client gone never ended");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    next.bulk_in(In(&data)).unwrap();
+    assert_eq!(s.stats().expired, 1);
+}
+
 /// A hostile client of the shared-memory transport: binds by hand, then writes whatever it likes
 /// into its region.
 mod hostile {

@@ -152,10 +152,68 @@ fn look_after(teams: &mut Vec<(std::sync::Weak<Team>, Watch)>, beat: bool, since
     looked
 }
 
+/// The connections of the bindings, watched for their clients hanging up: a binding whose client
+/// is gone gives its memory back at once, not at its first thread's next look (a sleep's period,
+/// [`LIVENESS`], later). A scratch client that made 16 MiB `In` calls, run again just after the
+/// last one ended, had its first call refused `Busy` for the memory of the binding gone.
+struct HangUps {
+    /// An `epoll` set of the connections, armed once each; `None` if it could not be made (the
+    /// bindings are then seen gone at their threads' looks only).
+    set: Option<tiercel_sys::tcp::Parked>,
+    /// Each watched connection (a duplicate of the one its first thread holds), its token, and
+    /// its team.
+    watched: Vec<(u64, std::sync::Weak<Team>, UnixStream)>,
+    next: u64,
+    ready: Vec<u64>,
+}
+
+impl HangUps {
+    fn new() -> HangUps {
+        HangUps { set: tiercel_sys::tcp::Parked::new().ok(), watched: Vec::new(), next: 0, ready: Vec::new() }
+    }
+
+    /// Watches `connection`, the client's of `team`.
+    fn watch(&mut self, team: &std::sync::Weak<Team>, connection: UnixStream) {
+        let Some(set) = &self.set else { return };
+        self.next += 1;
+        if set.park(std::os::fd::AsFd::as_fd(&connection), self.next).is_ok() {
+            self.watched.push((self.next, team.clone(), connection));
+        }
+    }
+
+    /// Marks the teams whose connections hung up (reported by the set) and wakes their threads;
+    /// stops watching those, and the connections of teams that have ended.
+    fn tend(&mut self) {
+        let Some(set) = &self.set else { return };
+        if set.ready(&mut self.ready).is_err() {
+            self.ready.clear();
+        }
+        let ready = &self.ready;
+        self.watched.retain(|(token, team, connection)| {
+            let hung_up = ready.contains(token);
+            let team = team.upgrade();
+            if let (true, Some(team)) = (hung_up, &team) {
+                team.hang_up();
+            }
+            let keep = !hung_up && team.is_some();
+            if !keep {
+                set.remove(std::os::fd::AsFd::as_fd(connection));
+            }
+            keep
+        });
+    }
+
+    /// What to wait on beside the listener.
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.set.as_ref().map(std::os::fd::AsFd::as_fd)
+    }
+}
+
 fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
     let mut doorway: Doorway<u32, Connecting> =
         Doorway::new(MAX_HANDSHAKES, MAX_HANDSHAKES_PER_SOURCE, super::Door::Shm);
     let mut teams = Vec::new();
+    let mut hang_ups = HangUps::new();
     let mut last_beat = Instant::now();
     let (mut last_look, mut waited) = (Instant::now(), LOOK);
     while !shared.stop.load(Ordering::Relaxed) {
@@ -170,6 +228,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
         // looking every millisecond while one caller's quick calls streamed, the server's CPU took
         // about 1,100 timer interrupts a second, against about 600 with these waits
         // (`crew::next_look`).
+        hang_ups.tend();
         let looked = look_after(&mut teams, beat, last_look.elapsed());
         last_look = Instant::now();
         waited = if looked.in_use { crate::waiting::crew::next_look(waited, looked.all_busy) } else { LOOK };
@@ -181,6 +240,9 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
             Step::Done | Step::Hello(_) => false,
             Step::Admit(admission) => {
                 if let Some(team) = bind(&shared, connecting, admission) {
+                    if let Ok(connection) = connecting.stream.try_clone() {
+                        hang_ups.watch(&team, connection);
+                    }
                     teams.push((team, Watch::default()));
                 }
                 false
@@ -202,7 +264,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
         doorway.tend(&shared, &mut progress);
         let period = if teams.is_empty() { HEARTBEAT } else { period };
         if !more {
-            doorway.wait(&shared, std::os::fd::AsFd::as_fd(&listener), None, period);
+            doorway.wait(&shared, std::os::fd::AsFd::as_fd(&listener), hang_ups.fd(), period);
         }
     }
 }

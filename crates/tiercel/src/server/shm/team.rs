@@ -90,6 +90,10 @@ pub(in crate::server) struct Team {
     pub(super) last_result: AtomicU64,
     /// The binding is over (its client went, or the server stops): helpers end.
     pub(super) closed: AtomicBool,
+    /// The rendezvous thread saw the client's connection hang up (or bytes come on it): the first
+    /// thread looks whether the client is gone at once rather than after its sleep's period, so
+    /// that a binding ended frees its memory for the next (see `watch_hang_ups`).
+    pub(super) hung_up: AtomicBool,
     /// The header and the slots' control pages, charged.
     pub(super) _control: Charge,
     /// Calls of async procedures running on the runtime.
@@ -164,6 +168,16 @@ impl Team {
         let bell = self.word(header::DOORBELL);
         bell.fetch_add(1, Ordering::SeqCst);
         futex_wake(bell, 1);
+    }
+
+    /// The client's connection hung up: marks the team so, and wakes every thread asleep on the
+    /// doorbell (a helper may sleep there too), so that the first thread looks at once whether
+    /// the client is gone.
+    pub(super) fn hang_up(&self) {
+        self.hung_up.store(true, Ordering::SeqCst);
+        let bell = self.word(header::DOORBELL);
+        bell.fetch_add(1, Ordering::SeqCst);
+        futex_wake(bell, i32::MAX as u32);
     }
 
     /// Most threads serving the binding: a slow call then holds up only its own caller while fewer
@@ -279,6 +293,7 @@ pub(super) fn new_team(
         parked: AtomicU32::new(0),
         last_result: AtomicU64::new(clock::ticks()),
         closed: AtomicBool::new(false),
+        hung_up: AtomicBool::new(false),
         _control: control,
         #[cfg(feature = "async")]
         running: AtomicUsize::new(0),

@@ -278,8 +278,14 @@ impl<'a> Worker<'a> {
             }
             // Whether the client is still there is asked (a system call) only of a wake that found
             // no call: one that found a call serves it first, a system call sooner. A client gone
-            // is seen within a sleep's period (`LIVENESS`), as before.
-            if shared.stop.load(Ordering::Relaxed) || (!self.any_published() && tiercel_sys::shm::peer_closed(stream)) {
+            // is seen at once when the rendezvous thread saw its connection hang up and rang
+            // (`Team::hung_up`), else within a sleep's period (`LIVENESS`). The mark is taken
+            // before the look, so that a hang-up after it marks the team again.
+            let gone = || {
+                team.hung_up.store(false, Ordering::SeqCst);
+                tiercel_sys::shm::peer_closed(stream)
+            };
+            if shared.stop.load(Ordering::Relaxed) || (!self.any_published() && gone()) {
                 // The client died or dropped the binding: its region goes with this thread.
                 shared.stats.expired.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -357,7 +363,9 @@ impl<'a> Worker<'a> {
             if super::issues_barriers(&self.team.shared.config) && !tiercel_sys::shm::barrier() {
                 self.word(header::SERVER_BARRIER).store(0, Ordering::SeqCst);
             }
-            self.team.any_call()
+            // The first thread does not sleep once the client's connection has hung up (set
+            // before the rendezvous thread rings, so a ring before this sleep is not missed).
+            self.team.any_call() || self.lane == 0 && self.team.hung_up.load(Ordering::SeqCst)
         };
         if let Some(bell) = proto::server_prepare_sleep(doorbell, sleeping, last_look) {
             if futex_wait(doorbell, bell, Some(period)) {
