@@ -160,9 +160,9 @@ struct HangUps {
     /// An `epoll` set of the connections, armed once each; `None` if it could not be made (the
     /// bindings are then seen gone at their threads' looks only).
     set: Option<tiercel_sys::tcp::Parked>,
-    /// Each watched connection (a duplicate of the one its first thread holds), its token, and
-    /// its team.
-    watched: Vec<(u64, std::sync::Weak<Team>, UnixStream)>,
+    /// Each watched connection's token, and its team. (No descriptor is kept here: the set forgets
+    /// a connection when its last one, its first thread's, closes.)
+    watched: Vec<(u64, std::sync::Weak<Team>)>,
     next: u64,
     ready: Vec<u64>,
 }
@@ -173,33 +173,29 @@ impl HangUps {
     }
 
     /// Watches `connection`, the client's of `team`.
-    fn watch(&mut self, team: &std::sync::Weak<Team>, connection: UnixStream) {
+    fn watch(&mut self, team: &std::sync::Weak<Team>, connection: std::os::fd::BorrowedFd<'_>) {
         let Some(set) = &self.set else { return };
         self.next += 1;
-        if set.park(std::os::fd::AsFd::as_fd(&connection), self.next).is_ok() {
-            self.watched.push((self.next, team.clone(), connection));
+        if set.park(connection, self.next).is_ok() {
+            self.watched.push((self.next, team.clone()));
         }
     }
 
-    /// Marks the teams whose connections hung up (reported by the set) and wakes their threads;
-    /// stops watching those, and the connections of teams that have ended.
+    /// Marks the teams whose connections hung up (reported by the set, once each) and wakes their
+    /// threads; forgets those, and teams that have ended.
     fn tend(&mut self) {
         let Some(set) = &self.set else { return };
         if set.ready(&mut self.ready).is_err() {
             self.ready.clear();
         }
         let ready = &self.ready;
-        self.watched.retain(|(token, team, connection)| {
-            let hung_up = ready.contains(token);
-            let team = team.upgrade();
-            if let (true, Some(team)) = (hung_up, &team) {
+        self.watched.retain(|(token, team)| match (ready.contains(token), team.upgrade()) {
+            (_, None) => false,
+            (true, Some(team)) => {
                 team.hang_up();
+                false
             }
-            let keep = !hung_up && team.is_some();
-            if !keep {
-                set.remove(std::os::fd::AsFd::as_fd(connection));
-            }
-            keep
+            (false, Some(_)) => true,
         });
     }
 
@@ -240,9 +236,8 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
             Step::Done | Step::Hello(_) => false,
             Step::Admit(admission) => {
                 if let Some(team) = bind(&shared, connecting, admission) {
-                    if let Ok(connection) = connecting.stream.try_clone() {
-                        hang_ups.watch(&team, connection);
-                    }
+                    // (The same connection as the first thread's, which keeps it open.)
+                    hang_ups.watch(&team, std::os::fd::AsFd::as_fd(&connecting.stream));
                     teams.push((team, Watch::default()));
                 }
                 false
