@@ -268,9 +268,8 @@ pub struct ServerConfig {
     /// running: a call that would take more is refused as busy (over UDP its client backs off and
     /// tries again; through shared memory and over TCP the call fails with
     /// `CallError::Overloaded` at once, unread), a result that would is replaced by
-    /// `CallError::ResultTooLarge`. A call being
-    /// reassembled is charged for the fragments that have arrived, not for the size its header
-    /// claims. The bindings of one transport (UDP, TCP, shared memory) may hold at most half of
+    /// `CallError::ResultTooLarge`. A call being reassembled is charged for the fragments that have
+    /// arrived, not for the size its header claims. The bindings of one transport (UDP, TCP, shared memory) may hold at most half of
     /// it together, so that one transport's abuse leaves the others room for their calls.
     /// Default: 256 MiB.
     pub message_memory: usize,

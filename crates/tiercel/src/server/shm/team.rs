@@ -92,7 +92,7 @@ pub(in crate::server) struct Team {
     pub(super) closed: AtomicBool,
     /// The rendezvous thread saw the client's connection hang up (or bytes come on it): the first
     /// thread looks whether the client is gone at once rather than after its sleep's period, so
-    /// that a binding ended frees its memory for the next (see `watch_hang_ups`).
+    /// that a binding ended frees its memory for the next (see `HangUps`, in the module above).
     pub(super) hung_up: AtomicBool,
     /// The header and the slots' control pages, charged.
     pub(super) _control: Charge,
