@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use crate::fragment::{fragment_count, AckInfo, Blast, Inserted, Reassembly};
-use crate::timing::Timing;
+use crate::timing::{Refusals, Timing};
 use crate::wire::{flags, Kind, Packet, Status};
 
 /// A packet the client must send for the current call.
@@ -123,7 +123,8 @@ pub struct ClientCall {
     srtt_ns: u64,
     rttvar_ns: u64,
     base_rto: core::time::Duration,
-    busy_since: Option<Instant>,
+    /// The call's refusals as busy ([`Refusals`]).
+    refusals: Refusals,
     /// When this slot last proved its address (at most once a retransmission interval).
     proved_at: Option<Instant>,
     /// Whether the server has answered this slot. Until then its first packet draws a challenge
@@ -177,7 +178,7 @@ impl ClientCall {
             srtt_ns: 0,
             rttvar_ns: 0,
             base_rto: timing.retransmit_initial,
-            busy_since: None,
+            refusals: Refusals::default(),
             proved_at: None,
             heard: false,
             window_sent_at: None,
@@ -220,7 +221,7 @@ impl ClientCall {
         self.started = now;
         self.took = None;
         self.retransmitted = false;
-        self.busy_since = None;
+        self.refusals = Refusals::default();
         self.rto = self.base_rto();
         self.timer = Some(now + self.rto);
         let count = match fragment_count(message_len, self.frag_payload) {
@@ -416,20 +417,18 @@ impl ClientCall {
             }
             Kind::Reject if packet.status() == Status::Busy && self.phase == Phase::Sending => {
                 // The server is alive but has no worker free: the call was not accepted. Back off and
-                // retransmit; give up after `dead_after` of refusals.
+                // retransmit as every transport does ([`Refusals`]), the retransmission timeout
+                // following the backoff; give up after `dead_after` of refusals.
                 self.last_heard = now;
-                let since = *self.busy_since.get_or_insert(now);
-                if now.saturating_duration_since(since) >= self.timing.dead_after {
+                let Some(again) = self.refusals.refused(now, self.rto, &self.timing) else {
                     self.finish(Outcome::Failed(Failure::Rejected(Status::Busy)));
                     return Handled::Complete;
-                }
+                };
                 self.blast = Blast::new(self.blast.count(), self.window);
                 self.blast.take_new();
                 self.retransmitted = true;
-                self.rto = (self.rto * 2).min(self.timing.retransmit_max);
-                // Try once more when `dead_after` of refusals is up, rather than let the backoff
-                // outlast it: a server that is still refusing then is overloaded, not dead.
-                self.timer = Some((now + self.rto).min(since + self.timing.dead_after));
+                self.rto = self.refusals.backoff();
+                self.timer = Some(again);
                 Handled::Progress
             }
             // A refusal of a packet of this call after the server has shown it holds the call (an

@@ -1,6 +1,7 @@
 //! The protocol's timers and limits, shared by both ends.
 
 use core::time::Duration;
+use std::time::Instant;
 
 /// Timers and limits of the packet-exchange protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,40 @@ impl Timing {
     }
 }
 
+/// A call's refusals as busy (`Status::Busy`), and what the client does about them: one rule for
+/// every transport. A refusal means the server did not take the call, and that it may take it
+/// later (its memory budgets free up as other calls end, a worker frees up); so the client sends
+/// the call again after a wait that doubles at each refusal, and fails it (`Overloaded`) once
+/// `dead_after` has passed since the first. A call the server could never take is refused
+/// `TooLarge` instead, and fails at once.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Refusals {
+    since: Option<Instant>,
+    backoff: Duration,
+}
+
+impl Refusals {
+    /// After a refusal at `now`: when to send the call again, or `None` to fail it, `dead_after`
+    /// having passed since the first refusal. The wait is twice the last one, at least twice
+    /// `first` (the transport's timeout of a round trip: UDP's retransmission timeout, which then
+    /// follows the wait; [`Timing::retransmit_min`] where a connection or a region carries the call)
+    /// and at most [`Timing::retransmit_max`]; it never runs past the first refusal and
+    /// `dead_after`, when one last try is made (a server that refuses even then is overloaded).
+    pub fn refused(&mut self, now: Instant, first: Duration, timing: &Timing) -> Option<Instant> {
+        let since = *self.since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= timing.dead_after {
+            return None;
+        }
+        self.backoff = self.backoff.max(first).saturating_mul(2).min(timing.retransmit_max);
+        Some((now + self.backoff).min(since + timing.dead_after))
+    }
+
+    /// The last wait [`Refusals::refused`] gave (zero before a refusal).
+    pub fn backoff(&self) -> Duration {
+        self.backoff
+    }
+}
+
 /// Whether sequence number `a` comes after `b`, with wrap-around (serial number arithmetic).
 pub fn seq_after(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
@@ -67,6 +102,31 @@ pub fn seq_after(a: u32, b: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_back_off_doubling_and_give_up_after_dead_after() {
+        let t = Timing { dead_after: Duration::from_millis(100), ..Timing::default() };
+        let ms = Duration::from_millis;
+        let start = Instant::now();
+        let mut r = Refusals::default();
+        assert_eq!(r.backoff(), Duration::ZERO);
+        // From twice the transport's round-trip timeout, doubling.
+        assert_eq!(r.refused(start, ms(2), &t), Some(start + ms(4)));
+        assert_eq!(r.refused(start + ms(4), ms(2), &t), Some(start + ms(12)));
+        assert_eq!(r.backoff(), ms(8));
+        // A larger timeout meanwhile (UDP's, doubled by a retransmission) counts.
+        assert_eq!(r.refused(start + ms(12), ms(20), &t), Some(start + ms(52)));
+        // Never past the first refusal and `dead_after`: one last try then, and no more.
+        assert_eq!(r.refused(start + ms(52), ms(2), &t), Some(start + ms(100)));
+        assert_eq!(r.refused(start + ms(100), ms(2), &t), None);
+        // At most `retransmit_max`.
+        let long = Timing { dead_after: Duration::from_secs(60), ..Timing::default() };
+        let mut r = Refusals::default();
+        for _ in 0..20 {
+            r.refused(start, ms(2), &long);
+        }
+        assert_eq!(r.backoff(), long.retransmit_max);
+    }
 
     #[test]
     fn smaller_fragments_get_a_wider_window_up_to_what_the_receiver_accepts() {

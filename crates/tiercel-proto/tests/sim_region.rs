@@ -167,6 +167,8 @@ struct Totals {
     ran: u64,
     refused: u64,
     gave_up: u64,
+    /// Honest calls refused `TooLarge`: more than their binding's budgets could ever hold.
+    too_large: u64,
     /// Honest calls answered `Cancelled`, unrun, after their client gave them up.
     cancelled: u64,
     /// Calls of the hostile client the server ran, refused as malformed, and refused for room.
@@ -257,6 +259,18 @@ impl Scenario {
                         Outcome::NoProcedure
                     }
                     Status::Busy => Outcome::Refused,
+                    Status::TooLarge => {
+                        // Refused so only when its pages are more than the budgets could ever hold.
+                        let pages = call.len.max(1).next_multiple_of(PAGE);
+                        assert!(
+                            pages > r.binding.memory_most(),
+                            "call {} of {} bytes refused TooLarge",
+                            call.id,
+                            call.len
+                        );
+                        self.totals.too_large += 1;
+                        Outcome::Refused
+                    }
                     s => panic!("an honest call ({} bytes, procedure {}) answered {s:?}", call.len, call.procedure),
                 };
                 if outcome != Outcome::Ran {
@@ -329,12 +343,11 @@ impl Scenario {
         let (held, binding) = (&mut r.held[i], &r.binding);
         let room = |n: usize| {
             let pages = n.max(1).next_multiple_of(PAGE);
-            pages <= *held || {
-                let more = binding.reserve(pages - *held);
-                if more {
-                    *held = pages;
-                }
-                more
+            if pages <= *held || binding.reserve(pages - *held) {
+                *held = (*held).max(pages);
+                Ok(())
+            } else {
+                Err(pages)
             }
         };
         let step = self.endpoint.slot_call(binding, &words, CAPACITY, room, || at);
@@ -365,6 +378,12 @@ impl Scenario {
                     self.totals.hostile_busy += 1;
                 }
                 Status::Busy
+            }
+            SlotStep::TooLarge => {
+                if region == 1 {
+                    self.totals.hostile_busy += 1;
+                }
+                Status::TooLarge
             }
             SlotStep::Cancelled => Status::Cancelled,
         };
@@ -559,6 +578,7 @@ fn region_scenarios_keep_every_promise() {
         let t = run(seed);
         all.ran += t.ran;
         all.refused += t.refused;
+        all.too_large += t.too_large;
         all.gave_up += t.gave_up;
         all.cancelled += t.cancelled;
         all.hostile_ran += t.hostile_ran;
@@ -568,5 +588,6 @@ fn region_scenarios_keep_every_promise() {
     println!("{n} region scenarios: {all:?}");
     // The scenarios reach every outcome.
     assert!(all.ran > 0 && all.refused > 0 && all.gave_up > 0 && all.cancelled > 0, "{all:?}");
+    assert!(all.too_large > 0 && all.too_large < all.refused, "both refusals: {all:?}");
     assert!(all.hostile_ran > 0 && all.hostile_malformed > 0 && all.hostile_busy > 0, "{all:?}");
 }

@@ -40,6 +40,8 @@ enum Outcome {
     Ran,
     /// Refused `Busy`: it never ran.
     Refused,
+    /// Refused `TooLarge`, more than its binding could ever hold: it never ran.
+    TooLarge,
     /// The connection was lost before its frame went out: it never ran.
     NotSent,
     /// The connection was lost after its frame went out: it may have run.
@@ -283,7 +285,11 @@ impl Scenario {
                     later.push((self.rng.random_range(1..2_000), Event::Finish { incarnation, conn, id }));
                 }
                 Arrived::Answer(h) => {
-                    assert_eq!((h.kind, h.status), (Kind::Result, Status::Busy), "an honest client's frame refused");
+                    assert!(
+                        h.kind == Kind::Result && matches!(h.status, Status::Busy | Status::TooLarge),
+                        "an honest client's frame refused {:?}",
+                        (h.kind, h.status)
+                    );
                     self.to_client.extend(stream::prefix(HEADER_LEN));
                     self.to_client.extend(h.to_bytes());
                     later.push((self.rng.random_range(1..50), Event::ToClient));
@@ -365,6 +371,7 @@ impl Scenario {
                     Outcome::Ran
                 }
                 (Kind::Result, Status::Busy) => Outcome::Refused,
+                (Kind::Result, Status::TooLarge) => Outcome::TooLarge,
                 other => panic!("answered {other:?}"),
             };
             assert!(self.outcomes.insert(w.id, outcome).is_none(), "call {} ended twice", w.id);
@@ -512,19 +519,27 @@ fn run(seed: u64) -> Totals {
         let runs = s.ran.get(id).copied().unwrap_or(0);
         match outcome {
             Outcome::Ran => assert_eq!(runs, 1, "seed {seed}: call {id}"),
-            Outcome::Refused | Outcome::NotSent => assert_eq!(runs, 0, "seed {seed}: call {id} said never ran"),
+            Outcome::Refused | Outcome::TooLarge | Outcome::NotSent => {
+                assert_eq!(runs, 0, "seed {seed}: call {id} said never ran")
+            }
             Outcome::MayHaveRun => assert!(runs <= 1, "seed {seed}: call {id}"),
         }
         let len = s.lens[id];
         totals.grown += u64::from(*outcome == Outcome::Ran && len > 4096);
         let too_large = PREFIX_LEN + HEADER_LEN + len > s.config.binding_memory;
-        totals.too_large += u64::from(*outcome == Outcome::Refused && too_large);
+        // Refused `TooLarge` exactly when more than its binding may ever hold.
+        assert_eq!(
+            *outcome == Outcome::TooLarge,
+            too_large && *outcome != Outcome::NotSent && *outcome != Outcome::MayHaveRun,
+            "seed {seed}: call {id} of {len} bytes: {outcome:?}"
+        );
+        totals.too_large += u64::from(*outcome == Outcome::TooLarge);
         if too_large {
             assert_eq!(runs, 0, "seed {seed}: call {id} of {len} bytes ran past its binding's budget");
         }
         match outcome {
             Outcome::Ran => totals.ran += 1,
-            Outcome::Refused => totals.refused += 1,
+            Outcome::Refused | Outcome::TooLarge => totals.refused += 1,
             Outcome::NotSent => totals.not_sent += 1,
             Outcome::MayHaveRun => totals.may_have_run += 1,
         }

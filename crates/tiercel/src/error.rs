@@ -276,8 +276,9 @@ pub enum CallError {
     /// The procedure panicked; the server caught it and goes on serving.
     #[error("remote procedure panicked: {0}")]
     Panicked(String),
-    /// The call exceeds the size limit (by default 16 MiB) or the server's memory budget; it was
-    /// not sent, or the server refused it before running it.
+    /// The call exceeds the size limit (by default 16 MiB) or what the server's memory budgets
+    /// could ever hold for it (`ServerConfig::binding_memory`, `message_memory`); it was not sent,
+    /// or the server refused it before running it.
     #[error("call too large: {0}")]
     TooLarge(String),
     /// The procedure ran, and its result exceeds the server's size limit (by default 16 MiB) or its
@@ -293,13 +294,16 @@ pub enum CallError {
     /// never went out.
     #[error("all {0} client slots of the binding are busy")]
     NoFreeSlot(u32),
-    /// The server refused the call as busy: no room in its memory budgets
+    /// The server refused the call as busy: no room in its memory budgets now
     /// (`ServerConfig::message_memory`, `binding_memory`), or it is shutting down, or over UDP
-    /// every worker was running a call. Over UDP the client backs off and sends the call again, and
-    /// fails so only once `dead_after` of refusals has passed; each refusal means the server did not
-    /// take the call, but an earlier copy still queued could have been taken (`may_have_run`).
-    /// Through shared memory and over TCP the call fails so at the first refusal: the server
-    /// answered without reading it, and it never ran.
+    /// every worker was running a call. On every transport the client backs off and sends the call
+    /// again (waits of 4 ms and up, doubling, at most `Timing::retransmit_max`; over UDP from its
+    /// retransmission timeout), and fails so only once `dead_after` of refusals has passed, or
+    /// when its deadline would pass before the next try. Each refusal means the server did not
+    /// take the call; over UDP an earlier copy still queued could have been taken
+    /// (`may_have_run`), through shared memory and over TCP the server answered every try without
+    /// reading it, and it never ran. A call the budgets could never hold fails at once as
+    /// [`CallError::TooLarge`].
     #[error("server overloaded: the call was refused as busy")]
     Overloaded {
         /// Over UDP: an earlier copy of the call could have been taken.

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tiercel::{
-    BindError, CallError, Client, ClientConfig, Error, Execution, In, InOut, Out, Secret, Server, ServerConfig,
+    BindError, CallError, Client, ClientConfig, Error, Execution, In, InOut, Out, Secret, Server, ServerConfig, Timing,
     Transport,
 };
 use tiercel_seeds::{self as seeds, SeedTest, TestClient, TestServer};
@@ -506,11 +506,17 @@ fn a_binding_whose_client_hangs_up_leaves_its_memory_to_the_next() {
     let first: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
     assert_eq!(first.binding().transport(), Transport::SharedMemory);
     first.bulk_in(In(&data)).unwrap();
-    let next: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    // A client that gives up after 300 ms of refusals (it sends the call again meanwhile).
+    let quick = ClientConfig {
+        timing: Timing { dead_after: Duration::from_millis(300), ..Timing::default() },
+        ..ClientConfig::default()
+    };
+    let next: TestClient = Client::connect(s.addr()).unwrap().with_config(quick).import().unwrap();
     assert_eq!(next.binding().transport(), Transport::SharedMemory);
     let err = next.bulk_in(In(&data)).unwrap_err();
     assert!(matches!(err, CallError::Overloaded { may_have_run: false }), "{err}");
     assert_eq!(err.execution(), Execution::NeverRan, "refused unread");
+    assert!(s.stats().busy > 1, "sent again after its first refusal: {}", s.stats().busy);
     // The first client goes: its binding ends with its connection, and its memory with it. (The
     // rendezvous thread sees the connection hang up and wakes the binding's thread at once; how
     // soon is measured, not asserted here.)
@@ -522,6 +528,46 @@ fn a_binding_whose_client_hangs_up_leaves_its_memory_to_the_next() {
     }
     next.bulk_in(In(&data)).unwrap();
     assert_eq!(s.stats().expired, 1);
+}
+
+#[test]
+fn a_call_refused_for_want_of_room_goes_again_and_runs_once_there_is_room() {
+    // As above: two bindings with a 600 KiB call each do not fit in one user's part.
+    let s = server_with(ServerConfig { message_memory: 8 << 20, ..ServerConfig::default() });
+    let data: Vec<u8> = (0..600 << 10).map(seeds::pattern).collect();
+    let first: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    first.bulk_in(In(&data)).unwrap();
+    let next: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    let calls = s.stats().calls;
+    let caller = std::thread::spawn(move || next.bulk_in(In(&data)));
+    // The call is refused while the first binding holds its memory, and sent again meanwhile.
+    let start = Instant::now();
+    while s.stats().busy < 2 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the refused call was not sent again");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(s.stats().calls, calls, "nothing ran yet");
+    drop(first);
+    // Within `dead_after` (5 s) of its first refusal, a try finds room, and the call runs, once.
+    caller.join().unwrap().unwrap();
+    assert_eq!(s.stats().calls, calls + 1);
+}
+
+#[test]
+fn a_call_larger_than_the_servers_budget_could_ever_hold_fails_at_once() {
+    // A 600 KiB call takes its slot pages and the server's private copy: 1.2 MiB, more than a
+    // binding may hold.
+    let s = server_with(ServerConfig { binding_memory: 1 << 20, ..ServerConfig::default() });
+    let client: TestClient = Client::connect(s.addr()).unwrap().import().unwrap();
+    assert_eq!(client.binding().transport(), Transport::SharedMemory);
+    let data: Vec<u8> = (0..600 << 10).map(seeds::pattern).collect();
+    let err = client.bulk_in(In(&data)).unwrap_err();
+    assert!(matches!(&err, CallError::TooLarge(m) if m.contains("can ever hold")), "{err:?}");
+    assert_eq!(err.execution(), Execution::NeverRan, "refused unread");
+    assert_eq!(s.stats().busy, 0, "refused once, not as busy: no second try");
+    assert_eq!(s.stats().calls, 0);
+    // A call that fits runs.
+    client.bulk_in(In(&data[..100 << 10])).unwrap();
 }
 
 /// A hostile client of the shared-memory transport: binds by hand, then writes whatever it likes

@@ -47,14 +47,18 @@ fn calls_under_way_finish_and_new_ones_are_refused() {
         // New bindings are refused at once.
         let err = Client::connect(addr.as_str()).unwrap().import::<SlowClient>().map(drop).unwrap_err();
         assert!(matches!(err, BindError::Busy), "{transport}: {err:?}");
-        // A new call on an existing binding is refused as busy (over UDP until its client gives
-        // up), and never runs: the endpoint decides so for every transport. Over UDP an earlier
-        // copy could have been taken, for all its client knows; elsewhere it was refused unread.
+        // A new call on an existing binding is refused as busy, sent again after a backoff until
+        // its client gives up (`dead_after` of refusals, on every transport), and never runs: the
+        // endpoint decides so for every transport. Over UDP an earlier copy could have been
+        // taken, for all its client knows; elsewhere each was refused unread.
+        let asked = std::time::Instant::now();
         let err = early.ping().unwrap_err();
+        assert!(asked.elapsed() >= Duration::from_millis(400), "{transport}: given up before dead_after");
         let may_have_run = transport == "udp://";
         assert!(matches!(err, CallError::Overloaded { may_have_run: m } if m == may_have_run), "{transport}: {err:?}");
         let execution = if may_have_run { Execution::MayHaveRun } else { Execution::NeverRan };
         assert_eq!(err.execution(), execution, "{transport}");
+        assert!(server.stats().busy > 1, "{transport}: the refused call was sent again");
         // The call under way finishes and its result is delivered.
         assert_eq!(under_way.join().unwrap().unwrap(), 1, "{transport}: the call under way ran, alone");
         server.wait();

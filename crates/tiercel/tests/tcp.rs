@@ -162,16 +162,19 @@ fn too_large_a_call_is_refused_before_sending() {
 }
 
 #[test]
-fn a_call_larger_than_the_servers_budget_is_answered_busy_and_the_connection_goes_on() {
+fn a_call_larger_than_the_servers_budget_could_ever_hold_fails_at_once_and_the_connection_goes_on() {
     let config = ServerConfig { binding_memory: 1 << 20, ..ServerConfig::default() };
     let server =
         Server::bind("127.0.0.1:0").unwrap().with_config(config).export(TestServer::new(SeedTest)).start().unwrap();
     let client = tcp(&server);
     let data: Vec<u8> = (0..4 << 20).map(seeds::pattern).collect();
+    let asked = Instant::now();
     let err = client.bulk_in(In(&data)).unwrap_err();
-    assert!(matches!(err, CallError::Overloaded { may_have_run: false }), "{err:?}");
+    // Refused `TooLarge`, not `Busy`: no backoff and no second try (`dead_after` is 5 s).
+    assert!(matches!(&err, CallError::TooLarge(m) if m.contains("can ever hold")), "{err:?}");
+    assert!(asked.elapsed() < Duration::from_secs(4), "tried again: {:?}", asked.elapsed());
     assert_eq!(err.execution(), Execution::NeverRan, "refused from its header, unread");
-    assert_eq!(server.stats().busy, 1);
+    assert_eq!(server.stats().busy, 0, "not counted as busy");
     assert_eq!(server.stats().calls, 0, "refused unread, never run");
     assert_eq!(client.add(20, 22).unwrap(), 42);
     assert!(server.message_memory() < 1 << 20);

@@ -233,6 +233,13 @@ impl<A, E> Binding<A, E> {
         self.memory.limit()
     }
 
+    /// The most a message of this binding could ever be charged: its own limit or the least of the
+    /// budgets it lies within (its source's part, its carrier's share, the server's), whichever is
+    /// less. A call that needs more is refused `TooLarge`: it never fits, however long it waits.
+    pub fn memory_most(&self) -> usize {
+        self.memory.most()
+    }
+
     /// Bytes charged to this binding now.
     pub fn memory(&self) -> usize {
         self.memory.used()

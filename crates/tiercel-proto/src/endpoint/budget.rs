@@ -66,6 +66,12 @@ impl Budget {
     pub fn limit(&self) -> usize {
         self.limit
     }
+
+    /// The most a charge here could ever take: the least limit of this budget and those it lies
+    /// within. A charge larger fails however much the others give back.
+    pub fn most(&self) -> usize {
+        self.within.as_ref().map_or(self.limit, |outer| self.limit.min(outer.most()))
+    }
 }
 
 #[cfg(test)]
@@ -90,5 +96,18 @@ mod tests {
         assert_eq!((binding.used(), tcp.used(), server.used()), (0, 10, 50));
         assert!(udp.reserve(20));
         assert_eq!(server.used(), 70);
+    }
+
+    #[test]
+    fn the_most_a_charge_could_take_is_the_least_limit_around_it() {
+        let server = Arc::new(Budget::new(100));
+        let tcp = Arc::new(Budget::within(60, server.clone()));
+        assert_eq!(Budget::within(50, tcp.clone()).most(), 50);
+        assert_eq!(Budget::within(80, tcp.clone()).most(), 60, "the transport's share");
+        let small = Arc::new(Budget::new(30));
+        assert_eq!(Budget::within(50, Arc::new(Budget::within(60, small))).most(), 30, "the server's limit");
+        let binding = Budget::within(80, tcp.clone());
+        assert!(!binding.reserve(61), "more than the most fails with nothing else charged");
+        assert!(binding.reserve(60));
     }
 }

@@ -6,8 +6,9 @@
 //! bind handshake admitted ─► connect ─► Binding (token 0, reached only through its connection)
 //! bytes ─► read_frame ─┬─ Arrived::More      read more into the deframer (its buffer grown,
 //!                      │                     charged first, for a large frame as it arrives)
-//!                      ├─ Arrived::Answer(h) send h back (a frame too large for the budgets:
-//!                      │                     Busy from its header, its bytes dropped as they come)
+//!                      ├─ Arrived::Answer(h) send h back (a frame the budgets have no room for:
+//!                      │                     Busy from its header, TooLarge if they never could,
+//!                      │                     its bytes dropped as they come)
 //!                      ├─ Arrived::Close     the peer broke the framing: close the connection
 //!                      └─ a whole frame ─► on_frame ─┬─ Call        admitted: run_started … run_finished
 //!                                                    ├─ Answer(h)   a probe's reply, or a refusal
@@ -159,9 +160,10 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// connection's) and is checked and decided as by [`ServerEndpoint::on_frame`]; a frame
     /// that has filled the buffer makes it grow toward its length (twice what it holds at most,
     /// so that a prefix claiming a large frame is given only as much as has arrived), each step
-    /// charged first through `grow` (false: no room); a frame larger than the binding's memory
-    /// may ever hold, or one the budgets have no room for, is refused `Busy` from its header and
-    /// its bytes are dropped as they arrive, never held.
+    /// charged first through `grow` (false: no room); a frame the budgets have no room for is
+    /// refused from its header, `Busy` (the client tries again later, [`crate::timing::Refusals`])
+    /// or, larger than the binding's memory could ever hold ([`Binding::memory_most`]),
+    /// `TooLarge`; its bytes are dropped as they arrive, never held.
     pub fn read_frame(
         &self,
         frames: &mut Deframer,
@@ -193,7 +195,8 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
             return Arrived::More;
         }
         let to = frames.next_size(len);
-        if PREFIX_LEN + len <= binding.memory_limit() && grow(to) {
+        let never = PREFIX_LEN + len > binding.memory_most();
+        if !never && grow(to) {
             frames.grow_toward(len, to);
             return Arrived::More;
         }
@@ -204,7 +207,8 @@ impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
         if p.kind() != Kind::Call || p.binding() != binding.id || p.incarnation() != self.config.incarnation {
             return Arrived::Close;
         }
-        let answer = self.stream_answer(binding, Kind::Result, Status::Busy, (p.slot(), p.seq(), p.procedure()));
+        let status = if never { Status::TooLarge } else { Status::Busy };
+        let answer = self.stream_answer(binding, Kind::Result, status, (p.slot(), p.seq(), p.procedure()));
         frames.skip_frame();
         Arrived::Answer(answer)
     }

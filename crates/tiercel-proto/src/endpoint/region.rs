@@ -6,6 +6,8 @@
 //!                                                         │             write the result
 //!                                                         ├─ Busy       no room in the budgets, or
 //!                                                         │             draining: refused unread
+//!                                                         ├─ TooLarge   more than the budgets could
+//!                                                         │             ever hold: refused unread
 //!                                                         ├─ Malformed  length or procedure out of range
 //!                                                         └─ Cancelled  given up by its client before
 //!                                                                       the server read it
@@ -27,9 +29,12 @@ use crate::shm::{validate_call, CallWords, SlotCall};
 pub enum SlotStep {
     /// Admitted: run it (its arguments are the first `len` bytes of the slot's data).
     Run(SlotCall),
-    /// Refused unread, answered `Busy`: the budgets have no room for its arguments, or the
-    /// endpoint is draining.
+    /// Refused unread, answered `Busy`: the budgets have no room for its arguments now, or the
+    /// endpoint is draining. The client tries again later ([`crate::timing::Refusals`]).
     Busy,
+    /// Refused unread, answered `TooLarge`: its arguments need more than the binding's memory
+    /// could ever hold ([`Binding::memory_most`]), however much the others give back.
+    TooLarge,
     /// Its length or procedure word is out of range: answered `BadArguments`.
     Malformed,
     /// Its client gave it up before it started: answered `Cancelled`, not run.
@@ -39,21 +44,24 @@ pub enum SlotStep {
 impl<A: Copy + Eq + Hash, E> ServerEndpoint<A, E> {
     /// Decides on the call whose words `words` a server thread read from a slot of `binding`'s
     /// region, whose slots hold `capacity` bytes of data. `room(len)` makes room in the budgets for
-    /// `len` bytes of arguments (0 for a malformed call, whose answer still takes a page) and says
-    /// whether there is; it is asked first, so that nothing is read without room. A call is
-    /// admitted as every transport's is ([`ServerEndpoint::admit_call`]).
+    /// `len` bytes of arguments (0 for a malformed call, whose answer still takes a page), or says
+    /// how many bytes it asked them for in vain; it is asked first, so that nothing is read without
+    /// room. A call is admitted as every transport's is ([`ServerEndpoint::admit_call`]).
     #[inline]
     pub fn slot_call(
         &self,
         binding: &Binding<A, E>,
         words: &CallWords,
         capacity: usize,
-        room: impl FnOnce(usize) -> bool,
+        room: impl FnOnce(usize) -> Result<(), usize>,
         now: impl FnOnce() -> Instant,
     ) -> SlotStep {
         let call = validate_call(words.procedure, words.len, capacity);
-        if !room(call.map_or(0, |c| c.len)) {
-            return SlotStep::Busy;
+        if let Err(needed) = room(call.map_or(0, |c| c.len)) {
+            return match needed > binding.memory_most() {
+                true => SlotStep::TooLarge,
+                false => SlotStep::Busy,
+            };
         }
         match call {
             None => SlotStep::Malformed,

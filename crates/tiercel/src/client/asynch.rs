@@ -709,6 +709,24 @@ impl ShmEndpoint {
         tail: Option<&mut [u8]>,
         alone: bool,
     ) -> Result<bool, CallError> {
+        super::refused::run_async(self, inner, link, deadline, procedure, segs, tail, alone).await
+    }
+}
+
+impl super::refused::TriesAsync for ShmEndpoint {
+    type Link = Link;
+
+    /// One try of [`ShmEndpoint::run_async`].
+    async fn once_async(
+        &mut self,
+        inner: &Arc<BindingInner>,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+        tail: Option<&mut [u8]>,
+        alone: bool,
+    ) -> Result<bool, CallError> {
         let deadline = deadline.map(|d| Instant::now() + d);
         if self.is_abandoned() {
             if !self.poll_for_result(link, &inner.asynch.results).await {
@@ -742,7 +760,9 @@ impl ShmEndpoint {
         }
         self.collect(inner, link, procedure, len, tail)
     }
+}
 
+impl ShmEndpoint {
     /// While other calls of the binding are in flight, the runtime has their tasks to run: this one
     /// looks at its slot each time it is polled again, yielding in between. True when the result
     /// came in; false once no async call of the binding has found its result (`results`) for the

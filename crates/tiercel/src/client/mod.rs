@@ -8,6 +8,7 @@ mod call;
 mod intercept;
 mod pin;
 mod rebind;
+mod refused;
 mod shm;
 mod slots;
 mod tcp;

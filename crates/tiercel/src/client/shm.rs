@@ -260,7 +260,29 @@ impl ShmEndpoint {
     /// `tail`, a buffer lent to the call (an `InOut` that is the procedure's one buffer and its
     /// last argument), the call is copied into the slot from it, and its result's first bytes,
     /// which go back into it, are copied from the slot straight there: true when they were.
+    ///
+    /// A call the server refuses as busy goes again after a backoff, as on every transport
+    /// ([`super::refused`]), until `dead_after` of refusals has passed.
+    #[inline]
     pub(super) fn run(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+        tail: Option<&mut [u8]>,
+    ) -> Result<bool, CallError> {
+        super::refused::run(self, inner, link, deadline, procedure, segs, tail)
+    }
+}
+
+impl super::refused::Tries for ShmEndpoint {
+    type Link = Link;
+
+    /// One try of [`ShmEndpoint::run`].
+    #[inline]
+    fn once(
         &mut self,
         inner: &BindingInner,
         link: &Link,
@@ -290,7 +312,9 @@ impl ShmEndpoint {
         }
         self.collect(inner, link, procedure, len, tail)
     }
+}
 
+impl ShmEndpoint {
     /// [`ShmEndpoint::publish`] of the message `segs` followed by `tail`, if a buffer is lent.
     #[inline]
     pub(super) fn publish_lent(

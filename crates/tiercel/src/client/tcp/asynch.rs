@@ -128,7 +128,25 @@ impl TcpEndpoint {
     #[allow(clippy::too_many_arguments)]
     pub(in crate::client) async fn run_async(
         &mut self,
-        inner: &BindingInner,
+        inner: &Arc<BindingInner>,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+        tail: Option<&mut [u8]>,
+        alone: bool,
+    ) -> Result<bool, CallError> {
+        super::super::refused::run_async(self, inner, link, deadline, procedure, segs, tail, alone).await
+    }
+}
+
+impl super::super::refused::TriesAsync for TcpEndpoint {
+    type Link = Link;
+
+    /// One try of [`TcpEndpoint::run_async`].
+    async fn once_async(
+        &mut self,
+        inner: &Arc<BindingInner>,
         link: &Link,
         deadline: Option<Duration>,
         procedure: u16,

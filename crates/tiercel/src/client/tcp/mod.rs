@@ -204,7 +204,29 @@ impl TcpEndpoint {
     /// is the procedure's one buffer and its last argument), the call is sent from it, and its
     /// result's first bytes, which go back into it, are read straight there: true when they were
     /// (false: the stub copies them from the result as usual).
+    ///
+    /// A call the server refuses as busy goes again after a backoff, as on every transport
+    /// ([`super::refused`]), until `dead_after` of refusals has passed.
+    #[inline]
     pub(super) fn run(
+        &mut self,
+        inner: &BindingInner,
+        link: &Link,
+        deadline: Option<Duration>,
+        procedure: u16,
+        segs: &Segments<'_>,
+        tail: Option<&mut [u8]>,
+    ) -> Result<bool, CallError> {
+        super::refused::run(self, inner, link, deadline, procedure, segs, tail)
+    }
+}
+
+impl super::refused::Tries for TcpEndpoint {
+    type Link = Link;
+
+    /// One try of [`TcpEndpoint::run`].
+    #[inline]
+    fn once(
         &mut self,
         inner: &BindingInner,
         link: &Link,
@@ -221,7 +243,9 @@ impl TcpEndpoint {
         self.finish(procedure)?;
         Ok(tail.is_some_and(|tail| self.settle_lent(inner, tail)))
     }
+}
 
+impl TcpEndpoint {
     /// [`TcpEndpoint::send`] of the message `segs` followed by `tail`, if a buffer is lent.
     fn send_lent(
         &mut self,

@@ -745,6 +745,7 @@ pub(super) fn status_error(status: Status, procedure: u16, message: String) -> C
         Status::Panicked => CallError::Panicked(message),
         Status::UnknownBinding | Status::BadSlot => CallError::UnknownBinding,
         Status::WrongIncarnation => CallError::ServerRestarted,
+        Status::TooLarge if message.is_empty() => super::refused::too_large(),
         Status::TooLarge => CallError::TooLarge(message),
         Status::ResultTooLarge => CallError::ResultTooLarge(message),
         Status::DeadlineExceeded => CallError::DeadlineExceeded { may_have_run: false },

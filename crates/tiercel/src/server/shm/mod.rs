@@ -16,7 +16,8 @@
 //! `HANDSHAKE` from its connection. A binding's memory (the slot pages the server has mapped, and its private
 //! copies of arguments and results) is charged to `ServerConfig::binding_memory` and to the
 //! server-wide `ServerConfig::message_memory` before it is touched; a call that does not fit is
-//! answered `Busy` without reading it.
+//! answered `Busy` without reading it (its client tries again later), or `TooLarge` if no budget
+//! could ever hold it.
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};

@@ -455,7 +455,10 @@ impl<'a> Worker<'a> {
         let room = |n: usize| {
             len = n;
             let pages = n.max(1).next_multiple_of(PAGE);
-            b.held >= pages && self.args.capacity() >= n || self.make_room(b, pages, n + PAGE)
+            match b.held >= pages && self.args.capacity() >= n || self.make_room(b, pages, n + PAGE) {
+                true => Ok(()),
+                false => Err(pages + n + PAGE),
+            }
         };
         let step = team.shared.endpoint.slot_call(&team.place, &words, team.layout.data, room, Instant::now);
         mark(Point::ServerValidated);
@@ -466,6 +469,9 @@ impl<'a> Worker<'a> {
                 team.shared.stats.busy.fetch_add(1, Ordering::Relaxed);
                 Status::Busy
             }
+            // More than the budgets could ever hold: refused unread, nothing written to the
+            // slot's data (whose pages were not charged); the client knows the call's size.
+            SlotStep::TooLarge => Status::TooLarge,
             SlotStep::Malformed => {
                 super::super::dispatch::error_message(
                     &mut self.out,

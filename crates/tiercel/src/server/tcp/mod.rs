@@ -9,8 +9,8 @@
 //! the same bind machine as UDP and shared memory
 //! (interface check, shared secret). A binding's buffers are charged to
 //! `ServerConfig::binding_memory` and the server-wide `ServerConfig::message_memory` before they
-//! grow: a call frame that does not fit is answered `Busy` and its bytes are dropped as they arrive,
-//! never held.
+//! grow: a call frame that does not fit is answered `Busy` (its client tries again later), or
+//! `TooLarge` if no budget could ever hold it, and its bytes are dropped as they arrive, never held.
 //!
 //! A bound connection starts parked ([`Parking`]): no thread and no receive buffer, its descriptor
 //! in an `epoll` set the listener polls beside its own sockets. When its client sends, the
