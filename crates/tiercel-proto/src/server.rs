@@ -230,7 +230,10 @@ impl Slot {
     /// Handles a checked `Call` packet for this slot. `frag_payload` is the binding's fragment size
     /// and `window` its senders' window (what an acknowledgement is sent every half of); `reserve` is asked before a multi-packet call's reassembly buffer grows (by the bytes of the
     /// fragments that arrived, never by what the header claims) and may refuse: the call is then
-    /// given up and refused as busy ([`CallAction::Busy`]).
+    /// given up and refused as busy ([`CallAction::Busy`]). A new multi-packet call longer than
+    /// `most()`, the most its binding's memory could ever hold, is refused `TooLarge` at its first
+    /// fragment, as one longer than `max_message` is: it could never be put together.
+    #[allow(clippy::too_many_arguments)]
     pub fn on_call(
         &mut self,
         packet: &Packet<&[u8]>,
@@ -238,6 +241,7 @@ impl Slot {
         frag_payload: usize,
         window: u16,
         timing: &Timing,
+        most: impl FnOnce() -> usize,
         reserve: impl FnOnce(usize) -> bool,
     ) -> CallAction {
         self.last_activity = Some(now);
@@ -270,7 +274,7 @@ impl Slot {
             if fragment_count(len, frag_payload) != Some(count) {
                 return CallAction::Drop(DropReason::Malformed);
             }
-            if len > timing.max_message {
+            if len > timing.max_message || len > most() {
                 self.seq = Some(seq);
                 self.state = State::Running;
                 return CallAction::Refuse(crate::wire::Status::TooLarge);

@@ -79,6 +79,31 @@ fn a_call_too_large_for_the_server_never_runs() {
 }
 
 #[test]
+fn a_call_larger_than_the_servers_memory_could_ever_hold_fails_at_once_on_every_transport() {
+    // A binding may hold 1 MiB; the messages the server takes may be 16 MiB. A 2 MiB call is
+    // refused `TooLarge` from its first fragment, header or look, not `Busy`: trying again after
+    // a backoff, until `dead_after` of refusals, could never make room for it.
+    let config = ServerConfig { binding_memory: 1 << 20, ..ServerConfig::default() };
+    let server = Server::bind("udp://127.0.0.1:0")
+        .unwrap()
+        .with_config(config)
+        .export(StoreServer::new(Counted(AtomicU64::new(0))))
+        .start()
+        .unwrap();
+    let big = vec![1u8; 2 << 20];
+    for transport in ["udp://", "shm:", "tcp://"] {
+        let c: StoreClient = Client::connect(format!("{transport}{}", server.addr())).unwrap().import().unwrap();
+        let (calls, busy) = (server.stats().calls, server.stats().busy);
+        let err = c.put(In(&big)).unwrap_err();
+        assert!(matches!(err, CallError::TooLarge(_)), "{transport}: {err:?}");
+        assert_eq!(err.execution(), Execution::NeverRan, "{transport}");
+        assert_eq!(server.stats().calls, calls, "{transport}: it did not run");
+        assert_eq!(server.stats().busy, busy, "{transport}: not refused as busy, so not tried again");
+        assert_eq!(c.put(In(&big[..100 << 10])).unwrap(), 100 << 10, "{transport}: the binding goes on");
+    }
+}
+
+#[test]
 fn importing_from_a_closed_port_fails_at_once_with_no_server() {
     // A port nobody listens on: the kernel answers with ICMP port unreachable.
     let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

@@ -277,7 +277,8 @@ impl<A> SlotCell<A> {
         timing: &Timing,
     ) -> CallAction {
         let (frag_payload, window) = (binding.frag_payload(), binding.window);
-        let action = self.proto.on_call(p, now, frag_payload, window, timing, |n| binding.reserve(n));
+        let most = || binding.memory_most();
+        let action = self.proto.on_call(p, now, frag_payload, window, timing, most, |n| binding.reserve(n));
         binding.release(self.proto.take_released());
         action
     }

@@ -116,26 +116,60 @@ fn quiet(a: &CallAction) -> bool {
 fn a_call_is_charged_for_the_fragments_that_came_not_for_what_it_claims() {
     let now = Instant::now();
     let (e, b) = endpoint(now);
-    // A first fragment that claims 2,000 bytes holds 100.
-    assert!(send_fragments(&e, &b, 1, 0, 1, 20, [0], now).iter().all(quiet));
+    assert_eq!(b.memory_most(), 1000);
+    // A first fragment that claims 1,000 bytes holds 100.
+    assert!(send_fragments(&e, &b, 1, 0, 1, 10, [0], now).iter().all(quiet));
     assert_eq!((b.memory(), e.memory()), (100, 100));
     // The buffer reaches the furthest fragment that came.
-    assert!(send_fragments(&e, &b, 1, 0, 1, 20, [9], now).iter().all(quiet));
+    assert!(send_fragments(&e, &b, 1, 0, 1, 10, [8], now).iter().all(quiet));
+    assert_eq!(b.memory(), 900);
+    // Another slot's call of two fragments: its first fits, its second would pass the binding's
+    // 1,000 bytes: that call is given up and refused as busy, its memory returned.
+    assert!(send_fragments(&e, &b, 1, 1, 1, 2, [0], now).iter().all(quiet));
     assert_eq!(b.memory(), 1000);
-    // One more fragment would pass the binding's 1,000 bytes: the call is given up and refused as
-    // busy, its memory returned.
-    assert_eq!(send_fragments(&e, &b, 1, 0, 1, 20, [10], now), vec![CallAction::Busy]);
-    assert_eq!((b.memory(), e.memory()), (0, 0));
+    assert_eq!(send_fragments(&e, &b, 1, 1, 1, 2, [1], now), vec![CallAction::Busy]);
+    assert_eq!((b.memory(), e.memory()), (900, 900));
     // The client's new attempt of the same call is a new call again.
-    assert!(send_fragments(&e, &b, 1, 0, 1, 20, [0], now).iter().all(quiet));
-    assert_eq!(b.memory(), 100);
+    assert!(send_fragments(&e, &b, 1, 1, 1, 2, [0], now).iter().all(quiet));
+    assert_eq!(b.memory(), 1000);
+}
+
+#[test]
+fn a_call_longer_than_its_binding_could_ever_hold_is_refused_too_large_at_once() {
+    let now = Instant::now();
+    let (e, b) = endpoint(now);
+    let timing = e.config().timing;
+    // 1,100 bytes claimed, more than the binding's 1,000 (though within the message limit):
+    // refused from its first fragment, which is not kept; the refusal is its result.
+    let first = fragment(b.id, 1, 0, 11, 1100, &[0; 100]);
+    let p = Packet::new_checked(&first[..]).unwrap();
+    let mut cell = enter(&e, &b, &p, 1).unwrap();
+    assert_eq!(cell.on_call(&b, &p, now, &timing), CallAction::Refuse(Status::TooLarge));
+    assert_eq!(b.memory(), 0);
+    cell.refuse(&b, &p, Status::TooLarge, &timing);
+    let Some(Fragment::Whole(bytes)) = cell.poll_transmit(&b) else { panic!() };
+    assert_eq!(Packet::new_checked(bytes).unwrap().status(), Status::TooLarge);
+    // Its later fragments are not taken.
+    let later = fragment(b.id, 1, 5, 11, 1100, &[5; 100]);
+    let p = Packet::new_checked(&later[..]).unwrap();
+    assert!(!matches!(cell.on_call(&b, &p, now, &timing), CallAction::Ack(_) | CallAction::ExecuteMessage(_)));
+    // 1,000 bytes fit.
+    let next = fragment(b.id, 2, 0, 10, 1000, &[0; 100]);
+    let p = Packet::new_checked(&next[..]).unwrap();
+    assert!(quiet(&cell.on_call(&b, &p, now, &timing)));
 }
 
 #[test]
 fn fragments_beyond_the_window_are_dropped_without_being_charged() {
     let now = Instant::now();
     // A message long enough to reach past the window.
-    let config = EndpointConfig { timing: Timing { max_message: 30_000, ..Timing::default() }, ..config() };
+    let config = EndpointConfig {
+        binding_memory: 40_000,
+        memory: 40_000,
+        carrier_memory: 40_000,
+        timing: Timing { max_message: 30_000, ..Timing::default() },
+        ..config()
+    };
     let e = ServerEndpoint::new(config, now, Box::new(crate::bind::InsecureChallenges));
     let b = e.grant(1, 77, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap().0;
     let actions = send_fragments(&e, &b, 1, 1, 1, 300, [0, crate::fragment::MAX_WINDOW + 2], now);
@@ -164,11 +198,11 @@ fn no_combination_of_bindings_passes_the_server_budget() {
     let now = Instant::now();
     let (e, b) = endpoint(now);
     let (c, _) = e.grant(2, 1, (), TOKEN, terms(HEADER_LEN + 100), now).unwrap();
-    assert!(send_fragments(&e, &b, 1, 0, 1, 20, 0..9, now).iter().all(quiet));
-    assert!(send_fragments(&e, &c, 2, 0, 1, 20, 0..6, now).iter().all(quiet));
+    assert!(send_fragments(&e, &b, 1, 0, 1, 10, 0..9, now).iter().all(quiet));
+    assert!(send_fragments(&e, &c, 2, 0, 1, 10, 0..6, now).iter().all(quiet));
     assert_eq!((b.memory(), c.memory(), e.memory()), (900, 600, 1500));
     // `c` has 400 bytes of its own budget left, the server none.
-    assert_eq!(send_fragments(&e, &c, 2, 0, 1, 20, [6], now), vec![CallAction::Busy]);
+    assert_eq!(send_fragments(&e, &c, 2, 0, 1, 10, [6], now), vec![CallAction::Busy]);
     assert_eq!((c.memory(), e.memory()), (0, 900));
 }
 
@@ -176,16 +210,16 @@ fn no_combination_of_bindings_passes_the_server_budget() {
 fn a_stalled_call_is_reclaimed_and_its_client_told_to_start_again() {
     let now = Instant::now();
     let (e, b) = endpoint(now);
-    assert!(send_fragments(&e, &b, 1, 0, 1, 20, 0..3, now).iter().all(quiet));
+    assert!(send_fragments(&e, &b, 1, 0, 1, 10, 0..3, now).iter().all(quiet));
     assert_eq!(e.reclaim(now + Duration::from_secs(1)), 0, "not stalled long enough");
     assert_eq!(e.memory(), 300);
     let later = now + Duration::from_secs(2);
     assert_eq!(e.reclaim(later), 1);
     assert_eq!((b.memory(), e.memory()), (0, 0));
     // Its later fragments are refused as busy (the client backs off and starts again)...
-    assert_eq!(send_fragments(&e, &b, 1, 0, 1, 20, [3], later), vec![CallAction::Busy]);
+    assert_eq!(send_fragments(&e, &b, 1, 0, 1, 10, [3], later), vec![CallAction::Busy]);
     // ... and its first fragment starts it again.
-    assert!(send_fragments(&e, &b, 1, 0, 1, 20, [0, 1], later).iter().all(quiet));
+    assert!(send_fragments(&e, &b, 1, 0, 1, 10, [0, 1], later).iter().all(quiet));
     assert_eq!(b.memory(), 200);
 }
 
@@ -407,15 +441,17 @@ fn fragments_received_into_place_are_charged_and_checked_like_any() {
     assert!(cell.landing(&b, seq, 2, 0).is_none(), "the call runs");
     assert!(cell.call_at(slot).is_none());
     // A landing past the budget is refused, and charges nothing (another slot: this one runs).
-    let big = Header { slot: 0, message_len: 2000, frag_count: 20, ..header(0, 1) };
+    // The binding holds 200 bytes of the running call's first.
+    assert!(b.reserve(200));
+    let big = Header { slot: 0, message_len: 1000, frag_count: 10, ..header(0, 1) };
     let big = [&big.to_bytes()[..], &[0u8; 100]].concat();
     let p = Packet::new_checked(&big[..]).unwrap();
     drop(cell);
     let mut cell = enter(&e, &b, &p, 1).unwrap();
     assert!(quiet(&cell.on_call(&b, &p, now, &timing)));
-    assert!(cell.landing(&b, 1, 10, 0).is_none(), "1,000 bytes more than the binding's 1,000");
-    assert_eq!(b.memory(), 100);
-    assert_eq!(cell.landing(&b, 1, 9, 0).map(|(i, p)| (i, p.len())), Some((1, 900)));
+    assert!(cell.landing(&b, 1, 9, 0).is_none(), "900 bytes more, 1,200 in all, past the binding's 1,000");
+    assert_eq!(b.memory(), 300);
+    assert_eq!(cell.landing(&b, 1, 7, 0).map(|(i, p)| (i, p.len())), Some((1, 700)));
     assert_eq!(b.memory(), 1000);
 }
 
