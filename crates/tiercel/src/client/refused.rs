@@ -145,7 +145,8 @@ pub(super) struct Refused {
 }
 
 impl Refused {
-    /// After a call's first refusal; `deadline`: what was left of the call's then.
+    /// After a call's first refusal; `deadline`: the call's, counted from then (the try refused
+    /// took little of it: the server answered without reading the call).
     pub(super) fn new(timing: &Timing, deadline: Option<Duration>) -> Refused {
         Refused { refusals: Refusals::default(), deadline: deadline.map(|d| Instant::now() + d), timing: *timing }
     }
@@ -155,13 +156,13 @@ impl Refused {
     /// `dead_after` of refusals has passed or the next try would come after its deadline.
     pub(super) fn next(&mut self) -> Result<(Duration, Option<Duration>), CallError> {
         let now = Instant::now();
-        let refused = CallError::Overloaded { may_have_run: false };
         // A connection or a region has no retransmission timeout: the backoff starts from the
         // least UDP's may be.
-        let again = self.refusals.refused(now, self.timing.retransmit_min, &self.timing).ok_or(refused)?;
-        match self.deadline {
-            Some(deadline) if again >= deadline => Err(CallError::Overloaded { may_have_run: false }),
-            deadline => Ok((again - now, deadline.map(|d| d - again))),
+        let again = self.refusals.refused(now, self.timing.retransmit_min, &self.timing);
+        match (again, self.deadline) {
+            (Some(again), None) => Ok((again - now, None)),
+            (Some(again), Some(deadline)) if again < deadline => Ok((again - now, Some(deadline - again))),
+            _ => Err(CallError::Overloaded { may_have_run: false }),
         }
     }
 }
