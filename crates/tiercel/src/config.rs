@@ -267,12 +267,12 @@ pub struct ServerConfig {
     /// shared memory: slot pages and private copies), with the arguments of the async procedures
     /// running: a call that would take more is refused as busy, unread (its client backs off and
     /// tries again, and fails with `CallError::Overloaded` after `dead_after` of refusals), or,
-    /// through shared memory and over TCP, when no budget could ever hold it (more than
-    /// `binding_memory`, or than its binding's part of this budget), `CallError::TooLarge` at
-    /// once; a result that would is replaced by `CallError::ResultTooLarge`. A call being
-    /// reassembled is charged for the fragments that have arrived, not for the size its header
-    /// claims. The bindings of one transport (UDP, TCP, shared memory) may hold at most half of it
-    /// together, so that one transport's abuse leaves the others room for their calls.
+    /// when no budget could ever hold it (more than `binding_memory`, or than its binding's part
+    /// of this budget), `CallError::TooLarge` at once; a result that would is replaced by
+    /// `CallError::ResultTooLarge`. A call being reassembled is charged for the fragments that
+    /// have arrived, not for the size its header claims. The bindings of one transport (UDP, TCP,
+    /// shared memory) may hold at most half of it together, so that one transport's abuse leaves
+    /// the others room for their calls.
     /// Default: 256 MiB.
     pub message_memory: usize,
     /// A multi-packet call whose client has sent nothing more for this long is given up and its

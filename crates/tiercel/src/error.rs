@@ -297,10 +297,10 @@ pub enum CallError {
     /// The server refused the call as busy: no room in its memory budgets now
     /// (`ServerConfig::message_memory`, `binding_memory`), or it is shutting down, or over UDP
     /// every worker was running a call. On every transport the client backs off and sends the call
-    /// again (waits of 4 ms and up, doubling, at most `Timing::retransmit_max`; over UDP from its
-    /// retransmission timeout), and fails so only once `dead_after` of refusals has passed, or
-    /// when its deadline would pass before the next try. Each refusal means the server did not
-    /// take the call; over UDP an earlier copy still queued could have been taken
+    /// again (first after twice `Timing::retransmit_min`, 4 ms by default, over UDP after twice
+    /// its retransmission timeout, then doubling, at most `Timing::retransmit_max`), and fails so
+    /// only once `dead_after` of refusals has passed, or when its deadline would pass before the
+    /// next try. Each refusal means the server did not take the call; over UDP an earlier copy still queued could have been taken
     /// (`may_have_run`), through shared memory and over TCP the server answered every try without
     /// reading it, and it never ran. A call the budgets could never hold fails at once as
     /// [`CallError::TooLarge`].
