@@ -93,12 +93,13 @@ fn a_call_larger_than_the_servers_memory_could_ever_hold_fails_at_once_on_every_
     let big = vec![1u8; 2 << 20];
     for transport in ["udp://", "shm:", "tcp://"] {
         let c: StoreClient = Client::connect(format!("{transport}{}", server.addr())).unwrap().import().unwrap();
-        let (calls, busy) = (server.stats().calls, server.stats().busy);
+        let (calls, busy, too_large) = (server.stats().calls, server.stats().busy, server.stats().too_large);
         let err = c.put(In(&big)).unwrap_err();
         assert!(matches!(err, CallError::TooLarge(_)), "{transport}: {err:?}");
         assert_eq!(err.execution(), Execution::NeverRan, "{transport}");
         assert_eq!(server.stats().calls, calls, "{transport}: it did not run");
         assert_eq!(server.stats().busy, busy, "{transport}: not refused as busy, so not tried again");
+        assert_eq!(server.stats().too_large, too_large + 1, "{transport}: refused once, as too large");
         assert_eq!(c.put(In(&big[..100 << 10])).unwrap(), 100 << 10, "{transport}: the binding goes on");
     }
 }

@@ -567,6 +567,10 @@ crate::counters::counters! {
         /// New calls refused as busy: every worker that may run calls was running one, or the
         /// memory budgets (`binding_memory`, `message_memory`) had no room for the call's fragments.
         busy,
+        /// New calls refused `TooLarge` without running: longer than the message limit
+        /// (`Timing::max_message`), or than their binding's memory could ever hold (the least of
+        /// `binding_memory` and the parts of `message_memory` it lies within). Not tried again.
+        too_large,
         /// Bindings granted.
         bindings,
         /// Bindings forgotten after `binding_idle` without a packet.

@@ -471,7 +471,10 @@ impl<'a> Worker<'a> {
             }
             // More than the budgets could ever hold: refused unread, nothing written to the
             // slot's data (whose pages were not charged); the client knows the call's size.
-            SlotStep::TooLarge => Status::TooLarge,
+            SlotStep::TooLarge => {
+                team.shared.stats.too_large.fetch_add(1, Ordering::Relaxed);
+                Status::TooLarge
+            }
             SlotStep::Malformed => {
                 super::super::dispatch::error_message(
                     &mut self.out,

@@ -168,6 +168,7 @@ impl StreamBinding {
                     match (h.kind, h.status) {
                         (Kind::Reject, _) => stats.rejected.fetch_add(1, Ordering::Relaxed),
                         (_, Status::Busy) => stats.busy.fetch_add(1, Ordering::Relaxed),
+                        (_, Status::TooLarge) => stats.too_large.fetch_add(1, Ordering::Relaxed),
                         _ => 0,
                     };
                     if self.send_header(&h).is_err() {

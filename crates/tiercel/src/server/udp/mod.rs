@@ -893,6 +893,9 @@ impl UdpWorker {
         }
         let action = cell.on_call(binding, p, now, timing);
         if multi_packet {
+            if action == CallAction::Refuse(Status::TooLarge) {
+                self.shared.stats.too_large.fetch_add(1, Ordering::Relaxed);
+            }
             let unused = cell.proto.take_lent();
             if unused.capacity() > 0 {
                 self.spares.borrow_mut().message = unused;
