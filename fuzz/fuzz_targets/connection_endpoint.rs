@@ -196,12 +196,19 @@ fuzz_target!(|ops: Vec<Op>| {
                 let mut asked = None;
                 let ask = |n: usize| {
                     asked = Some(n);
-                    room
+                    if room {
+                        Ok(())
+                    } else {
+                        Err(n)
+                    }
                 };
                 let step = endpoint.slot_call(&c.binding, &words, REGION_DATA, ask, || now);
                 // Room is asked first, for what the call's arguments take (nothing past the slot).
                 assert_eq!(asked, Some(valid.map_or(0, |v| v.len)));
+                // Without room: `TooLarge` for what the binding could never hold, else `Busy`.
+                let needed = valid.map_or(0, |v| v.len);
                 let expected = match valid {
+                    _ if !room && needed > c.binding.memory_most() => SlotStep::TooLarge,
                     _ if !room => SlotStep::Busy,
                     None => SlotStep::Malformed,
                     Some(_) if cancelled => SlotStep::Cancelled,

@@ -79,7 +79,8 @@ fuzz_target!(|input: Input| {
                             reserved += n;
                             true
                         };
-                        match slot.on_call(&p, now, frag_payload, window, &timing, reserve) {
+                        // A message longer than the budget could never be reserved.
+                        match slot.on_call(&p, now, frag_payload, window, &timing, || budget, reserve) {
                             CallAction::Execute => {
                                 assert!(executed.insert(seq), "call {seq} executed twice");
                                 running = Some(seq);
