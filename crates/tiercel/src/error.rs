@@ -299,8 +299,9 @@ pub enum CallError {
     /// every worker was running a call. On every transport the client backs off and sends the call
     /// again (first after twice `Timing::retransmit_min`, 4 ms by default, over UDP after twice
     /// its retransmission timeout, then doubling, at most `Timing::retransmit_max`), and fails so
-    /// only once `dead_after` of refusals has passed, or when its deadline would pass before the
-    /// next try. Each refusal means the server did not take the call; over UDP an earlier copy still queued could have been taken
+    /// only once `dead_after` of refusals has passed, or, through shared memory and over TCP, when
+    /// its deadline would pass before the next try (over UDP a deadline that passes meanwhile
+    /// fails the call as `DeadlineExceeded`). Each refusal means the server did not take the call; over UDP an earlier copy still queued could have been taken
     /// (`may_have_run`), through shared memory and over TCP the server answered every try without
     /// reading it, and it never ran. A call the budgets could never hold fails at once as
     /// [`CallError::TooLarge`].
